@@ -1,0 +1,329 @@
+// Package memstore is the in-memory state store of a single presenced node:
+// users sharded over independently locked maps, each shard with its own
+// deadline heap, so a heartbeat touches one shard and the sweeper never
+// scans users whose deadlines are not due.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+var _ tracker.Store = (*Store)(nil)
+
+// Config configures a Store. The zero value takes the documented defaults.
+type Config struct {
+	Rules presence.Rules
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two. Default 256.
+	Shards int
+	// EvictAfter is how long a user with no device is kept in memory after
+	// its last change has been checkpointed; reads of evicted users are
+	// served from the durable store. Default 10m.
+	EvictAfter time.Duration
+}
+
+// Store is a sharded in-memory tracker.Store. It is safe for concurrent use.
+type Store struct {
+	rules      presence.Rules
+	evictAfter int64
+	seed       maphash.Seed
+	mask       uint64
+	shards     []shard
+}
+
+type entry struct {
+	u       presence.User
+	sched   int64 // at of the heap item that is authoritative, 0 = none
+	evictAt int64 // when a user with no device may be dropped, 0 = not set
+	dirty   bool  // in the shard's dirty list
+	deleted bool
+}
+
+type item struct {
+	at int64
+	e  *entry
+}
+
+type shard struct {
+	mu    sync.Mutex // guards the fields below
+	users map[string]*entry
+	heap  []item   // min-heap by at
+	dirty []*entry // users whose last_seen changed since the last Dirty
+	_     [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// New returns an empty Store.
+func New(cfg Config) *Store {
+	if cfg.Rules.TTL <= 0 {
+		cfg.Rules.TTL = 30 * time.Second
+	}
+	if cfg.Rules.IdleAfter <= 0 {
+		cfg.Rules.IdleAfter = 5 * time.Minute
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = 256
+	}
+	if cfg.EvictAfter <= 0 {
+		cfg.EvictAfter = 10 * time.Minute
+	}
+	n := 1
+	for n < cfg.Shards {
+		n <<= 1
+	}
+	s := &Store{
+		rules:      cfg.Rules,
+		evictAfter: cfg.EvictAfter.Milliseconds(),
+		seed:       maphash.MakeSeed(),
+		mask:       uint64(n - 1),
+		shards:     make([]shard, n),
+	}
+	for i := range s.shards {
+		s.shards[i].users = make(map[string]*entry)
+	}
+	return s
+}
+
+func (s *Store) shard(user string) *shard {
+	return &s.shards[maphash.String(s.seed, user)&s.mask]
+}
+
+// Beat implements tracker.Store.
+func (s *Store) Beat(_ context.Context, now int64, user, device string, active bool) (presence.Change, error) {
+	sh := s.shard(user)
+	sh.mu.Lock()
+	e := sh.users[user]
+	if e == nil {
+		sh.mu.Unlock()
+		return presence.Change{}, tracker.ErrNotLoaded
+	}
+	ch := e.u.Beat(&s.rules, now, device, active)
+	sh.touchLocked(e)
+	s.scheduleLocked(sh, e, now)
+	sh.mu.Unlock()
+	return ch, nil
+}
+
+// SetStatus implements tracker.Store.
+func (s *Store) SetStatus(_ context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
+	sh := s.shard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.users[user]
+	if e == nil {
+		return presence.Change{}, tracker.ErrNotLoaded
+	}
+	ch := e.u.SetStatus(&s.rules, now, m, text)
+	if ch.Changed {
+		sh.touchLocked(e)
+	}
+	s.scheduleLocked(sh, e, now)
+	return ch, nil
+}
+
+// Bye implements tracker.Store.
+func (s *Store) Bye(_ context.Context, now int64, user, device string) (presence.Change, error) {
+	sh := s.shard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.users[user]
+	if e == nil {
+		return presence.Change{}, nil
+	}
+	ch := e.u.Bye(&s.rules, now, device)
+	sh.touchLocked(e)
+	s.scheduleLocked(sh, e, now)
+	return ch, nil
+}
+
+// SetSettings implements tracker.Store.
+func (s *Store) SetSettings(_ context.Context, user string, set presence.Settings) error {
+	sh := s.shard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.users[user]
+	if e == nil {
+		return tracker.ErrNotLoaded
+	}
+	e.u.Settings = set
+	return nil
+}
+
+// Load implements tracker.Store.
+func (s *Store) Load(_ context.Context, now int64, p *presence.Profile) error {
+	sh := s.shard(p.UserID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.users[p.UserID] != nil {
+		return nil
+	}
+	e := &entry{u: *presence.NewUser(*p)}
+	sh.users[p.UserID] = e
+	s.scheduleLocked(sh, e, now)
+	return nil
+}
+
+// Expire implements tracker.Store.
+func (s *Store) Expire(_ context.Context, now int64, max int, out []presence.Change) ([]presence.Change, error) {
+	for i := range s.shards {
+		if len(out) >= max {
+			break
+		}
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for len(sh.heap) > 0 && sh.heap[0].at <= now && len(out) < max {
+			it := sh.pop()
+			e := it.e
+			if e.deleted || it.at != e.sched {
+				continue // superseded by a later schedule
+			}
+			e.sched = 0
+			ch := e.u.Expire(&s.rules, now)
+			if ch.Changed {
+				sh.touchLocked(e)
+				out = append(out, ch)
+			}
+			if len(e.u.Devices) == 0 && e.evictAt != 0 && now >= e.evictAt {
+				if !e.dirty {
+					delete(sh.users, e.u.UserID)
+					e.deleted = true
+					continue
+				}
+				e.evictAt = now + s.evictAfter // checkpoint first, then drop
+			}
+			s.scheduleLocked(sh, e, now)
+		}
+		sh.mu.Unlock()
+	}
+	return out, nil
+}
+
+// Get implements tracker.Store.
+func (s *Store) Get(_ context.Context, now int64, ids []string, out []presence.Snapshot) error {
+	for i, id := range ids {
+		sh := s.shard(id)
+		sh.mu.Lock()
+		if e := sh.users[id]; e != nil {
+			e.u.Snapshot(&s.rules, now, &out[i])
+		} else {
+			out[i] = presence.Snapshot{UserID: id}
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// Dirty implements tracker.Store.
+func (s *Store) Dirty(_ context.Context, out []presence.Profile) ([]presence.Profile, error) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for j, e := range sh.dirty {
+			out = append(out, e.u.Profile)
+			e.dirty = false
+			sh.dirty[j] = nil
+		}
+		sh.dirty = sh.dirty[:0]
+		sh.mu.Unlock()
+	}
+	return out, nil
+}
+
+// Debug implements tracker.Store.
+func (s *Store) Debug(_ context.Context, user string) (presence.User, int64, bool, error) {
+	sh := s.shard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.users[user]
+	if e == nil {
+		return presence.User{}, 0, false, nil
+	}
+	u := e.u
+	u.Devices = append([]presence.Device(nil), e.u.Devices...)
+	return u, e.sched, true, nil
+}
+
+// Len returns the number of users held in memory.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.users)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// touchLocked puts e on the shard's dirty list once.
+func (sh *shard) touchLocked(e *entry) {
+	if !e.dirty {
+		e.dirty = true
+		sh.dirty = append(sh.dirty, e)
+	}
+}
+
+// scheduleLocked makes sure the heap holds an item no later than e's next
+// deadline. A heartbeat only ever moves the deadline later, so the common
+// heartbeat pushes nothing: the old item fires early and is rescheduled.
+func (s *Store) scheduleLocked(sh *shard, e *entry, now int64) {
+	d := e.u.Deadline(&s.rules, now)
+	if d == 0 {
+		if e.evictAt == 0 {
+			e.evictAt = now + s.evictAfter
+		}
+		d = e.evictAt
+	} else {
+		e.evictAt = 0
+	}
+	if e.sched == 0 || d < e.sched {
+		e.sched = d
+		sh.push(item{at: d, e: e})
+	}
+}
+
+func (sh *shard) push(it item) {
+	h := append(sh.heap, it)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].at <= h[i].at {
+			break
+		}
+		h[p], h[i] = h[i], h[p]
+		i = p
+	}
+	sh.heap = h
+}
+
+func (sh *shard) pop() item {
+	h := sh.heap
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = item{}
+	h = h[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h[r].at < h[l].at {
+			m = r
+		}
+		if h[i].at <= h[m].at {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	sh.heap = h
+	return top
+}

@@ -1,0 +1,240 @@
+// Package presence is the domain model of presenced: statuses, privacy
+// settings, the per-user state machine that derives a user's status from the
+// heartbeats of their devices, and the values that flow between the tracker,
+// the stores and the readers.
+//
+// Everything here is pure logic over values; nothing blocks or keeps time.
+// The types are not safe for concurrent use: a store guards each User with
+// its own lock (memory) or applies the same rules atomically (Redis).
+package presence
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Status is what a user shows. Offline, Online and Away are derived from the
+// devices; Busy, Away and Invisible can also be set by hand.
+type Status uint8
+
+// Statuses. The zero value is Offline.
+const (
+	Offline Status = iota
+	Online
+	Away
+	Busy
+	Invisible // only ever shown to the user themselves; everyone else sees Offline
+)
+
+var statusNames = [...]string{"offline", "online", "away", "busy", "invisible"}
+
+// String returns the wire name of s ("offline", "online", ...).
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Public is the status everyone but the user sees: Invisible reads Offline.
+func (s Status) Public() Status {
+	if s == Invisible {
+		return Offline
+	}
+	return s
+}
+
+// Manual is a status set by hand. ManualNone means "derive from activity".
+type Manual uint8
+
+// Manual statuses.
+const (
+	ManualNone Manual = iota
+	ManualAway
+	ManualBusy
+	ManualInvisible
+)
+
+// Status returns the status a manual setting shows while a device is alive.
+func (m Manual) Status() Status {
+	switch m {
+	case ManualAway:
+		return Away
+	case ManualBusy:
+		return Busy
+	case ManualInvisible:
+		return Invisible
+	}
+	return Online
+}
+
+// String returns the wire name of m; ManualNone is "online" (setting
+// "online" clears a manual status).
+func (m Manual) String() string { return m.Status().String() }
+
+// ErrUnknownStatus is returned by ParseManual for anything but the four
+// statuses a user may set.
+var ErrUnknownStatus = errors.New("unknown status: want one of online, away, busy, invisible")
+
+// ParseManual parses a status a user asks for: "online" clears the manual
+// status, "away", "busy" and "invisible" set it.
+func ParseManual(s string) (Manual, error) {
+	switch s {
+	case "online":
+		return ManualNone, nil
+	case "away":
+		return ManualAway, nil
+	case "busy":
+		return ManualBusy, nil
+	case "invisible":
+		return ManualInvisible, nil
+	}
+	return 0, ErrUnknownStatus
+}
+
+// Limits on identifiers and texts.
+const (
+	MaxIDLen   = 64  // bytes, for user and device ids
+	MaxTextLen = 140 // characters (Unicode code points) of a status text
+)
+
+// ValidateID reports whether s may be used as a user or device id: 1 to 64
+// bytes of valid UTF-8 without control characters, spaces or commas (the
+// batch read separates ids by commas). Both numeric and UUID ids pass.
+func ValidateID(s string) error {
+	if s == "" {
+		return errors.New("id is empty")
+	}
+	if len(s) > MaxIDLen {
+		return fmt.Errorf("id is %d bytes long, the limit is %d", len(s), MaxIDLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x21 || c == ',' || c == 0x7f {
+			return fmt.Errorf("id contains a forbidden character %q at byte %d", c, i)
+		}
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("id is not valid UTF-8")
+	}
+	return nil
+}
+
+// ValidateText reports whether s may be used as a status text.
+func ValidateText(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("status text is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(s); n > MaxTextLen {
+		return fmt.Errorf("status text is %d characters long, the limit is %d", n, MaxTextLen)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("status text contains a control character %U", r)
+		}
+	}
+	return nil
+}
+
+// Visibility says who may see a piece of a user's presence.
+type Visibility uint8
+
+// Visibilities. The zero value is Everyone.
+const (
+	Everyone Visibility = iota
+	Contacts            // only the users in the owner's contact list
+	Nobody
+)
+
+var visibilityNames = [...]string{"everyone", "contacts", "nobody"}
+
+// String returns the wire name of v.
+func (v Visibility) String() string {
+	if int(v) < len(visibilityNames) {
+		return visibilityNames[v]
+	}
+	return fmt.Sprintf("visibility(%d)", uint8(v))
+}
+
+// ParseVisibility parses "everyone", "contacts" or "nobody".
+func ParseVisibility(s string) (Visibility, error) {
+	for i, n := range visibilityNames {
+		if s == n {
+			return Visibility(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown visibility %q: want one of everyone, contacts, nobody", s)
+}
+
+// Settings are a user's privacy settings. The zero value shows everything to
+// everyone.
+type Settings struct {
+	Status   Visibility // who sees the status, status text and device count
+	LastSeen Visibility // who sees last_seen
+}
+
+// Profile is the durable part of a user: what survives a restart and what is
+// served for users who have not been seen for years. Times are Unix
+// milliseconds; 0 means never.
+type Profile struct {
+	UserID      string
+	Manual      Manual
+	Text        string
+	LastSeen    int64 // the user's true last heartbeat or activity
+	PubLastSeen int64 // what everyone else sees (frozen while invisible)
+	Version     uint64
+	Settings    Settings
+}
+
+// Snapshot is the true state of one user at one moment, as read by the query
+// path. It must go through the privacy filter before anyone but the user
+// sees it.
+type Snapshot struct {
+	UserID      string
+	Known       bool   // false: never seen and no durable record
+	Status      Status // true status (Invisible included)
+	Manual      Manual
+	Text        string
+	LastSeen    int64 // Unix ms, 0 = never
+	PubLastSeen int64 // Unix ms, 0 = never
+	Devices     int   // alive devices
+	Version     uint64
+	Settings    Settings
+}
+
+// SnapshotFromProfile is the snapshot of a user with no live device.
+func SnapshotFromProfile(p *Profile) Snapshot {
+	return Snapshot{
+		UserID:      p.UserID,
+		Known:       true,
+		Status:      Offline,
+		Manual:      p.Manual,
+		Text:        p.Text,
+		LastSeen:    p.LastSeen,
+		PubLastSeen: p.PubLastSeen,
+		Version:     p.Version,
+		Settings:    p.Settings,
+	}
+}
+
+// Change is the outcome of applying one operation to a user. When Changed is
+// true the user's visible presence (public status or status text) changed and
+// an Event must be published.
+type Change struct {
+	Changed bool
+	Event   Event
+}
+
+// Event is a change of a user's visible presence, as everyone but the user
+// would see it with no privacy setting in the way. Version grows with every
+// event of the user, so consumers can drop duplicates and stale replays.
+type Event struct {
+	UserID   string
+	Status   Status // public status: never Invisible
+	Prev     Status // public status before the change
+	Text     string
+	LastSeen int64 // public last_seen, Unix ms
+	Version  uint64
+	At       int64 // Unix ms of the change
+}

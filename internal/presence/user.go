@@ -1,0 +1,211 @@
+package presence
+
+import "time"
+
+// Rules are the timing rules of the state model.
+type Rules struct {
+	TTL       time.Duration // a device is alive while now < last_beat + TTL
+	IdleAfter time.Duration // online turns away after this long without activity
+}
+
+// Device is the state of one device of a user. Times are Unix milliseconds.
+type Device struct {
+	ID         string
+	LastBeat   int64
+	LastActive int64 // 0: never reported active
+}
+
+// User is the hot state of one user: the durable Profile plus the devices
+// and the last status that was published. Its methods apply one operation
+// each and report whether the visible presence changed; they are the one
+// place where the rules of the state model live.
+type User struct {
+	Profile
+	Devices []Device
+	Pub     Status // last published public status
+	PubText string // last published status text
+}
+
+// NewUser returns the hot state of a user loaded from its durable profile.
+func NewUser(p Profile) *User {
+	return &User{Profile: p, Pub: Offline, PubText: p.Text}
+}
+
+// Beat applies a heartbeat of device at now (Unix ms). A heartbeat counts as
+// activity unless active is false.
+func (u *User) Beat(r *Rules, now int64, device string, active bool) Change {
+	i := u.device(device)
+	if i < 0 {
+		u.Devices = append(u.Devices, Device{ID: device})
+		i = len(u.Devices) - 1
+	}
+	d := &u.Devices[i]
+	if now > d.LastBeat {
+		d.LastBeat = now
+	}
+	if active && now > d.LastActive {
+		d.LastActive = now
+	}
+	if now > u.LastSeen {
+		u.LastSeen = now
+	}
+	return u.settle(r, now)
+}
+
+// SetStatus sets (or with ManualNone clears) the manual status and the
+// status text.
+func (u *User) SetStatus(r *Rules, now int64, m Manual, text string) Change {
+	u.Manual = m
+	u.Text = text
+	return u.settle(r, now)
+}
+
+// Bye ends one device at once. The moment of the bye counts as the user's
+// last sign of life.
+func (u *User) Bye(r *Rules, now int64, device string) Change {
+	if i := u.device(device); i >= 0 {
+		if u.alive(r, &u.Devices[i], now) && now > u.LastSeen {
+			u.LastSeen = now
+		}
+		u.Devices = append(u.Devices[:i], u.Devices[i+1:]...)
+	}
+	return u.settle(r, now)
+}
+
+// Expire drops the devices whose ttl ran out by now and applies what follows
+// (offline when the last one died, away when idle).
+func (u *User) Expire(r *Rules, now int64) Change {
+	return u.settle(r, now)
+}
+
+// Status returns the true status at now (Invisible included).
+func (u *User) Status(r *Rules, now int64) Status {
+	alive := false
+	var active int64
+	for i := range u.Devices {
+		d := &u.Devices[i]
+		if u.alive(r, d, now) {
+			alive = true
+			if d.LastActive > active {
+				active = d.LastActive
+			}
+		}
+	}
+	switch {
+	case !alive:
+		return Offline
+	case u.Manual != ManualNone:
+		return u.Manual.Status()
+	case active > 0 && now < active+r.IdleAfter.Milliseconds():
+		return Online
+	}
+	return Away
+}
+
+// AliveDevices counts the devices alive at now.
+func (u *User) AliveDevices(r *Rules, now int64) int {
+	n := 0
+	for i := range u.Devices {
+		if u.alive(r, &u.Devices[i], now) {
+			n++
+		}
+	}
+	return n
+}
+
+// Deadline returns the next moment (Unix ms) at which the user's state may
+// change without any input — a device's ttl running out, or going idle — or
+// 0 if nothing is pending. It only ever moves later on a heartbeat.
+func (u *User) Deadline(r *Rules, now int64) int64 {
+	var next, active int64
+	ttl := r.TTL.Milliseconds()
+	for i := range u.Devices {
+		d := &u.Devices[i]
+		end := d.LastBeat + ttl
+		if next == 0 || end < next {
+			next = end
+		}
+		if end > now && d.LastActive > active {
+			active = d.LastActive
+		}
+	}
+	if u.Manual == ManualNone && active > 0 {
+		if idle := active + r.IdleAfter.Milliseconds(); idle > now && idle < next {
+			next = idle
+		}
+	}
+	return next
+}
+
+// Snapshot fills s with the true state of u at now.
+func (u *User) Snapshot(r *Rules, now int64, s *Snapshot) {
+	*s = Snapshot{
+		UserID:      u.UserID,
+		Known:       true,
+		Status:      u.Status(r, now),
+		Manual:      u.Manual,
+		Text:        u.Text,
+		LastSeen:    u.LastSeen,
+		PubLastSeen: u.PubLastSeen,
+		Devices:     u.AliveDevices(r, now),
+		Version:     u.Version,
+		Settings:    u.Settings,
+	}
+}
+
+func (u *User) device(id string) int {
+	for i := range u.Devices {
+		if u.Devices[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (u *User) alive(r *Rules, d *Device, now int64) bool {
+	return now < d.LastBeat+r.TTL.Milliseconds()
+}
+
+// settle drops dead devices, derives the public status and, if it or the
+// status text changed, stamps a new version and returns the event.
+func (u *User) settle(r *Rules, now int64) Change {
+	// Drop dead devices in place (no allocation).
+	live := u.Devices[:0]
+	for _, d := range u.Devices {
+		if u.alive(r, &d, now) {
+			live = append(live, d)
+		}
+	}
+	for i := len(live); i < len(u.Devices); i++ {
+		u.Devices[i] = Device{}
+	}
+	u.Devices = live
+
+	pub := u.Status(r, now).Public()
+	prev := u.Pub
+	// While the user is publicly present, the public last_seen follows the
+	// true one; the moment they vanish (really or by going invisible) it
+	// freezes there.
+	if prev != Offline || pub != Offline {
+		u.PubLastSeen = u.LastSeen
+	}
+	if pub == prev && u.Text == u.PubText {
+		return Change{}
+	}
+	u.Pub = pub
+	u.PubText = u.Text
+	v := uint64(now) * 1000
+	if v <= u.Version {
+		v = u.Version + 1
+	}
+	u.Version = v
+	return Change{Changed: true, Event: Event{
+		UserID:   u.UserID,
+		Status:   pub,
+		Prev:     prev,
+		Text:     u.Text,
+		LastSeen: u.PubLastSeen,
+		Version:  v,
+		At:       now,
+	}}
+}

@@ -1,0 +1,97 @@
+// Package privacy is the one filter every exit of presence goes through:
+// single and batch reads, subscription snapshots, live events and streams.
+// Given who is looking at whom and the true state, it returns exactly what
+// that viewer may see. It is pure and safe for concurrent use.
+package privacy
+
+import "github.com/presenced/presenced/internal/presence"
+
+// Relation is how the viewer stands to the target.
+type Relation struct {
+	Self    bool // the viewer is the target
+	Contact bool // the viewer is in the target's contact list
+}
+
+// View is what one viewer may see of one user. A field that is not Visible
+// reads as null on the wire.
+type View struct {
+	UserID          string
+	StatusVisible   bool
+	Status          presence.Status // never Invisible unless Self
+	Text            string          // only with the status
+	Devices         int             // only with the status
+	Version         uint64          // only with the status
+	LastSeenVisible bool            // false also when the user was never seen
+	LastSeen        int64           // Unix ms
+}
+
+// allows reports whether a viewer in relation rel passes visibility v.
+func allows(v presence.Visibility, rel Relation) bool {
+	switch v {
+	case presence.Everyone:
+		return true
+	case presence.Contacts:
+		return rel.Contact || rel.Self
+	}
+	return rel.Self
+}
+
+// Filter returns what a viewer in relation rel may see of the true state s.
+// An invisible user reads exactly like one who really went offline: status
+// offline, no devices, last_seen frozen where they vanished.
+func Filter(rel Relation, s *presence.Snapshot) View {
+	v := View{UserID: s.UserID}
+	if rel.Self {
+		v.StatusVisible = true
+		v.Status = s.Status
+		v.Text = s.Text
+		v.Devices = s.Devices
+		v.Version = s.Version
+		v.LastSeen = s.LastSeen
+		v.LastSeenVisible = s.LastSeen != 0
+		return v
+	}
+	if allows(s.Settings.Status, rel) {
+		v.StatusVisible = true
+		v.Status = s.Status.Public()
+		v.Text = s.Text
+		v.Version = s.Version
+		if v.Status != presence.Offline {
+			v.Devices = s.Devices
+		}
+	}
+	if allows(s.Settings.LastSeen, rel) && s.PubLastSeen != 0 {
+		v.LastSeenVisible = true
+		v.LastSeen = s.PubLastSeen
+	}
+	return v
+}
+
+// NeedsContact reports whether Filter's answer for a non-self viewer
+// depends on the contact relation, so readers look the relation up only
+// when it matters.
+func NeedsContact(s *presence.Settings) bool {
+	return s.Status == presence.Contacts || s.LastSeen == presence.Contacts
+}
+
+// FilterEvent returns what a viewer in relation rel may see of a change
+// event, and false if the viewer may see nothing of it (the status is
+// hidden from them). The settings are the target's.
+func FilterEvent(rel Relation, set *presence.Settings, ev *presence.Event) (View, bool) {
+	s := presence.Snapshot{
+		UserID:      ev.UserID,
+		Known:       true,
+		Status:      ev.Status,
+		Text:        ev.Text,
+		PubLastSeen: ev.LastSeen,
+		LastSeen:    ev.LastSeen,
+		Version:     ev.Version,
+		Settings:    *set,
+	}
+	if rel.Self {
+		rel = Relation{Contact: true} // events carry the public view only
+		s.Settings = presence.Settings{}
+	}
+	v := Filter(rel, &s)
+	return v, v.StatusVisible
+}

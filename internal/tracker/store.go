@@ -1,0 +1,62 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// ErrNotLoaded is returned by a Store for an operation on a user whose
+// profile it does not hold; the tracker then loads the profile from the
+// durable store, calls Load and tries again.
+var ErrNotLoaded = errors.New("tracker: user not loaded")
+
+// Store holds the hot state of users and the index of their deadlines. It
+// applies each operation atomically per user with the rules of
+// presence.User. Times are Unix milliseconds. Implementations are safe for
+// concurrent use.
+type Store interface {
+	// Beat applies a heartbeat of device (ErrNotLoaded if the user is not held).
+	Beat(ctx context.Context, now int64, user, device string, active bool) (presence.Change, error)
+	// SetStatus sets the manual status and text (ErrNotLoaded if not held).
+	SetStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error)
+	// Bye ends one device at once; a user who is not held has no device.
+	Bye(ctx context.Context, now int64, user, device string) (presence.Change, error)
+	// SetSettings replaces the privacy settings of a held user (ErrNotLoaded if not held).
+	SetSettings(ctx context.Context, user string, s presence.Settings) error
+	// Load inserts a user from its durable profile unless it is held already.
+	Load(ctx context.Context, now int64, p *presence.Profile) error
+	// Expire applies every deadline due by now, up to max changes, and
+	// appends the changes to out. Any number of callers may sweep at once;
+	// each change is returned exactly once.
+	Expire(ctx context.Context, now int64, max int, out []presence.Change) ([]presence.Change, error)
+	// Get fills out[i] with the state of ids[i] at now; Known is false for
+	// users the store does not hold. len(out) must be len(ids).
+	Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error
+	// Dirty appends to out the profiles whose last_seen or version changed
+	// since the previous call, and forgets them.
+	Dirty(ctx context.Context, out []presence.Profile) ([]presence.Profile, error)
+	// Debug returns a copy of the hot state of a user and its next deadline.
+	Debug(ctx context.Context, user string) (u presence.User, deadline int64, ok bool, err error)
+}
+
+// Durable is the durable store as the tracker needs it: profiles in,
+// last_seen checkpoints out. Implementations are safe for concurrent use.
+type Durable interface {
+	// LoadProfiles calls fn for each of ids that has a durable record.
+	LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) error
+	// SaveStatus durably records a manual status and text before it is applied.
+	SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error
+	// SaveSettings durably records privacy settings.
+	SaveSettings(ctx context.Context, user string, s presence.Settings) error
+	// SaveLastSeen writes a batch of last_seen checkpoints in one transaction
+	// (group commit). Only LastSeen, PubLastSeen and Version are written.
+	SaveLastSeen(ctx context.Context, batch []presence.Profile) error
+}
+
+// Publisher receives every change of visible presence, in order per user.
+// Publish must not block for long: the bus owns its queues.
+type Publisher interface {
+	Publish(ev *presence.Event)
+}
