@@ -1,0 +1,681 @@
+// Package durabletest is the conformance suite of presenced's durable
+// stores. Every backend (SQLite, PostgreSQL) runs the same Run from its own
+// tests, so they all keep the same promises: profiles round-trip exactly,
+// last_seen checkpoints never move backwards, batches of any size work in
+// one call, contact lists behave as sets, and concurrent writers never fail.
+//
+// Backend-specific promises (durability across a reopen, schema
+// migrations) are tested next to the backend.
+package durabletest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// Store is everything a durable backend provides. Implementations are safe
+// for concurrent use.
+type Store interface {
+	tracker.Durable
+	// SetContacts replaces user's contact list (the users user lets see
+	// them when a visibility is Contacts) atomically.
+	SetContacts(ctx context.Context, user string, contacts []string) error
+	// AddContacts adds to user's contact list; listed contacts are ignored.
+	AddContacts(ctx context.Context, user string, contacts []string) error
+	// RemoveContacts removes from user's contact list; unlisted ones are ignored.
+	RemoveContacts(ctx context.Context, user string, contacts []string) error
+	// Contacts returns user's contact list in ascending byte order, empty
+	// (not nil, not an error) for a user without one.
+	Contacts(ctx context.Context, user string) ([]string, error)
+	// ListedBy calls fn for each of owners whose contact list holds viewer.
+	ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) error
+	// Ping reports whether the store is reachable.
+	Ping(ctx context.Context) error
+	// Close releases the store; it is idempotent.
+	Close() error
+}
+
+// Run runs the suite. open must return a fresh, empty store each time it is
+// called; the suite closes every store it opens when the subtest ends, and
+// open may arrange the same with t.Cleanup (Close is idempotent).
+func Run(t *testing.T, open func(t *testing.T) Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s Store)
+	}{
+		{"ProfileRoundTrip", testProfileRoundTrip},
+		{"UnknownIDsSkipped", testUnknownIDsSkipped},
+		{"LoadManyIDs", testLoadManyIDs},
+		{"LastSeenNeverBackwards", testLastSeenNeverBackwards},
+		{"WritesTouchOnlyTheirColumns", testWritesTouchOnlyTheirColumns},
+		{"BigBatch", testBigBatch},
+		{"CancelledBatchWritesNothing", testCancelledBatchWritesNothing},
+		{"ConcurrentWriters", testConcurrentWriters},
+		{"Contacts", testContacts},
+		{"ContactsPerUser", testContactsPerUser},
+		{"ListedBy", testListedBy},
+		{"ListedByManyOwners", testListedByManyOwners},
+		{"PingAndClose", testPingAndClose},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+// ids that a backend must store as given: numeric, UUID, Unicode, SQL
+// metacharacters, the longest allowed.
+var odd = []string{
+	"1",
+	"9223372036854775807",
+	"123e4567-e89b-12d3-a456-426614174000",
+	"ünïcødé-用户",
+	"o'brien\";--)",
+	"%_*?\\",
+	strings.Repeat("x", presence.MaxIDLen),
+}
+
+func testProfileRoundTrip(t *testing.T, s Store) {
+	tests := []struct {
+		name string
+		p    presence.Profile
+	}{
+		{"zero", presence.Profile{UserID: "zero"}},
+		{"online plain", presence.Profile{UserID: "42", LastSeen: 1_700_000_000_000, PubLastSeen: 1_700_000_000_000, Version: 1_700_000_000_000_000}},
+		{"busy with text", presence.Profile{UserID: "busy", Manual: presence.ManualBusy, Text: "in a meeting", LastSeen: 5, PubLastSeen: 5, Version: 7}},
+		{"away unicode", presence.Profile{UserID: "away", Manual: presence.ManualAway, Text: "🌴 en vacances — 休假中 ", LastSeen: 10, PubLastSeen: 9, Version: 11}},
+		{"invisible frozen", presence.Profile{
+			UserID: "inv", Manual: presence.ManualInvisible, Text: "", LastSeen: 2_000_000_000_000, PubLastSeen: 1_000_000_000_000,
+			Version: 1 << 62, Settings: presence.Settings{Status: presence.Nobody, LastSeen: presence.Contacts},
+		}},
+		{"contacts only", presence.Profile{UserID: "c", Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}}},
+		{"longest text", presence.Profile{UserID: "long", Text: strings.Repeat("é", presence.MaxTextLen), LastSeen: 1}},
+	}
+	for i, id := range odd {
+		tests = append(tests, struct {
+			name string
+			p    presence.Profile
+		}{fmt.Sprintf("odd id %d", i), presence.Profile{UserID: id, Text: id, LastSeen: int64(i + 1), PubLastSeen: int64(i), Version: uint64(i + 2)}})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.p
+			save(t, s, &p)
+			got := load(t, s, p.UserID)
+			if g, ok := got[p.UserID]; !ok || g != p {
+				t.Errorf("LoadProfiles(%q)\n got %+v (found %v)\nwant %+v", p.UserID, g, ok, p)
+			}
+		})
+	}
+}
+
+func testUnknownIDsSkipped(t *testing.T, s Store) {
+	ctx := t.Context()
+	for _, id := range []string{"a", "c"} {
+		if err := s.SaveStatus(ctx, id, presence.ManualBusy, id); err != nil {
+			t.Fatalf("SaveStatus(%q): %v", id, err)
+		}
+	}
+	tests := []struct {
+		name string
+		ids  []string
+		want []string
+	}{
+		{"nil", nil, nil},
+		{"empty", []string{}, nil},
+		{"all unknown", []string{"b", "d", "A", "a "}, nil},
+		{"mixed", []string{"b", "a", "x", "c", "y"}, []string{"a", "c"}},
+		{"prefix is not a match", []string{"", "a%", "_"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := slices.Sorted(maps.Keys(load(t, s, tc.ids...)))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("LoadProfiles(%q) found %q, want %q", tc.ids, got, tc.want)
+			}
+		})
+	}
+}
+
+// testLoadManyIDs loads more ids in one call than SQLite takes variables in
+// one statement.
+func testLoadManyIDs(t *testing.T, s Store) {
+	ctx := t.Context()
+	const n = 2500
+	batch := make([]presence.Profile, n)
+	for i := range batch {
+		batch[i] = presence.Profile{UserID: fmt.Sprintf("u%05d", i), LastSeen: int64(1000 + i), PubLastSeen: int64(i), Version: uint64(7 * i)}
+	}
+	if err := s.SaveLastSeen(ctx, batch); err != nil {
+		t.Fatalf("SaveLastSeen(%d profiles): %v", n, err)
+	}
+	// Every known id, interleaved with as many unknown ones, in one call.
+	ids := make([]string, 0, 2*n)
+	for i := range batch {
+		ids = append(ids, batch[i].UserID, fmt.Sprintf("unknown%05d", i))
+	}
+	got := load(t, s, ids...)
+	if len(got) != n {
+		t.Errorf("LoadProfiles(%d ids) found %d profiles, want %d", len(ids), len(got), n)
+	}
+	for _, want := range batch {
+		if g := got[want.UserID]; g != want {
+			t.Errorf("LoadProfiles: %q\n got %+v\nwant %+v", want.UserID, g, want)
+		}
+	}
+}
+
+func testLastSeenNeverBackwards(t *testing.T, s Store) {
+	ctx := t.Context()
+	type ls struct {
+		LastSeen, PubLastSeen int64
+		Version               uint64
+	}
+	tests := []struct {
+		name  string
+		saves [][]ls // batches, each naming the user once or more
+		want  ls
+	}{
+		{"first write", [][]ls{{{10, 9, 100}}}, ls{10, 9, 100}},
+		{"forwards", [][]ls{{{10, 9, 100}}, {{20, 20, 200}}}, ls{20, 20, 200}},
+		{"stale batch", [][]ls{{{20, 20, 200}}, {{10, 9, 100}}}, ls{20, 20, 200}},
+		{"replay", [][]ls{{{20, 20, 200}}, {{20, 20, 200}}, {{20, 20, 200}}}, ls{20, 20, 200}},
+		{"each column on its own", [][]ls{{{20, 5, 100}}, {{10, 15, 300}}}, ls{20, 15, 300}},
+		{"zeros change nothing", [][]ls{{{20, 15, 300}}, {{0, 0, 0}}}, ls{20, 15, 300}},
+		{"user twice in a batch, newest first", [][]ls{{{30, 30, 300}, {10, 10, 100}}}, ls{30, 30, 300}},
+		{"user twice in a batch, newest last", [][]ls{{{10, 10, 100}, {30, 30, 300}}}, ls{30, 30, 300}},
+		{"out of order batches", [][]ls{{{30, 25, 300}}, {{10, 10, 100}}, {{20, 20, 200}}, {{40, 25, 400}}}, ls{40, 25, 400}},
+		{"large version", [][]ls{{{1, 1, 1 << 62}}, {{2, 2, 1<<62 - 1}}}, ls{2, 2, 1 << 62}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			user := fmt.Sprintf("user%d", i)
+			for _, saves := range tc.saves {
+				batch := make([]presence.Profile, len(saves))
+				for j, v := range saves {
+					batch[j] = presence.Profile{UserID: user, LastSeen: v.LastSeen, PubLastSeen: v.PubLastSeen, Version: v.Version}
+				}
+				if err := s.SaveLastSeen(ctx, batch); err != nil {
+					t.Fatalf("SaveLastSeen(%+v): %v", batch, err)
+				}
+			}
+			p, ok := load(t, s, user)[user]
+			if got := (ls{p.LastSeen, p.PubLastSeen, p.Version}); !ok || got != tc.want {
+				t.Errorf("after %v: got %+v (found %v), want %+v", tc.saves, got, ok, tc.want)
+			}
+		})
+	}
+}
+
+func testWritesTouchOnlyTheirColumns(t *testing.T, s Store) {
+	ctx := t.Context()
+	full := presence.Profile{
+		Manual: presence.ManualInvisible, Text: "gone fishing", LastSeen: 50, PubLastSeen: 40, Version: 500,
+		Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody},
+	}
+	tests := []struct {
+		name  string
+		write func(ctx context.Context, user string) error
+		want  func(p presence.Profile) presence.Profile // from full
+	}{
+		{"SaveLastSeen leaves status, text and settings", func(ctx context.Context, user string) error {
+			return s.SaveLastSeen(ctx, []presence.Profile{{UserID: user, Manual: presence.ManualBusy, Text: "ignored", LastSeen: 60, PubLastSeen: 60, Version: 600,
+				Settings: presence.Settings{Status: presence.Everyone, LastSeen: presence.Everyone}}})
+		}, func(p presence.Profile) presence.Profile {
+			p.LastSeen, p.PubLastSeen, p.Version = 60, 60, 600
+			return p
+		}},
+		{"SaveStatus leaves last_seen, version and settings", func(ctx context.Context, user string) error {
+			return s.SaveStatus(ctx, user, presence.ManualNone, "")
+		}, func(p presence.Profile) presence.Profile {
+			p.Manual, p.Text = presence.ManualNone, ""
+			return p
+		}},
+		{"SaveSettings leaves last_seen, version, status and text", func(ctx context.Context, user string) error {
+			return s.SaveSettings(ctx, user, presence.Settings{Status: presence.Nobody, LastSeen: presence.Everyone})
+		}, func(p presence.Profile) presence.Profile {
+			p.Settings = presence.Settings{Status: presence.Nobody, LastSeen: presence.Everyone}
+			return p
+		}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := full
+			p.UserID = fmt.Sprintf("user%d", i)
+			save(t, s, &p)
+			if err := tc.write(ctx, p.UserID); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			want := tc.want(p)
+			if got := load(t, s, p.UserID)[p.UserID]; got != want {
+				t.Errorf("after write\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+
+	// A record created by one write gets the defaults for the rest.
+	created := []struct {
+		name  string
+		write func(ctx context.Context, user string) error
+		want  presence.Profile // UserID filled in below
+	}{
+		{"SaveLastSeen creates", func(ctx context.Context, user string) error {
+			return s.SaveLastSeen(ctx, []presence.Profile{{UserID: user, Manual: presence.ManualBusy, Text: "ignored", LastSeen: 3, PubLastSeen: 2, Version: 1,
+				Settings: presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}}})
+		}, presence.Profile{LastSeen: 3, PubLastSeen: 2, Version: 1}},
+		{"SaveStatus creates", func(ctx context.Context, user string) error {
+			return s.SaveStatus(ctx, user, presence.ManualAway, "brb")
+		}, presence.Profile{Manual: presence.ManualAway, Text: "brb"}},
+		{"SaveSettings creates", func(ctx context.Context, user string) error {
+			return s.SaveSettings(ctx, user, presence.Settings{Status: presence.Contacts, LastSeen: presence.Contacts})
+		}, presence.Profile{Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Contacts}}},
+	}
+	for i, tc := range created {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.want
+			want.UserID = fmt.Sprintf("new%d", i)
+			if err := tc.write(ctx, want.UserID); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if got, ok := load(t, s, want.UserID)[want.UserID]; !ok || got != want {
+				t.Errorf("after write\n got %+v (found %v)\nwant %+v", got, ok, want)
+			}
+		})
+	}
+}
+
+// testBigBatch writes a checkpoint of 10,000 users in one call, twice (the
+// second time as updates).
+func testBigBatch(t *testing.T, s Store) {
+	ctx := t.Context()
+	const n = 10000
+	batch := make([]presence.Profile, n)
+	ids := make([]string, n)
+	for round := int64(1); round <= 2; round++ {
+		for i := range batch {
+			ids[i] = fmt.Sprintf("big%05d", i)
+			batch[i] = presence.Profile{UserID: ids[i], LastSeen: round*1e12 + int64(i), PubLastSeen: round * 1e12, Version: uint64(round*1e15) + uint64(i)}
+		}
+		if err := s.SaveLastSeen(ctx, batch); err != nil {
+			t.Fatalf("round %d: SaveLastSeen(%d profiles): %v", round, n, err)
+		}
+		got := load(t, s, ids...)
+		if len(got) != n {
+			t.Fatalf("round %d: LoadProfiles found %d profiles, want %d", round, len(got), n)
+		}
+		bad := 0
+		for _, want := range batch {
+			if g := got[want.UserID]; g != want && bad < 5 {
+				bad++
+				t.Errorf("round %d: %q\n got %+v\nwant %+v", round, want.UserID, g, want)
+			}
+		}
+	}
+}
+
+func testCancelledBatchWritesNothing(t *testing.T, s Store) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	batch := []presence.Profile{{UserID: "a", LastSeen: 1}, {UserID: "b", LastSeen: 2}}
+	if err := s.SaveLastSeen(ctx, batch); err == nil {
+		t.Errorf("SaveLastSeen with a cancelled context: got nil error, want one")
+	}
+	if got := load(t, s, "a", "b"); len(got) != 0 {
+		t.Errorf("after a failed SaveLastSeen, found %v, want nothing", got)
+	}
+}
+
+// testConcurrentWriters runs writers of every kind at once, with readers
+// alongside; none may fail (no "database is locked") and the end state must
+// hold every write.
+func testConcurrentWriters(t *testing.T, s Store) {
+	ctx := t.Context()
+	const (
+		writers = 8
+		rounds  = 20
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*writers)
+	for g := range writers {
+		wg.Go(func() {
+			own := fmt.Sprintf("w%d", g)
+			for i := range rounds {
+				ls := int64(g*rounds + i + 1)
+				batch := []presence.Profile{
+					{UserID: "shared", LastSeen: ls, PubLastSeen: ls, Version: uint64(ls)},
+					{UserID: own, LastSeen: int64(i + 1), PubLastSeen: int64(i + 1), Version: uint64(i + 1)},
+				}
+				if err := s.SaveLastSeen(ctx, batch); err != nil {
+					errs <- fmt.Errorf("writer %d: SaveLastSeen: %w", g, err)
+					return
+				}
+				if err := s.SaveStatus(ctx, own, presence.ManualBusy, fmt.Sprintf("round %d", i)); err != nil {
+					errs <- fmt.Errorf("writer %d: SaveStatus: %w", g, err)
+					return
+				}
+				if err := s.SaveSettings(ctx, own, presence.Settings{Status: presence.Visibility(i % 3), LastSeen: presence.Visibility(i % 3)}); err != nil {
+					errs <- fmt.Errorf("writer %d: SaveSettings: %w", g, err)
+					return
+				}
+				if err := s.AddContacts(ctx, "owner", []string{fmt.Sprintf("c%d-%02d", g, i)}); err != nil {
+					errs <- fmt.Errorf("writer %d: AddContacts: %w", g, err)
+					return
+				}
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for r := range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := s.LoadProfiles(ctx, []string{"shared", "w0", "w1"}, func(*presence.Profile) {}); err != nil {
+					errs <- fmt.Errorf("reader %d: LoadProfiles: %w", r, err)
+					return
+				}
+				if _, err := s.Contacts(ctx, "owner"); err != nil {
+					errs <- fmt.Errorf("reader %d: Contacts: %w", r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+
+	ids := []string{"shared"}
+	for g := range writers {
+		ids = append(ids, fmt.Sprintf("w%d", g))
+	}
+	got := load(t, s, ids...)
+	const top = writers * rounds
+	if p := got["shared"]; p.LastSeen != top || p.PubLastSeen != top || p.Version != top {
+		t.Errorf("shared: got last_seen %d, pub %d, version %d; want %d for all", p.LastSeen, p.PubLastSeen, p.Version, top)
+	}
+	last := rounds - 1
+	for _, id := range ids[1:] {
+		want := presence.Profile{
+			UserID: id, Manual: presence.ManualBusy, Text: fmt.Sprintf("round %d", last),
+			LastSeen: rounds, PubLastSeen: rounds, Version: rounds,
+			Settings: presence.Settings{Status: presence.Visibility(last % 3), LastSeen: presence.Visibility(last % 3)},
+		}
+		if g := got[id]; g != want {
+			t.Errorf("%s\n got %+v\nwant %+v", id, g, want)
+		}
+	}
+	var want []string
+	for g := range writers {
+		for i := range rounds {
+			want = append(want, fmt.Sprintf("c%d-%02d", g, i))
+		}
+	}
+	slices.Sort(want)
+	if got := contacts(t, s, "owner"); !slices.Equal(got, want) {
+		t.Errorf("Contacts(owner) = %d entries %q…, want %d entries %q…", len(got), head(got), len(want), head(want))
+	}
+}
+
+func testContacts(t *testing.T, s Store) {
+	ctx := t.Context()
+	const u = "owner"
+	steps := []struct {
+		name string
+		op   func() error
+		want []string
+	}{
+		{"unknown user", nil, []string{}},
+		{"set sorts", func() error { return s.SetContacts(ctx, u, []string{"b", "a", "c"}) }, []string{"a", "b", "c"}},
+		{"set replaces", func() error { return s.SetContacts(ctx, u, []string{"d", "c"}) }, []string{"c", "d"}},
+		{"set same again", func() error { return s.SetContacts(ctx, u, []string{"c", "d"}) }, []string{"c", "d"}},
+		{"add", func() error { return s.AddContacts(ctx, u, []string{"e", "a"}) }, []string{"a", "c", "d", "e"}},
+		{"add listed and new", func() error { return s.AddContacts(ctx, u, []string{"a", "c", "f"}) }, []string{"a", "c", "d", "e", "f"}},
+		{"add again", func() error { return s.AddContacts(ctx, u, []string{"a", "c", "f"}) }, []string{"a", "c", "d", "e", "f"}},
+		{"add duplicates", func() error { return s.AddContacts(ctx, u, []string{"g", "g"}) }, []string{"a", "c", "d", "e", "f", "g"}},
+		{"add nothing", func() error { return s.AddContacts(ctx, u, nil) }, []string{"a", "c", "d", "e", "f", "g"}},
+		{"remove", func() error { return s.RemoveContacts(ctx, u, []string{"a", "g"}) }, []string{"c", "d", "e", "f"}},
+		{"remove unlisted", func() error { return s.RemoveContacts(ctx, u, []string{"a", "zz"}) }, []string{"c", "d", "e", "f"}},
+		{"remove nothing", func() error { return s.RemoveContacts(ctx, u, []string{}) }, []string{"c", "d", "e", "f"}},
+		{"set duplicates", func() error { return s.SetContacts(ctx, u, []string{"z", "y", "z"}) }, []string{"y", "z"}},
+		{"set empty", func() error { return s.SetContacts(ctx, u, []string{}) }, []string{}},
+		{"add after empty", func() error { return s.AddContacts(ctx, u, []string{"x"}) }, []string{"x"}},
+		{"set nil", func() error { return s.SetContacts(ctx, u, nil) }, []string{}},
+		{"byte order", func() error { return s.SetContacts(ctx, u, []string{"a", "B", "9", "10", "é", "Z", "_"}) },
+			[]string{"10", "9", "B", "Z", "_", "a", "é"}},
+		{"odd ids", func() error { return s.SetContacts(ctx, u, odd) }, slices.Sorted(slices.Values(odd))},
+		{"remove all", func() error { return s.RemoveContacts(ctx, u, odd) }, []string{}},
+	}
+	for _, st := range steps {
+		if st.op != nil {
+			if err := st.op(); err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+		}
+		got, err := s.Contacts(ctx, u)
+		if err != nil {
+			t.Fatalf("%s: Contacts: %v", st.name, err)
+		}
+		if got == nil || !slices.Equal(got, st.want) {
+			t.Errorf("%s: Contacts = %#v, want %#v", st.name, got, st.want)
+		}
+	}
+}
+
+func testContactsPerUser(t *testing.T, s Store) {
+	ctx := t.Context()
+	if err := s.SetContacts(ctx, "a", []string{"b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetContacts(ctx, "b", []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	// Contact lists have nothing to do with profiles.
+	if got := load(t, s, "a", "b"); len(got) != 0 {
+		t.Errorf("contact lists created profiles %v", got)
+	}
+	if err := s.SetContacts(ctx, "a", []string{"d"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveContacts(ctx, "c", []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"a": {"d"}, "b": {"a"}, "c": {}, "d": {}}
+	for u, w := range want {
+		if got := contacts(t, s, u); !slices.Equal(got, w) {
+			t.Errorf("Contacts(%q) = %q, want %q", u, got, w)
+		}
+	}
+}
+
+func testListedBy(t *testing.T, s Store) {
+	ctx := t.Context()
+	lists := map[string][]string{
+		"o1": {"v", "w"},
+		"o2": {"w"},
+		"o3": {"v"},
+		"o4": {},
+		"o5": {"v", "x", "o1"},
+		"v":  {"o1", "o2"}, // the other way round does not count
+	}
+	for owner, l := range lists {
+		if err := s.SetContacts(ctx, owner, l); err != nil {
+			t.Fatalf("SetContacts(%q): %v", owner, err)
+		}
+	}
+	all := []string{"o1", "o2", "o3", "o4", "o5", "o6", "v"}
+	tests := []struct {
+		viewer string
+		owners []string
+		want   []string
+	}{
+		{"v", all, []string{"o1", "o3", "o5"}},
+		{"v", []string{"o2", "o4"}, nil},
+		{"v", []string{"o5"}, []string{"o5"}},
+		{"v", nil, nil},
+		{"v", []string{}, nil},
+		{"w", all, []string{"o1", "o2"}},
+		{"o1", all, []string{"o5", "v"}},
+		{"nobody", all, nil},
+		{"V", all, nil},
+		{"", all, nil},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s in %d", tc.viewer, len(tc.owners)), func(t *testing.T) {
+			if got := listedBy(t, s, tc.viewer, tc.owners); !slices.Equal(got, tc.want) {
+				t.Errorf("ListedBy(%q, %q) = %q, want %q", tc.viewer, tc.owners, got, tc.want)
+			}
+		})
+	}
+}
+
+// testListedByManyOwners asks about more owners in one call than SQLite
+// takes variables in one statement, with matches on both sides of every
+// likely chunk border.
+func testListedByManyOwners(t *testing.T, s Store) {
+	ctx := t.Context()
+	const n = 2500
+	owners := make([]string, n)
+	for i := range owners {
+		owners[i] = fmt.Sprintf("owner%05d", i)
+	}
+	var want []string
+	for _, i := range []int{0, 1, 497, 498, 499, 500, 997, 998, 999, 1000, 1996, 1997, 1998, 1999, 2000, 2499} {
+		if err := s.AddContacts(ctx, owners[i], []string{"v", "other"}); err != nil {
+			t.Fatalf("AddContacts(%q): %v", owners[i], err)
+		}
+		want = append(want, owners[i])
+	}
+	for _, i := range []int{2, 1001, 2498} {
+		if err := s.AddContacts(ctx, owners[i], []string{"other"}); err != nil {
+			t.Fatalf("AddContacts(%q): %v", owners[i], err)
+		}
+	}
+	if got := listedBy(t, s, "v", owners); !slices.Equal(got, want) {
+		t.Errorf("ListedBy(v, %d owners) = %q, want %q", n, got, want)
+	}
+	rev := slices.Clone(owners)
+	slices.Reverse(rev)
+	if got := listedBy(t, s, "v", rev); !slices.Equal(got, want) {
+		t.Errorf("ListedBy(v, %d owners reversed) = %q, want %q", n, got, want)
+	}
+}
+
+func testPingAndClose(t *testing.T, s Store) {
+	ctx := t.Context()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping of an open store: %v", err)
+	}
+	for i := range 3 {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close #%d: %v", i+1, err)
+		}
+	}
+	if err := s.Ping(ctx); err == nil {
+		t.Errorf("Ping of a closed store: got nil error, want one")
+	}
+}
+
+// save writes every durable field of p through the three writes.
+func save(t *testing.T, s Store, p *presence.Profile) {
+	t.Helper()
+	ctx := t.Context()
+	if err := s.SaveStatus(ctx, p.UserID, p.Manual, p.Text); err != nil {
+		t.Fatalf("SaveStatus(%q): %v", p.UserID, err)
+	}
+	if err := s.SaveSettings(ctx, p.UserID, p.Settings); err != nil {
+		t.Fatalf("SaveSettings(%q): %v", p.UserID, err)
+	}
+	if err := s.SaveLastSeen(ctx, []presence.Profile{*p}); err != nil {
+		t.Fatalf("SaveLastSeen(%q): %v", p.UserID, err)
+	}
+}
+
+// load returns the profiles LoadProfiles reports for ids (distinct), failing
+// the test if it reports an id twice or one it was not asked for.
+func load(t *testing.T, s Store, ids ...string) map[string]presence.Profile {
+	t.Helper()
+	asked := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		asked[id] = true
+	}
+	got := make(map[string]presence.Profile)
+	err := s.LoadProfiles(t.Context(), ids, func(p *presence.Profile) {
+		if !asked[p.UserID] {
+			t.Errorf("LoadProfiles reported %q, which it was not asked for", p.UserID)
+		}
+		if _, dup := got[p.UserID]; dup {
+			t.Errorf("LoadProfiles reported %q twice", p.UserID)
+		}
+		got[p.UserID] = *p
+	})
+	if err != nil {
+		t.Fatalf("LoadProfiles(%d ids): %v", len(ids), err)
+	}
+	return got
+}
+
+func contacts(t *testing.T, s Store, user string) []string {
+	t.Helper()
+	got, err := s.Contacts(t.Context(), user)
+	if err != nil {
+		t.Fatalf("Contacts(%q): %v", user, err)
+	}
+	if got == nil {
+		t.Errorf("Contacts(%q) = nil, want a non-nil slice", user)
+	}
+	return got
+}
+
+// listedBy returns what ListedBy reports, sorted, failing the test on an
+// owner reported twice or not asked about.
+func listedBy(t *testing.T, s Store, viewer string, owners []string) []string {
+	t.Helper()
+	asked := make(map[string]bool, len(owners))
+	for _, o := range owners {
+		asked[o] = true
+	}
+	var got []string
+	err := s.ListedBy(t.Context(), viewer, owners, func(owner string) {
+		if !asked[owner] {
+			t.Errorf("ListedBy(%q) reported %q, which it was not asked about", viewer, owner)
+		}
+		got = append(got, owner)
+	})
+	if err != nil {
+		t.Fatalf("ListedBy(%q, %d owners): %v", viewer, len(owners), err)
+	}
+	slices.Sort(got)
+	if c := slices.Compact(slices.Clone(got)); len(c) != len(got) {
+		t.Errorf("ListedBy(%q) reported an owner twice: %q", viewer, got)
+	}
+	return got
+}
+
+func head(s []string) []string { return s[:min(len(s), 5)] }

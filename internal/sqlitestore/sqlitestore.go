@@ -1,0 +1,498 @@
+// Package sqlitestore is the embedded durable store of presenced: last_seen
+// checkpoints, manual statuses, privacy settings and contact lists in one
+// SQLite file, through the pure Go driver modernc.org/sqlite (no cgo).
+//
+// The database runs in WAL mode. All writes go through a single writer
+// connection, so writers queue in Go instead of failing with SQLITE_BUSY;
+// reads use a separate pool of read-only connections and never wait for a
+// writer. last_seen is written in batches, one transaction per batch (group
+// commit), never one per heartbeat.
+//
+// Times are Unix milliseconds. Versions are uint64 in Go and stored in
+// SQLite's signed 64-bit INTEGER with the same bit pattern. Versions are
+// Unix milliseconds × 1000 (about 1.8e15 today), far below 2^63, so the
+// signed comparisons the store makes (MAX) order them correctly; a version
+// at or above 2^63 would read back unchanged but compare as negative.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+var _ tracker.Durable = (*Store)(nil)
+
+// maxVars is the number of bound variables one statement may use. SQLite
+// builds before 3.32 allowed no more than 999 and the limit can be lowered
+// at compile time, so the store never relies on more.
+const maxVars = 999
+
+// busyTimeoutMS is how long a connection waits for a lock held by another
+// connection (a WAL checkpoint, another process) before SQLITE_BUSY.
+const busyTimeoutMS = 10000
+
+// Config configures a Store.
+type Config struct {
+	// Path is the file path of the database, e.g. "data/presenced.db".
+	// Required. Its parent directory is created if missing.
+	Path string
+	// Logger receives the store's few log lines (schema migrations). nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Store is the SQLite durable store. It is safe for concurrent use.
+type Store struct {
+	log *slog.Logger
+	w   *sql.DB // the one writer connection
+	r   *sql.DB // read-only pool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// migrations are the schema changes in order; migration i takes the
+// database from user_version i to i+1. Never edit a released migration:
+// append a new one.
+var migrations = []string{
+	// 1: users and contact lists.
+	`CREATE TABLE users (
+		user_id              TEXT    PRIMARY KEY,
+		manual               INTEGER NOT NULL DEFAULT 0,
+		status_text          TEXT    NOT NULL DEFAULT '',
+		last_seen            INTEGER NOT NULL DEFAULT 0,
+		pub_last_seen        INTEGER NOT NULL DEFAULT 0,
+		version              INTEGER NOT NULL DEFAULT 0,
+		status_visibility    INTEGER NOT NULL DEFAULT 0,
+		last_seen_visibility INTEGER NOT NULL DEFAULT 0
+	) WITHOUT ROWID;
+	CREATE TABLE contacts (
+		user_id    TEXT NOT NULL,
+		contact_id TEXT NOT NULL,
+		PRIMARY KEY (user_id, contact_id)
+	) WITHOUT ROWID;
+	CREATE INDEX contacts_by_contact ON contacts (contact_id, user_id);`,
+}
+
+// Open opens (creating if needed) the database at cfg.Path and brings its
+// schema up to date.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("sqlitestore: Config.Path is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	path, err := filepath.Abs(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("sqlitestore: create data directory: %w", err)
+	}
+
+	// synchronous=FULL: every commit is fsynced before it returns. The
+	// tracker records a manual status durably *before* applying it, so that
+	// a user who went invisible stays invisible after a crash; with NORMAL a
+	// power loss could roll back the last commits and bring such a user
+	// back into view. FULL costs one fsync per transaction, and the store
+	// commits rarely: last_seen arrives in group-committed batches (one
+	// transaction per checkpoint), statuses, settings and contacts change
+	// at human speed.
+	w, err := sql.Open("sqlite", dsn(path,
+		"_txlock=immediate", // take the write lock at BEGIN, never upgrade mid-transaction
+		"_pragma=journal_mode(WAL)",
+		"_pragma=synchronous(FULL)",
+	))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+
+	s := &Store{log: cfg.Logger, w: w}
+	// The writer connection sets WAL mode and creates the file, so it goes
+	// first; read-only connections cannot do either.
+	if err := s.migrate(ctx, path); err != nil {
+		w.Close()
+		return nil, err
+	}
+
+	r, err := sql.Open("sqlite", dsn(path, "_pragma=query_only(1)"))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	n := max(4, runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	s.r = r
+	if err := r.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// dsn returns the driver's data source name for the file at path (absolute)
+// with the given query parameters. The path is percent-encoded into a file:
+// URI, so no character of it can be taken for a parameter.
+func dsn(path string, params ...string) string {
+	params = append(params, fmt.Sprintf("_pragma=busy_timeout(%d)", busyTimeoutMS))
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(path), RawQuery: strings.Join(params, "&")}
+	return u.String()
+}
+
+// migrate applies the migrations the database has not seen, in one
+// transaction, and checks it is not newer than this binary.
+func (s *Store) migrate(ctx context.Context, path string) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	defer tx.Rollback()
+	var have int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+		return fmt.Errorf("sqlitestore: read schema version of %s: %w", path, err)
+	}
+	want := len(migrations)
+	switch {
+	case have == want:
+		return nil
+	case have > want:
+		return fmt.Errorf("sqlitestore: %s has schema version %d, newer than this binary's %d", path, have, want)
+	}
+	for v := have; v < want; v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("sqlitestore: migrate %s to schema version %d: %w", path, v+1, err)
+		}
+	}
+	// PRAGMA takes no bound parameters; want is this package's own constant.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", want)); err != nil {
+		return fmt.Errorf("sqlitestore: set schema version of %s: %w", path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlitestore: migrate %s: %w", path, err)
+	}
+	s.log.Info("durable store schema migrated", "path", path, "from", have, "to", want)
+	return nil
+}
+
+// Close closes the database. It is idempotent and safe for concurrent use;
+// every call returns the result of the first.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		var errR error
+		if s.r != nil {
+			errR = s.r.Close()
+		}
+		// The writer closes last: the last connection to close checkpoints
+		// the WAL into the database file.
+		s.closeErr = errors.Join(errR, s.w.Close())
+	})
+	return s.closeErr
+}
+
+// Ping reports whether the database can be read and written. It is safe for
+// concurrent use.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.r.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlitestore: ping: %w", err)
+	}
+	if err := s.w.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlitestore: ping: %w", err)
+	}
+	return nil
+}
+
+const selectProfiles = `SELECT user_id, manual, status_text, last_seen, pub_last_seen, version,
+	status_visibility, last_seen_visibility FROM users WHERE user_id IN `
+
+// LoadProfiles calls fn once for each distinct id of ids that has a durable
+// record, in no particular order; unknown ids are skipped. It runs one
+// query per 999 ids. fn runs while the query does and must not keep the
+// pointer it is given. It is safe for concurrent use.
+func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) error {
+	var p presence.Profile
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), maxVars)]
+		ids = ids[len(chunk):]
+		if err := s.loadProfiles(ctx, chunk, &p, fn); err != nil {
+			return fmt.Errorf("sqlitestore: load profiles: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) loadProfiles(ctx context.Context, ids []string, p *presence.Profile, fn func(*presence.Profile)) error {
+	rows, err := s.r.QueryContext(ctx, selectProfiles+placeholders(len(ids)), stringArgs(nil, ids)...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var manual, version, statusVis, lastSeenVis int64
+		if err := rows.Scan(&p.UserID, &manual, &p.Text, &p.LastSeen, &p.PubLastSeen, &version,
+			&statusVis, &lastSeenVis); err != nil {
+			return err
+		}
+		p.Manual = presence.Manual(manual)
+		p.Version = uint64(version) // bit pattern, see the package doc
+		p.Settings = presence.Settings{
+			Status:   presence.Visibility(statusVis),
+			LastSeen: presence.Visibility(lastSeenVis),
+		}
+		fn(p)
+	}
+	return rows.Err()
+}
+
+// SaveStatus records a user's manual status and status text, creating the
+// user's record if needed; nothing else of the record changes. It is safe
+// for concurrent use.
+func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO users (user_id, manual, status_text) VALUES (?, ?, ?)
+		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`,
+		user, int64(m), text)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: save status of %q: %w", user, err)
+	}
+	return nil
+}
+
+// SaveSettings records a user's privacy settings, creating the user's record
+// if needed; nothing else of the record changes. It is safe for concurrent
+// use.
+func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES (?, ?, ?)
+		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
+			last_seen_visibility = excluded.last_seen_visibility`,
+		user, int64(st.Status), int64(st.LastSeen))
+	if err != nil {
+		return fmt.Errorf("sqlitestore: save settings of %q: %w", user, err)
+	}
+	return nil
+}
+
+// upsertLastSeen writes last_seen, pub_last_seen and version, each only
+// forwards, so a replayed or reordered batch changes nothing it should not.
+// A new record gets the defaults for everything else; an unchanged one is
+// not rewritten.
+const upsertLastSeen = `INSERT INTO users (user_id, last_seen, pub_last_seen, version) VALUES (?, ?, ?, ?)
+	ON CONFLICT (user_id) DO UPDATE SET
+		last_seen     = MAX(last_seen, excluded.last_seen),
+		pub_last_seen = MAX(pub_last_seen, excluded.pub_last_seen),
+		version       = MAX(version, excluded.version)
+	WHERE excluded.last_seen > last_seen
+		OR excluded.pub_last_seen > pub_last_seen
+		OR excluded.version > version`
+
+// SaveLastSeen writes the LastSeen, PubLastSeen and Version of every profile
+// of batch in one transaction (group commit); the other fields are ignored.
+// None of the three ever moves backwards, so a batch may be replayed, arrive
+// out of order or name a user twice. It is safe for concurrent use.
+func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, upsertLastSeen)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for i := range batch {
+			p := &batch[i]
+			if _, err := stmt.ExecContext(ctx, p.UserID, p.LastSeen, p.PubLastSeen, int64(p.Version)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: save last_seen of %d users: %w", len(batch), err)
+	}
+	return nil
+}
+
+// SetContacts replaces the contact list of user — the users user lets see
+// them when a visibility is Contacts — with contacts, atomically.
+// Duplicates are ignored. It is safe for concurrent use.
+func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?`, user); err != nil {
+			return err
+		}
+		return execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts)
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: set contacts of %q: %w", user, err)
+	}
+	return nil
+}
+
+// AddContacts adds contacts to the contact list of user, in one
+// transaction. Contacts already listed are left alone. It is safe for
+// concurrent use.
+func (s *Store) AddContacts(ctx context.Context, user string, contacts []string) error {
+	if len(contacts) == 0 {
+		return nil
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts)
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: add contacts of %q: %w", user, err)
+	}
+	return nil
+}
+
+// RemoveContacts removes contacts from the contact list of user, in one
+// transaction. Contacts not listed are ignored. It is safe for concurrent
+// use.
+func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []string) error {
+	if len(contacts) == 0 {
+		return nil
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return execEach(ctx, tx, `DELETE FROM contacts WHERE user_id = ? AND contact_id = ?`, user, contacts)
+	})
+	if err != nil {
+		return fmt.Errorf("sqlitestore: remove contacts of %q: %w", user, err)
+	}
+	return nil
+}
+
+// Contacts returns the contact list of user in ascending byte order; the
+// list of a user without one is empty, not an error. It is safe for
+// concurrent use.
+func (s *Store) Contacts(ctx context.Context, user string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT contact_id FROM contacts WHERE user_id = ? ORDER BY contact_id`, user)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: contacts of %q: %w", user, err)
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("sqlitestore: contacts of %q: %w", user, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: contacts of %q: %w", user, err)
+	}
+	return out, nil
+}
+
+// ListedBy calls fn for each owner of owners whose contact list contains
+// viewer, in no particular order: these are the owners whose
+// Contacts-visible presence viewer may see. An owner named more than once
+// in owners may be reported more than once. It runs one query per 998
+// owners. fn runs while the query does. It is safe for concurrent use.
+func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) error {
+	args := make([]any, 0, min(len(owners), maxVars-1)+1)
+	for len(owners) > 0 {
+		chunk := owners[:min(len(owners), maxVars-1)] // one variable is the viewer
+		owners = owners[len(chunk):]
+		args = stringArgs(append(args[:0], viewer), chunk)
+		if err := s.listedBy(ctx, len(chunk), args, fn); err != nil {
+			return fmt.Errorf("sqlitestore: owners listing %q: %w", viewer, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) listedBy(ctx context.Context, n int, args []any, fn func(string)) error {
+	// Served by the (contact_id, user_id) index.
+	rows, err := s.r.QueryContext(ctx,
+		`SELECT user_id FROM contacts WHERE contact_id = ? AND user_id IN `+placeholders(n), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var owner string
+		if err := rows.Scan(&owner); err != nil {
+			return err
+		}
+		fn(owner)
+	}
+	return rows.Err()
+}
+
+// write runs fn in a transaction on the writer connection (BEGIN
+// IMMEDIATE) and commits it, or rolls it back if fn fails.
+func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// execEach runs query, a statement with two variables, once for
+// (user, item) for each item, through one prepared statement.
+func execEach(ctx context.Context, tx *sql.Tx, query, user string, items []string) error {
+	if len(items) == 0 {
+		return nil
+	}
+	stmt, err := tx.PrepareContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, it := range items {
+		if _, err := stmt.ExecContext(ctx, user, it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// placeholders returns "(?, ?, …)" with n variables. It carries no values.
+func placeholders(n int) string {
+	var b strings.Builder
+	b.Grow(3*n + 1)
+	b.WriteByte('(')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('?')
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// stringArgs appends ss to args as query arguments.
+func stringArgs(args []any, ss []string) []any {
+	if args == nil {
+		args = make([]any, 0, len(ss))
+	}
+	for _, s := range ss {
+		args = append(args, s)
+	}
+	return args
+}

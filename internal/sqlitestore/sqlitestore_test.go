@@ -1,0 +1,200 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/presenced/presenced/internal/durabletest"
+	"github.com/presenced/presenced/internal/presence"
+)
+
+func open(t testing.TB, path string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{Path: path})
+	if err != nil {
+		t.Fatalf("Open(%q): %v", path, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	durabletest.Run(t, func(t *testing.T) durabletest.Store {
+		return open(t, filepath.Join(t.TempDir(), "presenced.db"))
+	})
+}
+
+// TestReopen checks that everything written survives a Close and an Open
+// of the same file.
+func TestReopen(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	want := []presence.Profile{
+		{UserID: "1", Manual: presence.ManualInvisible, Text: "zzz 😴", LastSeen: 1_700_000_000_123, PubLastSeen: 1_700_000_000_000,
+			Version: 1_700_000_000_123_000, Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}},
+		{UserID: "2", LastSeen: 5, PubLastSeen: 5, Version: 6},
+	}
+	s := open(t, path)
+	for i := range want {
+		p := &want[i]
+		if err := s.SaveStatus(ctx, p.UserID, p.Manual, p.Text); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SaveSettings(ctx, p.UserID, p.Settings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SaveLastSeen(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetContacts(ctx, "1", []string{"3", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	s = open(t, path)
+	var got []presence.Profile
+	if err := s.LoadProfiles(ctx, []string{"1", "2", "3"}, func(p *presence.Profile) { got = append(got, *p) }); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b presence.Profile) int { return strings.Compare(a.UserID, b.UserID) })
+	if !slices.Equal(got, want) {
+		t.Errorf("after reopen\n got %+v\nwant %+v", got, want)
+	}
+	if c, err := s.Contacts(ctx, "1"); err != nil || !slices.Equal(c, []string{"2", "3"}) {
+		t.Errorf("after reopen Contacts(1) = %q, %v; want [2 3]", c, err)
+	}
+	if v := pragma(t, s.w, "user_version"); v != fmt.Sprint(len(migrations)) {
+		t.Errorf("user_version = %s, want %d", v, len(migrations))
+	}
+}
+
+func TestOpenSettings(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "presenced.db"))
+	tests := []struct {
+		db     *sql.DB
+		pragma string
+		want   string
+	}{
+		{s.w, "journal_mode", "wal"},
+		{s.w, "synchronous", "2"}, // FULL
+		{s.w, "busy_timeout", fmt.Sprint(busyTimeoutMS)},
+		{s.r, "journal_mode", "wal"},
+		{s.r, "busy_timeout", fmt.Sprint(busyTimeoutMS)},
+		{s.r, "query_only", "1"},
+	}
+	for _, tc := range tests {
+		if got := pragma(t, tc.db, tc.pragma); got != tc.want {
+			t.Errorf("PRAGMA %s = %q, want %q", tc.pragma, got, tc.want)
+		}
+	}
+}
+
+// TestOpenPath checks that the parent directory is created and that no
+// character of a path is taken for a driver parameter.
+func TestOpenPath(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{
+		"a/b/c/presenced.db",
+		"with space/p.db",
+		"q?mode=ro&_pragma=query_only(1)/p.db",
+		"hash#frag/p%20.db",
+	} {
+		path := filepath.Join(dir, name)
+		s := open(t, path)
+		if err := s.SaveStatus(t.Context(), "u", presence.ManualBusy, ""); err != nil {
+			t.Errorf("%q: SaveStatus: %v", name, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("%q: Close: %v", name, err)
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("%q: database file: %v", name, err)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	if _, err := Open(t.Context(), Config{}); err == nil {
+		t.Errorf("Open without a path: got nil error, want one")
+	}
+
+	// A database written by a newer binary is refused, not downgraded.
+	path := filepath.Join(t.TempDir(), "newer.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", len(migrations)+1)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if s, err := Open(t.Context(), Config{Path: path}); err == nil {
+		s.Close()
+		t.Errorf("Open of a database with a newer schema: got nil error, want one")
+	}
+
+	// Not a database at all.
+	junk := filepath.Join(t.TempDir(), "junk.db")
+	if err := os.WriteFile(junk, []byte(strings.Repeat("not a database ", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(t.Context(), Config{Path: junk}); err == nil {
+		s.Close()
+		t.Errorf("Open of a file that is no database: got nil error, want one")
+	}
+}
+
+func pragma(t *testing.T, db *sql.DB, name string) string {
+	t.Helper()
+	var v string
+	if err := db.QueryRowContext(t.Context(), "PRAGMA "+name).Scan(&v); err != nil {
+		t.Fatalf("PRAGMA %s: %v", name, err)
+	}
+	return v
+}
+
+// BenchmarkSaveLastSeen measures a group commit of a checkpoint: every
+// iteration moves every user of the batch forwards, so each row is
+// really rewritten.
+func BenchmarkSaveLastSeen(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			s := open(b, filepath.Join(b.TempDir(), "presenced.db"))
+			ctx := context.Background()
+			batch := make([]presence.Profile, n)
+			for i := range batch {
+				batch[i].UserID = fmt.Sprintf("user%07d", i)
+			}
+			now := int64(1_700_000_000_000)
+			step := func() {
+				now++
+				for i := range batch {
+					batch[i].LastSeen, batch[i].PubLastSeen, batch[i].Version = now, now, uint64(now)*1000
+				}
+			}
+			step() // first write inserts; the loop measures updates
+			if err := s.SaveLastSeen(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			iters := 0
+			for b.Loop() {
+				step() // tens of µs against milliseconds of SQL
+				if err := s.SaveLastSeen(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				iters++
+			}
+			b.ReportMetric(float64(iters*n)/b.Elapsed().Seconds(), "profiles/s")
+		})
+	}
+}
