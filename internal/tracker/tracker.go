@@ -179,6 +179,18 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 	}
 }
 
+// Settings returns a user's privacy settings.
+func (t *Tracker) Settings(ctx context.Context, user string) (presence.Settings, error) {
+	if err := t.ensure(ctx, user); err != nil {
+		return presence.Settings{}, err
+	}
+	var s [1]presence.Snapshot
+	if err := t.store.Get(ctx, t.Now(), []string{user}, s[:]); err != nil {
+		return presence.Settings{}, err
+	}
+	return s[0].Settings, nil
+}
+
 // Debug returns the hot state of a user and its next deadline.
 func (t *Tracker) Debug(ctx context.Context, user string) (presence.User, int64, bool, error) {
 	return t.store.Debug(ctx, user)

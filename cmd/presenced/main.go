@@ -1,0 +1,160 @@
+// Command presenced is the presence service: `go run ./cmd/presenced`
+// starts the embedded single-node default on :8080 with its state under
+// ./data and nothing else installed.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/auth"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "presenced:", err)
+		os.Exit(1)
+	}
+}
+
+// envPrefix is the prefix of every flag's environment variable:
+// -heartbeat-ttl is PRESENCE_HEARTBEAT_TTL.
+const envPrefix = "PRESENCE_"
+
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("presenced", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var (
+		addr         = fset.String("addr", ":8080", "listen address")
+		dataDir      = fset.String("data", "./data", "directory of the embedded state (SQLite file, generated keys)")
+		ttl          = fset.Duration("heartbeat-ttl", 30*time.Second, "a device is online until this long after its last heartbeat")
+		idleAfter    = fset.Duration("idle-after", 5*time.Minute, "online turns away after this long without activity")
+		pollInterval = fset.Duration("poll-interval", 30*time.Second, "clients reading presence over HTTP with their own token may read once per interval (0 disables)")
+		apiKey       = fset.String("api-key", "", "API key of app backends (default: generated once into <data>/api-key)")
+		jwtSecret    = fset.String("jwt-secret", "", "HS256 secret of client tokens (default: generated once into <data>/jwt-secret)")
+		dev          = fset.Bool("dev", false, "INSECURE development mode: accept requests without credentials")
+		logLevel     = fset.String("log-level", "info", "debug, info, warn or error")
+		printToken   = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid 24h) and exit")
+	)
+	fset.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: presenced [flags]\n\nEvery flag can also be set by its environment variable, e.g. -heartbeat-ttl by %s.\n\n", envName("heartbeat-ttl"))
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fset.Args())
+	}
+	// Environment variables fill the flags not given on the command line.
+	given := map[string]bool{}
+	fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var envErr error
+	fset.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" && !given[f.Name] {
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %v", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %v", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	key, err := secret(*apiKey, filepath.Join(*dataDir, "api-key"), log)
+	if err != nil {
+		return err
+	}
+	jwtKey, err := secret(*jwtSecret, filepath.Join(*dataDir, "jwt-secret"), log)
+	if err != nil {
+		return err
+	}
+	if *printToken != "" {
+		tok, err := auth.Sign([]byte(jwtKey), *printToken, "", time.Now(), 24*time.Hour)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, tok)
+		return nil
+	}
+	if *dev {
+		log.Warn("INSECURE DEVELOPMENT MODE (-dev): requests without credentials are accepted for any user id. Never use it in production.")
+	}
+	poll := *pollInterval
+	if poll == 0 {
+		poll = -1
+	}
+	a, err := app.New(ctx, app.Config{
+		Addr:         *addr,
+		DataDir:      *dataDir,
+		TTL:          *ttl,
+		IdleAfter:    *idleAfter,
+		PollInterval: poll,
+		APIKey:       key,
+		JWTSecret:    []byte(jwtKey),
+		Dev:          *dev,
+		Logger:       log,
+	})
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx, nil)
+}
+
+// secret returns the given value, or the one stored in path, or a new
+// random one written to path (mode 0600) so that it survives restarts.
+func secret(given, path string, log *slog.Logger) (string, error) {
+	if given != "" {
+		return given, nil
+	}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return s, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	s := hex.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	log.Info("generated a new secret", "file", path)
+	return s, nil
+}

@@ -1,0 +1,236 @@
+// Package app wires one presenced node from its parts — state store,
+// durable store, tracker, reader, HTTP API — runs it, and shuts it down in
+// reverse order of opening, flushing durable state last.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/httpapi"
+	"github.com/presenced/presenced/internal/memstore"
+	"github.com/presenced/presenced/internal/metrics"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/query"
+	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// Config is the configuration of one node. Zero values take the documented
+// defaults; cmd/presenced fills it from flags and the environment.
+type Config struct {
+	Addr         string        // listen address, default ":8080"
+	DataDir      string        // embedded state, default "./data"
+	TTL          time.Duration // heartbeat ttl, default 30s
+	IdleAfter    time.Duration // online → away, default 5m
+	PollInterval time.Duration // client HTTP read throttle, default 30s; negative disables
+	APIKey       string
+	JWTSecret    []byte
+	Dev          bool
+	Logger       *slog.Logger
+	Clock        clock.Clock
+	// ShutdownTimeout bounds the graceful stop of HTTP requests. Default 10s.
+	ShutdownTimeout time.Duration
+	// SweepInterval and FlushInterval tune the tracker (defaults 100ms, 1s).
+	SweepInterval time.Duration
+	FlushInterval time.Duration
+}
+
+// App is one running node.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	durable *sqlitestore.Store
+	store   *memstore.Store
+	tracker *tracker.Tracker
+	api     *httpapi.Server
+	metrics *metrics.Registry
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func (c *Config) defaults() error {
+	if c.Addr == "" {
+		c.Addr = ":8080"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	if c.TTL == 0 {
+		c.TTL = 30 * time.Second
+	}
+	if c.IdleAfter == 0 {
+		c.IdleAfter = 5 * time.Minute
+	}
+	if c.TTL < time.Second {
+		return fmt.Errorf("heartbeat ttl %s is too short: at least 1s", c.TTL)
+	}
+	if c.IdleAfter < time.Second {
+		return fmt.Errorf("idle-after %s is too short: at least 1s", c.IdleAfter)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.APIKey == "" && len(c.JWTSecret) == 0 && !c.Dev {
+		return errors.New("no way to authenticate: set an API key, a JWT secret, or development mode")
+	}
+	return nil
+}
+
+// New opens the stores and builds the node. Call Run to serve, or use
+// Handler in tests; Close releases everything.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: cfg.Logger}
+	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter}
+
+	durable, err := sqlitestore.Open(ctx, sqlitestore.Config{
+		Path:   filepath.Join(cfg.DataDir, "presenced.db"),
+		Logger: cfg.Logger.With("component", "sqlite"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open durable store: %w", err)
+	}
+	a.durable = durable
+	a.store = memstore.New(memstore.Config{Rules: rules})
+	a.tracker, err = tracker.New(tracker.Config{
+		Store:         a.store,
+		Durable:       durable,
+		Clock:         cfg.Clock,
+		Logger:        cfg.Logger.With("component", "tracker"),
+		SweepInterval: cfg.SweepInterval,
+		FlushInterval: cfg.FlushInterval,
+	})
+	if err != nil {
+		durable.Close()
+		return nil, err
+	}
+	reader, err := query.New(query.Config{States: a.store, Profiles: durable, Contacts: durable, Clock: cfg.Clock})
+	if err != nil {
+		durable.Close()
+		return nil, err
+	}
+	a.metrics = metrics.New(metrics.Sources{Tracker: a.tracker.Stats, Users: a.store.Len})
+	a.api, err = httpapi.New(httpapi.Config{
+		Tracker:        a.tracker,
+		Reader:         reader,
+		Contacts:       durable,
+		Profiles:       durable,
+		Auth:           auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock}),
+		Clock:          cfg.Clock,
+		Logger:         cfg.Logger.With("component", "http"),
+		Rules:          rules,
+		Metrics:        a.metrics,
+		MetricsHandler: a.metrics.Handler(),
+		Ready:          durable.Ping,
+		PollInterval:   cfg.PollInterval,
+	})
+	if err != nil {
+		durable.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Handler is the node's HTTP API.
+func (a *App) Handler() http.Handler { return a.api }
+
+// Tracker is the node's tracker (tests drive sweeps and checkpoints).
+func (a *App) Tracker() *tracker.Tracker { return a.tracker }
+
+// Run serves on ln (or on cfg.Addr when ln is nil) until ctx is done, then
+// shuts down gracefully: stop taking requests, finish the ones in flight,
+// stop the tracker, write the last checkpoint, close the durable store.
+func (a *App) Run(ctx context.Context, ln net.Listener) error {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", a.cfg.Addr); err != nil {
+			a.Close()
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	a.log.Info("presenced listening", "addr", ln.Addr().String(), "data", a.cfg.DataDir,
+		"ttl", a.cfg.TTL, "idle_after", a.cfg.IdleAfter)
+
+	srv := &http.Server{
+		Handler:           a.api,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	trackerCtx, stopTracker := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTracker()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	trackerDone := make(chan error, 1)
+	go func() {
+		defer wg.Done()
+		trackerDone <- a.tracker.Run(trackerCtx)
+	}()
+	serveErr := make(chan error, 1)
+	go func() {
+		defer wg.Done()
+		serveErr <- srv.Serve(ln)
+	}()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		serveErr <- err
+	}
+	a.log.Info("presenced shutting down")
+	a.api.Drain()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		a.log.Warn("http shutdown", "err", serr)
+		srv.Close()
+	}
+	if serr := <-serveErr; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	stopTracker()
+	if terr := <-trackerDone; terr != nil {
+		a.log.Error("final checkpoint failed", "err", terr)
+		err = errors.Join(err, terr)
+	}
+	wg.Wait()
+	if cerr := a.Close(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	a.log.Info("presenced stopped")
+	return err
+}
+
+// Close writes the last checkpoint and closes the durable store. It is
+// idempotent; Run calls it.
+func (a *App) Close() error {
+	a.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+		defer cancel()
+		a.closeErr = errors.Join(a.tracker.Close(ctx), a.durable.Close())
+	})
+	return a.closeErr
+}

@@ -1,0 +1,149 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// HeartbeatInterval is the interval clients are told to beat at for a ttl:
+// 30% of it, so that with ±10% jitter two lost beats in a row still arrive
+// inside the ttl (3 × 0.33 × ttl < ttl).
+func HeartbeatInterval(ttl time.Duration) time.Duration { return ttl * 3 / 10 }
+
+type debugDevice struct {
+	DeviceID   string  `json:"device_id"`
+	LastBeat   string  `json:"last_beat"`
+	LastActive *string `json:"last_active"`
+	ExpiresAt  string  `json:"expires_at"`
+	Alive      bool    `json:"alive"`
+	Active     bool    `json:"active"`
+}
+
+type debugView struct {
+	UserID         string        `json:"user_id"`
+	Now            string        `json:"now"`
+	InMemory       bool          `json:"in_memory"`
+	Known          bool          `json:"known"`
+	Status         string        `json:"status"`
+	PublicStatus   string        `json:"public_status"`
+	Reason         string        `json:"reason"`
+	ManualStatus   *string       `json:"manual_status"`
+	StatusText     string        `json:"status_text"`
+	LastSeen       *string       `json:"last_seen"`
+	PublicLastSeen *string       `json:"public_last_seen"`
+	Version        uint64        `json:"version"`
+	NextDeadline   *string       `json:"next_deadline"`
+	Devices        []debugDevice `json:"devices"`
+	Settings       struct {
+		Status   string `json:"status_visibility"`
+		LastSeen string `json:"last_seen_visibility"`
+	} `json:"settings"`
+	Rules struct {
+		TTLms       int64 `json:"ttl_ms"`
+		IdleAfterMs int64 `json:"idle_after_ms"`
+	} `json:"rules"`
+}
+
+func optTime(ms int64) *string {
+	if ms == 0 {
+		return nil
+	}
+	s := formatTime(ms)
+	return &s
+}
+
+// debugUser serves GET /v1/debug/users/{user_id}: why a user shows what it
+// shows. API key only: it is the unfiltered truth.
+func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("user_id")
+	if err := checkID("user_id", id); err != nil {
+		return err
+	}
+	p, err := s.principal(r)
+	if err != nil {
+		return err
+	}
+	if err := s.backendOnly(r, p); err != nil {
+		return err
+	}
+	u, deadline, inMem, err := s.tracker.Debug(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	known := inMem
+	if !inMem {
+		err := s.profiles.LoadProfiles(r.Context(), []string{id}, func(p *presence.Profile) {
+			u = *presence.NewUser(*p)
+			known = true
+		})
+		if err != nil {
+			return err
+		}
+	}
+	now := s.clock.Now().UnixMilli()
+	rules := &s.rules
+	st := u.Status(rules, now)
+	v := debugView{
+		UserID:         id,
+		Now:            formatTime(now),
+		InMemory:       inMem,
+		Known:          known,
+		Status:         st.String(),
+		PublicStatus:   st.Public().String(),
+		StatusText:     u.Text,
+		LastSeen:       optTime(u.LastSeen),
+		PublicLastSeen: optTime(u.PubLastSeen),
+		Version:        u.Version,
+		NextDeadline:   optTime(deadline),
+		Devices:        []debugDevice{},
+	}
+	if u.Manual != presence.ManualNone {
+		m := u.Manual.String()
+		v.ManualStatus = &m
+	}
+	v.Settings.Status = u.Settings.Status.String()
+	v.Settings.LastSeen = u.Settings.LastSeen.String()
+	v.Rules.TTLms = rules.TTL.Milliseconds()
+	v.Rules.IdleAfterMs = rules.IdleAfter.Milliseconds()
+	var newest int64
+	alive := 0
+	for _, d := range u.Devices {
+		dd := debugDevice{
+			DeviceID:   d.ID,
+			LastBeat:   formatTime(d.LastBeat),
+			LastActive: optTime(d.LastActive),
+			ExpiresAt:  formatTime(d.LastBeat + rules.TTL.Milliseconds()),
+			Alive:      now < d.LastBeat+rules.TTL.Milliseconds(),
+		}
+		dd.Active = dd.Alive && d.LastActive > 0 && now < d.LastActive+rules.IdleAfter.Milliseconds()
+		if dd.Alive {
+			alive++
+			newest = max(newest, d.LastActive)
+		}
+		v.Devices = append(v.Devices, dd)
+	}
+	switch {
+	case !known:
+		v.Reason = "never seen: no device and no durable record"
+	case alive == 0:
+		v.Reason = "offline: no device has beaten within the ttl"
+	case u.Manual == presence.ManualInvisible:
+		v.Reason = fmt.Sprintf("invisible by choice: %d device(s) alive, everyone else sees offline with last_seen frozen", alive)
+	case u.Manual != presence.ManualNone:
+		v.Reason = fmt.Sprintf("manual status %s with %d device(s) alive", u.Manual, alive)
+	case st == presence.Online:
+		v.Reason = fmt.Sprintf("online: a device was active %s ago (idle after %s)", time.Duration(now-newest)*time.Millisecond, rules.IdleAfter)
+	default:
+		v.Reason = fmt.Sprintf("away: %d device(s) alive but no activity within %s", alive, rules.IdleAfter)
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, append(b, '\n'))
+	return nil
+}

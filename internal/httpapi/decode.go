@@ -1,0 +1,237 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/query"
+)
+
+// Request bodies. Every decoder is a pure function of the bytes, so the
+// fuzzers can drive them directly; none of them lets an invalid value
+// through to the tracker.
+
+// MaxContacts is the largest contact list one user may hold.
+const MaxContacts = 10000
+
+type heartbeatReq struct {
+	UserID   string `json:"user_id"`
+	DeviceID string `json:"device_id"`
+	Active   *bool  `json:"active"`
+}
+
+type statusReq struct {
+	UserID string  `json:"user_id"`
+	Status string  `json:"status"`
+	Text   *string `json:"text"`
+}
+
+type byeReq struct {
+	UserID   string `json:"user_id"`
+	DeviceID string `json:"device_id"`
+}
+
+type batchReq struct {
+	UserIDs  []string `json:"user_ids"`
+	ViewerID string   `json:"viewer_id"`
+}
+
+type settingsReq struct {
+	StatusVisibility   *string `json:"status_visibility"`
+	LastSeenVisibility *string `json:"last_seen_visibility"`
+}
+
+type contactsReq struct {
+	Contacts []string `json:"contacts"`
+}
+
+// decodeJSON decodes exactly one JSON object into v, refusing unknown
+// fields and trailing data.
+func decodeJSON(body []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return badRequest("invalid_json", "request body is empty: want a JSON object")
+		}
+		return badRequest("invalid_json", "request body is not valid JSON for this endpoint: %v", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return badRequest("invalid_json", "request body has data after the JSON object")
+	}
+	return nil
+}
+
+func checkID(field, id string) error {
+	if err := presence.ValidateID(id); err != nil {
+		return badRequest("invalid_id", "%s: %v", field, err)
+	}
+	return nil
+}
+
+// optionalID validates id unless it is empty.
+func optionalID(field, id string) error {
+	if id == "" {
+		return nil
+	}
+	return checkID(field, id)
+}
+
+func decodeHeartbeat(body []byte) (heartbeatReq, error) {
+	var r heartbeatReq
+	if err := decodeJSON(body, &r); err != nil {
+		return r, err
+	}
+	if err := optionalID("user_id", r.UserID); err != nil {
+		return r, err
+	}
+	return r, optionalID("device_id", r.DeviceID)
+}
+
+func decodeStatus(body []byte) (statusReq, presence.Manual, error) {
+	var r statusReq
+	if err := decodeJSON(body, &r); err != nil {
+		return r, 0, err
+	}
+	if err := optionalID("user_id", r.UserID); err != nil {
+		return r, 0, err
+	}
+	if r.Status == "" {
+		return r, 0, badRequest("invalid_status", "status is required: one of online, away, busy, invisible")
+	}
+	m, err := presence.ParseManual(r.Status)
+	if err != nil {
+		return r, 0, badRequest("invalid_status", "status %q: %v", r.Status, err)
+	}
+	if r.Text != nil {
+		if err := presence.ValidateText(*r.Text); err != nil {
+			return r, 0, badRequest("invalid_text", "text: %v", err)
+		}
+	}
+	return r, m, nil
+}
+
+func decodeBye(body []byte) (byeReq, error) {
+	var r byeReq
+	if err := decodeJSON(body, &r); err != nil {
+		return r, err
+	}
+	if err := optionalID("user_id", r.UserID); err != nil {
+		return r, err
+	}
+	return r, optionalID("device_id", r.DeviceID)
+}
+
+func decodeBatch(body []byte) (batchReq, error) {
+	var r batchReq
+	if err := decodeJSON(body, &r); err != nil {
+		return r, err
+	}
+	if r.UserIDs == nil {
+		return r, badRequest("invalid_ids", "user_ids is required: a list of 1 to %d ids", query.MaxBatch)
+	}
+	ids, err := checkIDList(r.UserIDs)
+	if err != nil {
+		return r, err
+	}
+	r.UserIDs = ids
+	return r, optionalID("viewer_id", r.ViewerID)
+}
+
+func decodeSettings(body []byte) (presence.Settings, error) {
+	var r settingsReq
+	var s presence.Settings
+	if err := decodeJSON(body, &r); err != nil {
+		return s, err
+	}
+	if r.StatusVisibility == nil || r.LastSeenVisibility == nil {
+		return s, badRequest("invalid_settings", "both status_visibility and last_seen_visibility are required (everyone, contacts or nobody)")
+	}
+	var err error
+	if s.Status, err = presence.ParseVisibility(*r.StatusVisibility); err != nil {
+		return s, badRequest("invalid_settings", "status_visibility: %v", err)
+	}
+	if s.LastSeen, err = presence.ParseVisibility(*r.LastSeenVisibility); err != nil {
+		return s, badRequest("invalid_settings", "last_seen_visibility: %v", err)
+	}
+	return s, nil
+}
+
+func decodeContacts(body []byte) ([]string, error) {
+	var r contactsReq
+	if err := decodeJSON(body, &r); err != nil {
+		return nil, err
+	}
+	if r.Contacts == nil {
+		return nil, badRequest("invalid_contacts", "contacts is required: a list of user ids (may be empty)")
+	}
+	if len(r.Contacts) > MaxContacts {
+		return nil, badRequest("too_many_contacts", "%d contacts: at most %d per user", len(r.Contacts), MaxContacts)
+	}
+	seen := make(map[string]struct{}, len(r.Contacts))
+	out := r.Contacts[:0]
+	for i, id := range r.Contacts {
+		if err := checkID(fmt.Sprintf("contacts[%d]", i), id); err != nil {
+			return nil, err
+		}
+		if _, dup := seen[id]; !dup {
+			seen[id] = struct{}{}
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// parseIDList parses the comma-separated user_ids of the seed endpoint.
+func parseIDList(s string) ([]string, error) {
+	if s == "" {
+		return nil, badRequest("invalid_ids", "user_ids is required: 1 to %d comma-separated ids", query.MaxBatch)
+	}
+	if n := strings.Count(s, ",") + 1; n > query.MaxBatch {
+		return nil, badRequest("too_many_ids", "%d ids: at most %d per request", n, query.MaxBatch)
+	}
+	return checkIDList(strings.Split(s, ","))
+}
+
+// checkIDList validates a list of ids and drops duplicates, keeping order.
+func checkIDList(ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, badRequest("invalid_ids", "user_ids is empty: give 1 to %d ids", query.MaxBatch)
+	}
+	if len(ids) > query.MaxBatch {
+		return nil, badRequest("too_many_ids", "%d ids: at most %d per request", len(ids), query.MaxBatch)
+	}
+	for i, id := range ids {
+		if err := presence.ValidateID(id); err != nil {
+			return nil, badRequest("invalid_id", "user_ids[%d]: %v", i, err)
+		}
+	}
+	if len(ids) <= 32 {
+		// Small lists: quadratic is cheaper than a map.
+		out := ids[:0]
+	next:
+		for _, id := range ids {
+			for _, o := range out {
+				if o == id {
+					continue next
+				}
+			}
+			out = append(out, id)
+		}
+		return out, nil
+	}
+	seen := make(map[string]struct{}, len(ids))
+	out := ids[:0]
+	for _, id := range ids {
+		if _, dup := seen[id]; !dup {
+			seen[id] = struct{}{}
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,398 @@
+// Package httpapi is presenced's HTTP edge: the seed batch endpoint, the
+// /v1 API for clients and app backends, health, readiness and metrics. It
+// authenticates every call, validates every input before anything changes,
+// and lets presence out only through the privacy filter (via the query
+// reader).
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+)
+
+// Tracker is the write side the API drives.
+type Tracker interface {
+	Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error)
+	SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error)
+	Bye(ctx context.Context, user, device string) (presence.Change, error)
+	SetSettings(ctx context.Context, user string, s presence.Settings) error
+	Settings(ctx context.Context, user string) (presence.Settings, error)
+	Debug(ctx context.Context, user string) (presence.User, int64, bool, error)
+}
+
+// Reader answers privacy-filtered reads.
+type Reader interface {
+	Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error
+}
+
+// ContactBook manages contact lists.
+type ContactBook interface {
+	SetContacts(ctx context.Context, user string, contacts []string) error
+	AddContacts(ctx context.Context, user string, contacts []string) error
+	RemoveContacts(ctx context.Context, user string, contacts []string) error
+	Contacts(ctx context.Context, user string) ([]string, error)
+}
+
+// Profiles reads durable profiles (for the debug view of users not in memory).
+type Profiles interface {
+	LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) error
+}
+
+// Observer records request metrics.
+type Observer interface {
+	Observe(route string, code int, d time.Duration)
+}
+
+// Config configures a Server. Zero values take the documented defaults.
+type Config struct {
+	Tracker        Tracker     // required
+	Reader         Reader      // required
+	Contacts       ContactBook // required
+	Profiles       Profiles    // required
+	Auth           *auth.Authenticator
+	Clock          clock.Clock
+	Logger         *slog.Logger
+	Rules          presence.Rules
+	Metrics        Observer     // nil: no request metrics
+	MetricsHandler http.Handler // serves /metrics; nil: 404
+	// Ready reports whether the node can serve (e.g. the durable store
+	// answers); nil: always ready.
+	Ready func(ctx context.Context) error
+	// PollInterval throttles reads by clients with their own token: one per
+	// user per interval. Default 30s; negative disables.
+	PollInterval time.Duration
+	// MaxBody is the largest request body in bytes. Default 1 MiB (a full
+	// contact list); the batch read accepts what 1,000 ids need.
+	MaxBody int64
+}
+
+// Server is the HTTP API. It is an http.Handler, safe for concurrent use.
+type Server struct {
+	tracker  Tracker
+	reader   Reader
+	contacts ContactBook
+	profiles Profiles
+	auth     *auth.Authenticator
+	clock    clock.Clock
+	log      *slog.Logger
+	rules    presence.Rules
+	metrics  Observer
+	ready    func(ctx context.Context) error
+	throttle *throttle
+	maxBody  int64
+	mux      *http.ServeMux
+	draining atomic.Bool
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Tracker == nil || cfg.Reader == nil || cfg.Contacts == nil || cfg.Profiles == nil || cfg.Auth == nil {
+		return nil, errors.New("httpapi: Tracker, Reader, Contacts, Profiles and Auth are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Rules.TTL <= 0 {
+		cfg.Rules.TTL = 30 * time.Second
+	}
+	if cfg.Rules.IdleAfter <= 0 {
+		cfg.Rules.IdleAfter = 5 * time.Minute
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 30 * time.Second
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 1 << 20
+	}
+	s := &Server{
+		tracker:  cfg.Tracker,
+		reader:   cfg.Reader,
+		contacts: cfg.Contacts,
+		profiles: cfg.Profiles,
+		auth:     cfg.Auth,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		rules:    cfg.Rules,
+		metrics:  cfg.Metrics,
+		ready:    cfg.Ready,
+		throttle: newThrottle(cfg.PollInterval.Milliseconds()),
+		maxBody:  cfg.MaxBody,
+		mux:      http.NewServeMux(),
+	}
+	s.routes(cfg.MetricsHandler)
+	return s, nil
+}
+
+// Drain makes /readyz fail, so load balancers stop sending traffic before
+// shutdown.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+func (s *Server) routes(metrics http.Handler) {
+	s.handle("GET /presence/batch", "batch_seed", s.batchSeed)
+	s.handle("GET /v1/presence/{user_id}", "presence_get", s.presenceGet)
+	s.handle("POST /v1/presence/batch", "presence_batch", s.presenceBatch)
+	s.handle("GET /v1/public/{user_id}", "public_get", s.publicGet)
+	s.handle("POST /v1/heartbeat", "heartbeat", s.heartbeat)
+	s.handle("POST /v1/status", "status", s.status)
+	s.handle("POST /v1/bye", "bye", s.bye)
+	s.handle("GET /v1/users/{user_id}/settings", "settings_get", s.settingsGet)
+	s.handle("PUT /v1/users/{user_id}/settings", "settings_put", s.settingsPut)
+	s.handle("GET /v1/users/{user_id}/contacts", "contacts_get", s.contactsGet)
+	s.handle("PUT /v1/users/{user_id}/contacts", "contacts_put", s.contactsPut)
+	s.handle("POST /v1/users/{user_id}/contacts", "contacts_add", s.contactsAdd)
+	s.handle("PUT /v1/users/{user_id}/contacts/{contact_id}", "contact_add", s.contactAdd)
+	s.handle("DELETE /v1/users/{user_id}/contacts/{contact_id}", "contact_remove", s.contactRemove)
+	s.handle("GET /v1/debug/users/{user_id}", "debug_user", s.debugUser)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	if metrics != nil {
+		s.mux.Handle("GET /metrics", metrics)
+	}
+}
+
+// ServeHTTP implements http.Handler. Unknown paths and wrong methods get
+// JSON errors like everything else.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.mux.ServeHTTP(&jsonFallback{ResponseWriter: w, method: r.Method, path: r.URL.Path}, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// handlerFunc is an API handler: it writes a success itself or returns an
+// error, which is written as JSON.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) handle(pattern, route string, h handlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := statusWriter{ResponseWriter: w, code: http.StatusOK}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("handler panic", "route", route, "panic", p)
+				if !sw.wrote {
+					writeError(&sw, &Error{Status: 500, Code: "internal", Message: "internal error"})
+				}
+			}
+			if s.metrics != nil {
+				s.metrics.Observe(route, sw.code, time.Since(start))
+			}
+		}()
+		if err := h(&sw, r); err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Status >= 500 {
+				s.log.Error("request failed", "route", route, "err", err)
+			}
+			writeError(&sw, err)
+		}
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// jsonFallback turns the mux's plain-text 404 and 405 into JSON errors.
+type jsonFallback struct {
+	http.ResponseWriter
+	method, path string
+	done         bool
+}
+
+func (w *jsonFallback) WriteHeader(code int) {
+	if w.done {
+		return
+	}
+	w.done = true
+	e := &Error{Status: code, Code: "not_found", Message: fmt.Sprintf("no such endpoint: %s", w.path)}
+	if code == http.StatusMethodNotAllowed {
+		e.Code = "method_not_allowed"
+		e.Message = fmt.Sprintf("%s is not allowed on %s (allowed: %s)", w.method, w.path, w.Header().Get("Allow"))
+	}
+	writeError(w.ResponseWriter, e)
+}
+
+func (w *jsonFallback) Write(b []byte) (int, error) {
+	if !w.done {
+		w.WriteHeader(http.StatusOK)
+	}
+	return len(b), nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	if h.Get("Cache-Control") == "" {
+		h.Set("Cache-Control", "no-store")
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// readBody reads the request body up to the size limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+				Message: fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}
+		}
+		return nil, badRequest("invalid_body", "reading request body: %v", err)
+	}
+	return body, nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "draining", Message: "node is shutting down"})
+		return
+	}
+	if s.ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
+			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
+}
+
+// --- who is calling ---
+
+// principal authenticates r.
+func (s *Server) principal(r *http.Request) (auth.Principal, error) {
+	p, err := s.auth.Request(r)
+	if err != nil {
+		return p, unauthorized(err)
+	}
+	return p, nil
+}
+
+// actor resolves the user a write acts for: backends name any user,
+// clients act only for the user of their token, and in development mode a
+// bare user id is trusted (loudly).
+func (s *Server) actor(r *http.Request, p auth.Principal, claimed string) (string, error) {
+	switch p.Kind {
+	case auth.Backend:
+		if claimed == "" {
+			return "", badRequest("invalid_id", "user_id is required")
+		}
+		return claimed, nil
+	case auth.Client:
+		if claimed != "" && claimed != p.UserID {
+			return "", forbidden("a client token may only act for its own user")
+		}
+		return p.UserID, nil
+	}
+	if claimed == "" {
+		return "", badRequest("invalid_id", "user_id is required")
+	}
+	s.warnDev(r, claimed)
+	return claimed, nil
+}
+
+// viewer resolves who is looking for a read and applies the client poll
+// throttle. An empty result is the anonymous everyone-view.
+func (s *Server) viewer(w http.ResponseWriter, r *http.Request, p auth.Principal, claimed string) (string, error) {
+	switch p.Kind {
+	case auth.Backend:
+		return claimed, nil
+	case auth.Client:
+		if claimed != "" && claimed != p.UserID {
+			return "", forbidden("a client token may only read as its own user")
+		}
+		now := s.clock.Now().UnixMilli()
+		if ok, wait := s.throttle.allow(p.UserID, now); !ok {
+			secs := (wait + 999) / 1000
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+			return "", &Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
+				Message: fmt.Sprintf("clients may read presence over HTTP once per %s; retry in %ds (or subscribe over the WebSocket)", time.Duration(s.throttle.interval)*time.Millisecond, secs)}
+		}
+		return p.UserID, nil
+	}
+	s.warnDev(r, claimed)
+	return claimed, nil
+}
+
+// self checks that p may manage the account of user (settings, contacts).
+func (s *Server) self(r *http.Request, p auth.Principal, user string) error {
+	switch p.Kind {
+	case auth.Backend:
+		return nil
+	case auth.Client:
+		if p.UserID != user {
+			return forbidden("a client token may only manage its own user")
+		}
+		return nil
+	}
+	s.warnDev(r, user)
+	return nil
+}
+
+func (s *Server) backendOnly(r *http.Request, p auth.Principal) error {
+	if p.Kind == auth.Backend {
+		return nil
+	}
+	if p.Kind == auth.Anonymous {
+		s.warnDev(r, "")
+		return nil
+	}
+	return forbidden("this endpoint needs the API key")
+}
+
+func (s *Server) warnDev(r *http.Request, user string) {
+	s.log.Warn("INSECURE development mode: accepted a request without credentials",
+		"method", r.Method, "path", r.URL.Path, "user_id", user)
+}
+
+// device resolves the device of a client request.
+func device(p auth.Principal, claimed string) (string, error) {
+	if p.Kind == auth.Client && p.Device != "" {
+		if claimed != "" && claimed != p.Device {
+			return "", forbidden("the token is bound to another device")
+		}
+		return p.Device, nil
+	}
+	if claimed == "" {
+		return "", badRequest("invalid_id", "device_id is required")
+	}
+	return claimed, nil
+}

@@ -1,0 +1,102 @@
+// Package metrics exposes presenced's counters to Prometheus. Hot-path
+// counters live in the components as plain atomics; this package reads them
+// at scrape time, so a heartbeat never touches a Prometheus metric.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// Registry holds every metric of one node. It is safe for concurrent use.
+type Registry struct {
+	reg      *prometheus.Registry
+	latency  *prometheus.HistogramVec
+	requests *prometheus.CounterVec
+}
+
+// Sources are the components whose counters are read at scrape time.
+type Sources struct {
+	Tracker func() tracker.Stats
+	Users   func() int // users held in memory, nil if unknown
+}
+
+// New returns a Registry with the Go runtime, process and presence metrics.
+func New(src Sources) *Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r := &Registry{
+		reg: reg,
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "presenced_http_request_duration_seconds",
+			Help:    "Latency of HTTP API requests by route.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_http_requests_total",
+			Help: "HTTP API requests by route and status code.",
+		}, []string{"route", "code"}),
+	}
+	reg.MustRegister(r.latency, r.requests)
+	if src.Tracker != nil {
+		reg.MustRegister(&trackerCollector{src: src})
+	}
+	return r
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (r *Registry) Handler() http.Handler {
+	return promhttpHandler(r.reg)
+}
+
+// Observe records one HTTP request.
+func (r *Registry) Observe(route string, code int, d time.Duration) {
+	r.latency.WithLabelValues(route).Observe(d.Seconds())
+	r.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+}
+
+var (
+	descHeartbeats  = prometheus.NewDesc("presenced_heartbeats_total", "Heartbeats applied.", nil, nil)
+	descTransitions = prometheus.NewDesc("presenced_transitions_total", "Changes of public status, by previous and new status.", []string{"from", "to"}, nil)
+	descTextChanges = prometheus.NewDesc("presenced_status_text_changes_total", "Changes of status text without a change of status.", nil, nil)
+	descOnline      = prometheus.NewDesc("presenced_online_users", "Users whose public status is not offline.", nil, nil)
+	descUsers       = prometheus.NewDesc("presenced_users_in_memory", "Users held in the hot state.", nil, nil)
+	descFlushed     = prometheus.NewDesc("presenced_last_seen_checkpoints_total", "last_seen values written to the durable store.", nil, nil)
+	descFlushErrors = prometheus.NewDesc("presenced_checkpoint_errors_total", "Failed group commits of last_seen (retried).", nil, nil)
+)
+
+type trackerCollector struct{ src Sources }
+
+func (c *trackerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHeartbeats, descTransitions, descTextChanges, descOnline, descUsers, descFlushed, descFlushErrors} {
+		ch <- d
+	}
+}
+
+func (c *trackerCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.src.Tracker()
+	ch <- prometheus.MustNewConstMetric(descHeartbeats, prometheus.CounterValue, float64(s.Heartbeats))
+	for k, n := range s.Transitions {
+		ch <- prometheus.MustNewConstMetric(descTransitions, prometheus.CounterValue, float64(n), k[0].String(), k[1].String())
+	}
+	// Zero series for the common kinds, so dashboards see them from the start.
+	for _, k := range [][2]presence.Status{{presence.Offline, presence.Online}, {presence.Online, presence.Offline}, {presence.Online, presence.Away}, {presence.Away, presence.Online}} {
+		if _, ok := s.Transitions[k]; !ok {
+			ch <- prometheus.MustNewConstMetric(descTransitions, prometheus.CounterValue, 0, k[0].String(), k[1].String())
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descTextChanges, prometheus.CounterValue, float64(s.TextChanges))
+	ch <- prometheus.MustNewConstMetric(descOnline, prometheus.GaugeValue, float64(s.Online))
+	if c.src.Users != nil {
+		ch <- prometheus.MustNewConstMetric(descUsers, prometheus.GaugeValue, float64(c.src.Users()))
+	}
+	ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.CounterValue, float64(s.Flushed))
+	ch <- prometheus.MustNewConstMetric(descFlushErrors, prometheus.CounterValue, float64(s.FlushErrors))
+}

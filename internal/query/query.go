@@ -1,0 +1,154 @@
+// Package query answers bulk reads of presence: one pass over the state
+// store for all ids, one durable read for the users the store does not
+// hold, one contact look-up for the targets whose settings depend on it,
+// and the privacy filter over every answer.
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+)
+
+// MaxBatch is the most ids one read may ask for.
+const MaxBatch = 1000
+
+// ErrTooMany is returned for a read of more than MaxBatch ids.
+var ErrTooMany = fmt.Errorf("too many ids: at most %d per request", MaxBatch)
+
+// States is the hot state as the reader needs it.
+type States interface {
+	Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error
+}
+
+// Profiles is the durable store of users the hot state does not hold.
+type Profiles interface {
+	LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) error
+}
+
+// Contacts tells which owners list a viewer as a contact.
+type Contacts interface {
+	ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) error
+}
+
+// Config configures a Reader. All but Clock are required.
+type Config struct {
+	States   States
+	Profiles Profiles
+	Contacts Contacts
+	Clock    clock.Clock
+}
+
+// Reader answers reads. It is safe for concurrent use.
+type Reader struct {
+	states   States
+	profiles Profiles
+	contacts Contacts
+	clock    clock.Clock
+	bufs     sync.Pool // *buffers
+}
+
+type buffers struct {
+	snaps  []presence.Snapshot
+	misses []string
+	owners []string
+	index  map[string]int
+}
+
+// New returns a Reader.
+func New(cfg Config) (*Reader, error) {
+	if cfg.States == nil || cfg.Profiles == nil || cfg.Contacts == nil {
+		return nil, errors.New("query: States, Profiles and Contacts are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	return &Reader{states: cfg.States, profiles: cfg.Profiles, contacts: cfg.Contacts, clock: cfg.Clock}, nil
+}
+
+// Read fills out[i] with what viewer may see of ids[i]; len(out) must be
+// len(ids) and ids must be valid and distinct. An empty viewer is anonymous:
+// it sees what each user shows to everyone.
+func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
+	if len(ids) > MaxBatch {
+		return ErrTooMany
+	}
+	if len(out) != len(ids) {
+		return errors.New("query: len(out) != len(ids)")
+	}
+	b, _ := r.bufs.Get().(*buffers)
+	if b == nil {
+		b = &buffers{index: make(map[string]int)}
+	}
+	defer r.release(b)
+
+	snaps := grow(b.snaps, len(ids))
+	b.snaps = snaps
+	if err := r.states.Get(ctx, r.clock.Now().UnixMilli(), ids, snaps); err != nil {
+		return fmt.Errorf("read state: %w", err)
+	}
+
+	// Users the hot state does not hold: one durable read for all of them.
+	b.misses = b.misses[:0]
+	for i := range snaps {
+		if !snaps[i].Known {
+			b.misses = append(b.misses, ids[i])
+			b.index[ids[i]] = i
+		}
+	}
+	if len(b.misses) > 0 {
+		err := r.profiles.LoadProfiles(ctx, b.misses, func(p *presence.Profile) {
+			if i, ok := b.index[p.UserID]; ok {
+				snaps[i] = presence.SnapshotFromProfile(p)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("read profiles: %w", err)
+		}
+	}
+
+	// The contact relation, only where a setting depends on it.
+	var contact map[string]bool
+	if viewer != "" {
+		b.owners = b.owners[:0]
+		for i := range snaps {
+			if ids[i] != viewer && privacy.NeedsContact(&snaps[i].Settings) {
+				b.owners = append(b.owners, ids[i])
+			}
+		}
+		if len(b.owners) > 0 {
+			contact = make(map[string]bool, len(b.owners))
+			err := r.contacts.ListedBy(ctx, viewer, b.owners, func(owner string) { contact[owner] = true })
+			if err != nil {
+				return fmt.Errorf("read contacts: %w", err)
+			}
+		}
+	}
+
+	for i := range snaps {
+		snaps[i].UserID = ids[i]
+		rel := privacy.Relation{Self: viewer != "" && ids[i] == viewer, Contact: contact[ids[i]]}
+		out[i] = privacy.Filter(rel, &snaps[i])
+	}
+	return nil
+}
+
+func (r *Reader) release(b *buffers) {
+	clear(b.snaps)
+	clear(b.index)
+	clear(b.misses)
+	clear(b.owners)
+	r.bufs.Put(b)
+}
+
+func grow(s []presence.Snapshot, n int) []presence.Snapshot {
+	if cap(s) < n {
+		return make([]presence.Snapshot, n)
+	}
+	return s[:n]
+}
