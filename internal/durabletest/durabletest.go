@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"UnknownIDsSkipped", testUnknownIDsSkipped},
 		{"LoadManyIDs", testLoadManyIDs},
 		{"LastSeenNeverBackwards", testLastSeenNeverBackwards},
+		{"ShuffledBatch", testShuffledBatch},
 		{"WritesTouchOnlyTheirColumns", testWritesTouchOnlyTheirColumns},
 		{"BigBatch", testBigBatch},
 		{"CancelledBatchWritesNothing", testCancelledBatchWritesNothing},
@@ -219,6 +220,35 @@ func testLastSeenNeverBackwards(t *testing.T, s Store) {
 				t.Errorf("after %v: got %+v (found %v), want %+v", tc.saves, got, ok, tc.want)
 			}
 		})
+	}
+}
+
+// testShuffledBatch writes a batch naming each of a few users many times,
+// in an order where newer and older checkpoints alternate; the newest must
+// win whatever way the backend splits the batch into statements.
+func testShuffledBatch(t *testing.T, s Store) {
+	const users, each = 10, 300
+	batch := make([]presence.Profile, 0, users*each)
+	for k := range each {
+		// k-th checkpoint of each user, taken in a scrambled order of k.
+		j := int64((k * 7919) % each)
+		for u := range users {
+			batch = append(batch, presence.Profile{UserID: fmt.Sprintf("u%d", u), LastSeen: 1000 + j, PubLastSeen: 500 + j, Version: uint64(10000 + j)})
+		}
+	}
+	if err := s.SaveLastSeen(t.Context(), batch); err != nil {
+		t.Fatalf("SaveLastSeen(%d profiles): %v", len(batch), err)
+	}
+	ids := make([]string, users)
+	for u := range ids {
+		ids[u] = fmt.Sprintf("u%d", u)
+	}
+	got := load(t, s, ids...)
+	for _, id := range ids {
+		want := presence.Profile{UserID: id, LastSeen: 1000 + each - 1, PubLastSeen: 500 + each - 1, Version: 10000 + each - 1}
+		if g := got[id]; g != want {
+			t.Errorf("%s\n got %+v\nwant %+v", id, g, want)
+		}
 	}
 }
 

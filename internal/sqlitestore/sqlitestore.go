@@ -221,8 +221,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-const selectProfiles = `SELECT user_id, manual, status_text, last_seen, pub_last_seen, version,
-	status_visibility, last_seen_visibility FROM users WHERE user_id IN `
+// loadProfilesQuery selects the records of n users by primary key.
+func loadProfilesQuery(n int) string {
+	return `SELECT user_id, manual, status_text, last_seen, pub_last_seen, version,
+		status_visibility, last_seen_visibility FROM users WHERE user_id IN ` + placeholders(n)
+}
+
+const contactsQuery = `SELECT contact_id FROM contacts WHERE user_id = ? ORDER BY contact_id`
 
 // LoadProfiles calls fn once for each distinct id of ids that has a durable
 // record, in no particular order; unknown ids are skipped. It runs one
@@ -241,7 +246,7 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 }
 
 func (s *Store) loadProfiles(ctx context.Context, ids []string, p *presence.Profile, fn func(*presence.Profile)) error {
-	rows, err := s.r.QueryContext(ctx, selectProfiles+placeholders(len(ids)), stringArgs(nil, ids)...)
+	rows, err := s.r.QueryContext(ctx, loadProfilesQuery(len(ids)), stringArgs(nil, ids)...)
 	if err != nil {
 		return err
 	}
@@ -290,18 +295,39 @@ func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Setti
 	return nil
 }
 
-// upsertLastSeen writes last_seen, pub_last_seen and version, each only
-// forwards, so a replayed or reordered batch changes nothing it should not.
-// A new record gets the defaults for everything else; an unchanged one is
-// not rewritten.
-const upsertLastSeen = `INSERT INTO users (user_id, last_seen, pub_last_seen, version) VALUES (?, ?, ?, ?)
-	ON CONFLICT (user_id) DO UPDATE SET
+// lastSeenRows is how many profiles one statement of SaveLastSeen writes:
+// 4 variables each, within maxVars. Fewer, bigger statements cut the
+// per-statement overhead of database/sql and the driver.
+const lastSeenRows = maxVars / 4
+
+// upsertLastSeen returns the statement that writes n profiles' last_seen,
+// pub_last_seen and version, each only forwards, so a replayed or reordered
+// batch changes nothing it should not. A new record gets the defaults for
+// everything else; an unchanged one is not rewritten. A user named twice in
+// one statement is upserted twice, in order, which MAX makes harmless.
+func upsertLastSeen(n int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO users (user_id, last_seen, pub_last_seen, version) VALUES ")
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?,?)")
+	}
+	b.WriteString(` ON CONFLICT (user_id) DO UPDATE SET
 		last_seen     = MAX(last_seen, excluded.last_seen),
 		pub_last_seen = MAX(pub_last_seen, excluded.pub_last_seen),
 		version       = MAX(version, excluded.version)
 	WHERE excluded.last_seen > last_seen
 		OR excluded.pub_last_seen > pub_last_seen
-		OR excluded.version > version`
+		OR excluded.version > version`)
+	return b.String()
+}
+
+var (
+	upsertLastSeenFull = upsertLastSeen(lastSeenRows)
+	upsertLastSeenOne  = upsertLastSeen(1)
+)
 
 // SaveLastSeen writes the LastSeen, PubLastSeen and Version of every profile
 // of batch in one transaction (group commit); the other fields are ignored.
@@ -312,13 +338,36 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 		return nil
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, upsertLastSeen)
+		args := make([]any, 0, 4*min(len(batch), lastSeenRows))
+		rest := batch
+		if len(rest) >= lastSeenRows {
+			stmt, err := tx.PrepareContext(ctx, upsertLastSeenFull)
+			if err != nil {
+				return err
+			}
+			defer stmt.Close()
+			for len(rest) >= lastSeenRows {
+				args = args[:0]
+				for i := range lastSeenRows {
+					p := &rest[i]
+					args = append(args, p.UserID, p.LastSeen, p.PubLastSeen, int64(p.Version))
+				}
+				if _, err := stmt.ExecContext(ctx, args...); err != nil {
+					return err
+				}
+				rest = rest[lastSeenRows:]
+			}
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		stmt, err := tx.PrepareContext(ctx, upsertLastSeenOne)
 		if err != nil {
 			return err
 		}
 		defer stmt.Close()
-		for i := range batch {
-			p := &batch[i]
+		for i := range rest {
+			p := &rest[i]
 			if _, err := stmt.ExecContext(ctx, p.UserID, p.LastSeen, p.PubLastSeen, int64(p.Version)); err != nil {
 				return err
 			}
@@ -383,7 +432,7 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 // list of a user without one is empty, not an error. It is safe for
 // concurrent use.
 func (s *Store) Contacts(ctx context.Context, user string) ([]string, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT contact_id FROM contacts WHERE user_id = ? ORDER BY contact_id`, user)
+	rows, err := s.r.QueryContext(ctx, contactsQuery, user)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: contacts of %q: %w", user, err)
 	}
@@ -420,10 +469,14 @@ func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn
 	return nil
 }
 
+// listedByQuery selects which of n owners list a contact; the
+// (contact_id, user_id) index serves it.
+func listedByQuery(n int) string {
+	return `SELECT user_id FROM contacts WHERE contact_id = ? AND user_id IN ` + placeholders(n)
+}
+
 func (s *Store) listedBy(ctx context.Context, n int, args []any, fn func(string)) error {
-	// Served by the (contact_id, user_id) index.
-	rows, err := s.r.QueryContext(ctx,
-		`SELECT user_id FROM contacts WHERE contact_id = ? AND user_id IN `+placeholders(n), args...)
+	rows, err := s.r.QueryContext(ctx, listedByQuery(n), args...)
 	if err != nil {
 		return err
 	}

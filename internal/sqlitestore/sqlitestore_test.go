@@ -153,6 +153,39 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+// TestQueryPlans checks that every read is an index search, never a scan.
+func TestQueryPlans(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "presenced.db"))
+	tests := []struct {
+		name, query string
+		args        []any
+		want        string
+	}{
+		{"LoadProfiles", loadProfilesQuery(3), []any{"a", "b", "c"}, "SEARCH users USING PRIMARY KEY"},
+		{"ListedBy", listedByQuery(3), []any{"v", "a", "b", "c"}, "SEARCH contacts USING COVERING INDEX contacts_by_contact (contact_id=? AND user_id=?)"},
+		{"Contacts", contactsQuery, []any{"a"}, "SEARCH contacts USING PRIMARY KEY (user_id=?)"},
+	}
+	for _, tc := range tests {
+		rows, err := s.r.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, tc.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if len(plan) != 1 || !strings.HasPrefix(plan[0], tc.want) {
+			t.Errorf("%s: query plan %q, want one step %q", tc.name, plan, tc.want)
+		}
+	}
+}
+
 func pragma(t *testing.T, db *sql.DB, name string) string {
 	t.Helper()
 	var v string
