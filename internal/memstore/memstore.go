@@ -38,7 +38,10 @@ type Store struct {
 }
 
 type entry struct {
-	u       presence.User
+	u presence.User
+	// dev backs u.Devices for the common single-device user, so a
+	// heartbeat finds its device in the same cache lines as the user.
+	dev     [1]presence.Device
 	sched   int64 // at of the heap item that is authoritative, 0 = none
 	evictAt int64 // when a user with no device may be dropped, 0 = not set
 	dirty   bool  // in the shard's dirty list
@@ -163,6 +166,7 @@ func (s *Store) Load(_ context.Context, now int64, p *presence.Profile) error {
 		return nil
 	}
 	e := &entry{u: *presence.NewUser(*p)}
+	e.u.Devices = e.dev[:0]
 	sh.users[p.UserID] = e
 	s.scheduleLocked(sh, e, now)
 	return nil

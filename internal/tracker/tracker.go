@@ -115,7 +115,7 @@ func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active boo
 	if err != nil {
 		return ch, fmt.Errorf("heartbeat: %w", err)
 	}
-	t.emit(&ch)
+	t.emit(ch)
 	return ch, nil
 }
 
@@ -140,7 +140,7 @@ func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual,
 		if err != nil {
 			return ch, fmt.Errorf("set status: %w", err)
 		}
-		t.emit(&ch)
+		t.emit(ch)
 		return ch, nil
 	}
 }
@@ -151,7 +151,7 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 	if err != nil {
 		return ch, fmt.Errorf("bye: %w", err)
 	}
-	t.emit(&ch)
+	t.emit(ch)
 	return ch, nil
 }
 
@@ -218,11 +218,16 @@ func (t *Tracker) load(ctx context.Context, user string) error {
 	return t.store.Load(ctx, t.Now(), &p)
 }
 
-func (t *Tracker) emit(ch *presence.Change) {
-	if !ch.Changed {
-		return
+// emit counts and publishes a change. It takes the change by value so that
+// the common no-change heartbeat keeps its Change on the stack.
+func (t *Tracker) emit(ch presence.Change) {
+	if ch.Changed {
+		t.publish(ch.Event)
 	}
-	ev := &ch.Event
+}
+
+func (t *Tracker) publish(e presence.Event) {
+	ev := &e
 	if ev.Prev != ev.Status {
 		t.transitions[ev.Prev][ev.Status].Add(1)
 		switch {
@@ -248,7 +253,7 @@ func (t *Tracker) Sweep(ctx context.Context) (int, error) {
 	for {
 		out, err := t.store.Expire(ctx, t.Now(), t.sweepBatch, t.sweepBuf[:0])
 		for i := range out {
-			t.emit(&out[i])
+			t.emit(out[i])
 		}
 		total += len(out)
 		clear(out)

@@ -1,0 +1,48 @@
+package query_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/benchfix"
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/query"
+)
+
+// BenchmarkRead1000 reads 1,000 random users out of 1,000,000 tracked ones,
+// privacy filter included. Goal: ≤ 250 µs.
+func BenchmarkRead1000(b *testing.B) {
+	now := time.Now()
+	store := benchfix.Population(1<<20, now)
+	r, err := query.New(query.Config{States: store, Profiles: benchfix.Nop{}, Contacts: benchfix.Nop{}, Clock: clock.NewFake(now)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	batches := make([][]string, 64)
+	for i := range batches {
+		batches[i] = benchfix.Sample(rng, 1<<20, 1000)
+	}
+	for _, viewer := range []string{"", "100000007"} {
+		name := "anonymous"
+		if viewer != "" {
+			name = "viewer"
+		}
+		b.Run(name, func(b *testing.B) {
+			out := make([]privacy.View, 1000)
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := r.Read(ctx, viewer, batches[i%len(batches)], out); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/read")
+		})
+	}
+}
