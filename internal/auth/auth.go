@@ -87,8 +87,9 @@ func (a *Authenticator) Request(r *http.Request) (Principal, error) {
 	if h == "" {
 		return a.Credential("")
 	}
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
+	// The scheme name is case-insensitive (RFC 7235 §2.1).
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return Principal{}, fmt.Errorf("%w: Authorization must be \"Bearer <api key or token>\"", ErrInvalid)
 	}
 	return a.Credential(strings.TrimSpace(tok))

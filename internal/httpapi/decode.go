@@ -53,6 +53,11 @@ type contactsReq struct {
 // decodeJSON decodes exactly one JSON object into v, refusing unknown
 // fields and trailing data.
 func decodeJSON(body []byte, v any) error {
+	// encoding/json decodes null into a struct as a no-op; only an object
+	// is a request.
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] != '{' {
+		return badRequest("invalid_json", "request body is not a JSON object")
+	}
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
