@@ -22,6 +22,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/presence"
 )
 
 func main() {
@@ -82,6 +83,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})
 	if envErr != nil {
 		return envErr
+	}
+
+	if *printToken != "" {
+		if err := presence.ValidateID(*printToken); err != nil {
+			return fmt.Errorf("-print-token %q: %v", *printToken, err)
+		}
 	}
 
 	var level slog.Level

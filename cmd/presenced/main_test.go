@@ -1,0 +1,800 @@
+package main
+
+// Process-level tests of the presenced binary: it is built once, started on
+// a free loopback port against a temporary data directory, and driven over
+// HTTP and with signals. The quick flag and environment cases call run
+// in-process instead.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	apiKey      = "k"
+	waitTimeout = 15 * time.Second // generous: -race and loaded CI machines
+)
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binary builds the presenced binary once per test run and returns its path.
+func binary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "presenced-test-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "presenced")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and many readers.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// cleanEnv is the test's environment without any PRESENCE_ variable, so
+// that the developer's shell cannot change what the tests see.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envPrefix) {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// baseArgs are the flags of a test server on data directory dir.
+func baseArgs(dir string, more ...string) []string {
+	return append([]string{"-addr", "127.0.0.1:0", "-data", dir}, more...)
+}
+
+// --- a server under test, in a process or in-process ---
+
+type server struct {
+	t    *testing.T
+	base string // http://127.0.0.1:port
+	logs *syncBuffer
+}
+
+var listeningRE = regexp.MustCompile(`msg="presenced listening" addr=(\S+)`)
+
+// awaitReady waits for the listening line in logs, then for /readyz to
+// answer 200. exited is closed when the server stopped on its own.
+func awaitReady(t *testing.T, logs *syncBuffer, exited <-chan struct{}) *server {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	var addr string
+	for addr == "" {
+		if m := listeningRE.FindStringSubmatch(logs.String()); m != nil {
+			addr = m[1]
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("presenced exited before listening; logs:\n%s", logs)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("presenced did not log its address within %s; logs:\n%s", waitTimeout, logs)
+		}
+	}
+	s := &server{t: t, base: "http://" + addr, logs: logs}
+	for {
+		resp, err := http.Get(s.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("presenced exited before ready; logs:\n%s", logs)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("presenced not ready within %s (last error %v); logs:\n%s", waitTimeout, err, logs)
+		}
+	}
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+// do sends a request with the bearer credential cred (none if empty) and a
+// JSON body (none if nil), and returns the status code and the body.
+func (s *server) do(method, path, cred string, body any) (int, []byte) {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.base+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatalf("%s %s: reading body: %v", method, path, err)
+	}
+	return resp.StatusCode, b
+}
+
+// call is do that insists on 200 and decodes a JSON object.
+func (s *server) call(method, path, cred string, body any) map[string]any {
+	s.t.Helper()
+	code, b := s.do(method, path, cred, body)
+	if code != http.StatusOK {
+		s.t.Fatalf("%s %s: got %d %s, want 200", method, path, code, b)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		s.t.Fatalf("%s %s: %v in %s", method, path, err, b)
+	}
+	return m
+}
+
+func (s *server) heartbeat(cred, user, device string) map[string]any {
+	s.t.Helper()
+	body := map[string]any{"device_id": device}
+	if user != "" {
+		body["user_id"] = user
+	}
+	return s.call("POST", "/v1/heartbeat", cred, body)
+}
+
+// checkpoints reads presenced_last_seen_checkpoints_total from /metrics.
+func (s *server) checkpoints() float64 {
+	s.t.Helper()
+	code, b := s.do("GET", "/metrics", "", nil)
+	if code != http.StatusOK {
+		s.t.Fatalf("GET /metrics: %d %s", code, b)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "presenced_last_seen_checkpoints_total "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				s.t.Fatalf("metric line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	s.t.Fatalf("no presenced_last_seen_checkpoints_total in /metrics:\n%s", b)
+	return 0
+}
+
+// awaitLog waits until the logs contain every one of subs on one line.
+func (s *server) awaitLog(subs ...string) string {
+	s.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		for _, line := range strings.Split(s.logs.String(), "\n") {
+			if containsAll(line, subs...) {
+				return line
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no log line with %q within %s; logs:\n%s", subs, waitTimeout, s.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// --- the binary as a process ---
+
+type proc struct {
+	*server
+	cmd    *exec.Cmd
+	stdout *syncBuffer
+	exited chan struct{} // closed when Wait returned
+}
+
+// start runs the binary with env (added to a clean environment) and args
+// and waits until it is ready. It is killed when the test ends.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := startNoWait(t, env, args...)
+	p.server = awaitReady(t, p.cmd.Stderr.(*syncBuffer), p.exited)
+	return p
+}
+
+func startNoWait(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = cleanEnv(env...)
+	p := &proc{cmd: cmd, stdout: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout = p.stdout
+	cmd.Stderr = &syncBuffer{}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+			return
+		default:
+		}
+		cmd.Process.Kill()
+		<-p.exited
+	})
+	return p
+}
+
+func (p *proc) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// wait waits for the process to exit and returns its exit code (-1 when a
+// signal ended it).
+func (p *proc) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(waitTimeout):
+		t.Fatalf("presenced did not exit within %s; logs:\n%s", waitTimeout, p.cmd.Stderr)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// stopWith sends sig and insists on a clean exit (code 0, the shutdown
+// logged to the end).
+func (p *proc) stopWith(t *testing.T, sig os.Signal) {
+	t.Helper()
+	p.signal(t, sig)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("after %v: exit code %d, want 0; logs:\n%s", sig, code, p.logs)
+	}
+	logs := p.logs.String()
+	if !strings.Contains(logs, `msg="presenced stopped"`) {
+		t.Errorf("after %v: no \"presenced stopped\" in the logs:\n%s", sig, logs)
+	}
+	if strings.Contains(logs, "level=ERROR") {
+		t.Errorf("after %v: errors logged:\n%s", sig, logs)
+	}
+}
+
+// runBinary runs the binary to completion and returns its exit code,
+// stdout and stderr.
+func runBinary(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd.Env = cleanEnv(env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("presenced %q: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("presenced %q did not exit within %s; stderr:\n%s", args, waitTimeout, stderr.String())
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// --- run in-process ---
+
+// startInProcess calls run with args and the environment env (nothing else)
+// and waits until it is ready. It is stopped, and must return nil, when the
+// test ends.
+func startInProcess(t *testing.T, env map[string]string, args ...string) *server {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		errc <- run(ctx, args, func(k string) string { return env[k] }, io.Discard, logs)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("run returned %v after cancel; logs:\n%s", err, logs)
+			}
+		case <-time.After(waitTimeout):
+			t.Errorf("run did not return within %s of cancel", waitTimeout)
+		}
+	})
+	return awaitReady(t, logs, exited)
+}
+
+// runQuick calls run for a case that must end by itself, and returns its
+// error, stdout and stderr.
+func runQuick(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var out, errOut syncBuffer
+	err = run(ctx, args, func(k string) string { return env[k] }, &out, &errOut)
+	if ctx.Err() != nil {
+		t.Fatalf("run %q did not return by itself", args)
+	}
+	return out.String(), errOut.String(), err
+}
+
+// --- tests ---
+
+// SIGTERM stops the node gracefully: the last checkpoint is written, so a
+// heartbeat sent just before is durable although no periodic checkpoint
+// has run yet.
+func TestSIGTERMFlushesLastSeen(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := baseArgs(dir, "-api-key", apiKey, "-heartbeat-ttl", "2s")
+	p := start(t, nil, args...)
+
+	// Beat until no periodic checkpoint (every 1s) came between the beat
+	// and the signal, so that only the shutdown can have saved it.
+	var lastSeen any
+	for try := 0; ; try++ {
+		before := p.checkpoints()
+		hb := p.heartbeat(apiKey, "u1", "d1")
+		if hb["status"] != "online" {
+			t.Fatalf("heartbeat: status %v, want online: %v", hb["status"], hb)
+		}
+		lastSeen = hb["last_seen"]
+		if p.checkpoints() == before {
+			break
+		}
+		if try == 5 {
+			t.Log("a periodic checkpoint always came first; the test proves less")
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // a new millisecond, a new last_seen
+	}
+	if _, ok := lastSeen.(string); !ok {
+		t.Fatalf("heartbeat: last_seen %v, want a time", lastSeen)
+	}
+	p.stopWith(t, syscall.SIGTERM)
+
+	p = start(t, nil, args...)
+	got := p.call("GET", "/v1/presence/u1", apiKey, nil)
+	if got["last_seen"] != lastSeen || got["status"] != "offline" {
+		t.Errorf("after restart: status %v last_seen %v, want offline %v", got["status"], got["last_seen"], lastSeen)
+	}
+}
+
+// kill -9 loses at most what came after the last periodic checkpoint; a
+// manual status is durable before it is acknowledged.
+func TestSIGKILLKeepsCheckpointsAndStatus(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := baseArgs(dir, "-api-key", apiKey, "-heartbeat-ttl", "2s")
+	p := start(t, nil, args...)
+
+	hb := p.heartbeat(apiKey, "u1", "d1")
+	lastSeen, _ := hb["last_seen"].(string)
+	if lastSeen == "" {
+		t.Fatalf("heartbeat: no last_seen: %v", hb)
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for p.checkpoints() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint within %s", waitTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.signal(t, syscall.SIGKILL)
+	if code := p.wait(t); code == 0 {
+		t.Fatalf("exit code 0 after SIGKILL")
+	}
+
+	p = start(t, nil, args...)
+	got := p.call("GET", "/v1/presence/u1", apiKey, nil)
+	if got["last_seen"] != lastSeen || got["status"] != "offline" {
+		t.Errorf("after kill -9: status %v last_seen %v, want offline %v", got["status"], got["last_seen"], lastSeen)
+	}
+
+	// A synchronous durable write, then kill -9 at once.
+	st := p.call("POST", "/v1/status", apiKey, map[string]any{"user_id": "u1", "status": "invisible", "text": "gone fishing"})
+	if st["user_id"] != "u1" {
+		t.Fatalf("status: %v", st)
+	}
+	p.signal(t, syscall.SIGKILL)
+	p.wait(t)
+
+	p = start(t, nil, args...)
+	dbg := p.call("GET", "/v1/debug/users/u1", apiKey, nil)
+	if dbg["manual_status"] != "invisible" || dbg["status_text"] != "gone fishing" {
+		t.Errorf("after kill -9: manual_status %v status_text %v, want invisible %q", dbg["manual_status"], dbg["status_text"], "gone fishing")
+	}
+	if dbg["last_seen"] != lastSeen {
+		t.Errorf("after kill -9: debug last_seen %v, want %v (the status must not clobber it)", dbg["last_seen"], lastSeen)
+	}
+	// Everyone else sees the invisible user as offline, last seen frozen.
+	pub := p.call("GET", "/v1/presence/u1", apiKey, nil)
+	if pub["status"] != "offline" || pub["devices"] != 0.0 || pub["last_seen"] != lastSeen {
+		t.Errorf("invisible user reads as %v, want offline, 0 devices, last_seen %v", pub, lastSeen)
+	}
+}
+
+func TestSIGINTExitsCleanly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := baseArgs(dir, "-api-key", apiKey)
+	p := start(t, nil, args...)
+	hb := p.heartbeat(apiKey, "u1", "d1")
+	p.stopWith(t, syscall.SIGINT)
+
+	// The final checkpoint ran on SIGINT too.
+	p = start(t, nil, args...)
+	if got := p.call("GET", "/v1/presence/u1", apiKey, nil); got["last_seen"] != hb["last_seen"] {
+		t.Errorf("after SIGINT: last_seen %v, want %v", got["last_seen"], hb["last_seen"])
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	t.Parallel()
+	env := []string{envName("api-key") + "=envkey", envName("heartbeat-ttl") + "=7s"}
+
+	t.Run("binary", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		p := start(t, env, baseArgs(dir)...)
+		if hb := p.heartbeat("envkey", "u1", "d1"); hb["ttl_ms"] != 7000.0 {
+			t.Errorf("ttl_ms %v, want 7000 from %s", hb["ttl_ms"], env[1])
+		}
+		if code, b := p.do("POST", "/v1/heartbeat", apiKey, map[string]any{"user_id": "u1", "device_id": "d1"}); code != http.StatusUnauthorized {
+			t.Errorf("another key: %d %s, want 401", code, b)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "api-key")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("api-key file with the key from the environment: stat err %v, want not exist", err)
+		}
+	})
+
+	t.Run("flags win", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		p := start(t, env, baseArgs(dir, "-api-key", "flagkey", "-heartbeat-ttl", "3s")...)
+		if hb := p.heartbeat("flagkey", "u1", "d1"); hb["ttl_ms"] != 3000.0 {
+			t.Errorf("ttl_ms %v, want 3000 from the flag", hb["ttl_ms"])
+		}
+		if code, b := p.do("POST", "/v1/heartbeat", "envkey", map[string]any{"user_id": "u1", "device_id": "d1"}); code != http.StatusUnauthorized {
+			t.Errorf("key from the environment beside a flag: %d %s, want 401", code, b)
+		}
+	})
+
+	t.Run("in-process", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		env := map[string]string{
+			envName("api-key"):       "envkey",
+			envName("heartbeat-ttl"): "7s",
+			envName("idle-after"):    "1m",
+			envName("addr"):          "127.0.0.1:1", // the flag wins
+			envName("data"):          dir,
+		}
+		s := startInProcess(t, env, "-addr", "127.0.0.1:0", "-heartbeat-ttl", "4s")
+		if hb := s.heartbeat("envkey", "u1", "d1"); hb["ttl_ms"] != 4000.0 {
+			t.Errorf("ttl_ms %v, want 4000 from the flag", hb["ttl_ms"])
+		}
+		dbg := s.call("GET", "/v1/debug/users/u1", "envkey", nil)
+		rules, _ := dbg["rules"].(map[string]any)
+		if rules["idle_after_ms"] != 60000.0 {
+			t.Errorf("idle_after_ms %v, want 60000 from %s", rules["idle_after_ms"], envName("idle-after"))
+		}
+		if _, err := os.Stat(filepath.Join(dir, "presenced.db")); err != nil {
+			t.Errorf("%s ignored: %v", envName("data"), err)
+		}
+	})
+}
+
+func TestGeneratedSecrets(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := baseArgs(dir)
+	p := start(t, nil, args...)
+
+	keyFile := filepath.Join(dir, "api-key")
+	readSecret := func(path string) string {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatalf("generated secret: %v", err)
+		}
+		if mode := fi.Mode().Perm(); mode != 0o600 {
+			t.Errorf("%s has mode %o, want 600", path, mode)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.TrimSpace(string(b))
+		if len(s) < 32 {
+			t.Fatalf("%s holds %q: too short for a secret", path, s)
+		}
+		return s
+	}
+	key := readSecret(keyFile)
+	jwtSecret := readSecret(filepath.Join(dir, "jwt-secret"))
+	if key == jwtSecret {
+		t.Errorf("api key and JWT secret are the same")
+	}
+	p.heartbeat(key, "u1", "d1")
+	if code, b := p.do("POST", "/v1/heartbeat", "wrong", map[string]any{"user_id": "u1", "device_id": "d1"}); code != http.StatusUnauthorized {
+		t.Errorf("wrong key: %d %s, want 401", code, b)
+	}
+
+	// -print-token signs with the secret in the data directory; the
+	// running server accepts it as that user.
+	code, out, errOut := runBinary(t, nil, "-data", dir, "-print-token", "alice")
+	if code != 0 {
+		t.Fatalf("-print-token: exit %d: %s", code, errOut)
+	}
+	token := strings.TrimSpace(out)
+	if strings.Count(token, ".") != 2 {
+		t.Fatalf("-print-token printed %q, want a JWT", out)
+	}
+	hb := p.heartbeat(token, "", "phone")
+	if hb["user_id"] != "alice" || hb["status"] != "online" {
+		t.Errorf("heartbeat with the printed token: %v, want alice online", hb)
+	}
+	if code, b := p.do("POST", "/v1/heartbeat", token, map[string]any{"user_id": "bob", "device_id": "phone"}); code != http.StatusForbidden {
+		t.Errorf("alice's token acting for bob: %d %s, want 403", code, b)
+	}
+	p.stopWith(t, syscall.SIGTERM)
+
+	// A restart reuses both secrets.
+	p = start(t, nil, args...)
+	if got := readSecret(keyFile); got != key {
+		t.Errorf("restart changed the api key: %q, was %q", got, key)
+	}
+	p.heartbeat(key, "u1", "d1")
+	if hb := p.heartbeat(token, "", "phone"); hb["user_id"] != "alice" {
+		t.Errorf("token after restart: %v", hb)
+	}
+	if strings.Contains(p.logs.String(), "generated a new secret") {
+		t.Errorf("restart generated a new secret:\n%s", p.logs)
+	}
+}
+
+func TestDevMode(t *testing.T) {
+	t.Parallel()
+	body := map[string]any{"user_id": "bob", "device_id": "d1"}
+
+	t.Run("dev", func(t *testing.T) {
+		t.Parallel()
+		p := start(t, nil, baseArgs(t.TempDir(), "-dev")...)
+		startup := p.logs.String()
+		if i := strings.Index(startup, "presenced listening"); !strings.Contains(startup[:i], "INSECURE") || !strings.Contains(startup[:i], "level=WARN") {
+			t.Errorf("no INSECURE warning at start:\n%s", startup)
+		}
+		hb := p.call("POST", "/v1/heartbeat", "", body)
+		if hb["user_id"] != "bob" {
+			t.Errorf("heartbeat without credentials: %v", hb)
+		}
+		p.awaitLog("level=WARN", "INSECURE", "/v1/heartbeat", "user_id=bob")
+	})
+
+	t.Run("dev from the environment", func(t *testing.T) {
+		t.Parallel()
+		s := startInProcess(t, map[string]string{envName("dev"): "true", envName("data"): t.TempDir()}, "-addr", "127.0.0.1:0")
+		s.awaitLog("level=WARN", "INSECURE DEVELOPMENT MODE")
+		if code, b := s.do("POST", "/v1/heartbeat", "", body); code != http.StatusOK {
+			t.Errorf("heartbeat without credentials: %d %s", code, b)
+		}
+		s.awaitLog("level=WARN", "INSECURE", "/v1/heartbeat", "user_id=bob")
+	})
+
+	t.Run("not dev", func(t *testing.T) {
+		t.Parallel()
+		p := start(t, nil, baseArgs(t.TempDir(), "-api-key", apiKey)...)
+		for _, path := range []string{"/v1/heartbeat", "/v1/status"} {
+			if code, b := p.do("POST", path, "", body); code != http.StatusUnauthorized {
+				t.Errorf("POST %s without credentials: %d %s, want 401", path, code, b)
+			}
+		}
+		if code, b := p.do("GET", "/v1/presence/bob", "", nil); code != http.StatusUnauthorized {
+			t.Errorf("GET without credentials: %d %s, want 401", code, b)
+		}
+		if strings.Contains(p.logs.String(), "INSECURE") {
+			t.Errorf("INSECURE logged without -dev:\n%s", p.logs)
+		}
+	})
+}
+
+func TestBadFlagsBinary(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"short ttl", []string{"-heartbeat-ttl", "10ms"}, "heartbeat ttl 10ms is too short"},
+		{"unknown flag", []string{"-bogus"}, "flag provided but not defined: -bogus"},
+		{"bad duration", []string{"-idle-after", "soon"}, `invalid value "soon" for flag -idle-after`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append(baseArgs(t.TempDir(), "-api-key", apiKey), tc.args...)
+			code, _, stderr := runBinary(t, nil, args...)
+			if code == 0 {
+				t.Errorf("exit code 0, want non-zero; stderr:\n%s", stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, stderr)
+			}
+			if strings.Contains(stderr, "presenced listening") {
+				t.Errorf("it started listening:\n%s", stderr)
+			}
+		})
+	}
+}
+
+// A listen address in use is an error, not a hang.
+func TestAddressInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	code, _, stderr := runBinary(t, nil, "-addr", ln.Addr().String(), "-data", t.TempDir(), "-api-key", apiKey)
+	if code == 0 || !strings.Contains(stderr, "presenced: listen:") {
+		t.Errorf("exit code %d, want non-zero with \"presenced: listen:\"; stderr:\n%s", code, stderr)
+	}
+}
+
+// The quick configuration errors, in-process.
+func TestRunConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		env       map[string]string
+		args      []string
+		want      string
+		untouched bool // the data directory stays empty
+	}{
+		// The durations are checked by app.New, after the secrets exist.
+		{"short ttl", nil, []string{"-heartbeat-ttl", "10ms"}, "heartbeat ttl 10ms is too short", false},
+		{"short ttl from env", map[string]string{envName("heartbeat-ttl"): "10ms"}, nil, "heartbeat ttl 10ms is too short", false},
+		{"short idle-after", nil, []string{"-idle-after", "1ms"}, "idle-after 1ms is too short", false},
+		{"bad env value", map[string]string{envName("heartbeat-ttl"): "soon"}, nil, envName("heartbeat-ttl"), true},
+		{"bad env bool", map[string]string{envName("dev"): "maybe"}, nil, envName("dev"), true},
+		{"unknown flag", nil, []string{"-bogus"}, "flag provided but not defined: -bogus", true},
+		{"positional argument", nil, []string{"serve"}, `unexpected arguments ["serve"]`, true},
+		{"bad log level", nil, []string{"-log-level", "loud"}, "-log-level", true},
+		{"bad print-token id", nil, []string{"-print-token", strings.Repeat("a", 65)}, "-print-token", true},
+		{"print-token id with a comma", nil, []string{"-print-token", "a,b"}, "-print-token", true},
+		{"data is a file", nil, []string{"-data", "/dev/null"}, "data directory", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := append(baseArgs(dir, "-api-key", apiKey), tc.args...)
+			stdout, stderr, err := runQuick(t, tc.env, args...)
+			if err == nil {
+				t.Fatalf("run returned nil, want an error with %q; stdout %q stderr:\n%s", tc.want, stdout, stderr)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q lacks %q", err, tc.want)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			if tc.untouched {
+				if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+					t.Errorf("the data directory was written: %v", ents)
+				}
+			}
+		})
+	}
+}
+
+func TestRunHelp(t *testing.T) {
+	t.Parallel()
+	_, stderr, err := runQuick(t, nil, "-h")
+	if err != nil {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, want := range []string{"Usage: presenced", "-heartbeat-ttl", envName("heartbeat-ttl"), "INSECURE"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("-h output lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
+func TestRunPrintToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stdout, _, err := runQuick(t, nil, "-data", dir, "-jwt-secret", "s3cret", "-print-token", "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(stdout)
+	s := startInProcess(t, nil, baseArgs(dir, "-jwt-secret", "s3cret")...)
+	if hb := s.heartbeat(token, "", "d1"); hb["user_id"] != "carol" {
+		t.Errorf("heartbeat with the printed token: %v", hb)
+	}
+	if code, b := s.do("POST", "/v1/heartbeat", token+"x", map[string]any{"device_id": "d1"}); code != http.StatusUnauthorized {
+		t.Errorf("tampered token: %d %s, want 401", code, b)
+	}
+}
