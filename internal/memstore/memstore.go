@@ -35,6 +35,7 @@ type Store struct {
 	seed       maphash.Seed
 	mask       uint64
 	shards     []shard
+	scratch    sync.Pool // *getScratch
 }
 
 type entry struct {
@@ -165,11 +166,16 @@ func (s *Store) Load(_ context.Context, now int64, p *presence.Profile) error {
 	if sh.users[p.UserID] != nil {
 		return nil
 	}
-	e := &entry{u: *presence.NewUser(*p)}
-	e.u.Devices = e.dev[:0]
-	sh.users[p.UserID] = e
+	e := newEntry(p)
+	sh.users[e.u.UserID] = e
 	s.scheduleLocked(sh, e, now)
 	return nil
+}
+
+func newEntry(p *presence.Profile) *entry {
+	e := &entry{u: *presence.NewUser(*p)}
+	e.u.Devices = e.dev[:0]
+	return e
 }
 
 // Expire implements tracker.Store.
@@ -207,19 +213,68 @@ func (s *Store) Expire(_ context.Context, now int64, max int, out []presence.Cha
 	return out, nil
 }
 
-// Get implements tracker.Store.
+// Get implements tracker.Store. Large reads are grouped by shard, so each
+// shard is locked once per read and its lookups run back to back.
 func (s *Store) Get(_ context.Context, now int64, ids []string, out []presence.Snapshot) error {
+	if len(ids) < 16 || len(ids) > 1<<20 {
+		for i, id := range ids {
+			sh := s.shard(id)
+			sh.mu.Lock()
+			s.snapshotLocked(sh, id, now, &out[i])
+			sh.mu.Unlock()
+		}
+		return nil
+	}
+	sc, _ := s.scratch.Get().(*getScratch)
+	if sc == nil {
+		sc = &getScratch{counts: make([]int32, len(s.shards)+1)}
+	}
+	// Counting sort of the ids by shard.
+	counts := sc.counts
+	clear(counts)
+	if cap(sc.shardOf) < len(ids) {
+		sc.shardOf = make([]uint32, len(ids))
+		sc.order = make([]int32, len(ids))
+	}
+	shardOf, order := sc.shardOf[:len(ids)], sc.order[:len(ids)]
 	for i, id := range ids {
-		sh := s.shard(id)
+		k := uint32(maphash.String(s.seed, id) & s.mask)
+		shardOf[i] = k
+		counts[k+1]++
+	}
+	for k := 1; k < len(counts); k++ {
+		counts[k] += counts[k-1]
+	}
+	for i, k := range shardOf {
+		order[counts[k]] = int32(i)
+		counts[k]++
+	}
+	for j := 0; j < len(order); {
+		k := shardOf[order[j]]
+		sh := &s.shards[k]
 		sh.mu.Lock()
-		if e := sh.users[id]; e != nil {
-			e.u.Snapshot(&s.rules, now, &out[i])
-		} else {
-			out[i] = presence.Snapshot{UserID: id}
+		for ; j < len(order) && shardOf[order[j]] == k; j++ {
+			i := order[j]
+			s.snapshotLocked(sh, ids[i], now, &out[i])
 		}
 		sh.mu.Unlock()
 	}
+	s.scratch.Put(sc)
 	return nil
+}
+
+type getScratch struct {
+	counts  []int32
+	shardOf []uint32
+	order   []int32
+}
+
+func (s *Store) snapshotLocked(sh *shard, id string, now int64, out *presence.Snapshot) {
+	if e := sh.users[id]; e != nil {
+		e.u.Snapshot(&s.rules, now, out)
+	} else {
+		*out = presence.Snapshot{UserID: id}
+	}
 }
 
 // Dirty implements tracker.Store.
