@@ -28,6 +28,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// After the first signal starts a graceful shutdown, a second one
+		// kills the process the usual way.
+		<-ctx.Done()
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "presenced:", err)
 		os.Exit(1)
@@ -75,6 +81,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var envErr error
 	fset.VisitAll(func(f *flag.Flag) {
+		if f.Name == "print-token" {
+			return // an action, not a setting
+		}
 		if v := getenv(envName(f.Name)); v != "" && !given[f.Name] {
 			if err := f.Value.Set(v); err != nil && envErr == nil {
 				envErr = fmt.Errorf("%s=%q: %v", envName(f.Name), v, err)
@@ -97,6 +106,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	poll := *pollInterval
+	if poll == 0 {
+		poll = -1
+	}
+	cfg := app.Config{
+		Addr:         *addr,
+		DataDir:      *dataDir,
+		TTL:          *ttl,
+		IdleAfter:    *idleAfter,
+		PollInterval: poll,
+		Dev:          *dev,
+		Logger:       log,
+	}
+	if err := cfg.ValidateTiming(); err != nil {
+		return err // before anything is written to the data directory
+	}
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -119,21 +144,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *dev {
 		log.Warn("INSECURE DEVELOPMENT MODE (-dev): requests without credentials are accepted for any user id. Never use it in production.")
 	}
-	poll := *pollInterval
-	if poll == 0 {
-		poll = -1
-	}
-	a, err := app.New(ctx, app.Config{
-		Addr:         *addr,
-		DataDir:      *dataDir,
-		TTL:          *ttl,
-		IdleAfter:    *idleAfter,
-		PollInterval: poll,
-		APIKey:       key,
-		JWTSecret:    []byte(jwtKey),
-		Dev:          *dev,
-		Logger:       log,
-	})
+	cfg.APIKey, cfg.JWTSecret = key, []byte(jwtKey)
+	a, err := app.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

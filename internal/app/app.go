@@ -72,11 +72,8 @@ func (c *Config) defaults() error {
 	if c.IdleAfter == 0 {
 		c.IdleAfter = 5 * time.Minute
 	}
-	if c.TTL < time.Second {
-		return fmt.Errorf("heartbeat ttl %s is too short: at least 1s", c.TTL)
-	}
-	if c.IdleAfter < time.Second {
-		return fmt.Errorf("idle-after %s is too short: at least 1s", c.IdleAfter)
+	if err := c.ValidateTiming(); err != nil {
+		return err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -89,6 +86,18 @@ func (c *Config) defaults() error {
 	}
 	if c.APIKey == "" && len(c.JWTSecret) == 0 && !c.Dev {
 		return errors.New("no way to authenticate: set an API key, a JWT secret, or development mode")
+	}
+	return nil
+}
+
+// ValidateTiming checks the durations of the state model; zero means the
+// default.
+func (c *Config) ValidateTiming() error {
+	if c.TTL != 0 && c.TTL < time.Second {
+		return fmt.Errorf("heartbeat ttl %s is too short: at least 1s", c.TTL)
+	}
+	if c.IdleAfter != 0 && c.IdleAfter < time.Second {
+		return fmt.Errorf("idle-after %s is too short: at least 1s", c.IdleAfter)
 	}
 	return nil
 }
