@@ -24,7 +24,7 @@ func (benchDurable) LoadProfiles(context.Context, []string, func(*presence.Profi
 }
 func (benchDurable) SaveStatus(context.Context, string, presence.Manual, string) error { return nil }
 func (benchDurable) SaveSettings(context.Context, string, presence.Settings) error     { return nil }
-func (benchDurable) SaveLastSeen(context.Context, []presence.Profile) error           { return nil }
+func (benchDurable) SaveLastSeen(context.Context, []presence.Profile) error            { return nil }
 
 const benchUsers = 1 << 20 // ≈ 1M tracked users, as in the design target
 
