@@ -340,6 +340,11 @@ func (s *Store) scheduleLocked(sh *shard, e *entry, now int64) {
 	} else {
 		e.evictAt = 0
 	}
+	if d <= now {
+		// Never schedule into the past: a sweep that re-arms what it just
+		// popped must not spin.
+		d = now + 1
+	}
 	if e.sched == 0 || d < e.sched {
 		e.sched = d
 		sh.push(item{at: d, e: e})
