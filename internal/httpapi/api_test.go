@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -733,5 +734,148 @@ func TestHealthReadyMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestCleanPathRedirect checks that the mux's redirect of an unclean path
+// stays a plain redirect, not a redirect dressed as a not_found error.
+func TestCleanPathRedirect(t *testing.T) {
+	e := newEnv(t, opts{})
+	c := *e.srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for _, tc := range []struct{ path, location string }{
+		{"/nope//x", "/nope/x"},
+		{"/v1//presence/1", "/v1/presence/1"},
+	} {
+		req, _ := http.NewRequest("GET", e.srv.URL+tc.path, nil)
+		req.Header.Set("Authorization", keyHdr)
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusTemporaryRedirect || res.Header.Get("Location") != tc.location {
+			t.Errorf("%s: got %d Location %q, want 307 to %s", tc.path, res.StatusCode, res.Header.Get("Location"), tc.location)
+		}
+		if strings.Contains(string(b), "not_found") {
+			t.Errorf("%s: a redirect carries an error body: %s", tc.path, b)
+		}
+	}
+	// Followed, the unknown path ends in a JSON 404.
+	wantError(t, e.do("GET", "/nope//x", keyHdr, ""), http.StatusNotFound, "not_found", "/nope/x")
+}
+
+func TestContactListLimit(t *testing.T) {
+	e := newEnv(t, opts{})
+	list := make([]string, 10001)
+	for i := range list {
+		list[i] = "c" + strconv.Itoa(i)
+	}
+	body := func(ids []string) string {
+		b, _ := json.Marshal(map[string][]string{"contacts": ids})
+		return string(b)
+	}
+	wantError(t, e.do("PUT", "/v1/users/1/contacts", keyHdr, body(list)), http.StatusBadRequest, "too_many_contacts", "10001", "10000")
+	e.ok("PUT", "/v1/users/1/contacts", keyHdr, body(list[:9999]))
+	// Adding one that is already there is fine; adding two new ones is not.
+	e.ok("POST", "/v1/users/1/contacts", keyHdr, body([]string{"c0", "c9998"}))
+	wantError(t, e.do("POST", "/v1/users/1/contacts", keyHdr, body([]string{"c9999", "c10000"})), http.StatusBadRequest, "too_many_contacts", "10001")
+	e.ok("PUT", "/v1/users/1/contacts/c9999", keyHdr, "")
+	wantError(t, e.do("PUT", "/v1/users/1/contacts/c10000", keyHdr, ""), http.StatusBadRequest, "too_many_contacts")
+	r := e.ok("GET", "/v1/users/1/contacts", keyHdr, "")
+	var got struct{ Contacts []string }
+	decodeStrict(t, r.body, &got)
+	if len(got.Contacts) != 10000 {
+		t.Errorf("got %d contacts, want 10000", len(got.Contacts))
+	}
+}
+
+// TestTTLBoundary pins the state model's boundary: a device is alive while
+// now < last_beat + ttl, so at exactly last_beat + ttl the user is offline,
+// and a sweep at exactly the deadline terminates.
+func TestTTLBoundary(t *testing.T) {
+	e := newEnv(t, opts{})
+	e.beat("1", "d", true)
+	seed := func() string {
+		t.Helper()
+		return string(e.ok("GET", "/presence/batch?user_ids=1", keyHdr, "").body)
+	}
+	e.advance(30*time.Second - time.Millisecond)
+	if got := seed(); got != `{"1":"online"}`+"\n" {
+		t.Errorf("1ms before the ttl runs out: got %q, want online", got)
+	}
+	e.advance(time.Millisecond) // sweeps at exactly the deadline
+	if got := seed(); got != `{"1":"offline"}`+"\n" {
+		t.Errorf("at last_beat + ttl: got %q, want offline", got)
+	}
+	if v := e.getView("1", keyHdr, ""); show(v.LastSeen) != jstr(fmtTime(t0)) || show(v.Devices) != "0" {
+		t.Errorf("after expiry: got %s, want last_seen %s, 0 devices", fmtView(v), fmtTime(t0))
+	}
+}
+
+// TestStatusTextRoundTrips checks that any valid text comes back exactly,
+// through the hand-written encoder, on every path that shows it.
+func TestStatusTextRoundTrips(t *testing.T) {
+	e := newEnv(t, opts{})
+	e.beat("1", "d", true)
+	for _, text := range []string{
+		`quote " backslash \ slash /`, "line\u2028para\u2029", "</script><b>&amp;</b>",
+		"👩‍👩‍👧 family", "é", "\u0085 next line", "\ufffd", strings.Repeat("🙂", 140),
+	} {
+		e.setStatus("1", "busy", text)
+		if v := e.getView("1", keyHdr, ""); !eq(v.StatusText, &text) {
+			t.Errorf("GET: text %q came back as %s", text, show(v.StatusText))
+		}
+		if v := e.batchViews([]string{"1"}, keyHdr, "")["1"]; !eq(v.StatusText, &text) {
+			t.Errorf("batch: text %q came back as %s", text, show(v.StatusText))
+		}
+		r := e.ok("GET", "/v1/public/1", "", "")
+		if strings.ContainsAny(string(r.body), "\u2028\u2029") {
+			t.Errorf("raw line separators in %q", r.body)
+		}
+	}
+}
+
+// TestConcurrentUse runs writers and readers of every kind at once, for the
+// race detector: pooled buffers, the throttle, the stores.
+func TestConcurrentUse(t *testing.T) {
+	e := newEnv(t, opts{poll: time.Second})
+	const workers, rounds = 6, 25
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			user := "w" + strconv.Itoa(w)
+			tok := e.token(user, "dev")
+			for i := range rounds {
+				reqs := []struct{ method, path, authz, body string }{
+					{"POST", "/v1/heartbeat", tok, `{}`},
+					{"POST", "/v1/status", keyHdr, `{"user_id":"` + user + `","status":"busy","text":"r` + strconv.Itoa(i) + `"}`},
+					{"GET", "/presence/batch?user_ids=w0,w1,w2,w3,w4,w5", tok, ""},
+					{"POST", "/v1/presence/batch", keyHdr, `{"user_ids":["w0","w1","w2","w3","w4","w5"],"viewer_id":"` + user + `"}`},
+					{"GET", "/v1/presence/w0?viewer_id=" + user, keyHdr, ""},
+					{"PUT", "/v1/users/" + user + "/settings", tok, `{"status_visibility":"contacts","last_seen_visibility":"everyone"}`},
+					{"PUT", "/v1/users/" + user + "/contacts/w" + strconv.Itoa((w+1)%workers), tok, ""},
+					{"POST", "/v1/bye", tok, `{}`},
+				}
+				for _, rq := range reqs {
+					r := e.doAsync(rq.method, rq.path, rq.authz, rq.body)
+					if r.err != nil {
+						t.Errorf("%s %s: %v", rq.method, rq.path, r.err)
+						return
+					}
+					if r.code != 200 && r.code != 429 {
+						t.Errorf("%s %s: got %d %s", rq.method, rq.path, r.code, r.body)
+					}
+				}
+			}
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if w == 0 {
+			e.advance(time.Second) // sweeps race with the requests
+		}
+		<-done
 	}
 }

@@ -337,3 +337,27 @@ func eq[T comparable](a, b *T) bool {
 	}
 	return *a == *b
 }
+
+type asyncResp struct {
+	resp
+	err error
+}
+
+// doAsync is do for other goroutines: it reports errors instead of failing
+// the test from a goroutine that is not the test's.
+func (e *env) doAsync(method, path, authz, body string) asyncResp {
+	req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		return asyncResp{err: err}
+	}
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		return asyncResp{err: err}
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return asyncResp{resp: resp{code: res.StatusCode, header: res.Header, body: b}, err: err}
+}

@@ -210,3 +210,45 @@ func TestClientCannotBorrowAView(t *testing.T) {
 		t.Errorf("mallory sees %s, want null", show(v.Status))
 	}
 }
+
+// TestContactChangesApplyAtOnce checks that adding and removing a contact
+// changes what that viewer sees on the next read, on every path.
+func TestContactChangesApplyAtOnce(t *testing.T) {
+	e := newEnv(t, opts{})
+	e.setSettings("t", "contacts", "contacts")
+	e.beat("t", "d", true)
+	read := func() []string {
+		t.Helper()
+		return []string{
+			show(e.seed([]string{"t"}, keyHdr, "x")["t"]),
+			show(e.getView("t", keyHdr, "x").Status),
+			show(e.batchViews([]string{"t"}, keyHdr, "x")["t"].Status),
+			show(e.getView("t", keyHdr, "x").LastSeen),
+		}
+	}
+	hidden := []string{"null", "null", "null", "null"}
+	shown := []string{`"online"`, `"online"`, `"online"`, jstr(fmtTime(t0))}
+	steps := []struct {
+		name, method, path, body string
+		want                     []string
+	}{
+		{"not listed", "", "", "", hidden},
+		{"added one", "PUT", "/v1/users/t/contacts/x", "", shown},
+		{"removed one", "DELETE", "/v1/users/t/contacts/x", "", hidden},
+		{"added in a list", "POST", "/v1/users/t/contacts", `{"contacts":["y","x"]}`, shown},
+		{"replaced without x", "PUT", "/v1/users/t/contacts", `{"contacts":["y"]}`, hidden},
+		{"replaced with x", "PUT", "/v1/users/t/contacts", `{"contacts":["x"]}`, shown},
+		{"settings to nobody", "PUT", "/v1/users/t/settings", `{"status_visibility":"nobody","last_seen_visibility":"nobody"}`, hidden},
+		{"settings to contacts", "PUT", "/v1/users/t/settings", `{"status_visibility":"contacts","last_seen_visibility":"contacts"}`, shown},
+		{"x lists t: no effect", "PUT", "/v1/users/x/contacts", `{"contacts":["t"]}`, shown},
+		{"t drops x", "PUT", "/v1/users/t/contacts", `{"contacts":[]}`, hidden},
+	}
+	for _, s := range steps {
+		if s.method != "" {
+			e.ok(s.method, s.path, keyHdr, s.body)
+		}
+		if got := read(); strings.Join(got, " ") != strings.Join(s.want, " ") {
+			t.Errorf("%s: got %v, want %v", s.name, got, s.want)
+		}
+	}
+}

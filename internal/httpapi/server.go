@@ -228,10 +228,11 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 // jsonFallback turns the mux's plain-text 404 and 405 into JSON errors.
+// Anything else (the mux's redirect to a cleaned path) passes through.
 type jsonFallback struct {
 	http.ResponseWriter
 	method, path string
-	done         bool
+	done, pass   bool
 }
 
 func (w *jsonFallback) WriteHeader(code int) {
@@ -239,6 +240,11 @@ func (w *jsonFallback) WriteHeader(code int) {
 		return
 	}
 	w.done = true
+	if code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
+		w.pass = true
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
 	e := &Error{Status: code, Code: "not_found", Message: fmt.Sprintf("no such endpoint: %s", w.path)}
 	if code == http.StatusMethodNotAllowed {
 		e.Code = "method_not_allowed"
@@ -250,6 +256,9 @@ func (w *jsonFallback) WriteHeader(code int) {
 func (w *jsonFallback) Write(b []byte) (int, error) {
 	if !w.done {
 		w.WriteHeader(http.StatusOK)
+	}
+	if w.pass {
+		return w.ResponseWriter.Write(b)
 	}
 	return len(b), nil
 }

@@ -1,0 +1,216 @@
+package auth_test
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/clock"
+)
+
+var (
+	secret = []byte("s3cret")
+	t0     = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+)
+
+func sign(t *testing.T, m jwt.SigningMethod, key any, c jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(m, c).SignedString(key)
+	if err != nil {
+		t.Fatalf("signing: %v", err)
+	}
+	return s
+}
+
+func mustSign(t *testing.T, user, device string, now time.Time, ttl time.Duration) string {
+	t.Helper()
+	tok, err := auth.Sign(secret, user, device, now, ttl)
+	if err != nil {
+		t.Fatalf("Sign: %v", err)
+	}
+	return tok
+}
+
+func TestCredential(t *testing.T) {
+	clk := clock.NewFake(t0)
+	a := auth.New(auth.Config{APIKey: "key", JWTSecret: secret, Clock: clk})
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.RawURLEncoding.EncodeToString
+	good := mustSign(t, "alice", "", t0, time.Hour)
+	parts := strings.Split(good, ".")
+	// Another first character of the signature changes its first byte.
+	badSig := []byte(parts[2])
+	badSig[0] = map[bool]byte{true: 'B', false: 'A'}[badSig[0] == 'A']
+	tests := []struct {
+		name    string
+		cred    string
+		want    auth.Principal
+		wantErr error
+	}{
+		{"api key", "key", auth.Principal{Kind: auth.Backend}, nil},
+		{"token", good, auth.Principal{Kind: auth.Client, UserID: "alice"}, nil},
+		{"token with device", mustSign(t, "alice", "phone", t0, time.Hour), auth.Principal{Kind: auth.Client, UserID: "alice", Device: "phone"}, nil},
+		{"token without expiry", mustSign(t, "bob", "", t0, 0), auth.Principal{Kind: auth.Client, UserID: "bob"}, nil},
+		{"expired within leeway", mustSign(t, "bob", "", t0.Add(-time.Hour-20*time.Second), time.Hour), auth.Principal{Kind: auth.Client, UserID: "bob"}, nil},
+		{"empty", "", auth.Principal{}, auth.ErrMissing},
+		{"wrong key", "kay", auth.Principal{}, auth.ErrInvalid},
+		{"key prefix", "ke", auth.Principal{}, auth.ErrInvalid},
+		{"key with suffix", "key1", auth.Principal{}, auth.ErrInvalid},
+		{"expired", mustSign(t, "bob", "", t0.Add(-2*time.Hour), time.Hour), auth.Principal{}, auth.ErrInvalid},
+		{"not yet valid", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "nbf": t0.Add(time.Minute).Unix()}), auth.Principal{}, auth.ErrInvalid},
+		{"other secret", func() string { s, _ := auth.Sign([]byte("other"), "alice", "", t0, time.Hour); return s }(), auth.Principal{}, auth.ErrInvalid},
+		{"wrong signature", parts[0] + "." + parts[1] + "." + string(badSig), auth.Principal{}, auth.ErrInvalid},
+		{"no signature", parts[0] + "." + parts[1] + ".", auth.Principal{}, auth.ErrInvalid},
+		{"alg none", b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(`{"sub":"alice"}`)) + ".", auth.Principal{}, auth.ErrInvalid},
+		{"alg none, signed by the library", sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "alice"}), auth.Principal{}, auth.ErrInvalid},
+		{"RS256", sign(t, jwt.SigningMethodRS256, rsaKey, jwt.MapClaims{"sub": "alice"}), auth.Principal{}, auth.ErrInvalid},
+		{"HS384 with the secret", sign(t, jwt.SigningMethodHS384, secret, jwt.MapClaims{"sub": "alice"}), auth.Principal{}, auth.ErrInvalid},
+		{"no subject", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"device": "d"}), auth.Principal{}, auth.ErrInvalid},
+		{"subject with a space", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a b"}), auth.Principal{}, auth.ErrInvalid},
+		{"subject of 65 bytes", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": strings.Repeat("a", 65)}), auth.Principal{}, auth.ErrInvalid},
+		{"subject not a string", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": 42}), auth.Principal{}, auth.ErrInvalid},
+		{"bad device", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "device": "x,y"}), auth.Principal{}, auth.ErrInvalid},
+		{"two parts", "a.b", auth.Principal{}, auth.ErrInvalid},
+		{"four parts", good + ".x", auth.Principal{}, auth.ErrInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := a.Credential(tc.cred)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("err: got %v, want %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("principal: got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTokenExpiresWithTheClock(t *testing.T) {
+	clk := clock.NewFake(t0)
+	a := auth.New(auth.Config{JWTSecret: secret, Clock: clk, Leeway: time.Second})
+	tok := mustSign(t, "alice", "", t0, time.Minute)
+	if _, err := a.Credential(tok); err != nil {
+		t.Fatalf("fresh: %v", err)
+	}
+	clk.Advance(time.Minute)
+	if _, err := a.Credential(tok); err != nil {
+		t.Fatalf("at expiry, within leeway: %v", err)
+	}
+	clk.Advance(2 * time.Second)
+	if _, err := a.Credential(tok); !errors.Is(err, auth.ErrInvalid) {
+		t.Fatalf("past expiry: got %v, want ErrInvalid", err)
+	}
+}
+
+func TestConfigurationLimits(t *testing.T) {
+	tok := mustSign(t, "alice", "", t0, 0)
+	tests := []struct {
+		name    string
+		cfg     auth.Config
+		cred    string
+		want    auth.Kind
+		wantErr error
+	}{
+		{"no secret: tokens refused", auth.Config{APIKey: "key"}, tok, 0, auth.ErrInvalid},
+		{"no key: nothing is the key", auth.Config{JWTSecret: secret}, "key", 0, auth.ErrInvalid},
+		{"no key: empty is still missing", auth.Config{JWTSecret: secret}, "", 0, auth.ErrMissing},
+		{"dev: empty is anonymous", auth.Config{Dev: true}, "", auth.Anonymous, nil},
+		{"dev: a bad key is still refused", auth.Config{APIKey: "key", Dev: true}, "nope", 0, auth.ErrInvalid},
+		{"dev: the key still counts", auth.Config{APIKey: "key", Dev: true}, "key", auth.Backend, nil},
+		{"dev: tokens still count", auth.Config{JWTSecret: secret, Dev: true}, tok, auth.Client, nil},
+		{"a key shaped like a token is the key", auth.Config{APIKey: "a.b.c", JWTSecret: secret}, "a.b.c", auth.Backend, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Clock = clock.NewFake(t0)
+			a := auth.New(tc.cfg)
+			if a.Dev() != tc.cfg.Dev {
+				t.Errorf("Dev(): got %v", a.Dev())
+			}
+			got, err := a.Credential(tc.cred)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("err: got %v, want %v", err, tc.wantErr)
+			}
+			if got.Kind != tc.want {
+				t.Errorf("kind: got %v, want %v", got.Kind, tc.want)
+			}
+		})
+	}
+}
+
+func TestRequestHeader(t *testing.T) {
+	a := auth.New(auth.Config{APIKey: "key", JWTSecret: secret, Clock: clock.NewFake(t0)})
+	tok := mustSign(t, "alice", "", t0, time.Hour)
+	tests := []struct {
+		name, header string
+		want         auth.Kind
+		wantErr      error
+	}{
+		{"none", "", 0, auth.ErrMissing},
+		{"bearer key", "Bearer key", auth.Backend, nil},
+		{"bearer token", "Bearer " + tok, auth.Client, nil},
+		{"lower-case scheme", "bearer key", auth.Backend, nil},
+		{"upper-case scheme", "BEARER " + tok, auth.Client, nil},
+		{"extra spaces", "Bearer   key  ", auth.Backend, nil},
+		{"empty bearer", "Bearer ", 0, auth.ErrMissing},
+		{"no scheme", "key", 0, auth.ErrInvalid},
+		{"basic", "Basic a2V5Og==", 0, auth.ErrInvalid},
+		{"scheme glued", "Bearerkey", 0, auth.ErrInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			if tc.header != "" {
+				r.Header.Set("Authorization", tc.header)
+			}
+			got, err := a.Request(r)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("err: got %v, want %v", err, tc.wantErr)
+			}
+			if got.Kind != tc.want {
+				t.Errorf("kind: got %v, want %v", got.Kind, tc.want)
+			}
+		})
+	}
+}
+
+func TestSignClaims(t *testing.T) {
+	tok := mustSign(t, "alice", "phone", t0, time.Hour)
+	var c jwt.MapClaims
+	p := jwt.NewParser(jwt.WithTimeFunc(func() time.Time { return t0 }))
+	parsed, err := p.ParseWithClaims(tok, &c, func(*jwt.Token) (any, error) { return secret, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alg := parsed.Header["alg"]; alg != "HS256" {
+		t.Errorf("alg: got %v, want HS256", alg)
+	}
+	want := map[string]any{"sub": "alice", "device": "phone", "iat": float64(t0.Unix()), "exp": float64(t0.Add(time.Hour).Unix())}
+	for k, v := range want {
+		if c[k] != v {
+			t.Errorf("claim %s: got %v, want %v", k, c[k], v)
+		}
+	}
+	c = jwt.MapClaims{}
+	if _, err := p.ParseWithClaims(mustSign(t, "bob", "", t0, 0), &c, func(*jwt.Token) (any, error) { return secret, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c["exp"]; ok {
+		t.Errorf("ttl 0: exp present: %v", c)
+	}
+	if _, ok := c["device"]; ok {
+		t.Errorf("no device: device claim present: %v", c)
+	}
+}

@@ -1,0 +1,187 @@
+package privacy_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+)
+
+var visibilities = []presence.Visibility{presence.Everyone, presence.Contacts, presence.Nobody}
+
+var relations = []struct {
+	name string
+	rel  privacy.Relation
+}{
+	{"stranger", privacy.Relation{}},
+	{"contact", privacy.Relation{Contact: true}},
+	{"self", privacy.Relation{Self: true}},
+	{"self listed as own contact", privacy.Relation{Self: true, Contact: true}},
+}
+
+// states are true states of one user, each with what others should see.
+var states = []struct {
+	name      string
+	snap      presence.Snapshot
+	pubStatus presence.Status
+	pubDevs   int
+}{
+	{"online", presence.Snapshot{UserID: "u", Known: true, Status: presence.Online, Text: "hi",
+		LastSeen: 5000, PubLastSeen: 5000, Devices: 2, Version: 7}, presence.Online, 2},
+	{"busy", presence.Snapshot{UserID: "u", Known: true, Status: presence.Busy, Manual: presence.ManualBusy,
+		LastSeen: 5000, PubLastSeen: 5000, Devices: 1, Version: 8}, presence.Busy, 1},
+	{"away", presence.Snapshot{UserID: "u", Known: true, Status: presence.Away,
+		LastSeen: 5000, PubLastSeen: 5000, Devices: 1, Version: 9}, presence.Away, 1},
+	{"invisible", presence.Snapshot{UserID: "u", Known: true, Status: presence.Invisible, Manual: presence.ManualInvisible,
+		Text: "shh", LastSeen: 9000, PubLastSeen: 2000, Devices: 3, Version: 4}, presence.Offline, 0},
+	{"offline", presence.Snapshot{UserID: "u", Known: true, Status: presence.Offline,
+		LastSeen: 1000, PubLastSeen: 1000, Version: 3}, presence.Offline, 0},
+	{"never seen", presence.Snapshot{UserID: "u"}, presence.Offline, 0},
+}
+
+// allowed is the contract: everyone sees, contacts see if listed, nobody
+// sees nothing; the user always sees itself.
+func allowed(v presence.Visibility, rel privacy.Relation) bool {
+	return rel.Self || v == presence.Everyone || (v == presence.Contacts && rel.Contact)
+}
+
+func TestFilterMatrix(t *testing.T) {
+	for _, st := range states {
+		for _, sv := range visibilities {
+			for _, lv := range visibilities {
+				for _, r := range relations {
+					name := fmt.Sprintf("%s/status=%s,last_seen=%s/%s", st.name, sv, lv, r.name)
+					t.Run(name, func(t *testing.T) {
+						s := st.snap
+						s.Settings = presence.Settings{Status: sv, LastSeen: lv}
+						got := privacy.Filter(r.rel, &s)
+
+						want := privacy.View{UserID: "u"}
+						if allowed(sv, r.rel) {
+							want.StatusVisible = true
+							want.Text = s.Text
+							want.Version = s.Version
+							if r.rel.Self {
+								want.Status, want.Devices = s.Status, s.Devices
+							} else {
+								want.Status, want.Devices = st.pubStatus, st.pubDevs
+							}
+						}
+						last := s.PubLastSeen
+						if r.rel.Self {
+							last = s.LastSeen
+						}
+						if allowed(lv, r.rel) && last != 0 {
+							want.LastSeenVisible, want.LastSeen = true, last
+						}
+						if got != want {
+							t.Errorf("got %+v, want %+v", got, want)
+						}
+						// Invariants that hold whatever the oracle says.
+						if !r.rel.Self && got.Status == presence.Invisible {
+							t.Errorf("invisible leaked to a non-self viewer")
+						}
+						if !got.StatusVisible && (got.Status != presence.Offline || got.Text != "" || got.Devices != 0 || got.Version != 0) {
+							t.Errorf("hidden status leaks details: %+v", got)
+						}
+						if !got.LastSeenVisible && got.LastSeen != 0 {
+							t.Errorf("hidden last_seen leaks its value: %+v", got)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestFilterInvisibleIsOffline checks that to anybody but the user, an
+// invisible user is indistinguishable from one who went offline at the
+// moment they vanished.
+func TestFilterInvisibleIsOffline(t *testing.T) {
+	inv := presence.Snapshot{UserID: "u", Known: true, Status: presence.Invisible, Manual: presence.ManualInvisible,
+		LastSeen: 9000, PubLastSeen: 2000, Devices: 2, Version: 4}
+	off := presence.Snapshot{UserID: "u", Known: true, Status: presence.Offline, Manual: presence.ManualInvisible,
+		LastSeen: 2000, PubLastSeen: 2000, Version: 4}
+	for _, r := range relations {
+		if r.rel.Self {
+			continue
+		}
+		for _, sv := range visibilities {
+			for _, lv := range visibilities {
+				inv.Settings = presence.Settings{Status: sv, LastSeen: lv}
+				off.Settings = inv.Settings
+				if a, b := privacy.Filter(r.rel, &inv), privacy.Filter(r.rel, &off); a != b {
+					t.Errorf("%s, %s/%s: invisible %+v, offline %+v", r.name, sv, lv, a, b)
+				}
+			}
+		}
+	}
+}
+
+func TestNeedsContact(t *testing.T) {
+	for _, sv := range visibilities {
+		for _, lv := range visibilities {
+			s := presence.Settings{Status: sv, LastSeen: lv}
+			want := sv == presence.Contacts || lv == presence.Contacts
+			if got := privacy.NeedsContact(&s); got != want {
+				t.Errorf("%s/%s: got %v, want %v", sv, lv, got, want)
+			}
+			// And it is right: where it says no, the contact relation
+			// changes nothing.
+			if !want {
+				snap := states[0].snap
+				snap.Settings = s
+				a := privacy.Filter(privacy.Relation{}, &snap)
+				b := privacy.Filter(privacy.Relation{Contact: true}, &snap)
+				if a != b {
+					t.Errorf("%s/%s: contact changes the view though NeedsContact is false", sv, lv)
+				}
+			}
+		}
+	}
+}
+
+func TestFilterEvent(t *testing.T) {
+	events := []struct {
+		name string
+		ev   presence.Event
+	}{
+		{"came online", presence.Event{UserID: "u", Status: presence.Online, Prev: presence.Offline, LastSeen: 5000, Version: 10, At: 5000}},
+		{"went offline", presence.Event{UserID: "u", Status: presence.Offline, Prev: presence.Busy, Text: "bye", LastSeen: 6000, Version: 11, At: 36000}},
+		{"text change", presence.Event{UserID: "u", Status: presence.Busy, Prev: presence.Busy, Text: "new", LastSeen: 7000, Version: 12, At: 7000}},
+	}
+	for _, e := range events {
+		for _, sv := range visibilities {
+			for _, lv := range visibilities {
+				for _, r := range relations {
+					t.Run(fmt.Sprintf("%s/%s,%s/%s", e.name, sv, lv, r.name), func(t *testing.T) {
+						set := presence.Settings{Status: sv, LastSeen: lv}
+						got, ok := privacy.FilterEvent(r.rel, &set, &e.ev)
+						if want := allowed(sv, r.rel); ok != want {
+							t.Fatalf("visible: got %v, want %v", ok, want)
+						}
+						if !ok {
+							return
+						}
+						want := privacy.View{UserID: "u", StatusVisible: true, Status: e.ev.Status, Text: e.ev.Text, Version: e.ev.Version}
+						if allowed(lv, r.rel) {
+							want.LastSeenVisible, want.LastSeen = true, e.ev.LastSeen
+						}
+						if got != want {
+							t.Errorf("got %+v, want %+v", got, want)
+						}
+					})
+				}
+			}
+		}
+	}
+	// An event never carries invisible, not even to the user: events are
+	// the public view.
+	ev := presence.Event{UserID: "u", Status: presence.Offline, Prev: presence.Online, LastSeen: 1, Version: 2}
+	set := presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	got, ok := privacy.FilterEvent(privacy.Relation{Self: true}, &set, &ev)
+	if !ok || got.Status != presence.Offline || !got.LastSeenVisible {
+		t.Errorf("self event: got %+v, %v", got, ok)
+	}
+}
