@@ -1,0 +1,14 @@
+package memstore
+
+// HeapLen returns the number of items in all deadline heaps, stale ones
+// included.
+func (s *Store) HeapLen() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.heap)
+		sh.mu.Unlock()
+	}
+	return n
+}
