@@ -9,6 +9,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
@@ -39,7 +40,11 @@ type Store struct {
 }
 
 type entry struct {
-	u presence.User
+	// id holds the bytes of the user id that is both the map key and
+	// u.UserID, so the key comparison of a lookup loads the entry's own
+	// memory rather than a separate string elsewhere on the heap.
+	id [presence.MaxIDLen]byte
+	u  presence.User
 	// dev backs u.Devices for the common single-device user, so a
 	// heartbeat finds its device in the same cache lines as the user.
 	dev     [1]presence.Device
@@ -174,6 +179,9 @@ func (s *Store) Load(_ context.Context, now int64, p *presence.Profile) error {
 
 func newEntry(p *presence.Profile) *entry {
 	e := &entry{u: *presence.NewUser(*p)}
+	if n := copy(e.id[:], p.UserID); n == len(p.UserID) && n > 0 {
+		e.u.UserID = unsafe.String(&e.id[0], n)
+	}
 	e.u.Devices = e.dev[:0]
 	return e
 }
@@ -252,18 +260,35 @@ func (s *Store) Get(_ context.Context, now int64, ids []string, out []presence.S
 	for j := 0; j < len(order); {
 		k := shardOf[order[j]]
 		sh := &s.shards[k]
+		end := j
+		for end < len(order) && shardOf[order[end]] == k {
+			end++
+		}
 		sh.mu.Lock()
-		for ; j < len(order) && shardOf[order[j]] == k; j++ {
-			i := order[j]
-			s.snapshotLocked(sh, ids[i], now, &out[i])
+		// Two passes: all map lookups first, then all snapshots, so the
+		// cache misses of independent users overlap instead of queueing.
+		ents := sc.ents[:0]
+		for _, i := range order[j:end] {
+			ents = append(ents, sh.users[ids[i]])
+		}
+		for n, i := range order[j:end] {
+			if e := ents[n]; e != nil {
+				e.u.Snapshot(&s.rules, now, &out[i])
+			} else {
+				out[i] = presence.Snapshot{UserID: ids[i]}
+			}
 		}
 		sh.mu.Unlock()
+		clear(ents)
+		sc.ents = ents[:0]
+		j = end
 	}
 	s.scratch.Put(sc)
 	return nil
 }
 
 type getScratch struct {
+	ents    []*entry
 	counts  []int32
 	shardOf []uint32
 	order   []int32
