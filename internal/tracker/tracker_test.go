@@ -1,0 +1,987 @@
+package tracker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/memstore"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// start is the fake clock's start; every test plays time from here.
+var start = time.UnixMilli(1_700_000_000_000)
+
+var (
+	errDown = errors.New("durable store is down")
+	rules   = presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+)
+
+// memDurable is a real in-memory tracker.Durable. Any method can be told to
+// fail. It is safe for concurrent use.
+type memDurable struct {
+	mu       sync.Mutex // guards the fields below
+	profiles map[string]presence.Profile
+	batches  [][]presence.Profile // every SaveLastSeen batch that was written
+	fail     map[string]error     // method name → error it returns
+	calls    map[string]int       // method name → calls, failed ones included
+
+	// beforeSaveStatus, if set, runs at the start of SaveStatus.
+	beforeSaveStatus func(user string, m presence.Manual)
+}
+
+var _ tracker.Durable = (*memDurable)(nil)
+
+func newMemDurable(profiles ...presence.Profile) *memDurable {
+	d := &memDurable{
+		profiles: map[string]presence.Profile{},
+		fail:     map[string]error{},
+		calls:    map[string]int{},
+	}
+	for _, p := range profiles {
+		d.profiles[p.UserID] = p
+	}
+	return d
+}
+
+// call counts a call of method and returns the error it is told to fail with.
+func (d *memDurable) call(method string) error {
+	d.calls[method]++
+	return d.fail[method]
+}
+
+func (d *memDurable) setFail(method string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fail[method] = err
+}
+
+func (d *memDurable) calledTimes(method string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[method]
+}
+
+func (d *memDurable) profile(user string) (presence.Profile, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, ok := d.profiles[user]
+	return p, ok
+}
+
+func (d *memDurable) written() [][]presence.Profile {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.batches)
+}
+
+func (d *memDurable) LoadProfiles(_ context.Context, ids []string, fn func(*presence.Profile)) error {
+	d.mu.Lock()
+	if err := d.call("LoadProfiles"); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	var found []presence.Profile
+	for _, id := range ids {
+		if p, ok := d.profiles[id]; ok {
+			found = append(found, p)
+		}
+	}
+	d.mu.Unlock()
+	for i := range found {
+		fn(&found[i])
+	}
+	return nil
+}
+
+func (d *memDurable) SaveStatus(_ context.Context, user string, m presence.Manual, text string) error {
+	if d.beforeSaveStatus != nil {
+		d.beforeSaveStatus(user, m)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("SaveStatus"); err != nil {
+		return err
+	}
+	p := d.profiles[user]
+	p.UserID, p.Manual, p.Text = user, m, text
+	d.profiles[user] = p
+	return nil
+}
+
+func (d *memDurable) SaveSettings(_ context.Context, user string, s presence.Settings) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("SaveSettings"); err != nil {
+		return err
+	}
+	p := d.profiles[user]
+	p.UserID, p.Settings = user, s
+	d.profiles[user] = p
+	return nil
+}
+
+// SaveLastSeen writes the batch all or nothing and, like the SQL stores,
+// never moves a value back.
+func (d *memDurable) SaveLastSeen(_ context.Context, batch []presence.Profile) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.call("SaveLastSeen"); err != nil {
+		return err
+	}
+	d.batches = append(d.batches, slices.Clone(batch))
+	for _, b := range batch {
+		p := d.profiles[b.UserID]
+		p.UserID = b.UserID
+		p.LastSeen = max(p.LastSeen, b.LastSeen)
+		p.PubLastSeen = max(p.PubLastSeen, b.PubLastSeen)
+		p.Version = max(p.Version, b.Version)
+		d.profiles[b.UserID] = p
+	}
+	return nil
+}
+
+// recorder is a Publisher that keeps copies of the events it is given.
+type recorder struct {
+	mu     sync.Mutex // guards events
+	events []presence.Event
+}
+
+func (r *recorder) Publish(ev *presence.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, *ev)
+}
+
+// take returns the events published since the previous call.
+func (r *recorder) take() []presence.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	evs := r.events
+	r.events = nil
+	return evs
+}
+
+// fixture is a tracker over a memstore, a memDurable, a recorder and a fake
+// clock.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	clock   *clock.Fake
+	store   *memstore.Store
+	durable *memDurable
+	pub     *recorder
+	tr      *tracker.Tracker
+}
+
+func newFixture(t *testing.T, d *memDurable) *fixture {
+	t.Helper()
+	return newFixtureWith(t, d, clock.NewFake(start), tracker.Config{})
+}
+
+// newFixtureWith builds a fixture; cfg's Store, Durable, Publisher and
+// Clock are filled in.
+func newFixtureWith(t *testing.T, d *memDurable, c *clock.Fake, cfg tracker.Config) *fixture {
+	t.Helper()
+	f := &fixture{
+		t:       t,
+		ctx:     context.Background(),
+		clock:   c,
+		store:   memstore.New(memstore.Config{Rules: rules}),
+		durable: d,
+		pub:     &recorder{},
+	}
+	cfg.Store, cfg.Durable, cfg.Publisher, cfg.Clock = f.store, d, f.pub, c
+	tr, err := tracker.New(cfg)
+	if err != nil {
+		t.Fatalf("tracker.New: %v", err)
+	}
+	f.tr = tr
+	return f
+}
+
+// at sets the clock to start+d.
+func (f *fixture) at(d time.Duration) { f.clock.Set(start.Add(d)) }
+
+func (f *fixture) beat(user, device string, active bool) presence.Change {
+	f.t.Helper()
+	ch, err := f.tr.Heartbeat(f.ctx, user, device, active)
+	if err != nil {
+		f.t.Fatalf("Heartbeat(%q, %q): %v", user, device, err)
+	}
+	return ch
+}
+
+func (f *fixture) status(user string, m presence.Manual, text string) presence.Change {
+	f.t.Helper()
+	ch, err := f.tr.SetStatus(f.ctx, user, m, text)
+	if err != nil {
+		f.t.Fatalf("SetStatus(%q, %v, %q): %v", user, m, text, err)
+	}
+	return ch
+}
+
+func (f *fixture) sweep() int {
+	f.t.Helper()
+	n, err := f.tr.Sweep(f.ctx)
+	if err != nil {
+		f.t.Fatalf("Sweep: %v", err)
+	}
+	return n
+}
+
+func (f *fixture) get(user string) presence.Snapshot {
+	f.t.Helper()
+	var s [1]presence.Snapshot
+	if err := f.store.Get(f.ctx, f.tr.Now(), []string{user}, s[:]); err != nil {
+		f.t.Fatalf("Get(%q): %v", user, err)
+	}
+	return s[0]
+}
+
+// wantEvents checks the events published since the last check, ignoring
+// their order across users.
+func (f *fixture) wantEvents(what string, want ...string) {
+	f.t.Helper()
+	got := fmtEvents(f.pub.take())
+	slices.Sort(got)
+	want = slices.Clone(want)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		f.t.Errorf("%s: published\n\t%s\nwant\n\t%s", what, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+}
+
+// fmtEvents formats events as "user prev→status seen=<offset>[ text=...]"
+// with times as offsets from start.
+func fmtEvents(evs []presence.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = fmt.Sprintf("%s %v→%v seen=%v", e.UserID, e.Prev, e.Status, offset(e.LastSeen))
+		if e.Text != "" {
+			out[i] += fmt.Sprintf(" text=%q", e.Text)
+		}
+	}
+	return out
+}
+
+func offset(ms int64) time.Duration { return time.Duration(ms-start.UnixMilli()) * time.Millisecond }
+
+func ms(d time.Duration) int64 { return start.Add(d).UnixMilli() }
+
+func TestNewRequiresStoreAndDurable(t *testing.T) {
+	if _, err := tracker.New(tracker.Config{Durable: newMemDurable()}); err == nil {
+		t.Error("New without a Store: got no error")
+	}
+	if _, err := tracker.New(tracker.Config{Store: memstore.New(memstore.Config{})}); err == nil {
+		t.Error("New without a Durable: got no error")
+	}
+}
+
+func TestHeartbeatLoadsDurableProfile(t *testing.T) {
+	past := ms(-48 * time.Hour)
+	tests := []struct {
+		name       string
+		profile    *presence.Profile // nil: no durable record
+		wantEvents []string
+		wantStatus presence.Status
+		wantPub    int64 // PubLastSeen after the beat
+	}{
+		{
+			name:       "no record",
+			wantEvents: []string{"u offline→online seen=0s"},
+			wantStatus: presence.Online,
+			wantPub:    ms(0),
+		},
+		{
+			name:       "plain",
+			profile:    &presence.Profile{UserID: "u", LastSeen: past, PubLastSeen: past, Version: 5},
+			wantEvents: []string{"u offline→online seen=0s"},
+			wantStatus: presence.Online,
+			wantPub:    ms(0),
+		},
+		{
+			name:       "busy with text",
+			profile:    &presence.Profile{UserID: "u", Manual: presence.ManualBusy, Text: "on a call", LastSeen: past, PubLastSeen: past, Version: 5},
+			wantEvents: []string{`u offline→busy seen=0s text="on a call"`},
+			wantStatus: presence.Busy,
+			wantPub:    ms(0),
+		},
+		{
+			// The user went invisible before the restart: the first beat
+			// after it must not announce them.
+			name:       "invisible",
+			profile:    &presence.Profile{UserID: "u", Manual: presence.ManualInvisible, LastSeen: past, PubLastSeen: past - 1000, Version: 5},
+			wantStatus: presence.Invisible,
+			wantPub:    past - 1000,
+		},
+		{
+			name:       "invisible with text",
+			profile:    &presence.Profile{UserID: "u", Manual: presence.ManualInvisible, Text: "shh", LastSeen: past, PubLastSeen: past, Version: 5},
+			wantStatus: presence.Invisible,
+			wantPub:    past,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newMemDurable()
+			if tt.profile != nil {
+				d = newMemDurable(*tt.profile)
+			}
+			f := newFixture(t, d)
+			ch := f.beat("u", "d", true)
+			f.wantEvents("first heartbeat", tt.wantEvents...)
+			if ch.Changed != (len(tt.wantEvents) > 0) {
+				t.Errorf("Heartbeat: got Changed=%v, want %v", ch.Changed, len(tt.wantEvents) > 0)
+			}
+			s := f.get("u")
+			if s.Status != tt.wantStatus || s.PubLastSeen != tt.wantPub || s.LastSeen != ms(0) {
+				t.Errorf("Get: got status %v last_seen %v pub %v, want %v %v %v",
+					s.Status, offset(s.LastSeen), offset(s.PubLastSeen), tt.wantStatus, offset(ms(0)), offset(tt.wantPub))
+			}
+			if tt.profile != nil {
+				if s.Manual != tt.profile.Manual || s.Text != tt.profile.Text {
+					t.Errorf("Get: got manual %v text %q, want the durable %v %q", s.Manual, s.Text, tt.profile.Manual, tt.profile.Text)
+				}
+				if ch.Changed && ch.Event.Version <= tt.profile.Version {
+					t.Errorf("event version %d is not above the durable %d", ch.Event.Version, tt.profile.Version)
+				}
+			}
+			// Later heartbeats use the loaded state.
+			f.at(time.Second)
+			f.beat("u", "d", true)
+			f.wantEvents("second heartbeat")
+			if n := d.calledTimes("LoadProfiles"); n != 1 {
+				t.Errorf("LoadProfiles: called %d times, want 1", n)
+			}
+		})
+	}
+}
+
+func TestHeartbeatLoadFails(t *testing.T) {
+	d := newMemDurable(presence.Profile{UserID: "u", Manual: presence.ManualInvisible})
+	f := newFixture(t, d)
+	d.setFail("LoadProfiles", errDown)
+	ch, err := f.tr.Heartbeat(f.ctx, "u", "d", true)
+	if !errors.Is(err, errDown) || ch.Changed {
+		t.Fatalf("Heartbeat with the durable store down: got %+v, %v; want no change and %v", ch, err, errDown)
+	}
+	f.wantEvents("failed heartbeat")
+	if s := f.get("u"); s.Known {
+		t.Errorf("Get after failed load: got %+v, want unknown (an empty profile would forget the invisibility)", s)
+	}
+	d.setFail("LoadProfiles", nil)
+	f.beat("u", "d", true)
+	f.wantEvents("heartbeat after recovery")
+	if s := f.get("u"); s.Status != presence.Invisible {
+		t.Errorf("Get after recovery: got %v, want invisible", s.Status)
+	}
+}
+
+// TestRestartKeepsInvisible plays a user who goes invisible on one tracker,
+// then comes back to a new tracker (new memory, same durable store): after
+// a clean shutdown and after a crash with no checkpoint at all.
+func TestRestartKeepsInvisible(t *testing.T) {
+	for _, clean := range []bool{true, false} {
+		t.Run(map[bool]string{true: "clean", false: "crash"}[clean], func(t *testing.T) {
+			d := newMemDurable()
+			c := clock.NewFake(start)
+			f := newFixtureWith(t, d, c, tracker.Config{})
+			f.beat("u", "d", true)
+			f.at(10 * time.Second)
+			f.beat("u", "d", true)
+			f.at(12 * time.Second)
+			f.status("u", presence.ManualInvisible, "")
+			f.wantEvents("before restart", "u offline→online seen=0s", "u online→offline seen=10s")
+			f.at(15 * time.Second)
+			f.beat("u", "d", true)
+			last := f.get("u").Version
+			if clean {
+				if err := f.tr.Close(f.ctx); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			}
+
+			c.Set(start.Add(20 * time.Second))
+			g := newFixtureWith(t, d, c, tracker.Config{})
+			g.beat("u", "d", true)
+			g.wantEvents("first heartbeat after restart")
+			s := g.get("u")
+			wantPub := ms(10 * time.Second)
+			if !clean {
+				wantPub = 0 // never checkpointed
+			}
+			if s.Status != presence.Invisible || s.PubLastSeen != wantPub {
+				t.Errorf("after restart: got status %v pub_last_seen %v, want invisible %v", s.Status, offset(s.PubLastSeen), offset(wantPub))
+			}
+			g.at(25 * time.Second)
+			ch := g.status("u", presence.ManualNone, "")
+			g.wantEvents("online after restart", "u offline→online seen=20s")
+			if ch.Event.Version <= last {
+				t.Errorf("version after restart: got %d, want above %d", ch.Event.Version, last)
+			}
+		})
+	}
+}
+
+func TestSetStatusDurableFirst(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	f.beat("u", "d", true)
+	f.wantEvents("first beat", "u offline→online seen=0s")
+
+	// The durable store sees the status before the hot state does.
+	var seen []presence.Manual
+	d.beforeSaveStatus = func(user string, m presence.Manual) {
+		seen = append(seen, f.get(user).Manual)
+	}
+	f.at(time.Second)
+	f.status("u", presence.ManualBusy, "x")
+	f.wantEvents("busy", `u online→busy seen=0s text="x"`)
+	if !slices.Equal(seen, []presence.Manual{presence.ManualNone}) {
+		t.Errorf("hot manual status while saving: got %v, want [online] (saved before applied)", seen)
+	}
+	if p, _ := d.profile("u"); p.Manual != presence.ManualBusy || p.Text != "x" {
+		t.Errorf("durable after SetStatus: got %v %q, want busy %q", p.Manual, p.Text, "x")
+	}
+	d.beforeSaveStatus = nil
+
+	// With the durable store down nothing changes.
+	d.setFail("SaveStatus", errDown)
+	before := f.get("u")
+	ch, err := f.tr.SetStatus(f.ctx, "u", presence.ManualInvisible, "gone")
+	if !errors.Is(err, errDown) || ch.Changed {
+		t.Fatalf("SetStatus with the durable store down: got %+v, %v; want no change and %v", ch, err, errDown)
+	}
+	f.wantEvents("failed SetStatus")
+	if after := f.get("u"); after != before {
+		t.Errorf("Get after failed SetStatus: got %+v, want %+v", after, before)
+	}
+	if p, _ := d.profile("u"); p.Manual != presence.ManualBusy || p.Text != "x" {
+		t.Errorf("durable after failed SetStatus: got %v %q, want busy %q", p.Manual, p.Text, "x")
+	}
+	d.setFail("SaveStatus", nil)
+	f.status("u", presence.ManualInvisible, "gone")
+	f.wantEvents("invisible", `u busy→offline seen=0s text="gone"`)
+}
+
+func TestSetStatusUnknownUser(t *testing.T) {
+	d := newMemDurable(presence.Profile{UserID: "u", Text: "old", LastSeen: ms(-time.Hour), PubLastSeen: ms(-time.Hour), Version: 9})
+	f := newFixture(t, d)
+	// Offline: saved and held, nothing published until a device beats.
+	f.status("u", presence.ManualBusy, "old")
+	f.wantEvents("busy while offline")
+	if s := f.get("u"); !s.Known || s.Manual != presence.ManualBusy || s.LastSeen != ms(-time.Hour) {
+		t.Errorf("Get: got %+v, want the durable profile with manual busy", s)
+	}
+	f.beat("u", "d", true)
+	f.wantEvents("first beat", `u offline→busy seen=0s text="old"`)
+}
+
+func TestSetSettings(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	want := presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}
+	if err := f.tr.SetSettings(f.ctx, "u", want); err != nil {
+		t.Fatalf("SetSettings: %v", err)
+	}
+	if got, err := f.tr.Settings(f.ctx, "u"); err != nil || got != want {
+		t.Errorf("Settings: got %+v, %v; want %+v", got, err, want)
+	}
+	if p, _ := d.profile("u"); p.Settings != want {
+		t.Errorf("durable settings: got %+v, want %+v", p.Settings, want)
+	}
+	d.setFail("SaveSettings", errDown)
+	if err := f.tr.SetSettings(f.ctx, "u", presence.Settings{}); !errors.Is(err, errDown) {
+		t.Errorf("SetSettings with the durable store down: got %v, want %v", err, errDown)
+	}
+	if got := f.get("u").Settings; got != want {
+		t.Errorf("settings after failed SetSettings: got %+v, want %+v", got, want)
+	}
+	f.wantEvents("settings")
+}
+
+func TestSweepPublishesOffline(t *testing.T) {
+	f := newFixtureWith(t, newMemDurable(), clock.NewFake(start), tracker.Config{SweepBatch: 2})
+	for _, u := range []string{"a", "b", "c", "d", "e"} {
+		f.beat(u, "phone", true)
+	}
+	f.at(10 * time.Second)
+	f.beat("a", "phone", false)
+	f.wantEvents("beats", "a offline→online seen=0s", "b offline→online seen=0s", "c offline→online seen=0s",
+		"d offline→online seen=0s", "e offline→online seen=0s")
+
+	f.at(30*time.Second - time.Millisecond)
+	if n := f.sweep(); n != 0 {
+		t.Errorf("Sweep at ttl-1ms: got %d changes, want 0", n)
+	}
+	f.wantEvents("Sweep at ttl-1ms")
+	f.at(30 * time.Second)
+	if n := f.sweep(); n != 4 {
+		t.Errorf("Sweep at ttl: got %d changes, want 4 (more than one batch)", n)
+	}
+	f.wantEvents("Sweep at ttl", "b online→offline seen=0s", "c online→offline seen=0s",
+		"d online→offline seen=0s", "e online→offline seen=0s")
+	f.at(40*time.Second - time.Millisecond)
+	f.sweep()
+	f.wantEvents("Sweep before a's ttl")
+	f.at(41 * time.Second) // a late sweep: last_seen is still the last beat
+	if n := f.sweep(); n != 1 {
+		t.Errorf("Sweep after a's ttl: got %d changes, want 1", n)
+	}
+	evs := f.pub.take()
+	if got := fmtEvents(evs); !slices.Equal(got, []string{"a online→offline seen=10s"}) {
+		t.Errorf("Sweep after a's ttl: published %v", got)
+	} else if evs[0].At != ms(41*time.Second) {
+		t.Errorf("offline event At: got %v, want 41s", offset(evs[0].At))
+	}
+	if n := f.sweep(); n != 0 {
+		t.Errorf("second Sweep: got %d changes, want 0", n)
+	}
+}
+
+func TestCheckpoint(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	for _, u := range []string{"a", "b", "c"} {
+		f.beat(u, "d", true)
+	}
+	f.at(5 * time.Second)
+	f.beat("a", "d", true)
+	f.beat("a", "d2", false)
+	f.tr.Bye(f.ctx, "c", "d")
+	if err := f.tr.Checkpoint(f.ctx); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	batches := d.written()
+	if len(batches) != 1 {
+		t.Fatalf("Checkpoint: got %d batches, want 1", len(batches))
+	}
+	wantBatch(t, "first checkpoint", batches[0], map[string]int64{"a": ms(5 * time.Second), "b": ms(0), "c": ms(5 * time.Second)})
+	if err := f.tr.Checkpoint(f.ctx); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	if n := len(d.written()); n != 1 {
+		t.Errorf("Checkpoint without changes: got %d batches in all, want still 1", n)
+	}
+	if n := d.calledTimes("SaveLastSeen"); n != 1 {
+		t.Errorf("Checkpoint without changes: SaveLastSeen called %d times in all, want 1", n)
+	}
+	if got := f.tr.Stats().Flushed; got != 3 {
+		t.Errorf("Stats.Flushed: got %d, want 3", got)
+	}
+}
+
+func TestCheckpointRetriesFailedBatch(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	f.beat("a", "d", true)
+	f.beat("b", "d", true)
+	d.setFail("SaveLastSeen", errDown)
+	if err := f.tr.Checkpoint(f.ctx); !errors.Is(err, errDown) {
+		t.Fatalf("Checkpoint with the durable store down: got %v, want %v", err, errDown)
+	}
+	f.at(5 * time.Second)
+	f.beat("a", "d", true)
+	f.beat("c", "d", true)
+	if err := f.tr.Checkpoint(f.ctx); !errors.Is(err, errDown) {
+		t.Fatalf("second Checkpoint with the durable store down: got %v, want %v", err, errDown)
+	}
+	f.at(6 * time.Second)
+	f.beat("a", "d", true)
+	if n := len(d.written()); n != 0 {
+		t.Fatalf("batches written while down: got %d, want 0", n)
+	}
+
+	d.setFail("SaveLastSeen", nil)
+	if err := f.tr.Checkpoint(f.ctx); err != nil {
+		t.Fatalf("Checkpoint after recovery: %v", err)
+	}
+	batches := d.written()
+	if len(batches) != 1 {
+		t.Fatalf("Checkpoint after recovery: got %d batches, want 1", len(batches))
+	}
+	want := map[string]int64{"a": ms(6 * time.Second), "b": ms(0), "c": ms(5 * time.Second)}
+	wantBatch(t, "retried checkpoint", batches[0], want)
+	for u, seen := range want {
+		if p, ok := d.profile(u); !ok || p.LastSeen != seen {
+			t.Errorf("durable %s: got last_seen %v (held %v), want %v", u, offset(p.LastSeen), ok, offset(seen))
+		}
+	}
+	st := f.tr.Stats()
+	if st.FlushErrors != 2 || st.Flushed != 3 {
+		t.Errorf("Stats: got %d flush errors and %d flushed, want 2 and 3", st.FlushErrors, st.Flushed)
+	}
+	if err := f.tr.Checkpoint(f.ctx); err != nil || len(d.written()) != 1 {
+		t.Errorf("Checkpoint after the retry: got %v with %d batches, want nothing new", err, len(d.written()))
+	}
+}
+
+// wantBatch checks that a checkpoint batch holds each user of want once,
+// with the wanted last_seen and a non-zero version.
+func wantBatch(t *testing.T, what string, batch []presence.Profile, want map[string]int64) {
+	t.Helper()
+	got := map[string]int64{}
+	for _, p := range batch {
+		if _, dup := got[p.UserID]; dup {
+			t.Errorf("%s: %q appears more than once", what, p.UserID)
+		}
+		got[p.UserID] = p.LastSeen
+		if p.Version == 0 || p.PubLastSeen == 0 {
+			t.Errorf("%s: %q has version %d pub_last_seen %d, want both set", what, p.UserID, p.Version, p.PubLastSeen)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%s: got %d users %v, want %d %v", what, len(got), got, len(want), want)
+	}
+	for u, seen := range want {
+		if got[u] != seen {
+			t.Errorf("%s: %s last_seen got %v, want %v", what, u, offset(got[u]), offset(seen))
+		}
+	}
+}
+
+func TestCloseIsIdempotentAndCheckpoints(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	f.beat("u", "d", true)
+	if err := f.tr.Close(f.ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if p, ok := d.profile("u"); !ok || p.LastSeen != ms(0) {
+		t.Errorf("durable after Close: got %+v (held %v), want last_seen written", p, ok)
+	}
+	for range 2 {
+		if err := f.tr.Close(f.ctx); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+	}
+	if n := d.calledTimes("SaveLastSeen"); n != 1 {
+		t.Errorf("SaveLastSeen: called %d times over three Closes, want 1", n)
+	}
+}
+
+func TestRunCheckpointsOnStop(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	f.beat("u", "d", true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.tr.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if p, ok := d.profile("u"); !ok || p.LastSeen != ms(0) {
+		t.Errorf("durable after Run stopped: got %+v (held %v), want last_seen written", p, ok)
+	}
+	if err := f.tr.Close(context.Background()); err != nil {
+		t.Errorf("Close after Run: %v", err)
+	}
+}
+
+func TestStats(t *testing.T) {
+	f := newFixture(t, newMemDurable())
+	f.beat("a", "d", true)
+	f.beat("a", "d", true)
+	f.beat("a", "d2", true)
+	f.beat("b", "d", true)
+	f.beat("c", "d", false)
+	f.status("a", presence.ManualBusy, "")
+	f.status("a", presence.ManualBusy, "text")
+	f.status("b", presence.ManualInvisible, "")
+	f.at(10 * time.Second)
+	f.beat("c", "d", true) // away → online
+	f.at(30 * time.Second)
+	f.sweep() // a busy → offline; b invisible, no event
+
+	st := f.tr.Stats()
+	if st.Heartbeats != 6 {
+		t.Errorf("Heartbeats: got %d, want 6", st.Heartbeats)
+	}
+	if st.TextChanges != 1 {
+		t.Errorf("TextChanges: got %d, want 1", st.TextChanges)
+	}
+	if st.Online != 1 {
+		t.Errorf("Online: got %d, want 1 (c)", st.Online)
+	}
+	want := map[[2]presence.Status]uint64{
+		{presence.Offline, presence.Online}: 2,
+		{presence.Offline, presence.Away}:   1,
+		{presence.Online, presence.Busy}:    1,
+		{presence.Online, presence.Offline}: 1,
+		{presence.Away, presence.Online}:    1,
+		{presence.Busy, presence.Offline}:   1,
+	}
+	if len(st.Transitions) != len(want) {
+		t.Errorf("Transitions: got %v, want %v", st.Transitions, want)
+	}
+	for k, n := range want {
+		if st.Transitions[k] != n {
+			t.Errorf("Transitions[%v→%v]: got %d, want %d", k[0], k[1], st.Transitions[k], n)
+		}
+	}
+}
+
+// step is one step of a scenario: at a clock offset, an operation and the
+// events it must publish.
+type step struct {
+	at     time.Duration
+	op     string // beat, idle (inactive beat), status, bye, sweep
+	user   string
+	device string
+	manual presence.Manual
+	text   string
+	want   []string // published events, see fmtEvents
+}
+
+func beat(at time.Duration, user, device string, want ...string) step {
+	return step{at: at, op: "beat", user: user, device: device, want: want}
+}
+
+func idle(at time.Duration, user, device string, want ...string) step {
+	return step{at: at, op: "idle", user: user, device: device, want: want}
+}
+
+func setStatus(at time.Duration, user string, m presence.Manual, text string, want ...string) step {
+	return step{at: at, op: "status", user: user, manual: m, text: text, want: want}
+}
+
+func bye(at time.Duration, user, device string, want ...string) step {
+	return step{at: at, op: "bye", user: user, device: device, want: want}
+}
+
+func sweep(at time.Duration, want ...string) step {
+	return step{at: at, op: "sweep", want: want}
+}
+
+// every returns the steps of mk at from, from+each, ... while before to.
+func every(from, each, to time.Duration, mk func(at time.Duration) []step) []step {
+	var out []step
+	for at := from; at < to; at += each {
+		out = append(out, mk(at)...)
+	}
+	return out
+}
+
+// idleAndSweep is an inactive beat followed by a sweep, expecting nothing.
+func idleAndSweep(user, device string) func(at time.Duration) []step {
+	return func(at time.Duration) []step { return []step{idle(at, user, device), sweep(at)} }
+}
+
+func concat(parts ...any) []step {
+	var out []step
+	for _, p := range parts {
+		switch p := p.(type) {
+		case step:
+			out = append(out, p)
+		case []step:
+			out = append(out, p...)
+		default:
+			panic(fmt.Sprintf("concat: %T", p))
+		}
+	}
+	return out
+}
+
+const ms1 = time.Millisecond
+
+func TestScenarios(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"idle then active again", concat(
+			beat(0, "u", "d", "u offline→online seen=0s"),
+			every(20*time.Second, 20*time.Second, 5*time.Minute, idleAndSweep("u", "d")),
+			sweep(5*time.Minute-ms1),
+			sweep(5*time.Minute, "u online→away seen=4m40s"),
+			sweep(5*time.Minute+ms1),
+			beat(5*time.Minute+5*time.Second, "u", "d", "u away→online seen=5m5s"),
+			sweep(5*time.Minute+35*time.Second-ms1),
+			sweep(5*time.Minute+35*time.Second, "u online→offline seen=5m5s"),
+		)},
+		{"idle noticed by a heartbeat before any sweep", concat(
+			beat(0, "u", "d", "u offline→online seen=0s"),
+			every(25*time.Second, 25*time.Second, 5*time.Minute, func(at time.Duration) []step {
+				return []step{idle(at, "u", "d")}
+			}),
+			idle(5*time.Minute, "u", "d", "u online→away seen=5m0s"),
+			sweep(5*time.Minute),
+		)},
+		{"invisible while online and back", concat(
+			beat(0, "u", "d", "u offline→online seen=0s"),
+			beat(10*time.Second, "u", "d"),
+			setStatus(15*time.Second, "u", presence.ManualInvisible, "", "u online→offline seen=10s"),
+			beat(20*time.Second, "u", "d"),
+			beat(40*time.Second, "u", "d"),
+			sweep(45*time.Second),
+			setStatus(50*time.Second, "u", presence.ManualNone, "", "u offline→online seen=40s"),
+			bye(55*time.Second, "u", "d", "u online→offline seen=55s"),
+			sweep(2*time.Minute),
+		)},
+		{"invisible user's devices die silently", concat(
+			beat(0, "u", "d", "u offline→online seen=0s"),
+			setStatus(time.Second, "u", presence.ManualInvisible, "", "u online→offline seen=0s"),
+			beat(10*time.Second, "u", "d"),
+			sweep(40*time.Second),
+			beat(time.Hour, "u", "d"),
+			setStatus(time.Hour+time.Second, "u", presence.ManualNone, "", "u offline→online seen=1h0m0s"),
+		)},
+		{"reconnect inside the ttl", concat(
+			beat(0, "u", "d", "u offline→online seen=0s"),
+			beat(10*time.Second, "u", "d"),
+			// The connection drops; the client reconnects 1ms before the ttl.
+			every(11*time.Second, time.Second, 40*time.Second-ms1, func(at time.Duration) []step {
+				return []step{sweep(at)}
+			}),
+			beat(40*time.Second-ms1, "u", "d"),
+			sweep(40*time.Second),
+			sweep(70*time.Second-2*ms1),
+			sweep(70*time.Second-ms1, "u online→offline seen=39.999s"),
+		)},
+		{"reconnect with a new device id", concat(
+			beat(0, "u", "conn-1", "u offline→online seen=0s"),
+			beat(25*time.Second, "u", "conn-2"),
+			sweep(30*time.Second),
+			sweep(55*time.Second-ms1),
+			sweep(55*time.Second, "u online→offline seen=25s"),
+		)},
+		{"two devices", concat(
+			beat(0, "u", "phone", "u offline→online seen=0s"),
+			beat(5*time.Second, "u", "laptop"),
+			beat(20*time.Second, "u", "phone"),
+			sweep(35*time.Second), // the laptop dies, the phone lives
+			beat(40*time.Second, "u", "phone"),
+			bye(45*time.Second, "u", "laptop"),
+			bye(46*time.Second, "u", "phone", "u online→offline seen=46s"),
+			sweep(2*time.Minute),
+		)},
+		{"two devices die one after the other", concat(
+			beat(0, "u", "phone", "u offline→online seen=0s"),
+			beat(time.Second, "u", "laptop"),
+			sweep(30*time.Second),
+			sweep(31*time.Second-ms1),
+			sweep(31*time.Second, "u online→offline seen=1s"),
+		)},
+		{"bye of one of two devices", concat(
+			beat(0, "u", "phone", "u offline→online seen=0s"),
+			beat(time.Second, "u", "laptop"),
+			bye(2*time.Second, "u", "laptop"),
+			sweep(30*time.Second, "u online→offline seen=2s"),
+		)},
+		{"busy ignores idle, online clears it", concat(
+			beat(0, "u", "d", "u offline→online seen=0s"),
+			setStatus(time.Second, "u", presence.ManualBusy, "", "u online→busy seen=0s"),
+			every(20*time.Second, 20*time.Second, 6*time.Minute, idleAndSweep("u", "d")),
+			sweep(6*time.Minute),
+			setStatus(6*time.Minute, "u", presence.ManualNone, "", "u busy→away seen=5m40s"),
+			beat(6*time.Minute+time.Second, "u", "d", "u away→online seen=6m1s"),
+		)},
+		{"status set while offline", concat(
+			setStatus(0, "u", presence.ManualAway, ""),
+			sweep(time.Minute),
+			beat(2*time.Minute, "u", "d", "u offline→away seen=2m0s"),
+			setStatus(2*time.Minute, "u", presence.ManualAway, "back soon", `u away→away seen=2m0s text="back soon"`),
+		)},
+		{"several users", concat(
+			beat(0, "a", "d", "a offline→online seen=0s"),
+			beat(0, "b", "d", "b offline→online seen=0s"),
+			beat(20*time.Second, "a", "d"),
+			sweep(30*time.Second, "b online→offline seen=0s"),
+			sweep(50*time.Second, "a online→offline seen=20s"),
+		)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, newMemDurable())
+			for i, st := range tt.steps {
+				f.at(st.at)
+				what := fmt.Sprintf("step %d at %v: %s %s/%s", i, st.at, st.op, st.user, st.device)
+				var err error
+				switch st.op {
+				case "beat", "idle":
+					_, err = f.tr.Heartbeat(f.ctx, st.user, st.device, st.op == "beat")
+				case "status":
+					_, err = f.tr.SetStatus(f.ctx, st.user, st.manual, st.text)
+				case "bye":
+					_, err = f.tr.Bye(f.ctx, st.user, st.device)
+				case "sweep":
+					_, err = f.tr.Sweep(f.ctx)
+				default:
+					t.Fatalf("%s: unknown op", what)
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				f.wantEvents(what, st.want...)
+			}
+		})
+	}
+}
+
+// TestConcurrentUse runs heartbeats, status changes, sweeps and checkpoints
+// at once (for the race detector) and checks that nothing is lost.
+func TestConcurrentUse(t *testing.T) {
+	d := newMemDurable()
+	f := newFixtureWith(t, d, clock.NewFake(start), tracker.Config{SweepBatch: 3})
+	const users, beats = 50, 20
+	ctx, cancel := context.WithCancel(context.Background())
+	var bg, wg sync.WaitGroup
+	bg.Go(func() {
+		for ctx.Err() == nil {
+			if _, err := f.tr.Sweep(ctx); err != nil {
+				t.Errorf("Sweep: %v", err)
+			}
+			if err := f.tr.Checkpoint(ctx); err != nil {
+				t.Errorf("Checkpoint: %v", err)
+			}
+		}
+	})
+	for u := range users {
+		wg.Go(func() {
+			user := fmt.Sprint("u", u)
+			for i := range beats {
+				if _, err := f.tr.Heartbeat(ctx, user, fmt.Sprint("d", i%2), true); err != nil {
+					t.Errorf("Heartbeat: %v", err)
+				}
+				if i == beats/2 && u%2 == 0 {
+					if _, err := f.tr.SetStatus(ctx, user, presence.ManualBusy, ""); err != nil {
+						t.Errorf("SetStatus: %v", err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	bg.Wait()
+	if err := f.tr.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if st := f.tr.Stats(); st.Online != users || st.Heartbeats != users*beats {
+		t.Errorf("Stats: got %d online, %d heartbeats; want %d, %d", st.Online, st.Heartbeats, users, users*beats)
+	}
+	perUser := map[string][]presence.Event{}
+	for _, e := range f.pub.take() {
+		perUser[e.UserID] = append(perUser[e.UserID], e)
+	}
+	for u := range users {
+		user := fmt.Sprint("u", u)
+		want := 1
+		if u%2 == 0 {
+			want = 2
+		}
+		if n := len(perUser[user]); n != want {
+			t.Errorf("%s: got %d events %v, want %d", user, n, fmtEvents(perUser[user]), want)
+		}
+		if p, ok := d.profile(user); !ok || p.LastSeen != ms(0) || p.Version == 0 {
+			t.Errorf("%s: durable %+v (held %v), want last_seen and version checkpointed", user, p, ok)
+		}
+	}
+}
