@@ -55,8 +55,12 @@ type Durable interface {
 	SaveLastSeen(ctx context.Context, batch []presence.Profile) error
 }
 
-// Publisher receives every change of visible presence, in order per user.
-// Publish must not block for long: the bus owns its queues.
+// Publisher receives every change of visible presence. Changes of one user
+// made by concurrent operations may reach Publish out of order; each event
+// carries the whole visible state and a version that grows with every
+// change, so a consumer applies an event only if its version is above the
+// last one it applied for that user. The *Event is valid only during the
+// call. Publish must not block for long: the bus owns its queues.
 type Publisher interface {
 	Publish(ev *presence.Event)
 }

@@ -106,7 +106,7 @@ func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active boo
 	t.beats.add()
 	now := t.Now()
 	ch, err := t.store.Beat(ctx, now, user, device, active)
-	if err == ErrNotLoaded {
+	if errors.Is(err, ErrNotLoaded) {
 		if err = t.load(ctx, user); err != nil {
 			return ch, err
 		}
@@ -131,7 +131,7 @@ func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual,
 	}
 	for try := 0; ; try++ {
 		ch, err := t.store.SetStatus(ctx, t.Now(), user, m, text)
-		if err == ErrNotLoaded && try < 3 {
+		if errors.Is(err, ErrNotLoaded) && try < 3 {
 			if err = t.load(ctx, user); err != nil {
 				return ch, err
 			}
@@ -166,7 +166,7 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 	}
 	for try := 0; ; try++ {
 		err := t.store.SetSettings(ctx, user, s)
-		if err == ErrNotLoaded && try < 3 {
+		if errors.Is(err, ErrNotLoaded) && try < 3 {
 			if err = t.load(ctx, user); err != nil {
 				return err
 			}
