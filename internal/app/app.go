@@ -123,6 +123,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.tracker, err = tracker.New(tracker.Config{
 		Store:         a.store,
 		Durable:       durable,
+		Publisher:     logPublisher{cfg.Logger.With("component", "events")},
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger.With("component", "tracker"),
 		SweepInterval: cfg.SweepInterval,
@@ -157,6 +158,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// logPublisher logs every change of visible presence at debug level
+// (-log-level debug). The live fan-out to watchers subscribes here too.
+type logPublisher struct{ log *slog.Logger }
+
+func (p logPublisher) Publish(ev *presence.Event) {
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		p.log.Debug("presence change", "user_id", ev.UserID, "from", ev.Prev.String(), "to", ev.Status.String(),
+			"text", ev.Text, "version", ev.Version)
+	}
 }
 
 // Handler is the node's HTTP API.
