@@ -52,10 +52,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fset := flag.NewFlagSet("presenced", flag.ContinueOnError)
 	fset.SetOutput(stderr)
 	var (
-		addr         = fset.String("addr", ":8080", "listen address")
+		addr         = fset.String("addr", ":8080", "listen address (with -dev and no -addr: 127.0.0.1:8080)")
 		dataDir      = fset.String("data", "./data", "directory of the embedded state (SQLite file, generated keys)")
 		ttl          = fset.Duration("heartbeat-ttl", 30*time.Second, "a device is online until this long after its last heartbeat")
 		idleAfter    = fset.Duration("idle-after", 5*time.Minute, "online turns away after this long without activity")
+		maxDevices   = fset.Int("max-devices", 32, "alive devices per user; a heartbeat of one more is refused")
 		pollInterval = fset.Duration("poll-interval", 30*time.Second, "clients reading presence over HTTP with their own token may read once per interval (0 disables)")
 		apiKey       = fset.String("api-key", "", "API key of app backends (default: generated once into <data>/api-key)")
 		jwtSecret    = fset.String("jwt-secret", "", "HS256 secret of client tokens (default: generated once into <data>/jwt-secret)")
@@ -110,7 +111,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if poll == 0 {
 		poll = -1
 	}
+	if *dev && !given["addr"] && getenv(envName("addr")) == "" {
+		*addr = "127.0.0.1:8080" // an insecure node listens on loopback unless told otherwise
+	}
+	if *maxDevices < 1 {
+		return fmt.Errorf("-max-devices %d: at least 1", *maxDevices)
+	}
 	cfg := app.Config{
+		MaxDevices:   *maxDevices,
 		Addr:         *addr,
 		DataDir:      *dataDir,
 		TTL:          *ttl,

@@ -33,6 +33,7 @@ type Config struct {
 	TTL          time.Duration // heartbeat ttl, default 30s
 	IdleAfter    time.Duration // online → away, default 5m
 	PollInterval time.Duration // client HTTP read throttle, default 30s; negative disables
+	MaxDevices   int           // alive devices per user, default 32
 	APIKey       string
 	JWTSecret    []byte
 	Dev          bool
@@ -109,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: cfg.Logger}
-	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter}
+	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter, MaxDevices: cfg.MaxDevices}
 
 	durable, err := sqlitestore.Open(ctx, sqlitestore.Config{
 		Path:   filepath.Join(cfg.DataDir, "presenced.db"),
@@ -119,6 +120,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("open durable store: %w", err)
 	}
 	a.durable = durable
+	if rules.Epoch, err = durable.NextEpoch(ctx); err != nil {
+		durable.Close()
+		return nil, err
+	}
 	a.store = memstore.New(memstore.Config{Rules: rules})
 	a.tracker, err = tracker.New(tracker.Config{
 		Store:         a.store,
@@ -197,7 +202,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    256 << 10, // 1,000 ids of 64 bytes, percent-encoded
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
 	trackerCtx, stopTracker := context.WithCancel(context.WithoutCancel(ctx))

@@ -74,6 +74,7 @@ func New(cfg Config) *Authenticator {
 			jwt.WithValidMethods([]string{"HS256"}),
 			jwt.WithTimeFunc(cfg.Clock.Now),
 			jwt.WithLeeway(cfg.Leeway),
+			jwt.WithExpirationRequired(), // a token that never expires is never revocable
 		),
 	}
 }
@@ -133,14 +134,15 @@ type claims struct {
 }
 
 // Sign returns an HS256 token for user (and optionally one device) that
-// expires after ttl (never if ttl is 0). Backends do this in their own
-// language; Sign serves tests, tools and the -token flag.
+// expires after ttl. Backends do this in their own language; Sign serves
+// tests, tools and the -print-token flag.
 func Sign(secret []byte, user, device string, now time.Time, ttl time.Duration) (string, error) {
+	if ttl <= 0 {
+		return "", errors.New("auth: a token needs a positive lifetime (tokens without exp are refused)")
+	}
 	c := claims{Device: device}
 	c.Subject = user
 	c.IssuedAt = jwt.NewNumericDate(now)
-	if ttl > 0 {
-		c.ExpiresAt = jwt.NewNumericDate(now.Add(ttl))
-	}
+	c.ExpiresAt = jwt.NewNumericDate(now.Add(ttl))
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }

@@ -10,11 +10,13 @@ package durabletest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/presenced/presenced/internal/presence"
@@ -37,6 +39,8 @@ type Store interface {
 	Contacts(ctx context.Context, user string) ([]string, error)
 	// ListedBy calls fn for each of owners whose contact list holds viewer.
 	ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) error
+	// NextEpoch durably counts one more run of the node and returns it.
+	NextEpoch(ctx context.Context) (uint64, error)
 	// Ping reports whether the store is reachable.
 	Ping(ctx context.Context) error
 	// Close releases the store; it is idempotent.
@@ -64,6 +68,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"ContactsPerUser", testContactsPerUser},
 		{"ListedBy", testListedBy},
 		{"ListedByManyOwners", testListedByManyOwners},
+		{"ContactLimit", testContactLimit},
+		{"EpochGrows", testEpochGrows},
 		{"PingAndClose", testPingAndClose},
 	}
 	for _, tc := range tests {
@@ -614,6 +620,67 @@ func testListedByManyOwners(t *testing.T, s Store) {
 	slices.Reverse(rev)
 	if got := listedBy(t, s, "v", rev); !slices.Equal(got, want) {
 		t.Errorf("ListedBy(v, %d owners reversed) = %q, want %q", n, got, want)
+	}
+}
+
+// testContactLimit: no change may take a list past presence.MaxContacts,
+// not even concurrent additions; a refused change changes nothing.
+func testContactLimit(t *testing.T, s Store) {
+	ctx := context.Background()
+	full := make([]string, presence.MaxContacts)
+	for i := range full {
+		full[i] = fmt.Sprintf("c%05d", i)
+	}
+	if err := s.SetContacts(ctx, "u", full[:presence.MaxContacts-1]); err != nil {
+		t.Fatalf("SetContacts(%d): %v", presence.MaxContacts-1, err)
+	}
+	over := append(append([]string(nil), full...), "extra")
+	if err := s.SetContacts(ctx, "u", over); !errors.Is(err, presence.ErrTooManyContacts) {
+		t.Fatalf("SetContacts(%d) = %v, want ErrTooManyContacts", len(over), err)
+	}
+	if got := len(contacts(t, s, "u")); got != presence.MaxContacts-1 {
+		t.Fatalf("after a refused SetContacts the list holds %d, want %d (unchanged)", got, presence.MaxContacts-1)
+	}
+	// Twenty concurrent single additions: exactly one fits.
+	var wg sync.WaitGroup
+	var ok, refused atomic.Int32
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.AddContacts(ctx, "u", []string{fmt.Sprintf("new%02d", i)})
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, presence.ErrTooManyContacts):
+				refused.Add(1)
+			default:
+				t.Errorf("AddContacts: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 1 || refused.Load() != 19 {
+		t.Errorf("concurrent additions at the limit: %d accepted, %d refused; want 1 and 19", ok.Load(), refused.Load())
+	}
+	if got := len(contacts(t, s, "u")); got != presence.MaxContacts {
+		t.Errorf("list holds %d, want %d", got, presence.MaxContacts)
+	}
+}
+
+// testEpochGrows: every run gets a larger epoch.
+func testEpochGrows(t *testing.T, s Store) {
+	ctx := context.Background()
+	var prev uint64
+	for i := range 3 {
+		e, err := s.NextEpoch(ctx)
+		if err != nil {
+			t.Fatalf("NextEpoch: %v", err)
+		}
+		if e <= prev {
+			t.Fatalf("NextEpoch #%d = %d, want > %d", i+1, e, prev)
+		}
+		prev = e
 	}
 }
 

@@ -1,10 +1,13 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/presenced/presenced/internal/presence"
 )
 
 // Error is an error with its HTTP status and a stable machine-readable code.
@@ -34,16 +37,27 @@ func unauthorized(err error) *Error {
 	return &Error{Status: http.StatusUnauthorized, Code: errUnauthorized.Code, Message: err.Error()}
 }
 
-func internal(err error) *Error {
-	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error()}
+// classify maps an error to what the client is told. Limits of the
+// domain become their own 4xx; anything unexpected is a 500 whose detail
+// stays in the server log.
+func classify(err error) *Error {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, presence.ErrTooManyDevices):
+		return &Error{Status: http.StatusConflict, Code: "too_many_devices", Message: err.Error()}
+	case errors.Is(err, presence.ErrTooManyContacts):
+		return &Error{Status: http.StatusBadRequest, Code: "too_many_contacts", Message: presence.ErrTooManyContacts.Error()}
+	case errors.Is(err, context.Canceled):
+		return &Error{Status: 499, Code: "canceled", Message: "the request was canceled"}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error (details are in the server log)"}
 }
 
 // writeError writes err as JSON. Errors that are not *Error are 500s.
 func writeError(w http.ResponseWriter, err error) {
-	var e *Error
-	if !errors.As(err, &e) {
-		e = internal(err)
-	}
+	e := classify(err)
 	b := make([]byte, 0, 64+len(e.Message))
 	b = append(b, `{"error":{"code":`...)
 	b = appendString(b, e.Code)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 
@@ -38,7 +39,11 @@ func putReadBuf(rb *readBuf) {
 // queryParam returns the single value of a query parameter, refusing
 // repeats so that no value is silently ignored.
 func queryParam(r *http.Request, name string) (string, error) {
-	vs := r.URL.Query()[name]
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return "", badRequest("invalid_query", "malformed query string: %v", err)
+	}
+	vs := q[name]
 	switch len(vs) {
 	case 0:
 		return "", nil
@@ -381,9 +386,6 @@ func (s *Server) contactsWrite(w http.ResponseWriter, r *http.Request, add bool)
 		return err
 	}
 	if add {
-		if err := s.checkRoom(r, user, list); err != nil {
-			return err
-		}
 		err = s.contacts.AddContacts(r.Context(), user, list)
 	} else {
 		err = s.contacts.SetContacts(r.Context(), user, list)
@@ -392,28 +394,6 @@ func (s *Server) contactsWrite(w http.ResponseWriter, r *http.Request, add bool)
 		return err
 	}
 	return s.writeContacts(w, r, user)
-}
-
-// checkRoom refuses additions that would take a list past MaxContacts.
-func (s *Server) checkRoom(r *http.Request, user string, add []string) error {
-	have, err := s.contacts.Contacts(r.Context(), user)
-	if err != nil {
-		return err
-	}
-	in := make(map[string]struct{}, len(have))
-	for _, c := range have {
-		in[c] = struct{}{}
-	}
-	n := len(have)
-	for _, c := range add {
-		if _, ok := in[c]; !ok {
-			n++
-		}
-	}
-	if n > MaxContacts {
-		return badRequest("too_many_contacts", "the list would hold %d contacts: at most %d per user", n, MaxContacts)
-	}
-	return nil
 }
 
 func (s *Server) contactAdd(w http.ResponseWriter, r *http.Request) error {
@@ -434,9 +414,6 @@ func (s *Server) contactOne(w http.ResponseWriter, r *http.Request, add bool) er
 		return err
 	}
 	if add {
-		if err := s.checkRoom(r, user, []string{c}); err != nil {
-			return err
-		}
 		err = s.contacts.AddContacts(r.Context(), user, []string{c})
 	} else {
 		err = s.contacts.RemoveContacts(r.Context(), user, []string{c})

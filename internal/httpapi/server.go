@@ -163,7 +163,20 @@ func (s *Server) routes(metrics http.Handler) {
 	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	if metrics != nil {
-		s.mux.Handle("GET /metrics", metrics)
+		// Even counters can give an invisible user away on a quiet node,
+		// so metrics are for holders of the API key (Prometheus sends it
+		// as a bearer token).
+		s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			p, err := s.principal(r)
+			if err == nil {
+				err = s.backendOnly(r, p)
+			}
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			metrics.ServeHTTP(w, r)
+		})
 	}
 }
 
@@ -200,8 +213,7 @@ func (s *Server) handle(pattern, route string, h handlerFunc) {
 			}
 		}()
 		if err := h(&sw, r); err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Status >= 500 {
+			if e := classify(err); e.Status >= 500 {
 				s.log.Error("request failed", "route", route, "err", err)
 			}
 			writeError(&sw, err)
@@ -353,7 +365,7 @@ func (s *Server) viewer(w http.ResponseWriter, r *http.Request, p auth.Principal
 			secs := (wait + 999) / 1000
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 			return "", &Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
-				Message: fmt.Sprintf("clients may read presence over HTTP once per %s; retry in %ds (or subscribe over the WebSocket)", time.Duration(s.throttle.interval)*time.Millisecond, secs)}
+				Message: fmt.Sprintf("clients may read presence over HTTP once per %s; retry in %ds", time.Duration(s.throttle.interval)*time.Millisecond, secs)}
 		}
 		return p.UserID, nil
 	}

@@ -9,7 +9,6 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
@@ -40,11 +39,7 @@ type Store struct {
 }
 
 type entry struct {
-	// id holds the bytes of the user id that is both the map key and
-	// u.UserID, so the key comparison of a lookup loads the entry's own
-	// memory rather than a separate string elsewhere on the heap.
-	id [presence.MaxIDLen]byte
-	u  presence.User
+	u presence.User
 	// dev backs u.Devices for the common single-device user, so a
 	// heartbeat finds its device in the same cache lines as the user.
 	dev     [1]presence.Device
@@ -64,6 +59,7 @@ type shard struct {
 	users map[string]*entry
 	heap  []item   // min-heap by at
 	dirty []*entry // users whose last_seen changed since the last Dirty
+	beats uint64   // heartbeats applied (counted under the lock: no shared counter line)
 	_     [64]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -111,7 +107,12 @@ func (s *Store) Beat(_ context.Context, now int64, user, device string, active b
 		sh.mu.Unlock()
 		return presence.Change{}, tracker.ErrNotLoaded
 	}
-	ch := e.u.Beat(&s.rules, now, device, active)
+	ch, err := e.u.Beat(&s.rules, now, device, active)
+	if err != nil {
+		sh.mu.Unlock()
+		return ch, err
+	}
+	sh.beats++
 	sh.touchLocked(e)
 	s.scheduleLocked(sh, e, now)
 	sh.mu.Unlock()
@@ -179,9 +180,6 @@ func (s *Store) Load(_ context.Context, now int64, p *presence.Profile) error {
 
 func newEntry(p *presence.Profile) *entry {
 	e := &entry{u: *presence.NewUser(*p)}
-	if n := copy(e.id[:], p.UserID); n == len(p.UserID) && n > 0 {
-		e.u.UserID = unsafe.String(&e.id[0], n)
-	}
 	e.u.Devices = e.dev[:0]
 	return e
 }
@@ -330,6 +328,18 @@ func (s *Store) Debug(_ context.Context, user string) (presence.User, int64, boo
 	u := e.u
 	u.Devices = append([]presence.Device(nil), e.u.Devices...)
 	return u, e.sched, true, nil
+}
+
+// Beats returns the number of heartbeats applied.
+func (s *Store) Beats() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.beats
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // Len returns the number of users held in memory.

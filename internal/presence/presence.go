@@ -93,15 +93,26 @@ func ParseManual(s string) (Manual, error) {
 	return 0, ErrUnknownStatus
 }
 
-// Limits on identifiers and texts.
+// Limits on identifiers, texts, devices and contact lists.
 const (
-	MaxIDLen   = 64  // bytes, for user and device ids
-	MaxTextLen = 140 // characters (Unicode code points) of a status text
+	MaxIDLen    = 64    // bytes, for user and device ids
+	MaxTextLen  = 140   // characters (Unicode code points) of a status text
+	MaxContacts = 10000 // entries in one user's contact list
 )
 
+// ErrTooManyContacts is returned by a durable store when a change would take
+// a contact list past MaxContacts; nothing is changed.
+var ErrTooManyContacts = fmt.Errorf("a contact list may hold at most %d users", MaxContacts)
+
+// ErrTooManyDevices is returned when a user's new device would exceed
+// Rules.MaxDevices alive devices; nothing is changed.
+var ErrTooManyDevices = errors.New("too many devices alive for this user")
+
 // ValidateID reports whether s may be used as a user or device id: 1 to 64
-// bytes of valid UTF-8 without control characters, spaces or commas (the
-// batch read separates ids by commas). Both numeric and UUID ids pass.
+// bytes of valid UTF-8 without spaces, commas (the batch read separates ids
+// by commas), control characters, bidirectional overrides, line separators
+// or U+FFFD (which is what invalid bytes in a JSON body decode to, so two
+// different raw ids could otherwise become one). Numeric and UUID ids pass.
 func ValidateID(s string) error {
 	if s == "" {
 		return errors.New("id is empty")
@@ -109,16 +120,36 @@ func ValidateID(s string) error {
 	if len(s) > MaxIDLen {
 		return fmt.Errorf("id is %d bytes long, the limit is %d", len(s), MaxIDLen)
 	}
+	ascii := true
 	for i := 0; i < len(s); i++ {
 		c := s[i]
+		if c >= utf8.RuneSelf {
+			ascii = false
+			continue
+		}
 		if c < 0x21 || c == ',' || c == 0x7f {
 			return fmt.Errorf("id contains a forbidden character %q at byte %d", c, i)
 		}
 	}
+	if ascii {
+		return nil
+	}
 	if !utf8.ValidString(s) {
 		return errors.New("id is not valid UTF-8")
 	}
+	for i, r := range s {
+		if forbiddenRune(r) {
+			return fmt.Errorf("id contains a forbidden character %U at byte %d", r, i)
+		}
+	}
 	return nil
+}
+
+// forbiddenRune reports the non-ASCII runes ids and texts may not hold.
+func forbiddenRune(r rune) bool {
+	return (r >= 0x80 && r <= 0x9f) || // C1 controls
+		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || // bidi overrides
+		r == 0x2028 || r == 0x2029 || r == utf8.RuneError
 }
 
 // ValidateText reports whether s may be used as a status text.
@@ -130,7 +161,7 @@ func ValidateText(s string) error {
 		return fmt.Errorf("status text is %d characters long, the limit is %d", n, MaxTextLen)
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
 			return fmt.Errorf("status text contains a control character %U", r)
 		}
 	}

@@ -2,10 +2,28 @@ package presence
 
 import "time"
 
-// Rules are the timing rules of the state model.
+// Rules are the rules of the state model that a deployment chooses.
 type Rules struct {
 	TTL       time.Duration // a device is alive while now < last_beat + TTL
 	IdleAfter time.Duration // online turns away after this long without activity
+	// MaxDevices caps the alive devices of one user; 0 means
+	// DefaultMaxDevices. A heartbeat of one more device is refused.
+	MaxDevices int
+	// Epoch numbers the runs of the state store's owner (a boot counter
+	// kept in the durable store). Versions stamped in a run start above
+	// Epoch<<32, so they keep growing across restarts even when the last
+	// checkpoint was lost, and say nothing about wall-clock time.
+	Epoch uint64
+}
+
+// DefaultMaxDevices is the cap of alive devices per user.
+const DefaultMaxDevices = 32
+
+func (r *Rules) maxDevices() int {
+	if r.MaxDevices > 0 {
+		return r.MaxDevices
+	}
+	return DefaultMaxDevices
 }
 
 // Device is the state of one device of a user. Times are Unix milliseconds.
@@ -32,10 +50,14 @@ func NewUser(p Profile) *User {
 }
 
 // Beat applies a heartbeat of device at now (Unix ms). A heartbeat counts as
-// activity unless active is false.
-func (u *User) Beat(r *Rules, now int64, device string, active bool) Change {
+// activity unless active is false. A new device beyond Rules.MaxDevices
+// alive ones is refused with ErrTooManyDevices and changes nothing.
+func (u *User) Beat(r *Rules, now int64, device string, active bool) (Change, error) {
 	i := u.device(device)
 	if i < 0 {
+		if len(u.Devices) >= r.maxDevices() && u.AliveDevices(r, now) >= r.maxDevices() {
+			return Change{}, ErrTooManyDevices
+		}
 		u.Devices = append(u.Devices, Device{ID: device})
 		i = len(u.Devices) - 1
 	}
@@ -49,7 +71,7 @@ func (u *User) Beat(r *Rules, now int64, device string, active bool) Change {
 	if now > u.LastSeen {
 		u.LastSeen = now
 	}
-	return u.settle(r, now)
+	return u.settle(r, now), nil
 }
 
 // SetStatus sets (or with ManualNone clears) the manual status and the
@@ -184,9 +206,16 @@ func (u *User) settle(r *Rules, now int64) Change {
 	pub := u.Status(r, now).Public()
 	prev := u.Pub
 	// While the user is publicly present, the public last_seen follows the
-	// true one; the moment they vanish (really or by going invisible) it
-	// freezes there.
-	if prev != Offline || pub != Offline {
+	// true one. When they vanish it freezes: at their last sign of life if
+	// their devices died or said bye, and at this very moment if they went
+	// invisible — exactly what a bye at this moment would show, so nothing
+	// tells the two apart.
+	switch {
+	case pub != Offline:
+		u.PubLastSeen = u.LastSeen
+	case prev != Offline && u.Status(r, now) == Invisible:
+		u.PubLastSeen = max(u.LastSeen, now)
+	case prev != Offline:
 		u.PubLastSeen = u.LastSeen
 	}
 	if pub == prev && u.Text == u.PubText {
@@ -194,9 +223,9 @@ func (u *User) settle(r *Rules, now int64) Change {
 	}
 	u.Pub = pub
 	u.PubText = u.Text
-	v := uint64(now) * 1000
-	if v <= u.Version {
-		v = u.Version + 1
+	v := u.Version + 1
+	if floor := r.Epoch << 32; v <= floor {
+		v = floor + 1
 	}
 	u.Version = v
 	return Change{Changed: true, Event: Event{

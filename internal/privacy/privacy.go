@@ -60,7 +60,10 @@ func Filter(rel Relation, s *presence.Snapshot) View {
 			v.Devices = s.Devices
 		}
 	}
-	if allows(s.Settings.LastSeen, rel) && s.PubLastSeen != 0 {
+	// last_seen moves with every heartbeat while a user is online, so it
+	// would give a hidden status away: it is shown only to viewers who may
+	// see the status as well.
+	if allows(s.Settings.LastSeen, rel) && allows(s.Settings.Status, rel) && s.PubLastSeen != 0 {
 		v.LastSeenVisible = true
 		v.LastSeen = s.PubLastSeen
 	}

@@ -86,6 +86,12 @@ var migrations = []string{
 		PRIMARY KEY (user_id, contact_id)
 	) WITHOUT ROWID;
 	CREATE INDEX contacts_by_contact ON contacts (contact_id, user_id);`,
+	// 2: the boot counter that versions are stamped above.
+	`CREATE TABLE meta (
+		key   TEXT    PRIMARY KEY,
+		value INTEGER NOT NULL
+	) WITHOUT ROWID;
+	INSERT INTO meta (key, value) VALUES ('epoch', 0);`,
 }
 
 // Open opens (creating if needed) the database at cfg.Path and brings its
@@ -380,6 +386,33 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 	return nil
 }
 
+// NextEpoch durably counts one more run of the node and returns its
+// number (1 for the first). Versions stamped in this run start above it.
+// It is safe for concurrent use.
+func (s *Store) NextEpoch(ctx context.Context) (uint64, error) {
+	var epoch int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: next epoch: %w", err)
+	}
+	return uint64(epoch), nil
+}
+
+// checkContactCount fails with presence.ErrTooManyContacts, rolling the
+// transaction back, when user's list has grown past presence.MaxContacts.
+func checkContactCount(ctx context.Context, tx *sql.Tx, user string) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM contacts WHERE user_id = ?`, user).Scan(&n); err != nil {
+		return err
+	}
+	if n > presence.MaxContacts {
+		return fmt.Errorf("%w (the change would make %d)", presence.ErrTooManyContacts, n)
+	}
+	return nil
+}
+
 // SetContacts replaces the contact list of user — the users user lets see
 // them when a visibility is Contacts — with contacts, atomically.
 // Duplicates are ignored. It is safe for concurrent use.
@@ -388,7 +421,10 @@ func (s *Store) SetContacts(ctx context.Context, user string, contacts []string)
 		if _, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?`, user); err != nil {
 			return err
 		}
-		return execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts)
+		if err := execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts); err != nil {
+			return err
+		}
+		return checkContactCount(ctx, tx, user)
 	})
 	if err != nil {
 		return fmt.Errorf("sqlitestore: set contacts of %q: %w", user, err)
@@ -404,7 +440,10 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 		return nil
 	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		return execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts)
+		if err := execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts); err != nil {
+			return err
+		}
+		return checkContactCount(ctx, tx, user)
 	})
 	if err != nil {
 		return fmt.Errorf("sqlitestore: add contacts of %q: %w", user, err)

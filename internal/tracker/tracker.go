@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -50,14 +51,21 @@ type Tracker struct {
 	flushInterval time.Duration
 	sweepBatch    int
 
-	beats       stripedCounter
+	beats       stripedCounter // unless the store counts (storeBeats)
+	storeBeats  BeatCounter
 	transitions [5][5]atomic.Uint64 // [prev][next] public status
 	textChanges atomic.Uint64
 	online      atomic.Int64 // users whose public status is not offline
 	flushErrors atomic.Uint64
 	flushed     atomic.Uint64
 
-	flushMu   sync.Mutex // serialises Checkpoint; guards pending
+	// writeLocks serialise the durable-then-hot writes (status, settings)
+	// of one user, so the durable store and the hot state never disagree
+	// about which of two concurrent changes came last.
+	writeLocks [64]sync.Mutex
+	lockSeed   maphash.Seed
+
+	flushMu   sync.RWMutex // held by Checkpoint, read by load; guards pending
 	pending   []presence.Profile
 	sweepMu   sync.Mutex // guards sweepBuf
 	sweepBuf  []presence.Change
@@ -93,6 +101,8 @@ func New(cfg Config) (*Tracker, error) {
 		sweepInterval: cfg.SweepInterval,
 		flushInterval: cfg.FlushInterval,
 		sweepBatch:    cfg.SweepBatch,
+		lockSeed:      maphash.MakeSeed(),
+		storeBeats:    beatCounter(cfg.Store),
 	}, nil
 }
 
@@ -103,7 +113,9 @@ func (t *Tracker) Now() int64 { return t.clock.Now().UnixMilli() }
 // active is false. The common case — a beat that changes nothing visible —
 // takes one shard lock and allocates nothing.
 func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
-	t.beats.add()
+	if t.storeBeats == nil {
+		t.beats.add()
+	}
 	now := t.Now()
 	ch, err := t.store.Beat(ctx, now, user, device, active)
 	if errors.Is(err, ErrNotLoaded) {
@@ -123,6 +135,9 @@ func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active boo
 // They are durable before they take effect, so an invisible user stays
 // invisible across restarts.
 func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
+	mu := t.writeLock(user)
+	mu.Lock()
+	defer mu.Unlock()
 	if err := t.ensure(ctx, user); err != nil {
 		return presence.Change{}, err
 	}
@@ -158,6 +173,9 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 // SetSettings durably replaces a user's privacy settings and applies them
 // to the hot state.
 func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Settings) error {
+	mu := t.writeLock(user)
+	mu.Lock()
+	defer mu.Unlock()
 	if err := t.ensure(ctx, user); err != nil {
 		return err
 	}
@@ -177,6 +195,10 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 		}
 		return nil
 	}
+}
+
+func (t *Tracker) writeLock(user string) *sync.Mutex {
+	return &t.writeLocks[maphash.String(t.lockSeed, user)%uint64(len(t.writeLocks))]
 }
 
 // Settings returns a user's privacy settings.
@@ -211,7 +233,20 @@ func (t *Tracker) ensure(ctx context.Context, user string) error {
 
 func (t *Tracker) load(ctx context.Context, user string) error {
 	p := presence.Profile{UserID: user}
+	// A user the store evicted may have a checkpoint that is drained from
+	// the store but not yet durable (in flight, or pending after a failed
+	// write). Versions count up from the loaded one, so loading without it
+	// would stamp versions that were already published.
+	t.flushMu.RLock()
 	err := t.durable.LoadProfiles(ctx, []string{user}, func(got *presence.Profile) { p = *got })
+	for i := range t.pending {
+		if q := &t.pending[i]; q.UserID == user {
+			p.LastSeen = max(p.LastSeen, q.LastSeen)
+			p.PubLastSeen = max(p.PubLastSeen, q.PubLastSeen)
+			p.Version = max(p.Version, q.Version)
+		}
+	}
+	t.flushMu.RUnlock()
 	if err != nil {
 		return fmt.Errorf("load %q: %w", user, err)
 	}
@@ -360,7 +395,7 @@ type Stats struct {
 // Stats returns a copy of the counters.
 func (t *Tracker) Stats() Stats {
 	s := Stats{
-		Heartbeats:  t.beats.load(),
+		Heartbeats:  t.beats.load() + t.countedByStore(),
 		Transitions: make(map[[2]presence.Status]uint64),
 		TextChanges: t.textChanges.Load(),
 		Online:      t.online.Load(),
@@ -375,6 +410,25 @@ func (t *Tracker) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// BeatCounter is an optional ability of a Store: it counts the heartbeats
+// it applies where that costs nothing (under a lock it holds anyway), so the
+// tracker need not bump a counter shared between cores on every beat.
+type BeatCounter interface {
+	Beats() uint64
+}
+
+func beatCounter(s Store) BeatCounter {
+	c, _ := s.(BeatCounter)
+	return c
+}
+
+func (t *Tracker) countedByStore() uint64 {
+	if t.storeBeats == nil {
+		return 0
+	}
+	return t.storeBeats.Beats()
 }
 
 // stripedCounter is a counter that many goroutines bump without fighting

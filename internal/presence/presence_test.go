@@ -1,0 +1,93 @@
+package presence_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+func TestValidateID(t *testing.T) {
+	good := []string{
+		"1", "9223372036854775807", "550e8400-e29b-41d4-a716-446655440000", strings.Repeat("a", 64),
+		"zoë", "名前", "user@example.com", "a\u00a1", "a\u2027b", "a\u2030", "a\ufffc", "🙂",
+		strings.Repeat("é", 32), // 64 bytes
+	}
+	for _, id := range good {
+		if err := presence.ValidateID(id); err != nil {
+			t.Errorf("ValidateID(%q): %v, want ok", id, err)
+		}
+	}
+	bad := []struct {
+		id, want string // want: in the error
+	}{
+		{"", "empty"},
+		{strings.Repeat("a", 65), "65 bytes"},
+		{strings.Repeat("é", 32) + "a", "65 bytes"},
+		{"a b", "forbidden"},
+		{"a,b", "forbidden"},
+		{"a\tb", "forbidden"},
+		{"a\x00", "forbidden"},
+		{"a\x7f", "forbidden"},
+		{"a\xffb", "UTF-8"},
+		{"\xc2", "UTF-8"},
+		// C1 controls: NEL and the ends of the range.
+		{"a\u0085b", "U+0085"},
+		{"\u0080", "U+0080"},
+		{"a\u009f", "U+009F"},
+		// Bidirectional embeddings, overrides and isolates.
+		{"a\u202ab", "U+202A"},
+		{"a\u202bb", "U+202B"},
+		{"a\u202cb", "U+202C"},
+		{"a\u202db", "U+202D"},
+		{"admin\u202egpj.exe", "U+202E"},
+		{"a\u2066b", "U+2066"},
+		{"a\u2067b", "U+2067"},
+		{"a\u2068b", "U+2068"},
+		{"a\u2069b", "U+2069"},
+		// Line and paragraph separators.
+		{"a\u2028b", "U+2028"},
+		{"a\u2029b", "U+2029"},
+		// What invalid bytes in a JSON body decode to.
+		{"a\ufffdb", "U+FFFD"},
+		{"\ufffd", "U+FFFD"},
+	}
+	for _, tc := range bad {
+		err := presence.ValidateID(tc.id)
+		if err == nil {
+			t.Errorf("ValidateID(%q): ok, want an error", tc.id)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ValidateID(%q): %v, want it to mention %q", tc.id, err, tc.want)
+		}
+	}
+}
+
+func TestValidateText(t *testing.T) {
+	good := []string{
+		"", "in a meeting", strings.Repeat("🙂", 140), "line\u2028para\u2029", "\u202eright to left",
+		"\ufffd", "\u00a0no-break", `quote " backslash \`,
+	}
+	for _, s := range good {
+		if err := presence.ValidateText(s); err != nil {
+			t.Errorf("ValidateText(%q): %v, want ok", s, err)
+		}
+	}
+	bad := []struct{ text, want string }{
+		{strings.Repeat("a", 141), "141"},
+		{"a\nb", "control"},
+		{"a\x00", "control"},
+		{"a\x7f", "control"},
+		{"a\u0085b", "U+0085"},
+		{"\u0080", "U+0080"},
+		{"\u009b31m", "U+009B"},
+		{"a\xffb", "UTF-8"},
+	}
+	for _, tc := range bad {
+		err := presence.ValidateText(tc.text)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ValidateText(%q): %v, want an error mentioning %q", tc.text, err, tc.want)
+		}
+	}
+}
