@@ -210,10 +210,11 @@ func (s *server) heartbeat(cred, user, device string) map[string]any {
 	return s.call("POST", "/v1/heartbeat", cred, body)
 }
 
-// checkpoints reads presenced_last_seen_checkpoints_total from /metrics.
+// checkpoints reads presenced_last_seen_checkpoints_total from /metrics,
+// with the API key (the metrics are for its holders).
 func (s *server) checkpoints() float64 {
 	s.t.Helper()
-	code, b := s.do("GET", "/metrics", "", nil)
+	code, b := s.do("GET", "/metrics", apiKey, nil)
 	if code != http.StatusOK {
 		s.t.Fatalf("GET /metrics: %d %s", code, b)
 	}
@@ -462,6 +463,14 @@ func TestSIGKILLKeepsCheckpointsAndStatus(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// u2 changes right before the kill, most likely after the last
+	// checkpoint: its versions are lost with the process.
+	p.heartbeat(apiKey, "u2", "d1")
+	busy := p.call("POST", "/v1/status", apiKey, map[string]any{"user_id": "u2", "status": "busy"})
+	before, _ := busy["version"].(float64)
+	if before == 0 {
+		t.Fatalf("status answer without a version: %v", busy)
+	}
 	p.signal(t, syscall.SIGKILL)
 	if code := p.wait(t); code == 0 {
 		t.Fatalf("exit code 0 after SIGKILL")
@@ -471,6 +480,11 @@ func TestSIGKILLKeepsCheckpointsAndStatus(t *testing.T) {
 	got := p.call("GET", "/v1/presence/u1", apiKey, nil)
 	if got["last_seen"] != lastSeen || got["status"] != "offline" {
 		t.Errorf("after kill -9: status %v last_seen %v, want offline %v", got["status"], got["last_seen"], lastSeen)
+	}
+	// The next run stamps versions above every one of the run that died,
+	// checkpointed or not, and below 2^53.
+	if after, _ := p.heartbeat(apiKey, "u2", "d1")["version"].(float64); after <= before || after >= 1<<53 {
+		t.Errorf("after kill -9: u2's version %v, want above %v (before the kill) and below 2^53", after, before)
 	}
 
 	// A synchronous durable write, then kill -9 at once.
@@ -681,6 +695,86 @@ func TestDevMode(t *testing.T) {
 	})
 }
 
+// TestMetricsNeedTheKey: /metrics answers holders of the API key (as
+// Prometheus sends it, a bearer token), and anybody only in -dev mode.
+func TestMetricsNeedTheKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := startInProcess(t, nil, baseArgs(dir, "-api-key", apiKey, "-jwt-secret", "s3cret")...)
+	if code, b := s.do("GET", "/metrics", "", nil); code != http.StatusUnauthorized {
+		t.Errorf("without credentials: %d %s, want 401", code, b)
+	}
+	if code, b := s.do("GET", "/metrics", "wrong", nil); code != http.StatusUnauthorized {
+		t.Errorf("with a wrong key: %d %s, want 401", code, b)
+	}
+	tok, _, err := runQuick(t, nil, "-data", dir, "-jwt-secret", "s3cret", "-print-token", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, b := s.do("GET", "/metrics", strings.TrimSpace(tok), nil); code != http.StatusForbidden {
+		t.Errorf("with a client token: %d %s, want 403", code, b)
+	}
+	code, b := s.do("GET", "/metrics", apiKey, nil)
+	if code != http.StatusOK || !strings.Contains(string(b), "presenced_heartbeats_total") {
+		t.Errorf("with the key: %d %s, want 200 and the metrics", code, b)
+	}
+	for _, open := range []string{"/healthz", "/readyz"} {
+		if code, b := s.do("GET", open, "", nil); code != http.StatusOK {
+			t.Errorf("%s without credentials: %d %s, want 200", open, code, b)
+		}
+	}
+
+	dev := startInProcess(t, nil, baseArgs(t.TempDir(), "-dev")...)
+	if code, b := dev.do("GET", "/metrics", "", nil); code != http.StatusOK {
+		t.Errorf("-dev without credentials: %d %s, want 200", code, b)
+	}
+}
+
+// TestMaxDevicesFlag: -max-devices caps the alive devices of a user; one
+// more is refused with 409 too_many_devices.
+func TestMaxDevicesFlag(t *testing.T) {
+	t.Parallel()
+	s := startInProcess(t, map[string]string{envName("max-devices"): "5"}, baseArgs(t.TempDir(), "-api-key", apiKey, "-max-devices", "2")...)
+	s.heartbeat(apiKey, "u1", "d1")
+	s.heartbeat(apiKey, "u1", "d2")
+	code, b := s.do("POST", "/v1/heartbeat", apiKey, map[string]any{"user_id": "u1", "device_id": "d3"})
+	if code != http.StatusConflict || !strings.Contains(string(b), `"too_many_devices"`) {
+		t.Errorf("third device: %d %s, want 409 too_many_devices (the flag beats the environment)", code, b)
+	}
+	if hb := s.heartbeat(apiKey, "u1", "d1"); hb["devices"] != 2.0 {
+		t.Errorf("known device: %v, want 2 devices", hb)
+	}
+}
+
+// TestDevListensOnLoopback: an insecure node listens on 127.0.0.1:8080
+// unless told otherwise.
+func TestDevListensOnLoopback(t *testing.T) {
+	// Not parallel: it needs the port 8080 of the loopback to itself.
+	ln, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		t.Skipf("127.0.0.1:8080 is busy: %v", err)
+	}
+	ln.Close()
+	t.Run("flag", func(t *testing.T) {
+		s := startInProcess(t, nil, "-dev", "-data", t.TempDir())
+		if s.base != "http://127.0.0.1:8080" {
+			t.Errorf("-dev without -addr listens on %s, want 127.0.0.1:8080", s.base)
+		}
+	})
+	t.Run("environment", func(t *testing.T) {
+		s := startInProcess(t, map[string]string{envName("dev"): "true", envName("data"): t.TempDir()})
+		if s.base != "http://127.0.0.1:8080" {
+			t.Errorf("%s without an address listens on %s, want 127.0.0.1:8080", envName("dev"), s.base)
+		}
+	})
+	t.Run("an address given", func(t *testing.T) {
+		s := startInProcess(t, map[string]string{envName("addr"): "127.0.0.1:0"}, "-dev", "-data", t.TempDir())
+		if s.base == "http://127.0.0.1:8080" {
+			t.Errorf("-dev with %s listens on %s, want the given address", envName("addr"), s.base)
+		}
+	})
+}
+
 func TestBadFlagsBinary(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -745,6 +839,8 @@ func TestRunConfigErrors(t *testing.T) {
 		{"bad print-token id", nil, []string{"-print-token", strings.Repeat("a", 65)}, "-print-token", true},
 		{"print-token id with a comma", nil, []string{"-print-token", "a,b"}, "-print-token", true},
 		{"data is a file", nil, []string{"-data", "/dev/null"}, "data directory", false},
+		{"no device allowed", nil, []string{"-max-devices", "0"}, "-max-devices 0: at least 1", true},
+		{"negative device cap from env", map[string]string{envName("max-devices"): "-1"}, nil, "-max-devices -1", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -52,6 +53,9 @@ func TestCredential(t *testing.T) {
 	// Another first character of the signature changes its first byte.
 	badSig := []byte(parts[2])
 	badSig[0] = map[bool]byte{true: 'B', false: 'A'}[badSig[0] == 'A']
+	// Hand-made tokens carry a valid exp, so that each is refused for the
+	// reason its case names and not for a missing exp.
+	exp := t0.Add(time.Hour).Unix()
 	tests := []struct {
 		name    string
 		cred    string
@@ -61,26 +65,30 @@ func TestCredential(t *testing.T) {
 		{"api key", "key", auth.Principal{Kind: auth.Backend}, nil},
 		{"token", good, auth.Principal{Kind: auth.Client, UserID: "alice"}, nil},
 		{"token with device", mustSign(t, "alice", "phone", t0, time.Hour), auth.Principal{Kind: auth.Client, UserID: "alice", Device: "phone"}, nil},
-		{"token without expiry", mustSign(t, "bob", "", t0, 0), auth.Principal{Kind: auth.Client, UserID: "bob"}, nil},
+		// A token that never expires could never be revoked.
+		{"token without expiry", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob"}), auth.Principal{}, auth.ErrInvalid},
+		{"token with iat but no exp", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob", "iat": t0.Unix()}), auth.Principal{}, auth.ErrInvalid},
+		{"token with a null exp", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob", "exp": nil}), auth.Principal{}, auth.ErrInvalid},
+		{"hand-made token with exp", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob", "exp": exp}), auth.Principal{Kind: auth.Client, UserID: "bob"}, nil},
 		{"expired within leeway", mustSign(t, "bob", "", t0.Add(-time.Hour-20*time.Second), time.Hour), auth.Principal{Kind: auth.Client, UserID: "bob"}, nil},
 		{"empty", "", auth.Principal{}, auth.ErrMissing},
 		{"wrong key", "kay", auth.Principal{}, auth.ErrInvalid},
 		{"key prefix", "ke", auth.Principal{}, auth.ErrInvalid},
 		{"key with suffix", "key1", auth.Principal{}, auth.ErrInvalid},
 		{"expired", mustSign(t, "bob", "", t0.Add(-2*time.Hour), time.Hour), auth.Principal{}, auth.ErrInvalid},
-		{"not yet valid", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "nbf": t0.Add(time.Minute).Unix()}), auth.Principal{}, auth.ErrInvalid},
+		{"not yet valid", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": exp, "nbf": t0.Add(time.Minute).Unix()}), auth.Principal{}, auth.ErrInvalid},
 		{"other secret", func() string { s, _ := auth.Sign([]byte("other"), "alice", "", t0, time.Hour); return s }(), auth.Principal{}, auth.ErrInvalid},
 		{"wrong signature", parts[0] + "." + parts[1] + "." + string(badSig), auth.Principal{}, auth.ErrInvalid},
 		{"no signature", parts[0] + "." + parts[1] + ".", auth.Principal{}, auth.ErrInvalid},
-		{"alg none", b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(`{"sub":"alice"}`)) + ".", auth.Principal{}, auth.ErrInvalid},
-		{"alg none, signed by the library", sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "alice"}), auth.Principal{}, auth.ErrInvalid},
-		{"RS256", sign(t, jwt.SigningMethodRS256, rsaKey, jwt.MapClaims{"sub": "alice"}), auth.Principal{}, auth.ErrInvalid},
-		{"HS384 with the secret", sign(t, jwt.SigningMethodHS384, secret, jwt.MapClaims{"sub": "alice"}), auth.Principal{}, auth.ErrInvalid},
-		{"no subject", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"device": "d"}), auth.Principal{}, auth.ErrInvalid},
-		{"subject with a space", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a b"}), auth.Principal{}, auth.ErrInvalid},
-		{"subject of 65 bytes", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": strings.Repeat("a", 65)}), auth.Principal{}, auth.ErrInvalid},
-		{"subject not a string", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": 42}), auth.Principal{}, auth.ErrInvalid},
-		{"bad device", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "device": "x,y"}), auth.Principal{}, auth.ErrInvalid},
+		{"alg none", b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64(fmt.Appendf(nil, `{"sub":"alice","exp":%d}`, exp)) + ".", auth.Principal{}, auth.ErrInvalid},
+		{"alg none, signed by the library", sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, jwt.MapClaims{"sub": "alice", "exp": exp}), auth.Principal{}, auth.ErrInvalid},
+		{"RS256", sign(t, jwt.SigningMethodRS256, rsaKey, jwt.MapClaims{"sub": "alice", "exp": exp}), auth.Principal{}, auth.ErrInvalid},
+		{"HS384 with the secret", sign(t, jwt.SigningMethodHS384, secret, jwt.MapClaims{"sub": "alice", "exp": exp}), auth.Principal{}, auth.ErrInvalid},
+		{"no subject", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"device": "d", "exp": exp}), auth.Principal{}, auth.ErrInvalid},
+		{"subject with a space", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a b", "exp": exp}), auth.Principal{}, auth.ErrInvalid},
+		{"subject of 65 bytes", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": strings.Repeat("a", 65), "exp": exp}), auth.Principal{}, auth.ErrInvalid},
+		{"subject not a string", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": 42, "exp": exp}), auth.Principal{}, auth.ErrInvalid},
+		{"bad device", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "device": "x,y", "exp": exp}), auth.Principal{}, auth.ErrInvalid},
 		{"two parts", "a.b", auth.Principal{}, auth.ErrInvalid},
 		{"four parts", good + ".x", auth.Principal{}, auth.ErrInvalid},
 	}
@@ -115,7 +123,7 @@ func TestTokenExpiresWithTheClock(t *testing.T) {
 }
 
 func TestConfigurationLimits(t *testing.T) {
-	tok := mustSign(t, "alice", "", t0, 0)
+	tok := mustSign(t, "alice", "", t0, time.Hour)
 	tests := []struct {
 		name    string
 		cfg     auth.Config
@@ -204,13 +212,24 @@ func TestSignClaims(t *testing.T) {
 		}
 	}
 	c = jwt.MapClaims{}
-	if _, err := p.ParseWithClaims(mustSign(t, "bob", "", t0, 0), &c, func(*jwt.Token) (any, error) { return secret, nil }); err != nil {
+	if _, err := p.ParseWithClaims(mustSign(t, "bob", "", t0, time.Minute), &c, func(*jwt.Token) (any, error) { return secret, nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c["exp"]; ok {
-		t.Errorf("ttl 0: exp present: %v", c)
+	if c["exp"] != float64(t0.Add(time.Minute).Unix()) {
+		t.Errorf("ttl 1m: exp: got %v, want %d", c["exp"], t0.Add(time.Minute).Unix())
 	}
 	if _, ok := c["device"]; ok {
 		t.Errorf("no device: device claim present: %v", c)
+	}
+}
+
+// TestSignRefusesNoExpiry: every token Sign makes expires; a lifetime of
+// zero or less (which once meant "never") is an error, not a token.
+func TestSignRefusesNoExpiry(t *testing.T) {
+	for _, ttl := range []time.Duration{0, -time.Nanosecond, -time.Hour} {
+		tok, err := auth.Sign(secret, "alice", "", t0, ttl)
+		if err == nil || tok != "" {
+			t.Errorf("Sign(ttl %v): got %q, %v; want no token and an error", ttl, tok, err)
+		}
 	}
 }

@@ -1,10 +1,13 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,6 +100,18 @@ func TestSeedBatchLimits(t *testing.T) {
 	if len(m) != 1000 {
 		t.Fatalf("1000 long ids: got %d answers", len(m))
 	}
+	// Letters beyond ASCII are fine, and so are the neighbours of the
+	// refused ranges (U+00A1 after the C1 controls, U+2027 before the line
+	// separators, U+2030 after the overrides).
+	fine := []string{"zoë", "¡hola", "名前", "a‧b", "a‰b"}
+	r = e.ok("GET", "/presence/batch?user_ids="+url.QueryEscape(strings.Join(fine, ",")), keyHdr, "")
+	m = nil
+	decodeStrict(t, r.body, &m)
+	for _, id := range fine {
+		if show(m[id]) != `"offline"` {
+			t.Errorf("id %q: got %s, want it answered offline", id, r.body)
+		}
+	}
 
 	tests := []struct {
 		name  string
@@ -115,6 +130,20 @@ func TestSeedBatchLimits(t *testing.T) {
 		{"tab", "user_ids=a%09", "invalid_id", []string{"forbidden character"}},
 		{"DEL", "user_ids=a%7F", "invalid_id", []string{"forbidden character"}},
 		{"invalid utf-8", "user_ids=a%FFb", "invalid_id", []string{"UTF-8"}},
+		// Characters that would let two ids look alike or reorder a line.
+		{"right-to-left override U+202E", "user_ids=1,a%E2%80%AEb", "invalid_id", []string{"user_ids[1]", "forbidden character", "U+202E"}},
+		{"left-to-right embedding U+202A", "user_ids=a%E2%80%AA", "invalid_id", []string{"U+202A"}},
+		{"isolate U+2066", "user_ids=a%E2%81%A6", "invalid_id", []string{"U+2066"}},
+		{"pop isolate U+2069", "user_ids=a%E2%81%A9", "invalid_id", []string{"U+2069"}},
+		{"C1 control U+0085", "user_ids=a%C2%85b", "invalid_id", []string{"forbidden character", "U+0085"}},
+		{"C1 control U+0080", "user_ids=%C2%80", "invalid_id", []string{"U+0080"}},
+		{"C1 control U+009F", "user_ids=%C2%9F", "invalid_id", []string{"U+009F"}},
+		{"line separator U+2028", "user_ids=a%E2%80%A8", "invalid_id", []string{"U+2028"}},
+		{"paragraph separator U+2029", "user_ids=a%E2%80%A9", "invalid_id", []string{"U+2029"}},
+		{"replacement character U+FFFD", "user_ids=a%EF%BF%BD", "invalid_id", []string{"forbidden character", "U+FFFD"}},
+		{"bad viewer U+202E", "user_ids=1&viewer_id=%E2%80%AE", "invalid_id", []string{"viewer_id"}},
+		{"malformed query", "user_ids=%zz", "invalid_query", []string{"malformed"}},
+		{"malformed other parameter", "user_ids=1&x=%zz", "invalid_query", []string{"malformed"}},
 		{"twice", "user_ids=1&user_ids=2", "invalid_query", []string{"user_ids", "2 times"}},
 		{"viewer twice", "user_ids=1&viewer_id=a&viewer_id=b", "invalid_query", []string{"viewer_id", "2 times"}},
 		{"bad viewer", "user_ids=1&viewer_id=a%20b", "invalid_id", []string{"viewer_id"}},
@@ -206,6 +235,13 @@ func TestV1BatchValidation(t *testing.T) {
 		{"65-byte id", `{"user_ids":["` + strings.Repeat("a", 65) + `"]}`, "invalid_id", []string{"65 bytes"}},
 		{"comma in id", `{"user_ids":["a,b"]}`, "invalid_id", []string{"forbidden"}},
 		{"newline in id", `{"user_ids":["a\nb"]}`, "invalid_id", []string{"forbidden"}},
+		{"right-to-left override in id", `{"user_ids":["1","a\u202eb"]}`, "invalid_id", []string{"user_ids[1]", "U+202E"}},
+		{"C1 control in id", `{"user_ids":["a\u0085b"]}`, "invalid_id", []string{"U+0085"}},
+		{"U+FFFD in id", `{"user_ids":["a\ufffd"]}`, "invalid_id", []string{"U+FFFD"}},
+		// JSON decoding turns invalid bytes into U+FFFD, so "a\xffb" and
+		// "a\xfeb" would otherwise both become the id "a\ufffdb".
+		{"invalid bytes in id", "{\"user_ids\":[\"a\xffb\"]}", "invalid_id", []string{"U+FFFD"}},
+		{"line separator in viewer", `{"user_ids":["1"],"viewer_id":"v\u2028"}`, "invalid_id", []string{"viewer_id", "U+2028"}},
 		{"bad viewer", `{"user_ids":["1"],"viewer_id":" "}`, "invalid_id", []string{"viewer_id"}},
 		{"ids not strings", `{"user_ids":[1,2]}`, "invalid_json", nil},
 	}
@@ -236,7 +272,9 @@ func TestHeartbeatStatusBye(t *testing.T) {
 		IntervalMs int64  `json:"heartbeat_interval_ms"`
 	}
 	decodeStrict(t, r.body, &self)
-	if show(self.Status) != `"online"` || self.DeviceID != "d1" || self.TTLms != 30000 || self.IntervalMs != 9000 ||
+	// Clients are told to beat every ttl/4: with +10% jitter, two lost beats
+	// still leave the third well inside the ttl.
+	if show(self.Status) != `"online"` || self.DeviceID != "d1" || self.TTLms != 30000 || self.IntervalMs != 7500 ||
 		show(self.LastSeen) != jstr(fmtTime(t0)) || show(self.Devices) != "1" {
 		t.Fatalf("heartbeat answer: got %s", r.body)
 	}
@@ -284,8 +322,11 @@ func TestHeartbeatStatusBye(t *testing.T) {
 		{"missing status", `{"user_id":"1"}`, "invalid_status", []string{"required"}},
 		{"141-char text", `{"user_id":"1","status":"online","text":"` + strings.Repeat("a", 141) + `"}`, "invalid_text", []string{"141"}},
 		{"control char text", `{"user_id":"1","status":"online","text":"a\u0007b"}`, "invalid_text", []string{"control"}},
+		{"C1 control text U+0085", `{"user_id":"1","status":"online","text":"a\u0085b"}`, "invalid_text", []string{"control", "U+0085"}},
+		{"C1 control text U+009B", `{"user_id":"1","status":"online","text":"\u009b31m red"}`, "invalid_text", []string{"control", "U+009B"}},
 		{"missing user", `{"status":"online"}`, "invalid_id", []string{"user_id"}},
 		{"bad user", `{"user_id":"a b","status":"online"}`, "invalid_id", []string{"user_id"}},
+		{"user with an override", `{"user_id":"1\u202e","status":"online"}`, "invalid_id", []string{"user_id", "U+202E"}},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -315,6 +356,19 @@ func TestHeartbeatStatusBye(t *testing.T) {
 	wantError(t, e.do("POST", "/v1/bye", keyHdr, `{"user_id":"1"}`), http.StatusBadRequest, "invalid_id", "device_id")
 	wantError(t, e.do("POST", "/v1/heartbeat", keyHdr, `{"user_id":"1"}`), http.StatusBadRequest, "invalid_id", "device_id")
 	wantError(t, e.do("POST", "/v1/heartbeat", keyHdr, `{"device_id":"d"}`), http.StatusBadRequest, "invalid_id", "user_id")
+	// Ids that could pass for others are refused on writes too, and
+	// create nothing.
+	for _, body := range []string{
+		`{"user_id":"1","device_id":"d\u202e"}`,
+		`{"user_id":"1","device_id":"\u0085"}`,
+		`{"user_id":"1","device_id":"d\ufffd"}`,
+		`{"user_id":"1\u2066","device_id":"d"}`,
+	} {
+		wantError(t, e.do("POST", "/v1/heartbeat", keyHdr, body), http.StatusBadRequest, "invalid_id", "forbidden character")
+	}
+	if v := e.getView("1", keyHdr, ""); show(v.Devices) != "0" {
+		t.Errorf("after refused heartbeats: got %+v, want no device", v)
+	}
 }
 
 func TestClientTokenActsOnlyForItself(t *testing.T) {
@@ -391,17 +445,18 @@ func TestDevModeTrustsBareUserID(t *testing.T) {
 	}
 }
 
-// TestInvisible checks that an invisible user reads exactly like one who went
-// offline, with last_seen frozen at the last beat before vanishing, while
-// they keep beating; and that they see themselves as invisible.
+// TestInvisible checks that an invisible user reads exactly like one who said
+// bye at the moment they went invisible — last_seen frozen at that moment,
+// not at their last beat — while they keep beating; and that they see
+// themselves as invisible.
 func TestInvisible(t *testing.T) {
 	e := newEnv(t, opts{})
 	e.setContacts("1", "friend")
 	e.beat("1", "d", true)
 	e.advance(10 * time.Second)
 	e.beat("1", "d", true)
+	e.advance(1234 * time.Millisecond)
 	frozen := fmtTime(e.clk.Now())
-	e.advance(time.Second)
 	e.setStatus("1", "invisible", "")
 	verBefore := e.getView("1", keyHdr, "").Version
 
@@ -438,6 +493,87 @@ func TestInvisible(t *testing.T) {
 	if v := e.getView("1", keyHdr, ""); show(v.Status) != `"online"` || show(v.LastSeen) == jstr(frozen) {
 		t.Errorf("back online: got %+v", v)
 	}
+}
+
+// TestInvisibleReadsLikeBye plays two users with the same history: at one
+// moment "b" says bye and "i" goes invisible. Every read any other viewer
+// can make of them is the same, byte for byte but for the id — at that
+// moment, while "i" goes on beating, and after a restart.
+func TestInvisibleReadsLikeBye(t *testing.T) {
+	e := newEnv(t, opts{})
+	for _, u := range []string{"b", "i"} {
+		e.setContacts(u, "friend")
+		e.beat(u, "d", true)
+	}
+	e.advance(10 * time.Second)
+	for _, u := range []string{"b", "i"} {
+		e.beat(u, "d", true)
+		e.setStatus(u, "online", "lunch")
+	}
+	e.advance(2345 * time.Millisecond)
+	moment := fmtTime(e.clk.Now())
+	e.ok("POST", "/v1/bye", keyHdr, `{"user_id":"b","device_id":"d"}`)
+	e.setStatus("i", "invisible", "lunch")
+
+	// reads returns every read of id by others, with id replaced by "ID".
+	reads := func(e *env, id string) []string {
+		t.Helper()
+		var out []string
+		add := func(r *resp) {
+			out = append(out, strings.ReplaceAll(string(r.body), jstr(id), `"ID"`))
+		}
+		friend := e.token("friend", "")
+		for _, authz := range []string{keyHdr, friend} {
+			add(e.ok("GET", "/v1/presence/"+id, authz, ""))
+			add(e.ok("POST", "/v1/presence/batch", authz, `{"user_ids":[`+jstr(id)+`]}`))
+			add(e.ok("GET", "/presence/batch?user_ids="+id, authz, ""))
+		}
+		for _, viewer := range []string{"friend", "stranger"} {
+			add(e.ok("GET", "/v1/presence/"+id+"?viewer_id="+viewer, keyHdr, ""))
+		}
+		add(e.ok("GET", "/v1/public/"+id, "", ""))
+		return out
+	}
+	same := func(e *env, phase string) {
+		t.Helper()
+		b, i := reads(e, "b"), reads(e, "i")
+		for k := range b {
+			if b[k] != i[k] {
+				t.Errorf("%s: read %d: the bye user reads %s, the invisible user %s", phase, k, b[k], i[k])
+			}
+		}
+		if v := e.getView("i", keyHdr, "friend"); show(v.Status) != `"offline"` || show(v.LastSeen) != jstr(moment) || show(v.StatusText) != `"lunch"` {
+			t.Errorf("%s: i reads %s, want offline, last_seen %s (the moment), text", phase, fmtView(v), moment)
+		}
+	}
+	same(e, "at the moment")
+	for i := range 5 {
+		e.advance(20 * time.Second)
+		e.beat("i", "d", i%2 == 0)
+		same(e, fmt.Sprintf("beat %d while invisible", i))
+	}
+	// Long enough for the memory store to drop "b" (no device) while "i"
+	// (beating) stays: reads of one come from the durable store, of the
+	// other from memory, and still agree.
+	for range 40 {
+		e.advance(20 * time.Second)
+		e.beat("i", "d", true)
+		if err := e.a.Tracker().Checkpoint(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.sweep()
+	if r := e.ok("GET", "/v1/debug/users/b", keyHdr, ""); !strings.Contains(string(r.body), `"in_memory": false`) {
+		t.Fatalf("b is still in memory: %s", r.body)
+	}
+	if r := e.ok("GET", "/v1/debug/users/i", keyHdr, ""); !strings.Contains(string(r.body), `"in_memory": true`) {
+		t.Fatalf("i is not in memory: %s", r.body)
+	}
+	same(e, "with b evicted from memory")
+	e = e.restart()
+	same(e, "after a restart")
+	e.beat("i", "d", true)
+	same(e, "after the first beat after the restart")
 }
 
 // --- 4. settings and contacts ---
@@ -721,7 +857,13 @@ func TestHealthReadyMetrics(t *testing.T) {
 	e.beat("1", "d", true)
 	e.advance(31 * time.Second) // one transition each way
 	e.ok("GET", "/presence/batch?user_ids=1", keyHdr, "")
-	r := e.ok("GET", "/metrics", "", "")
+	// Even counters can give an invisible user away on a quiet node, so
+	// metrics are for holders of the API key (Prometheus sends it as a
+	// bearer token).
+	wantError(t, e.do("GET", "/metrics", "", ""), http.StatusUnauthorized, "unauthorized")
+	wantError(t, e.do("GET", "/metrics", "Bearer wrong", ""), http.StatusUnauthorized, "unauthorized")
+	wantError(t, e.do("GET", "/metrics", e.token("1", ""), ""), http.StatusForbidden, "forbidden", "API key")
+	r := e.ok("GET", "/metrics", keyHdr, "")
 	body := string(r.body)
 	for _, want := range []string{
 		"presenced_heartbeats_total 1",
@@ -735,6 +877,13 @@ func TestHealthReadyMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// In development mode anonymous access passes; a bad key still does not.
+	d := newEnv(t, opts{dev: true})
+	if r := d.ok("GET", "/metrics", "", ""); !strings.Contains(string(r.body), "presenced_heartbeats_total") {
+		t.Errorf("dev metrics: got %s", r.body)
+	}
+	wantError(t, d.do("GET", "/metrics", "Bearer wrong", ""), http.StatusUnauthorized, "unauthorized")
+	d.ok("GET", "/metrics", keyHdr, "")
 }
 
 // TestCleanPathRedirect checks that the mux's redirect of an unclean path
@@ -776,19 +925,46 @@ func TestContactListLimit(t *testing.T) {
 		b, _ := json.Marshal(map[string][]string{"contacts": ids})
 		return string(b)
 	}
-	wantError(t, e.do("PUT", "/v1/users/1/contacts", keyHdr, body(list)), http.StatusBadRequest, "too_many_contacts", "10001", "10000")
-	e.ok("PUT", "/v1/users/1/contacts", keyHdr, body(list[:9999]))
-	// Adding one that is already there is fine; adding two new ones is not.
-	e.ok("POST", "/v1/users/1/contacts", keyHdr, body([]string{"c0", "c9998"}))
-	wantError(t, e.do("POST", "/v1/users/1/contacts", keyHdr, body([]string{"c9999", "c10000"})), http.StatusBadRequest, "too_many_contacts", "10001")
-	e.ok("PUT", "/v1/users/1/contacts/c9999", keyHdr, "")
-	wantError(t, e.do("PUT", "/v1/users/1/contacts/c10000", keyHdr, ""), http.StatusBadRequest, "too_many_contacts")
-	r := e.ok("GET", "/v1/users/1/contacts", keyHdr, "")
-	var got struct{ Contacts []string }
-	decodeStrict(t, r.body, &got)
-	if len(got.Contacts) != 10000 {
-		t.Errorf("got %d contacts, want 10000", len(got.Contacts))
+	contacts := func() []string {
+		t.Helper()
+		r := e.ok("GET", "/v1/users/1/contacts", keyHdr, "")
+		var got struct{ Contacts []string }
+		decodeStrict(t, r.body, &got)
+		return got.Contacts
 	}
+	const limitMsg = "a contact list may hold at most 10000 users"
+	wantError(t, e.do("PUT", "/v1/users/1/contacts", keyHdr, body(list)), http.StatusBadRequest, "too_many_contacts", "10001", "10000")
+	if got := contacts(); len(got) != 0 {
+		t.Fatalf("a refused PUT wrote %d contacts", len(got))
+	}
+	e.ok("PUT", "/v1/users/1/contacts", keyHdr, body(list[:9999]))
+	// Adding one that is already there is fine; adding two new ones is not,
+	// and adds neither.
+	e.ok("POST", "/v1/users/1/contacts", keyHdr, body([]string{"c0", "c9998"}))
+	r := e.do("POST", "/v1/users/1/contacts", keyHdr, body([]string{"c9999", "c10000"}))
+	wantError(t, r, http.StatusBadRequest, "too_many_contacts")
+	if msg := string(r.body); !strings.Contains(msg, `"message":"`+limitMsg+`"`) {
+		t.Errorf("refused addition: got %s, want the message %q", msg, limitMsg)
+	}
+	if got := contacts(); len(got) != 9999 || slices.Contains(got, "c9999") || slices.Contains(got, "c10000") {
+		t.Fatalf("a refused POST changed the list: %d contacts", len(got))
+	}
+	// Replacing the list by a smaller one with other ids is fine; a
+	// replacement that dedupes to the limit is too.
+	e.ok("PUT", "/v1/users/1/contacts", keyHdr, body(append(list[1:10000], "c1")))
+	if got := contacts(); len(got) != 9999 || slices.Contains(got, "c0") {
+		t.Fatalf("after a PUT with a duplicate: %d contacts", len(got))
+	}
+	e.ok("PUT", "/v1/users/1/contacts/c0", keyHdr, "")
+	wantError(t, e.do("PUT", "/v1/users/1/contacts/c10000", keyHdr, ""), http.StatusBadRequest, "too_many_contacts", limitMsg)
+	if got := contacts(); len(got) != 10000 || slices.Contains(got, "c10000") {
+		t.Errorf("got %d contacts, want 10000 without c10000", len(got))
+	}
+	// At the limit, adding one already there is still fine, and removing
+	// makes room.
+	e.ok("PUT", "/v1/users/1/contacts/c5", keyHdr, "")
+	e.ok("DELETE", "/v1/users/1/contacts/c5", keyHdr, "")
+	e.ok("PUT", "/v1/users/1/contacts/c10000", keyHdr, "")
 }
 
 // TestTTLBoundary pins the state model's boundary: a device is alive while
@@ -821,7 +997,7 @@ func TestStatusTextRoundTrips(t *testing.T) {
 	e.beat("1", "d", true)
 	for _, text := range []string{
 		`quote " backslash \ slash /`, "line\u2028para\u2029", "</script><b>&amp;</b>",
-		"👩‍👩‍👧 family", "é", "\u0085 next line", "\ufffd", strings.Repeat("🙂", 140),
+		"👩‍👩‍👧 family", "é", "\u00a0no-break", "\ufffd", "\u202eright to left", strings.Repeat("🙂", 140),
 	} {
 		e.setStatus("1", "busy", text)
 		if v := e.getView("1", keyHdr, ""); !eq(v.StatusText, &text) {
@@ -877,5 +1053,109 @@ func TestConcurrentUse(t *testing.T) {
 			e.advance(time.Second) // sweeps race with the requests
 		}
 		<-done
+	}
+}
+
+// --- 10. limits ---
+
+// TestDeviceCap: a heartbeat of a new device while MaxDevices are alive is a
+// 409 too_many_devices and changes nothing; the known devices keep beating,
+// and a bye or a dead device frees a slot.
+func TestDeviceCap(t *testing.T) {
+	e := newEnv(t, opts{maxDevices: 2})
+	e.beat("1", "d1", true)
+	e.beat("1", "d2", true)
+	e.beat("2", "d1", true)
+	e.advance(time.Second)
+	snapshot := func() string {
+		t.Helper()
+		return string(e.ok("GET", "/v1/presence/1?viewer_id=1", keyHdr, "").body) +
+			string(e.ok("GET", "/v1/debug/users/1", keyHdr, "").body)
+	}
+	before := snapshot()
+	for _, rq := range []struct{ authz, body string }{
+		{keyHdr, `{"user_id":"1","device_id":"d3"}`},
+		{keyHdr, `{"user_id":"1","device_id":"d3","active":false}`},
+		{e.token("1", "d3"), `{}`},
+		{e.token("1", ""), `{"device_id":"d4"}`},
+	} {
+		wantError(t, e.do("POST", "/v1/heartbeat", rq.authz, rq.body), http.StatusConflict, "too_many_devices")
+	}
+	if after := snapshot(); after != before {
+		t.Errorf("refused heartbeats changed the user:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// Known devices keep beating; another user has its own cap.
+	e.beat("1", "d1", true)
+	e.beat("1", "d2", false)
+	e.beat("2", "d2", true)
+	if v := e.getView("2", keyHdr, ""); show(v.Devices) != "2" {
+		t.Errorf("user 2: got %s, want 2 devices", fmtView(v))
+	}
+	// A bye frees a slot.
+	e.ok("POST", "/v1/bye", keyHdr, `{"user_id":"1","device_id":"d2"}`)
+	e.beat("1", "d3", true)
+	wantError(t, e.do("POST", "/v1/heartbeat", keyHdr, `{"user_id":"1","device_id":"d4"}`), http.StatusConflict, "too_many_devices")
+	// So does a device whose ttl ran out, swept or not.
+	e.clk.Advance(30 * time.Second)
+	e.beat("1", "d4", true)
+	e.beat("1", "d5", true)
+	if v := e.getView("1", keyHdr, "1"); show(v.Devices) != "2" || show(v.Status) != `"online"` {
+		t.Errorf("after the devices died: got %s, want online with 2 devices", fmtView(v))
+	}
+}
+
+// TestDefaultDeviceCap: without a setting, 32 devices may be alive.
+func TestDefaultDeviceCap(t *testing.T) {
+	e := newEnv(t, opts{})
+	for i := range 32 {
+		e.beat("1", "d"+strconv.Itoa(i), true)
+	}
+	wantError(t, e.do("POST", "/v1/heartbeat", keyHdr, `{"user_id":"1","device_id":"d32"}`), http.StatusConflict, "too_many_devices")
+	if v := e.getView("1", keyHdr, ""); show(v.Devices) != "32" {
+		t.Errorf("got %s, want 32 devices", fmtView(v))
+	}
+}
+
+// TestInternalErrorsHideDetails: an unexpected failure is a 500 whose body
+// says where to look, not what went wrong (that is for the server log).
+func TestInternalErrorsHideDetails(t *testing.T) {
+	e := newEnv(t, opts{})
+	e.beat("1", "d", true)
+	if err := e.a.Close(); err != nil { // the durable store is gone
+		t.Fatal(err)
+	}
+	for _, rq := range []struct{ method, path, body string }{
+		{"PUT", "/v1/users/2/settings", `{"status_visibility":"nobody","last_seen_visibility":"nobody"}`},
+		{"GET", "/v1/users/1/contacts", ""},
+		{"PUT", "/v1/users/1/contacts", `{"contacts":["a"]}`},
+		{"POST", "/v1/status", `{"user_id":"1","status":"busy"}`},
+		{"GET", "/v1/presence/never-seen", ""},
+	} {
+		r := e.do(rq.method, rq.path, keyHdr, rq.body)
+		wantError(t, r, http.StatusInternalServerError, "internal", "internal error (details are in the server log)")
+		for _, detail := range []string{"sql", "closed", "database", "sqlite"} {
+			if strings.Contains(strings.ToLower(string(r.body)), detail) {
+				t.Errorf("%s %s: the error body tells %q: %s", rq.method, rq.path, detail, r.body)
+			}
+		}
+	}
+}
+
+// TestMalformedQuery: a query string that does not parse is a 400
+// invalid_query on every read that takes parameters, not a silently
+// ignored parameter.
+func TestMalformedQuery(t *testing.T) {
+	e := newEnv(t, opts{})
+	e.beat("1", "d", true)
+	for _, path := range []string{
+		"/presence/batch?user_ids=%zz",
+		"/presence/batch?user_ids=1&viewer_id=%zz",
+		"/presence/batch?user_ids=1&%zz",
+		"/v1/presence/1?viewer_id=%zz",
+		"/v1/presence/1?%zz=1",
+		"/v1/presence/1?viewer_id=1&x=%",
+	} {
+		wantError(t, e.do("GET", path, keyHdr, ""), http.StatusBadRequest, "invalid_query", "malformed")
 	}
 }

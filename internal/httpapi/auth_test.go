@@ -46,7 +46,8 @@ func TestAuthRequired(t *testing.T) {
 		}
 		return string(b)
 	}
-	otherPayload := b64([]byte(`{"sub":"2","iat":` + jsonInt(now.Unix()) + `}`))
+	exp := now.Add(time.Hour).Unix()
+	otherPayload := b64([]byte(`{"sub":"2","iat":` + jsonInt(now.Unix()) + `,"exp":` + jsonInt(exp) + `}`))
 
 	creds := []struct {
 		name, authz string
@@ -62,18 +63,24 @@ func TestAuthRequired(t *testing.T) {
 		{"expired", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
 			jwt.MapClaims{"sub": "1", "exp": now.Add(-time.Minute).Unix()})},
 		{"not yet valid", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
-			jwt.MapClaims{"sub": "1", "nbf": now.Add(time.Hour).Unix()})},
-		{"alg none", "Bearer " + b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(`{"sub":"1"}`)) + "."},
+			jwt.MapClaims{"sub": "1", "nbf": now.Add(time.Minute).Unix(), "exp": exp})},
+		// A token that never expires could never be revoked.
+		{"no expiry", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "1"})},
+		{"no expiry, issued now", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "1", "iat": now.Unix()})},
+		{"alg none", "Bearer " + b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(`{"sub":"1","exp":`+jsonInt(exp)+`}`)) + "."},
 		{"alg none via library", "Bearer " + signClaims(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims("1"))},
 		{"RS256", "Bearer " + signClaims(t, jwt.SigningMethodRS256, rsaKey, claims("1"))},
 		{"HS512 with the right secret", "Bearer " + signClaims(t, jwt.SigningMethodHS512, secret, claims("1"))},
 		{"wrong signature", "Bearer " + parts[0] + "." + parts[1] + "." + flip(parts[2])},
 		{"tampered payload", "Bearer " + parts[0] + "." + otherPayload + "." + parts[2]},
-		{"no subject", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"iat": now.Unix()})},
+		{"no subject", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"iat": now.Unix(), "exp": exp})},
 		{"subject too long", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, claims(strings.Repeat("x", 65)))},
 		{"subject with a comma", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, claims("1,2"))},
 		{"bad device claim", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
-			jwt.MapClaims{"sub": "1", "device": "a b"})},
+			jwt.MapClaims{"sub": "1", "device": "a b", "exp": exp})},
+		{"device claim with an override", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
+			jwt.MapClaims{"sub": "1", "device": "d\u202e", "exp": exp})},
+		{"subject with a C1 control", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, claims("1\u0085"))},
 	}
 	endpoints := []struct{ method, path, body string }{
 		{"GET", "/presence/batch?user_ids=1", ""},
@@ -90,6 +97,7 @@ func TestAuthRequired(t *testing.T) {
 		{"PUT", "/v1/users/1/contacts/x", ""},
 		{"DELETE", "/v1/users/1/contacts/x", ""},
 		{"GET", "/v1/debug/users/1", ""},
+		{"GET", "/metrics", ""},
 	}
 	for _, c := range creds {
 		t.Run(c.name, func(t *testing.T) {
@@ -120,7 +128,7 @@ func TestAuthRequired(t *testing.T) {
 	for _, authz := range []string{
 		keyHdr, good, "bearer " + apiKey, "BEARER " + apiKey, "Bearer  " + apiKey + " ",
 		"Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "1", "exp": now.Add(-10 * time.Second).Unix()}),
-		"Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "1"}), // no expiry
+		"Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, claims("1")),
 	} {
 		e.ok("GET", "/presence/batch?user_ids=1", authz, "")
 	}
@@ -130,10 +138,11 @@ func TestAuthRequired(t *testing.T) {
 	e.clk.Advance(time.Hour + time.Minute)
 	wantError(t, e.do("GET", "/v1/users/1/settings", tok, ""), http.StatusUnauthorized, "unauthorized")
 
-	// Open endpoints need nothing.
-	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/v1/public/1"} {
+	// Open endpoints need nothing; /metrics needs the API key.
+	for _, p := range []string{"/healthz", "/readyz", "/v1/public/1"} {
 		e.ok("GET", p, "", "")
 	}
+	e.ok("GET", "/metrics", keyHdr, "")
 }
 
 func jsonInt(n int64) string {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/clock"
 )
 
 // TestDurableAcrossRestart plays a node's life, closes it and opens a new one
@@ -20,10 +22,12 @@ func TestDurableAcrossRestart(t *testing.T) {
 	e.beat("p", "d", true)
 	pLast := fmtTime(e.clk.Now())
 
-	// "i" beats, goes invisible with a text, and keeps beating.
+	// "i" beats, goes invisible with a text a second later (its public
+	// last_seen freezes at that moment, as a bye would leave it), and keeps
+	// beating.
 	e.beat("i", "d", true)
-	iFrozen := fmtTime(e.clk.Now())
 	e.advance(time.Second)
+	iFrozen := fmtTime(e.clk.Now())
 	e.setStatus("i", "invisible", "gone fishing")
 	for range 3 {
 		e.advance(10 * time.Second)
@@ -138,4 +142,67 @@ func TestEvictedUsersReadFromDisk(t *testing.T) {
 	if v := e.getView("s", keyHdr, "s"); show(v.LastSeen) != jstr(last) {
 		t.Errorf("s seen by itself: got %s, want last_seen %s", fmtView(v), last)
 	}
+}
+
+// TestVersionsGrowAcrossRestarts: every start of a node on a data directory
+// takes the next epoch from the durable store, so the versions it stamps are
+// above every version of an earlier run, even when that run crashed before
+// it checkpointed them. Within a run a version counts changes, whatever the
+// clock says; all stay below 2^53 for JavaScript clients.
+func TestVersionsGrowAcrossRestarts(t *testing.T) {
+	dir := t.TempDir()
+	clk := clock.NewFake(t0)
+	var last uint64 // the largest version published so far
+	version := func(e *env, phase string) uint64 {
+		t.Helper()
+		v := e.getView("u", keyHdr, "u")
+		if v.Version == nil {
+			t.Fatalf("%s: no version: %s", phase, fmtView(v))
+		}
+		if *v.Version >= 1<<53 {
+			t.Errorf("%s: version %d is not below 2^53", phase, *v.Version)
+		}
+		return *v.Version
+	}
+	// play makes three changes and checks that each is one above the last.
+	play := func(e *env, phase string) {
+		t.Helper()
+		e.beat("u", "d", true)
+		first := version(e, phase+": online")
+		if first <= last {
+			t.Errorf("%s: first version %d, want above %d from the run before", phase, first, last)
+		}
+		e.advance(20 * time.Second) // time passes; versions do not care
+		e.beat("u", "d", true)
+		e.setStatus("u", "busy", "")
+		e.setStatus("u", "busy", "x")
+		if v := version(e, phase+": busy"); v != first+2 {
+			t.Errorf("%s: after two more changes version %d, want %d", phase, v, first+2)
+		}
+		last = first + 2
+	}
+
+	// Run 1 ends in a crash: no Close, no checkpoint, and the next run
+	// opens the same data directory while this one still holds it.
+	e1 := newEnv(t, opts{dir: dir, clk: clk})
+	play(e1, "run 1")
+	if n := e1.a.Tracker().Stats().Flushed; n != 0 {
+		t.Fatalf("run 1 checkpointed %d users; the test needs it not to", n)
+	}
+	e2 := newEnv(t, opts{dir: dir, clk: clk})
+	if v := e2.getView("u", keyHdr, "u"); v.Version != nil && *v.Version >= last {
+		t.Fatalf("run 2 before any change: version %d; the crash should have lost run 1's %d", *v.Version, last)
+	}
+	e2.advance(time.Minute) // u's device from run 1 is gone with run 1's memory
+	play(e2, "run 2 after a crash")
+
+	// Run 3 after a clean stop, and run 4 after another one.
+	e2.close()
+	e3 := newEnv(t, opts{dir: dir, clk: clk})
+	e3.advance(time.Minute)
+	play(e3, "run 3 after a clean stop")
+	e4 := e3.restart()
+	e4.advance(time.Minute)
+	play(e4, "run 4")
+	e1.close()
 }

@@ -33,14 +33,15 @@ var (
 )
 
 // opts configures a test node. Zero values: not dev, poll throttle disabled,
-// ttl 30s, idle 5m, a fresh data directory.
+// ttl 30s, idle 5m, the default device cap, a fresh data directory.
 type opts struct {
-	dev  bool
-	poll time.Duration // 0: disabled (the throttle tests set it)
-	ttl  time.Duration
-	idle time.Duration
-	dir  string
-	clk  *clock.Fake
+	dev        bool
+	poll       time.Duration // 0: disabled (the throttle tests set it)
+	ttl        time.Duration
+	idle       time.Duration
+	maxDevices int
+	dir        string
+	clk        *clock.Fake
 }
 
 type env struct {
@@ -78,6 +79,7 @@ func newEnv(t *testing.T, o opts) *env {
 		TTL:          o.ttl,
 		IdleAfter:    o.idle,
 		PollInterval: o.poll,
+		MaxDevices:   o.maxDevices,
 	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)

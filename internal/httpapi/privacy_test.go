@@ -24,8 +24,9 @@ type truth struct {
 // expected is an oracle written from the contract, independent of the
 // privacy package: the viewer sees the status (with text, devices and
 // version) if it is the user, or the setting is everyone, or it is contacts
-// and the viewer is in the target's list; the same rule with the last_seen
-// setting decides last_seen.
+// and the viewer is in the target's list; last_seen needs the same rule to
+// pass with the last_seen setting and with the status setting (a last_seen
+// that moves with every heartbeat would give a hidden status away).
 func expected(tr *truth, statusVis, lastSeenVis, viewer string) view {
 	self := viewer != "" && viewer == tr.id
 	contact := false
@@ -47,7 +48,7 @@ func expected(tr *truth, statusVis, lastSeenVis, viewer string) view {
 		}
 		v.Version = ptr(tr.version)
 	}
-	if allows(lastSeenVis) {
+	if allows(lastSeenVis) && allows(statusVis) {
 		if self {
 			v.LastSeen = ptr(tr.selfLast)
 		} else {
@@ -68,17 +69,19 @@ func fmtView(v view) string {
 func TestPrivacyMatrix(t *testing.T) {
 	e := newEnv(t, opts{})
 
-	// "on" is online with a status text; "inv" went invisible after its beat
-	// at t0+2s and keeps beating. Both list "c" as a contact. "n" lists both
-	// of them, which must not make "n" their contact: the target decides.
+	// "on" is online with a status text; "inv" went invisible at t0+2.5s,
+	// after its beat at t0+2s, and keeps beating. Both list "c" as a
+	// contact. "n" lists both of them, which must not make "n" their
+	// contact: the target decides.
 	e.beat("on", "d", true)
 	e.beat("inv", "d", true)
 	e.advance(2 * time.Second)
 	e.beat("on", "d", true)
 	e.beat("inv", "d", true)
 	e.setStatus("on", "online", "hi there")
+	e.advance(500 * time.Millisecond)
 	e.setStatus("inv", "invisible", "")
-	e.advance(3 * time.Second)
+	e.advance(2500 * time.Millisecond)
 	e.beat("on", "d", true)
 	e.beat("inv", "d", true)
 	for _, id := range []string{"on", "inv"} {
@@ -86,7 +89,9 @@ func TestPrivacyMatrix(t *testing.T) {
 	}
 	e.setContacts("n", "on", "inv")
 
-	now, frozen := fmtTime(t0.Add(5*time.Second)), fmtTime(t0.Add(2*time.Second))
+	// The public last_seen of inv froze at the moment it went invisible,
+	// as a bye at that moment would have left it.
+	now, frozen := fmtTime(t0.Add(5*time.Second)), fmtTime(t0.Add(2500*time.Millisecond))
 	targets := []*truth{
 		{id: "on", selfStatus: "online", pubStatus: "online", selfLast: now, pubLast: now,
 			selfDevs: 1, pubDevs: 1, text: "hi there", contacts: []string{"c"}},
@@ -184,6 +189,37 @@ func TestHiddenLooksAbsent(t *testing.T) {
 	r = e.ok("GET", "/presence/batch?user_ids=a,b", keyHdr, "")
 	if got := string(r.body); got != `{"a":null,"b":null}`+"\n" {
 		t.Errorf("seed: got %q", got)
+	}
+
+	// A hidden status hides last_seen too, whatever last_seen_visibility
+	// says: a last_seen that moves with every heartbeat would tell the
+	// status. "a" keeps beating; to a stranger and to a contact it reads
+	// like "b", who was never seen.
+	e.setContacts("a", "friend")
+	e.setContacts("b", "friend")
+	for _, st := range []string{"nobody", "contacts"} {
+		for _, ls := range []string{"everyone", "contacts", "nobody"} {
+			for _, id := range []string{"a", "b"} {
+				e.setSettings(id, st, ls)
+			}
+			e.advance(10 * time.Second)
+			e.beat("a", "secret-device", true)
+			viewers := []string{"stranger"}
+			if st == "nobody" {
+				viewers = append(viewers, "friend")
+			}
+			for _, viewer := range viewers {
+				for _, id := range []string{"a", "b"} {
+					r := e.ok("GET", "/v1/presence/"+id+"?viewer_id="+viewer, keyHdr, "")
+					if string(r.body) != want(id) {
+						t.Errorf("status %s, last_seen %s, %s reads %s: got %s, want %s", st, ls, viewer, id, r.body, want(id))
+					}
+				}
+			}
+			if r := e.ok("GET", "/v1/public/a", "", ""); string(r.body) != want("a") {
+				t.Errorf("status %s, last_seen %s, public a: got %s", st, ls, r.body)
+			}
+		}
 	}
 }
 

@@ -46,6 +46,13 @@ func allowed(v presence.Visibility, rel privacy.Relation) bool {
 	return rel.Self || v == presence.Everyone || (v == presence.Contacts && rel.Contact)
 }
 
+// lastSeenAllowed: last_seen is shown only to a viewer who may see the
+// status too, because a last_seen that moves with every heartbeat would
+// give a hidden status away.
+func lastSeenAllowed(s presence.Settings, rel privacy.Relation) bool {
+	return allowed(s.LastSeen, rel) && allowed(s.Status, rel)
+}
+
 func TestFilterMatrix(t *testing.T) {
 	for _, st := range states {
 		for _, sv := range visibilities {
@@ -72,7 +79,7 @@ func TestFilterMatrix(t *testing.T) {
 						if r.rel.Self {
 							last = s.LastSeen
 						}
-						if allowed(lv, r.rel) && last != 0 {
+						if lastSeenAllowed(s.Settings, r.rel) && last != 0 {
 							want.LastSeenVisible, want.LastSeen = true, last
 						}
 						if got != want {
@@ -87,6 +94,9 @@ func TestFilterMatrix(t *testing.T) {
 						}
 						if !got.LastSeenVisible && got.LastSeen != 0 {
 							t.Errorf("hidden last_seen leaks its value: %+v", got)
+						}
+						if !got.StatusVisible && got.LastSeenVisible {
+							t.Errorf("last_seen shown with the status hidden: %+v", got)
 						}
 					})
 				}
@@ -116,6 +126,42 @@ func TestFilterInvisibleIsOffline(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLastSeenNeedsStatus: a viewer kept from the status never gets the
+// last_seen either, whatever last_seen_visibility says, since a last_seen
+// that follows every heartbeat would tell them the hidden status. For a
+// viewer who may not see the status, an online user, an invisible one and
+// one offline for an hour all read the same: nothing at all.
+func TestLastSeenNeedsStatus(t *testing.T) {
+	for _, st := range states {
+		for _, sv := range visibilities {
+			for _, r := range relations {
+				if allowed(sv, r.rel) {
+					continue
+				}
+				for _, lv := range visibilities {
+					s := st.snap
+					s.Settings = presence.Settings{Status: sv, LastSeen: lv}
+					got := privacy.Filter(r.rel, &s)
+					if want := (privacy.View{UserID: "u"}); got != want {
+						t.Errorf("%s, status=%s last_seen=%s, %s: got %+v, want only the id", st.name, sv, lv, r.name, got)
+					}
+				}
+			}
+		}
+	}
+	// Self always sees everything, whatever the settings.
+	s := states[0].snap
+	s.Settings = presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	if got := privacy.Filter(privacy.Relation{Self: true}, &s); !got.StatusVisible || !got.LastSeenVisible || got.LastSeen != s.LastSeen {
+		t.Errorf("self with everything hidden: got %+v, want status and last_seen", got)
+	}
+	// Seeing the status does not by itself give the last_seen.
+	s.Settings = presence.Settings{Status: presence.Everyone, LastSeen: presence.Nobody}
+	if got := privacy.Filter(privacy.Relation{Contact: true}, &s); !got.StatusVisible || got.LastSeenVisible {
+		t.Errorf("status everyone, last_seen nobody: got %+v, want the status only", got)
 	}
 }
 
@@ -165,7 +211,7 @@ func TestFilterEvent(t *testing.T) {
 							return
 						}
 						want := privacy.View{UserID: "u", StatusVisible: true, Status: e.ev.Status, Text: e.ev.Text, Version: e.ev.Version}
-						if allowed(lv, r.rel) {
+						if lastSeenAllowed(set, r.rel) {
 							want.LastSeenVisible, want.LastSeen = true, e.ev.LastSeen
 						}
 						if got != want {

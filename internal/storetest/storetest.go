@@ -12,11 +12,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -63,7 +65,12 @@ func Run(t *testing.T, newStore func(t *testing.T, rules presence.Rules) tracker
 		{"Invisible", testInvisible},
 		{"InvisibleDevicesDie", testInvisibleDevicesDie},
 		{"InvisibleWhileOffline", testInvisibleWhileOffline},
+		{"InvisibleLikeBye", testInvisibleLikeBye},
 		{"VersionsIncrease", testVersionsIncrease},
+		{"VersionsAboveEpoch", testVersionsAboveEpoch},
+		{"VersionsIgnoreClock", testVersionsIgnoreClock},
+		{"DeviceCap", testDeviceCap},
+		{"DefaultDeviceCap", testDefaultDeviceCap},
 		{"ExpireMax", testExpireMax},
 		{"ExpireConcurrent", testExpireConcurrent},
 		{"Get", testGet},
@@ -702,11 +709,14 @@ func testInvisible(t *testing.T, f Factory) {
 	lastVisible := t0 + 10*sec
 	h.beat(lastVisible, "u", "d", true)
 
-	// Going invisible emits exactly what a real departure would.
+	// Going invisible emits exactly what a bye at this moment would: the
+	// offline event at once, with the public last_seen frozen at the moment
+	// of going invisible (not at the last beat, which a bye would not show
+	// either). The true last_seen stays the last beat.
 	at := t0 + 12*sec
 	h.wantEvent("invisible", h.status(at, "u", presence.ManualInvisible, ""),
-		ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: lastVisible, at: at})
-	h.wantSnap("Get after invisible", h.get(at, "u"), presence.Invisible, 1, lastVisible, lastVisible)
+		ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: at, at: at})
+	h.wantSnap("Get after invisible", h.get(at, "u"), presence.Invisible, 1, lastVisible, at)
 
 	// The user goes on using the app: nothing leaks.
 	var now int64
@@ -716,9 +726,9 @@ func testInvisible(t *testing.T, f Factory) {
 		h.wantNoEvents("Expire while invisible", h.expire(now))
 	}
 	last := now - 10*sec
-	h.wantSnap("Get while invisible", h.get(last, "u"), presence.Invisible, 2, last, lastVisible)
+	h.wantSnap("Get while invisible", h.get(last, "u"), presence.Invisible, 2, last, at)
 	h.wantNone("bye of one device while invisible", h.bye(last+1, "u", "d2"))
-	h.wantSnap("Get after bye", h.get(last+1, "u"), presence.Invisible, 1, last+1, lastVisible)
+	h.wantSnap("Get after bye", h.get(last+1, "u"), presence.Invisible, 1, last+1, at)
 
 	// Back to online: one online event, last_seen moves on.
 	h.wantEvent("online", h.status(last+2, "u", presence.ManualNone, ""),
@@ -729,16 +739,18 @@ func testInvisible(t *testing.T, f Factory) {
 func testInvisibleDevicesDie(t *testing.T, f Factory) {
 	h := newH(t, f, DefaultRules)
 	h.join(t0, "u", "d")
-	h.status(t0+sec, "u", presence.ManualInvisible, "")
+	vanished := t0 + sec
+	h.wantEvent("invisible", h.status(vanished, "u", presence.ManualInvisible, ""),
+		ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: vanished, at: vanished})
 	last := t0 + 20*sec
 	h.beat(last, "u", "d", true)
 	h.wantNoEvents("Expire when the device dies", h.expire(last+h.ttl()))
-	h.wantSnap("Get after death", h.get(last+h.ttl(), "u"), presence.Offline, 0, last, t0)
+	h.wantSnap("Get after death", h.get(last+h.ttl(), "u"), presence.Offline, 0, last, vanished)
 	// Still invisible when they come back.
 	h.wantNone("beat", h.beat(last+time.Hour.Milliseconds(), "u", "d", true))
 	h.wantNone("bye", h.bye(last+time.Hour.Milliseconds()+1, "u", "d"))
-	if s := h.get(last+time.Hour.Milliseconds()+1, "u"); s.PubLastSeen != t0 || s.Manual != presence.ManualInvisible {
-		t.Errorf("Get: got pub_last_seen %d manual %v, want %d invisible", s.PubLastSeen, s.Manual, t0)
+	if s := h.get(last+time.Hour.Milliseconds()+1, "u"); s.PubLastSeen != vanished || s.Manual != presence.ManualInvisible {
+		t.Errorf("Get: got pub_last_seen %d manual %v, want %d invisible", s.PubLastSeen, s.Manual, vanished)
 	}
 }
 
@@ -749,6 +761,124 @@ func testInvisibleWhileOffline(t *testing.T, f Factory) {
 	h.wantNone("first beat", h.beat(t0+sec, "u", "d", true))
 	h.wantSnap("Get", h.get(t0+sec, "u"), presence.Invisible, 1, t0+sec, t0-minute)
 	h.wantNoEvents("Expire", h.expire(t0+sec+h.ttl()))
+}
+
+// testInvisibleLikeBye plays two users with the same history, except that
+// at one moment "b" says bye on every device and "i" goes invisible (and
+// then goes on using the app). Everything another viewer can observe —
+// events, the filtered view, what is checkpointed for later reads — must
+// be the same for both, ids aside.
+func testInvisibleLikeBye(t *testing.T, f Factory) {
+	tests := []struct {
+		name    string
+		devices []string
+		text    string
+		at      int64 // the moment of the bye or of going invisible
+	}{
+		{"one device", []string{"d"}, "", t0 + 12*sec + 345},
+		{"two devices with text", []string{"phone", "laptop"}, "in a meeting", t0 + 12*sec + 345},
+		{"in the same millisecond as a beat", []string{"d"}, "", t0 + 10*sec},
+		// The ttl ran out but no sweep ran yet: both read as an expiry at
+		// the last beat.
+		{"devices already dead", []string{"d"}, "", t0 + 10*sec + DefaultRules.TTL.Milliseconds() + 5*sec},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newH(t, f, DefaultRules)
+			// Both users publish the same events up to the moment.
+			var events [2][]presence.Event
+			add := func(k int, chs ...presence.Change) {
+				for _, ch := range chs {
+					if ch.Changed {
+						events[k] = append(events[k], ch.Event)
+					}
+				}
+			}
+			users := [2]string{"b", "i"}
+			for k, u := range users {
+				h.load(t0, presence.Profile{UserID: u})
+				for _, d := range tt.devices {
+					add(k, h.beat(t0, u, d, true))
+				}
+				if tt.text != "" {
+					add(k, h.status(t0+5*sec, u, presence.ManualNone, tt.text))
+				}
+				add(k, h.beat(t0+10*sec, u, tt.devices[0], true))
+			}
+			// The moment: b says bye everywhere, i goes invisible.
+			for _, d := range tt.devices {
+				add(0, h.bye(tt.at, "b", d))
+			}
+			add(1, h.status(tt.at, "i", presence.ManualInvisible, tt.text))
+
+			if len(events[0]) == 0 || events[0][len(events[0])-1].Status != presence.Offline {
+				t.Fatalf("bye: got events %v, want an offline event last", events[0])
+			}
+			lastSeen := tt.at // a bye is a sign of life
+			if tt.at >= t0+10*sec+h.ttl() {
+				lastSeen = t0 + 10*sec // the devices had died: the last beat
+			}
+			h.wantEvent("offline of the bye", presence.Change{Changed: true, Event: events[0][len(events[0])-1]},
+				ev{user: "b", prev: presence.Online, status: presence.Offline, text: tt.text, lastSeen: lastSeen, at: tt.at})
+			same := func(what string, now int64) {
+				t.Helper()
+				if len(events[0]) != len(events[1]) {
+					t.Fatalf("%s: bye user published %d events, invisible user %d", what, len(events[0]), len(events[1]))
+				}
+				for j := range events[0] {
+					a, b := events[0][j], events[1][j]
+					a.UserID, b.UserID = "", ""
+					if a != b {
+						t.Errorf("%s: event %d of the bye user %s, of the invisible user %s", what, j, gotEv(events[0][j]), gotEv(events[1][j]))
+					}
+				}
+				sb, si := h.get(now, "b"), h.get(now, "i")
+				for _, set := range []presence.Settings{{}, {Status: presence.Contacts, LastSeen: presence.Contacts}} {
+					sb.Settings, si.Settings = set, set
+					for _, rel := range []privacy.Relation{{}, {Contact: true}} {
+						vb, vi := privacy.Filter(rel, &sb), privacy.Filter(rel, &si)
+						vb.UserID, vi.UserID = "", ""
+						if vb != vi {
+							t.Errorf("%s, settings %+v, relation %+v: the bye user reads %+v, the invisible user %+v", what, set, rel, vb, vi)
+						}
+					}
+				}
+				if sb.PubLastSeen != lastSeen || si.PubLastSeen != lastSeen {
+					t.Errorf("%s: public last_seen of the bye user %d, of the invisible user %d, want %d", what, sb.PubLastSeen, si.PubLastSeen, lastSeen)
+				}
+			}
+			same("at the moment", tt.at)
+
+			// What is checkpointed and served once the users are no longer
+			// held is the same too.
+			dirty := map[string]presence.Profile{}
+			for _, p := range h.dirty() {
+				dirty[p.UserID] = p
+			}
+			if b, i := dirty["b"], dirty["i"]; b.PubLastSeen != i.PubLastSeen || b.Version != i.Version || b.PubLastSeen != lastSeen {
+				t.Errorf("checkpoint: bye user pub_last_seen %d version %d, invisible user %d %d; want both at %d with one version",
+					b.PubLastSeen, b.Version, i.PubLastSeen, i.Version, lastSeen)
+			}
+
+			// i goes on using the app for a while, then its devices die
+			// silently: nothing of it may show.
+			now := tt.at
+			for ; now < tt.at+h.idle()+2*h.ttl(); now += 10 * sec {
+				if now < tt.at+h.idle() {
+					for _, d := range tt.devices {
+						add(1, h.beat(now, "i", d, true))
+					}
+				}
+				add(0, h.expire(now)...)
+				add(1, h.status(now, "i", presence.ManualInvisible, tt.text))
+				same(fmt.Sprintf("%dms after the moment", now-tt.at), now)
+			}
+			for _, ch := range h.expire(now) {
+				add(map[string]int{"b": 0, "i": 1}[ch.Event.UserID], ch)
+			}
+			same("after the devices died", now)
+		})
+	}
 }
 
 func testVersionsIncrease(t *testing.T, f Factory) {
@@ -792,6 +922,179 @@ func testVersionsIncrease(t *testing.T, f Factory) {
 	if s := h.get(t0+2*h.ttl(), "u"); s.Version != prev {
 		t.Errorf("Get version: got %d, want the last event's %d", s.Version, prev)
 	}
+}
+
+// testVersionsAboveEpoch: a version is the previous one plus one, never at
+// or below Epoch<<32, so a run with a larger epoch stamps versions above any
+// of an earlier run even when the earlier run's last versions were never
+// checkpointed. Versions stay below 2^53, which JavaScript numbers hold
+// exactly.
+func testVersionsAboveEpoch(t *testing.T, f Factory) {
+	const maxSafe = uint64(1) << 53
+	for _, epoch := range []uint64{1, 7, 1 << 20} {
+		t.Run(fmt.Sprint("epoch=", epoch), func(t *testing.T) {
+			rules := DefaultRules
+			rules.Epoch = epoch
+			h := newH(t, f, rules)
+			floor := epoch << 32
+			profiles := []struct {
+				p     presence.Profile
+				first uint64 // version of the first event
+			}{
+				{presence.Profile{UserID: "new"}, floor + 1},
+				// Checkpointed by an earlier run, however far it got.
+				{presence.Profile{UserID: "earlier", Version: floor - 1}, floor + 1},
+				{presence.Profile{UserID: "much-earlier", Version: 3}, floor + 1},
+				// Already stamped in this run (loaded again after eviction).
+				{presence.Profile{UserID: "this-run", Version: floor + 5}, floor + 6},
+			}
+			for _, tc := range profiles {
+				h.load(t0, tc.p)
+				u := tc.p.UserID
+				e := h.wantEvent(u+" first beat", h.beat(t0, u, "d", true), ev{user: u, prev: presence.Offline, status: presence.Online})
+				if e.Version != tc.first {
+					t.Errorf("%s (loaded version %d): first event version %d, want %d", u, tc.p.Version, e.Version, tc.first)
+				}
+				// Then one by one, in the same millisecond or not.
+				want := tc.first
+				for i, ch := range []presence.Change{
+					h.status(t0, u, presence.ManualBusy, ""),
+					h.status(t0, u, presence.ManualBusy, "x"),
+					h.bye(t0+sec, u, "d"),
+					h.beat(t0+time.Hour.Milliseconds(), u, "d", true),
+				} {
+					want++
+					if !ch.Changed || ch.Event.Version != want {
+						t.Errorf("%s: change %d: got changed=%v version %d, want version %d", u, i, ch.Changed, ch.Event.Version, want)
+					}
+					if ch.Event.Version >= maxSafe {
+						t.Errorf("%s: version %d is not below 2^53", u, ch.Event.Version)
+					}
+				}
+				if s := h.get(t0+time.Hour.Milliseconds(), u); s.Version != want {
+					t.Errorf("%s: Get version %d, want %d", u, s.Version, want)
+				}
+			}
+		})
+	}
+}
+
+// testVersionsIgnoreClock: versions count changes and say nothing about
+// when they happened (a viewer must not learn the time of a hidden change
+// from them): the same history played at two times far apart stamps the
+// same versions.
+func testVersionsIgnoreClock(t *testing.T, f Factory) {
+	play := func(base int64) []uint64 {
+		h := newH(t, f, DefaultRules)
+		var vs []uint64
+		for _, ch := range []presence.Change{
+			h.join(base, "u", "d"),
+			h.status(base+sec, "u", presence.ManualBusy, ""),
+			h.status(base+7*sec, "u", presence.ManualInvisible, ""),
+			h.status(base+25*sec, "u", presence.ManualNone, ""),
+			h.bye(base+26*sec, "u", "d"),
+			h.join(base+9*minute, "u", "d"),
+		} {
+			if !ch.Changed {
+				t.Fatalf("at %d: got no change", base)
+			}
+			vs = append(vs, ch.Event.Version)
+		}
+		return vs
+	}
+	early, late := play(t0), play(t0+400*24*time.Hour.Milliseconds())
+	if !slices.Equal(early, late) {
+		t.Errorf("versions depend on the clock: %v at t0, %v 400 days later", early, late)
+	}
+	for i, v := range early {
+		if v != uint64(i+1) {
+			t.Errorf("with epoch 0, change %d has version %d, want %d", i, v, i+1)
+		}
+	}
+}
+
+// testDeviceCap: a heartbeat of a new device while Rules.MaxDevices are
+// alive is refused with ErrTooManyDevices and changes nothing; the known
+// devices keep beating, and a slot frees when a device says bye or dies.
+func testDeviceCap(t *testing.T, f Factory) {
+	rules := DefaultRules
+	rules.MaxDevices = 3
+	h := newH(t, f, rules)
+	h.load(t0, presence.Profile{UserID: "u"})
+	h.wantEvent("first device", h.beat(t0, "u", "d0", true), ev{user: "u", prev: presence.Offline, status: presence.Online})
+	h.wantNone("second device", h.beat(t0, "u", "d1", true))
+	h.wantNone("third device", h.beat(t0, "u", "d2", false))
+	h.dirty()
+	before := h.get(t0+sec, "u")
+
+	refuse := func(what string, now int64, device string) {
+		t.Helper()
+		for _, active := range []bool{true, false} {
+			ch, err := h.s.Beat(h.ctx, now, "u", device, active)
+			if !errors.Is(err, presence.ErrTooManyDevices) {
+				t.Errorf("%s: Beat(%q, active=%v) = %v, want ErrTooManyDevices", what, device, active, err)
+			}
+			h.wantNone(what, ch)
+		}
+	}
+	refuse("fourth device", t0+sec, "d3")
+	if got := h.get(t0+sec, "u"); got != before {
+		t.Errorf("Get after the refused beat: got %+v, want %+v (unchanged: no device, no last_seen)", got, before)
+	}
+	if got := h.dirty(); len(got) != 0 {
+		t.Errorf("Dirty after the refused beat: got %+v, want nothing", got)
+	}
+	if u, _, _, err := h.s.Debug(h.ctx, "u"); err != nil || len(u.Devices) != 3 {
+		t.Errorf("Debug after the refused beat: got %d devices (%v), want 3", len(u.Devices), err)
+	} else {
+		for _, d := range u.Devices {
+			if d.ID == "d3" {
+				t.Errorf("Debug: the refused device is held: %+v", u.Devices)
+			}
+		}
+	}
+
+	// The known devices keep beating; other users have their own cap.
+	h.wantNone("known device at the cap", h.beat(t0+2*sec, "u", "d0", true))
+	h.wantNone("known device at the cap", h.beat(t0+2*sec, "u", "d2", true))
+	for i := range 3 {
+		h.load(t0, presence.Profile{UserID: "v"})
+		h.beat(t0+2*sec, "v", fmt.Sprint("d", i), true)
+	}
+	h.wantSnap("the other user", h.get(t0+2*sec, "v"), presence.Online, 3, t0+2*sec, t0+2*sec)
+
+	// A bye frees a slot.
+	h.wantNone("bye", h.bye(t0+3*sec, "u", "d1"))
+	h.wantNone("fourth device after a bye", h.beat(t0+4*sec, "u", "d3", true))
+	refuse("fifth device", t0+5*sec, "d4")
+
+	// A dead device frees its slot, swept or not: d0 and d2 beat last at
+	// +2s, d3 at +4s.
+	dead := t0 + 2*sec + h.ttl()
+	h.wantNone("a new device when two died", h.beat(dead, "u", "d4", true))
+	h.wantNone("another", h.beat(dead, "u", "d5", true))
+	refuse("one more", dead, "d6")
+	h.wantSnap("Get", h.get(dead, "u"), presence.Online, 3, dead, dead)
+	for _, ch := range h.expire(dead) {
+		if ch.Event.UserID == "u" {
+			t.Errorf("Expire: got %s, want no event of u", gotEv(ch.Event))
+		}
+	}
+}
+
+// testDefaultDeviceCap: with Rules.MaxDevices 0, the cap is
+// presence.DefaultMaxDevices.
+func testDefaultDeviceCap(t *testing.T, f Factory) {
+	h := newH(t, f, DefaultRules)
+	h.load(t0, presence.Profile{UserID: "u"})
+	for i := range presence.DefaultMaxDevices {
+		h.beat(t0+int64(i), "u", fmt.Sprint("d", i), true)
+	}
+	now := t0 + presence.DefaultMaxDevices
+	if _, err := h.s.Beat(h.ctx, now, "u", "one-more", true); !errors.Is(err, presence.ErrTooManyDevices) {
+		t.Errorf("device %d: got %v, want ErrTooManyDevices", presence.DefaultMaxDevices+1, err)
+	}
+	h.wantSnap("Get", h.get(now, "u"), presence.Online, presence.DefaultMaxDevices, now-1, now-1)
 }
 
 func testExpireMax(t *testing.T, f Factory) {

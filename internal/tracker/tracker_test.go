@@ -35,6 +35,8 @@ type memDurable struct {
 
 	// beforeSaveStatus, if set, runs at the start of SaveStatus.
 	beforeSaveStatus func(user string, m presence.Manual)
+	// beforeSaveLastSeen, if set, runs at the start of SaveLastSeen.
+	beforeSaveLastSeen func()
 }
 
 var _ tracker.Durable = (*memDurable)(nil)
@@ -131,6 +133,9 @@ func (d *memDurable) SaveSettings(_ context.Context, user string, s presence.Set
 // SaveLastSeen writes the batch all or nothing and, like the SQL stores,
 // never moves a value back.
 func (d *memDurable) SaveLastSeen(_ context.Context, batch []presence.Profile) error {
+	if d.beforeSaveLastSeen != nil {
+		d.beforeSaveLastSeen()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.call("SaveLastSeen"); err != nil {
@@ -190,11 +195,18 @@ func newFixture(t *testing.T, d *memDurable) *fixture {
 // Clock are filled in.
 func newFixtureWith(t *testing.T, d *memDurable, c *clock.Fake, cfg tracker.Config) *fixture {
 	t.Helper()
+	return newFixtureRules(t, d, c, cfg, rules)
+}
+
+// newFixtureRules is newFixtureWith with the store's rules (a run's epoch,
+// a device cap).
+func newFixtureRules(t *testing.T, d *memDurable, c *clock.Fake, cfg tracker.Config, r presence.Rules) *fixture {
+	t.Helper()
 	f := &fixture{
 		t:       t,
 		ctx:     context.Background(),
 		clock:   c,
-		store:   memstore.New(memstore.Config{Rules: rules}),
+		store:   memstore.New(memstore.Config{Rules: r}),
 		durable: d,
 		pub:     &recorder{},
 	}
@@ -386,20 +398,24 @@ func TestHeartbeatLoadFails(t *testing.T) {
 }
 
 // TestRestartKeepsInvisible plays a user who goes invisible on one tracker,
-// then comes back to a new tracker (new memory, same durable store): after
-// a clean shutdown and after a crash with no checkpoint at all.
+// then comes back to a new tracker (new memory, same durable store, the
+// next epoch as the app takes it from the durable store at every start):
+// after a clean shutdown and after a crash with no checkpoint at all.
 func TestRestartKeepsInvisible(t *testing.T) {
 	for _, clean := range []bool{true, false} {
 		t.Run(map[bool]string{true: "clean", false: "crash"}[clean], func(t *testing.T) {
 			d := newMemDurable()
 			c := clock.NewFake(start)
-			f := newFixtureWith(t, d, c, tracker.Config{})
+			run1, run2 := rules, rules
+			run1.Epoch, run2.Epoch = 1, 2
+			f := newFixtureRules(t, d, c, tracker.Config{}, run1)
 			f.beat("u", "d", true)
 			f.at(10 * time.Second)
 			f.beat("u", "d", true)
 			f.at(12 * time.Second)
 			f.status("u", presence.ManualInvisible, "")
-			f.wantEvents("before restart", "u offline→online seen=0s", "u online→offline seen=10s")
+			// Like a bye at 12s: last_seen frozen at the moment, not the last beat.
+			f.wantEvents("before restart", "u offline→online seen=0s", "u online→offline seen=12s")
 			f.at(15 * time.Second)
 			f.beat("u", "d", true)
 			last := f.get("u").Version
@@ -410,11 +426,11 @@ func TestRestartKeepsInvisible(t *testing.T) {
 			}
 
 			c.Set(start.Add(20 * time.Second))
-			g := newFixtureWith(t, d, c, tracker.Config{})
+			g := newFixtureRules(t, d, c, tracker.Config{}, run2)
 			g.beat("u", "d", true)
 			g.wantEvents("first heartbeat after restart")
 			s := g.get("u")
-			wantPub := ms(10 * time.Second)
+			wantPub := ms(12 * time.Second)
 			if !clean {
 				wantPub = 0 // never checkpointed
 			}
@@ -427,8 +443,126 @@ func TestRestartKeepsInvisible(t *testing.T) {
 			if ch.Event.Version <= last {
 				t.Errorf("version after restart: got %d, want above %d", ch.Event.Version, last)
 			}
+			if ch.Event.Version >= 1<<53 {
+				t.Errorf("version after restart: got %d, want below 2^53", ch.Event.Version)
+			}
 		})
 	}
+}
+
+// TestHeartbeatDeviceCap: a new device beyond Rules.MaxDevices alive ones
+// is refused with ErrTooManyDevices and publishes nothing.
+func TestHeartbeatDeviceCap(t *testing.T) {
+	capped := rules
+	capped.MaxDevices = 2
+	f := newFixtureRules(t, newMemDurable(), clock.NewFake(start), tracker.Config{}, capped)
+	f.beat("u", "d1", true)
+	f.beat("u", "d2", true)
+	f.wantEvents("two devices", "u offline→online seen=0s")
+	f.at(time.Second)
+	ch, err := f.tr.Heartbeat(f.ctx, "u", "d3", true)
+	if !errors.Is(err, presence.ErrTooManyDevices) || ch.Changed {
+		t.Fatalf("third device: got %+v, %v; want no change and ErrTooManyDevices", ch, err)
+	}
+	f.wantEvents("refused device")
+	if s := f.get("u"); s.Devices != 2 || s.LastSeen != ms(0) {
+		t.Errorf("Get: got %d devices last_seen %v, want 2 and 0s (the refused beat changed nothing)", s.Devices, offset(s.LastSeen))
+	}
+	f.beat("u", "d1", true)
+	f.wantEvents("known device")
+}
+
+// TestEvictedUserKeepsPublishedVersions: a user the store evicted while its
+// last checkpoint was not durable yet (the write failed, or was still in
+// flight) must not be loaded back with an older version, or the tracker
+// would stamp versions it already published and consumers would drop the
+// new events as stale.
+func TestEvictedUserKeepsPublishedVersions(t *testing.T) {
+	const evictAfter = 10 * time.Minute // memstore's default
+	// wantVersionsGrow checks the events of one user: online, offline at
+	// 1s, online again at back, with growing versions.
+	wantVersionsGrow := func(t *testing.T, f *fixture, back time.Duration) {
+		t.Helper()
+		evs := f.pub.take()
+		want := []string{"u offline→online seen=0s", "u online→offline seen=1s", fmt.Sprintf("u offline→online seen=%v", back)}
+		if got := fmtEvents(evs); !slices.Equal(got, want) {
+			t.Fatalf("published %v, want %v", got, want)
+		}
+		for i := 1; i < len(evs); i++ {
+			if evs[i].Version <= evs[i-1].Version {
+				t.Errorf("event %d has version %d, not above the previous %d", i, evs[i].Version, evs[i-1].Version)
+			}
+		}
+	}
+	online := func(t *testing.T, f *fixture) {
+		t.Helper()
+		f.beat("u", "d", true)
+		f.at(time.Second)
+		if _, err := f.tr.Bye(f.ctx, "u", "d"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("checkpoint failed", func(t *testing.T) {
+		d := newMemDurable()
+		f := newFixture(t, d)
+		online(t, f)
+		d.setFail("SaveLastSeen", errDown)
+		if err := f.tr.Checkpoint(f.ctx); !errors.Is(err, errDown) {
+			t.Fatalf("Checkpoint: got %v, want %v", err, errDown)
+		}
+		f.at(time.Second + evictAfter)
+		f.sweep()
+		if f.get("u").Known {
+			t.Fatal("the user was not evicted; the test needs it to be")
+		}
+		f.at(12 * time.Minute)
+		f.beat("u", "d", true)
+		wantVersionsGrow(t, f, 12*time.Minute)
+
+		// The write works again: the pending checkpoint moves nothing back.
+		d.setFail("SaveLastSeen", nil)
+		if err := f.tr.Checkpoint(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := d.profile("u"); p.LastSeen != ms(12*time.Minute) || p.Version != f.get("u").Version {
+			t.Errorf("durable: got last_seen %v version %d, want 12m0s and %d", offset(p.LastSeen), p.Version, f.get("u").Version)
+		}
+	})
+
+	t.Run("checkpoint in flight", func(t *testing.T) {
+		d := newMemDurable()
+		f := newFixture(t, d)
+		online(t, f)
+		// While the checkpoint is being written, the user is evicted and
+		// beats again. The beat may wait for the write; it must not read
+		// the durable record the write is about to replace.
+		back := time.Second + evictAfter
+		done := make(chan struct{})
+		d.beforeSaveLastSeen = func() {
+			d.beforeSaveLastSeen = nil
+			f.at(back)
+			f.sweep()
+			if f.get("u").Known {
+				t.Error("the user was not evicted; the test needs it to be")
+			}
+			go func() {
+				defer close(done)
+				if _, err := f.tr.Heartbeat(f.ctx, "u", "d", true); err != nil {
+					t.Errorf("Heartbeat: %v", err)
+				}
+			}()
+			select { // give a beat that does not wait the time to load
+			case <-done:
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if err := f.tr.Checkpoint(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		wantVersionsGrow(t, f, back)
+	})
 }
 
 func TestSetStatusDurableFirst(t *testing.T) {
@@ -469,7 +603,7 @@ func TestSetStatusDurableFirst(t *testing.T) {
 	}
 	d.setFail("SaveStatus", nil)
 	f.status("u", presence.ManualInvisible, "gone")
-	f.wantEvents("invisible", `u busy→offline seen=0s text="gone"`)
+	f.wantEvents("invisible", `u busy→offline seen=1s text="gone"`)
 }
 
 func TestSetStatusUnknownUser(t *testing.T) {
@@ -817,7 +951,7 @@ func TestScenarios(t *testing.T) {
 		{"invisible while online and back", concat(
 			beat(0, "u", "d", "u offline→online seen=0s"),
 			beat(10*time.Second, "u", "d"),
-			setStatus(15*time.Second, "u", presence.ManualInvisible, "", "u online→offline seen=10s"),
+			setStatus(15*time.Second, "u", presence.ManualInvisible, "", "u online→offline seen=15s"),
 			beat(20*time.Second, "u", "d"),
 			beat(40*time.Second, "u", "d"),
 			sweep(45*time.Second),
@@ -827,11 +961,29 @@ func TestScenarios(t *testing.T) {
 		)},
 		{"invisible user's devices die silently", concat(
 			beat(0, "u", "d", "u offline→online seen=0s"),
-			setStatus(time.Second, "u", presence.ManualInvisible, "", "u online→offline seen=0s"),
+			setStatus(time.Second, "u", presence.ManualInvisible, "", "u online→offline seen=1s"),
 			beat(10*time.Second, "u", "d"),
 			sweep(40*time.Second),
 			beat(time.Hour, "u", "d"),
 			setStatus(time.Hour+time.Second, "u", presence.ManualNone, "", "u offline→online seen=1h0m0s"),
+		)},
+		{"invisible reads like a bye at the same moment", concat(
+			beat(0, "b", "d", "b offline→online seen=0s"),
+			beat(0, "i", "d", "i offline→online seen=0s"),
+			beat(10*time.Second, "b", "d"),
+			beat(10*time.Second, "i", "d"),
+			bye(15*time.Second, "b", "d", "b online→offline seen=15s"),
+			setStatus(15*time.Second, "i", presence.ManualInvisible, "", "i online→offline seen=15s"),
+			every(20*time.Second, 10*time.Second, 2*time.Minute, func(at time.Duration) []step {
+				return []step{beat(at, "i", "d"), sweep(at)}
+			}),
+			sweep(3*time.Minute),
+		)},
+		{"invisible while the device is dead but unswept reads like an expiry", concat(
+			beat(0, "u", "d", "u offline→online seen=0s"),
+			beat(10*time.Second, "u", "d"),
+			setStatus(45*time.Second, "u", presence.ManualInvisible, "", "u online→offline seen=10s"),
+			sweep(46*time.Second),
 		)},
 		{"reconnect inside the ttl", concat(
 			beat(0, "u", "d", "u offline→online seen=0s"),
