@@ -110,6 +110,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlitestore: create data directory: %w", err)
 	}
+	// Create the file owner-only before SQLite does (it would use 0644);
+	// its -wal and -shm files take the database file's mode.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return nil, fmt.Errorf("sqlitestore: create %s: %w", path, err)
+	} else {
+		f.Close()
+	}
 
 	// synchronous=FULL: every commit is fsynced before it returns. The
 	// tracker records a manual status durably *before* applying it, so that

@@ -231,3 +231,26 @@ func BenchmarkSaveLastSeen(b *testing.B) {
 		})
 	}
 }
+
+// TestFileMode: the database holds who is whose contact; only its owner
+// may read it.
+func TestFileMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.db")
+	s, err := Open(context.Background(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.SaveStatus(context.Background(), "u", presence.ManualBusy, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode := fi.Mode().Perm(); mode&0o077 != 0 {
+			t.Errorf("%s has mode %o, want no access for group and others", filepath.Base(p), mode)
+		}
+	}
+}
