@@ -16,9 +16,6 @@ import (
 // fuzzers can drive them directly; none of them lets an invalid value
 // through to the tracker.
 
-// MaxContacts is the largest contact list one user may hold.
-const MaxContacts = 10000
-
 type heartbeatReq struct {
 	UserID   string `json:"user_id"`
 	DeviceID string `json:"device_id"`
@@ -175,8 +172,8 @@ func decodeContacts(body []byte) ([]string, error) {
 	if r.Contacts == nil {
 		return nil, badRequest("invalid_contacts", "contacts is required: a list of user ids (may be empty)")
 	}
-	if len(r.Contacts) > MaxContacts {
-		return nil, badRequest("too_many_contacts", "%d contacts: at most %d per user", len(r.Contacts), MaxContacts)
+	if len(r.Contacts) > presence.MaxContacts {
+		return nil, badRequest("too_many_contacts", "%s (the request lists %d)", presence.ErrTooManyContacts, len(r.Contacts))
 	}
 	seen := make(map[string]struct{}, len(r.Contacts))
 	out := r.Contacts[:0]

@@ -46,7 +46,8 @@ func classify(err error) *Error {
 	case errors.As(err, &e):
 		return e
 	case errors.Is(err, presence.ErrTooManyDevices):
-		return &Error{Status: http.StatusConflict, Code: "too_many_devices", Message: err.Error()}
+		return &Error{Status: http.StatusConflict, Code: "too_many_devices",
+			Message: presence.ErrTooManyDevices.Error() + ": end one with a bye, or let it expire"}
 	case errors.Is(err, presence.ErrTooManyContacts):
 		return &Error{Status: http.StatusBadRequest, Code: "too_many_contacts", Message: presence.ErrTooManyContacts.Error()}
 	case errors.Is(err, context.Canceled):

@@ -240,7 +240,7 @@ func FuzzDecodeContacts(f *testing.F) {
 		if list == nil {
 			t.Fatalf("accepted %q as a nil list", body)
 		}
-		checkIDs(t, list, 0, MaxContacts)
+		checkIDs(t, list, 0, presence.MaxContacts)
 		var ref contactsReq
 		if err := json.Unmarshal(body, &ref); err != nil {
 			t.Fatalf("accepted what json.Unmarshal refuses: %v", err)

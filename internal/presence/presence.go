@@ -149,6 +149,7 @@ func ValidateID(s string) error {
 func forbiddenRune(r rune) bool {
 	return (r >= 0x80 && r <= 0x9f) || // C1 controls
 		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || // bidi overrides
+		r == 0x200e || r == 0x200f || r == 0x061c || // bidi marks
 		r == 0x2028 || r == 0x2029 || r == utf8.RuneError
 }
 

@@ -77,6 +77,12 @@ func (u *User) Beat(r *Rules, now int64, device string, active bool) (Change, er
 // SetStatus sets (or with ManualNone clears) the manual status and the
 // status text.
 func (u *User) SetStatus(r *Rules, now int64, m Manual, text string) Change {
+	// Choosing a status with a device alive is a sign of life: the user is
+	// here now. (So coming back from invisible shows this moment, exactly
+	// like a real return does.)
+	if now > u.LastSeen && u.AliveDevices(r, now) > 0 {
+		u.LastSeen = now
+	}
 	u.Manual = m
 	u.Text = text
 	return u.settle(r, now)

@@ -712,11 +712,12 @@ func testInvisible(t *testing.T, f Factory) {
 	// Going invisible emits exactly what a bye at this moment would: the
 	// offline event at once, with the public last_seen frozen at the moment
 	// of going invisible (not at the last beat, which a bye would not show
-	// either). The true last_seen stays the last beat.
+	// either). Choosing a status is itself a sign of life, so the true
+	// last_seen moves to that moment too.
 	at := t0 + 12*sec
 	h.wantEvent("invisible", h.status(at, "u", presence.ManualInvisible, ""),
 		ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: at, at: at})
-	h.wantSnap("Get after invisible", h.get(at, "u"), presence.Invisible, 1, lastVisible, at)
+	h.wantSnap("Get after invisible", h.get(at, "u"), presence.Invisible, 1, at, at)
 
 	// The user goes on using the app: nothing leaks.
 	var now int64
@@ -730,10 +731,11 @@ func testInvisible(t *testing.T, f Factory) {
 	h.wantNone("bye of one device while invisible", h.bye(last+1, "u", "d2"))
 	h.wantSnap("Get after bye", h.get(last+1, "u"), presence.Invisible, 1, last+1, at)
 
-	// Back to online: one online event, last_seen moves on.
+	// Back to online: one online event showing this very moment, as a real
+	// return would (not the last beat sent while invisible).
 	h.wantEvent("online", h.status(last+2, "u", presence.ManualNone, ""),
-		ev{user: "u", prev: presence.Offline, status: presence.Online, lastSeen: last + 1, at: last + 2})
-	h.wantSnap("Get after online", h.get(last+2, "u"), presence.Online, 1, last+1, last+1)
+		ev{user: "u", prev: presence.Offline, status: presence.Online, lastSeen: last + 2, at: last + 2})
+	h.wantSnap("Get after online", h.get(last+2, "u"), presence.Online, 1, last+2, last+2)
 }
 
 func testInvisibleDevicesDie(t *testing.T, f Factory) {

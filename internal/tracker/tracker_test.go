@@ -439,7 +439,7 @@ func TestRestartKeepsInvisible(t *testing.T) {
 			}
 			g.at(25 * time.Second)
 			ch := g.status("u", presence.ManualNone, "")
-			g.wantEvents("online after restart", "u offline→online seen=20s")
+			g.wantEvents("online after restart", "u offline→online seen=25s")
 			if ch.Event.Version <= last {
 				t.Errorf("version after restart: got %d, want above %d", ch.Event.Version, last)
 			}
@@ -578,7 +578,7 @@ func TestSetStatusDurableFirst(t *testing.T) {
 	}
 	f.at(time.Second)
 	f.status("u", presence.ManualBusy, "x")
-	f.wantEvents("busy", `u online→busy seen=0s text="x"`)
+	f.wantEvents("busy", `u online→busy seen=1s text="x"`)
 	if !slices.Equal(seen, []presence.Manual{presence.ManualNone}) {
 		t.Errorf("hot manual status while saving: got %v, want [online] (saved before applied)", seen)
 	}
@@ -955,7 +955,7 @@ func TestScenarios(t *testing.T) {
 			beat(20*time.Second, "u", "d"),
 			beat(40*time.Second, "u", "d"),
 			sweep(45*time.Second),
-			setStatus(50*time.Second, "u", presence.ManualNone, "", "u offline→online seen=40s"),
+			setStatus(50*time.Second, "u", presence.ManualNone, "", "u offline→online seen=50s"),
 			bye(55*time.Second, "u", "d", "u online→offline seen=55s"),
 			sweep(2*time.Minute),
 		)},
@@ -965,7 +965,7 @@ func TestScenarios(t *testing.T) {
 			beat(10*time.Second, "u", "d"),
 			sweep(40*time.Second),
 			beat(time.Hour, "u", "d"),
-			setStatus(time.Hour+time.Second, "u", presence.ManualNone, "", "u offline→online seen=1h0m0s"),
+			setStatus(time.Hour+time.Second, "u", presence.ManualNone, "", "u offline→online seen=1h0m1s"),
 		)},
 		{"invisible reads like a bye at the same moment", concat(
 			beat(0, "b", "d", "b offline→online seen=0s"),
@@ -1029,10 +1029,10 @@ func TestScenarios(t *testing.T) {
 		)},
 		{"busy ignores idle, online clears it", concat(
 			beat(0, "u", "d", "u offline→online seen=0s"),
-			setStatus(time.Second, "u", presence.ManualBusy, "", "u online→busy seen=0s"),
+			setStatus(time.Second, "u", presence.ManualBusy, "", "u online→busy seen=1s"),
 			every(20*time.Second, 20*time.Second, 6*time.Minute, idleAndSweep("u", "d")),
 			sweep(6*time.Minute),
-			setStatus(6*time.Minute, "u", presence.ManualNone, "", "u busy→away seen=5m40s"),
+			setStatus(6*time.Minute, "u", presence.ManualNone, "", "u busy→away seen=6m0s"),
 			beat(6*time.Minute+time.Second, "u", "d", "u away→online seen=6m1s"),
 		)},
 		{"status set while offline", concat(
