@@ -1,0 +1,130 @@
+package query_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/memstore"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/query"
+)
+
+// durable is an in-memory stand-in for the durable store: profiles and
+// contact lists, counting the queries the reader makes.
+type durable struct {
+	mu       sync.Mutex
+	profiles map[string]presence.Profile
+	contacts map[string][]string // owner → contacts
+	loads    [][]string          // ids of each LoadProfiles call
+	listed   [][]string          // owners of each ListedBy call
+}
+
+func (d *durable) LoadProfiles(_ context.Context, ids []string, fn func(*presence.Profile)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.loads = append(d.loads, slices.Clone(ids))
+	for _, id := range ids {
+		if p, ok := d.profiles[id]; ok {
+			fn(&p)
+		}
+	}
+	return nil
+}
+
+func (d *durable) ListedBy(_ context.Context, viewer string, owners []string, fn func(string)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.listed = append(d.listed, slices.Clone(owners))
+	for _, o := range owners {
+		if slices.Contains(d.contacts[o], viewer) {
+			fn(o)
+		}
+	}
+	return nil
+}
+
+func TestRead(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clock.NewFake(t0)
+	rules := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	store := memstore.New(memstore.Config{Rules: rules})
+	now := t0.UnixMilli()
+	hidden := presence.Settings{Status: presence.Contacts, LastSeen: presence.Contacts}
+	for _, p := range []presence.Profile{
+		{UserID: "on"},
+		{UserID: "secret", Settings: hidden},
+	} {
+		if err := store.Load(ctx, now, &p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Beat(ctx, now, p.UserID, "d", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &durable{
+		profiles: map[string]presence.Profile{
+			"gone": {UserID: "gone", LastSeen: now - 3600_000, PubLastSeen: now - 3600_000, Text: "on leave"},
+		},
+		contacts: map[string][]string{"secret": {"friend"}},
+	}
+	r, err := query.New(query.Config{States: store, Profiles: d, Contacts: d, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"on", "secret", "gone", "never"}
+
+	type want struct {
+		status   string // "" = hidden
+		lastSeen int64  // 0 = hidden or never
+		text     string
+	}
+	tests := []struct {
+		viewer string
+		want   []want
+		listed [][]string // contact queries expected
+	}{
+		{"", []want{{"online", now, ""}, {"", 0, ""}, {"offline", now - 3600_000, "on leave"}, {"offline", 0, ""}}, nil},
+		{"friend", []want{{"online", now, ""}, {"online", now, ""}, {"offline", now - 3600_000, "on leave"}, {"offline", 0, ""}}, [][]string{{"secret"}}},
+		{"stranger", []want{{"online", now, ""}, {"", 0, ""}, {"offline", now - 3600_000, "on leave"}, {"offline", 0, ""}}, [][]string{{"secret"}}},
+		{"secret", []want{{"online", now, ""}, {"online", now, ""}, {"offline", now - 3600_000, "on leave"}, {"offline", 0, ""}}, nil},
+	}
+	for _, tc := range tests {
+		d.loads, d.listed = nil, nil
+		out := make([]privacy.View, len(ids))
+		if err := r.Read(ctx, tc.viewer, ids, out); err != nil {
+			t.Fatalf("Read as %q: %v", tc.viewer, err)
+		}
+		for i, v := range out {
+			var got want
+			if v.StatusVisible {
+				got.status = v.Status.String()
+				got.text = v.Text
+			}
+			if v.LastSeenVisible {
+				got.lastSeen = v.LastSeen
+			}
+			if v.UserID != ids[i] || got != tc.want[i] {
+				t.Errorf("viewer %q, %s: got %s %+v, want %+v", tc.viewer, ids[i], v.UserID, got, tc.want[i])
+			}
+		}
+		// Only the users the memory store does not hold go to the durable
+		// store, in one call; the contact relation is asked for only where
+		// a setting depends on it, and never for the viewer itself.
+		if want := [][]string{{"gone", "never"}}; !slices.EqualFunc(d.loads, want, slices.Equal) {
+			t.Errorf("viewer %q: durable loads %v, want %v", tc.viewer, d.loads, want)
+		}
+		if !slices.EqualFunc(d.listed, tc.listed, slices.Equal) {
+			t.Errorf("viewer %q: contact queries %v, want %v", tc.viewer, d.listed, tc.listed)
+		}
+	}
+
+	if err := r.Read(ctx, "", make([]string, query.MaxBatch+1), make([]privacy.View, query.MaxBatch+1)); err != query.ErrTooMany {
+		t.Errorf("Read of %d ids: got %v, want ErrTooMany", query.MaxBatch+1, err)
+	}
+}
