@@ -182,31 +182,45 @@ func (s *Server) publicGet(w http.ResponseWriter, r *http.Request) error {
 
 // heartbeat serves POST /v1/heartbeat {"user_id","device_id","active"}.
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.principal(r)
+	active := true
+	user, dev, err := s.deviceRequest(w, r, func(body []byte) (string, string, error) {
+		req, err := decodeHeartbeat(body)
+		active = req.Active == nil || *req.Active
+		return req.UserID, req.DeviceID, err
+	})
 	if err != nil {
 		return err
 	}
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
-	req, err := decodeHeartbeat(body)
-	if err != nil {
-		return err
-	}
-	user, err := s.actor(r, p, req.UserID)
-	if err != nil {
-		return err
-	}
-	dev, err := device(p, req.DeviceID)
-	if err != nil {
-		return err
-	}
-	active := req.Active == nil || *req.Active
 	if _, err := s.tracker.Heartbeat(r.Context(), user, dev, active); err != nil {
 		return err
 	}
 	return s.writeSelf(w, r, user, dev)
+}
+
+// deviceRequest authenticates and decodes a request about one device of
+// one user, and resolves who may act for which device.
+func (s *Server) deviceRequest(w http.ResponseWriter, r *http.Request, decode func([]byte) (user, dev string, err error)) (string, string, error) {
+	p, err := s.principal(r)
+	if err != nil {
+		return "", "", err
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return "", "", err
+	}
+	claimedUser, claimedDev, err := decode(body)
+	if err != nil {
+		return "", "", err
+	}
+	user, err := s.actor(r, p, claimedUser)
+	if err != nil {
+		return "", "", err
+	}
+	dev, err := device(p, claimedDev)
+	if err != nil {
+		return "", "", err
+	}
+	return user, dev, nil
 }
 
 // writeSelf answers a write with the user's own view and the timing the
@@ -262,23 +276,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 
 // bye serves POST /v1/bye {"user_id","device_id"}: the device ends at once.
 func (s *Server) bye(w http.ResponseWriter, r *http.Request) error {
-	p, err := s.principal(r)
-	if err != nil {
-		return err
-	}
-	body, err := s.readBody(w, r)
-	if err != nil {
-		return err
-	}
-	req, err := decodeBye(body)
-	if err != nil {
-		return err
-	}
-	user, err := s.actor(r, p, req.UserID)
-	if err != nil {
-		return err
-	}
-	dev, err := device(p, req.DeviceID)
+	user, dev, err := s.deviceRequest(w, r, func(body []byte) (string, string, error) {
+		req, err := decodeBye(body)
+		return req.UserID, req.DeviceID, err
+	})
 	if err != nil {
 		return err
 	}
