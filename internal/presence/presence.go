@@ -269,4 +269,7 @@ type Event struct {
 	LastSeen int64 // public last_seen, Unix ms
 	Version  uint64
 	At       int64 // Unix ms of the change
+	// Settings are the user's privacy settings when the change was made,
+	// so every exit can filter the event without another look-up.
+	Settings Settings
 }

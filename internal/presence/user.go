@@ -242,5 +242,6 @@ func (u *User) settle(r *Rules, now int64) Change {
 		LastSeen: u.PubLastSeen,
 		Version:  v,
 		At:       now,
+		Settings: u.Settings,
 	}}
 }
