@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/wire"
 )
 
 // HeartbeatInterval is the interval clients are told to beat at for a ttl:
@@ -53,7 +54,7 @@ func optTime(ms int64) *string {
 	if ms == 0 {
 		return nil
 	}
-	s := formatTime(ms)
+	s := wire.FormatTime(ms)
 	return &s
 }
 
@@ -90,7 +91,7 @@ func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
 	st := u.Status(rules, now)
 	v := debugView{
 		UserID:         id,
-		Now:            formatTime(now),
+		Now:            wire.FormatTime(now),
 		InMemory:       inMem,
 		Known:          known,
 		Status:         st.String(),
@@ -115,9 +116,9 @@ func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
 	for _, d := range u.Devices {
 		dd := debugDevice{
 			DeviceID:   d.ID,
-			LastBeat:   formatTime(d.LastBeat),
+			LastBeat:   wire.FormatTime(d.LastBeat),
 			LastActive: optTime(d.LastActive),
-			ExpiresAt:  formatTime(d.LastBeat + rules.TTL.Milliseconds()),
+			ExpiresAt:  wire.FormatTime(d.LastBeat + rules.TTL.Milliseconds()),
 			Alive:      now < d.LastBeat+rules.TTL.Milliseconds(),
 		}
 		dd.Active = dd.Alive && d.LastActive > 0 && now < d.LastActive+rules.IdleAfter.Milliseconds()

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/wire"
 )
 
 // Error is an error with its HTTP status and a stable machine-readable code.
@@ -61,9 +62,9 @@ func writeError(w http.ResponseWriter, err error) {
 	e := classify(err)
 	b := make([]byte, 0, 64+len(e.Message))
 	b = append(b, `{"error":{"code":`...)
-	b = appendString(b, e.Code)
+	b = wire.AppendString(b, e.Code)
 	b = append(b, `,"message":`...)
-	b = appendString(b, e.Message)
+	b = wire.AppendString(b, e.Message)
 	b = append(b, "}}\n"...)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

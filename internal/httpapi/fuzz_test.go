@@ -71,7 +71,7 @@ func checkErr(t *testing.T, err error) {
 		t.Fatalf("error %+v: want a 400 with a code and a message", e)
 	}
 	if !utf8.ValidString(e.Message) {
-		// appendString would repair it, but a message should be clean.
+		// wire.AppendString would repair it, but a message should be clean.
 		t.Logf("message is not valid UTF-8: %q", e.Message)
 	}
 }
@@ -268,49 +268,6 @@ func FuzzParseIDList(f *testing.F) {
 		checkIDs(t, ids, 1, query.MaxBatch)
 		if want := dedupe(strings.Split(s, ",")); strings.Join(want, ",") != strings.Join(ids, ",") {
 			t.Fatalf("parseIDList(%q) = %q, want %q", s, ids, want)
-		}
-	})
-}
-
-func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{
-		"", "a", `"`, `\`, "\n\r\t\b\f", "\x00\x01\x1f\x7f", "é☕𝄞", "\u2028\u2029", "\xff", "a\xc3", "\xed\xa0\x80",
-		"<script>&amp;</script>", `{"a":1}`, strings.Repeat("x", 100),
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		prefix := []byte("[1,")
-		out := appendString(prefix, s)
-		if !bytes.HasPrefix(out, []byte("[1,")) {
-			t.Fatalf("prefix lost: %q", out)
-		}
-		doc := append(out, ']')
-		if !json.Valid(doc) {
-			t.Fatalf("appendString(%q) = %q: not valid JSON", s, out[3:])
-		}
-		var got []any
-		if err := json.Unmarshal(doc, &got); err != nil || len(got) != 2 {
-			t.Fatalf("decoding %q: %v", doc, err)
-		}
-		// Valid UTF-8 comes back as it was; each invalid byte as U+FFFD.
-		want := string([]rune(s))
-		if utf8.ValidString(s) && want != s {
-			t.Fatalf("reference broken for %q", s)
-		}
-		if got[1] != want {
-			t.Fatalf("appendString(%q) decodes to %q, want %q", s, got[1], want)
-		}
-		// Also safe to embed in JavaScript: no raw U+2028/U+2029, no raw
-		// control characters.
-		enc := string(out[3:])
-		if strings.ContainsAny(enc, "\u2028\u2029") {
-			t.Fatalf("raw line separator in %q", enc)
-		}
-		for i := 0; i < len(enc); i++ {
-			if enc[i] < 0x20 {
-				t.Fatalf("raw control byte %#x in %q", enc[i], enc)
-			}
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/wire"
 )
 
 var viewPool = sync.Pool{New: func() any { return new(readBuf) }}
@@ -93,9 +94,9 @@ func (s *Server) batchSeed(w http.ResponseWriter, r *http.Request) error {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, ids[i])
+		b = wire.AppendString(b, ids[i])
 		b = append(b, ':')
-		b = appendStatus(b, &rb.views[i])
+		b = wire.AppendStatus(b, &rb.views[i])
 	}
 	b = append(b, "}\n"...)
 	rb.out = b
@@ -125,7 +126,7 @@ func (s *Server) writeOne(w http.ResponseWriter, r *http.Request, viewer, id str
 	if err := s.reader.Read(r.Context(), viewer, []string{id}, views[:]); err != nil {
 		return err
 	}
-	b := appendView(make([]byte, 0, 256), &views[0])
+	b := wire.AppendView(make([]byte, 0, 256), &views[0])
 	writeJSON(w, http.StatusOK, append(b, '\n'))
 	return nil
 }
@@ -159,9 +160,9 @@ func (s *Server) presenceBatch(w http.ResponseWriter, r *http.Request) error {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, req.UserIDs[i])
+		b = wire.AppendString(b, req.UserIDs[i])
 		b = append(b, ':')
-		b = appendView(b, &rb.views[i])
+		b = wire.AppendView(b, &rb.views[i])
 	}
 	b = append(b, "}\n"...)
 	rb.out = b
@@ -230,11 +231,11 @@ func (s *Server) writeSelf(w http.ResponseWriter, r *http.Request, user, dev str
 	if err := s.reader.Read(r.Context(), user, []string{user}, views[:]); err != nil {
 		return err
 	}
-	b := appendView(make([]byte, 0, 320), &views[0])
+	b := wire.AppendView(make([]byte, 0, 320), &views[0])
 	b = b[:len(b)-1] // reopen the object
 	if dev != "" {
 		b = append(b, `,"device_id":`...)
-		b = appendString(b, dev)
+		b = wire.AppendString(b, dev)
 	}
 	b = append(b, `,"ttl_ms":`...)
 	b = strconv.AppendInt(b, s.rules.TTL.Milliseconds(), 10)
@@ -350,7 +351,7 @@ func (s *Server) writeContacts(w http.ResponseWriter, r *http.Request, user stri
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, c)
+		b = wire.AppendString(b, c)
 	}
 	b = append(b, "]}\n"...)
 	writeJSON(w, http.StatusOK, b)

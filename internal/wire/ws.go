@@ -1,0 +1,82 @@
+package wire
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/presenced/presenced/internal/privacy"
+)
+
+// The server → client messages of the WebSocket protocol. Each is one JSON
+// object with a "type"; none ends with a newline (one message is one text
+// frame).
+
+// appendState appends the fields a watcher sees of one user, shared by
+// presence and snapshot messages:
+// "status":…,"last_seen":…,"status_text":…,"version":…
+func appendState(b []byte, v *privacy.View) []byte {
+	b = append(b, `"status":`...)
+	b = AppendStatus(b, v)
+	b = append(b, `,"last_seen":`...)
+	b = AppendLastSeen(b, v)
+	b = append(b, `,"status_text":`...)
+	b = AppendText(b, v)
+	b = append(b, `,"version":`...)
+	return AppendVersion(b, v)
+}
+
+// AppendPresence appends the live change message of one user:
+// {"type":"presence","user_id":…,"status":…,"last_seen":…,"status_text":…,"version":…}.
+// The fan-out sends it only for views whose status is visible (a watcher
+// who may not see the status gets no message at all); a hidden field still
+// encodes as null, so the message is always well-formed.
+func AppendPresence(b []byte, v *privacy.View) []byte {
+	b = append(b, `{"type":"presence","user_id":`...)
+	b = AppendString(b, v.UserID)
+	b = append(b, ',')
+	b = appendState(b, v)
+	return append(b, '}')
+}
+
+// AppendSnapshot appends the answer to a subscribe, keyed by user id in the
+// order of views: {"type":"snapshot","users":{"2":{"status":…,"last_seen":…,
+// "status_text":…,"version":…},…}}. A hidden status reads null (and so do
+// its text and version); a hidden or never-set last_seen reads null. The
+// caller passes each user once.
+func AppendSnapshot(b []byte, views []privacy.View) []byte {
+	b = append(b, `{"type":"snapshot","users":{`...)
+	for i := range views {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendString(b, views[i].UserID)
+		b = append(b, `:{`...)
+		b = appendState(b, &views[i])
+		b = append(b, '}')
+	}
+	return append(b, "}}"...)
+}
+
+// AppendError appends {"type":"error","code":…,"message":…}.
+func AppendError(b []byte, code, message string) []byte {
+	b = append(b, `{"type":"error","code":`...)
+	b = AppendString(b, code)
+	b = append(b, `,"message":`...)
+	b = AppendString(b, message)
+	return append(b, '}')
+}
+
+// AppendWelcome appends the first message of a connection:
+// {"type":"welcome","user_id":…,"device_id":…,"heartbeat_interval_ms":…,"ttl_ms":…}.
+// Durations are sent in whole milliseconds.
+func AppendWelcome(b []byte, userID, deviceID string, heartbeatInterval, ttl time.Duration) []byte {
+	b = append(b, `{"type":"welcome","user_id":`...)
+	b = AppendString(b, userID)
+	b = append(b, `,"device_id":`...)
+	b = AppendString(b, deviceID)
+	b = append(b, `,"heartbeat_interval_ms":`...)
+	b = strconv.AppendInt(b, heartbeatInterval.Milliseconds(), 10)
+	b = append(b, `,"ttl_ms":`...)
+	b = strconv.AppendInt(b, ttl.Milliseconds(), 10)
+	return append(b, '}')
+}
