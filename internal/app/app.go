@@ -23,6 +23,7 @@ import (
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/web"
 )
 
 // Config is the configuration of one node. Zero values take the documented
@@ -157,6 +158,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		MetricsHandler: a.metrics.Handler(),
 		Ready:          durable.Ping,
 		PollInterval:   cfg.PollInterval,
+		Static:         web.New(),
 	})
 	if err != nil {
 		durable.Close()

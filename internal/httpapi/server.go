@@ -76,6 +76,8 @@ type Config struct {
 	// MaxBody is the largest request body in bytes. Default 1 MiB (a full
 	// contact list); the batch read accepts what 1,000 ids need.
 	MaxBody int64
+	// Static serves GET / and GET /static/… (the browser side); nil: 404.
+	Static http.Handler
 }
 
 // Server is the HTTP API. It is an http.Handler, safe for concurrent use.
@@ -135,6 +137,10 @@ func New(cfg Config) (*Server, error) {
 		mux:      http.NewServeMux(),
 	}
 	s.routes(cfg.MetricsHandler)
+	if cfg.Static != nil {
+		s.mux.Handle("GET /{$}", cfg.Static)
+		s.mux.Handle("GET /static/", cfg.Static)
+	}
 	return s, nil
 }
 

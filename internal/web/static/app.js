@@ -1,0 +1,280 @@
+// The demo page of presenced: sign in, watch contacts, set your status.
+// Everything about the protocol lives in presence.js; this file only draws.
+//
+// The session (who is signed in) lives in sessionStorage, so a reload keeps
+// the tab signed in as the same device; the contact list lives in
+// localStorage per user. Each contact row carries data-user-id and
+// data-status (online, away, busy, offline, hidden, unknown) for tests.
+
+import { PresenceClient } from "./presence.js";
+
+const $ = (sel) => document.querySelector(sel);
+const SESSION_KEY = "presenced.demo.session";
+const LABELS = {
+  online: "Online",
+  away: "Away",
+  busy: "Busy",
+  offline: "Offline",
+  invisible: "Invisible",
+  hidden: "Status hidden",
+  unknown: "…",
+};
+const rtf = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+const dtf = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+
+let client = null;
+let me = null; // user id signed in
+let contacts = []; // ids, in the order added
+
+// --- session ---
+
+function signIn({ userId, token }) {
+  client?.close();
+  client = new PresenceClient(token ? { token } : { userId });
+  me = userId || null;
+  client.addEventListener("welcome", (e) => {
+    me = e.detail.user_id;
+    sessionStorage.setItem(SESSION_KEY, JSON.stringify({ userId: me, token: token || null }));
+    showSignedIn();
+  });
+  client.addEventListener("state", (e) => showConnection(e.detail));
+  client.addEventListener("presence", (e) => {
+    if (e.detail.user_id === me) showMe(e.detail);
+    else renderContact(e.detail);
+  });
+  client.addEventListener("servererror", (e) => {
+    $("#add-error").textContent = `${e.detail.code}: ${e.detail.message}`;
+  });
+  client.start();
+  if (me) watch();
+}
+
+// watch subscribes to the contacts of the signed-in user and to the user
+// themself (the page shows the user's own status as the server sees it).
+function watch() {
+  contacts = loadContacts(me);
+  $("#contact-list").replaceChildren(...contacts.map(rowFor));
+  updateEmpty();
+  client.subscribe([me, ...contacts]);
+}
+
+function showSignedIn() {
+  if (!contacts.length && !$("#contact-list").children.length) watch();
+  $("#signin").hidden = true;
+  $("#me").hidden = false;
+  $("#contacts").hidden = false;
+  $("#me-name").textContent = me;
+  document.title = `${me} — presenced`;
+}
+
+function signOut() {
+  client?.bye();
+  client = null;
+  me = null;
+  contacts = [];
+  sessionStorage.removeItem(SESSION_KEY);
+  $("#contact-list").replaceChildren();
+  $("#me").hidden = true;
+  $("#contacts").hidden = true;
+  $("#signin").hidden = false;
+  $("#conn").dataset.state = "closed";
+  $("#conn").textContent = "Signed out";
+  document.title = "presenced — who is online";
+  $("#user-id").focus();
+}
+
+function showConnection({ state, retryInMs }) {
+  const conn = $("#conn");
+  conn.dataset.state = state;
+  switch (state) {
+    case "connecting":
+      conn.textContent = "Connecting…";
+      break;
+    case "open":
+      conn.textContent = `Connected as ${me}`;
+      $("#signin-error").textContent = "";
+      break;
+    case "waiting":
+      conn.textContent = `Connection lost — retrying in ${Math.ceil(retryInMs / 1000)} s`;
+      if (!$("#signin").hidden) {
+        $("#signin-error").textContent = "Could not connect. Is presenced running with -dev (or is the token valid)?";
+      }
+      break;
+    case "closed":
+      conn.textContent = "Not connected";
+      break;
+  }
+}
+
+function showMe(view) {
+  const status = view.status ?? "unknown";
+  $("#me-dot").dataset.status = status;
+  $("#me-label").textContent = `· ${LABELS[status] ?? status}`;
+  const radio = document.querySelector(`input[name=status][value="${status}"]`);
+  if (radio) radio.checked = true;
+  if (document.activeElement !== $("#status-text")) $("#status-text").value = view.status_text ?? "";
+}
+
+// --- contacts ---
+
+function loadContacts(user) {
+  try {
+    const ids = JSON.parse(localStorage.getItem(`presenced.demo.contacts.${user}`) || "[]");
+    return Array.isArray(ids) ? ids.filter((x) => typeof x === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+function saveContacts() {
+  try {
+    localStorage.setItem(`presenced.demo.contacts.${me}`, JSON.stringify(contacts));
+  } catch {
+    /* storage full or disabled: the list lasts as long as the page */
+  }
+}
+
+function addContact(id) {
+  $("#add-error").textContent = "";
+  if (!id) return;
+  if (new TextEncoder().encode(id).length > 64) {
+    $("#add-error").textContent = "A user id has at most 64 bytes.";
+    return;
+  }
+  if (id === me) {
+    $("#add-error").textContent = "That is you.";
+    return;
+  }
+  if (contacts.includes(id)) {
+    rowOf(id)?.querySelector(".name").focus?.();
+    return;
+  }
+  contacts.push(id);
+  saveContacts();
+  $("#contact-list").append(rowFor(id));
+  updateEmpty();
+  client.subscribe([id]);
+}
+
+function removeContact(id) {
+  contacts = contacts.filter((x) => x !== id);
+  saveContacts();
+  rowOf(id)?.remove();
+  updateEmpty();
+  client.unsubscribe([id]);
+  $("#add-id").focus();
+}
+
+function rowOf(id) {
+  for (const li of $("#contact-list").children) if (li.dataset.userId === id) return li;
+  return null;
+}
+
+function rowFor(id) {
+  const li = $("#contact-row").content.firstElementChild.cloneNode(true);
+  li.dataset.userId = id;
+  li.querySelector(".name").textContent = id;
+  const rm = li.querySelector(".remove");
+  rm.setAttribute("aria-label", `Remove ${id}`);
+  rm.addEventListener("click", () => removeContact(id));
+  const view = client?.get(id);
+  if (view) fillRow(li, view);
+  return li;
+}
+
+function renderContact(view) {
+  const li = rowOf(view.user_id);
+  if (li) fillRow(li, view);
+}
+
+function fillRow(li, view) {
+  const status = view.status ?? "hidden";
+  li.dataset.status = status;
+  li.dataset.version = String(view.version);
+  li.querySelector(".dot").dataset.status = status;
+  li.querySelector(".label").textContent = LABELS[status] ?? status;
+  li.querySelector(".text").textContent = view.status_text ?? "";
+  const seen = li.querySelector(".seen");
+  if (status === "offline" && view.last_seen) {
+    seen.dateTime = view.last_seen;
+    seen.title = dtf.format(new Date(view.last_seen));
+  } else {
+    seen.removeAttribute("datetime");
+    seen.removeAttribute("title");
+  }
+  refreshSeen(seen);
+}
+
+// refreshSeen writes "last seen 3 minutes ago" from the datetime attribute.
+function refreshSeen(el) {
+  const iso = el.getAttribute("datetime");
+  if (!iso) {
+    el.textContent = el.closest("li")?.dataset.status === "offline" ? "never seen" : "";
+    return;
+  }
+  el.textContent = `last seen ${relative(new Date(iso))}`;
+}
+
+function relative(t) {
+  const secs = Math.round((t.getTime() - Date.now()) / 1000);
+  const abs = Math.abs(secs);
+  if (abs < 45) return "just now";
+  const steps = [
+    [3600, 60, "minute"],
+    [86400, 3600, "hour"],
+    [86400 * 30, 86400, "day"],
+    [86400 * 365, 86400 * 30, "month"],
+  ];
+  for (const [limit, unit, name] of steps) if (abs < limit) return rtf.format(Math.round(secs / unit), name);
+  return rtf.format(Math.round(secs / (86400 * 365)), "year");
+}
+
+function updateEmpty() {
+  $("#empty").hidden = contacts.length > 0;
+}
+
+// --- wiring ---
+
+$("#signin-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const userId = $("#user-id").value.trim();
+  const token = $("#token").value.trim();
+  $("#signin-error").textContent = "";
+  if (!userId && !token) {
+    $("#signin-error").textContent = "Enter a user id (or a token).";
+    return;
+  }
+  signIn(token ? { token } : { userId });
+});
+
+$("#status-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sendStatus();
+});
+
+for (const radio of document.querySelectorAll("input[name=status]")) {
+  radio.addEventListener("change", sendStatus);
+}
+
+function sendStatus() {
+  const status = document.querySelector("input[name=status]:checked")?.value ?? "online";
+  client?.setStatus(status, $("#status-text").value.trim());
+}
+
+$("#add-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  addContact($("#add-id").value.trim());
+  $("#add-id").value = "";
+});
+
+$("#signout").addEventListener("click", signOut);
+
+setInterval(() => document.querySelectorAll(".contact .seen").forEach(refreshSeen), 5000);
+
+// A reload keeps the tab signed in (same device: watchers see nothing).
+try {
+  const saved = JSON.parse(sessionStorage.getItem(SESSION_KEY) || "null");
+  if (saved && (saved.userId || saved.token)) signIn(saved.token ? { token: saved.token } : { userId: saved.userId });
+} catch {
+  sessionStorage.removeItem(SESSION_KEY);
+}

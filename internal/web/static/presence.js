@@ -1,0 +1,403 @@
+// presence.js — the browser client of presenced. No dependencies, nothing
+// from the network but the service itself; an ES module:
+//
+//   import { PresenceClient } from "/static/presence.js";
+//   const client = new PresenceClient({ userId: "42" });      // -dev only
+//   // or: new PresenceClient({ token: "<HS256 token from your backend>" })
+//   client.addEventListener("presence", (e) => render(e.detail));
+//   client.start();
+//   client.subscribe(["7", "9"]);
+//   client.setStatus("busy", "in a meeting");
+//   signOutButton.onclick = () => client.bye();
+//
+// What it does (the wire contract is docs/protocol.md):
+//
+// - Holds one WebSocket to /v1/ws of the page's origin (or `url`). The
+//   device id the server hands out in `welcome` is kept in sessionStorage —
+//   one device per tab — and sent on every reconnect, so a reconnect or a
+//   reload within the ttl is the same device and watchers see nothing.
+// - Heartbeats every `heartbeat_interval_ms` of the welcome, ±10% jitter so
+//   a crowd of tabs does not beat in step.
+// - Activity: keyboard, pointer, wheel, touch and focus mark the person
+//   active. A heartbeat says `"active": false` while the page is hidden or
+//   after `inactiveAfterMs` (default 60 s) without input; the server turns
+//   the user `away` after its idle-after without activity. Coming back
+//   (input after a quiet spell, the page shown again) beats at once.
+// - Reconnects after any drop with exponential backoff (0.5 s doubling to
+//   30 s) and jitter (each wait is 50–100% of the step); the `online` event
+//   of the window retries at once. After every reconnect it subscribes
+//   again to everything subscribed and re-sends a status set while offline.
+// - Applies a `presence` message, and each user of a `snapshot`, only if
+//   its version is above the last one applied for that user; duplicates and
+//   stale replays are dropped.
+// - bye() is the explicit sign-out: the device ends at once (over the socket,
+//   or with POST /v1/bye when the socket is down) and the client stops.
+//
+// Closing the tab deliberately sends NO bye. A browser cannot tell a closed
+// tab from a reload or a navigation (pagehide fires for all three), and a
+// bye on reload would show every watcher a false offline→online flap. So a
+// closed tab is a departure detected by absence: the socket drops, beats
+// stop, and the server reports the user offline when the device's ttl runs
+// out (default 30 s). An app that wants the immediate goodbye on its own
+// pages can call bye() in its own pagehide handler.
+//
+// Events (an EventTarget; `event.detail` carries the data):
+//   "presence"  {user_id, status, last_seen, status_text, version} — applied
+//               state of a watched user (from a snapshot or a live change);
+//               status is null when that user hides it from this viewer
+//   "welcome"   the welcome message (user_id, device_id, intervals)
+//   "state"     {state: "connecting"|"open"|"waiting"|"closed", retryInMs}
+//   "servererror" {code, message} — an `error` message of the server
+//
+// Browsers throttle timers of background tabs; heartbeats of a tab hidden
+// for many minutes may come late enough for the server to count the device
+// gone until the tab is shown again (then it beats at once).
+
+const STATUSES = new Set(["online", "away", "busy", "invisible"]);
+const INPUT_EVENTS = ["keydown", "pointerdown", "pointermove", "wheel", "touchstart", "focus"];
+
+export class PresenceClient extends EventTarget {
+  /**
+   * @param {object} opts
+   * @param {string} [opts.userId]   development mode (-dev): act as this user
+   * @param {string} [opts.token]    a client token (HS256, `sub` = user id)
+   * @param {string} [opts.url]      WebSocket URL; default /v1/ws of the page
+   * @param {number} [opts.inactiveAfterMs] no input this long → not active
+   * @param {Storage} [opts.storage] where the device id lives (sessionStorage)
+   */
+  constructor(opts = {}) {
+    super();
+    if (!opts.userId && !opts.token) throw new Error("PresenceClient: userId or token is required");
+    this.userId = opts.userId || null;
+    this.token = opts.token || null;
+    this.url = opts.url || defaultURL();
+    this.inactiveAfterMs = opts.inactiveAfterMs ?? 60_000;
+    this.storage = opts.storage ?? safeSessionStorage();
+    this.deviceId = this._load() || null;
+    this.subscriptions = new Set();
+    this.versions = new Map(); // user id → last applied version
+    this.views = new Map(); // user id → last applied view
+    this.welcome = null;
+    this.state = "closed";
+    this._ws = null;
+    this._stopped = true;
+    this._attempt = 0;
+    this._beatTimer = 0;
+    this._retryTimer = 0;
+    this._pendingStatus = null; // {status, text} to send once connected
+    this._lastInput = Date.now();
+    this._lastSend = 0;
+    this._reportedActive = true;
+    this._onInput = this._onInput.bind(this);
+    this._onVisibility = this._onVisibility.bind(this);
+    this._onOnline = () => {
+      if (this.state === "waiting") this._connectNow();
+    };
+  }
+
+  /** Connects and keeps connected until bye() or close(). */
+  start() {
+    if (!this._stopped) return;
+    this._stopped = false;
+    if (typeof window !== "undefined") {
+      for (const t of INPUT_EVENTS) window.addEventListener(t, this._onInput, { passive: true, capture: true });
+      window.addEventListener("online", this._onOnline);
+    }
+    if (typeof document !== "undefined") document.addEventListener("visibilitychange", this._onVisibility);
+    this._connect();
+  }
+
+  /** Watches users; their current state arrives as "presence" events. */
+  subscribe(ids) {
+    const fresh = [...new Set(ids)].filter((id) => id && !this.subscriptions.has(id));
+    if (fresh.length === 0) return;
+    for (const id of fresh) this.subscriptions.add(id);
+    this._send({ type: "subscribe", user_ids: fresh });
+  }
+
+  /** Stops watching users. */
+  unsubscribe(ids) {
+    const gone = [...new Set(ids)].filter((id) => this.subscriptions.delete(id));
+    for (const id of gone) this.views.delete(id);
+    if (gone.length > 0) this._send({ type: "unsubscribe", user_ids: gone });
+  }
+
+  /**
+   * Sets the manual status: "online" (clears), "away", "busy" or
+   * "invisible"; text is optional (≤ 140 characters), omitted = cleared.
+   * Sent now, or as soon as the socket is back.
+   */
+  setStatus(status, text) {
+    if (!STATUSES.has(status)) throw new Error(`PresenceClient: unknown status ${JSON.stringify(status)}`);
+    const msg = { type: "set_status", status };
+    if (text) msg.text = String(text);
+    this._pendingStatus = msg;
+    if (this._isOpen()) {
+      this._send(msg);
+      this._pendingStatus = null;
+    }
+  }
+
+  /**
+   * Explicit sign-out: ends this device at once (watchers see the user
+   * offline now, if no other device is alive) and stops the client.
+   */
+  bye() {
+    const ws = this._ws;
+    const wasOpen = this._isOpen();
+    const device = this.deviceId;
+    this._stop();
+    if (wasOpen) {
+      ws.send(JSON.stringify({ type: "bye" })); // the server closes with 1000
+      setTimeout(() => ws.close(1000), 2000);
+    } else if (device) {
+      // The socket is down but the device may still be alive: end it over HTTP.
+      const headers = { "Content-Type": "application/json" };
+      const body = { device_id: device };
+      if (this.token) headers.Authorization = `Bearer ${this.token}`;
+      else body.user_id = this.userId;
+      fetch(httpURL(this.url, "/v1/bye"), { method: "POST", headers, body: JSON.stringify(body), keepalive: true }).catch(() => {});
+    }
+    this._forget();
+  }
+
+  /**
+   * Stops without a goodbye: the device stays alive until its ttl runs out,
+   * exactly like a dropped connection.
+   */
+  close() {
+    const ws = this._ws;
+    this._stop();
+    if (ws) ws.close(1000);
+  }
+
+  /** The last applied view of a watched user, or undefined. */
+  get(id) {
+    return this.views.get(id);
+  }
+
+  // --- connection ---
+
+  _connect() {
+    const u = new URL(this.url);
+    if (this.token) u.searchParams.set("token", this.token);
+    else u.searchParams.set("user_id", this.userId);
+    if (this.deviceId) u.searchParams.set("device_id", this.deviceId);
+    this._setState("connecting");
+    let ws;
+    try {
+      ws = new WebSocket(u.toString());
+    } catch (err) {
+      this._scheduleReconnect();
+      return;
+    }
+    this._ws = ws;
+    ws.onmessage = (ev) => {
+      if (this._ws !== ws) return;
+      let msg;
+      try {
+        msg = JSON.parse(ev.data);
+      } catch {
+        return;
+      }
+      this._handle(msg);
+    };
+    ws.onclose = (ev) => {
+      if (this._ws !== ws) return;
+      this._ws = null;
+      clearTimeout(this._beatTimer);
+      if (this._stopped) return;
+      // 1000 after our bye is handled by _stop; anything else is a drop:
+      // the server keeps the device alive for its ttl, we come back.
+      this._scheduleReconnect(ev.code);
+    };
+    ws.onerror = () => {}; // a close follows
+  }
+
+  _handle(msg) {
+    switch (msg.type) {
+      case "welcome":
+        this.welcome = msg;
+        this._attempt = 0;
+        if (msg.device_id && msg.device_id !== this.deviceId) {
+          this.deviceId = msg.device_id;
+          this._save(msg.device_id);
+        }
+        if (msg.user_id) this.userId = msg.user_id;
+        this._lastSend = Date.now(); // connecting counts as a heartbeat
+        this._reportedActive = true;
+        this._setState("open");
+        if (this.subscriptions.size > 0) this._send({ type: "subscribe", user_ids: [...this.subscriptions] });
+        if (this._pendingStatus) {
+          this._send(this._pendingStatus);
+          this._pendingStatus = null;
+        }
+        this._scheduleBeat();
+        this.dispatchEvent(new CustomEvent("welcome", { detail: msg }));
+        break;
+      case "snapshot":
+        for (const [id, view] of Object.entries(msg.users || {})) this._apply({ user_id: id, ...view });
+        break;
+      case "presence":
+        this._apply(msg);
+        break;
+      case "error":
+        this.dispatchEvent(new CustomEvent("servererror", { detail: { code: msg.code, message: msg.message } }));
+        break;
+    }
+  }
+
+  _apply(view) {
+    const id = view.user_id;
+    if (!this.subscriptions.has(id)) return;
+    const last = this.versions.get(id);
+    if (last !== undefined && !(view.version > last)) return; // duplicate or stale
+    this.versions.set(id, view.version);
+    const v = {
+      user_id: id,
+      status: view.status ?? null,
+      last_seen: view.last_seen ?? null,
+      status_text: view.status_text ?? null,
+      version: view.version,
+    };
+    this.views.set(id, v);
+    this.dispatchEvent(new CustomEvent("presence", { detail: v }));
+  }
+
+  _scheduleReconnect(code) {
+    clearTimeout(this._retryTimer);
+    const step = Math.min(30_000, 500 * 2 ** Math.min(this._attempt, 6));
+    const wait = Math.round(step * (0.5 + Math.random() * 0.5));
+    this._attempt++;
+    this._setState("waiting", { retryInMs: wait, code });
+    this._retryTimer = setTimeout(() => this._connect(), wait);
+  }
+
+  _connectNow() {
+    clearTimeout(this._retryTimer);
+    this._connect();
+  }
+
+  _stop() {
+    this._stopped = true;
+    clearTimeout(this._beatTimer);
+    clearTimeout(this._retryTimer);
+    if (typeof window !== "undefined") {
+      for (const t of INPUT_EVENTS) window.removeEventListener(t, this._onInput, { capture: true });
+      window.removeEventListener("online", this._onOnline);
+    }
+    if (typeof document !== "undefined") document.removeEventListener("visibilitychange", this._onVisibility);
+    const ws = this._ws;
+    this._ws = null;
+    if (ws && ws.readyState === WebSocket.CONNECTING) ws.close();
+    this._setState("closed");
+  }
+
+  _isOpen() {
+    return !!this._ws && this._ws.readyState === WebSocket.OPEN && this.state === "open";
+  }
+
+  _send(msg) {
+    if (!this._isOpen()) return false; // subscriptions and status are re-sent on welcome
+    this._ws.send(JSON.stringify(msg));
+    this._lastSend = Date.now();
+    return true;
+  }
+
+  // --- heartbeats and activity ---
+
+  _active() {
+    if (typeof document !== "undefined" && document.visibilityState === "hidden") return false;
+    return Date.now() - this._lastInput < this.inactiveAfterMs;
+  }
+
+  _scheduleBeat() {
+    clearTimeout(this._beatTimer);
+    const interval = this.welcome?.heartbeat_interval_ms || 7500;
+    const wait = Math.round(interval * (0.9 + Math.random() * 0.2));
+    this._beatTimer = setTimeout(() => this._beat(), wait);
+  }
+
+  _beat() {
+    const active = this._active();
+    this._send(active ? { type: "heartbeat" } : { type: "heartbeat", active: false });
+    this._reportedActive = active;
+    this._scheduleBeat();
+  }
+
+  _onInput() {
+    this._lastInput = Date.now();
+    this._maybeBeatNow();
+  }
+
+  _onVisibility() {
+    if (document.visibilityState === "visible") this._lastInput = Date.now(); // coming back to the tab is activity
+    this._maybeBeatNow();
+  }
+
+  // Coming back after a quiet spell (or to a hidden tab) beats at once, so
+  // an away user turns online for watchers right away; at most once a second.
+  _maybeBeatNow() {
+    if (this._reportedActive || !this._active() || !this._isOpen()) return;
+    if (Date.now() - this._lastSend < 1000) return;
+    this._beat();
+  }
+
+  // --- plumbing ---
+
+  _setState(state, extra = {}) {
+    this.state = state;
+    this.dispatchEvent(new CustomEvent("state", { detail: { state, ...extra } }));
+  }
+
+  _key() {
+    return `presenced.device.${this.userId || "token"}`;
+  }
+
+  _load() {
+    try {
+      return this.storage?.getItem(this._key()) || null;
+    } catch {
+      return null;
+    }
+  }
+
+  _save(id) {
+    try {
+      this.storage?.setItem(this._key(), id);
+    } catch {
+      /* private mode: a new device per page load */
+    }
+  }
+
+  _forget() {
+    try {
+      this.storage?.removeItem(this._key());
+    } catch {
+      /* ignore */
+    }
+    this.deviceId = null;
+  }
+}
+
+function defaultURL() {
+  const loc = globalThis.location;
+  if (!loc) throw new Error("PresenceClient: url is required outside a page");
+  return `${loc.protocol === "https:" ? "wss:" : "ws:"}//${loc.host}/v1/ws`;
+}
+
+function httpURL(wsURL, path) {
+  const u = new URL(wsURL);
+  u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+  u.pathname = path;
+  u.search = "";
+  return u.toString();
+}
+
+function safeSessionStorage() {
+  try {
+    return globalThis.sessionStorage ?? null;
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,99 @@
+// Package web serves presenced's browser side, embedded in the binary: the
+// demo page at / and its files under /static/, among them presence.js, the
+// dependency-free JavaScript client of the WebSocket protocol
+// (docs/protocol.md) that apps may load from /static/presence.js.
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+)
+
+//go:embed static
+var static embed.FS
+
+// types are the content types of the embedded files, fixed here rather than
+// read from the system's MIME tables (a module script needs a JavaScript type).
+var types = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+	".svg":  "image/svg+xml",
+}
+
+// file is one embedded file, ready to serve.
+type file struct {
+	body  []byte
+	ctype string
+	etag  string
+}
+
+// Handler serves GET and HEAD of / (the demo page) and /static/<name>.
+// Anything else is a 404. Files are revalidated by ETag on every load, so
+// a new binary is picked up at once. It is safe for concurrent use.
+type Handler struct {
+	files map[string]file // "/static/app.js" → file; "/" → index.html
+}
+
+// New returns the Handler over the embedded files.
+func New() *Handler {
+	h := &Handler{files: map[string]file{}}
+	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := static.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		ctype, ok := types[path.Ext(p)]
+		if !ok {
+			ctype = http.DetectContentType(b)
+		}
+		h.files["/"+p] = file{body: b, ctype: ctype, etag: `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`}
+		return nil
+	})
+	if err != nil {
+		panic("web: reading embedded files: " + err.Error()) // cannot happen: they are compiled in
+	}
+	h.files["/"] = h.files["/static/index.html"]
+	return h
+}
+
+// csp keeps the page to its own origin: no inline script, nothing from the
+// network but this service (its WebSocket included).
+const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; object-src 'none'"
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f, ok := h.files[r.URL.Path]
+	if !ok || strings.HasSuffix(r.URL.Path, "/static/index.html") {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", f.ctype)
+	hd.Set("ETag", f.etag)
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	if f.ctype == types[".html"] {
+		hd.Set("Content-Security-Policy", csp)
+	}
+	// ServeContent answers If-None-Match with 304 and handles HEAD and ranges.
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.body))
+}
