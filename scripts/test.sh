@@ -25,5 +25,41 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== browser test tools"
+# e2e/ drives Debian's chromium with playwright-core from npm (never a
+# downloaded browser). Install what is missing; if that fails the browser
+# test says so, and fails under CI=true.
+browser_tools() {
+	local want=()
+	command -v node >/dev/null 2>&1 || want+=(nodejs)
+	command -v npm >/dev/null 2>&1 || want+=(npm)
+	[ -x /usr/bin/chromium ] || want+=(chromium)
+	if [ ${#want[@]} -gt 0 ]; then
+		local sudo=""
+		if [ "$(id -u)" != 0 ]; then
+			if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+				sudo="sudo -n"
+			else
+				echo "test: cannot install ${want[*]} without root" >&2
+				return 0
+			fi
+		fi
+		echo "installing ${want[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		$sudo apt-get install -y -q "${want[@]}" >/dev/null ||
+			{ $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "${want[@]}" >/dev/null; } ||
+			echo "test: could not install ${want[*]}" >&2
+	fi
+	# npm ci only when the lockfile changed since the last install.
+	if command -v npm >/dev/null 2>&1 && ! cmp -s package-lock.json node_modules/.presenced-lock; then
+		if npm ci --ignore-scripts --no-audit --no-fund --loglevel=error; then
+			cp package-lock.json node_modules/.presenced-lock
+		else
+			echo "test: npm ci failed" >&2
+		fi
+	fi
+}
+browser_tools
+
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
