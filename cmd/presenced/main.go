@@ -57,6 +57,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ttl          = fset.Duration("heartbeat-ttl", 30*time.Second, "a device is online until this long after its last heartbeat")
 		idleAfter    = fset.Duration("idle-after", 5*time.Minute, "online turns away after this long without activity")
 		maxDevices   = fset.Int("max-devices", 32, "alive devices per user; a heartbeat of one more is refused")
+		maxSubs      = fset.Int("max-subscriptions", 500, "users one WebSocket connection may watch")
+		asyncFanout  = fset.Int("fanout-async-threshold", 10000, "users with more watchers than this are delivered by the batched, coalescing fan-out path")
 		pollInterval = fset.Duration("poll-interval", 30*time.Second, "clients reading presence over HTTP with their own token may read once per interval (0 disables)")
 		apiKey       = fset.String("api-key", "", "API key of app backends (default: generated once into <data>/api-key)")
 		jwtSecret    = fset.String("jwt-secret", "", "HS256 secret of client tokens (default: generated once into <data>/jwt-secret)")
@@ -117,15 +119,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *maxDevices < 1 {
 		return fmt.Errorf("-max-devices %d: at least 1", *maxDevices)
 	}
+	if *maxSubs < 1 {
+		return fmt.Errorf("-max-subscriptions %d: at least 1", *maxSubs)
+	}
+	if *asyncFanout < 1 {
+		return fmt.Errorf("-fanout-async-threshold %d: at least 1", *asyncFanout)
+	}
 	cfg := app.Config{
-		MaxDevices:   *maxDevices,
-		Addr:         *addr,
-		DataDir:      *dataDir,
-		TTL:          *ttl,
-		IdleAfter:    *idleAfter,
-		PollInterval: poll,
-		Dev:          *dev,
-		Logger:       log,
+		MaxDevices:           *maxDevices,
+		MaxSubscriptions:     *maxSubs,
+		FanoutAsyncThreshold: *asyncFanout,
+		Addr:                 *addr,
+		DataDir:              *dataDir,
+		TTL:                  *ttl,
+		IdleAfter:            *idleAfter,
+		PollInterval:         poll,
+		Dev:                  *dev,
+		Logger:               log,
 	}
 	if err := cfg.ValidateTiming(); err != nil {
 		return err // before anything is written to the data directory

@@ -16,6 +16,7 @@ import (
 
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/metrics"
@@ -45,6 +46,11 @@ type Config struct {
 	// SweepInterval and FlushInterval tune the tracker (defaults 100ms, 1s).
 	SweepInterval time.Duration
 	FlushInterval time.Duration
+	// MaxSubscriptions caps the users one WebSocket watches. Default 500.
+	MaxSubscriptions int
+	// FanoutAsyncThreshold is the number of watchers above which a user's
+	// changes take the batched fan-out path. Default 10,000.
+	FanoutAsyncThreshold int
 }
 
 // App is one running node.
@@ -55,6 +61,8 @@ type App struct {
 	store   *memstore.Store
 	tracker *tracker.Tracker
 	api     *httpapi.Server
+	gw      *gateway.Gateway
+	handler http.Handler
 	metrics *metrics.Registry
 
 	closeOnce sync.Once
@@ -85,6 +93,12 @@ func (c *Config) defaults() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.MaxSubscriptions <= 0 {
+		c.MaxSubscriptions = 500
+	}
+	if c.FanoutAsyncThreshold <= 0 {
+		c.FanoutAsyncThreshold = 10000
 	}
 	if c.APIKey == "" && len(c.JWTSecret) == 0 && !c.Dev {
 		return errors.New("no way to authenticate: set an API key, a JWT secret, or development mode")
@@ -145,12 +159,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a.metrics = metrics.New(metrics.Sources{Tracker: a.tracker.Stats, Users: a.store.Len})
+	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
 	a.api, err = httpapi.New(httpapi.Config{
 		Tracker:        a.tracker,
 		Reader:         reader,
 		Contacts:       durable,
 		Profiles:       durable,
-		Auth:           auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock}),
+		Auth:           authn,
 		Clock:          cfg.Clock,
 		Logger:         cfg.Logger.With("component", "http"),
 		Rules:          rules,
@@ -164,7 +179,35 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		durable.Close()
 		return nil, err
 	}
+	a.gw, err = gateway.New(gateway.Config{
+		Tracker:          a.tracker,
+		Reader:           reader,
+		Auth:             authn,
+		Clock:            cfg.Clock,
+		Logger:           cfg.Logger.With("component", "ws"),
+		TTL:              cfg.TTL,
+		MaxSubscriptions: cfg.MaxSubscriptions,
+	})
+	if err != nil {
+		durable.Close()
+		return nil, err
+	}
+	a.handler = routes{api: a.api, ws: a.gw}
 	return a, nil
+}
+
+// routes sends GET /v1/ws to the WebSocket gateway and everything else to
+// the HTTP API.
+type routes struct {
+	api, ws http.Handler
+}
+
+func (h routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/ws" {
+		h.ws.ServeHTTP(w, r)
+		return
+	}
+	h.api.ServeHTTP(w, r)
 }
 
 // logPublisher logs every change of visible presence at debug level
@@ -178,15 +221,20 @@ func (p logPublisher) Publish(ev *presence.Event) {
 	}
 }
 
-// Handler is the node's HTTP API.
-func (a *App) Handler() http.Handler { return a.api }
+// Handler is the node's HTTP API and WebSocket endpoint. WebSockets are
+// accepted only while Run runs.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Gateway is the node's WebSocket gateway (tests read its counters).
+func (a *App) Gateway() *gateway.Gateway { return a.gw }
 
 // Tracker is the node's tracker (tests drive sweeps and checkpoints).
 func (a *App) Tracker() *tracker.Tracker { return a.tracker }
 
 // Run serves on ln (or on cfg.Addr when ln is nil) until ctx is done, then
 // shuts down gracefully: stop taking requests, finish the ones in flight,
-// stop the tracker, write the last checkpoint, close the durable store.
+// close every WebSocket with 1001, stop the tracker, write the last
+// checkpoint, close the durable store.
 func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	if ln == nil {
 		var err error
@@ -199,7 +247,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		"ttl", a.cfg.TTL, "idle_after", a.cfg.IdleAfter)
 
 	srv := &http.Server{
-		Handler:           a.api,
+		Handler:           a.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -209,8 +257,15 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	trackerCtx, stopTracker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopTracker()
+	gwCtx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopGateway()
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	gwDone := make(chan error, 1)
+	go func() {
+		defer wg.Done()
+		gwDone <- a.gw.Run(gwCtx)
+	}()
 	trackerDone := make(chan error, 1)
 	go func() {
 		defer wg.Done()
@@ -238,6 +293,12 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	if serr := <-serveErr; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
+	}
+	// Hijacked WebSockets are not the HTTP server's: close them (1001)
+	// before the tracker stops.
+	stopGateway()
+	if gerr := <-gwDone; gerr != nil {
+		err = errors.Join(err, gerr)
 	}
 	stopTracker()
 	if terr := <-trackerDone; terr != nil {

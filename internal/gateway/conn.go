@@ -1,0 +1,467 @@
+package gateway
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gobwas/ws"
+)
+
+// Close codes of the protocol.
+const (
+	closeNormal      ws.StatusCode = 1000
+	closeGoingAway   ws.StatusCode = 1001
+	closeProtocol    ws.StatusCode = 1002
+	closeUnsupported ws.StatusCode = 1003
+	closeInvalidUTF8 ws.StatusCode = 1007
+	closePolicy      ws.StatusCode = 1008
+	closeTooBig      ws.StatusCode = 1009
+	closeIdle        ws.StatusCode = 4001
+	closeSlow        ws.StatusCode = 4002
+)
+
+// conn is one WebSocket connection. Its read side (in, msg, rate, strikes)
+// is touched by one goroutine at a time: the epoll loop hands a connection
+// to one worker and re-arms it only when that worker is done. Its write
+// side is guarded by mu.
+type conn struct {
+	g      *Gateway
+	nc     net.Conn
+	raw    syscall.RawConn // nil on the portable path
+	id     uint64
+	user   string
+	device string
+
+	// read side
+	in      []byte    // an incomplete frame carried over to the next read
+	msg     []byte    // a fragmented message being assembled
+	msgOp   ws.OpCode // opcode of the message in msg; 0: none
+	rate    bucket    // messages per second
+	strikes bucket    // refused messages: when it runs dry, close 1008
+
+	idleAt atomic.Int64 // Unix ms: closed 4001 at this time unless a message comes
+
+	mu       sync.Mutex // guards the fields below
+	queue    []outFrame
+	flushing bool // a writer goroutine is running
+	closing  bool // a close frame is queued: nothing else is accepted
+	closed   bool // torn down
+}
+
+// outFrame is one queued frame. Frames of a user (presence changes) carry
+// the user and its version so a newer change replaces a queued one.
+type outFrame struct {
+	user    string
+	version uint64
+	op      ws.OpCode
+	data    []byte // shared, never modified
+}
+
+// Viewer is the user this connection watches as (fanout.Sink).
+func (c *conn) Viewer() string { return c.user }
+
+// Deliver queues a presence frame of user (fanout.Sink). It never blocks: a
+// queued frame of the same user is replaced by a newer one, and a
+// connection whose queue is full is closed 4002.
+func (c *conn) Deliver(user string, version uint64, frame []byte) {
+	c.enqueue(outFrame{user: user, version: version, op: ws.OpText, data: frame})
+}
+
+// enqueue queues f and starts the writer if none is running.
+func (c *conn) enqueue(f outFrame) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	if f.user != "" {
+		for i := range c.queue {
+			if q := &c.queue[i]; q.user == f.user {
+				if f.version > q.version {
+					*q = f
+				}
+				c.mu.Unlock()
+				return
+			}
+		}
+	}
+	if len(c.queue) >= c.g.cfg.QueueLen {
+		c.g.stats.closedSlow.Add(1)
+		c.queue = c.queue[:0]
+		c.closeLocked(closeSlow, "slow consumer")
+		c.mu.Unlock()
+		return
+	}
+	c.queue = append(c.queue, f)
+	c.startWriterLocked()
+	c.mu.Unlock()
+}
+
+// close queues a close frame: frames queued before it are still written,
+// then the connection is torn down.
+func (c *conn) close(code ws.StatusCode, reason string) {
+	c.mu.Lock()
+	c.closeLocked(code, reason)
+	c.mu.Unlock()
+}
+
+func (c *conn) closeLocked(code ws.StatusCode, reason string) {
+	if c.closing {
+		return
+	}
+	c.closing = true
+	c.queue = append(c.queue, outFrame{op: ws.OpClose, data: ws.NewCloseFrameBody(code, reason)})
+	c.startWriterLocked()
+}
+
+func (c *conn) startWriterLocked() {
+	if c.flushing || c.closed {
+		return
+	}
+	c.flushing = true
+	if !c.g.spawn(c.writeLoop) {
+		c.flushing = false
+	}
+}
+
+var writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// writeLoop writes queued frames until the queue is empty, then ends: an
+// idle connection has no writer.
+func (c *conn) writeLoop() {
+	bp := writeBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= 256<<10 {
+			*bp = (*bp)[:0]
+			writeBufs.Put(bp)
+		}
+	}()
+	var batch []outFrame
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 || c.closed {
+			c.flushing = false
+			c.mu.Unlock()
+			return
+		}
+		batch, c.queue = c.queue, batch[:0]
+		c.mu.Unlock()
+
+		b := (*bp)[:0]
+		last := false
+		for i := range batch {
+			b = appendFrame(b, batch[i].op, batch[i].data)
+			if batch[i].op == ws.OpClose {
+				last = true
+				break
+			}
+		}
+		clear(batch)
+		*bp = b
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.g.cfg.WriteTimeout))
+		n, err := c.nc.Write(b)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				c.behind(b[n:], last)
+			}
+			c.teardown()
+			return
+		}
+		if last {
+			c.teardown()
+			return
+		}
+	}
+}
+
+// behind handles a connection that did not take its frames within the
+// write timeout: it is closed 4002. The rest of the frame in flight and the
+// close frame get one more write timeout, so a client that resumes reading
+// learns why it was closed.
+func (c *conn) behind(rest []byte, closeQueued bool) {
+	c.mu.Lock()
+	already := c.closing
+	c.closing = true
+	c.queue = nil
+	c.mu.Unlock()
+	if !already {
+		c.g.stats.closedSlow.Add(1)
+	}
+	tail := append([]byte(nil), rest...)
+	if !closeQueued {
+		tail = appendFrame(tail, ws.OpClose, ws.NewCloseFrameBody(closeSlow, "slow consumer"))
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.g.cfg.WriteTimeout))
+	_, _ = c.nc.Write(tail)
+}
+
+// teardown closes the socket and forgets the connection. It is idempotent.
+func (c *conn) teardown() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed, c.closing = true, true
+	c.queue = nil
+	c.mu.Unlock()
+	if c.g.hub != nil {
+		c.g.hub.Remove(c)
+	}
+	if c.g.poll != nil && c.raw != nil {
+		c.g.poll.remove(c)
+	}
+	_ = c.nc.Close()
+	c.g.unregister(c)
+}
+
+// appendFrame appends one unmasked server frame.
+func appendFrame(b []byte, op ws.OpCode, p []byte) []byte {
+	b = append(b, 0x80|byte(op))
+	switch n := len(p); {
+	case n <= 125:
+		b = append(b, byte(n))
+	case n <= 0xffff:
+		b = append(b, 126, byte(n>>8), byte(n))
+	default:
+		b = append(b, 127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	return append(b, p...)
+}
+
+// feed consumes bytes read from the socket. It returns false once the
+// connection is closing and reading should stop.
+func (c *conn) feed(data []byte) bool {
+	if len(c.in) > 0 {
+		c.in = append(c.in, data...)
+		data = c.in
+	}
+	for {
+		h, hn, ok, err := parseHeader(data)
+		if err != nil {
+			c.close(closeProtocol, err.Error())
+			return false
+		}
+		if !ok {
+			break
+		}
+		if h.Length > int64(c.g.cfg.MaxMessage) || (h.OpCode.IsControl() && h.Length > 125) {
+			c.g.stats.closedSize.Add(1)
+			c.close(closeTooBig, "message too big")
+			return false
+		}
+		end := hn + int(h.Length)
+		if len(data) < end {
+			break
+		}
+		payload := data[hn:end]
+		ws.Cipher(payload, h.Mask, 0)
+		if !c.frame(h, payload) {
+			return false
+		}
+		data = data[end:]
+	}
+	// Keep what is left of an incomplete frame (copy() inside append
+	// handles data being the tail of c.in).
+	if len(data) == 0 {
+		c.in = nil
+	} else {
+		c.in = append(c.in[:0], data...)
+	}
+	return true
+}
+
+var (
+	errUnmasked = errors.New("client frames must be masked")
+	errRsv      = errors.New("no extension was negotiated")
+	errOpcode   = errors.New("unknown opcode")
+)
+
+// parseHeader parses a client frame header from the start of b. ok is false
+// while b holds less than a whole header.
+func parseHeader(b []byte) (h ws.Header, n int, ok bool, err error) {
+	if len(b) < 2 {
+		return h, 0, false, nil
+	}
+	h.Fin = b[0]&0x80 != 0
+	h.Rsv = (b[0] >> 4) & 0x7
+	h.OpCode = ws.OpCode(b[0] & 0x0f)
+	h.Masked = b[1]&0x80 != 0
+	if h.Rsv != 0 {
+		return h, 0, false, errRsv
+	}
+	switch h.OpCode {
+	case ws.OpContinuation, ws.OpText, ws.OpBinary, ws.OpClose, ws.OpPing, ws.OpPong:
+	default:
+		return h, 0, false, errOpcode
+	}
+	if !h.Masked {
+		return h, 0, false, errUnmasked
+	}
+	n = 2
+	switch l := b[1] & 0x7f; l {
+	case 126:
+		if len(b) < 4 {
+			return h, 0, false, nil
+		}
+		h.Length = int64(binary.BigEndian.Uint16(b[2:]))
+		n = 4
+	case 127:
+		if len(b) < 10 {
+			return h, 0, false, nil
+		}
+		u := binary.BigEndian.Uint64(b[2:])
+		if u > 1<<62 {
+			u = 1 << 62
+		}
+		h.Length = int64(u)
+		n = 10
+	default:
+		h.Length = int64(l)
+	}
+	if len(b) < n+4 {
+		return h, 0, false, nil
+	}
+	copy(h.Mask[:], b[n:n+4])
+	return h, n + 4, true, nil
+}
+
+// frame handles one whole, unmasked frame. It returns false once the
+// connection is closing.
+func (c *conn) frame(h ws.Header, p []byte) bool {
+	switch h.OpCode {
+	case ws.OpClose:
+		code, _ := ws.ParseCloseFrameData(p)
+		if len(p) == 1 || (len(p) >= 2 && !validCloseCode(code)) {
+			c.close(closeProtocol, "invalid close frame")
+			return false
+		}
+		if len(p) == 0 {
+			code = closeNormal
+		}
+		c.close(code, "")
+		return false
+	case ws.OpPing:
+		if !h.Fin {
+			c.close(closeProtocol, "fragmented control frame")
+			return false
+		}
+		if c.rate.take(c.g.now(), c.g.cfg.Rate) {
+			c.enqueue(outFrame{op: ws.OpPong, data: append([]byte(nil), p...)})
+		}
+		return true
+	case ws.OpPong:
+		return true
+	case ws.OpContinuation:
+		if c.msgOp == 0 {
+			c.close(closeProtocol, "continuation without a message")
+			return false
+		}
+		if len(c.msg)+len(p) > c.g.cfg.MaxMessage {
+			c.g.stats.closedSize.Add(1)
+			c.close(closeTooBig, "message too big")
+			return false
+		}
+		c.msg = append(c.msg, p...)
+		if !h.Fin {
+			return true
+		}
+		op, m := c.msgOp, c.msg
+		c.msgOp, c.msg = 0, nil
+		return c.message(op, m)
+	}
+	// Text or binary.
+	if c.msgOp != 0 {
+		c.close(closeProtocol, "a new message inside a fragmented one")
+		return false
+	}
+	if !h.Fin {
+		c.msgOp = h.OpCode
+		c.msg = append([]byte(nil), p...)
+		return true
+	}
+	return c.message(h.OpCode, p)
+}
+
+func validCloseCode(code ws.StatusCode) bool {
+	switch {
+	case code >= 1000 && code <= 1003, code >= 1007 && code <= 1011, code >= 3000 && code <= 4999:
+		return true
+	}
+	return false
+}
+
+// message handles one client message. It returns false once the
+// connection is closing.
+func (c *conn) message(op ws.OpCode, p []byte) bool {
+	now := c.g.now()
+	c.idleAt.Store(now + c.g.ttlMs)
+	if !c.rate.take(now, c.g.cfg.Rate) {
+		c.g.stats.rateLimited.Add(1)
+		// Refused messages drain a second bucket that refills at half the
+		// rate: a client that keeps pushing past the limit is closed.
+		if !c.strikes.take(now, (c.g.cfg.Rate+1)/2) {
+			c.g.stats.closedRate.Add(1)
+			c.close(closePolicy, "rate limit exceeded")
+			return false
+		}
+		c.sendError("rate_limited", "too many messages: at most %d per second, bursts of %d", c.g.cfg.Rate, c.g.cfg.Burst)
+		return true
+	}
+	if op == ws.OpBinary {
+		c.sendError("invalid_json", "binary frames are not accepted: send JSON in text frames")
+		return true
+	}
+	if !utf8.Valid(p) {
+		c.close(closeInvalidUTF8, "text is not valid UTF-8")
+		return false
+	}
+	m, perr := decodeClientMessage(p)
+	if perr != nil {
+		c.sendError(perr.code, "%s", perr.message)
+		return true
+	}
+	return c.handle(&m)
+}
+
+// opTimeout bounds the tracker and hub calls of one message.
+const opTimeout = 10 * time.Second
+
+func (c *conn) opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.g.ctx, opTimeout)
+}
+
+// bucket is a token bucket in milli-tokens over Unix-ms time.
+type bucket struct {
+	tokens int64 // milli-tokens
+	last   int64 // Unix ms of the last refill
+	cap    int64 // milli-tokens
+}
+
+func (b *bucket) init(burst int, now int64) {
+	b.cap = int64(burst) * 1000
+	b.tokens = b.cap
+	b.last = now
+}
+
+// take refills at rate tokens per second and takes one token.
+func (b *bucket) take(now int64, rate int) bool {
+	if d := now - b.last; d > 0 {
+		b.tokens = min(b.cap, b.tokens+d*int64(rate))
+		b.last = now
+	}
+	if b.tokens < 1000 {
+		return false
+	}
+	b.tokens -= 1000
+	return true
+}

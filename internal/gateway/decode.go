@@ -1,0 +1,158 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// Kinds of client messages.
+const (
+	msgHeartbeat = iota + 1
+	msgSetStatus
+	msgSubscribe
+	msgUnsubscribe
+	msgBye
+)
+
+// clientMsg is a decoded, validated client message.
+type clientMsg struct {
+	kind    int
+	active  bool            // heartbeat
+	manual  presence.Manual // set_status
+	text    string          // set_status
+	userIDs []string        // subscribe, unsubscribe: valid and distinct
+}
+
+// protoError is a recoverable error answered with an error message.
+type protoError struct {
+	code, message string
+}
+
+func perr(code, format string, args ...any) *protoError {
+	return &protoError{code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// rawMsg is the union of the fields of every client message; which ones a
+// type allows is checked after decoding.
+type rawMsg struct {
+	Type    *string         `json:"type"`
+	Active  json.RawMessage `json:"active"`
+	Status  json.RawMessage `json:"status"`
+	Text    json.RawMessage `json:"text"`
+	UserIDs json.RawMessage `json:"user_ids"`
+}
+
+// decodeClientMessage decodes one client message strictly: exactly one
+// JSON object, a known type, only that type's fields, valid values. It is a
+// pure function of the bytes.
+func decodeClientMessage(b []byte) (clientMsg, *protoError) {
+	var m clientMsg
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return m, perr("invalid_json", "a message is one JSON object with a type")
+	}
+	var r rawMsg
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&r); err != nil {
+		return m, perr("invalid_json", "message is not valid JSON for this protocol: %v", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return m, perr("invalid_json", "message has data after the JSON object")
+	}
+	if r.Type == nil {
+		return m, perr("unknown_type", "type is required: heartbeat, set_status, subscribe, unsubscribe or bye")
+	}
+	allowed := func(fields ...string) *protoError {
+		present := map[string]bool{
+			"active":   r.Active != nil,
+			"status":   r.Status != nil,
+			"text":     r.Text != nil,
+			"user_ids": r.UserIDs != nil,
+		}
+		for _, f := range fields {
+			delete(present, f)
+		}
+		for f, ok := range present {
+			if ok {
+				return perr("invalid_json", "a %s message has no field %q", *r.Type, f)
+			}
+		}
+		return nil
+	}
+	switch *r.Type {
+	case "heartbeat":
+		if e := allowed("active"); e != nil {
+			return m, e
+		}
+		m.kind, m.active = msgHeartbeat, true
+		if r.Active != nil && !isNull(r.Active) {
+			if err := json.Unmarshal(r.Active, &m.active); err != nil {
+				return m, perr("invalid_json", "active must be true or false")
+			}
+		}
+	case "set_status":
+		if e := allowed("status", "text"); e != nil {
+			return m, e
+		}
+		m.kind = msgSetStatus
+		var s string
+		if r.Status == nil || isNull(r.Status) || json.Unmarshal(r.Status, &s) != nil || s == "" {
+			return m, perr("invalid_status", "status is required: one of online, away, busy, invisible")
+		}
+		man, err := presence.ParseManual(s)
+		if err != nil {
+			return m, perr("invalid_status", "status %q: %v", s, err)
+		}
+		m.manual = man
+		if r.Text != nil && !isNull(r.Text) {
+			if err := json.Unmarshal(r.Text, &m.text); err != nil {
+				return m, perr("invalid_text", "text must be a string")
+			}
+			if err := presence.ValidateText(m.text); err != nil {
+				return m, perr("invalid_text", "text: %v", err)
+			}
+		}
+	case "subscribe", "unsubscribe":
+		if e := allowed("user_ids"); e != nil {
+			return m, e
+		}
+		m.kind = msgSubscribe
+		if *r.Type == "unsubscribe" {
+			m.kind = msgUnsubscribe
+		}
+		var ids []string
+		if r.UserIDs == nil || isNull(r.UserIDs) || json.Unmarshal(r.UserIDs, &ids) != nil {
+			return m, perr("invalid_id", "user_ids must be a list of user ids")
+		}
+		if len(ids) == 0 {
+			return m, perr("invalid_id", "user_ids is empty")
+		}
+		seen := make(map[string]struct{}, len(ids))
+		out := ids[:0]
+		for i, id := range ids {
+			if err := presence.ValidateID(id); err != nil {
+				return m, perr("invalid_id", "user_ids[%d]: %v", i, err)
+			}
+			if _, dup := seen[id]; dup {
+				continue
+			}
+			seen[id] = struct{}{}
+			out = append(out, id)
+		}
+		m.userIDs = out
+	case "bye":
+		if e := allowed(); e != nil {
+			return m, e
+		}
+		m.kind = msgBye
+	default:
+		return m, perr("unknown_type", "unknown message type %q: want heartbeat, set_status, subscribe, unsubscribe or bye", *r.Type)
+	}
+	return m, nil
+}
+
+func isNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null" }

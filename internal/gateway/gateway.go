@@ -1,0 +1,347 @@
+// Package gateway is presenced's WebSocket edge, GET /v1/ws (see
+// docs/protocol.md): it authenticates the device, upgrades the connection,
+// decodes client messages into tracker calls and subscriptions, and writes
+// what the fan-out hub delivers through a bounded, coalescing per-connection
+// queue. An idle connection owns no goroutine: on Linux an epoll loop hands
+// readable sockets to a bounded worker pool, and a connection has a writer
+// goroutine only while it has frames queued.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// Tracker is the write side the gateway drives.
+type Tracker interface {
+	Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error)
+	SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error)
+	Bye(ctx context.Context, user, device string) (presence.Change, error)
+}
+
+// Reader answers privacy-filtered reads (subscription snapshots).
+type Reader interface {
+	Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error
+}
+
+// Config configures a Gateway. Zero values take the documented defaults.
+type Config struct {
+	Tracker Tracker             // required
+	Reader  Reader              // required
+	Auth    *auth.Authenticator // required
+	Hub     Hub                 // nil: subscribe answers an error
+	Clock   clock.Clock
+	Logger  *slog.Logger
+	// TTL is the heartbeat ttl: welcome announces it, and a connection
+	// silent for one ttl is closed 4001. Default 30s.
+	TTL time.Duration
+	// MaxSubscriptions is announced nowhere but bounds one subscribe
+	// request before the hub sees it. Default 500.
+	MaxSubscriptions int
+	// MaxMessage is the largest client message in bytes. Default 64 KiB.
+	MaxMessage int
+	// Rate and Burst limit client messages per second. Defaults 20 and 40.
+	Rate  int
+	Burst int
+	// QueueLen bounds the frames queued for one connection (changes of one
+	// user coalesce to the newest). Default 128.
+	QueueLen int
+	// WriteTimeout bounds one write to a socket; a connection that cannot
+	// take its frames for this long is closed 4002. Default 10s.
+	WriteTimeout time.Duration
+	// Workers is the number of goroutines reading readable sockets.
+	// Default 16.
+	Workers int
+	// IdleCheck is how often idle connections are looked for. Default 1s.
+	IdleCheck time.Duration
+	// NoEpoll serves every connection with its own reading goroutine (the
+	// portable path; always used where epoll is not available).
+	NoEpoll bool
+}
+
+// Gateway serves GET /v1/ws. It is an http.Handler, safe for concurrent use.
+// Run drives it; ServeHTTP refuses upgrades before Run starts and after it
+// has shut down.
+type Gateway struct {
+	cfg     Config
+	tracker Tracker
+	reader  Reader
+	hub     Hub
+	auth    *auth.Authenticator
+	clock   clock.Clock
+	log     *slog.Logger
+	ttlMs   int64
+	poll    poller // nil: a goroutine per connection
+
+	ctx    context.Context // canceled when the gateway is closed
+	cancel context.CancelFunc
+
+	mu      sync.Mutex // guards the fields below
+	running bool
+	closing bool
+	conns   map[*conn]struct{}
+
+	wg sync.WaitGroup // every goroutine the gateway starts
+
+	idle idleIndex
+
+	stats struct {
+		accepted, closedIdle, closedSlow, closedRate, closedSize, rateLimited atomic.Uint64
+	}
+	nextID atomic.Uint64
+}
+
+// Stats are the gateway's counters since start.
+type Stats struct {
+	Connections   int    // open now
+	Accepted      uint64 // upgrades
+	ClosedIdle    uint64 // 4001
+	ClosedSlow    uint64 // 4002
+	ClosedRate    uint64 // 1008
+	ClosedTooBig  uint64 // 1009
+	RateLimited   uint64 // messages refused with rate_limited
+	EpollDisabled bool
+}
+
+// New returns a Gateway. It starts nothing; call Run.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Tracker == nil || cfg.Reader == nil || cfg.Auth == nil {
+		return nil, errors.New("gateway: Tracker, Reader and Auth are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 30 * time.Second
+	}
+	if cfg.MaxSubscriptions <= 0 {
+		cfg.MaxSubscriptions = 500
+	}
+	if cfg.MaxMessage <= 0 {
+		cfg.MaxMessage = 64 << 10
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 20
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = 2 * cfg.Rate
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = 128
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 16
+	}
+	if cfg.IdleCheck <= 0 {
+		cfg.IdleCheck = time.Second
+	}
+	g := &Gateway{
+		cfg:     cfg,
+		tracker: cfg.Tracker,
+		reader:  cfg.Reader,
+		hub:     cfg.Hub,
+		auth:    cfg.Auth,
+		clock:   cfg.Clock,
+		log:     cfg.Logger,
+		ttlMs:   cfg.TTL.Milliseconds(),
+		conns:   make(map[*conn]struct{}),
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	if !cfg.NoEpoll {
+		p, err := newPoller(g)
+		if err != nil {
+			g.log.Warn("epoll is not available: one goroutine per WebSocket connection", "err", err)
+		} else {
+			g.poll = p
+		}
+	}
+	return g, nil
+}
+
+// Stats returns a copy of the counters.
+func (g *Gateway) Stats() Stats {
+	g.mu.Lock()
+	n := len(g.conns)
+	g.mu.Unlock()
+	return Stats{
+		Connections:   n,
+		Accepted:      g.stats.accepted.Load(),
+		ClosedIdle:    g.stats.closedIdle.Load(),
+		ClosedSlow:    g.stats.closedSlow.Load(),
+		ClosedRate:    g.stats.closedRate.Load(),
+		ClosedTooBig:  g.stats.closedSize.Load(),
+		RateLimited:   g.stats.rateLimited.Load(),
+		EpollDisabled: g.poll == nil,
+	}
+}
+
+// Run serves connections until ctx is done, then closes every socket with
+// 1001 (going away), waits up to WriteTimeout for the close frames to be
+// written, and stops every goroutine it started. Call it once.
+func (g *Gateway) Run(ctx context.Context) error {
+	g.mu.Lock()
+	if g.running || g.closing {
+		g.mu.Unlock()
+		return errors.New("gateway: Run called twice")
+	}
+	g.running = true
+	g.mu.Unlock()
+
+	if g.poll != nil {
+		g.poll.start()
+	}
+	tick := time.NewTicker(g.cfg.IdleCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			g.shutdown()
+			return nil
+		case <-tick.C:
+			g.sweepIdle()
+		}
+	}
+}
+
+// shutdown refuses new connections, closes the open ones with 1001, and
+// waits for every goroutine.
+func (g *Gateway) shutdown() {
+	g.mu.Lock()
+	g.closing = true
+	open := make([]*conn, 0, len(g.conns))
+	for c := range g.conns {
+		open = append(open, c)
+	}
+	g.mu.Unlock()
+	for _, c := range open {
+		c.close(closeGoingAway, "server shutting down")
+	}
+	// Close frames are written by the connections' writers, each bounded by
+	// the write timeout; after that, whatever is left is cut.
+	done := make(chan struct{})
+	go func() { g.waitConns(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(g.cfg.WriteTimeout + time.Second):
+		g.mu.Lock()
+		for c := range g.conns {
+			open = append(open, c)
+		}
+		g.mu.Unlock()
+		for _, c := range open {
+			c.teardown()
+		}
+		<-done
+	}
+	g.cancel()
+	if g.poll != nil {
+		g.poll.stop()
+	}
+	g.wg.Wait()
+}
+
+// waitConns waits until every connection is torn down.
+func (g *Gateway) waitConns() {
+	for {
+		g.mu.Lock()
+		n := len(g.conns)
+		g.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// spawn runs fn in a goroutine the gateway owns, unless it is stopping.
+func (g *Gateway) spawn(fn func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing && len(g.conns) == 0 {
+		return false
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// register adds c to the open connections, or reports that the gateway
+// does not take connections now.
+func (g *Gateway) register(c *conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.running || g.closing {
+		return false
+	}
+	g.conns[c] = struct{}{}
+	return true
+}
+
+func (g *Gateway) unregister(c *conn) {
+	g.mu.Lock()
+	delete(g.conns, c)
+	g.mu.Unlock()
+}
+
+func (g *Gateway) now() int64 { return g.clock.Now().UnixMilli() }
+
+// ServeHTTP serves GET /v1/ws.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := g.upgrade(w, r); err != nil {
+		writeHTTPError(w, err)
+	}
+}
+
+// httpError is a refused upgrade, written as the API's JSON error.
+type httpError struct {
+	status        int
+	code, message string
+}
+
+func (e *httpError) Error() string { return e.code + ": " + e.message }
+
+func refuse(status int, code, format string, args ...any) *httpError {
+	return &httpError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+func writeHTTPError(w http.ResponseWriter, err error) {
+	var e *httpError
+	if !errors.As(err, &e) {
+		e = &httpError{status: http.StatusInternalServerError, code: "internal", message: "internal error (details are in the server log)"}
+	}
+	b := make([]byte, 0, 64+len(e.message))
+	b = append(b, `{"error":{"code":`...)
+	b = wire.AppendString(b, e.code)
+	b = append(b, `,"message":`...)
+	b = wire.AppendString(b, e.message)
+	b = append(b, "}}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if e.status == http.StatusMethodNotAllowed {
+		h.Set("Allow", "GET")
+	}
+	w.WriteHeader(e.status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,348 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/presenced/presenced/internal/gateway"
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// recorder keeps the events the tracker publishes.
+type recorder struct {
+	mu  sync.Mutex
+	evs []presence.Event
+}
+
+func (n *node) record() *recorder {
+	r := &recorder{}
+	n.pubs.mu.Lock()
+	n.pubs.subs = append(n.pubs.subs, func(ev *presence.Event) {
+		r.mu.Lock()
+		r.evs = append(r.evs, *ev)
+		r.mu.Unlock()
+	})
+	n.pubs.mu.Unlock()
+	return r
+}
+
+func (r *recorder) of(user string) []presence.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []presence.Event
+	for _, e := range r.evs {
+		if e.UserID == user {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func TestWelcome(t *testing.T) {
+	n := newNode(t, opts{ttl: 20 * time.Second})
+	rec := n.record()
+	c := n.dial("42", "")
+	m := c.msgType("welcome")
+	dev, _ := m["device_id"].(string)
+	if m["user_id"] != "42" || !strings.HasPrefix(dev, "d-") || m["heartbeat_interval_ms"] != 5000.0 || m["ttl_ms"] != 20000.0 {
+		t.Fatalf("welcome %v", m)
+	}
+	if len(m) != 5 {
+		t.Fatalf("welcome has fields %v", m)
+	}
+	// Connecting is a heartbeat: 42 is online.
+	if evs := rec.of("42"); len(evs) != 1 || evs[0].Status != presence.Online {
+		t.Fatalf("events %+v, want one online", evs)
+	}
+	// A given device id is kept.
+	c2 := n.dial("42", "phone")
+	if m := c2.msgType("welcome"); m["device_id"] != "phone" {
+		t.Fatalf("welcome %v", m)
+	}
+	// A token bound to a device binds the socket.
+	c3 := n.dialQuery("?token="+n.token("42", "tab"), nil)
+	if m := c3.msgType("welcome"); m["device_id"] != "tab" {
+		t.Fatalf("welcome %v", m)
+	}
+	// The Authorization header works as well as the query parameter.
+	c4 := n.dialQuery("", http.Header{"Authorization": {"Bearer " + n.token("43", "")}})
+	if m := c4.msgType("welcome"); m["user_id"] != "43" {
+		t.Fatalf("welcome %v", m)
+	}
+}
+
+// upgradeReq sends a WebSocket upgrade request by hand and returns the
+// refusal.
+func upgradeReq(t *testing.T, n *node, q string, hdr http.Header) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", n.srv.URL+"/v1/ws"+q, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatalf("%d body %q: %v", resp.StatusCode, body, err)
+		}
+	}
+	return resp.StatusCode, m
+}
+
+func TestAuthMatrix(t *testing.T) {
+	n := newNode(t, opts{})
+	other, _ := n.gw, 0
+	_ = other
+	cases := []struct {
+		name string
+		q    string
+		hdr  http.Header
+		code int
+		err  string
+	}{
+		{"no token", "", nil, 401, "unauthorized"},
+		{"bad token", "?token=abc.def.ghi", nil, 401, "unauthorized"},
+		{"bad header", "", http.Header{"Authorization": {"Bearer nope"}}, 401, "unauthorized"},
+		{"api key in query", "?token=" + apiKey, nil, 403, "forbidden"},
+		{"api key in header", "", http.Header{"Authorization": {"Bearer " + apiKey}}, 403, "forbidden"},
+		{"bare user_id without -dev", "?user_id=42", nil, 401, "unauthorized"},
+		{"other user", "?token=" + n.token("1", "") + "&user_id=2", nil, 403, "forbidden"},
+		{"other device", "?token=" + n.token("1", "a") + "&device_id=b", nil, 403, "forbidden"},
+		{"bad device", "?token=" + n.token("1", "") + "&device_id=a%20b", nil, 400, "invalid_id"},
+		{"repeated token", "?token=a&token=b", nil, 400, "invalid_query"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, m := upgradeReq(t, n, tc.q, tc.hdr)
+			if code != tc.code {
+				t.Fatalf("status %d %v, want %d", code, m, tc.code)
+			}
+			e, _ := m["error"].(map[string]any)
+			if e["code"] != tc.err || e["message"] == "" {
+				t.Fatalf("body %v, want code %q", m, tc.err)
+			}
+		})
+	}
+	// Not a WebSocket request.
+	resp, err := http.Get(n.srv.URL + "/v1/ws?token=" + n.token("1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("plain GET: %d", resp.StatusCode)
+	}
+	resp, err = http.Post(n.srv.URL+"/v1/ws", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST: %d", resp.StatusCode)
+	}
+}
+
+func TestDevBareUserID(t *testing.T) {
+	n := newNode(t, opts{dev: true})
+	c := n.dialQuery("?user_id=7&device_id=laptop", nil)
+	if m := c.msgType("welcome"); m["user_id"] != "7" || m["device_id"] != "laptop" {
+		t.Fatalf("welcome %v", m)
+	}
+	if code, m := upgradeReq(t, n, "", nil); code != 400 {
+		t.Fatalf("dev without user_id: %d %v", code, m)
+	}
+	// Tokens still work, and the API key is still refused.
+	c2 := n.dial("8", "")
+	c2.msgType("welcome")
+	if code, _ := upgradeReq(t, n, "?token="+apiKey, nil); code != 403 {
+		t.Fatalf("api key under -dev: %d", code)
+	}
+}
+
+func TestHeartbeatSetStatusBye(t *testing.T) {
+	n := newNode(t, opts{})
+	rec := n.record()
+	c := n.dial("1", "d1")
+	c.msgType("welcome")
+	c.send(`{"type":"heartbeat"}`)
+	c.send(`{"type":"heartbeat","active":false}`)
+	c.send(`{"type":"set_status","status":"busy","text":"in a meeting"}`)
+	waitFor(t, "busy", func() bool { return len(rec.of("1")) == 2 })
+	if ev := rec.of("1")[1]; ev.Status != presence.Busy || ev.Text != "in a meeting" {
+		t.Fatalf("event %+v", ev)
+	}
+	c.send(`{"type":"set_status","status":"online"}`)
+	waitFor(t, "online", func() bool { return len(rec.of("1")) == 3 })
+	if ev := rec.of("1")[2]; ev.Status != presence.Online || ev.Text != "" {
+		t.Fatalf("event %+v", ev)
+	}
+	c.send(`{"type":"bye"}`)
+	c.closed(1000)
+	evs := rec.of("1")
+	if len(evs) != 4 || evs[3].Status != presence.Offline {
+		t.Fatalf("events %+v, want offline at once after bye", evs)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	n := newNode(t, opts{})
+	c := n.dial("1", "")
+	c.msgType("welcome")
+	cases := []struct{ msg, code string }{
+		{`not json`, "invalid_json"},
+		{`[1]`, "invalid_json"},
+		{`{"type":"heartbeat"} {}`, "invalid_json"},
+		{`{"type":"heartbeat","extra":1}`, "invalid_json"},
+		{`{"type":"heartbeat","status":"busy"}`, "invalid_json"},
+		{`{"type":"heartbeat","active":"yes"}`, "invalid_json"},
+		{`{}`, "unknown_type"},
+		{`{"type":"dance"}`, "unknown_type"},
+		{`{"type":"set_status"}`, "invalid_status"},
+		{`{"type":"set_status","status":"sleeping"}`, "invalid_status"},
+		{`{"type":"set_status","status":"busy","text":"` + strings.Repeat("x", 141) + `"}`, "invalid_text"},
+		{`{"type":"set_status","status":"busy","text":7}`, "invalid_text"},
+		{`{"type":"subscribe"}`, "invalid_id"},
+		{`{"type":"subscribe","user_ids":[]}`, "invalid_id"},
+		{`{"type":"subscribe","user_ids":["a b"]}`, "invalid_id"},
+		{`{"type":"unsubscribe","user_ids":"2"}`, "invalid_id"},
+		{`{"type":"bye","user_ids":["2"]}`, "invalid_json"},
+	}
+	for _, tc := range cases {
+		c.send(tc.msg)
+		m := c.msgType("error")
+		if m["code"] != tc.code {
+			t.Errorf("%s: got %v, want %s", tc.msg, m, tc.code)
+		}
+	}
+	// A binary frame is refused; the connection stays up.
+	c.sendFrame(ws.OpBinary, true, []byte(`{"type":"heartbeat"}`))
+	c.errorCode("invalid_json")
+	// A ping is answered.
+	c.sendFrame(ws.OpPing, true, []byte("hi"))
+	f, err := c.frame(5 * time.Second)
+	if err != nil || f.Header.OpCode != ws.OpPong || string(f.Payload) != "hi" {
+		t.Fatalf("ping: %v %v", f, err)
+	}
+	// A fragmented message is assembled.
+	c.sendFrame(ws.OpText, false, []byte(`{"type":`))
+	c.sendFrame(ws.OpContinuation, true, []byte(`"dance"}`))
+	c.errorCode("unknown_type")
+	c.send(`{"type":"heartbeat"}`)
+	c.silent(50 * time.Millisecond)
+}
+
+func TestTooBig(t *testing.T) {
+	n := newNode(t, opts{})
+	c := n.dial("1", "")
+	c.msgType("welcome")
+	c.send(`{"type":"heartbeat","x":"` + strings.Repeat("x", 64<<10) + `"}`)
+	c.closed(1009)
+	if s := n.gw.Stats(); s.ClosedTooBig != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Fragments add up.
+	c = n.dial("1", "")
+	c.msgType("welcome")
+	c.sendFrame(ws.OpText, false, []byte(strings.Repeat(" ", 40<<10)))
+	c.sendFrame(ws.OpContinuation, true, []byte(strings.Repeat(" ", 40<<10)))
+	c.closed(1009)
+}
+
+func TestRateLimit(t *testing.T) {
+	n := newNode(t, opts{})
+	c := n.dial("1", "")
+	c.msgType("welcome")
+	// The fake clock stands still: 40 messages pass, then each is refused.
+	for range 40 {
+		c.send(`{"type":"heartbeat"}`)
+	}
+	c.send(`{"type":"heartbeat"}`)
+	c.errorCode("rate_limited")
+	// A second later 20 more pass.
+	n.clk.Advance(time.Second)
+	for range 20 {
+		c.send(`{"type":"heartbeat"}`)
+	}
+	c.silent(50 * time.Millisecond)
+	// Persistent abuse closes 1008.
+	for range 100 {
+		c.send(`{"type":"heartbeat"}`)
+	}
+	c.closed(1008)
+	if s := n.gw.Stats(); s.ClosedRate != 1 || s.RateLimited < 40 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestIdleClose(t *testing.T) {
+	n := newNode(t, opts{ttl: 10 * time.Second})
+	c := n.dial("1", "")
+	c.msgType("welcome")
+	n.clk.Advance(9 * time.Second)
+	c.send(`{"type":"heartbeat"}`)
+	c.silent(30 * time.Millisecond)
+	n.clk.Advance(9 * time.Second) // 18s after connecting, 9s after the beat
+	c.silent(30 * time.Millisecond)
+	n.clk.Advance(time.Second)
+	c.closed(4001)
+	if s := n.gw.Stats(); s.ClosedIdle != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestDropDoesNothing(t *testing.T) {
+	n := newNode(t, opts{})
+	rec := n.record()
+	c := n.dial("1", "phone")
+	c.msgType("welcome")
+	c.nc.Close()
+	waitFor(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
+	n.clk.Advance(5 * time.Second)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c = n.dial("1", "phone")
+	c.msgType("welcome")
+	n.clk.Advance(29 * time.Second)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if evs := rec.of("1"); len(evs) != 1 {
+		t.Fatalf("events %+v, want only the first online", evs)
+	}
+}
+
+func TestShutdown(t *testing.T) {
+	n := newNode(t, opts{})
+	cs := []*client{n.dial("1", ""), n.dial("2", "")}
+	for _, c := range cs {
+		c.msgType("welcome")
+	}
+	n.stop()
+	for _, c := range cs {
+		c.closed(1001)
+	}
+	<-n.done
+	if code, _ := upgradeReq(t, n, "?token="+n.token("3", ""), nil); code != http.StatusServiceUnavailable {
+		t.Fatalf("after shutdown: %d", code)
+	}
+}
+
+var _ gateway.Sink = nil

@@ -1,0 +1,112 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gobwas/ws"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/query"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// Sink is a watching connection as the hub sees it.
+type Sink interface {
+	Viewer() string
+	Deliver(user string, version uint64, frame []byte)
+}
+
+// Hub is the fan-out: who watches whom.
+type Hub interface {
+	Subscribe(ctx context.Context, s Sink, ids []string) ([]string, error)
+	Unsubscribe(s Sink, ids []string)
+	Remove(s Sink)
+}
+
+// ErrTooManySubscriptions is what the hub returns when a subscription
+// would pass the per-connection cap; nothing is added.
+var ErrTooManySubscriptions = errors.New("too many subscriptions")
+
+// handle applies one decoded message. It returns false once the connection
+// is closing.
+func (c *conn) handle(m *clientMsg) bool {
+	ctx, cancel := c.opContext()
+	defer cancel()
+	switch m.kind {
+	case msgHeartbeat:
+		if _, err := c.g.tracker.Heartbeat(ctx, c.user, c.device, m.active); err != nil {
+			c.opError("heartbeat", err)
+		}
+	case msgSetStatus:
+		if _, err := c.g.tracker.SetStatus(ctx, c.user, m.manual, m.text); err != nil {
+			c.opError("set_status", err)
+		}
+	case msgSubscribe:
+		c.subscribe(ctx, m.userIDs)
+	case msgUnsubscribe:
+		if c.g.hub != nil {
+			c.g.hub.Unsubscribe(c, m.userIDs)
+		}
+	case msgBye:
+		if _, err := c.g.tracker.Bye(ctx, c.user, c.device); err != nil {
+			c.opError("bye", err)
+			return true
+		}
+		c.close(closeNormal, "bye")
+		return false
+	}
+	return true
+}
+
+func (c *conn) subscribe(ctx context.Context, ids []string) {
+	if len(ids) > c.g.cfg.MaxSubscriptions {
+		c.sendError("too_many_subscriptions", "a connection may watch at most %d users", c.g.cfg.MaxSubscriptions)
+		return
+	}
+	if c.g.hub == nil {
+		c.sendError("unavailable", "subscriptions are not available on this node")
+		return
+	}
+	added, err := c.g.hub.Subscribe(ctx, c, ids)
+	if err != nil {
+		if errors.Is(err, ErrTooManySubscriptions) {
+			c.sendError("too_many_subscriptions", "a connection may watch at most %d users; none of these were added", c.g.cfg.MaxSubscriptions)
+			return
+		}
+		c.opError("subscribe", err)
+		return
+	}
+	views := make([]privacy.View, 0, len(added))
+	for start := 0; start < len(added); start += query.MaxBatch {
+		part := added[start:min(len(added), start+query.MaxBatch)]
+		out := make([]privacy.View, len(part))
+		if err := c.g.reader.Read(ctx, c.user, part, out); err != nil {
+			// The subscription stands; the client may resubscribe to read.
+			c.opError("subscribe", err)
+			return
+		}
+		views = append(views, out...)
+	}
+	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshot(nil, views)})
+}
+
+// opError answers a failed operation: limits of the domain get their own
+// code, anything else is internal and logged.
+func (c *conn) opError(op string, err error) {
+	switch {
+	case errors.Is(err, presence.ErrTooManyDevices):
+		c.sendError("too_many_devices", "%v: end one with a bye, or let it expire", presence.ErrTooManyDevices)
+	case errors.Is(err, context.Canceled) && c.g.ctx.Err() != nil:
+		// Shutting down.
+	default:
+		c.g.log.Error("websocket operation failed", "op", op, "user_id", c.user, "err", err)
+		c.sendError("internal", "internal error (details are in the server log)")
+	}
+}
+
+func (c *conn) sendError(code, format string, args ...any) {
+	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendError(nil, code, fmt.Sprintf(format, args...))})
+}

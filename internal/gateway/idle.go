@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"container/heap"
+	"sync"
+)
+
+// idleIndex is the deadline index of silent connections: a min-heap of
+// (deadline, conn). A message only moves the connection's idleAt forward;
+// the heap item is corrected lazily when it comes due, so a message costs
+// one atomic store and each connection is re-pushed at most once per ttl.
+type idleIndex struct {
+	mu sync.Mutex // guards h
+	h  idleHeap
+}
+
+type idleItem struct {
+	at int64
+	c  *conn
+}
+
+type idleHeap []idleItem
+
+func (h idleHeap) Len() int           { return len(h) }
+func (h idleHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h idleHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *idleHeap) Push(x any)        { *h = append(*h, x.(idleItem)) }
+func (h *idleHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = idleItem{}
+	*h = old[:len(old)-1]
+	return it
+}
+
+func (x *idleIndex) push(at int64, c *conn) {
+	x.mu.Lock()
+	heap.Push(&x.h, idleItem{at: at, c: c})
+	x.mu.Unlock()
+}
+
+// due pops the connections whose item is due at now into out: closed ones
+// are dropped, ones that spoke since are pushed back at their new deadline.
+func (x *idleIndex) due(now int64, out []*conn) []*conn {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for len(x.h) > 0 && x.h[0].at <= now {
+		it := heap.Pop(&x.h).(idleItem)
+		c := it.c
+		c.mu.Lock()
+		gone := c.closing
+		c.mu.Unlock()
+		if gone {
+			continue
+		}
+		if at := c.idleAt.Load(); at > now {
+			heap.Push(&x.h, idleItem{at: at, c: c})
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// sweepIdle closes, with 4001, every connection silent for one ttl.
+func (g *Gateway) sweepIdle() {
+	for _, c := range g.idle.due(g.now(), nil) {
+		g.stats.closedIdle.Add(1)
+		c.close(closeIdle, "idle")
+	}
+}

@@ -1,0 +1,13 @@
+package gateway
+
+import "errors"
+
+// poller hands readable connections to workers.
+type poller interface {
+	start()
+	stop()
+	add(c *conn) error
+	remove(c *conn)
+}
+
+func newPoller(*Gateway) (poller, error) { return nil, errors.New("epoll: not yet") }

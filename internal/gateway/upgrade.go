@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+
+	"github.com/gobwas/ws"
+
+	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// upgrade authenticates the request, counts the connection as a heartbeat
+// and upgrades it. A refused upgrade returns the JSON error to write.
+func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return refuse(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s (allowed: GET)", r.Method, r.URL.Path)
+	}
+	g.mu.Lock()
+	open := g.running && !g.closing
+	g.mu.Unlock()
+	if !open {
+		return refuse(http.StatusServiceUnavailable, "unavailable", "the node is not taking WebSocket connections")
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return refuse(http.StatusBadRequest, "invalid_query", "malformed query string: %v", err)
+	}
+	param := func(name string) (string, error) {
+		vs := q[name]
+		if len(vs) > 1 {
+			return "", refuse(http.StatusBadRequest, "invalid_query", "%s is given %d times; give it once", name, len(vs))
+		}
+		if len(vs) == 0 {
+			return "", nil
+		}
+		return vs[0], nil
+	}
+	token, err := param("token")
+	if err != nil {
+		return err
+	}
+	claimedUser, err := param("user_id")
+	if err != nil {
+		return err
+	}
+	claimedDev, err := param("device_id")
+	if err != nil {
+		return err
+	}
+	var p auth.Principal
+	if token != "" {
+		p, err = g.auth.Credential(token)
+	} else {
+		p, err = g.auth.Request(r)
+	}
+	if err != nil {
+		return refuse(http.StatusUnauthorized, "unauthorized", "%v", err)
+	}
+	var user string
+	switch p.Kind {
+	case auth.Backend:
+		return refuse(http.StatusForbidden, "forbidden", "the API key is not accepted on a WebSocket: a socket is one user's device; connect with the user's token")
+	case auth.Client:
+		if claimedUser != "" && claimedUser != p.UserID {
+			return refuse(http.StatusForbidden, "forbidden", "a client token may only connect as its own user")
+		}
+		user = p.UserID
+	default: // Anonymous: only under -dev
+		if claimedUser == "" {
+			return refuse(http.StatusBadRequest, "invalid_id", "user_id is required (development mode without a token)")
+		}
+		if err := presence.ValidateID(claimedUser); err != nil {
+			return refuse(http.StatusBadRequest, "invalid_id", "user_id: %v", err)
+		}
+		g.log.Warn("INSECURE development mode: accepted a WebSocket without credentials",
+			"path", r.URL.Path, "user_id", claimedUser, "remote", r.RemoteAddr)
+		user = claimedUser
+	}
+	dev := claimedDev
+	if p.Kind == auth.Client && p.Device != "" {
+		if dev != "" && dev != p.Device {
+			return refuse(http.StatusForbidden, "forbidden", "the token is bound to another device")
+		}
+		dev = p.Device
+	}
+	if dev == "" {
+		dev = newDeviceID()
+	} else if err := presence.ValidateID(dev); err != nil {
+		return refuse(http.StatusBadRequest, "invalid_id", "device_id: %v", err)
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return refuse(http.StatusUpgradeRequired, "upgrade_required", "%s speaks WebSocket: send a GET with Upgrade: websocket", r.URL.Path)
+	}
+	// Connecting is a heartbeat.
+	if _, err := g.tracker.Heartbeat(r.Context(), user, dev, true); err != nil {
+		if errors.Is(err, presence.ErrTooManyDevices) {
+			return refuse(http.StatusConflict, "too_many_devices", "%v: end one with a bye, or let it expire", presence.ErrTooManyDevices)
+		}
+		g.log.Error("connect heartbeat failed", "user_id", user, "err", err)
+		return err
+	}
+
+	nc, rw, _, err := ws.HTTPUpgrader{Timeout: g.cfg.WriteTimeout}.Upgrade(r, w)
+	if err != nil {
+		// The upgrader has answered the handshake error itself.
+		if nc != nil {
+			nc.Close()
+		}
+		return nil
+	}
+	c := &conn{g: g, nc: nc, user: user, device: dev, id: g.nextID.Add(1)}
+	c.idleAt.Store(g.now() + g.ttlMs)
+	c.rate.init(g.cfg.Burst, g.now())
+	c.strikes.init(g.cfg.Burst, g.now())
+	// What the client sent right after its handshake is already buffered.
+	var early []byte
+	if n := rw.Reader.Buffered(); n > 0 {
+		early, _ = rw.Reader.Peek(n)
+		early = append([]byte(nil), early...)
+	}
+	if !g.register(c) {
+		nc.Close()
+		return nil
+	}
+	g.stats.accepted.Add(1)
+	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, g.cfg.TTL/4, g.cfg.TTL)})
+	g.idle.push(c.idleAt.Load(), c)
+	if len(early) > 0 && !c.feed(early) {
+		return nil
+	}
+	if g.poll != nil {
+		if sc, ok := nc.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				c.raw = raw
+				if err := g.poll.add(c); err == nil {
+					return nil
+				}
+				c.raw = nil
+			}
+		}
+	}
+	if !g.spawn(c.readLoop) {
+		c.teardown()
+	}
+	return nil
+}
+
+func newDeviceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "d-" + hex.EncodeToString(b[:])
+}
+
+// readLoop is the portable reader: one goroutine per connection.
+func (c *conn) readLoop() {
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.nc.Read(buf)
+		if n > 0 && !c.feed(buf[:n]) {
+			return
+		}
+		if err != nil {
+			c.teardown()
+			return
+		}
+	}
+}
+
+var _ net.Conn = (*net.TCPConn)(nil)
