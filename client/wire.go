@@ -1,0 +1,175 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Messages the client sends (docs/protocol.md, "Client → server").
+type (
+	typeMsg struct {
+		Type string `json:"type"`
+	}
+	heartbeatMsg struct {
+		Type   string `json:"type"`
+		Active *bool  `json:"active,omitempty"`
+	}
+	setStatusMsg struct {
+		Type   string  `json:"type"`
+		Status string  `json:"status"`
+		Text   *string `json:"text,omitempty"`
+	}
+	subscribeMsg struct {
+		Type    string   `json:"type"`
+		UserIDs []string `json:"user_ids"`
+	}
+)
+
+// serverMsg is any message the server sends; Type says which fields count.
+type serverMsg struct {
+	Type string `json:"type"`
+
+	// welcome
+	UserID              string `json:"user_id"`
+	DeviceID            string `json:"device_id"`
+	HeartbeatIntervalMS int64  `json:"heartbeat_interval_ms"`
+	TTLMS               int64  `json:"ttl_ms"`
+
+	// snapshot
+	Users map[string]wirePresence `json:"users"`
+
+	// presence (with UserID)
+	wirePresence
+
+	// error
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type wirePresence struct {
+	Status     *string    `json:"status"`
+	LastSeen   *time.Time `json:"last_seen"`
+	StatusText *string    `json:"status_text"`
+	Version    uint64     `json:"version"`
+}
+
+func (p wirePresence) event(userID string, snapshot bool) Event {
+	ev := Event{UserID: userID, StatusText: p.StatusText, Version: p.Version, Snapshot: snapshot}
+	if p.Status != nil {
+		ev.Status = Status(*p.Status)
+	}
+	if p.LastSeen != nil {
+		ev.LastSeen = *p.LastSeen
+	}
+	return ev
+}
+
+// decode reads one server message. Unknown fields are ignored, so a newer
+// server can add some.
+func decode(data []byte) (*serverMsg, error) {
+	var m serverMsg
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("decode server message: %w", err)
+	}
+	if m.Type == "" {
+		return nil, errors.New("decode server message: no type")
+	}
+	return &m, nil
+}
+
+// Update is one thing the client tells the application on Updates: an
+// Event, a StateChange or a *ServerError.
+type Update interface{ isUpdate() }
+
+// Event is the presence of one watched user as this viewer may see it.
+type Event struct {
+	UserID string
+	// Status is Hidden when the viewer may not see it (snapshots only: a
+	// hidden status produces no change events at all).
+	Status Status
+	// LastSeen is zero when the viewer may not see it.
+	LastSeen time.Time
+	// StatusText is the manual status's text; nil when there is none.
+	StatusText *string
+	// Version grows with every change of the user; the client delivers an
+	// Event only when it is above the last one delivered for that user.
+	Version uint64
+	// Snapshot is set for the state sent on subscribing (and again after a
+	// reconnect, if it changed meanwhile), clear for a live change.
+	Snapshot bool
+}
+
+// StateChange reports the connection: Connected (also after a reconnect),
+// Disconnected with the cause (the client is reconnecting), Closed last.
+type StateChange struct {
+	State State
+	// Err is why the connection ended (Disconnected) or why the client gave
+	// up (Closed after a refusal; nil after Close or Bye).
+	Err error
+}
+
+// State is the state of the connection.
+type State uint8
+
+// States of a Client.
+const (
+	Disconnected State = iota // reconnecting
+	Connected
+	Closed // for good
+)
+
+func (s State) String() string {
+	switch s {
+	case Disconnected:
+		return "disconnected"
+	case Connected:
+		return "connected"
+	case Closed:
+		return "closed"
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ServerError is an error message of the server, e.g. code
+// "too_many_subscriptions", "rate_limited" or "invalid_request". The
+// connection stays up.
+type ServerError struct {
+	Code    string
+	Message string
+}
+
+func (e *ServerError) Error() string { return "presenced: " + e.Code + ": " + e.Message }
+
+// HandshakeError is a refused upgrade: the HTTP status and the server's
+// error body. 400, 401, 403 and 404 stop the client (retrying cannot cure
+// them); other statuses are retried.
+type HandshakeError struct {
+	StatusCode int
+	Code       string
+	Message    string
+}
+
+func (e *HandshakeError) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("presenced refused the connection: HTTP %d", e.StatusCode)
+	}
+	return fmt.Sprintf("presenced refused the connection: HTTP %d %s: %s", e.StatusCode, e.Code, e.Message)
+}
+
+// CloseError is a connection closed by the server with a close frame, e.g.
+// 1001 (shutting down), 4001 (idle) or 4002 (slow consumer).
+type CloseError struct {
+	Code   int
+	Reason string
+}
+
+func (e *CloseError) Error() string {
+	return fmt.Sprintf("presenced closed the connection: %d %s", e.Code, e.Reason)
+}
+
+func (Event) isUpdate()        {}
+func (StateChange) isUpdate()  {}
+func (*ServerError) isUpdate() {}
