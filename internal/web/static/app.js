@@ -6,7 +6,7 @@
 // localStorage per user. Each contact row carries data-user-id and
 // data-status (online, away, busy, offline, hidden, unknown) for tests.
 
-import { PresenceClient } from "./presence.js";
+import { PresenceClient, idProblem } from "./presence.js";
 
 const $ = (sel) => document.querySelector(sel);
 const SESSION_KEY = "presenced.demo.session";
@@ -120,7 +120,7 @@ function showMe(view) {
 function loadContacts(user) {
   try {
     const ids = JSON.parse(localStorage.getItem(`presenced.demo.contacts.${user}`) || "[]");
-    return Array.isArray(ids) ? ids.filter((x) => typeof x === "string") : [];
+    return Array.isArray(ids) ? ids.filter((x) => !idProblem(x) && x !== user) : [];
   } catch {
     return [];
   }
@@ -137,8 +137,9 @@ function saveContacts() {
 function addContact(id) {
   $("#add-error").textContent = "";
   if (!id) return;
-  if (new TextEncoder().encode(id).length > 64) {
-    $("#add-error").textContent = "A user id has at most 64 bytes.";
+  const problem = idProblem(id);
+  if (problem) {
+    $("#add-error").textContent = `Not a user id: ${problem}.`;
     return;
   }
   if (id === me) {
@@ -242,6 +243,10 @@ $("#signin-form").addEventListener("submit", (e) => {
   $("#signin-error").textContent = "";
   if (!userId && !token) {
     $("#signin-error").textContent = "Enter a user id (or a token).";
+    return;
+  }
+  if (!token && idProblem(userId)) {
+    $("#signin-error").textContent = `Not a user id: ${idProblem(userId)}.`;
     return;
   }
   signIn(token ? { token } : { userId });

@@ -107,8 +107,16 @@ export class PresenceClient extends EventTarget {
     this._connect();
   }
 
-  /** Watches users; their current state arrives as "presence" events. */
+  /**
+   * Watches users; their current state arrives as "presence" events. Throws
+   * on an id the server would refuse (see idProblem): one bad id would make
+   * the server refuse the whole list again on every reconnect.
+   */
   subscribe(ids) {
+    for (const id of ids) {
+      const problem = idProblem(id);
+      if (problem) throw new TypeError(`PresenceClient: user id ${JSON.stringify(id)}: ${problem}`);
+    }
     const fresh = [...new Set(ids)].filter((id) => id && !this.subscriptions.has(id));
     if (fresh.length === 0) return;
     for (const id of fresh) this.subscriptions.add(id);
@@ -378,6 +386,20 @@ export class PresenceClient extends EventTarget {
     }
     this.deviceId = null;
   }
+}
+
+/**
+ * Why the server would refuse id as a user id, or "" if it is fine: ids are
+ * 1–64 bytes of UTF-8 without spaces, controls, commas or bidi marks.
+ */
+export function idProblem(id) {
+  if (typeof id !== "string" || id === "") return "empty";
+  if (new TextEncoder().encode(id).length > 64) return "longer than 64 bytes";
+  if (/[\u0000-\u0020,\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffd]/u.test(id)) {
+    return "contains a space, a control character, a comma or a bidi mark";
+  }
+  if (/[\ud800-\udfff]/u.test(id)) return "not valid Unicode";
+  return "";
 }
 
 function defaultURL() {
