@@ -241,6 +241,12 @@ func appendFrame(b []byte, op ws.OpCode, p []byte) []byte {
 // feed consumes bytes read from the socket. It returns false once the
 // connection is closing and reading should stop.
 func (c *conn) feed(data []byte) bool {
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if closing {
+		return false
+	}
 	if len(c.in) > 0 {
 		c.in = append(c.in, data...)
 		data = c.in

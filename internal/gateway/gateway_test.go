@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -57,6 +58,9 @@ func TestWelcome(t *testing.T) {
 	}
 	if len(m) != 5 {
 		t.Fatalf("welcome has fields %v", m)
+	}
+	if runtime.GOOS == "linux" && n.gw.Stats().EpollDisabled {
+		t.Fatal("epoll is not in use on Linux")
 	}
 	// Connecting is a heartbeat: 42 is online.
 	if evs := rec.of("42"); len(evs) != 1 || evs[0].Status != presence.Online {
@@ -345,4 +349,22 @@ func TestShutdown(t *testing.T) {
 	}
 }
 
-var _ gateway.Sink = nil
+
+// TestPortable runs the message round trip on the portable path (a
+// reading goroutine per connection).
+func TestPortable(t *testing.T) {
+	n := newNode(t, opts{tweak: func(c *gateway.Config) { c.NoEpoll = true }})
+	rec := n.record()
+	c := n.dial("1", "d")
+	c.msgType("welcome")
+	if !n.gw.Stats().EpollDisabled {
+		t.Fatal("NoEpoll ignored")
+	}
+	c.send(`{"type":"dance"}`)
+	c.errorCode("unknown_type")
+	c.send(`{"type":"bye"}`)
+	c.closed(1000)
+	if evs := rec.of("1"); len(evs) != 2 {
+		t.Fatalf("events %+v", evs)
+	}
+}
