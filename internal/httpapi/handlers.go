@@ -395,6 +395,7 @@ func (s *Server) contactsWrite(w http.ResponseWriter, r *http.Request, add bool)
 	if err != nil {
 		return err
 	}
+	s.contactsChanged(user)
 	return s.writeContacts(w, r, user)
 }
 
@@ -423,5 +424,13 @@ func (s *Server) contactOne(w http.ResponseWriter, r *http.Request, add bool) er
 	if err != nil {
 		return err
 	}
+	s.contactsChanged(user)
 	return s.writeContacts(w, r, user)
+}
+
+// contactsChanged tells the hook that owner's contact list changed.
+func (s *Server) contactsChanged(owner string) {
+	if s.onContactsChanged != nil {
+		s.onContactsChanged(owner)
+	}
 }

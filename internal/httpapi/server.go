@@ -78,6 +78,9 @@ type Config struct {
 	MaxBody int64
 	// Static serves GET / and GET /static/… (the browser side); nil: 404.
 	Static http.Handler
+	// OnContactsChanged is called after a change of owner's contact list is
+	// durable (the fan-out re-classifies owner's watchers); nil: nothing.
+	OnContactsChanged func(owner string)
 }
 
 // Server is the HTTP API. It is an http.Handler, safe for concurrent use.
@@ -96,6 +99,8 @@ type Server struct {
 	maxBody  int64
 	mux      *http.ServeMux
 	draining atomic.Bool
+
+	onContactsChanged func(owner string)
 }
 
 // New returns a Server.
@@ -135,6 +140,8 @@ func New(cfg Config) (*Server, error) {
 		throttle: newThrottle(cfg.PollInterval.Milliseconds()),
 		maxBody:  cfg.MaxBody,
 		mux:      http.NewServeMux(),
+
+		onContactsChanged: cfg.OnContactsChanged,
 	}
 	s.routes(cfg.MetricsHandler)
 	if cfg.Static != nil {
