@@ -1,0 +1,918 @@
+// Package fanout is who, on this node, watches whom: the registry of live
+// subscriptions of WebSocket connections, and the delivery of every change
+// of presence to each connection that watches the user, after the privacy
+// filter for that connection's user.
+//
+// A Hub receives the tracker's events (it is a tracker.Publisher). For each
+// event it asks privacy.FilterEvent what each kind of watcher may see — the
+// user themselves, a viewer in the user's contact list, anyone else —,
+// encodes each distinct view once as a WebSocket "presence" message
+// (internal/wire) and hands the same bytes to every watcher of that view. A
+// watcher who may not see the status gets nothing at all for the event.
+//
+// Users watched by more than Config.AsyncThreshold connections of this node
+// ("celebrities") are not delivered inside Publish: Publish records the
+// newest event per such user in a coalescing queue and Hub.Run delivers it in
+// batches, yielding between them, so one celebrity never delays anybody
+// else's change.
+//
+// # Locks
+//
+// The registry is sharded by target user; each shard's RWMutex guards its
+// targets, their watcher slots, and each watch's class and position.
+// Publish and Run hold a shard's read lock while they call Sink.Deliver;
+// Subscribe, Unsubscribe, Remove and ContactsChanged take it for writing
+// briefly. Per sink, subMu serializes Subscribe calls (and is held across
+// the Relations look-up, so the cap is exact), and mu guards the sink's own
+// subscriptions. Lock order: sinkState.subMu → sinkState.mu → shard.mu;
+// sinkShard.mu is never held with another lock. No lock is held across a
+// call to Relations.
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// Sink is one watching connection as the hub sees it (implemented by the
+// gateway). It must be comparable (a pointer type): the hub keys its
+// registry by it.
+type Sink interface {
+	// Viewer returns the user the connection belongs to. It must not
+	// change over the life of the sink.
+	Viewer() string
+	// Deliver queues frame — the complete "presence" message of user at
+	// version — for sending. It must not block and must not call back into
+	// the Hub (the hub holds a shard's read lock during the call; a sink
+	// that wants to close itself signals its own goroutine, which later
+	// calls Remove). A frame of the same user still queued should be
+	// replaced by this one if version is higher (coalescing); frames of one
+	// user may arrive out of version order. A sink that stays behind
+	// closes itself.
+	//
+	// frame is immutable and shared by every sink of the same view of the
+	// event: the sink may keep it as long as it wants but must never
+	// modify it. The hub never modifies or reuses a frame once handed out.
+	Deliver(user string, version uint64, frame []byte)
+}
+
+// Relations tells who lists whom as a contact (the durable store implements
+// it).
+type Relations interface {
+	// ListedBy calls fn for each of owners whose contact list holds viewer.
+	ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) error
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxSubscriptions = 500
+	DefaultAsyncThreshold   = 10000
+	DefaultAsyncBatch       = 1024
+)
+
+// Config configures a Hub. Zero values mean the documented defaults.
+type Config struct {
+	// Relations answers whether a viewer is in a target's contact list.
+	// Required.
+	Relations Relations
+	// MaxSubscriptions caps the users one sink watches (default 500).
+	MaxSubscriptions int
+	// AsyncThreshold: targets watched by more sinks than this are
+	// delivered on the batched path by Run (default 10,000).
+	AsyncThreshold int
+	// AsyncBatch is how many watcher slots Run serves between two yields
+	// (default 1,024).
+	AsyncBatch int
+	// Logger receives the rare warnings of the hub (default: discarded).
+	Logger *slog.Logger
+}
+
+// ErrTooManySubscriptions is returned by Subscribe when the request would
+// take the sink past Config.MaxSubscriptions; nothing of the request is
+// added.
+var ErrTooManySubscriptions = errors.New("fanout: too many subscriptions for one connection")
+
+// ErrRemoved is returned by a Subscribe that raced with Remove of the same
+// sink; nothing is added.
+var ErrRemoved = errors.New("fanout: the sink was removed")
+
+// errRunning is returned by a second concurrent Run.
+var errRunning = errors.New("fanout: Run is already running")
+
+// maxRelationRounds bounds how often Subscribe reads the relations again
+// when contact lists keep changing while it reads them; after that, the
+// remaining subscriptions stay non-contacts (the side that shows less).
+const maxRelationRounds = 4
+
+const numShards = 64 // power of two
+
+// class is how a watcher stands to the target; every watcher of one class
+// gets the same frame.
+type class uint8
+
+const (
+	classOther   class = iota // not in the target's contact list
+	classContact              // in the target's contact list
+	classSelf                 // the target themselves (another device)
+	numClasses
+)
+
+var relations = [numClasses]privacy.Relation{
+	classOther:   {},
+	classContact: {Contact: true},
+	classSelf:    {Self: true},
+}
+
+// watch is one subscription: sink watches target.
+type watch struct {
+	sink   Sink
+	viewer string
+	target string
+	// Guarded by the target's shard mu.
+	t     *target // nil once unregistered
+	pos   int     // index in t.slots
+	class class
+}
+
+// target is the watchers of one user. Removed watchers leave a nil slot,
+// so positions are stable while Run walks the slots in batches; the slots
+// are compacted when at least half are holes and no batched delivery is
+// walking them.
+type target struct {
+	slots      []*watch
+	live       int             // non-nil slots
+	n          [numClasses]int // live watchers per class
+	delivering bool            // Run is walking slots: do not compact
+}
+
+type shard struct {
+	mu      sync.RWMutex       // guards targets and everything in them
+	targets map[string]*target // by target user id
+	// gen counts ContactsChanged calls of owners in this shard. It is
+	// written under mu (for writing) and may be read without it.
+	gen atomic.Uint64
+	_   [40]byte // keep shards on their own cache lines
+}
+
+// sinkState is the subscriptions of one sink.
+type sinkState struct {
+	subMu  sync.Mutex // serializes Subscribe; held across Relations
+	mu     sync.Mutex // guards the fields below
+	subs   map[string]*watch
+	closed bool // removed; a Subscribe in flight adds nothing
+}
+
+type sinkShard struct {
+	mu    sync.Mutex // guards sinks
+	sinks map[Sink]*sinkState
+}
+
+// Hub is the fan-out of one node. It is safe for concurrent use.
+type Hub struct {
+	rel       Relations
+	maxSubs   int
+	threshold int
+	batch     int
+	log       *slog.Logger
+	seed      maphash.Seed
+
+	shards     [numShards]shard
+	sinkShards [numShards]sinkShard
+	q          asyncQueue
+	running    atomic.Bool
+
+	// Counters and gauges, see Stats.
+	sinks, subs, targets                                  atomic.Int64
+	published, delivered, skipped, frames, refused        atomic.Uint64
+	asyncQueued, asyncCoalesced, asyncBatches, relRetries atomic.Uint64
+	asyncDelivered, failClosed                            atomic.Uint64
+}
+
+var _ tracker.Publisher = (*Hub)(nil)
+
+// New returns a hub. Run must be running for users above the async
+// threshold to be delivered.
+func New(cfg Config) (*Hub, error) {
+	if cfg.Relations == nil {
+		return nil, errors.New("fanout: Config.Relations is required")
+	}
+	if cfg.MaxSubscriptions < 0 || cfg.AsyncThreshold < 0 || cfg.AsyncBatch < 0 {
+		return nil, fmt.Errorf("fanout: negative limit in %+v", cfg)
+	}
+	h := &Hub{
+		rel:       cfg.Relations,
+		maxSubs:   cfg.MaxSubscriptions,
+		threshold: cfg.AsyncThreshold,
+		batch:     cfg.AsyncBatch,
+		log:       cfg.Logger,
+		seed:      maphash.MakeSeed(),
+	}
+	if h.maxSubs == 0 {
+		h.maxSubs = DefaultMaxSubscriptions
+	}
+	if h.threshold == 0 {
+		h.threshold = DefaultAsyncThreshold
+	}
+	if h.batch == 0 {
+		h.batch = DefaultAsyncBatch
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	for i := range h.shards {
+		h.shards[i].targets = make(map[string]*target)
+		h.sinkShards[i].sinks = make(map[Sink]*sinkState)
+	}
+	h.q.pending = make(map[string]presence.Event)
+	h.q.wake = make(chan struct{}, 1)
+	return h, nil
+}
+
+func (h *Hub) shardOf(user string) *shard {
+	return &h.shards[maphash.String(h.seed, user)&(numShards-1)]
+}
+
+// state returns the state of s, creating it if create is set.
+func (h *Hub) state(s Sink, viewer string, create bool) *sinkState {
+	ss := &h.sinkShards[maphash.String(h.seed, viewer)&(numShards-1)]
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	st := ss.sinks[s]
+	if st == nil && create {
+		st = &sinkState{subs: make(map[string]*watch)}
+		ss.sinks[s] = st
+		h.sinks.Add(1)
+	}
+	return st
+}
+
+// Subscribe makes s watch ids and returns the ones it did not watch before,
+// in request order without duplicates; the caller then reads and sends
+// their snapshot (an event published meanwhile may reach s before or after
+// the snapshot: versions order them). If the request would take s past
+// MaxSubscriptions, it returns ErrTooManySubscriptions and adds nothing;
+// concurrent Subscribes of one sink are serialized, so the cap is exact.
+// The ids are not validated here (the gateway does). On a Relations error
+// nothing is added. Do not Subscribe a sink after Remove.
+func (h *Hub) Subscribe(ctx context.Context, s Sink, ids []string) (added []string, err error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	viewer := s.Viewer()
+	st := h.state(s, viewer, true)
+	st.subMu.Lock()
+	defer st.subMu.Unlock()
+
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil, ErrRemoved
+	}
+	fresh := make([]string, 0, len(ids))
+	var dup map[string]struct{}
+	if len(ids) > 1 {
+		dup = make(map[string]struct{}, len(ids))
+	}
+	for _, id := range ids {
+		if _, ok := st.subs[id]; ok {
+			continue
+		}
+		if dup != nil {
+			if _, ok := dup[id]; ok {
+				continue
+			}
+			dup[id] = struct{}{}
+		}
+		fresh = append(fresh, id)
+	}
+	if len(st.subs)+len(fresh) > h.maxSubs {
+		st.mu.Unlock()
+		h.refused.Add(1)
+		return nil, ErrTooManySubscriptions
+	}
+	st.mu.Unlock()
+	if len(fresh) == 0 {
+		return nil, nil
+	}
+
+	// The relation of every new subscription, read with no lock held.
+	// A ContactsChanged of an owner that runs meanwhile bumps its shard's
+	// gen; such subscriptions are registered as non-contacts and read
+	// again below.
+	watches := make([]*watch, len(fresh))
+	gens := make([]uint64, len(fresh))
+	for i, id := range fresh {
+		watches[i] = &watch{sink: s, viewer: viewer, target: id}
+		gens[i] = h.shardOf(id).gen.Load()
+		if id == viewer {
+			watches[i].class = classSelf
+		}
+	}
+	if err := h.readRelations(ctx, viewer, watches); err != nil {
+		return nil, err
+	}
+
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil, ErrRemoved
+	}
+	var stale []*watch
+	for i, w := range watches {
+		sh := h.shardOf(w.target)
+		sh.mu.Lock()
+		if w.class != classSelf && sh.gen.Load() != gens[i] {
+			w.class = classOther // shows less until read again
+			stale = append(stale, w)
+		}
+		h.insertLocked(sh, w)
+		sh.mu.Unlock()
+		st.subs[w.target] = w
+	}
+	st.mu.Unlock()
+	h.subs.Add(int64(len(watches)))
+
+	if len(stale) > 0 {
+		h.refreshRelations(ctx, viewer, stale)
+	}
+	return fresh, nil
+}
+
+// readRelations sets the class of each non-self watch from Relations.
+func (h *Hub) readRelations(ctx context.Context, viewer string, ws []*watch) error {
+	owners := make([]string, 0, len(ws))
+	index := make(map[string]*watch, len(ws))
+	for _, w := range ws {
+		if w.class == classSelf {
+			continue
+		}
+		w.class = classOther
+		owners = append(owners, w.target)
+		index[w.target] = w
+	}
+	if len(owners) == 0 {
+		return nil
+	}
+	return h.rel.ListedBy(ctx, viewer, owners, func(owner string) {
+		if w := index[owner]; w != nil {
+			w.class = classContact
+		}
+	})
+}
+
+// refreshRelations reads the relations of registered watches again until
+// no contact list changed during the read, and applies them.
+func (h *Hub) refreshRelations(ctx context.Context, viewer string, stale []*watch) {
+	for round := 0; len(stale) > 0; round++ {
+		if round == maxRelationRounds {
+			h.failClosed.Add(uint64(len(stale)))
+			h.log.Warn("fanout: contact lists kept changing; subscriptions left as non-contacts",
+				"viewer", viewer, "count", len(stale))
+			return
+		}
+		h.relRetries.Add(uint64(len(stale)))
+		// Read into copies: the registered watches are guarded by
+		// their shard locks.
+		probes := make([]*watch, len(stale))
+		gens := make([]uint64, len(stale))
+		for i, w := range stale {
+			probes[i] = &watch{target: w.target}
+			gens[i] = h.shardOf(w.target).gen.Load()
+		}
+		if err := h.readRelations(ctx, viewer, probes); err != nil {
+			h.failClosed.Add(uint64(len(stale)))
+			h.log.Warn("fanout: reading contact relations again failed; subscriptions left as non-contacts",
+				"viewer", viewer, "count", len(stale), "err", err)
+			return
+		}
+		next := stale[:0]
+		for i, w := range stale {
+			sh := h.shardOf(w.target)
+			sh.mu.Lock()
+			switch {
+			case w.t == nil: // unsubscribed meanwhile
+			case sh.gen.Load() != gens[i]:
+				next = append(next, w)
+			default:
+				setClassLocked(w, probes[i].class)
+			}
+			sh.mu.Unlock()
+		}
+		stale = next
+	}
+}
+
+func setClassLocked(w *watch, c class) {
+	if w.class == c {
+		return
+	}
+	w.t.n[w.class]--
+	w.class = c
+	w.t.n[c]++
+}
+
+func (h *Hub) insertLocked(sh *shard, w *watch) {
+	t := sh.targets[w.target]
+	if t == nil {
+		t = &target{}
+		sh.targets[w.target] = t
+		h.targets.Add(1)
+	}
+	w.t = t
+	w.pos = len(t.slots)
+	t.slots = append(t.slots, w)
+	t.live++
+	t.n[w.class]++
+}
+
+func (h *Hub) removeLocked(sh *shard, w *watch) {
+	t := w.t
+	if t == nil {
+		return
+	}
+	w.t = nil
+	t.slots[w.pos] = nil
+	t.live--
+	t.n[w.class]--
+	if t.live == 0 {
+		// A batched delivery walking t notices that t left the map.
+		if sh.targets[w.target] == t {
+			delete(sh.targets, w.target)
+			h.targets.Add(-1)
+		}
+		t.slots = nil
+		return
+	}
+	// Trailing holes go at once (no live watcher moves).
+	for n := len(t.slots); n > 0 && t.slots[n-1] == nil; n-- {
+		t.slots = t.slots[:n-1]
+	}
+	t.maybeCompact()
+}
+
+// maybeCompact closes the holes of t when they are at least half of its
+// slots, unless a batched delivery is walking them.
+func (t *target) maybeCompact() {
+	holes := len(t.slots) - t.live
+	if t.delivering || holes < 16 || holes < t.live {
+		return
+	}
+	if cap(t.slots) > 4*t.live {
+		slots := make([]*watch, 0, 2*t.live)
+		for _, w := range t.slots {
+			if w != nil {
+				w.pos = len(slots)
+				slots = append(slots, w)
+			}
+		}
+		t.slots = slots
+		return
+	}
+	j := 0
+	for _, w := range t.slots {
+		if w != nil {
+			w.pos = j
+			t.slots[j] = w
+			j++
+		}
+	}
+	clear(t.slots[j:])
+	t.slots = t.slots[:j]
+}
+
+// Unsubscribe stops s watching ids; ids it does not watch are ignored.
+// When it returns, s gets no more frames of those users.
+func (h *Hub) Unsubscribe(s Sink, ids []string) {
+	st := h.state(s, s.Viewer(), false)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	n := 0
+	for _, id := range ids {
+		w := st.subs[id]
+		if w == nil {
+			continue
+		}
+		delete(st.subs, id)
+		sh := h.shardOf(id)
+		sh.mu.Lock()
+		h.removeLocked(sh, w)
+		sh.mu.Unlock()
+		n++
+	}
+	st.mu.Unlock()
+	h.subs.Add(-int64(n))
+}
+
+// Remove drops all of s's subscriptions and forgets s (its connection
+// closed). When it returns, the hub never calls s.Deliver again.
+func (h *Hub) Remove(s Sink) {
+	ss := &h.sinkShards[maphash.String(h.seed, s.Viewer())&(numShards-1)]
+	ss.mu.Lock()
+	st := ss.sinks[s]
+	delete(ss.sinks, s)
+	ss.mu.Unlock()
+	if st == nil {
+		return
+	}
+	h.sinks.Add(-1)
+	st.mu.Lock()
+	st.closed = true
+	for _, w := range st.subs {
+		sh := h.shardOf(w.target)
+		sh.mu.Lock()
+		h.removeLocked(sh, w)
+		sh.mu.Unlock()
+	}
+	n := len(st.subs)
+	st.subs = nil
+	st.mu.Unlock()
+	h.subs.Add(-int64(n))
+}
+
+// ContactsChanged tells the hub that owner's contact list is now contacts:
+// each watcher of owner becomes a contact or stops being one. Call it after
+// the change is durable (a Subscribe running meanwhile reads the relations
+// again from Relations). It costs O(watchers of owner + contacts).
+func (h *Hub) ContactsChanged(owner string, contacts []string) {
+	sh := h.shardOf(owner)
+	sh.mu.RLock()
+	t := sh.targets[owner]
+	watched := t != nil && t.live > t.n[classSelf]
+	sh.mu.RUnlock()
+	var set map[string]struct{}
+	if watched {
+		set = make(map[string]struct{}, len(contacts))
+		for _, c := range contacts {
+			set[c] = struct{}{}
+		}
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.gen.Add(1)
+	t = sh.targets[owner]
+	if t == nil || t.live == t.n[classSelf] {
+		return
+	}
+	if set == nil { // the first watcher came while we looked
+		set = make(map[string]struct{}, len(contacts))
+		for _, c := range contacts {
+			set[c] = struct{}{}
+		}
+	}
+	for _, w := range t.slots {
+		if w == nil || w.class == classSelf {
+			continue
+		}
+		c := classOther
+		if _, ok := set[w.viewer]; ok {
+			c = classContact
+		}
+		setClassLocked(w, c)
+	}
+}
+
+// frames are the encoded messages of one event, per class; nil: the class
+// may not see the event. Frames of classes with the same view share bytes.
+type frames [numClasses][]byte
+
+// encode fills fr with the frames of ev for the classes in need, all in one
+// allocation. It returns how many distinct frames it encoded.
+func encode(ev *presence.Event, need *[numClasses]bool, fr *frames) int {
+	var (
+		views   [numClasses]privacy.View
+		visible [numClasses]bool
+		same    [numClasses]int8 // class whose frame this class shares, or -1
+		bounds  [numClasses][2]int
+		scratch [1024]byte
+	)
+	buf := scratch[:0]
+	distinct := 0
+	for c := range numClasses {
+		same[c] = -1
+		if !need[c] {
+			continue
+		}
+		views[c], visible[c] = privacy.FilterEvent(relations[c], &ev.Settings, ev)
+		if !visible[c] {
+			continue
+		}
+		for p := range c {
+			if visible[p] && same[p] < 0 && views[p] == views[c] {
+				same[c] = int8(p)
+				break
+			}
+		}
+		if same[c] < 0 {
+			start := len(buf)
+			buf = wire.AppendPresence(buf, &views[c])
+			bounds[c] = [2]int{start, len(buf)}
+			distinct++
+		}
+	}
+	*fr = frames{}
+	if distinct == 0 {
+		return 0
+	}
+	out := make([]byte, len(buf))
+	copy(out, buf)
+	for c := range numClasses {
+		if !visible[c] {
+			continue
+		}
+		src := c
+		if same[c] >= 0 {
+			src = class(same[c])
+		}
+		b := bounds[src]
+		fr[c] = out[b[0]:b[1]:b[1]]
+	}
+	return distinct
+}
+
+// Publish delivers ev to every sink watching its user, after the privacy
+// filter for each. It implements tracker.Publisher: it keeps nothing of ev
+// after it returns and never blocks on a sink. For a user with more than
+// AsyncThreshold watchers it only records ev for Run.
+func (h *Hub) Publish(ev *presence.Event) {
+	h.published.Add(1)
+	sh := h.shardOf(ev.UserID)
+	sh.mu.RLock()
+	t := sh.targets[ev.UserID]
+	if t == nil {
+		sh.mu.RUnlock()
+		return
+	}
+	if t.live > h.threshold {
+		sh.mu.RUnlock()
+		h.enqueue(ev)
+		return
+	}
+	var need [numClasses]bool
+	for c := range numClasses {
+		need[c] = t.n[c] > 0
+	}
+	var fr frames
+	nf := encode(ev, &need, &fr)
+	delivered := 0
+	if nf > 0 {
+		for _, w := range t.slots {
+			if w == nil {
+				continue
+			}
+			if f := fr[w.class]; f != nil {
+				w.sink.Deliver(ev.UserID, ev.Version, f)
+				delivered++
+			}
+		}
+	}
+	skipped := t.live - delivered
+	sh.mu.RUnlock()
+	h.frames.Add(uint64(nf))
+	h.delivered.Add(uint64(delivered))
+	h.skipped.Add(uint64(skipped))
+}
+
+// Stats are the counters of a hub.
+type Stats struct {
+	Sinks         int // sinks with state in the hub
+	Subscriptions int // (sink, user) pairs
+	Targets       int // users watched by at least one sink
+
+	Published      uint64 // events given to Publish
+	Delivered      uint64 // frames handed to sinks (both paths)
+	SkippedPrivacy uint64 // (event, watcher) pairs withheld: status hidden from the watcher
+	Frames         uint64 // distinct frames encoded
+	Refused        uint64 // Subscribe calls refused by the cap
+
+	AsyncQueued    uint64 // events of users above the threshold recorded for Run
+	AsyncCoalesced uint64 // of those, replaced by a newer one (or dropped as older) before delivery
+	AsyncBatches   uint64 // batches Run delivered
+	AsyncDelivered uint64 // frames Run handed to sinks (included in Delivered)
+	AsyncPending   int    // users with an event waiting for Run
+
+	RelationRetries uint64 // relations read again because a contact list changed during Subscribe
+	FailClosed      uint64 // subscriptions left as non-contacts after failed re-reads
+}
+
+// Stats returns the current counters.
+func (h *Hub) Stats() Stats {
+	h.q.mu.Lock()
+	pending := len(h.q.pending)
+	h.q.mu.Unlock()
+	return Stats{
+		Sinks:           int(h.sinks.Load()),
+		Subscriptions:   int(h.subs.Load()),
+		Targets:         int(h.targets.Load()),
+		Published:       h.published.Load(),
+		Delivered:       h.delivered.Load(),
+		SkippedPrivacy:  h.skipped.Load(),
+		Frames:          h.frames.Load(),
+		Refused:         h.refused.Load(),
+		AsyncQueued:     h.asyncQueued.Load(),
+		AsyncCoalesced:  h.asyncCoalesced.Load(),
+		AsyncBatches:    h.asyncBatches.Load(),
+		AsyncDelivered:  h.asyncDelivered.Load(),
+		AsyncPending:    pending,
+		RelationRetries: h.relRetries.Load(),
+		FailClosed:      h.failClosed.Load(),
+	}
+}
+
+// The batched path.
+
+// asyncQueue holds the newest event of each user above the threshold that
+// Run has not taken yet. Its size is bounded by the number of such users,
+// at most (subscriptions on this node) / AsyncThreshold.
+type asyncQueue struct {
+	mu      sync.Mutex                // guards pending and order
+	pending map[string]presence.Event // newest event per user
+	order   []string                  // users in the order they were queued; may hold users taken since
+	wake    chan struct{}             // signalled when pending grows
+}
+
+func (h *Hub) enqueue(ev *presence.Event) {
+	h.asyncQueued.Add(1)
+	q := &h.q
+	q.mu.Lock()
+	old, ok := q.pending[ev.UserID]
+	switch {
+	case !ok:
+		q.pending[ev.UserID] = *ev
+		q.order = append(q.order, ev.UserID)
+	case ev.Version > old.Version:
+		q.pending[ev.UserID] = *ev
+		h.asyncCoalesced.Add(1)
+	default:
+		h.asyncCoalesced.Add(1)
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// job is the batched delivery of one user's newest event. It covers the
+// slots [start, len) and then [0, start); a newer event taken mid-way
+// restarts the cycle at the current position, so no watcher waits for a
+// full pass.
+type job struct {
+	user    string
+	sh      *shard
+	t       *target
+	ev      presence.Event
+	fr      frames
+	start   int
+	pos     int
+	wrapped bool
+}
+
+var allClasses = [numClasses]bool{true, true, true}
+
+// Run delivers the events of users above AsyncThreshold until ctx is done,
+// in batches of AsyncBatch watcher slots, taking turns between users and
+// yielding between rounds. It returns nil when ctx is done, and an error
+// if another Run is running.
+func (h *Hub) Run(ctx context.Context) error {
+	if !h.running.CompareAndSwap(false, true) {
+		return errRunning
+	}
+	defer h.running.Store(false)
+	jobs := map[string]*job{}
+	var order []*job
+	defer func() {
+		for _, j := range order {
+			h.endJob(j)
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		order = h.takePending(jobs, order)
+		if len(order) == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-h.q.wake:
+			}
+			continue
+		}
+		next := order[:0]
+		for _, j := range order {
+			if h.step(j) {
+				h.endJob(j)
+				delete(jobs, j.user)
+			} else {
+				next = append(next, j)
+			}
+		}
+		clear(order[len(next):])
+		order = next
+		runtime.Gosched()
+	}
+}
+
+// takePending moves the queued events into jobs: a new job per user, or
+// the newer event for a user whose job is running.
+func (h *Hub) takePending(jobs map[string]*job, order []*job) []*job {
+	q := &h.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, user := range q.order {
+		ev, ok := q.pending[user]
+		if !ok {
+			continue
+		}
+		delete(q.pending, user)
+		if j := jobs[user]; j != nil {
+			if ev.Version <= j.ev.Version {
+				h.asyncCoalesced.Add(1)
+				continue
+			}
+			j.ev = ev
+			h.frames.Add(uint64(encode(&j.ev, &allClasses, &j.fr)))
+			j.start, j.wrapped = j.pos, false
+			continue
+		}
+		j := &job{user: user, sh: h.shardOf(user), ev: ev}
+		j.sh.mu.Lock()
+		j.t = j.sh.targets[user]
+		if j.t != nil {
+			j.t.delivering = true
+		}
+		j.sh.mu.Unlock()
+		if j.t == nil {
+			continue // nobody watches any more
+		}
+		h.frames.Add(uint64(encode(&j.ev, &allClasses, &j.fr)))
+		jobs[user] = j
+		order = append(order, j)
+	}
+	clear(q.order)
+	q.order = q.order[:0]
+	return order
+}
+
+// step delivers one batch of j and reports whether j is done.
+func (h *Hub) step(j *job) bool {
+	sh := j.sh
+	sh.mu.RLock()
+	if sh.targets[j.user] != j.t {
+		sh.mu.RUnlock()
+		return true // every watcher left; new ones read a snapshot
+	}
+	limit := len(j.t.slots)
+	if j.wrapped {
+		limit = min(limit, j.start)
+	}
+	end := min(j.pos+h.batch, limit)
+	delivered, skipped := 0, 0
+	for _, w := range j.t.slots[min(j.pos, end):end] {
+		if w == nil {
+			continue
+		}
+		if f := j.fr[w.class]; f != nil {
+			w.sink.Deliver(j.user, j.ev.Version, f)
+			delivered++
+		} else {
+			skipped++
+		}
+	}
+	sh.mu.RUnlock()
+	h.asyncBatches.Add(1)
+	h.asyncDelivered.Add(uint64(delivered))
+	h.delivered.Add(uint64(delivered))
+	h.skipped.Add(uint64(skipped))
+	j.pos = end
+	if end < limit {
+		return false
+	}
+	if j.wrapped || j.start == 0 {
+		return true
+	}
+	j.wrapped, j.pos = true, 0
+	return false
+}
+
+func (h *Hub) endJob(j *job) {
+	j.sh.mu.Lock()
+	j.t.delivering = false
+	if j.sh.targets[j.user] == j.t {
+		j.t.maybeCompact()
+	}
+	j.sh.mu.Unlock()
+}

@@ -1,0 +1,864 @@
+package fanout_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/fanout"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// frame is one delivery as a sink saw it.
+type frame struct {
+	user    string
+	version uint64
+	b       []byte
+}
+
+// sink is a Sink that records what it is given. With gate set, the
+// delivery of gateVersion blocks until gate is closed, after closing
+// reached (a sink must not block; this one does to hold Run mid-batch).
+type sink struct {
+	viewer string
+
+	mu  sync.Mutex
+	got []frame
+
+	gateVersion uint64
+	gate        chan struct{}
+	reached     chan struct{}
+}
+
+func newSink(viewer string) *sink { return &sink{viewer: viewer} }
+
+func (s *sink) Viewer() string { return s.viewer }
+
+func (s *sink) Deliver(user string, version uint64, b []byte) {
+	s.mu.Lock()
+	s.got = append(s.got, frame{user, version, b})
+	s.mu.Unlock()
+	if s.gate != nil && version == s.gateVersion {
+		close(s.reached)
+		<-s.gate
+	}
+}
+
+func (s *sink) frames() []frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]frame(nil), s.got...)
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
+// rels is an in-memory Relations. A hook runs once inside the next
+// ListedBy, after it has read the lists and before it answers: the answer
+// is what the lists were when it read them.
+type rels struct {
+	mu    sync.Mutex
+	lists map[string]map[string]bool // owner → contacts
+	hook  func()
+	err   error
+	calls int
+}
+
+func newRels() *rels { return &rels{lists: map[string]map[string]bool{}} }
+
+func (r *rels) set(owner string, contacts ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[string]bool{}
+	for _, c := range contacts {
+		m[c] = true
+	}
+	r.lists[owner] = m
+}
+
+func (r *rels) ListedBy(ctx context.Context, viewer string, owners []string, fn func(string)) error {
+	r.mu.Lock()
+	r.calls++
+	hook, err := r.hook, r.err
+	r.hook = nil
+	var listed []string
+	for _, o := range owners {
+		if r.lists[o][viewer] {
+			listed = append(listed, o)
+		}
+	}
+	r.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, o := range listed {
+		fn(o)
+	}
+	return nil
+}
+
+func newHub(t testing.TB, r fanout.Relations, cfg fanout.Config) *fanout.Hub {
+	t.Helper()
+	cfg.Relations = r
+	h, err := fanout.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func subscribe(t testing.TB, h *fanout.Hub, s fanout.Sink, ids ...string) []string {
+	t.Helper()
+	added, err := h.Subscribe(context.Background(), s, ids)
+	if err != nil {
+		t.Fatalf("Subscribe(%s, %d ids): %v", s.Viewer(), len(ids), err)
+	}
+	return added
+}
+
+const ms = int64(1795388929123)
+
+func event(user string, st presence.Status, version uint64, set presence.Settings) *presence.Event {
+	return &presence.Event{UserID: user, Status: st, Prev: presence.Offline, Text: "hi",
+		LastSeen: ms, Version: version, At: ms, Settings: set}
+}
+
+// decoded is a presence message as a client reads it.
+type decoded struct {
+	Type       string  `json:"type"`
+	UserID     string  `json:"user_id"`
+	Status     *string `json:"status"`
+	LastSeen   *string `json:"last_seen"`
+	StatusText *string `json:"status_text"`
+	Version    *uint64 `json:"version"`
+}
+
+func decode(t *testing.T, b []byte) decoded {
+	t.Helper()
+	if !json.Valid(b) {
+		t.Fatalf("frame is not valid JSON: %s", b)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	var m decoded
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("decoding %s: %v", b, err)
+	}
+	return m
+}
+
+// allows is the test's own reading of the privacy rules.
+func allows(v presence.Visibility, self, contact bool) bool {
+	switch v {
+	case presence.Everyone:
+		return true
+	case presence.Contacts:
+		return self || contact
+	}
+	return self
+}
+
+func TestNewConfig(t *testing.T) {
+	if _, err := fanout.New(fanout.Config{}); err == nil {
+		t.Error("New without Relations: want an error")
+	}
+	if _, err := fanout.New(fanout.Config{Relations: newRels(), MaxSubscriptions: -1}); err == nil {
+		t.Error("New with a negative cap: want an error")
+	}
+}
+
+// TestPrivacyMatrix: every (status, last_seen) visibility × (contact,
+// non-contact, self) watcher gets exactly what the rules allow, and nothing
+// at all when the status is hidden from them.
+func TestPrivacyMatrix(t *testing.T) {
+	vis := []presence.Visibility{presence.Everyone, presence.Contacts, presence.Nobody}
+	watchers := []struct {
+		viewer        string
+		self, contact bool
+	}{
+		{"target", true, false},
+		{"friend", false, true},
+		{"stranger", false, false},
+	}
+	for _, sv := range vis {
+		for _, lv := range vis {
+			for _, st := range []presence.Status{presence.Online, presence.Offline} {
+				set := presence.Settings{Status: sv, LastSeen: lv}
+				t.Run(fmt.Sprintf("status=%v/last_seen=%v/%v", sv, lv, st), func(t *testing.T) {
+					r := newRels()
+					r.set("target", "friend")
+					h := newHub(t, r, fanout.Config{})
+					sinks := map[string]*sink{}
+					for _, w := range watchers {
+						s := newSink(w.viewer)
+						sinks[w.viewer] = s
+						subscribe(t, h, s, "target")
+					}
+					h.Publish(event("target", st, 7, set))
+					for _, w := range watchers {
+						got := sinks[w.viewer].frames()
+						wantStatus := allows(sv, w.self, w.contact)
+						if !wantStatus {
+							if len(got) != 0 {
+								t.Errorf("%s: got %s, want nothing", w.viewer, got[0].b)
+							}
+							continue
+						}
+						if len(got) != 1 {
+							t.Fatalf("%s: got %d frames, want 1", w.viewer, len(got))
+						}
+						f := got[0]
+						m := decode(t, f.b)
+						if f.user != "target" || f.version != 7 || m.Type != "presence" || m.UserID != "target" ||
+							m.Version == nil || *m.Version != 7 {
+							t.Errorf("%s: got %q v%d %s", w.viewer, f.user, f.version, f.b)
+						}
+						if m.Status == nil || *m.Status != st.String() {
+							t.Errorf("%s: status in %s, want %v", w.viewer, f.b, st)
+						}
+						if m.StatusText == nil || *m.StatusText != "hi" {
+							t.Errorf("%s: status_text in %s, want hi", w.viewer, f.b)
+						}
+						wantLast := allows(lv, w.self, w.contact)
+						if (m.LastSeen != nil) != wantLast {
+							t.Errorf("%s: last_seen in %s, want shown=%v", w.viewer, f.b, wantLast)
+						}
+						if wantLast && *m.LastSeen != wire.FormatTime(ms) {
+							t.Errorf("%s: last_seen %s, want %s", w.viewer, *m.LastSeen, wire.FormatTime(ms))
+						}
+					}
+					stats := h.Stats()
+					n := 0
+					for _, w := range watchers {
+						if allows(sv, w.self, w.contact) {
+							n++
+						}
+					}
+					if stats.Delivered != uint64(n) || stats.SkippedPrivacy != uint64(3-n) {
+						t.Errorf("stats %+v: want %d delivered, %d skipped", stats, n, 3-n)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestInvisibleLooksLikeBye: going invisible and logging out at the same
+// moment reach every watcher as the same bytes (but the user id).
+func TestInvisibleLooksLikeBye(t *testing.T) {
+	rules := &presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	for _, set := range []presence.Settings{{}, {Status: presence.Contacts, LastSeen: presence.Contacts}, {LastSeen: presence.Nobody}} {
+		inv := presence.NewUser(presence.Profile{UserID: "a", Settings: set})
+		bye := presence.NewUser(presence.Profile{UserID: "b", Settings: set})
+		for _, u := range []*presence.User{inv, bye} {
+			if _, err := u.Beat(rules, ms, "phone", true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		chInv := inv.SetStatus(rules, ms+5000, presence.ManualInvisible, "")
+		chBye := bye.Bye(rules, ms+5000, "phone")
+		if !chInv.Changed || !chBye.Changed {
+			t.Fatalf("no events: %+v %+v", chInv, chBye)
+		}
+		r := newRels()
+		r.set("a", "friend")
+		r.set("b", "friend")
+		h := newHub(t, r, fanout.Config{})
+		var sinks []*sink
+		for _, v := range []string{"friend", "stranger"} {
+			s := newSink(v)
+			subscribe(t, h, s, "a", "b")
+			sinks = append(sinks, s)
+		}
+		h.Publish(&chInv.Event)
+		h.Publish(&chBye.Event)
+		for _, s := range sinks {
+			got := s.frames()
+			if len(got) == 0 {
+				continue // hidden from this watcher: equally hidden for both
+			}
+			if len(got) != 2 {
+				t.Fatalf("%+v %s: got %d frames, want 2", set, s.viewer, len(got))
+			}
+			a := strings.Replace(string(got[0].b), `"user_id":"a"`, `"user_id":"b"`, 1)
+			if a != string(got[1].b) || got[0].version != got[1].version {
+				t.Errorf("%+v %s: invisible reads\n%s\nbye reads\n%s", set, s.viewer, got[0].b, got[1].b)
+			}
+			if m := decode(t, got[0].b); m.Status == nil || *m.Status != "offline" {
+				t.Errorf("invisible reads %s", got[0].b)
+			}
+		}
+	}
+}
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+func TestSubscribeCap(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{})
+	s := newSink("v")
+	if _, err := h.Subscribe(context.Background(), s, ids("u", 501)); !errors.Is(err, fanout.ErrTooManySubscriptions) {
+		t.Fatalf("501 at once: %v, want ErrTooManySubscriptions", err)
+	}
+	if st := h.Stats(); st.Subscriptions != 0 || st.Targets != 0 {
+		t.Fatalf("after a refused request: %+v, want nothing added", st)
+	}
+	if added := subscribe(t, h, s, ids("u", 499)...); len(added) != 499 {
+		t.Fatalf("added %d, want 499", len(added))
+	}
+	// Already watched ids do not count; duplicates count once.
+	added := subscribe(t, h, s, "u0", "u1", "x", "x", "u2")
+	if strings.Join(added, ",") != "x" {
+		t.Fatalf("added %q, want [x]", added)
+	}
+	// 500 now: one more is refused, with the rest of its request.
+	if _, err := h.Subscribe(context.Background(), s, []string{"u3", "y", "z"}); !errors.Is(err, fanout.ErrTooManySubscriptions) {
+		t.Fatalf("501st: %v, want ErrTooManySubscriptions", err)
+	}
+	if added := subscribe(t, h, s, "u3", "u4"); len(added) != 0 {
+		t.Fatalf("re-subscribing watched ids at the cap added %q", added)
+	}
+	if st := h.Stats(); st.Subscriptions != 500 || st.Refused != 2 {
+		t.Fatalf("stats %+v: want 500 subscriptions, 2 refused", st)
+	}
+	h.Publish(event("y", presence.Online, 1, presence.Settings{}))
+	if s.count() != 0 {
+		t.Fatal("a refused id was watched")
+	}
+	// After unsubscribing one, one fits again.
+	h.Unsubscribe(s, []string{"u0"})
+	if added := subscribe(t, h, s, "y"); len(added) != 1 {
+		t.Fatalf("added %q, want [y]", added)
+	}
+	// The cap is per sink.
+	if added := subscribe(t, h, newSink("v"), ids("u", 500)...); len(added) != 500 {
+		t.Fatalf("another sink: added %d, want 500", len(added))
+	}
+}
+
+// TestSubscribeCapConcurrent: concurrent Subscribes on one sink never take
+// it past the cap.
+func TestSubscribeCapConcurrent(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{})
+	s := newSink("v")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	for g := range 50 {
+		wg.Go(func() {
+			_, err := h.Subscribe(context.Background(), s, ids(fmt.Sprintf("g%d-", g), 20))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, fanout.ErrTooManySubscriptions):
+				refused++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok != 25 || refused != 25 || h.Stats().Subscriptions != 500 {
+		t.Errorf("%d ok, %d refused, %d subscriptions; want 25, 25, 500", ok, refused, h.Stats().Subscriptions)
+	}
+}
+
+func TestSubscribeRelationsError(t *testing.T) {
+	r := newRels()
+	r.err = errors.New("db down")
+	h := newHub(t, r, fanout.Config{})
+	s := newSink("v")
+	if _, err := h.Subscribe(context.Background(), s, []string{"a", "b"}); err == nil {
+		t.Fatal("want the Relations error")
+	}
+	if st := h.Stats(); st.Subscriptions != 0 {
+		t.Fatalf("stats %+v: want nothing added", st)
+	}
+	// Watching only oneself needs no look-up.
+	r.err = nil
+	calls := r.calls
+	subscribe(t, h, newSink("me"), "me")
+	if r.calls != calls {
+		t.Error("Relations asked about the viewer themselves")
+	}
+}
+
+func TestUnsubscribeAndRemove(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{})
+	a, b := newSink("a"), newSink("b")
+	subscribe(t, h, a, "x", "y")
+	subscribe(t, h, b, "x")
+	h.Unsubscribe(a, []string{"x", "never"})
+	h.Publish(event("x", presence.Online, 1, presence.Settings{}))
+	h.Publish(event("y", presence.Online, 1, presence.Settings{}))
+	if got := a.frames(); len(got) != 1 || got[0].user != "y" {
+		t.Fatalf("a got %v, want only y", got)
+	}
+	if b.count() != 1 {
+		t.Fatalf("b got %d, want 1", b.count())
+	}
+	h.Remove(a)
+	h.Remove(a) // idempotent
+	h.Publish(event("y", presence.Away, 2, presence.Settings{}))
+	if a.count() != 1 {
+		t.Fatalf("a got frames after Remove")
+	}
+	h.Remove(b)
+	if st := h.Stats(); st.Sinks != 0 || st.Subscriptions != 0 || st.Targets != 0 {
+		t.Fatalf("stats after removing all: %+v", st)
+	}
+	h.Unsubscribe(newSink("ghost"), []string{"x"}) // unknown sink: no-op
+}
+
+func TestContactsChanged(t *testing.T) {
+	set := presence.Settings{Status: presence.Contacts, LastSeen: presence.Contacts}
+	r := newRels()
+	h := newHub(t, r, fanout.Config{})
+	f, me := newSink("f"), newSink("t")
+	subscribe(t, h, f, "t")
+	subscribe(t, h, me, "t")
+	h.Publish(event("t", presence.Online, 1, set))
+	if f.count() != 0 || me.count() != 1 {
+		t.Fatalf("before: f %d, self %d; want 0, 1", f.count(), me.count())
+	}
+	r.set("t", "f")
+	h.ContactsChanged("t", []string{"f"}) // grant
+	h.Publish(event("t", presence.Away, 2, set))
+	if f.count() != 1 || me.count() != 2 {
+		t.Fatalf("after grant: f %d, self %d; want 1, 2", f.count(), me.count())
+	}
+	r.set("t")
+	h.ContactsChanged("t", nil) // revoke; self stays self
+	h.Publish(event("t", presence.Online, 3, set))
+	if f.count() != 1 || me.count() != 3 {
+		t.Fatalf("after revoke: f %d, self %d; want 1, 3", f.count(), me.count())
+	}
+	h.ContactsChanged("nobody-watches", []string{"f"})
+}
+
+// TestContactsChangedDuringSubscribe: a contact list that changes while
+// Subscribe reads the relations is read again; a revocation is never lost.
+func TestContactsChangedDuringSubscribe(t *testing.T) {
+	set := presence.Settings{Status: presence.Contacts}
+	for _, tc := range []struct {
+		name       string
+		before     []string
+		after      []string
+		wantFrames int
+	}{
+		{"revoked", []string{"f"}, nil, 0},
+		{"granted", nil, []string{"f"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRels()
+			r.set("t", tc.before...)
+			h := newHub(t, r, fanout.Config{})
+			other := newSink("o")
+			subscribe(t, h, other, "t") // so that "t" is watched already
+			r.hook = func() {
+				r.set("t", tc.after...)
+				h.ContactsChanged("t", tc.after)
+			}
+			f := newSink("f")
+			subscribe(t, h, f, "t", "u")
+			h.Publish(event("t", presence.Online, 1, set))
+			if f.count() != tc.wantFrames {
+				t.Errorf("got %d frames, want %d", f.count(), tc.wantFrames)
+			}
+			if st := h.Stats(); st.RelationRetries == 0 {
+				t.Errorf("stats %+v: want a relation retry", st)
+			}
+		})
+	}
+}
+
+// TestEncodeOnce: sinks of one view share the very same bytes; distinct
+// views are encoded once each.
+func TestEncodeOnce(t *testing.T) {
+	r := newRels()
+	r.set("t", "c1", "c2")
+	h := newHub(t, r, fanout.Config{})
+	var others, contacts []*sink
+	for i := range 3 {
+		s := newSink(fmt.Sprintf("o%d", i))
+		subscribe(t, h, s, "t")
+		others = append(others, s)
+	}
+	for _, v := range []string{"c1", "c2", "t"} {
+		s := newSink(v)
+		subscribe(t, h, s, "t")
+		contacts = append(contacts, s)
+	}
+	h.Publish(event("t", presence.Online, 9, presence.Settings{LastSeen: presence.Contacts}))
+	first := func(s *sink) []byte { return s.frames()[0].b }
+	for _, group := range [][]*sink{others, contacts} {
+		for _, s := range group[1:] {
+			if &first(s)[0] != &first(group[0])[0] {
+				t.Errorf("%s and %s got different copies of one view", s.viewer, group[0].viewer)
+			}
+		}
+	}
+	if bytes.Equal(first(others[0]), first(contacts[0])) {
+		t.Error("contacts and others got the same view")
+	}
+	if st := h.Stats(); st.Frames != 2 {
+		t.Errorf("encoded %d frames, want 2", st.Frames)
+	}
+	// A sink appending to its frame cannot touch another view's bytes.
+	f := first(others[0])
+	if cap(f) != len(f) {
+		t.Errorf("frame has spare capacity %d", cap(f)-len(f))
+	}
+}
+
+func TestPublishAllocs(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{})
+	for i := range 500 {
+		subscribe(t, h, &countSink{viewer: fmt.Sprint("v", i)}, "t")
+	}
+	ev := event("t", presence.Online, 1, presence.Settings{})
+	allocs := testing.AllocsPerRun(100, func() {
+		ev.Version++
+		h.Publish(ev)
+	})
+	if allocs > 1 {
+		t.Errorf("Publish to 500 watchers: %v allocations, want at most 1 (the frame)", allocs)
+	}
+}
+
+// countSink counts deliveries without keeping them.
+type countSink struct {
+	viewer string
+	mu     sync.Mutex
+	n      int
+	last   uint64
+}
+
+func (s *countSink) Viewer() string { return s.viewer }
+
+func (s *countSink) Deliver(_ string, v uint64, _ []byte) {
+	s.mu.Lock()
+	s.n++
+	s.last = v
+	s.mu.Unlock()
+}
+
+// TestConcurrency: many sinks subscribing, unsubscribing, removing and
+// changing contacts while events are published; run under -race.
+func TestConcurrency(t *testing.T) {
+	r := newRels()
+	h := newHub(t, r, fanout.Config{AsyncThreshold: 5, AsyncBatch: 3})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = h.Run(ctx) })
+	targets := ids("t", 30)
+	var workers sync.WaitGroup
+	for g := range 16 {
+		workers.Go(func() {
+			for round := range 50 {
+				s := newSink(fmt.Sprintf("v%d", (g+round)%10))
+				if _, err := h.Subscribe(ctx, s, targets[g%7:g%7+20]); err != nil {
+					t.Error(err)
+				}
+				h.Unsubscribe(s, targets[g%7:g%7+5])
+				if round%3 == 0 {
+					r.set(targets[round%30], fmt.Sprintf("v%d", round%10))
+					h.ContactsChanged(targets[round%30], []string{fmt.Sprintf("v%d", round%10)})
+				}
+				h.Remove(s)
+			}
+		})
+	}
+	for g := range 4 {
+		workers.Go(func() {
+			for v := range 500 {
+				h.Publish(event(targets[(g*7+v)%30], presence.Status(1+v%3), uint64(v+1), presence.Settings{Status: presence.Contacts}))
+			}
+		})
+	}
+	workers.Wait()
+	cancel()
+	wg.Wait()
+	if st := h.Stats(); st.Sinks != 0 || st.Subscriptions != 0 || st.Targets != 0 {
+		t.Errorf("after everyone left: %+v", st)
+	}
+}
+
+// waitFor polls cond until it holds or a generous deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func runHub(t *testing.T, h *fanout.Hub) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// celebrity subscribes n sinks to "celeb" and returns them in slot order.
+func celebrity(t *testing.T, h *fanout.Hub, n int) []*sink {
+	var out []*sink
+	for i := range n {
+		s := newSink(fmt.Sprintf("fan%d", i))
+		subscribe(t, h, s, "celeb")
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestAsyncCoalesces: events of a user above the threshold wait for Run,
+// only the newest is delivered, and users below the threshold are
+// delivered at once meanwhile.
+func TestAsyncCoalesces(t *testing.T) {
+	r := newRels()
+	r.set("celeb", "fan1")
+	h := newHub(t, r, fanout.Config{AsyncThreshold: 10, AsyncBatch: 3})
+	fans := celebrity(t, h, 11)
+	friend := newSink("fan0")
+	subscribe(t, h, friend, "normal")
+	set := presence.Settings{Status: presence.Contacts}
+	for v := uint64(1); v <= 3; v++ {
+		h.Publish(event("celeb", presence.Online, v, set))
+	}
+	h.Publish(event("celeb", presence.Away, 2, set)) // late and older: dropped
+	h.Publish(event("normal", presence.Online, 1, presence.Settings{}))
+	if friend.count() != 1 {
+		t.Fatalf("normal user: %d frames, want 1 at once", friend.count())
+	}
+	for _, s := range fans {
+		if s.count() != 0 {
+			t.Fatalf("%s got a celebrity frame inside Publish", s.viewer)
+		}
+	}
+	if st := h.Stats(); st.AsyncPending != 1 || st.AsyncQueued != 4 || st.AsyncCoalesced != 3 {
+		t.Fatalf("stats %+v: want 1 pending, 4 queued, 3 coalesced", st)
+	}
+	runHub(t, h)
+	waitFor(t, "the celebrity's contact to get the event", func() bool { return fans[1].count() == 1 })
+	waitFor(t, "the queue to drain", func() bool { return h.Stats().AsyncPending == 0 })
+	// Only the contact may see it (status: contacts), and only v3.
+	for i, s := range fans {
+		got := s.frames()
+		switch {
+		case i == 1 && (len(got) != 1 || got[0].version != 3):
+			t.Errorf("contact got %v, want v3 once", got)
+		case i != 1 && len(got) != 0:
+			t.Errorf("%s got %d frames, want none (status hidden)", s.viewer, len(got))
+		}
+	}
+}
+
+// TestAsyncDoesNotDelayOthers: while Run is in the middle of delivering a
+// celebrity's change (held there by a sink), a change of a normal user is
+// delivered completely, and the celebrity's delivery then completes.
+func TestAsyncDoesNotDelayOthers(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{AsyncThreshold: 100, AsyncBatch: 10})
+	fans := celebrity(t, h, 1000)
+	held := fans[500]
+	held.gateVersion, held.gate, held.reached = 1, make(chan struct{}), make(chan struct{})
+	var friends []*sink
+	for i := range 50 {
+		s := newSink(fmt.Sprint("friend", i))
+		subscribe(t, h, s, "normal", "celeb")
+		friends = append(friends, s)
+	}
+	runHub(t, h)
+	h.Publish(event("celeb", presence.Online, 1, presence.Settings{}))
+	<-held.reached // Run is mid-way through the celebrity
+	h.Publish(event("normal", presence.Online, 1, presence.Settings{}))
+	celebDone := 0
+	for _, s := range fans {
+		celebDone += s.count()
+	}
+	for _, s := range friends {
+		if got := s.frames(); len(got) != 1 || got[0].user != "normal" {
+			t.Fatalf("%s: got %v, want the normal user's change before the celebrity's", s.viewer, got)
+		}
+	}
+	if celebDone == 0 || celebDone >= len(fans) {
+		t.Fatalf("celebrity delivered to %d of %d when the normal user's change was: want mid-way", celebDone, len(fans))
+	}
+	close(held.gate)
+	for _, s := range append(fans, friends...) {
+		waitFor(t, s.viewer+" to get the celebrity's change", func() bool {
+			for _, f := range s.frames() {
+				if f.user == "celeb" {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	if st := h.Stats(); st.AsyncBatches < 100 {
+		t.Errorf("stats %+v: want the celebrity in batches of 10", st)
+	}
+}
+
+// TestAsyncNewerEventMidway: a newer change taken while a celebrity's
+// delivery is half done continues from there and wraps around: every
+// watcher ends at the newest version, none waits for a second full pass.
+func TestAsyncNewerEventMidway(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{AsyncThreshold: 50, AsyncBatch: 10})
+	fans := celebrity(t, h, 100)
+	held := fans[15]
+	held.gateVersion, held.gate, held.reached = 1, make(chan struct{}), make(chan struct{})
+	runHub(t, h)
+	h.Publish(event("celeb", presence.Online, 1, presence.Settings{}))
+	<-held.reached
+	h.Publish(event("celeb", presence.Away, 2, presence.Settings{}))
+	close(held.gate)
+	for _, s := range fans {
+		waitFor(t, s.viewer+" to get v2", func() bool {
+			got := s.frames()
+			return len(got) > 0 && got[len(got)-1].version == 2
+		})
+	}
+	onlyNewest := 0
+	for i, s := range fans {
+		got := s.frames()
+		switch {
+		case len(got) == 1 && got[0].version == 2:
+			onlyNewest++
+		case len(got) == 2 && got[0].version == 1 && got[1].version == 2:
+			if i >= 20 {
+				t.Errorf("fan %d (after the batch in flight) got v1 too", i)
+			}
+		default:
+			t.Errorf("fan %d got %v", i, got)
+		}
+	}
+	if onlyNewest != 80 {
+		t.Errorf("%d fans got only v2, want the 80 after the batch in flight", onlyNewest)
+	}
+}
+
+// TestAsyncUnsubscribeMidway: watchers leaving and joining while a
+// celebrity is delivered in batches neither miss the change nor get it
+// after they left.
+func TestAsyncUnsubscribeMidway(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{AsyncThreshold: 50, AsyncBatch: 10})
+	fans := celebrity(t, h, 200)
+	held := fans[100]
+	held.gateVersion, held.gate, held.reached = 1, make(chan struct{}), make(chan struct{})
+	runHub(t, h)
+	h.Publish(event("celeb", presence.Online, 1, presence.Settings{}))
+	<-held.reached
+	// Run holds a read lock; leave from other goroutines.
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		for i := 0; i < 200; i += 2 {
+			if i != 100 {
+				h.Remove(fans[i])
+			}
+		}
+	}()
+	close(held.gate)
+	<-left
+	for i := 1; i < 200; i += 2 {
+		s := fans[i]
+		waitFor(t, s.viewer, func() bool { return s.count() == 1 })
+	}
+	for i := 0; i < 100; i += 2 {
+		if fans[i].count() != 1 {
+			t.Errorf("fan %d (before the held one) got %d frames", i, fans[i].count())
+		}
+	}
+	for i := 102; i < 200; i += 2 {
+		if fans[i].count() > 1 {
+			t.Errorf("fan %d got %d frames", i, fans[i].count())
+		}
+	}
+	// The next change reaches everyone still there.
+	h.Publish(event("celeb", presence.Away, 2, presence.Settings{}))
+	for i := 1; i < 200; i += 2 {
+		s := fans[i]
+		waitFor(t, s.viewer+" v2", func() bool { return s.count() == 2 })
+	}
+}
+
+func TestRunTwice(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{AsyncThreshold: 1})
+	fans := celebrity(t, h, 2)
+	runHub(t, h)
+	h.Publish(event("celeb", presence.Online, 1, presence.Settings{}))
+	waitFor(t, "Run to deliver", func() bool { return fans[1].count() == 1 })
+	if err := h.Run(context.Background()); err == nil {
+		t.Fatal("a second Run: want an error")
+	}
+}
+
+// BenchmarkPublish500Watchers: one event to 500 watchers, two views.
+func BenchmarkPublish500Watchers(b *testing.B) {
+	r := newRels()
+	contacts := ids("v", 100)
+	r.set("t", contacts...)
+	h := newHub(b, r, fanout.Config{})
+	for i := range 500 {
+		subscribe(b, h, &countSink{viewer: fmt.Sprint("v", i)}, "t")
+	}
+	ev := event("t", presence.Online, 1, presence.Settings{LastSeen: presence.Contacts})
+	b.ReportAllocs()
+	for b.Loop() {
+		ev.Version++
+		h.Publish(ev)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/500, "ns/watcher")
+}
+
+// BenchmarkPublishParallel: events of many users published at once.
+func BenchmarkPublishParallel(b *testing.B) {
+	h := newHub(b, newRels(), fanout.Config{})
+	users := ids("t", 1020)
+	for i := range 2000 {
+		subscribe(b, h, &countSink{viewer: fmt.Sprint("v", i)}, users[i%1000:i%1000+20]...)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ev := event("", presence.Online, 1, presence.Settings{})
+		i := 0
+		for pb.Next() {
+			ev.UserID = users[i%1000]
+			ev.Version++
+			i += 7
+			h.Publish(ev)
+		}
+	})
+}
