@@ -1,0 +1,363 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/auth"
+)
+
+// The client against the real server, in process on a loopback port.
+
+var secret = []byte("s")
+
+const apiKey = "k"
+
+// node is one running presenced.
+type node struct {
+	t    *testing.T
+	dir  string
+	addr string
+	stop context.CancelFunc
+	done chan error
+}
+
+// startNode runs presenced on addr ("127.0.0.1:0" for any port) with its
+// state in dir; the test stops it at the end unless it did so itself.
+func startNode(t *testing.T, dir, addr string) *node {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.New(ctx, app.Config{DataDir: dir, APIKey: apiKey, JWTSecret: secret, TTL: 5 * time.Second, PollInterval: -1})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	for deadline := time.Now().Add(5 * time.Second); ; { // a restarted node takes its old port back
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		cancel()
+		a.Close()
+		t.Fatal(err)
+	}
+	n := &node{t: t, dir: dir, addr: ln.Addr().String(), stop: cancel, done: make(chan error, 1)}
+	go func() { n.done <- a.Run(ctx, ln) }()
+	t.Cleanup(n.shutdown)
+	return n
+}
+
+func (n *node) shutdown() {
+	n.stop()
+	if err := <-n.done; err != nil {
+		n.t.Errorf("node: %v", err)
+	}
+	n.done <- nil // later calls return at once
+}
+
+// restart stops the node and starts a new one on the same port and data.
+func (n *node) restart() *node {
+	n.shutdown()
+	return startNode(n.t, n.dir, n.addr)
+}
+
+func (n *node) url() string { return "http://" + n.addr }
+
+func token(t *testing.T, user string) string {
+	t.Helper()
+	tok, err := auth.Sign(secret, user, "", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// dial connects user's device with quick reconnects.
+func dial(t *testing.T, n *node, user, device string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Config{
+		URL: n.url(), Token: token(t, user), DeviceID: device,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("dial %s: %v", user, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if u := next(t, c); u != (client.StateChange{State: client.Connected}) {
+		t.Fatalf("first update = %#v, want Connected", u)
+	}
+	return c
+}
+
+func next(t *testing.T, c *client.Client) client.Update {
+	t.Helper()
+	select {
+	case u, ok := <-c.Updates():
+		if !ok {
+			t.Fatal("Updates closed")
+		}
+		return u
+	case <-time.After(10 * time.Second):
+		t.Fatal("no update")
+	}
+	return nil
+}
+
+// nextEvent skips connection state changes.
+func nextEvent(t *testing.T, c *client.Client) client.Event {
+	t.Helper()
+	for {
+		switch u := next(t, c).(type) {
+		case client.Event:
+			return u
+		case client.StateChange:
+			continue
+		default:
+			t.Fatalf("update = %#v, want an Event", u)
+		}
+	}
+}
+
+// quiet asserts that c delivers nothing for d.
+func quiet(t *testing.T, c *client.Client, d time.Duration) {
+	t.Helper()
+	select {
+	case u := <-c.Updates():
+		t.Fatalf("unexpected update %#v", u)
+	case <-time.After(d):
+	}
+}
+
+// debugUser reads why user shows what it shows (GET /v1/debug/users/{id}).
+func debugUser(t *testing.T, n *node, user string) (status string, devices []string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", n.url()+"/v1/debug/users/"+user, nil)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var d struct {
+		Status  string `json:"status"`
+		Devices []struct {
+			DeviceID string `json:"device_id"`
+			Alive    bool   `json:"alive"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal(body, &d); err != nil {
+		t.Fatalf("debug %s: %v: %s", user, err, body)
+	}
+	for _, dev := range d.Devices {
+		if dev.Alive {
+			devices = append(devices, dev.DeviceID)
+		}
+	}
+	return d.Status, devices
+}
+
+// eventually polls cond until it holds or 10s have passed.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestE2EWelcomeAndDevice(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	c := dial(t, n, "1", "")
+	w := c.Welcome()
+	if w.UserID != "1" || w.DeviceID == "" || w.TTL != 5*time.Second || w.HeartbeatInterval <= 0 || w.HeartbeatInterval >= w.TTL {
+		t.Fatalf("welcome = %+v", w)
+	}
+	if status, devices := debugUser(t, n, "1"); status != "online" || fmt.Sprint(devices) != "["+w.DeviceID+"]" {
+		t.Fatalf("after connecting: %s with devices %v, want online with %s", status, devices, w.DeviceID)
+	}
+	named := dial(t, n, "1", "phone")
+	if got := named.Welcome().DeviceID; got != "phone" {
+		t.Fatalf("device id = %q, want phone", got)
+	}
+	if c.State() != client.Connected {
+		t.Fatalf("state = %s", c.State())
+	}
+}
+
+func TestE2ERefused(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	ctx := context.Background()
+	bad, _ := auth.Sign([]byte("other secret"), "1", "", time.Now(), time.Hour)
+	for _, cfg := range []client.Config{
+		{URL: n.url(), Token: bad},
+		{URL: n.url(), Token: apiKey}, // a backend key is not a device
+		{URL: n.url(), DevUserID: "1"},
+	} {
+		_, err := client.Dial(ctx, cfg)
+		var he *client.HandshakeError
+		if !errors.As(err, &he) || he.StatusCode/100 != 4 || he.Code == "" {
+			t.Errorf("Dial(%+v) = %v, want a 4xx HandshakeError with a code", cfg, err)
+		}
+	}
+}
+
+func TestE2ESetStatusAndBye(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	c := dial(t, n, "1", "laptop")
+	ctx := context.Background()
+	if err := c.SetStatus(ctx, client.Busy, "in a meeting"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "busy", func() bool { s, _ := debugUser(t, n, "1"); return s == "busy" })
+	if err := c.SetStatus(ctx, "sleeping", ""); err == nil {
+		t.Fatal("SetStatus accepted an unknown status")
+	}
+	if err := c.Bye(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if status, devices := debugUser(t, n, "1"); status != "offline" || len(devices) != 0 {
+		t.Fatalf("after bye: %s with devices %v, want offline with none", status, devices)
+	}
+	if u := next(t, c); u != (client.StateChange{State: client.Closed}) {
+		t.Fatalf("update = %#v, want Closed without error", u)
+	}
+	if _, ok := <-c.Updates(); ok {
+		t.Fatal("Updates open after Closed")
+	}
+	if err := c.SetStatus(ctx, client.Online, ""); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("SetStatus after Bye = %v, want ErrClosed", err)
+	}
+}
+
+func TestE2EReconnectAfterRestartKeepsDevice(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	c := dial(t, n, "1", "")
+	device := c.Welcome().DeviceID
+
+	n = n.restart() // closes every socket with 1001
+	u := next(t, c)
+	var ce *client.CloseError
+	if sc, ok := u.(client.StateChange); !ok || sc.State != client.Disconnected || !errors.As(sc.Err, &ce) || ce.Code != 1001 {
+		t.Fatalf("update = %#v, want Disconnected by 1001", u)
+	}
+	if u := next(t, c); u != (client.StateChange{State: client.Connected}) {
+		t.Fatalf("update = %#v, want Connected", u)
+	}
+	if got := c.Welcome().DeviceID; got != device {
+		t.Fatalf("device after reconnect = %q, want %q", got, device)
+	}
+	if status, devices := debugUser(t, n, "1"); status != "online" || fmt.Sprint(devices) != "["+device+"]" {
+		t.Fatalf("after reconnecting: %s with devices %v, want online with only %s", status, devices, device)
+	}
+}
+
+// clientGoroutines counts the goroutines running code of package client
+// (the server's run in the same process, so runtime.NumGoroutine alone
+// would count theirs too).
+func clientGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "presenced/client.") {
+			count++
+		}
+	}
+	return count
+}
+
+func TestE2ECloseStopsEverything(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	eventually(t, "the goroutines of earlier tests to end", func() bool { return clientGoroutines() == 0 })
+	var cs []*client.Client
+	for i := range 5 {
+		cs = append(cs, dial(t, n, fmt.Sprint(i), ""))
+	}
+	cs[0].SetActive(false)
+	cs[1].Subscribe(context.Background(), "3")
+	if n := clientGoroutines(); n < 2*len(cs) {
+		t.Fatalf("only %d goroutines of %d clients: is the count blind?", n, len(cs))
+	}
+	for _, c := range cs {
+		c.Close()
+		c.Close() // idempotent
+		select {
+		case <-c.Done():
+		default:
+			t.Fatal("Done open after Close")
+		}
+	}
+	eventually(t, "the goroutines of the clients to end", func() bool { return clientGoroutines() == 0 })
+	// Close leaves the device alive until its ttl, like a lost connection.
+	if status, devices := debugUser(t, n, "2"); status != "online" || len(devices) != 1 {
+		t.Fatalf("after Close: %s with devices %v, want still online", status, devices)
+	}
+}
+
+// ExampleDial shows a device that watches two users and reports what it
+// sees until the context ends.
+func ExampleDial() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Config{
+		URL:   "http://127.0.0.1:8080",
+		Token: "eyJ…", // minted by your backend: HS256, sub = the user id, exp set
+	})
+	if err != nil {
+		fmt.Println("connect:", err)
+		return
+	}
+	defer c.Close()
+	fmt.Println("connected as device", c.Welcome().DeviceID)
+
+	if err := c.Subscribe(ctx, "2", "3"); err != nil {
+		fmt.Println("subscribe:", err)
+		return
+	}
+	c.SetActive(false) // the person went idle: heartbeats say so
+	for {
+		select {
+		case <-ctx.Done():
+			c.Bye(context.Background()) // logout: offline for everyone at once
+			return
+		case u, ok := <-c.Updates():
+			if !ok {
+				return
+			}
+			switch u := u.(type) {
+			case client.Event:
+				fmt.Printf("%s is %s (last seen %s)\n", u.UserID, u.Status, u.LastSeen.Format(time.Kitchen))
+			case client.StateChange:
+				fmt.Println("connection:", u.State, u.Err)
+			case *client.ServerError:
+				fmt.Println("refused:", u.Code, strings.TrimSpace(u.Message))
+			}
+		}
+	}
+}
