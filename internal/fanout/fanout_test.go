@@ -862,3 +862,29 @@ func BenchmarkPublishParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestAsyncThresholdBoundary: a user with exactly AsyncThreshold watchers
+// is delivered inside Publish; one more watcher moves it to Run.
+func TestAsyncThresholdBoundary(t *testing.T) {
+	for _, tc := range []struct {
+		watchers int
+		inline   bool
+	}{{5, true}, {6, false}} {
+		h := newHub(t, newRels(), fanout.Config{AsyncThreshold: 5})
+		fans := celebrity(t, h, tc.watchers)
+		h.Publish(event("celeb", presence.Online, 1, presence.Settings{}))
+		if got := fans[0].count() == 1; got != tc.inline {
+			t.Errorf("%d watchers: delivered inside Publish = %v, want %v", tc.watchers, got, tc.inline)
+		}
+		if tc.inline {
+			continue
+		}
+		runHub(t, h)
+		for _, s := range fans {
+			waitFor(t, s.viewer, func() bool { return s.count() == 1 })
+			if m := decode(t, s.frames()[0].b); m.Status == nil || *m.Status != "online" {
+				t.Errorf("%s got %s", s.viewer, s.frames()[0].b)
+			}
+		}
+	}
+}
