@@ -58,6 +58,16 @@ func startNode(t *testing.T, dir, addr string) *node {
 	n := &node{t: t, dir: dir, addr: ln.Addr().String(), stop: cancel, done: make(chan error, 1)}
 	go func() { n.done <- a.Run(ctx, ln) }()
 	t.Cleanup(n.shutdown)
+	// Run serves HTTP while the gateway is still starting (503 until then).
+	probe := n.url() + "/v1/ws?token=" + token(t, "probe")
+	eventually(t, "the gateway to take connections", func() bool {
+		resp, err := http.Get(probe) // no Upgrade header: refused before any heartbeat
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode != http.StatusServiceUnavailable
+	})
 	return n
 }
 
