@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/memstore"
@@ -62,8 +64,12 @@ type App struct {
 	tracker *tracker.Tracker
 	api     *httpapi.Server
 	gw      *gateway.Gateway
+	hub     *fanout.Hub
 	handler http.Handler
 	metrics *metrics.Registry
+
+	contactLocks [64]sync.Mutex
+	lockSeed     maphash.Seed
 
 	closeOnce sync.Once
 	closeErr  error
@@ -124,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger}
+	a := &App{cfg: cfg, log: cfg.Logger, lockSeed: maphash.MakeSeed()}
 	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter, MaxDevices: cfg.MaxDevices}
 
 	durable, err := sqlitestore.Open(ctx, sqlitestore.Config{
@@ -140,10 +146,20 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a.store = memstore.New(memstore.Config{Rules: rules})
+	a.hub, err = fanout.New(fanout.Config{
+		Relations:        durable,
+		MaxSubscriptions: cfg.MaxSubscriptions,
+		AsyncThreshold:   cfg.FanoutAsyncThreshold,
+		Logger:           cfg.Logger.With("component", "fanout"),
+	})
+	if err != nil {
+		durable.Close()
+		return nil, err
+	}
 	a.tracker, err = tracker.New(tracker.Config{
 		Store:         a.store,
 		Durable:       durable,
-		Publisher:     logPublisher{cfg.Logger.With("component", "events")},
+		Publisher:     publishers{logPublisher{cfg.Logger.With("component", "events")}, a.hub},
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger.With("component", "tracker"),
 		SweepInterval: cfg.SweepInterval,
@@ -161,19 +177,20 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.metrics = metrics.New(metrics.Sources{Tracker: a.tracker.Stats, Users: a.store.Len})
 	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
 	a.api, err = httpapi.New(httpapi.Config{
-		Tracker:        a.tracker,
-		Reader:         reader,
-		Contacts:       durable,
-		Profiles:       durable,
-		Auth:           authn,
-		Clock:          cfg.Clock,
-		Logger:         cfg.Logger.With("component", "http"),
-		Rules:          rules,
-		Metrics:        a.metrics,
-		MetricsHandler: a.metrics.Handler(),
-		Ready:          durable.Ping,
-		PollInterval:   cfg.PollInterval,
-		Static:         web.New(),
+		Tracker:           a.tracker,
+		Reader:            reader,
+		Contacts:          durable,
+		Profiles:          durable,
+		Auth:              authn,
+		Clock:             cfg.Clock,
+		Logger:            cfg.Logger.With("component", "http"),
+		Rules:             rules,
+		Metrics:           a.metrics,
+		MetricsHandler:    a.metrics.Handler(),
+		Ready:             durable.Ping,
+		PollInterval:      cfg.PollInterval,
+		Static:            web.New(),
+		OnContactsChanged: a.contactsChanged,
 	})
 	if err != nil {
 		durable.Close()
@@ -187,6 +204,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Logger:           cfg.Logger.With("component", "ws"),
 		TTL:              cfg.TTL,
 		MaxSubscriptions: cfg.MaxSubscriptions,
+		Hub:              a.hub,
 	})
 	if err != nil {
 		durable.Close()
@@ -210,8 +228,36 @@ func (h routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.api.ServeHTTP(w, r)
 }
 
+// publishers hands every change to each of its publishers in turn.
+type publishers []tracker.Publisher
+
+func (ps publishers) Publish(ev *presence.Event) {
+	for _, p := range ps {
+		p.Publish(ev)
+	}
+}
+
+// contactsChanged tells the hub a contact list changed, with the list as it
+// is now durable. Changes of one owner are serialised, so the hub's last
+// word is the newest list.
+func (a *App) contactsChanged(owner string) {
+	mu := &a.contactLocks[maphash.String(a.lockSeed, owner)%uint64(len(a.contactLocks))]
+	mu.Lock()
+	defer mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := a.durable.Contacts(ctx, owner)
+	if err != nil {
+		// The watchers keep their old relation until the next change or
+		// until they subscribe again.
+		a.log.Error("reading a changed contact list for the fan-out", "user_id", owner, "err", err)
+		return
+	}
+	a.hub.ContactsChanged(owner, list)
+}
+
 // logPublisher logs every change of visible presence at debug level
-// (-log-level debug). The live fan-out to watchers subscribes here too.
+// (-log-level debug).
 type logPublisher struct{ log *slog.Logger }
 
 func (p logPublisher) Publish(ev *presence.Event) {
@@ -260,7 +306,13 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	gwCtx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopGateway()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHub()
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		_ = a.hub.Run(hubCtx)
+	}()
 	gwDone := make(chan error, 1)
 	go func() {
 		defer wg.Done()
@@ -305,6 +357,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		a.log.Error("final checkpoint failed", "err", terr)
 		err = errors.Join(err, terr)
 	}
+	stopHub()
 	wg.Wait()
 	if cerr := a.Close(); cerr != nil {
 		err = errors.Join(err, cerr)

@@ -7,28 +7,24 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/wire"
 )
 
-// Sink is a watching connection as the hub sees it.
-type Sink interface {
-	Viewer() string
-	Deliver(user string, version uint64, frame []byte)
-}
+// Sink is a watching connection as the hub sees it; *conn implements it.
+type Sink = fanout.Sink
 
-// Hub is the fan-out: who watches whom.
+// Hub is the fan-out as the gateway uses it (*fanout.Hub).
 type Hub interface {
 	Subscribe(ctx context.Context, s Sink, ids []string) ([]string, error)
 	Unsubscribe(s Sink, ids []string)
 	Remove(s Sink)
 }
 
-// ErrTooManySubscriptions is what the hub returns when a subscription
-// would pass the per-connection cap; nothing is added.
-var ErrTooManySubscriptions = errors.New("too many subscriptions")
+var _ Sink = (*conn)(nil)
 
 // handle applies one decoded message. It returns false once the connection
 // is closing.
@@ -71,8 +67,20 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 		return
 	}
 	added, err := c.g.hub.Subscribe(ctx, c, ids)
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		// Torn down meanwhile: teardown's Remove may have run before this
+		// Subscribe registered the connection again.
+		c.g.hub.Remove(c)
+		return
+	}
+	if errors.Is(err, fanout.ErrRemoved) {
+		return
+	}
 	if err != nil {
-		if errors.Is(err, ErrTooManySubscriptions) {
+		if errors.Is(err, fanout.ErrTooManySubscriptions) {
 			c.sendError("too_many_subscriptions", "a connection may watch at most %d users; none of these were added", c.g.cfg.MaxSubscriptions)
 			return
 		}

@@ -43,6 +43,22 @@ type opts struct {
 	ttl     time.Duration
 	maxSubs int
 	tweak   func(*gateway.Config)
+	sndbuf  int // server socket send buffer; 0: the system's
+}
+
+// smallSendBuffer shrinks the send buffer of accepted sockets, so a slow
+// reader fills it quickly.
+type smallSendBuffer struct {
+	net.Listener
+	size int
+}
+
+func (l smallSendBuffer) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(l.size)
+	}
+	return c, err
 }
 
 type node struct {
@@ -141,7 +157,11 @@ func newNode(t *testing.T, o opts) *node {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.gw.Run(rctx) }()
 	go func() { wg.Wait(); close(n.done) }()
-	n.srv = httptest.NewServer(n.gw)
+	n.srv = httptest.NewUnstartedServer(n.gw)
+	if o.sndbuf > 0 {
+		n.srv.Listener = smallSendBuffer{n.srv.Listener, o.sndbuf}
+	}
+	n.srv.Start()
 	n.url = "ws" + strings.TrimPrefix(n.srv.URL, "http")
 	// Wait until Run has started.
 	waitFor(t, "gateway running", func() bool {

@@ -3,9 +3,16 @@ package gateway_test
 import (
 	"testing"
 
+	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/sqlitestore"
 )
 
-// newHub returns the fan-out hub of a test node; nil until internal/fanout
-// exists.
-func newHub(t *testing.T, durable *sqlitestore.Store, maxSubs int) hubRunner { return nil }
+// newHub returns the fan-out hub of a test node.
+func newHub(t *testing.T, durable *sqlitestore.Store, maxSubs int) hubRunner {
+	t.Helper()
+	h, err := fanout.New(fanout.Config{Relations: durable, MaxSubscriptions: maxSubs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}

@@ -1,0 +1,270 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/presenced/presenced/internal/gateway"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// watch subscribes c to ids and returns the snapshot's users.
+func (c *client) watch(ids ...string) map[string]any {
+	c.t.Helper()
+	c.send(`{"type":"subscribe","user_ids":["` + strings.Join(ids, `","`) + `"]}`)
+	m := c.msgType("snapshot")
+	users, _ := m["users"].(map[string]any)
+	return users
+}
+
+// presenceOf reads the next message, which must be a presence message of
+// user with status.
+func (c *client) presenceOf(user, status string) map[string]any {
+	c.t.Helper()
+	m := c.msgType("presence")
+	if m["user_id"] != user || m["status"] != status {
+		c.t.Fatalf("got %v, want %s %s", m, user, status)
+	}
+	return m
+}
+
+func TestSubscribeSnapshotAndEvents(t *testing.T) {
+	n := newNode(t, opts{})
+	target := n.dial("2", "p")
+	target.msgType("welcome")
+	w := n.dial("1", "")
+	w.msgType("welcome")
+	users := w.watch("2", "3", "2")
+	if len(users) != 2 {
+		t.Fatalf("snapshot %v", users)
+	}
+	u2, _ := users["2"].(map[string]any)
+	if u2["status"] != "online" || u2["version"] == nil || u2["last_seen"] == nil || u2["status_text"] != nil {
+		t.Fatalf("snapshot of 2: %v", u2)
+	}
+	u3, _ := users["3"].(map[string]any)
+	if u3["status"] != "offline" || u3["last_seen"] != nil {
+		t.Fatalf("snapshot of never-seen 3: %v", u3)
+	}
+	// Already watched ids are not in the next snapshot.
+	if users := w.watch("2", "4"); len(users) != 1 || users["4"] == nil {
+		t.Fatalf("second snapshot %v", users)
+	}
+	target.send(`{"type":"set_status","status":"busy","text":"meeting"}`)
+	m := w.presenceOf("2", "busy")
+	if m["status_text"] != "meeting" || m["version"].(float64) <= u2["version"].(float64) {
+		t.Fatalf("presence %v after snapshot %v", m, u2)
+	}
+	// Bye: offline at once.
+	target.send(`{"type":"bye"}`)
+	target.closed(1000)
+	w.presenceOf("2", "offline")
+	// Unsubscribed users send nothing more.
+	w.send(`{"type":"unsubscribe","user_ids":["2"]}`)
+	w.silent(20 * time.Millisecond)
+	t2 := n.dial("2", "p")
+	t2.msgType("welcome")
+	w.silent(50 * time.Millisecond)
+}
+
+func TestReconnectWithinTTLIsSilent(t *testing.T) {
+	n := newNode(t, opts{})
+	target := n.dial("2", "phone")
+	target.msgType("welcome")
+	w := n.dial("1", "")
+	w.msgType("welcome")
+	w.watch("2")
+	target.nc.Close() // the signal drops
+	waitFor(t, "drop", func() bool { return n.gw.Stats().Connections == 1 })
+	n.clk.Advance(5 * time.Second)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	again := n.dial("2", "phone")
+	again.msgType("welcome")
+	n.clk.Advance(20 * time.Second)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.silent(100 * time.Millisecond)
+	// Without the reconnect the device would have died: a real drop is
+	// seen after the ttl.
+	again.nc.Close()
+	n.clk.Advance(31 * time.Second)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.presenceOf("2", "offline")
+}
+
+func TestSubscriptionCap(t *testing.T) {
+	n := newNode(t, opts{maxSubs: 3})
+	w := n.dial("1", "")
+	w.msgType("welcome")
+	w.watch("a", "b")
+	w.send(`{"type":"subscribe","user_ids":["c","d"]}`)
+	w.errorCode("too_many_subscriptions")
+	// Nothing of the refused request was added: c is new now.
+	if users := w.watch("c"); len(users) != 1 || users["c"] == nil {
+		t.Fatalf("snapshot %v", users)
+	}
+	// More ids than the cap in one request.
+	w2 := n.dial("9", "")
+	w2.msgType("welcome")
+	w2.send(`{"type":"subscribe","user_ids":["a","b","c","d"]}`)
+	w2.errorCode("too_many_subscriptions")
+	// After unsubscribing there is room again.
+	w.send(`{"type":"unsubscribe","user_ids":["a"]}`)
+	if users := w.watch("d"); len(users) != 1 {
+		t.Fatalf("snapshot %v", users)
+	}
+}
+
+func TestPrivacyContactsOnly(t *testing.T) {
+	n := newNode(t, opts{})
+	ctx := context.Background()
+	if err := n.tr.SetSettings(ctx, "2", presence.Settings{Status: presence.Contacts, LastSeen: presence.Contacts}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.durable.SetContacts(ctx, "2", []string{"friend"}); err != nil {
+		t.Fatal(err)
+	}
+	target := n.dial("2", "p")
+	target.msgType("welcome")
+	stranger := n.dial("stranger", "")
+	stranger.msgType("welcome")
+	friend := n.dial("friend", "")
+	friend.msgType("welcome")
+	if u := stranger.watch("2")["2"].(map[string]any); u["status"] != nil || u["last_seen"] != nil || u["version"] != nil || u["status_text"] != nil {
+		t.Fatalf("stranger's snapshot %v", u)
+	}
+	if u := friend.watch("2")["2"].(map[string]any); u["status"] != "online" {
+		t.Fatalf("friend's snapshot %v", u)
+	}
+	target.send(`{"type":"set_status","status":"away"}`)
+	friend.presenceOf("2", "away")
+	stranger.silent(50 * time.Millisecond)
+
+	// 2 adds the stranger: from now on the stranger sees changes.
+	if err := n.durable.SetContacts(ctx, "2", []string{"friend", "stranger"}); err != nil {
+		t.Fatal(err)
+	}
+	n.hub.ContactsChanged("2", []string{"friend", "stranger"})
+	target.send(`{"type":"set_status","status":"busy"}`)
+	friend.presenceOf("2", "busy")
+	stranger.presenceOf("2", "busy")
+}
+
+func TestInvisibleLooksLikeLogout(t *testing.T) {
+	n := newNode(t, opts{})
+	target := n.dial("2", "p")
+	target.msgType("welcome")
+	w := n.dial("1", "")
+	w.msgType("welcome")
+	w.watch("2")
+	target.send(`{"type":"set_status","status":"invisible"}`)
+	m := w.presenceOf("2", "offline")
+	if m["status_text"] != nil {
+		t.Fatalf("presence %v", m)
+	}
+	// Heartbeats while invisible show nothing.
+	target.send(`{"type":"heartbeat"}`)
+	w.silent(50 * time.Millisecond)
+	// A fresh watcher's snapshot reads offline, like a real logout.
+	w2 := n.dial("3", "")
+	w2.msgType("welcome")
+	if u := w2.watch("2")["2"].(map[string]any); u["status"] != "offline" {
+		t.Fatalf("snapshot %v", u)
+	}
+	// The user sees themselves as invisible.
+	if u := target.watch("2")["2"].(map[string]any); u["status"] != "invisible" {
+		t.Fatalf("own snapshot %v", u)
+	}
+}
+
+// TestSlowConsumer: a watcher that never reads while its target flaps is
+// closed 4002, and the hub keeps delivering to the others.
+func TestSlowConsumer(t *testing.T) {
+	n := newNode(t, opts{sndbuf: 4096, tweak: func(c *gateway.Config) { c.WriteTimeout = 300 * time.Millisecond }})
+	ctx := context.Background()
+	target := n.dial("2", "p")
+	target.msgType("welcome")
+
+	// The slow watcher has a tiny receive buffer and does not read.
+	d := ws.Dialer{NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nd := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) {
+				_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024)
+			})
+		}}
+		return nd.DialContext(ctx, network, addr)
+	}}
+	snc, sbr, _, err := d.Dial(ctx, n.url+"/v1/ws?token="+n.token("slow", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snc.Close()
+	slow := &client{t: t, nc: snc, r: bufio.NewReader(snc)}
+	if sbr != nil {
+		slow.r = sbr
+	}
+	slow.msgType("welcome")
+	slow.watch("2")
+
+	good := n.dial("good", "")
+	good.msgType("welcome")
+	good.watch("2")
+	last := make(chan string, 1)
+	go func() {
+		for {
+			f, err := good.frame(10 * time.Second)
+			if err != nil {
+				close(last)
+				return
+			}
+			if strings.Contains(string(f.Payload), `"final"`) {
+				last <- "final"
+				return
+			}
+		}
+	}()
+
+	// The target flaps: online, offline (bye), online, ...
+	start := time.Now()
+	for i := 0; n.gw.Stats().ClosedSlow == 0; i++ {
+		if i > 1000000 {
+			t.Fatal("the slow watcher was never closed")
+		}
+		var err error
+		if i%2 == 0 {
+			_, err = n.tr.Bye(ctx, "2", "p")
+		} else {
+			_, err = n.tr.Heartbeat(ctx, "2", "p", true)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("closed after %s", time.Since(start))
+	if _, err := n.tr.SetStatus(ctx, "2", presence.ManualAway, "final"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got, ok := <-last:
+		if !ok || got != "final" {
+			t.Fatal("the good watcher lost its stream")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the good watcher did not get the last change")
+	}
+	// The slow watcher, reading at last, learns why it was closed.
+	slow.closed(4002)
+}
