@@ -112,8 +112,6 @@ func upgradeReq(t *testing.T, n *node, q string, hdr http.Header) (int, map[stri
 
 func TestAuthMatrix(t *testing.T) {
 	n := newNode(t, opts{})
-	other, _ := n.gw, 0
-	_ = other
 	cases := []struct {
 		name string
 		q    string
@@ -348,7 +346,6 @@ func TestShutdown(t *testing.T) {
 		t.Fatalf("after shutdown: %d", code)
 	}
 }
-
 
 // TestPortable runs the message round trip on the portable path (a
 // reading goroutine per connection).
