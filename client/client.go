@@ -259,7 +259,7 @@ func (c *Client) State() State {
 }
 
 // Updates delivers Events, StateChanges and *ServerErrors in the order they
-// happened, and is closed once the client has closed (after its final
+// happened, starting with StateChange{State: Connected}, and is closed once the client has closed (after its final
 // StateChange{State: Closed} when the application keeps reading).
 //
 // The client never waits for the application: while it does not read,
@@ -335,8 +335,10 @@ func (c *Client) SetStatus(ctx context.Context, status Status, text string) erro
 // each newly watched user whose version is new to the client, then an Event
 // for each change. The set of watched users outlives connections: after a
 // reconnect the client subscribes again to all of them. While disconnected
-// Subscribe only records the ids. Watching more than MaxSubscriptions users
-// fails with ErrTooManySubscriptions and changes nothing.
+// Subscribe only records the ids; an error of the send leaves them recorded
+// too, and the reconnect that follows sends them. Watching more than
+// MaxSubscriptions users fails with ErrTooManySubscriptions and changes
+// nothing; the server's own refusals arrive as *ServerError on Updates.
 func (c *Client) Subscribe(ctx context.Context, ids ...string) error {
 	if err := validIDs(ids); err != nil {
 		return err
