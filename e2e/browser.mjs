@@ -1,0 +1,194 @@
+// The browser scenario of the end-to-end test (driven by browser_test.go):
+//
+//   node e2e/browser.mjs <base url> <output dir> [control url]
+//
+// Browser contexts are people. Alice signs in and watches bob and carol;
+// bob signs in, turns busy, invisible, online again, reloads his tab, and
+// closes it. Alice's page must show each of these within a deadline, never
+// a false offline, and bob offline within the ttl (PRESENCED_TTL_MS) of
+// closing the tab. Then, given a control URL, the server restarts: alice's
+// page must reconnect and re-subscribe by itself, and see carol sign in.
+// Every wait polls the DOM with a deadline; nothing sleeps. Chromium is
+// Debian's (PRESENCED_CHROMIUM, default /usr/bin/chromium); playwright-core
+// never downloads a browser.
+
+import { chromium } from "playwright-core";
+import path from "node:path";
+
+const [base, outDir, control] = process.argv.slice(2);
+if (!base || !outDir) {
+  console.error("usage: node e2e/browser.mjs <base url> <output dir>");
+  process.exit(2);
+}
+const ttl = Number(process.env.PRESENCED_TTL_MS || 30000);
+const STEP = 5000; // a live change reaches a watcher well within this
+const started = Date.now();
+const log = (msg) => console.log(`${((Date.now() - started) / 1000).toFixed(2).padStart(6)}s  ${msg}`);
+
+const browser = await chromium.launch({
+  executablePath: process.env.PRESENCED_CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+});
+const problems = [];
+let alice, bob, carol;
+
+try {
+  alice = await openPage("alice");
+  bob = await openPage("bob");
+
+  await signIn(alice, "alice");
+  await alice.fill("#add-id", "bob");
+  await alice.press("#add-id", "Enter");
+  const row = '#contact-list li[data-user-id="bob"]';
+  await see(alice, `${row}[data-status="offline"]`, STEP, "alice sees bob (never seen) offline");
+  await expectText(alice, `${row} .seen`, "never seen");
+  await alice.fill("#add-id", "carol");
+  await alice.press("#add-id", "Enter");
+  const carolRow = '#contact-list li[data-user-id="carol"]';
+  await see(alice, `${carolRow}[data-status="offline"]`, STEP, "alice sees carol (never seen) offline");
+
+  // Record every status alice's page shows for bob, to catch flaps.
+  await alice.evaluate((sel) => {
+    const li = document.querySelector(sel);
+    window.__bobStatuses = [li.dataset.status];
+    new MutationObserver(() => {
+      const s = li.dataset.status;
+      if (window.__bobStatuses.at(-1) !== s) window.__bobStatuses.push(s);
+    }).observe(li, { attributes: true, attributeFilter: ["data-status"] });
+  }, row);
+
+  await signIn(bob, "bob");
+  await see(alice, `${row}[data-status="online"]`, STEP, "bob signs in → alice sees online");
+
+  await bob.fill("#status-text", "in a meeting");
+  await bob.check('input[name=status][value="busy"]');
+  await see(alice, `${row}[data-status="busy"]`, STEP, "bob sets busy → alice sees busy");
+  await expectText(alice, `${row} .text`, "in a meeting");
+
+  await bob.check('input[name=status][value="invisible"]');
+  await see(alice, `${row}[data-status="offline"]`, STEP, "bob goes invisible → alice sees offline");
+  await see(bob, '#me-dot[data-status="invisible"]', STEP, "bob sees himself invisible");
+  await expectText(alice, `${row} .seen`, "last seen just now");
+
+  await bob.fill("#status-text", "");
+  await bob.check('input[name=status][value="online"]');
+  await see(alice, `${row}[data-status="online"]`, STEP, "bob goes online → alice sees online");
+
+  // A reload is the same device coming back: no offline in between. Bob's
+  // next change is causally after anything the reload caused, so once
+  // alice sees it she has seen any false offline too.
+  await bob.reload();
+  await see(bob, '#conn[data-state="open"]', STEP, "bob's reloaded tab reconnects, still signed in");
+  await bob.check('input[name=status][value="away"]');
+  await see(alice, `${row}[data-status="away"]`, STEP, "bob sets away after the reload → alice sees away");
+  await bob.check('input[name=status][value="online"]');
+  await see(alice, `${row}[data-status="online"]`, STEP, "bob back online");
+  await bob.screenshot({ path: path.join(outDir, "bob.png"), fullPage: true });
+
+  // Closing the tab sends no bye: the device ends when its ttl runs out.
+  const closed = Date.now();
+  await bob.close();
+  await see(alice, `${row}[data-status="offline"]`, ttl + 5000, "bob closes his tab → alice sees offline");
+  const took = Date.now() - closed;
+  log(`  offline ${took} ms after the tab closed (ttl ${ttl} ms)`);
+  await expectText(alice, `${row} .seen`, "last seen just now");
+
+  const seen = await alice.evaluate(() => window.__bobStatuses);
+  const want = ["offline", "online", "busy", "offline", "online", "away", "online", "offline"];
+  if (JSON.stringify(seen) !== JSON.stringify(want)) {
+    problems.push(`alice's page showed bob as ${seen.join(" → ")}; want ${want.join(" → ")}`);
+  } else {
+    log(`alice saw bob ${seen.join(" → ")}`);
+  }
+
+  if (control) {
+    const t0 = Date.now();
+    const res = await fetch(`${control}/restart`, { method: "POST" });
+    if (!res.ok) throw new Error(`restarting presenced: ${res.status} ${await res.text()}`);
+    log(`presenced restarted (${Date.now() - t0} ms)`);
+    carol = await openPage("carol");
+    await signIn(carol, "carol");
+    // Only a page that reconnected and subscribed again hears of carol.
+    await see(alice, `${carolRow}[data-status="online"]`, 15000, "alice's page reconnects by itself → sees carol online");
+    await see(alice, '#conn[data-state="open"]', STEP, "alice is connected again");
+    await see(alice, `${row}[data-status="offline"]`, STEP, "bob still offline after the restart");
+    await carol.fill("#status-text", "back in 5");
+    await carol.check('input[name=status][value="away"]');
+    await see(alice, `${carolRow}[data-status="away"]`, STEP, "carol sets away → alice sees away");
+  }
+
+  await alice.screenshot({ path: path.join(outDir, "watcher.png"), fullPage: true });
+  log(`screenshots in ${outDir}`);
+} catch (err) {
+  problems.push(err.message.split("\n").slice(0, 6).join("\n"));
+  for (const p of [alice, bob, carol]) {
+    if (p && !p.isClosed()) {
+      await p.screenshot({ path: path.join(outDir, `failure-${p.__name}.png`), fullPage: true }).catch(() => {});
+      const state = await p
+        .evaluate(() => ({
+          connection: document.querySelector("#conn")?.textContent,
+          contacts: [...document.querySelectorAll("#contact-list li")].map((li) => li.innerText.replace(/\s+/g, " ")),
+          errors: [...document.querySelectorAll(".error")].map((e) => e.textContent).filter(Boolean),
+        }))
+        .catch(() => null);
+      console.error(`${p.__name}'s page: ${JSON.stringify(state)}`);
+    }
+  }
+} finally {
+  await browser.close();
+}
+
+if (problems.length) {
+  for (const p of problems) console.error(`FAIL: ${p}`);
+  process.exit(1);
+}
+log("ok");
+
+// --- helpers ---
+
+async function openPage(name) {
+  const context = await browser.newContext({ viewport: { width: 720, height: 640 }, locale: "en-US" });
+  const page = await context.newPage();
+  page.__name = name;
+  page.setDefaultTimeout(STEP);
+  page.setDefaultNavigationTimeout(20000); // a loaded CI machine may be slow to serve the first page
+  page.on("pageerror", (err) => problems.push(`${name}'s page threw: ${err.message}`));
+  page.on("console", (msg) => {
+    if (msg.type() === "error" || msg.type() === "warning") log(`[${name} console ${msg.type()}] ${msg.text()}`);
+  });
+  return page;
+}
+
+async function signIn(page, user) {
+  await page.goto(base + "/");
+  await page.fill("#user-id", user);
+  await page.click('#signin-form button[type="submit"]');
+  await see(page, '#conn[data-state="open"]', STEP, `${user} signs in`);
+  await see(page, "#contacts:not([hidden])", STEP, `${user} sees the contact list`);
+}
+
+// see waits until selector matches on page, or throws after timeout ms.
+async function see(page, selector, timeout, what) {
+  const t0 = Date.now();
+  try {
+    await page.waitForSelector(selector, { state: "attached", timeout });
+  } catch {
+    throw new Error(`${what}: ${selector} not there within ${timeout} ms on ${page.__name}'s page`);
+  }
+  log(`${what} (${Date.now() - t0} ms)`);
+}
+
+// expectText waits until the element's text contains want.
+async function expectText(page, selector, want) {
+  try {
+    await page.waitForFunction(
+      ([sel, w]) => document.querySelector(sel)?.textContent.includes(w),
+      [selector, want],
+      { timeout: STEP, polling: 100 },
+    );
+  } catch {
+    const got = await page.textContent(selector).catch(() => null);
+    throw new Error(`${page.__name}'s ${selector} shows ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+  }
+}

@@ -1,0 +1,303 @@
+// Package e2e holds the end-to-end test of the browser side: a real
+// presenced process, the demo page in headless Chromium (Debian's
+// /usr/bin/chromium driven by playwright-core from npm), three people.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestBrowser runs e2e/browser.mjs against a fresh presenced started with
+// -dev and a 3 s heartbeat ttl; the script can restart the server through
+// a control URL to check that pages reconnect. Without node, playwright-core
+// or chromium the test fails under CI=true (scripts/test.sh installs them)
+// and skips elsewhere.
+func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no browser")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, chromium := tools(t, root)
+
+	tmp := t.TempDir()
+	srv := &server{bin: filepath.Join(tmp, "presenced"), data: filepath.Join(tmp, "data")}
+	build(t, root, srv.bin)
+	defer func() {
+		if t.Failed() {
+			t.Logf("presenced log:\n%s", srv.logs.String())
+		}
+	}()
+	if err := srv.start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.stop() })
+
+	// POST /restart stops presenced gracefully and starts it again on the
+	// same address and data; it answers once the new process is healthy.
+	control := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/restart" {
+			http.NotFound(w, r)
+			return
+		}
+		if err := srv.stop(); err != nil {
+			http.Error(w, "stop: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if err := srv.start(srv.address()); err != nil {
+			http.Error(w, "start: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "restarted")
+	}))
+	defer control.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// PRESENCED_E2E_OUT keeps the screenshots somewhere that outlives the test.
+	out := os.Getenv("PRESENCED_E2E_OUT")
+	if out == "" {
+		out = tmp
+	}
+	cmd := exec.CommandContext(ctx, node, filepath.Join(root, "e2e", "browser.mjs"), "http://"+srv.address(), out, control.URL)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "PRESENCED_CHROMIUM="+chromium, "PRESENCED_TTL_MS=3000")
+	lines := &lineLogger{t: t, prefix: "browser: "}
+	cmd.Stdout, cmd.Stderr = lines, lines
+	cmd.WaitDelay = 5 * time.Second
+	began := time.Now()
+	runErr := cmd.Run()
+	lines.Flush()
+	t.Logf("browser scenario took %s; screenshot of the watcher's page: %s", time.Since(began).Round(100*time.Millisecond),
+		filepath.Join(out, "watcher.png"))
+	if runErr != nil {
+		t.Errorf("browser scenario failed: %v", runErr)
+	}
+
+	if err := srv.stop(); err != nil {
+		t.Errorf("presenced did not stop cleanly: %v", err)
+	}
+	if logs := srv.logs.String(); strings.Contains(logs, "DATA RACE") || strings.Contains(logs, "panic") {
+		t.Errorf("presenced reported a data race or a panic")
+	}
+}
+
+// tools finds node, playwright-core and chromium, or ends the test.
+func tools(t *testing.T, root string) (node, chromium string) {
+	t.Helper()
+	var missing []string
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing = append(missing, "node (Debian: apt-get install nodejs)")
+	}
+	if _, err := os.Stat(filepath.Join(root, "node_modules", "playwright-core", "package.json")); err != nil {
+		missing = append(missing, "playwright-core (npm ci in the repository root)")
+	}
+	chromium = os.Getenv("PRESENCED_CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		missing = append(missing, chromium+" (Debian: apt-get install chromium)")
+	}
+	if len(missing) == 0 {
+		return node, chromium
+	}
+	msg := "the browser test needs " + strings.Join(missing, ", ") + "; ./scripts/test.sh installs them"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return "", ""
+}
+
+// build compiles cmd/presenced into bin, with -race when the test runs
+// under -race, so the browser's traffic is checked for data races too.
+func build(t *testing.T, root, bin string) {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goBin, append(args, "./cmd/presenced")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+}
+
+var listening = regexp.MustCompile(`presenced listening"? addr=(\S+)`)
+
+// server is one presenced process at a time, started and stopped by the
+// test goroutine and the control handler (never both at once: the browser
+// script waits for each restart).
+type server struct {
+	bin, data string
+	logs      syncBuffer // every run's log, for a failure report
+
+	mu   sync.Mutex // guards the fields below
+	addr string
+	cmd  *exec.Cmd
+	done chan error // the exit of cmd, once its log is read
+}
+
+// start runs presenced on addr and waits until it is healthy.
+func (s *server) start(addr string) error {
+	cmd := exec.Command(s.bin, "-dev", "-addr", addr, "-heartbeat-ttl", "3s", "-data", s.data, "-log-level", "info")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start presenced: %w", err)
+	}
+	found := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			s.logs.WriteLine(line)
+			if m := listening.FindStringSubmatch(line); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+		done <- cmd.Wait() // after the last line: Wait closes the pipe
+	}()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	var base string
+	select {
+	case a := <-found:
+		base = "http://" + a
+		s.mu.Lock()
+		s.addr = a
+		s.mu.Unlock()
+	case err := <-done:
+		done <- err
+		return fmt.Errorf("presenced exited before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		return errors.New("presenced did not say where it listens within 30s")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("presenced at %s not healthy within 10s (last error %v)", base, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *server) address() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// stop sends SIGINT and waits for a clean exit; it is a no-op when nothing
+// runs.
+func (s *server) stop() error {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		return errors.Join(errors.New("no exit 15s after SIGINT"), <-done)
+	}
+}
+
+// syncBuffer collects log lines; safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) WriteLine(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.WriteString(line)
+	s.b.WriteByte('\n')
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lineLogger writes a child's output to the test log line by line.
+type lineLogger struct {
+	t      *testing.T
+	prefix string
+	mu     sync.Mutex // guards buf
+	buf    []byte
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.t.Log(l.prefix + string(l.buf[:i]))
+		l.buf = l.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (l *lineLogger) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.t.Log(l.prefix + string(l.buf))
+		l.buf = nil
+	}
+}

@@ -1,0 +1,246 @@
+// Unit tests of internal/web/static/presence.js under node's test runner,
+// with a fake WebSocket and mocked timers (run by client_test.go, or
+// directly: node --test e2e/). The browser test covers the real thing.
+
+import { test, mock, beforeEach, afterEach } from "node:test";
+import assert from "node:assert/strict";
+import { PresenceClient, idProblem } from "../internal/web/static/presence.js";
+
+class FakeSocket {
+  static CONNECTING = 0;
+  static OPEN = 1;
+  static CLOSING = 2;
+  static CLOSED = 3;
+  static all = [];
+  constructor(url) {
+    this.url = new URL(url);
+    this.readyState = FakeSocket.CONNECTING;
+    this.sent = [];
+    FakeSocket.all.push(this);
+  }
+  send(data) {
+    assert.equal(this.readyState, FakeSocket.OPEN, "send on a socket that is not open");
+    this.sent.push(JSON.parse(data));
+  }
+  close(code = 1000) {
+    if (this.readyState === FakeSocket.CLOSED) return;
+    this.readyState = FakeSocket.CLOSED;
+    this.onclose?.({ code });
+  }
+  // server side
+  open(welcome = {}) {
+    this.readyState = FakeSocket.OPEN;
+    this.recv({ type: "welcome", user_id: "42", device_id: "d-1", heartbeat_interval_ms: 1000, ttl_ms: 4000, ...welcome });
+  }
+  recv(msg) {
+    this.onmessage?.({ data: JSON.stringify(msg) });
+  }
+  drop(code = 1006) {
+    this.readyState = FakeSocket.CLOSED;
+    this.onclose?.({ code });
+  }
+  ofType(type) {
+    return this.sent.filter((m) => m.type === type);
+  }
+}
+
+class MemoryStorage {
+  constructor() {
+    this.m = new Map();
+  }
+  getItem(k) {
+    return this.m.has(k) ? this.m.get(k) : null;
+  }
+  setItem(k, v) {
+    this.m.set(k, String(v));
+  }
+  removeItem(k) {
+    this.m.delete(k);
+  }
+}
+
+const last = () => FakeSocket.all.at(-1);
+
+beforeEach(() => {
+  FakeSocket.all = [];
+  globalThis.WebSocket = FakeSocket;
+  mock.timers.enable({ apis: ["setTimeout", "Date"] });
+});
+
+afterEach(() => {
+  mock.timers.reset();
+  mock.restoreAll();
+});
+
+function client(opts = {}) {
+  return new PresenceClient({ userId: "42", url: "ws://presence.test/v1/ws", storage: new MemoryStorage(), ...opts });
+}
+
+test("keeps the device id of the welcome and reconnects with it", () => {
+  const storage = new MemoryStorage();
+  const c = client({ storage });
+  c.start();
+  assert.equal(last().url.searchParams.get("user_id"), "42");
+  assert.equal(last().url.searchParams.get("device_id"), null);
+  last().open({ device_id: "d-7f3a" });
+  assert.equal(storage.getItem("presenced.device.42"), "d-7f3a");
+  last().drop();
+  mock.timers.tick(1000); // first retry within 0.25–0.5 s
+  assert.equal(FakeSocket.all.length, 2);
+  assert.equal(last().url.searchParams.get("device_id"), "d-7f3a");
+  // A new client in the same tab (a reload) is the same device.
+  const again = client({ storage });
+  again.start();
+  assert.equal(last().url.searchParams.get("device_id"), "d-7f3a");
+});
+
+test("a token goes in the query instead of the user id", () => {
+  const c = new PresenceClient({ token: "t.o.k", url: "ws://presence.test/v1/ws", storage: new MemoryStorage() });
+  c.start();
+  assert.equal(last().url.searchParams.get("token"), "t.o.k");
+  assert.equal(last().url.searchParams.get("user_id"), null);
+});
+
+test("applies presence only above the last version, snapshots included", () => {
+  const c = client();
+  const got = [];
+  c.addEventListener("presence", (e) => got.push([e.detail.user_id, e.detail.status, e.detail.version]));
+  c.start();
+  last().open();
+  c.subscribe(["2", "3"]);
+  assert.deepEqual(last().ofType("subscribe"), [{ type: "subscribe", user_ids: ["2", "3"] }]);
+  last().recv({
+    type: "snapshot",
+    users: {
+      2: { status: "online", last_seen: null, status_text: null, version: 10 },
+      3: { status: null, last_seen: null, status_text: null, version: 0 },
+    },
+  });
+  last().recv({ type: "presence", user_id: "2", status: "away", version: 9 }); // stale
+  last().recv({ type: "presence", user_id: "2", status: "away", version: 10 }); // duplicate
+  last().recv({ type: "presence", user_id: "2", status: "busy", version: 11 });
+  last().recv({ type: "presence", user_id: "9", status: "busy", version: 1 }); // not watched
+  assert.deepEqual(got, [
+    ["2", "online", 10],
+    ["3", null, 0],
+    ["2", "busy", 11],
+  ]);
+  assert.equal(c.get("2").status, "busy");
+});
+
+test("after a reconnect: subscribes again, sends a status set while away, and stale snapshots stay dropped", () => {
+  const c = client();
+  const got = [];
+  c.addEventListener("presence", (e) => got.push([e.detail.status, e.detail.version]));
+  c.start();
+  last().open();
+  c.subscribe(["2"]);
+  last().recv({ type: "presence", user_id: "2", status: "online", version: 5 });
+  last().drop();
+  c.subscribe(["3"]); // while disconnected: remembered
+  c.setStatus("busy", "in a meeting");
+  mock.timers.tick(1000);
+  last().open();
+  assert.deepEqual(last().ofType("subscribe"), [{ type: "subscribe", user_ids: ["2", "3"] }]);
+  assert.deepEqual(last().ofType("set_status"), [{ type: "set_status", status: "busy", text: "in a meeting" }]);
+  last().recv({ type: "snapshot", users: { 2: { status: "online", version: 5 }, 3: { status: "away", version: 1 } } });
+  last().recv({ type: "snapshot", users: { 2: { status: "offline", version: 6 } } });
+  assert.deepEqual(got, [
+    ["online", 5],
+    ["away", 1],
+    ["offline", 6],
+  ]);
+});
+
+test("heartbeats come every interval ±10%, active unless idle", () => {
+  const c = client({ inactiveAfterMs: 5000 });
+  c.start();
+  const ws = last();
+  const beats = [];
+  const send = ws.send.bind(ws);
+  ws.send = (d) => {
+    if (JSON.parse(d).type === "heartbeat") beats.push([Date.now(), JSON.parse(d)]);
+    send(d);
+  };
+  const t0 = Date.now();
+  ws.open(); // interval 1000 ms
+  for (let i = 0; i < 600; i++) mock.timers.tick(100); // (timers set while ticking fire on a later tick)
+  assert.ok(beats.length >= 54 && beats.length <= 67, `${beats.length} beats in 60 s`);
+  let prev = t0;
+  for (const [t] of beats) {
+    assert.ok(t - prev >= 900 && t - prev <= 1100, `a beat ${t - prev} ms after the last`);
+    prev = t;
+  }
+  // Active while there was input within 5 s (none since the start), then not.
+  for (const [t, msg] of beats) {
+    const want = t - t0 < 5000 ? { type: "heartbeat" } : { type: "heartbeat", active: false };
+    assert.deepEqual(msg, want, `beat at ${t - t0} ms`);
+  }
+});
+
+test("reconnects with growing, jittered, capped waits", () => {
+  mock.method(Math, "random", () => 1); // the longest wait of each step
+  const c = client();
+  const waits = [];
+  c.addEventListener("state", (e) => e.detail.state === "waiting" && waits.push(e.detail.retryInMs));
+  c.start();
+  for (let i = 0; i < 10; i++) {
+    last().drop();
+    mock.timers.tick(waits.at(-1));
+  }
+  assert.deepEqual(waits, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000, 30000]);
+  // A welcome resets the backoff.
+  last().open();
+  last().drop();
+  assert.equal(waits.at(-1), 500);
+  Math.random.mock.mockImplementation(() => 0); // the shortest: half the step
+  mock.timers.tick(500);
+  last().drop();
+  assert.equal(waits.at(-1), 500);
+});
+
+test("bye ends the device over the socket, or over HTTP when the socket is down", async () => {
+  const storage = new MemoryStorage();
+  const c = client({ storage });
+  c.start();
+  last().open();
+  c.bye();
+  assert.deepEqual(last().sent.at(-1), { type: "bye" });
+  assert.equal(storage.getItem("presenced.device.42"), null, "the device id is forgotten");
+  assert.equal(c.state, "closed");
+  mock.timers.tick(60_000);
+  assert.equal(FakeSocket.all.length, 1, "no reconnect after bye");
+
+  const calls = [];
+  mock.method(globalThis, "fetch", async (url, init) => {
+    calls.push([url, init.method, JSON.parse(init.body)]);
+    return new Response("{}");
+  });
+  const d = client();
+  d.start();
+  last().open({ device_id: "d-9" });
+  last().drop();
+  d.bye();
+  assert.deepEqual(calls, [["http://presence.test/v1/bye", "POST", { device_id: "d-9", user_id: "42" }]]);
+});
+
+test("close stops without a goodbye", () => {
+  const c = client();
+  c.start();
+  last().open();
+  c.close();
+  assert.equal(last().ofType("bye").length, 0);
+  mock.timers.tick(60_000);
+  assert.equal(FakeSocket.all.length, 1);
+});
+
+test("refuses ids the server would refuse", () => {
+  const c = client();
+  assert.throws(() => c.subscribe(["ok", "not ok"]), /not ok/);
+  assert.equal(c.subscriptions.size, 0);
+  for (const bad of ["", "a,b", "x".repeat(65), "\u202e", "tab\t"]) assert.notEqual(idProblem(bad), "", JSON.stringify(bad));
+  for (const good of ["42", "550e8400-e29b-41d4-a716-446655440000", "jürgen", "x".repeat(64)]) {
+    assert.equal(idProblem(good), "", good);
+  }
+  assert.throws(() => c.setStatus("sleeping"), /unknown status/);
+});
