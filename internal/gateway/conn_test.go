@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+)
+
+type nopTracker struct{}
+
+func (nopTracker) Heartbeat(context.Context, string, string, bool) (presence.Change, error) {
+	return presence.Change{}, nil
+}
+func (nopTracker) SetStatus(context.Context, string, presence.Manual, string) (presence.Change, error) {
+	return presence.Change{}, nil
+}
+func (nopTracker) Bye(context.Context, string, string) (presence.Change, error) {
+	return presence.Change{}, nil
+}
+
+type nopReader struct{}
+
+func (nopReader) Read(context.Context, string, []string, []privacy.View) error { return nil }
+
+// pipeConn returns a registered connection whose socket is one end of a
+// pipe, and the other end to read what it writes.
+func pipeConn(t *testing.T, queueLen int) (*Gateway, *conn, *bufio.Reader) {
+	t.Helper()
+	g, err := New(Config{Tracker: nopTracker{}, Reader: nopReader{}, Auth: auth.New(auth.Config{Dev: true}),
+		QueueLen: queueLen, NoEpoll: true, WriteTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.running = true
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close(); g.shutdown() })
+	c := &conn{g: g, nc: a, user: "1", device: "d", id: 1}
+	c.rate.init(g.cfg.Burst, g.now())
+	c.strikes.init(g.cfg.Burst, g.now())
+	if !g.register(c) {
+		t.Fatal("register")
+	}
+	return g, c, bufio.NewReader(b)
+}
+
+func readFrame(t *testing.T, r *bufio.Reader) ws.Frame {
+	t.Helper()
+	f, err := ws.ReadFrame(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestCoalesce: while a write is in flight, a newer frame of a user
+// replaces the queued one and an older one is dropped.
+func TestCoalesce(t *testing.T) {
+	_, c, r := pipeConn(t, 8)
+	c.Deliver("x", 1, []byte("x1")) // taken by the writer, blocked on the pipe
+	waitQueue(t, c, 0)
+	c.Deliver("y", 1, []byte("y1"))
+	c.Deliver("x", 3, []byte("x3"))
+	c.Deliver("x", 2, []byte("x2"))
+	c.Deliver("y", 2, []byte("y2"))
+	var got []string
+	for range 3 {
+		got = append(got, string(readFrame(t, r).Payload))
+	}
+	if fmt.Sprint(got) != "[x1 y2 x3]" {
+		t.Fatalf("frames %v, want [x1 y2 x3]", got)
+	}
+}
+
+func waitQueue(t *testing.T, c *conn, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		l := len(c.queue)
+		c.mu.Unlock()
+		if l == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue length %d, want %d", l, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestQueueOverflow: a connection whose queue of distinct users fills up
+// is closed 4002 without the queued frames, and Deliver never blocks.
+func TestQueueOverflow(t *testing.T) {
+	g, c, r := pipeConn(t, 4)
+	c.Deliver("u0", 1, []byte("first"))
+	waitQueue(t, c, 0)
+	done := make(chan struct{})
+	go func() {
+		for i := 1; i <= 100; i++ {
+			c.Deliver(fmt.Sprint("u", i), 1, []byte("x"))
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Deliver blocked")
+	}
+	if n := g.stats.closedSlow.Load(); n != 1 {
+		t.Fatalf("closedSlow %d", n)
+	}
+	if f := readFrame(t, r); string(f.Payload) != "first" {
+		t.Fatalf("first frame %q", f.Payload)
+	}
+	f := readFrame(t, r)
+	if code, _ := ws.ParseCloseFrameData(f.Payload); f.Header.OpCode != ws.OpClose || code != closeSlow {
+		t.Fatalf("frame %v %q, want close 4002", f.Header.OpCode, f.Payload)
+	}
+}
+
+// TestFeedSplits: frames split at every byte boundary and several frames in
+// one read decode the same.
+func TestFeedSplits(t *testing.T) {
+	var stream []byte
+	msgs := []string{`{"type":"dance"}`, `{"type":"x"}`}
+	for _, m := range msgs {
+		f := ws.MaskFrameInPlace(ws.NewTextFrame([]byte(m)))
+		b, err := ws.CompileFrame(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream = append(stream, b...)
+	}
+	for cut := 1; cut < len(stream); cut++ {
+		_, c, r := pipeConn(t, 8)
+		in := append([]byte(nil), stream...)
+		got := make(chan int, 1)
+		go func() {
+			n := 0
+			for range msgs {
+				f, err := ws.ReadFrame(r)
+				if err != nil {
+					break
+				}
+				if f.Header.OpCode == ws.OpText {
+					n++
+				}
+			}
+			got <- n
+		}()
+		if !c.feed(in[:cut]) || !c.feed(in[cut:]) {
+			t.Fatalf("cut %d: closed", cut)
+		}
+		if n := <-got; n != len(msgs) {
+			t.Fatalf("cut %d: %d answers", cut, n)
+		}
+	}
+}
