@@ -24,6 +24,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/presenced/presenced/internal/auth"
 )
 
 const (
@@ -746,6 +750,49 @@ func TestMaxDevicesFlag(t *testing.T) {
 	}
 }
 
+// TestMaxSubscriptionsFlag: PRESENCE_MAX_SUBSCRIPTIONS caps the users one
+// WebSocket watches.
+func TestMaxSubscriptionsFlag(t *testing.T) {
+	t.Parallel()
+	s := startInProcess(t, map[string]string{envName("max-subscriptions"): "2"},
+		baseArgs(t.TempDir(), "-api-key", apiKey, "-jwt-secret", "s")...)
+	tok, err := auth.Sign([]byte("s"), "1", "", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, br, _, err := ws.Dialer{Timeout: waitTimeout}.Dial(context.Background(), "ws"+strings.TrimPrefix(s.base, "http")+"/v1/ws?token="+tok)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer nc.Close()
+	var r io.Reader = nc
+	if br != nil {
+		r = br
+	}
+	read := func() map[string]any {
+		t.Helper()
+		_ = nc.SetReadDeadline(time.Now().Add(waitTimeout))
+		f, err := ws.ReadFrame(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(f.Payload, &m); err != nil {
+			t.Fatalf("%q: %v", f.Payload, err)
+		}
+		return m
+	}
+	if m := read(); m["type"] != "welcome" {
+		t.Fatalf("first message %v", m)
+	}
+	if err := ws.WriteFrame(nc, ws.MaskFrameInPlace(ws.NewTextFrame([]byte(`{"type":"subscribe","user_ids":["2","3","4"]}`)))); err != nil {
+		t.Fatal(err)
+	}
+	if m := read(); m["type"] != "error" || m["code"] != "too_many_subscriptions" {
+		t.Fatalf("subscribe to 3: %v, want too_many_subscriptions", m)
+	}
+}
+
 // TestDevListensOnLoopback: an insecure node listens on 127.0.0.1:8080
 // unless told otherwise.
 func TestDevListensOnLoopback(t *testing.T) {
@@ -841,6 +888,9 @@ func TestRunConfigErrors(t *testing.T) {
 		{"data is a file", nil, []string{"-data", "/dev/null"}, "data directory", false},
 		{"no device allowed", nil, []string{"-max-devices", "0"}, "-max-devices 0: at least 1", true},
 		{"negative device cap from env", map[string]string{envName("max-devices"): "-1"}, nil, "-max-devices -1", true},
+		{"no subscription allowed", nil, []string{"-max-subscriptions", "0"}, "-max-subscriptions 0: at least 1", true},
+		{"bad subscription cap from env", map[string]string{envName("max-subscriptions"): "many"}, nil, envName("max-subscriptions"), true},
+		{"no async threshold", map[string]string{envName("fanout-async-threshold"): "0"}, nil, "-fanout-async-threshold 0: at least 1", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
