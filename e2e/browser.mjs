@@ -92,6 +92,9 @@ try {
   await see(alice, `${row}[data-status="offline"]`, ttl + 5000, "bob closes his tab → alice sees offline");
   const took = Date.now() - closed;
   log(`  offline ${took} ms after the tab closed (ttl ${ttl} ms)`);
+  // No goodbye on close: the departure is found by absence, one ttl after
+  // the last beat (beats come every ttl/4), not at once.
+  if (took < ttl * 0.6) problems.push(`bob read offline ${took} ms after closing, before his ttl ran out: did the tab say bye?`);
   await expectText(alice, `${row} .seen`, "last seen just now");
 
   const seen = await alice.evaluate(() => window.__bobStatuses);
