@@ -119,6 +119,29 @@ try {
     await carol.fill("#status-text", "back in 5");
     await carol.check('input[name=status][value="away"]');
     await see(alice, `${carolRow}[data-status="away"]`, STEP, "carol sets away → alice sees away");
+
+    // Signing out is an explicit bye: offline at once, not after the ttl.
+    const t1 = Date.now();
+    await carol.click("#signout");
+    await see(carol, "#signin:not([hidden])", STEP, "carol signs out");
+    await see(alice, `${carolRow}[data-status="offline"]`, STEP, "carol signs out → alice sees offline");
+    if (Date.now() - t1 > ttl * 0.6) problems.push(`carol read offline ${Date.now() - t1} ms after signing out: no bye?`);
+  }
+
+  // A client token instead of a bare user id (the way production signs in).
+  const token = process.env.PRESENCED_E2E_TOKEN; // for user "dave"
+  if (token) {
+    const dave = await openPage("dave");
+    await dave.goto(base + "/");
+    await dave.click("details summary");
+    await dave.fill("#token", token);
+    await dave.click('#signin-form button[type="submit"]');
+    await see(dave, '#conn[data-state="open"]', STEP, "dave signs in with a token");
+    await expectText(dave, "#me-name", "dave");
+    await alice.fill("#add-id", "dave");
+    await alice.press("#add-id", "Enter");
+    await see(alice, '#contact-list li[data-user-id="dave"][data-status="online"]', STEP, "alice sees dave online");
+    await dave.close();
   }
 
   await alice.screenshot({ path: path.join(outDir, "watcher.png"), fullPage: true });

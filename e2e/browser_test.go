@@ -80,7 +80,12 @@ func TestBrowser(t *testing.T) {
 	}
 	cmd := exec.CommandContext(ctx, node, filepath.Join(root, "e2e", "browser.mjs"), "http://"+srv.address(), out, control.URL)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "PRESENCED_CHROMIUM="+chromium, "PRESENCED_TTL_MS=3000")
+	token, err := exec.Command(srv.bin, "-data", srv.data, "-print-token", "dave").Output()
+	if err != nil {
+		t.Fatalf("presenced -print-token dave: %v", err)
+	}
+	cmd.Env = append(os.Environ(), "PRESENCED_CHROMIUM="+chromium, "PRESENCED_TTL_MS=3000",
+		"PRESENCED_E2E_TOKEN="+strings.TrimSpace(string(token)))
 	lines := &lineLogger{t: t, prefix: "browser: "}
 	cmd.Stdout, cmd.Stderr = lines, lines
 	cmd.WaitDelay = 5 * time.Second
