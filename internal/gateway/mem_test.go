@@ -1,0 +1,111 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/auth"
+)
+
+// BenchmarkIdleConnection measures the server's user-space memory (heap and
+// goroutine stacks) per idle WebSocket connection, with the clients in a
+// separate process so only the server is counted:
+//
+//	go test -run XXX -bench IdleConnection ./internal/gateway
+//	GW_NOEPOLL=1 go test -run XXX -bench IdleConnection ./internal/gateway  # the portable path
+func BenchmarkIdleConnection(b *testing.B) {
+	const conns = 5000
+	noEpoll := os.Getenv("GW_NOEPOLL") != ""
+	g, err := New(Config{Tracker: nopTracker{}, Reader: nopReader{}, Auth: auth.New(auth.Config{Dev: true}), NoEpoll: noEpoll})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan struct{})
+	go func() { _ = g.Run(ctx); close(runDone) }()
+	defer func() { cancel(); <-runDone }()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: g}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	for !g.Stats().EpollDisabled && g.poll != nil {
+		g.mu.Lock()
+		r := g.running
+		g.mu.Unlock()
+		if r {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond)
+
+	before := usage()
+	gBefore := runtime.NumGoroutine()
+	cmd := exec.Command(os.Args[0], "-test.run=TestDialHelper", "-test.v")
+	cmd.Env = append(os.Environ(), "GW_DIAL_ADDR="+ln.Addr().String(), "GW_DIAL_N="+strconv.Itoa(conns))
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "dialed" {
+	}
+	for g.Stats().Connections < conns {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // writers of the welcome end
+	after := usage()
+	per := float64(after-before) / conns
+	b.ReportMetric(per, "B/conn")
+	b.ReportMetric(float64(runtime.NumGoroutine()-gBefore)/conns, "goroutines/conn")
+	stdin.Close()
+	_ = cmd.Wait()
+}
+
+// usage is the heap in use plus goroutine stacks, after a GC.
+func usage() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc + m.StackInuse
+}
+
+// TestDialHelper is the client process of BenchmarkIdleConnection.
+func TestDialHelper(t *testing.T) {
+	addr := os.Getenv("GW_DIAL_ADDR")
+	if addr == "" {
+		t.Skip("helper process of BenchmarkIdleConnection")
+	}
+	n, _ := strconv.Atoi(os.Getenv("GW_DIAL_N"))
+	conns := make([]net.Conn, 0, n)
+	for i := range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /v1/ws?user_id=u%d&device_id=d HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", i)
+		conns = append(conns, c)
+	}
+	fmt.Println("dialed")
+	var buf [1]byte
+	_, _ = os.Stdin.Read(buf[:])
+	for _, c := range conns {
+		c.Close()
+	}
+}
