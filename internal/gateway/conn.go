@@ -260,7 +260,11 @@ func (c *conn) feed(data []byte) bool {
 		if !ok {
 			break
 		}
-		if h.Length > int64(c.g.cfg.MaxMessage) || (h.OpCode.IsControl() && h.Length > 125) {
+		if h.OpCode.IsControl() && (h.Length > 125 || !h.Fin) {
+			c.close(closeProtocol, "invalid control frame")
+			return false
+		}
+		if h.Length > int64(c.g.cfg.MaxMessage) {
 			c.g.stats.closedSize.Add(1)
 			c.close(closeTooBig, "message too big")
 			return false

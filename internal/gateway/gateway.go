@@ -83,13 +83,14 @@ type Gateway struct {
 	clock   clock.Clock
 	log     *slog.Logger
 	ttlMs   int64
-	poll    poller // nil: a goroutine per connection
+	poll    poller // set by Run before it takes connections; nil: a goroutine per connection
 
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
 
 	mu      sync.Mutex // guards the fields below
-	running bool
+	started bool       // Run was called
+	running bool       // taking connections
 	closing bool
 	conns   map[*conn]struct{}
 
@@ -165,14 +166,6 @@ func New(cfg Config) (*Gateway, error) {
 		conns:   make(map[*conn]struct{}),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	if !cfg.NoEpoll {
-		p, err := newPoller(g)
-		if err != nil {
-			g.log.Warn("epoll is not available: one goroutine per WebSocket connection", "err", err)
-		} else {
-			g.poll = p
-		}
-	}
 	return g, nil
 }
 
@@ -180,6 +173,7 @@ func New(cfg Config) (*Gateway, error) {
 func (g *Gateway) Stats() Stats {
 	g.mu.Lock()
 	n := len(g.conns)
+	noEpoll := g.poll == nil
 	g.mu.Unlock()
 	return Stats{
 		Connections:   n,
@@ -189,7 +183,7 @@ func (g *Gateway) Stats() Stats {
 		ClosedRate:    g.stats.closedRate.Load(),
 		ClosedTooBig:  g.stats.closedSize.Load(),
 		RateLimited:   g.stats.rateLimited.Load(),
-		EpollDisabled: g.poll == nil,
+		EpollDisabled: noEpoll,
 	}
 }
 
@@ -198,16 +192,28 @@ func (g *Gateway) Stats() Stats {
 // written, and stops every goroutine it started. Call it once.
 func (g *Gateway) Run(ctx context.Context) error {
 	g.mu.Lock()
-	if g.running || g.closing {
+	if g.started {
 		g.mu.Unlock()
 		return errors.New("gateway: Run called twice")
 	}
-	g.running = true
+	g.started = true
+	g.mu.Unlock()
+	var p poller
+	if !g.cfg.NoEpoll {
+		var err error
+		if p, err = newPoller(g); err != nil {
+			g.log.Warn("epoll is not available: one goroutine per WebSocket connection", "err", err)
+			p = nil
+		}
+	}
+	if p != nil {
+		p.start()
+	}
+	g.mu.Lock()
+	g.poll = p
+	g.running = !g.closing
 	g.mu.Unlock()
 
-	if g.poll != nil {
-		g.poll.start()
-	}
 	tick := time.NewTicker(g.cfg.IdleCheck)
 	defer tick.Stop()
 	for {

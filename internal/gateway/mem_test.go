@@ -40,7 +40,7 @@ func BenchmarkIdleConnection(b *testing.B) {
 	srv := &http.Server{Handler: g}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	for !g.Stats().EpollDisabled && g.poll != nil {
+	for {
 		g.mu.Lock()
 		r := g.running
 		g.mu.Unlock()
