@@ -189,7 +189,13 @@ function rowFor(id) {
 
 function renderContact(view) {
   const li = rowOf(view.user_id);
-  if (li) fillRow(li, view);
+  if (!li) return;
+  const before = li.dataset.status;
+  fillRow(li, view);
+  // Tell screen readers about live changes (not the first state of a row).
+  if (before !== "unknown" && before !== li.dataset.status) {
+    $("#announce").textContent = `${view.user_id} is now ${LABELS[li.dataset.status].toLowerCase()}`;
+  }
 }
 
 function fillRow(li, view) {

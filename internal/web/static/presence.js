@@ -47,7 +47,9 @@
 //               status is null when that user hides it from this viewer
 //   "welcome"   the welcome message (user_id, device_id, intervals)
 //   "state"     {state: "connecting"|"open"|"waiting"|"closed", retryInMs}
-//   "servererror" {code, message} — an `error` message of the server
+//   "servererror" {code, message} — an `error` message of the server; a
+//               refused subscribe (too_many_subscriptions) leaves its ids in
+//               `subscriptions`, so unsubscribe() them to stay under the cap
 //
 // Browsers throttle timers of background tabs; heartbeats of a tab hidden
 // for many minutes may come late enough for the server to count the device
