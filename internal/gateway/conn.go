@@ -176,7 +176,8 @@ func (c *conn) writeLoop() {
 			return
 		}
 		if last {
-			c.teardown()
+			c.forget()
+			c.linger()
 			return
 		}
 	}
@@ -205,6 +206,13 @@ func (c *conn) behind(rest []byte, closeQueued bool) {
 
 // teardown closes the socket and forgets the connection. It is idempotent.
 func (c *conn) teardown() {
+	c.forget()
+	_ = c.nc.Close()
+}
+
+// forget removes the connection from the hub, the poller and the gateway
+// and marks it closed; the socket stays open. It is idempotent.
+func (c *conn) forget() {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -219,8 +227,31 @@ func (c *conn) teardown() {
 	if c.g.poll != nil && c.raw != nil {
 		c.g.poll.remove(c)
 	}
-	_ = c.nc.Close()
 	c.g.unregister(c)
+}
+
+// lingerTime bounds how long a closed connection's last incoming bytes are
+// read and dropped.
+const lingerTime = time.Second
+
+// linger ends a connection whose close frame is written: it sends FIN and
+// reads until the client closes too (or lingerTime passes) before the
+// socket is closed, so unread client data does not turn the close into a
+// reset that destroys the close frame in flight.
+func (c *conn) linger() {
+	tc, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || tc.CloseWrite() != nil {
+		_ = c.nc.Close()
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(lingerTime))
+	var buf [512]byte
+	for {
+		if _, err := c.nc.Read(buf[:]); err != nil {
+			break
+		}
+	}
+	_ = c.nc.Close()
 }
 
 // appendFrame appends one unmasked server frame.
