@@ -38,6 +38,8 @@ try {
   bob = await openPage("bob");
 
   await signIn(alice, "alice");
+  // Heartbeat timers also run in a worker (background tabs throttle page timers).
+  await until(() => alice.workers().some((w) => w.url().endsWith("/static/presence-timer.js")), STEP, "the timer worker runs");
   await alice.fill("#add-id", "bob");
   await alice.press("#add-id", "Enter");
   const row = '#contact-list li[data-user-id="bob"]';
@@ -201,6 +203,16 @@ async function see(page, selector, timeout, what) {
     await page.waitForSelector(selector, { state: "attached", timeout });
   } catch {
     throw new Error(`${what}: ${selector} not there within ${timeout} ms on ${page.__name}'s page`);
+  }
+  log(`${what} (${Date.now() - t0} ms)`);
+}
+
+// until polls cond every 50 ms until it holds, or throws after timeout ms.
+async function until(cond, timeout, what) {
+  const t0 = Date.now();
+  while (!(await cond())) {
+    if (Date.now() - t0 > timeout) throw new Error(`${what}: not within ${timeout} ms`);
+    await new Promise((r) => setTimeout(r, 50));
   }
   log(`${what} (${Date.now() - t0} ms)`);
 }

@@ -66,6 +66,8 @@ export class PresenceClient extends EventTarget {
    * @param {string} [opts.url]      WebSocket URL; default /v1/ws of the page
    * @param {number} [opts.inactiveAfterMs] no input this long → not active
    * @param {Storage} [opts.storage] where the device id lives (sessionStorage)
+   * @param {string|null} [opts.timerWorkerURL] presence-timer.js (default:
+   *   beside this file); null: the page's timers only (see later())
    */
   constructor(opts = {}) {
     super();
@@ -84,8 +86,9 @@ export class PresenceClient extends EventTarget {
     this._ws = null;
     this._stopped = true;
     this._attempt = 0;
-    this._beatTimer = 0;
-    this._retryTimer = 0;
+    this._cancelBeat = noop;
+    this._cancelRetry = noop;
+    this._timerURL = opts.timerWorkerURL === undefined ? defaultTimerURL() : opts.timerWorkerURL;
     this._pendingStatus = null; // {status, text} to send once connected
     this._lastInput = Date.now();
     this._lastSend = 0;
@@ -215,7 +218,7 @@ export class PresenceClient extends EventTarget {
     ws.onclose = (ev) => {
       if (this._ws !== ws) return;
       this._ws = null;
-      clearTimeout(this._beatTimer);
+      this._cancelBeat();
       if (this._stopped) return;
       // 1000 after our bye is handled by _stop; anything else is a drop:
       // the server keeps the device alive for its ttl, we come back.
@@ -275,23 +278,23 @@ export class PresenceClient extends EventTarget {
   }
 
   _scheduleReconnect(code) {
-    clearTimeout(this._retryTimer);
+    this._cancelRetry();
     const step = Math.min(30_000, 500 * 2 ** Math.min(this._attempt, 6));
     const wait = Math.round(step * (0.5 + Math.random() * 0.5));
     this._attempt++;
     this._setState("waiting", { retryInMs: wait, code });
-    this._retryTimer = setTimeout(() => this._connect(), wait);
+    this._cancelRetry = later(() => this._connect(), wait, this._timerURL);
   }
 
   _connectNow() {
-    clearTimeout(this._retryTimer);
+    this._cancelRetry();
     this._connect();
   }
 
   _stop() {
     this._stopped = true;
-    clearTimeout(this._beatTimer);
-    clearTimeout(this._retryTimer);
+    this._cancelBeat();
+    this._cancelRetry();
     if (typeof window !== "undefined") {
       for (const t of INPUT_EVENTS) window.removeEventListener(t, this._onInput, { capture: true });
       window.removeEventListener("online", this._onOnline);
@@ -322,10 +325,10 @@ export class PresenceClient extends EventTarget {
   }
 
   _scheduleBeat() {
-    clearTimeout(this._beatTimer);
+    this._cancelBeat();
     const interval = this.welcome?.heartbeat_interval_ms || 7500;
     const wait = Math.round(interval * (0.9 + Math.random() * 0.2));
-    this._beatTimer = setTimeout(() => this._beat(), wait);
+    this._cancelBeat = later(() => this._beat(), wait, this._timerURL);
   }
 
   _beat() {
@@ -402,6 +405,77 @@ export function idProblem(id) {
   }
   if (/[\ud800-\udfff]/u.test(id)) return "not valid Unicode";
   return "";
+}
+
+const noop = () => {};
+
+// later runs fn after ms and returns its cancel function. Chrome throttles
+// chained timers of a page hidden for some minutes to one wake-up a minute,
+// which would let the device's ttl run out in a background tab; timers of a
+// dedicated worker are not throttled that way. So a timer runs both in the
+// page and, where the worker loads, in presence-timer.js beside this file:
+// whichever fires first wins. Without the worker, the page's timer does it.
+function later(fn, ms, workerURL) {
+  let done = false;
+  let id = 0;
+  const ticker = workerURL ? timerWorker(workerURL) : null;
+  const cancel = () => {
+    done = true;
+    clearTimeout(t);
+    if (id) ticker.clear(id);
+  };
+  const run = () => {
+    if (done) return;
+    cancel();
+    fn();
+  };
+  const t = setTimeout(run, ms);
+  if (ticker) id = ticker.set(run, ms);
+  return cancel;
+}
+
+let ticker; // the page's one timer worker: undefined until asked, null if none
+
+function timerWorker(url) {
+  if (ticker !== undefined) return ticker;
+  ticker = null;
+  if (typeof Worker === "undefined") return null;
+  try {
+    const w = new Worker(url);
+    const pending = new Map(); // id → callback
+    let seq = 0;
+    w.onmessage = (e) => {
+      const fn = pending.get(e.data);
+      pending.delete(e.data);
+      fn?.();
+    };
+    w.onerror = () => {
+      ticker = null; // the page's own timers carry on
+      pending.clear();
+    };
+    ticker = {
+      set(fn, ms) {
+        const id = ++seq;
+        pending.set(id, fn);
+        w.postMessage({ id, ms });
+        return id;
+      },
+      clear(id) {
+        if (pending.delete(id)) w.postMessage({ id, cancel: true });
+      },
+    };
+  } catch {
+    ticker = null;
+  }
+  return ticker;
+}
+
+function defaultTimerURL() {
+  try {
+    return new URL("./presence-timer.js", import.meta.url).toString();
+  } catch {
+    return null;
+  }
 }
 
 function defaultURL() {
