@@ -51,9 +51,12 @@
 //               refused subscribe (too_many_subscriptions) leaves its ids in
 //               `subscriptions`, so unsubscribe() them to stay under the cap
 //
-// Browsers throttle timers of background tabs; heartbeats of a tab hidden
-// for many minutes may come late enough for the server to count the device
-// gone until the tab is shown again (then it beats at once).
+// Browsers throttle the timers of background tabs (Chrome: one wake-up a
+// minute after some minutes hidden, longer than the ttl). The heartbeat and
+// retry timers therefore also run in a small worker, presence-timer.js
+// beside this file; without it (or where the browser freezes the whole tab)
+// a long-hidden tab may read offline until it is shown again, when it beats
+// at once.
 
 const STATUSES = new Set(["online", "away", "busy", "invisible"]);
 const INPUT_EVENTS = ["keydown", "pointerdown", "pointermove", "wheel", "touchstart", "focus"];
