@@ -29,16 +29,22 @@ type node struct {
 	t    *testing.T
 	dir  string
 	addr string
+	opts []func(*app.Config)
 	stop context.CancelFunc
 	done chan error
 }
 
 // startNode runs presenced on addr ("127.0.0.1:0" for any port) with its
-// state in dir; the test stops it at the end unless it did so itself.
-func startNode(t *testing.T, dir, addr string) *node {
+// state in dir, a ttl of 5s and opts applied to its configuration; the test
+// stops it at the end unless it did so itself.
+func startNode(t *testing.T, dir, addr string, opts ...func(*app.Config)) *node {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, app.Config{DataDir: dir, APIKey: apiKey, JWTSecret: secret, TTL: 5 * time.Second, PollInterval: -1})
+	cfg := app.Config{DataDir: dir, APIKey: apiKey, JWTSecret: secret, TTL: 5 * time.Second, PollInterval: -1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	a, err := app.New(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -55,7 +61,7 @@ func startNode(t *testing.T, dir, addr string) *node {
 		a.Close()
 		t.Fatal(err)
 	}
-	n := &node{t: t, dir: dir, addr: ln.Addr().String(), stop: cancel, done: make(chan error, 1)}
+	n := &node{t: t, dir: dir, addr: ln.Addr().String(), opts: opts, stop: cancel, done: make(chan error, 1)}
 	go func() { n.done <- a.Run(ctx, ln) }()
 	t.Cleanup(n.shutdown)
 	// Run serves HTTP while the gateway is still starting (503 until then).
@@ -82,7 +88,7 @@ func (n *node) shutdown() {
 // restart stops the node and starts a new one on the same port and data.
 func (n *node) restart() *node {
 	n.shutdown()
-	return startNode(n.t, n.dir, n.addr)
+	return startNode(n.t, n.dir, n.addr, n.opts...)
 }
 
 func (n *node) url() string { return "http://" + n.addr }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/app"
 )
 
 // cutter dials through the network and can cut every connection it made,
@@ -195,4 +196,43 @@ func TestE2ERestartResubscribesAndCatchesUp(t *testing.T) {
 			break
 		}
 	}
+}
+
+func TestE2EIdleDeviceTurnsAway(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0", func(c *app.Config) {
+		c.TTL = 2 * time.Second // heartbeats every 500ms
+		c.IdleAfter = 2 * time.Second
+	})
+	ctx := context.Background()
+	d := dial(t, n, "2", "phone")
+	w := dial(t, n, "9", "watcher")
+	if err := w.Subscribe(ctx, "2"); err != nil {
+		t.Fatal(err)
+	}
+	wantPresence(t, w, "2", client.Online, true)
+	// Heartbeats that count as activity keep the user online past idle-after.
+	quiet(t, w, 2500*time.Millisecond)
+
+	d.SetActive(false) // heartbeats now say "active": false
+	wantPresence(t, w, "2", client.Away, false)
+	d.SetActive(true) // beats at once
+	wantPresence(t, w, "2", client.Online, false)
+}
+
+func TestE2EServerErrors(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0", func(c *app.Config) { c.MaxSubscriptions = 2 })
+	ctx := context.Background()
+	w := dial(t, n, "9", "watcher") // the client's own cap is the default 500
+	if err := w.Subscribe(ctx, "1", "2", "3"); err != nil {
+		t.Fatal(err)
+	}
+	u := next(t, w)
+	if se, ok := u.(*client.ServerError); !ok || se.Code != "too_many_subscriptions" || se.Message == "" {
+		t.Fatalf("update = %#v, want the server's too_many_subscriptions", u)
+	}
+	// The connection stays up.
+	if err := w.Subscribe(ctx, "4"); err != nil {
+		t.Fatal(err)
+	}
+	wantPresence(t, w, "4", client.Offline, true)
 }
