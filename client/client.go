@@ -170,11 +170,11 @@ type Client struct {
 	log      *slog.Logger
 	endpoint *url.URL
 
-	ctx     context.Context // canceled by Close
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the run loop and the pump
-	runDone chan struct{}  // closed when the run loop has ended
-	closeMu sync.Once
+	ctx       context.Context // canceled by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // the run loop and the pump
+	runDone   chan struct{}  // closed when the run loop has ended
+	closeOnce sync.Once
 
 	q       *queue
 	updates chan Update
@@ -450,7 +450,7 @@ func (c *Client) Bye(ctx context.Context) error {
 // ttl, like after a lost connection; see Bye), stops every goroutine of the
 // client and waits for them. It is idempotent and always returns nil.
 func (c *Client) Close() error {
-	c.closeMu.Do(func() {
+	c.closeOnce.Do(func() {
 		c.cancel()
 		c.wg.Wait()
 	})

@@ -164,6 +164,7 @@ type fake struct {
 	mu    sync.Mutex
 	conns []*fakeConn
 	dials []string // device_id of each upgrade
+	auths []string // Authorization of each upgrade
 }
 
 type fakeConn struct {
@@ -190,6 +191,7 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	refuse, interval := f.refuse, f.interval
 	f.dials = append(f.dials, r.URL.Query().Get("device_id"))
+	f.auths = append(f.auths, r.Header.Get("Authorization")+" "+r.Header.Get("X-App"))
 	n := len(f.dials)
 	f.mu.Unlock()
 	if refuse != 0 {
@@ -514,5 +516,29 @@ func TestCloseWhileReconnecting(t *testing.T) {
 	wantState(t, c, Closed)
 	if err := c.SetStatus(context.Background(), Busy, ""); !errors.Is(err, ErrClosed) {
 		t.Fatalf("SetStatus after Close = %v", err)
+	}
+}
+
+func TestTokenFuncAndHeaderOnEveryConnection(t *testing.T) {
+	f := newFake(t)
+	var mu sync.Mutex
+	calls := 0
+	c := f.dial(t, Config{
+		Header: http.Header{"X-App": {"demo"}},
+		TokenFunc: func(ctx context.Context) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			return fmt.Sprintf("tok%d", calls), nil
+		},
+	})
+	wantState(t, c, Connected)
+	f.conn(0).nc.Close()
+	wantState(t, c, Disconnected)
+	wantState(t, c, Connected)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got := fmt.Sprint(f.auths); got != "[Bearer tok1 demo Bearer tok2 demo]" {
+		t.Fatalf("Authorization and X-App of the upgrades = %s", got)
 	}
 }
