@@ -47,16 +47,20 @@ type Config struct {
 	// TTL is the heartbeat ttl: welcome announces it, and a connection
 	// silent for one ttl is closed 4001. Default 30s.
 	TTL time.Duration
-	// MaxSubscriptions is announced nowhere but bounds one subscribe
-	// request before the hub sees it. Default 500.
+	// MaxSubscriptions is the hub's per-connection cap (the hub enforces
+	// it; the gateway refuses a larger request before asking and sizes
+	// the send queue by it). Default 500.
 	MaxSubscriptions int
 	// MaxMessage is the largest client message in bytes. Default 64 KiB.
 	MaxMessage int
 	// Rate and Burst limit client messages per second. Defaults 20 and 40.
 	Rate  int
 	Burst int
-	// QueueLen bounds the frames queued for one connection (changes of one
-	// user coalesce to the newest). Default 128.
+	// QueueLen bounds the frames queued for one connection. Changes of one
+	// user coalesce to the newest, so the default, MaxSubscriptions + 64,
+	// holds a change of every watched user at once (a mass expiry after a
+	// restart) plus the connection's own messages: a connection is then
+	// "behind" when a write does not finish within WriteTimeout.
 	QueueLen int
 	// WriteTimeout bounds one write to a socket; a connection that cannot
 	// take its frames for this long is closed 4002. Default 10s.
@@ -143,7 +147,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Burst = 2 * cfg.Rate
 	}
 	if cfg.QueueLen <= 0 {
-		cfg.QueueLen = 128
+		cfg.QueueLen = cfg.MaxSubscriptions + 64
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second

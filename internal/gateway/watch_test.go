@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -267,4 +268,41 @@ func TestSlowConsumer(t *testing.T) {
 	}
 	// The slow watcher, reading at last, learns why it was closed.
 	slow.closed(4002)
+}
+
+// TestMassChangeIsNotSlow: every watched user changing at once (a mass
+// expiry in one sweep) fits the queue of a healthy reader.
+func TestMassChangeIsNotSlow(t *testing.T) {
+	n := newNode(t, opts{})
+	ctx := context.Background()
+	ids := make([]string, 500)
+	for i := range ids {
+		ids[i] = "u" + strconv.Itoa(i)
+		if _, err := n.tr.Heartbeat(ctx, ids[i], "d", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := n.dial("1", "")
+	w.msgType("welcome")
+	w.watch(ids...)
+	// The watcher speaks at 20s (answered in order, so the snapshot shows
+	// the heartbeat is applied); the others expire at 30s.
+	n.clk.Advance(20 * time.Second)
+	w.send(`{"type":"heartbeat"}`)
+	w.watch("u0") // already watched: an empty snapshot
+	n.clk.Advance(11 * time.Second)
+	if _, err := n.tr.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < len(ids) {
+		m := w.msgType("presence")
+		if m["status"] != "offline" {
+			t.Fatalf("presence %v", m)
+		}
+		seen[m["user_id"].(string)] = true
+	}
+	if s := n.gw.Stats(); s.ClosedSlow != 0 {
+		t.Fatalf("stats %+v", s)
+	}
 }
