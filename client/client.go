@@ -41,6 +41,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/presenced/presenced/internal/presence"
 )
 
 // Config configures a Client. Zero values take the documented defaults.
@@ -104,6 +106,16 @@ const (
 func (cfg *Config) fill() error {
 	if cfg.Token == "" && cfg.TokenFunc == nil && cfg.DevUserID == "" {
 		return errors.New("client: no credentials: set Token, TokenFunc or (for -dev servers) DevUserID")
+	}
+	if cfg.DeviceID != "" {
+		if err := presence.ValidateID(cfg.DeviceID); err != nil {
+			return fmt.Errorf("client: DeviceID: %w", err)
+		}
+	}
+	if cfg.DevUserID != "" {
+		if err := presence.ValidateID(cfg.DevUserID); err != nil {
+			return fmt.Errorf("client: DevUserID: %w", err)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -312,13 +324,14 @@ const (
 
 // SetStatus sets the user's manual status — Online (clears it), Away, Busy
 // or Invisible — with an optional text (≤ 140 characters; empty clears it).
-// While disconnected it waits for the connection until ctx is done. The
-// server refuses a bad status with a *ServerError on Updates.
+// A status or text the server would refuse is an error here and sends
+// nothing. While disconnected it waits for the connection until ctx is done.
 func (c *Client) SetStatus(ctx context.Context, status Status, text string) error {
-	switch status {
-	case Online, Away, Busy, Invisible:
-	default:
-		return fmt.Errorf("client: status %q: want online, away, busy or invisible", status)
+	if _, err := presence.ParseManual(string(status)); err != nil {
+		return fmt.Errorf("client: status %q: %w", status, err)
+	}
+	if err := presence.ValidateText(text); err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
 	msg := setStatusMsg{Type: "set_status", Status: string(status)}
 	if text != "" {
@@ -336,9 +349,10 @@ func (c *Client) SetStatus(ctx context.Context, status Status, text string) erro
 // for each change. The set of watched users outlives connections: after a
 // reconnect the client subscribes again to all of them. While disconnected
 // Subscribe only records the ids; an error of the send leaves them recorded
-// too, and the reconnect that follows sends them. Watching more than
-// MaxSubscriptions users fails with ErrTooManySubscriptions and changes
-// nothing; the server's own refusals arrive as *ServerError on Updates.
+// too, and the reconnect that follows sends them. An id the server would
+// refuse is an error, and so is watching more than MaxSubscriptions users
+// (ErrTooManySubscriptions); either changes nothing. The server's own
+// refusals arrive as *ServerError on Updates.
 func (c *Client) Subscribe(ctx context.Context, ids ...string) error {
 	if err := validIDs(ids); err != nil {
 		return err
@@ -412,10 +426,12 @@ func (c *Client) Subscriptions() []string {
 	return ids
 }
 
+// validIDs refuses ids the server would refuse: one of them would make
+// every re-subscribe fail as a whole.
 func validIDs(ids []string) error {
 	for _, id := range ids {
-		if id == "" || len(id) > 64 {
-			return fmt.Errorf("client: user id %q: want 1 to 64 bytes", id)
+		if err := presence.ValidateID(id); err != nil {
+			return fmt.Errorf("client: user id %q: %w", id, err)
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -540,5 +541,30 @@ func TestTokenFuncAndHeaderOnEveryConnection(t *testing.T) {
 	defer f.mu.Unlock()
 	if got := fmt.Sprint(f.auths); got != "[Bearer tok1 demo Bearer tok2 demo]" {
 		t.Fatalf("Authorization and X-App of the upgrades = %s", got)
+	}
+}
+
+func TestRefusesWhatTheServerWouldRefuse(t *testing.T) {
+	f := newFake(t)
+	c := f.dial(t, Config{})
+	ctx := context.Background()
+	for _, ids := range [][]string{{""}, {"a", "b,c"}, {"a", "x\u202ey"}, {string(make([]byte, 65))}} {
+		if err := c.Subscribe(ctx, ids...); err == nil {
+			t.Errorf("Subscribe(%q) accepted", ids)
+		}
+	}
+	if got := c.Subscriptions(); len(got) != 0 {
+		t.Fatalf("refused subscribes recorded %q", got)
+	}
+	for _, tc := range []struct {
+		status Status
+		text   string
+	}{{"sleeping", ""}, {Hidden, ""}, {Offline, ""}, {Busy, strings.Repeat("é", 141)}, {Busy, "a\nb"}} {
+		if err := c.SetStatus(ctx, tc.status, tc.text); err == nil {
+			t.Errorf("SetStatus(%q, %q) accepted", tc.status, tc.text)
+		}
+	}
+	if _, err := Dial(ctx, Config{URL: f.srv.URL, Token: "t", DeviceID: "a b"}); err == nil {
+		t.Error("Dial accepted the device id \"a b\"")
 	}
 }
