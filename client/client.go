@@ -354,6 +354,19 @@ func (c *Client) SetStatus(ctx context.Context, status Status, text string) erro
 // (ErrTooManySubscriptions); either changes nothing. The server's own
 // refusals arrive as *ServerError on Updates.
 func (c *Client) Subscribe(ctx context.Context, ids ...string) error {
+	return c.watch(ctx, "subscribe", ids, c.addLocked)
+}
+
+// Unsubscribe stops watching the given users; no Event about them follows.
+// While disconnected it only records the change.
+func (c *Client) Unsubscribe(ctx context.Context, ids ...string) error {
+	return c.watch(ctx, "unsubscribe", ids, c.removeLocked)
+}
+
+// watch changes the set of watched users with change, which runs under mu
+// and returns the ids to announce, and announces them as a message of type
+// typ — atomically with respect to other changes and to re-subscribing.
+func (c *Client) watch(ctx context.Context, typ string, ids []string, change func([]string) ([]string, error)) error {
 	if err := validIDs(ids); err != nil {
 		return err
 	}
@@ -364,6 +377,16 @@ func (c *Client) Subscribe(ctx context.Context, ids ...string) error {
 		c.mu.Unlock()
 		return ErrClosed
 	}
+	changed, err := change(ids)
+	cn := c.cur
+	c.mu.Unlock()
+	if err != nil || cn == nil || len(changed) == 0 {
+		return err
+	}
+	return cn.sendJSON(ctx, subscribeMsg{Type: typ, UserIDs: changed})
+}
+
+func (c *Client) addLocked(ids []string) ([]string, error) {
 	var added []string
 	for _, id := range ids {
 		if _, ok := c.subs[id]; !ok && !slices.Contains(added, id) {
@@ -371,33 +394,15 @@ func (c *Client) Subscribe(ctx context.Context, ids ...string) error {
 		}
 	}
 	if len(c.subs)+len(added) > c.cfg.MaxSubscriptions {
-		c.mu.Unlock()
-		return fmt.Errorf("%w: %d watched + %d new > %d", ErrTooManySubscriptions, len(c.subs), len(added), c.cfg.MaxSubscriptions)
+		return nil, fmt.Errorf("%w: %d watched + %d new > %d", ErrTooManySubscriptions, len(c.subs), len(added), c.cfg.MaxSubscriptions)
 	}
 	for _, id := range added {
 		c.subs[id] = struct{}{}
 	}
-	cn := c.cur
-	c.mu.Unlock()
-	if cn == nil || len(added) == 0 {
-		return nil
-	}
-	return cn.sendJSON(ctx, subscribeMsg{Type: "subscribe", UserIDs: added})
+	return added, nil
 }
 
-// Unsubscribe stops watching the given users; no Event about them follows.
-// While disconnected it only records the change.
-func (c *Client) Unsubscribe(ctx context.Context, ids ...string) error {
-	if err := validIDs(ids); err != nil {
-		return err
-	}
-	c.subMu.Lock()
-	defer c.subMu.Unlock()
-	c.mu.Lock()
-	if c.isClosedLocked() {
-		c.mu.Unlock()
-		return ErrClosed
-	}
+func (c *Client) removeLocked(ids []string) ([]string, error) {
 	var removed []string
 	for _, id := range ids {
 		if _, ok := c.subs[id]; ok {
@@ -406,12 +411,7 @@ func (c *Client) Unsubscribe(ctx context.Context, ids ...string) error {
 			removed = append(removed, id)
 		}
 	}
-	cn := c.cur
-	c.mu.Unlock()
-	if cn == nil || len(removed) == 0 {
-		return nil
-	}
-	return cn.sendJSON(ctx, subscribeMsg{Type: "unsubscribe", UserIDs: removed})
+	return removed, nil
 }
 
 // Subscriptions returns the watched user ids, sorted.
