@@ -46,7 +46,7 @@ func pipeConn(t *testing.T, queueLen int) (*Gateway, *conn, *bufio.Reader) {
 	c := &conn{g: g, nc: a, user: "1", device: "d", id: 1}
 	c.rate.init(g.cfg.Burst, g.now())
 	c.strikes.init(g.cfg.Burst, g.now())
-	if !g.register(c) {
+	if _, ok := g.register(c); !ok {
 		t.Fatal("register")
 	}
 	return g, c, bufio.NewReader(b)

@@ -296,16 +296,16 @@ func (g *Gateway) spawn(fn func()) bool {
 	return true
 }
 
-// register adds c to the open connections, or reports that the gateway
-// does not take connections now.
-func (g *Gateway) register(c *conn) bool {
+// register adds c to the open connections and returns the poller, or
+// reports that the gateway does not take connections now.
+func (g *Gateway) register(c *conn) (poller, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.running || g.closing {
-		return false
+		return nil, false
 	}
 	g.conns[c] = struct{}{}
-	return true
+	return g.poll, true
 }
 
 func (g *Gateway) unregister(c *conn) {

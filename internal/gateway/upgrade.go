@@ -126,7 +126,15 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		early, _ = rw.Reader.Peek(n)
 		early = append([]byte(nil), early...)
 	}
-	if !g.register(c) {
+	// Everything a concurrent close may read is set before the connection
+	// is registered (and so visible to shutdown).
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw = raw
+		}
+	}
+	poll, ok := g.register(c)
+	if !ok {
 		nc.Close()
 		return nil
 	}
@@ -136,15 +144,17 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if len(early) > 0 && !c.feed(early) {
 		return nil
 	}
-	if g.poll != nil {
-		if sc, ok := nc.(syscall.Conn); ok {
-			if raw, err := sc.SyscallConn(); err == nil {
-				c.raw = raw
-				if err := g.poll.add(c); err == nil {
-					return nil
-				}
-				c.raw = nil
+	if poll != nil && c.raw != nil {
+		if err := poll.add(c); err == nil {
+			c.mu.Lock()
+			closed := c.closed
+			c.mu.Unlock()
+			if closed {
+				// Torn down (shutdown) while being added: forget undid
+				// nothing, so undo the add here.
+				poll.remove(c)
 			}
+			return nil
 		}
 	}
 	if !g.spawn(c.readLoop) {
