@@ -5,6 +5,18 @@
 // queue. An idle connection owns no goroutine: on Linux an epoll loop hands
 // readable sockets to a bounded worker pool, and a connection has a writer
 // goroutine only while it has frames queued.
+//
+// Error codes of {"type":"error"} messages (the connection stays up):
+// invalid_json (not one JSON object, unknown or misplaced field, wrong
+// type of a field, binary frame), unknown_type, invalid_status,
+// invalid_text, invalid_id (user_ids missing, empty or holding an invalid
+// id), too_many_subscriptions (nothing of that request was added),
+// too_many_devices, rate_limited, unavailable (no hub), internal.
+//
+// Close codes: 1000 after bye (or echoing the client's close), 1001
+// shutdown, 1002 protocol error, 1007 invalid UTF-8, 1008 persistent rate
+// abuse, 1009 message over 64 KiB, 4001 idle for one ttl, 4002 slow
+// consumer.
 package gateway
 
 import (
