@@ -365,3 +365,63 @@ func TestPortable(t *testing.T) {
 		t.Fatalf("events %+v", evs)
 	}
 }
+
+func TestMoreErrorCodes(t *testing.T) {
+	t.Run("too_many_devices", func(t *testing.T) {
+		n := newNode(t, opts{devices: 1})
+		n.dial("1", "a").msgType("welcome")
+		code, m := upgradeReq(t, n, "?token="+n.token("1", "")+"&device_id=b", nil)
+		if e, _ := m["error"].(map[string]any); code != http.StatusConflict || e["code"] != "too_many_devices" {
+			t.Fatalf("second device: %d %v", code, m)
+		}
+	})
+	t.Run("unavailable", func(t *testing.T) {
+		n := newNode(t, opts{noHub: true})
+		c := n.dial("1", "")
+		c.msgType("welcome")
+		c.send(`{"type":"subscribe","user_ids":["2"]}`)
+		c.errorCode("unavailable")
+	})
+	t.Run("internal", func(t *testing.T) {
+		n := newNode(t, opts{})
+		c := n.dial("1", "")
+		c.msgType("welcome")
+		_ = n.durable.Close() // every durable write fails from now on
+		c.send(`{"type":"set_status","status":"busy"}`)
+		m := c.msgType("error")
+		if m["code"] != "internal" || strings.Contains(m["message"].(string), "sql") {
+			t.Fatalf("error %v", m)
+		}
+		c.send(`{"type":"heartbeat"}`) // the connection stays up
+		c.silent(30 * time.Millisecond)
+	})
+}
+
+func TestClientCloseAndProtocolErrors(t *testing.T) {
+	n := newNode(t, opts{})
+	c := n.dial("1", "")
+	c.msgType("welcome")
+	c.sendFrame(ws.OpClose, true, ws.NewCloseFrameBody(1000, "done"))
+	c.closed(1000) // echoed
+
+	cases := []struct {
+		name string
+		send func(c *client)
+		code ws.StatusCode
+	}{
+		{"unmasked", func(c *client) {
+			_ = ws.WriteFrame(c.nc, ws.NewTextFrame([]byte(`{"type":"heartbeat"}`)))
+		}, 1002},
+		{"continuation first", func(c *client) { c.sendFrame(ws.OpContinuation, true, []byte("x")) }, 1002},
+		{"fragmented ping", func(c *client) { c.sendFrame(ws.OpPing, false, nil) }, 1002},
+		{"invalid utf-8", func(c *client) { c.sendFrame(ws.OpText, true, []byte{'"', 0xff, '"'}) }, 1007},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := n.dial("1", "")
+			c.msgType("welcome")
+			tc.send(c)
+			c.closed(tc.code)
+		})
+	}
+}

@@ -44,6 +44,8 @@ type opts struct {
 	maxSubs int
 	tweak   func(*gateway.Config)
 	sndbuf  int // server socket send buffer; 0: the system's
+	noHub   bool
+	devices int // max devices per user; 0: the default
 }
 
 // smallSendBuffer shrinks the send buffer of accepted sockets, so a slow
@@ -113,7 +115,7 @@ func newNode(t *testing.T, o opts) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := presence.Rules{TTL: o.ttl, IdleAfter: 5 * time.Minute, Epoch: epoch}
+	rules := presence.Rules{TTL: o.ttl, IdleAfter: 5 * time.Minute, Epoch: epoch, MaxDevices: o.devices}
 	store := memstore.New(memstore.Config{Rules: rules})
 	n.tr, err = tracker.New(tracker.Config{Store: store, Durable: durable, Publisher: n.pubs, Clock: n.clk})
 	if err != nil {
@@ -123,7 +125,9 @@ func newNode(t *testing.T, o opts) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.hub = newHub(t, durable, o.maxSubs)
+	if !o.noHub {
+		n.hub = newHub(t, durable, o.maxSubs)
+	}
 	if n.hub != nil {
 		n.pubs.subs = append(n.pubs.subs, n.hub.Publish)
 	}
