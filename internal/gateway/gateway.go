@@ -104,7 +104,7 @@ type Gateway struct {
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
 
-	mu      sync.Mutex // guards the fields below
+	mu      sync.RWMutex // guards the fields below
 	started bool       // Run was called
 	running bool       // taking connections
 	closing bool
@@ -294,9 +294,11 @@ func (g *Gateway) waitConns() {
 }
 
 // spawn runs fn in a goroutine the gateway owns, unless it is stopping.
+// It takes the read lock only, so writers of many connections start
+// side by side during a fan-out.
 func (g *Gateway) spawn(fn func()) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.mu.RLock()
+	defer g.mu.RUnlock()
 	if g.closing && len(g.conns) == 0 {
 		return false
 	}
