@@ -64,7 +64,7 @@ func (l smallSendBuffer) Accept() (net.Conn, error) {
 }
 
 type node struct {
-	t       *testing.T
+	t       testing.TB
 	clk     *clock.Fake
 	durable *sqlitestore.Store
 	tr      *tracker.Tracker
@@ -99,7 +99,7 @@ func (m *multiPub) Publish(ev *presence.Event) {
 	}
 }
 
-func newNode(t *testing.T, o opts) *node {
+func newNode(t testing.TB, o opts) *node {
 	t.Helper()
 	if o.ttl == 0 {
 		o.ttl = 30 * time.Second
@@ -201,7 +201,7 @@ func (n *node) token(user, device string) string {
 }
 
 // waitFor polls cond until it holds or 5 seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
@@ -214,7 +214,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // client is a raw WebSocket client.
 type client struct {
-	t  *testing.T
+	t  testing.TB
 	nc net.Conn
 	r  *bufio.Reader
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // newHub returns the fan-out hub of a test node.
-func newHub(t *testing.T, durable *sqlitestore.Store, maxSubs int) hubRunner {
+func newHub(t testing.TB, durable *sqlitestore.Store, maxSubs int) hubRunner {
 	t.Helper()
 	h, err := fanout.New(fanout.Config{Relations: durable, MaxSubscriptions: maxSubs})
 	if err != nil {

@@ -1,0 +1,66 @@
+package gateway_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+)
+
+// BenchmarkFanout500 measures how long one status change takes to reach
+// the sockets of 500 watchers and be read there (clients in process).
+func BenchmarkFanout500(b *testing.B) {
+	const watchers = 500
+	n := newNode(b, opts{})
+	ctx := context.Background()
+	if _, err := n.tr.Heartbeat(ctx, "star", "d", true); err != nil {
+		b.Fatal(err)
+	}
+	var got sync.WaitGroup
+	cs := make([]*client, watchers)
+	for i := range cs {
+		cs[i] = n.dial("w"+strconv.Itoa(i), "")
+		cs[i].msgType("welcome")
+		cs[i].watch("star")
+	}
+	round := make(chan struct{})
+	for _, c := range cs {
+		go func() {
+			for range round {
+				for {
+					f, err := c.frame(30 * time.Second)
+					if err != nil || f.Header.OpCode == ws.OpClose {
+						got.Done()
+						return
+					}
+					if f.Header.OpCode == ws.OpText {
+						break
+					}
+				}
+				got.Done()
+			}
+		}()
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		got.Add(watchers)
+		for range watchers {
+			round <- struct{}{}
+		}
+		var err error
+		if i%2 == 0 {
+			_, err = n.tr.Bye(ctx, "star", "d")
+		} else {
+			_, err = n.tr.Heartbeat(ctx, "star", "d", true)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		got.Wait()
+	}
+	b.StopTimer()
+	close(round)
+}
