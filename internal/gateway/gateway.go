@@ -105,8 +105,8 @@ type Gateway struct {
 	cancel context.CancelFunc
 
 	mu      sync.RWMutex // guards the fields below
-	started bool       // Run was called
-	running bool       // taking connections
+	started bool         // Run was called
+	running bool         // taking connections
 	closing bool
 	conns   map[*conn]struct{}
 
