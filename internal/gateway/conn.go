@@ -50,9 +50,10 @@ type conn struct {
 
 	mu       sync.Mutex // guards the fields below
 	queue    []outFrame
-	flushing bool // a writer goroutine is running
-	closing  bool // a close frame is queued: nothing else is accepted
-	closed   bool // torn down
+	byUser   map[string]int // index of users' frames in queue, only while it is long
+	flushing bool           // a writer goroutine is running
+	closing  bool           // a close frame is queued: nothing else is accepted
+	closed   bool           // torn down
 }
 
 // outFrame is one queued frame. Frames of a user (presence changes) carry
@@ -82,26 +83,56 @@ func (c *conn) enqueue(f outFrame) {
 		return
 	}
 	if f.user != "" {
-		for i := range c.queue {
-			if q := &c.queue[i]; q.user == f.user {
-				if f.version > q.version {
-					*q = f
-				}
-				c.mu.Unlock()
-				return
+		if i := c.findLocked(f.user); i >= 0 {
+			if q := &c.queue[i]; f.version > q.version {
+				*q = f
 			}
+			c.mu.Unlock()
+			return
 		}
 	}
 	if len(c.queue) >= c.g.cfg.QueueLen {
 		c.g.stats.closedSlow.Add(1)
-		c.queue = c.queue[:0]
+		c.queue, c.byUser = c.queue[:0], nil
 		c.closeLocked(closeSlow, "slow consumer")
 		c.mu.Unlock()
 		return
 	}
 	c.queue = append(c.queue, f)
+	if f.user != "" {
+		if c.byUser != nil {
+			c.byUser[f.user] = len(c.queue) - 1
+		} else if len(c.queue) > indexAbove {
+			c.byUser = make(map[string]int, 2*len(c.queue))
+			for i := range c.queue {
+				if u := c.queue[i].user; u != "" {
+					c.byUser[u] = i
+				}
+			}
+		}
+	}
 	c.startWriterLocked()
 	c.mu.Unlock()
+}
+
+// indexAbove is the queue length above which users' frames are found by
+// a map instead of a scan (a backlog during a mass change).
+const indexAbove = 32
+
+// findLocked returns the index of the queued frame of user, or -1.
+func (c *conn) findLocked(user string) int {
+	if c.byUser != nil {
+		if i, ok := c.byUser[user]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range c.queue {
+		if c.queue[i].user == user {
+			return i
+		}
+	}
+	return -1
 }
 
 // close queues a close frame: frames queued before it are still written,
@@ -151,7 +182,7 @@ func (c *conn) writeLoop() {
 			c.mu.Unlock()
 			return
 		}
-		batch, c.queue = c.queue, batch[:0]
+		batch, c.queue, c.byUser = c.queue, batch[:0], nil
 		c.mu.Unlock()
 
 		b := (*bp)[:0]
@@ -191,7 +222,7 @@ func (c *conn) behind(rest []byte, closeQueued bool) {
 	c.mu.Lock()
 	already := c.closing
 	c.closing = true
-	c.queue = nil
+	c.queue, c.byUser = nil, nil
 	c.mu.Unlock()
 	if !already {
 		c.g.stats.closedSlow.Add(1)
@@ -219,7 +250,7 @@ func (c *conn) forget() {
 		return
 	}
 	c.closed, c.closing = true, true
-	c.queue = nil
+	c.queue, c.byUser = nil, nil
 	c.mu.Unlock()
 	if c.g.hub != nil {
 		c.g.hub.Remove(c)

@@ -165,3 +165,32 @@ func TestFeedSplits(t *testing.T) {
 		}
 	}
 }
+
+// TestCoalesceLongQueue: the same with a backlog long enough to be indexed.
+func TestCoalesceLongQueue(t *testing.T) {
+	_, c, r := pipeConn(t, 200)
+	c.Deliver("first", 1, []byte("first"))
+	waitQueue(t, c, 0)
+	for i := range 100 {
+		c.Deliver(fmt.Sprint("u", i), 2, []byte(fmt.Sprint("u", i, "v2")))
+	}
+	for i := range 100 {
+		v := uint64(3)
+		if i%2 == 1 {
+			v = 1 // stale: dropped
+		}
+		c.Deliver(fmt.Sprint("u", i), v, []byte(fmt.Sprint("u", i, "v", v)))
+	}
+	if got := string(readFrame(t, r).Payload); got != "first" {
+		t.Fatalf("got %q", got)
+	}
+	for i := range 100 {
+		want := fmt.Sprint("u", i, "v3")
+		if i%2 == 1 {
+			want = fmt.Sprint("u", i, "v2")
+		}
+		if got := string(readFrame(t, r).Payload); got != want {
+			t.Fatalf("frame %d: %q, want %q", i, got, want)
+		}
+	}
+}
