@@ -46,7 +46,8 @@ type conn struct {
 	rate    bucket    // messages per second
 	strikes bucket    // refused messages: when it runs dry, close 1008
 
-	idleAt atomic.Int64 // Unix ms: closed 4001 at this time unless a message comes
+	idleAt  atomic.Int64 // Unix ms: closed 4001 at this time unless a message comes
+	heapIdx int          // position in the gateway's idle heap, -1: none; guarded by idle.mu
 
 	mu       sync.Mutex // guards the fields below
 	queue    []outFrame
@@ -258,6 +259,7 @@ func (c *conn) forget() {
 	if c.g.poll != nil && c.raw != nil {
 		c.g.poll.remove(c)
 	}
+	c.g.idle.remove(c)
 	c.g.unregister(c)
 }
 

@@ -194,3 +194,36 @@ func TestCoalesceLongQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleIndex: a silent connection comes due after one ttl, one that
+// spoke is pushed back, and a closed one leaves the index at once.
+func TestIdleIndex(t *testing.T) {
+	g, c, _ := pipeConn(t, 8)
+	c.heapIdx = -1
+	c.idleAt.Store(1000)
+	g.idle.push(1000, c)
+	a, b := net.Pipe()
+	defer b.Close()
+	c2 := &conn{g: g, nc: a, user: "2", device: "d", id: 2, heapIdx: -1}
+	if _, ok := g.register(c2); !ok {
+		t.Fatal("register")
+	}
+	c2.idleAt.Store(1000)
+	g.idle.push(1000, c2)
+	c2.idleAt.Store(5000) // spoke
+
+	if due := g.idle.due(999, nil); len(due) != 0 {
+		t.Fatalf("due early: %d", len(due))
+	}
+	due := g.idle.due(1000, nil)
+	if len(due) != 1 || due[0] != c {
+		t.Fatalf("due %v", due)
+	}
+	if len(g.idle.h) != 1 || g.idle.h[0].at != 5000 {
+		t.Fatalf("heap %+v, want c2 at 5000", g.idle.h)
+	}
+	c2.teardown()
+	if len(g.idle.h) != 0 {
+		t.Fatalf("heap %+v after teardown, want empty", g.idle.h)
+	}
+}

@@ -6,9 +6,12 @@ import (
 )
 
 // idleIndex is the deadline index of silent connections: a min-heap of
-// (deadline, conn). A message only moves the connection's idleAt forward;
-// the heap item is corrected lazily when it comes due, so a message costs
-// one atomic store and each connection is re-pushed at most once per ttl.
+// (deadline, conn), one item per open connection. A message only moves the
+// connection's idleAt forward; the heap item is corrected lazily when it
+// comes due, so a message costs one atomic store and each connection is
+// re-pushed at most once per ttl. A closed connection's item is removed at
+// once (conn.heapIdx), so closed connections are not kept until their
+// deadline.
 type idleIndex struct {
 	mu sync.Mutex // guards h
 	h  idleHeap
@@ -23,19 +26,36 @@ type idleHeap []idleItem
 
 func (h idleHeap) Len() int           { return len(h) }
 func (h idleHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h idleHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *idleHeap) Push(x any)        { *h = append(*h, x.(idleItem)) }
+func (h idleHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].c.heapIdx, h[j].c.heapIdx = i, j
+}
+func (h *idleHeap) Push(x any) {
+	it := x.(idleItem)
+	it.c.heapIdx = len(*h)
+	*h = append(*h, it)
+}
 func (h *idleHeap) Pop() any {
 	old := *h
 	it := old[len(old)-1]
 	old[len(old)-1] = idleItem{}
 	*h = old[:len(old)-1]
+	it.c.heapIdx = -1
 	return it
 }
 
 func (x *idleIndex) push(at int64, c *conn) {
 	x.mu.Lock()
 	heap.Push(&x.h, idleItem{at: at, c: c})
+	x.mu.Unlock()
+}
+
+// remove drops c's item, if it has one.
+func (x *idleIndex) remove(c *conn) {
+	x.mu.Lock()
+	if i := c.heapIdx; i >= 0 && i < len(x.h) && x.h[i].c == c {
+		heap.Remove(&x.h, i)
+	}
 	x.mu.Unlock()
 }
 

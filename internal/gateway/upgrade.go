@@ -116,7 +116,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		}
 		return nil
 	}
-	c := &conn{g: g, nc: nc, user: user, device: dev, id: g.nextID.Add(1)}
+	c := &conn{g: g, nc: nc, user: user, device: dev, id: g.nextID.Add(1), heapIdx: -1}
 	c.idleAt.Store(g.now() + g.ttlMs)
 	c.rate.init(g.cfg.Burst, g.now())
 	c.strikes.init(g.cfg.Burst, g.now())
