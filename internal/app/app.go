@@ -1,6 +1,7 @@
 // Package app wires one presenced node from its parts — state store,
-// durable store, tracker, reader, HTTP API — runs it, and shuts it down in
-// reverse order of opening, flushing durable state last.
+// durable store, tracker, reader, fan-out hub, HTTP API, WebSocket gateway —
+// runs it, and shuts it down in reverse order of opening, flushing durable
+// state last.
 package app
 
 import (
