@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -151,6 +152,9 @@ func (c *conn) closeLocked(code ws.StatusCode, reason string) {
 	c.closing = true
 	c.queue = append(c.queue, outFrame{op: ws.OpClose, data: ws.NewCloseFrameBody(code, reason)})
 	c.startWriterLocked()
+	if code != closeNormal && code != closeGoingAway && c.g.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.g.log.Debug("closing a WebSocket", "user_id", c.user, "device_id", c.device, "code", int(code), "reason", reason)
+	}
 }
 
 func (c *conn) startWriterLocked() {
