@@ -324,6 +324,11 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		defer wg.Done()
 		trackerDone <- a.tracker.Run(trackerCtx)
 	}()
+	// Take requests only once the gateway takes sockets.
+	select {
+	case <-a.gw.Ready():
+	case <-ctx.Done():
+	}
 	serveErr := make(chan error, 1)
 	go func() {
 		defer wg.Done()

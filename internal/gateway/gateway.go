@@ -104,6 +104,8 @@ type Gateway struct {
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
 
+	ready chan struct{} // closed once Run takes connections
+
 	mu      sync.RWMutex // guards the fields below
 	started bool         // Run was called
 	running bool         // taking connections
@@ -171,6 +173,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.IdleCheck = time.Second
 	}
 	g := &Gateway{
+		ready:   make(chan struct{}),
 		cfg:     cfg,
 		tracker: cfg.Tracker,
 		reader:  cfg.Reader,
@@ -203,6 +206,10 @@ func (g *Gateway) Stats() Stats {
 	}
 }
 
+// Ready is closed once Run takes connections; serve HTTP after it, or the
+// first upgrades are refused with 503.
+func (g *Gateway) Ready() <-chan struct{} { return g.ready }
+
 // Run serves connections until ctx is done, then closes every socket with
 // 1001 (going away), waits up to WriteTimeout for the close frames to be
 // written, and stops every goroutine it started. Call it once.
@@ -229,6 +236,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.poll = p
 	g.running = !g.closing
 	g.mu.Unlock()
+	close(g.ready)
 
 	tick := time.NewTicker(g.cfg.IdleCheck)
 	defer tick.Stop()
