@@ -175,7 +175,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		durable.Close()
 		return nil, err
 	}
-	a.metrics = metrics.New(metrics.Sources{Tracker: a.tracker.Stats, Users: a.store.Len})
+	a.metrics = metrics.New(metrics.Sources{
+		Tracker: a.tracker.Stats,
+		Users:   a.store.Len,
+		Gateway: func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
+		Hub:     a.hub.Stats,
+	})
 	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
 	a.api, err = httpapi.New(httpapi.Config{
 		Tracker:           a.tracker,

@@ -872,6 +872,10 @@ func TestHealthReadyMetrics(t *testing.T) {
 		"presenced_online_users 0",
 		`presenced_http_request_duration_seconds_bucket{route="batch_seed"`,
 		`presenced_http_request_duration_seconds_count{route="heartbeat"} 1`,
+		"presenced_ws_connections 0",
+		`presenced_ws_closed_total{reason="slow_consumer"} 0`,
+		"presenced_fanout_subscriptions 0",
+		"presenced_fanout_withheld_total 0",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)

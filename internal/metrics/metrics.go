@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/presenced/presenced/internal/fanout"
+	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -26,6 +28,8 @@ type Registry struct {
 type Sources struct {
 	Tracker func() tracker.Stats
 	Users   func() int // users held in memory, nil if unknown
+	Gateway func() gateway.Stats
+	Hub     func() fanout.Stats
 }
 
 // New returns a Registry with the Go runtime, process and presence metrics.
@@ -47,6 +51,9 @@ func New(src Sources) *Registry {
 	reg.MustRegister(r.latency, r.requests)
 	if src.Tracker != nil {
 		reg.MustRegister(&trackerCollector{src: src})
+	}
+	if src.Gateway != nil || src.Hub != nil {
+		reg.MustRegister(&edgeCollector{gw: src.Gateway, hub: src.Hub})
 	}
 	return r
 }

@@ -1,0 +1,55 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presenced/presenced/internal/fanout"
+	"github.com/presenced/presenced/internal/gateway"
+)
+
+var (
+	descConns      = prometheus.NewDesc("presenced_ws_connections", "Open WebSocket connections.", nil, nil)
+	descAccepted   = prometheus.NewDesc("presenced_ws_accepted_total", "WebSocket upgrades accepted.", nil, nil)
+	descClosed     = prometheus.NewDesc("presenced_ws_closed_total", "WebSocket connections closed by the server, by reason.", []string{"reason"}, nil)
+	descRateLimit  = prometheus.NewDesc("presenced_ws_rate_limited_total", "Client messages refused with rate_limited.", nil, nil)
+	descSubs       = prometheus.NewDesc("presenced_fanout_subscriptions", "Subscriptions (watcher, user) on this node.", nil, nil)
+	descTargets    = prometheus.NewDesc("presenced_fanout_watched_users", "Users watched by at least one connection on this node.", nil, nil)
+	descDelivered  = prometheus.NewDesc("presenced_fanout_delivered_total", "Presence messages handed to connections.", nil, nil)
+	descWithheld   = prometheus.NewDesc("presenced_fanout_withheld_total", "Deliveries withheld by the privacy filter.", nil, nil)
+	descFrames     = prometheus.NewDesc("presenced_fanout_frames_total", "Distinct presence messages encoded (one per view per change).", nil, nil)
+	descAsync      = prometheus.NewDesc("presenced_fanout_async_batches_total", "Batches of the path for users with very many watchers.", nil, nil)
+	descAsyncQueue = prometheus.NewDesc("presenced_fanout_async_pending", "Users with a change waiting on the batched path.", nil, nil)
+)
+
+type edgeCollector struct {
+	gw  func() gateway.Stats
+	hub func() fanout.Stats
+}
+
+func (c *edgeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descConns, descAccepted, descClosed, descRateLimit, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue} {
+		ch <- d
+	}
+}
+
+func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.gw != nil {
+		s := c.gw()
+		ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(s.Connections))
+		ch <- prometheus.MustNewConstMetric(descAccepted, prometheus.CounterValue, float64(s.Accepted))
+		for reason, n := range map[string]uint64{"idle": s.ClosedIdle, "slow_consumer": s.ClosedSlow, "rate": s.ClosedRate, "too_big": s.ClosedTooBig} {
+			ch <- prometheus.MustNewConstMetric(descClosed, prometheus.CounterValue, float64(n), reason)
+		}
+		ch <- prometheus.MustNewConstMetric(descRateLimit, prometheus.CounterValue, float64(s.RateLimited))
+	}
+	if c.hub != nil {
+		s := c.hub()
+		ch <- prometheus.MustNewConstMetric(descSubs, prometheus.GaugeValue, float64(s.Subscriptions))
+		ch <- prometheus.MustNewConstMetric(descTargets, prometheus.GaugeValue, float64(s.Targets))
+		ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.CounterValue, float64(s.Delivered))
+		ch <- prometheus.MustNewConstMetric(descWithheld, prometheus.CounterValue, float64(s.SkippedPrivacy))
+		ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(s.Frames))
+		ch <- prometheus.MustNewConstMetric(descAsync, prometheus.CounterValue, float64(s.AsyncBatches))
+		ch <- prometheus.MustNewConstMetric(descAsyncQueue, prometheus.GaugeValue, float64(s.AsyncPending))
+	}
+}
