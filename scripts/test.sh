@@ -61,5 +61,33 @@ browser_tools() {
 }
 browser_tools
 
+echo "== backend servers"
+# internal/testsvc starts private redis-server, nats-server and PostgreSQL
+# (initdb + postgres) processes for the store and bus tests; they fail,
+# never skip, when a binary is missing. Install Debian's packages for what
+# is missing (the packages' own services are not used).
+backend_servers() {
+	local want=()
+	command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || want+=(redis-server)
+	command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || want+=(nats-server)
+	command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || want+=(postgresql)
+	[ ${#want[@]} -gt 0 ] || return 0
+	local sudo=""
+	if [ "$(id -u)" != 0 ]; then
+		if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+			sudo="sudo -n"
+		else
+			echo "test: cannot install ${want[*]} without root; the backend tests will fail" >&2
+			return 0
+		fi
+	fi
+	echo "installing ${want[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo apt-get install -y -q "${want[@]}" >/dev/null ||
+		{ $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "${want[@]}" >/dev/null; } ||
+		echo "test: could not install ${want[*]}; the backend tests will fail" >&2
+}
+backend_servers
+
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...

@@ -1,0 +1,491 @@
+// Package testsvc starts real Redis, PostgreSQL and NATS JetStream servers
+// for tests: private processes on free 127.0.0.1 ports, each in its own
+// temporary directory, that a test can stop, kill and start again on the
+// same port. No mocks: the store and bus tests talk to the real thing.
+//
+// Two ways to get one:
+//
+//   - Redis(t), Postgres(t), NATS(t) start a private server for one test and
+//     stop it (and remove its directory) at t.Cleanup. Use these for fault
+//     tests: s.Stop, s.Kill and s.Start act on that test's server alone.
+//   - SharedRedis(t), SharedPostgres(t), SharedNATS(t) start one server per
+//     test binary, on first use, for tests that only need isolation by
+//     database (Postgres: s.NewDatabase(t)), key prefix or subject/stream
+//     name (Unique(t)). A shared server refuses Stop, Kill and Start. The
+//     package's TestMain must stop them:
+//
+//	func TestMain(m *testing.M) { testsvc.Main(m) }
+//
+// StartRedis, StartPostgres and StartNATS are the variants without a
+// testing.TB (for TestMain or a benchmark harness); the caller Closes them.
+//
+// Binaries are looked up on PATH and in Debian's places (/usr/bin,
+// /usr/sbin, /usr/lib/postgresql/*/bin). A missing binary fails the test
+// with the Debian package to install: a suite that silently skips its real
+// backends is a failing suite. scripts/test.sh installs them.
+//
+// When the tests run as root, PostgreSQL (which refuses root) runs as the
+// postgres OS user, which Debian's postgresql package creates.
+//
+// All functions and methods are safe for concurrent use.
+package testsvc
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// StartTimeout bounds how long a server may take to accept connections
+// after it is launched (initdb not included).
+const StartTimeout = 30 * time.Second
+
+// stopTimeout bounds a graceful stop before the server is killed.
+const stopTimeout = 10 * time.Second
+
+// Server is one real server process on 127.0.0.1. Its fields are fixed for
+// its life, across restarts; the methods are safe for concurrent use.
+type Server struct {
+	Kind string // "redis", "postgres" or "nats"
+	Port int
+	Addr string // "127.0.0.1:port"
+	URL  string // redis://127.0.0.1:port/0, postgres://postgres@127.0.0.1:port/postgres?sslmode=disable, nats://127.0.0.1:port
+	Dir  string // the server's own temporary directory, removed by Close
+
+	shared bool
+	spec   spec
+
+	mu      sync.Mutex // guards the fields below
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has been waited for
+	closed  bool
+	dbCount atomic.Int64 // databases made by NewDatabase, for unique names
+}
+
+// spec is what differs between kinds.
+type spec struct {
+	kind string
+	// args returns the command line for a server on port in dir.
+	args func(s *Server) []string
+	// asUser says whether the process must not run as root.
+	notRoot bool
+	// ready dials the server once and reports whether it is serving.
+	ready func(addr string) error
+	// stopSig is the signal for a graceful stop.
+	stopSig syscall.Signal
+}
+
+// Running reports whether the server process is up (started and not yet
+// stopped or killed, and not exited by itself).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runningLocked()
+}
+
+func (s *Server) runningLocked() bool {
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Start starts the server again on the same port and with the same data
+// directory, after Stop or Kill, and waits until it accepts connections.
+// PostgreSQL and NATS keep what they had written; Redis keeps nothing.
+// Starting a running server is an error.
+func (s *Server) Start() error {
+	if s.shared {
+		return errShared
+	}
+	return s.start()
+}
+
+var errShared = errors.New("testsvc: a shared server cannot be stopped or restarted; use Redis(t), Postgres(t) or NATS(t) for a private one")
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("testsvc: %s on %s is closed", s.Kind, s.Addr)
+	}
+	if s.runningLocked() {
+		return fmt.Errorf("testsvc: %s on %s is already running", s.Kind, s.Addr)
+	}
+	deadline := time.Now().Add(StartTimeout)
+	for {
+		err := s.launchLocked(deadline)
+		if err == nil {
+			return nil
+		}
+		// The process died before it served: the port may still be held by
+		// the previous run's last moments (or a killed PostgreSQL's
+		// backends may still be leaving). Try again until the deadline.
+		if !errors.Is(err, errExited) || time.Now().Add(200*time.Millisecond).After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var errExited = errors.New("exited before it was ready")
+
+// launchLocked starts the process once and waits for it to be ready.
+func (s *Server) launchLocked(deadline time.Time) error {
+	logPath := filepath.Join(s.Dir, s.Kind+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("testsvc: %w", err)
+	}
+	defer logf.Close() // the child has its own copy
+	fmt.Fprintf(logf, "--- testsvc: starting %s on %s at %s\n", s.Kind, s.Addr, time.Now().UTC().Format(time.RFC3339Nano))
+	args := s.spec.args(s)
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = s.Dir
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.Env = serverEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Setpgid:   true,            // so Kill takes the server's children too
+		Pdeathsig: syscall.SIGKILL, // no server outlives a crashed test binary
+	}
+	if s.spec.notRoot {
+		cred, err := unprivileged()
+		if err != nil {
+			return err
+		}
+		cmd.SysProcAttr.Credential = cred
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("testsvc: start %s: %w", s.Kind, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	var last error
+	for {
+		if last = s.spec.ready(s.Addr); last == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("testsvc: %s on %s %w (%v); its log:\n%s", s.Kind, s.Addr, errExited, cmd.ProcessState, s.LogTail(20))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			killGroup(cmd)
+			<-exited
+			return fmt.Errorf("testsvc: %s on %s not ready after %v: %v; its log:\n%s", s.Kind, s.Addr, StartTimeout, last, s.LogTail(20))
+		}
+	}
+}
+
+// Stop stops the server gracefully (killing it if it takes longer than a
+// few seconds) and waits for it to exit. Stopping a stopped server does
+// nothing.
+func (s *Server) Stop() error {
+	if s.shared {
+		return errShared
+	}
+	return s.stop(s.spec.stopSig)
+}
+
+// Kill kills the server and its children at once (SIGKILL to its process
+// group), as a crash would, and waits for it to exit. Killing a stopped
+// server does nothing.
+func (s *Server) Kill() error {
+	if s.shared {
+		return errShared
+	}
+	return s.stop(syscall.SIGKILL)
+}
+
+func (s *Server) stop(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.runningLocked() {
+		return nil
+	}
+	if sig == syscall.SIGKILL {
+		killGroup(s.cmd)
+	} else {
+		s.cmd.Process.Signal(sig)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(stopTimeout):
+		killGroup(s.cmd)
+		<-s.exited
+	}
+	if sig != syscall.SIGKILL {
+		// A graceful stop leaves no child behind; a SIGKILL went to all.
+		killGroup(s.cmd)
+	}
+	return nil
+}
+
+func killGroup(cmd *exec.Cmd) {
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Close kills the server and removes its directory. It is idempotent.
+// Servers from Redis(t) and friends are closed at t.Cleanup.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	s.stop(syscall.SIGKILL)
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return os.RemoveAll(s.Dir)
+}
+
+// LogTail returns the last n lines the server wrote to its log.
+func (s *Server) LogTail(n int) string {
+	b, err := os.ReadFile(filepath.Join(s.Dir, s.Kind+".log"))
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// newServer makes the directory and picks the port of a server of sp.
+func newServer(sp spec) (*Server, error) {
+	dir, err := os.MkdirTemp(tempRoot(), "presenced-testsvc-"+sp.kind+"-")
+	if err != nil {
+		return nil, fmt.Errorf("testsvc: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &Server{Kind: sp.kind, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, spec: sp}
+	return s, nil
+}
+
+// startNew starts a new server of sp, trying another port if the first
+// one turned out to be taken by someone else in the meantime.
+func startNew(sp spec, setup func(*Server) error, url func(*Server) string) (*Server, error) {
+	var err error
+	for try := 0; try < 3; try++ {
+		var s *Server
+		s, err = newServer(sp)
+		if err != nil {
+			return nil, err
+		}
+		s.URL = url(s)
+		if setup != nil {
+			if err = setup(s); err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+		s.Close()
+		if !errors.Is(err, errExited) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// tempRoot is where servers' directories go: os.TempDir, unless its path
+// is too long for a PostgreSQL socket path.
+func tempRoot() string {
+	d := os.TempDir()
+	if len(d) > 40 {
+		return "/tmp"
+	}
+	return d
+}
+
+// freePort returns a port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("testsvc: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// serverEnv is the environment of server processes: ours, minus what would
+// point a server or its tools somewhere else.
+func serverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "LC_ALL=C")
+}
+
+// fromTB starts a private server with start, failing tb if it cannot, and
+// closes it at tb's cleanup (logging its log's tail if the test failed).
+func fromTB(tb testing.TB, start func() (*Server, error)) *Server {
+	tb.Helper()
+	s, err := start()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("testsvc: last lines of %s on %s:\n%s", s.Kind, s.Addr, s.LogTail(15))
+		}
+		s.Close()
+	})
+	return s
+}
+
+var uniqueN atomic.Int64
+
+// Unique returns a name no other call in this test binary returns, made of
+// [a-z0-9_] from tb's name, for a key prefix, a database, a subject token
+// or a stream name: "t7_testfoo_bar".
+func Unique(tb testing.TB) string {
+	var b strings.Builder
+	b.WriteString("t")
+	b.WriteString(strconv.FormatInt(uniqueN.Add(1), 10))
+	b.WriteByte('_')
+	n := 0
+	for _, r := range strings.ToLower(tb.Name()) {
+		if n >= 40 {
+			break
+		}
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+		n++
+	}
+	return b.String()
+}
+
+// Shared servers: one per kind per test binary, started on first use.
+
+type sharedServer struct {
+	once sync.Once
+	s    *Server
+	err  error
+}
+
+var (
+	sharedMu sync.Mutex // guards shared
+	shared   = map[string]*sharedServer{}
+)
+
+func getShared(tb testing.TB, kind string, start func() (*Server, error)) *Server {
+	tb.Helper()
+	sharedMu.Lock()
+	ss := shared[kind]
+	if ss == nil {
+		ss = &sharedServer{}
+		shared[kind] = ss
+	}
+	sharedMu.Unlock()
+	ss.once.Do(func() {
+		ss.s, ss.err = start()
+		if ss.s != nil {
+			ss.s.shared = true
+		}
+	})
+	if ss.err != nil {
+		tb.Fatal(ss.err)
+	}
+	return ss.s
+}
+
+// StopShared closes the shared servers this test binary started. Main
+// calls it; a TestMain of its own calls it after m.Run.
+func StopShared() {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	for _, ss := range shared {
+		if ss.s != nil {
+			ss.s.Close()
+		}
+	}
+	shared = map[string]*sharedServer{}
+}
+
+// Main is a TestMain for packages that use the shared servers: it runs the
+// tests, closes the shared servers and exits with the tests' code.
+func Main(m *testing.M) {
+	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
+
+// Binaries.
+
+// findBinary looks for name on PATH, then in dirs.
+func findBinary(name, pkg string, dirs ...string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", missing(name, pkg, dirs)
+}
+
+func missing(name, pkg string, dirs []string) error {
+	how := "sudo apt-get install -y " + pkg + " (or run ./scripts/test.sh, which installs it)"
+	ci := ""
+	if os.Getenv("CI") == "true" {
+		ci = " under CI: the install step of scripts/test.sh did not provide it"
+	}
+	return fmt.Errorf("testsvc: %s not found on PATH nor in %s%s; the real-backend tests need it: install Debian's package %q: %s",
+		name, strings.Join(dirs, ", "), ci, pkg, how)
+}
+
+// tail returns the last lines of b, for error messages.
+func tail(b []byte, n int) string {
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
