@@ -1,0 +1,489 @@
+// Package pgstore is the PostgreSQL durable store of presenced, for
+// scale-out: last_seen checkpoints, manual statuses, privacy settings and
+// contact lists, shared by every node, through pgx's connection pool.
+//
+// It keeps the promises of the embedded store (internal/sqlitestore) and
+// runs the same conformance suite (internal/durabletest). Every method is
+// one round trip where it can be: a last_seen checkpoint of any size is one
+// INSERT … SELECT FROM unnest(arrays) … ON CONFLICT upsert, a bulk read is
+// one query with = ANY(array).
+//
+// Ids and contact ids are stored as text COLLATE "C", so contact lists come
+// back in byte order, as from SQLite, whatever the database's collation.
+// Times are Unix milliseconds in bigint. Versions are uint64 in Go and
+// stored in bigint with the same bit pattern; they stay far below 2^63, so
+// the signed comparisons the store makes (GREATEST) order them correctly.
+//
+// The store expects a database (or a schema, chosen with search_path in the
+// URL) of its own: it creates the tables users, contacts, contact_lists,
+// meta and schema_version.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+var _ tracker.Durable = (*Store)(nil)
+
+// migrationLock is the key of the session-wide PostgreSQL advisory lock
+// (the one-bigint key space) held while the schema is checked and
+// migrated, so that nodes starting at once migrate one after the other.
+// It is the first 8 bytes of "presence" read as a big-endian integer.
+const migrationLock int64 = 0x70726573656e6365
+
+// Config configures a Store.
+type Config struct {
+	// URL is the PostgreSQL connection string, a URL
+	// ("postgres://user:pass@host:5432/presenced?sslmode=disable") or a
+	// keyword/value string. Required. pool_max_conns in it is overridden by
+	// MaxConns when that is set.
+	URL string
+	// Logger receives the store's few log lines (schema migrations). nil
+	// discards them.
+	Logger *slog.Logger
+	// MaxConns is the most connections the store opens. 0 takes the URL's
+	// pool_max_conns, or pgxpool's default (the larger of 4 and the number
+	// of CPUs).
+	MaxConns int
+}
+
+// Store is the PostgreSQL durable store. It is safe for concurrent use.
+type Store struct {
+	log  *slog.Logger
+	pool *pgxpool.Pool
+
+	closeOnce sync.Once
+}
+
+// migrations are the schema changes in order; migration i takes the
+// database from schema version i to i+1. Never edit a released migration:
+// append a new one.
+var migrations = []string{
+	// 1: users, contact lists, the boot counter.
+	//
+	// users is updated in place by every checkpoint and none of the
+	// columns a checkpoint writes is indexed, so with free room in each
+	// page (fillfactor) the updates are HOT: no index is touched.
+	//
+	// contact_lists holds a row per owner who ever had a list; a change of
+	// the list locks it, so the contact limit is enforced even for
+	// concurrent additions, without creating a profile in users.
+	`CREATE TABLE users (
+		user_id              text COLLATE "C" PRIMARY KEY,
+		manual               smallint NOT NULL DEFAULT 0,
+		status_text          text     NOT NULL DEFAULT '',
+		last_seen            bigint   NOT NULL DEFAULT 0,
+		pub_last_seen        bigint   NOT NULL DEFAULT 0,
+		version              bigint   NOT NULL DEFAULT 0,
+		status_visibility    smallint NOT NULL DEFAULT 0,
+		last_seen_visibility smallint NOT NULL DEFAULT 0
+	) WITH (fillfactor = 80);
+	CREATE TABLE contact_lists (
+		user_id text COLLATE "C" PRIMARY KEY
+	);
+	CREATE TABLE contacts (
+		user_id    text COLLATE "C" NOT NULL,
+		contact_id text COLLATE "C" NOT NULL,
+		PRIMARY KEY (user_id, contact_id)
+	);
+	CREATE INDEX contacts_by_contact ON contacts (contact_id, user_id);
+	CREATE TABLE meta (
+		key   text   PRIMARY KEY,
+		value bigint NOT NULL
+	);
+	INSERT INTO meta (key, value) VALUES ('epoch', 0);`,
+}
+
+// Open connects to the database at cfg.URL and brings its schema up to
+// date. Several nodes may open the same database at once.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("pgstore: Config.URL is required")
+	}
+	if cfg.MaxConns < 0 {
+		return nil, fmt.Errorf("pgstore: Config.MaxConns is %d, want 0 (default) or more", cfg.MaxConns)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// The error of ParseConfig may quote the URL with its password.
+		return nil, errors.New("pgstore: Config.URL is not a valid PostgreSQL connection string")
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = int32(min(cfg.MaxConns, 1<<30))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: open: %w", err)
+	}
+	s := &Store{log: cfg.Logger, pool: pool}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// migrate applies the migrations the database has not seen, in one
+// transaction, under the advisory lock, and checks that the database is
+// not newer than this binary.
+func (s *Store) migrate(ctx context.Context) error {
+	var have, want int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Transaction-scoped: released by the commit or the rollback,
+		// even if the connection breaks.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+			return fmt.Errorf("take the migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+			one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+			version integer NOT NULL
+		)`); err != nil {
+			return fmt.Errorf("create schema_version: %w", err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_version`).Scan(&have); err != nil {
+			return fmt.Errorf("read schema version: %w", err)
+		}
+		want = len(migrations)
+		switch {
+		case have == want:
+			return nil
+		case have > want:
+			return fmt.Errorf("the database has schema version %d, newer than this binary's %d", have, want)
+		}
+		for v := have; v < want; v++ {
+			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+				return fmt.Errorf("migrate to schema version %d: %w", v+1, err)
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO schema_version (version) VALUES ($1)
+			ON CONFLICT (one) DO UPDATE SET version = excluded.version`, want)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: open: %w", err)
+	}
+	if have != want {
+		s.log.Info("durable store schema migrated", "from", have, "to", want)
+	}
+	return nil
+}
+
+// Close closes every connection of the store, waiting for the ones in use
+// to be released. It is idempotent and safe for concurrent use.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.pool.Close)
+	return nil
+}
+
+// Ping reports whether the database answers. It is safe for concurrent
+// use.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pgstore: ping: %w", err)
+	}
+	return nil
+}
+
+const loadProfilesQuery = `SELECT user_id, manual, status_text, last_seen, pub_last_seen, version,
+	status_visibility, last_seen_visibility FROM users WHERE user_id = ANY($1)`
+
+// LoadProfiles calls fn once for each distinct id of ids that has a durable
+// record, in no particular order; unknown ids are skipped. It runs one
+// query, whatever the number of ids. fn runs while the query does and must
+// not keep the pointer it is given. It is safe for concurrent use.
+func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, loadProfilesQuery, ids)
+	if err != nil {
+		return fmt.Errorf("pgstore: load profiles: %w", err)
+	}
+	defer rows.Close()
+	var p presence.Profile
+	for rows.Next() {
+		var manual, statusVis, lastSeenVis int16
+		var version int64
+		if err := rows.Scan(&p.UserID, &manual, &p.Text, &p.LastSeen, &p.PubLastSeen, &version,
+			&statusVis, &lastSeenVis); err != nil {
+			return fmt.Errorf("pgstore: load profiles: %w", err)
+		}
+		p.Manual = presence.Manual(manual)
+		p.Version = uint64(version) // bit pattern, see the package doc
+		p.Settings = presence.Settings{
+			Status:   presence.Visibility(statusVis),
+			LastSeen: presence.Visibility(lastSeenVis),
+		}
+		fn(&p)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgstore: load profiles: %w", err)
+	}
+	return nil
+}
+
+// SaveStatus records a user's manual status and status text, creating the
+// user's record if needed; nothing else of the record changes. It is safe
+// for concurrent use.
+func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO users (user_id, manual, status_text) VALUES ($1, $2, $3)
+		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`,
+		user, int16(m), text)
+	if err != nil {
+		return fmt.Errorf("pgstore: save status of %q: %w", user, err)
+	}
+	return nil
+}
+
+// SaveSettings records a user's privacy settings, creating the user's record
+// if needed; nothing else of the record changes. It is safe for concurrent
+// use.
+func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES ($1, $2, $3)
+		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
+			last_seen_visibility = excluded.last_seen_visibility`,
+		user, int16(st.Status), int16(st.LastSeen))
+	if err != nil {
+		return fmt.Errorf("pgstore: save settings of %q: %w", user, err)
+	}
+	return nil
+}
+
+// upsertLastSeen writes the last_seen, pub_last_seen and version of the
+// users in four parallel arrays (sorted by id, each id once), each only
+// forwards, so a replayed or reordered batch changes nothing it should not.
+// A new record gets the defaults for everything else; an unchanged one is
+// not rewritten.
+//
+// The rows are inserted, and so locked, in the order of the arrays: a
+// function scan of unnest returns them in order. Two checkpoints that lock
+// the same users in the same (byte) order cannot deadlock.
+const upsertLastSeen = `INSERT INTO users AS u (user_id, last_seen, pub_last_seen, version)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+	ON CONFLICT (user_id) DO UPDATE SET
+		last_seen     = GREATEST(u.last_seen, excluded.last_seen),
+		pub_last_seen = GREATEST(u.pub_last_seen, excluded.pub_last_seen),
+		version       = GREATEST(u.version, excluded.version)
+	WHERE excluded.last_seen > u.last_seen
+		OR excluded.pub_last_seen > u.pub_last_seen
+		OR excluded.version > u.version`
+
+// lastSeenBatch is a checkpoint as upsertLastSeen takes it.
+type lastSeenBatch struct {
+	ids         []string
+	lastSeen    []int64
+	pubLastSeen []int64
+	versions    []int64
+	order       []int32 // indexes into the caller's batch, sorted by id
+}
+
+// columns fills b from batch: sorted by user id in byte order (the order
+// of COLLATE "C"), each user once with the largest of each of its values.
+// batch is not modified.
+func (b *lastSeenBatch) columns(batch []presence.Profile) {
+	b.order = b.order[:0]
+	for i := range batch {
+		b.order = append(b.order, int32(i))
+	}
+	slices.SortFunc(b.order, func(x, y int32) int { return strings.Compare(batch[x].UserID, batch[y].UserID) })
+	b.ids, b.lastSeen, b.pubLastSeen, b.versions = b.ids[:0], b.lastSeen[:0], b.pubLastSeen[:0], b.versions[:0]
+	for _, i := range b.order {
+		p := &batch[i]
+		if n := len(b.ids); n > 0 && b.ids[n-1] == p.UserID {
+			// An upsert may not touch a row twice: merge, column by
+			// column, as the database would (signed, like GREATEST).
+			b.lastSeen[n-1] = max(b.lastSeen[n-1], p.LastSeen)
+			b.pubLastSeen[n-1] = max(b.pubLastSeen[n-1], p.PubLastSeen)
+			b.versions[n-1] = max(b.versions[n-1], int64(p.Version))
+			continue
+		}
+		b.ids = append(b.ids, p.UserID)
+		b.lastSeen = append(b.lastSeen, p.LastSeen)
+		b.pubLastSeen = append(b.pubLastSeen, p.PubLastSeen)
+		b.versions = append(b.versions, int64(p.Version)) // bit pattern
+	}
+}
+
+var lastSeenPool = sync.Pool{New: func() any { return new(lastSeenBatch) }}
+
+// SaveLastSeen writes the LastSeen, PubLastSeen and Version of every profile
+// of batch in one statement (group commit); the other fields are ignored.
+// None of the three ever moves backwards, so a batch may be replayed, arrive
+// out of order or name a user twice. Concurrent calls with overlapping
+// batches do not deadlock: each locks its rows in byte order of the ids. It
+// is safe for concurrent use.
+func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	b := lastSeenPool.Get().(*lastSeenBatch)
+	defer lastSeenPool.Put(b)
+	b.columns(batch)
+	if _, err := s.pool.Exec(ctx, upsertLastSeen, b.ids, b.lastSeen, b.pubLastSeen, b.versions); err != nil {
+		return fmt.Errorf("pgstore: save last_seen of %d users: %w", len(batch), err)
+	}
+	return nil
+}
+
+// NextEpoch durably counts one more run of a node and returns its number
+// (1 for the first). Versions stamped in this run start above it. Nodes
+// sharing the database share the counter, so no two runs of any nodes get
+// the same epoch. It is safe for concurrent use.
+func (s *Store) NextEpoch(ctx context.Context) (uint64, error) {
+	var epoch int64
+	err := s.pool.QueryRow(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: next epoch: %w", err)
+	}
+	return uint64(epoch), nil
+}
+
+// lockContactList takes the row lock on user's contact list for the rest of
+// the transaction, creating the list's row if needed. Changes of one list
+// run one after the other; the count they check cannot change under them.
+func lockContactList(ctx context.Context, tx pgx.Tx, user string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO contact_lists (user_id) VALUES ($1)
+		ON CONFLICT (user_id) DO UPDATE SET user_id = excluded.user_id`, user)
+	return err
+}
+
+const addContacts = `INSERT INTO contacts (user_id, contact_id)
+	SELECT $1, c FROM unnest($2::text[]) AS c
+	ON CONFLICT DO NOTHING`
+
+// checkContactCount fails with presence.ErrTooManyContacts, rolling the
+// transaction back, when user's list has grown past presence.MaxContacts.
+func checkContactCount(ctx context.Context, tx pgx.Tx, user string) error {
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM contacts WHERE user_id = $1`, user).Scan(&n); err != nil {
+		return err
+	}
+	if n > presence.MaxContacts {
+		return fmt.Errorf("%w (the change would make %d)", presence.ErrTooManyContacts, n)
+	}
+	return nil
+}
+
+// SetContacts replaces the contact list of user — the users user lets see
+// them when a visibility is Contacts — with contacts, atomically.
+// Duplicates are ignored. It is safe for concurrent use.
+func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockContactList(ctx, tx, user); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM contacts WHERE user_id = $1`, user); err != nil {
+			return err
+		}
+		if len(contacts) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, addContacts, user, contacts); err != nil {
+			return err
+		}
+		return checkContactCount(ctx, tx, user)
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: set contacts of %q: %w", user, err)
+	}
+	return nil
+}
+
+// AddContacts adds contacts to the contact list of user, in one
+// transaction. Contacts already listed are left alone. It is safe for
+// concurrent use.
+func (s *Store) AddContacts(ctx context.Context, user string, contacts []string) error {
+	if len(contacts) == 0 {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := lockContactList(ctx, tx, user); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, addContacts, user, contacts); err != nil {
+			return err
+		}
+		return checkContactCount(ctx, tx, user)
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: add contacts of %q: %w", user, err)
+	}
+	return nil
+}
+
+// RemoveContacts removes contacts from the contact list of user, in one
+// statement. Contacts not listed are ignored. It is safe for concurrent
+// use.
+func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []string) error {
+	if len(contacts) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `DELETE FROM contacts WHERE user_id = $1 AND contact_id = ANY($2)`, user, contacts)
+	if err != nil {
+		return fmt.Errorf("pgstore: remove contacts of %q: %w", user, err)
+	}
+	return nil
+}
+
+const contactsQuery = `SELECT contact_id FROM contacts WHERE user_id = $1 ORDER BY contact_id COLLATE "C"`
+
+// Contacts returns the contact list of user in ascending byte order; the
+// list of a user without one is empty, not an error. It is safe for
+// concurrent use.
+func (s *Store) Contacts(ctx context.Context, user string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, contactsQuery, user)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: contacts of %q: %w", user, err)
+	}
+	out, err := pgx.AppendRows(make([]string, 0), rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: contacts of %q: %w", user, err)
+	}
+	return out, nil
+}
+
+// listedByQuery selects which owners list a contact; the
+// (contact_id, user_id) index serves it.
+const listedByQuery = `SELECT user_id FROM contacts WHERE contact_id = $1 AND user_id = ANY($2)`
+
+// ListedBy calls fn for each owner of owners whose contact list contains
+// viewer, in no particular order and each once: these are the owners whose
+// Contacts-visible presence viewer may see. It runs one query, whatever the
+// number of owners. fn runs while the query does. It is safe for concurrent
+// use.
+func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) error {
+	if len(owners) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, listedByQuery, viewer, owners)
+	if err != nil {
+		return fmt.Errorf("pgstore: owners listing %q: %w", viewer, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var owner string
+		if err := rows.Scan(&owner); err != nil {
+			return fmt.Errorf("pgstore: owners listing %q: %w", viewer, err)
+		}
+		fn(owner)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgstore: owners listing %q: %w", viewer, err)
+	}
+	return nil
+}
