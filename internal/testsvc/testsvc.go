@@ -11,8 +11,9 @@
 //   - SharedRedis(t), SharedPostgres(t), SharedNATS(t) start one server per
 //     test binary, on first use, for tests that only need isolation by
 //     database (Postgres: s.NewDatabase(t)), key prefix or subject/stream
-//     name (Unique(t)). A shared server refuses Stop, Kill and Start. The
-//     package's TestMain must stop them:
+//     name (Unique(t)). A shared server refuses Stop, Kill and Start.
+//
+// A package that uses the shared servers stops them in its TestMain:
 //
 //	func TestMain(m *testing.M) { testsvc.Main(m) }
 //
