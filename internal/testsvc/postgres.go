@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -102,12 +103,64 @@ func StartPostgres() (*Server, error) {
 		ready:   pgReady,
 		stopSig: syscall.SIGINT, // fast shutdown: SIGTERM would wait for clients
 	}
-	setup := func(s *Server) error { return initdb(bin, s.Dir) }
+	setup := func(s *Server) error { return clusterFromTemplate(bin, s.Dir) }
 	return startNew(sp, setup, func(s *Server) string { return pgURL(s.Addr, "postgres") })
 }
 
 func pgURL(addr, db string) string {
 	return "postgres://postgres@" + addr + "/" + db + "?sslmode=disable"
+}
+
+// pgTemplate is a cluster that initdb made once in this test binary, which
+// every PostgreSQL server of the binary starts from as a copy: a copy takes
+// a fraction of initdb's second.
+var pgTemplate struct {
+	once sync.Once
+	dir  string // holds data/
+	err  error
+}
+
+// clusterFromTemplate makes dir/data a copy of this binary's template
+// cluster, making the template first if need be.
+func clusterFromTemplate(bin, dir string) error {
+	pgTemplate.once.Do(func() {
+		d, err := os.MkdirTemp(tempRoot(), "presenced-testsvc-pgtemplate-")
+		if err != nil {
+			pgTemplate.err = fmt.Errorf("testsvc: %w", err)
+			return
+		}
+		if err := markOwner(d); err != nil {
+			pgTemplate.err = err
+			return
+		}
+		pgTemplate.dir, pgTemplate.err = d, initdb(bin, d)
+	})
+	if pgTemplate.err != nil {
+		return pgTemplate.err
+	}
+	cred, err := unprivileged()
+	if err != nil {
+		return err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return fmt.Errorf("testsvc: %w", err)
+		}
+	}
+	// cp -a keeps the owner (postgres, when we are root) and the modes
+	// PostgreSQL insists on.
+	out, err := exec.Command("cp", "-a", filepath.Join(pgTemplate.dir, "data"), filepath.Join(dir, "data")).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("testsvc: copy the template cluster: %v: %s", err, out)
+	}
+	return nil
+}
+
+// removePgTemplate removes this binary's template cluster.
+func removePgTemplate() {
+	if pgTemplate.dir != "" {
+		os.RemoveAll(pgTemplate.dir)
+	}
 }
 
 // initdb makes a cluster in dir/data, owned by the user postgres runs as.

@@ -280,9 +280,14 @@ func (s *Server) LogTail(n int) string {
 
 // newServer makes the directory and picks the port of a server of sp.
 func newServer(sp spec) (*Server, error) {
+	sweepOnce.Do(sweep)
 	dir, err := os.MkdirTemp(tempRoot(), "presenced-testsvc-"+sp.kind+"-")
 	if err != nil {
 		return nil, fmt.Errorf("testsvc: %w", err)
+	}
+	if err := markOwner(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
@@ -321,15 +326,68 @@ func startNew(sp spec, setup func(*Server) error, url func(*Server) string) (*Se
 	return nil, err
 }
 
-// tempRoot is where servers' directories go: os.TempDir, unless its path
-// is too long for a PostgreSQL socket path.
-func tempRoot() string {
-	d := os.TempDir()
-	if len(d) > 40 {
-		return "/tmp"
+// ownerFile, in each directory this package makes, holds the pid of the
+// test binary that made it.
+const ownerFile = "testsvc.owner"
+
+func markOwner(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return fmt.Errorf("testsvc: %w", err)
 	}
-	return d
+	return nil
 }
+
+var sweepOnce sync.Once
+
+// sweep removes the directories left by test binaries that died without
+// closing their servers (their servers died with them: Pdeathsig), or
+// whose TestMain did not call Main.
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(tempRoot(), "presenced-testsvc-*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue // being made right now, or not ours
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
+}
+
+// tempRoot is where servers' directories go: $PRESENCED_TESTSVC_DIR if
+// set; else /dev/shm when it is a writable memory file system with room
+// (servers start and copy clusters there several times faster than on
+// disk, and a killed server still keeps what it wrote); else os.TempDir,
+// unless its path is too long for a PostgreSQL socket path.
+func tempRoot() string {
+	rootOnce.Do(func() {
+		if d := os.Getenv("PRESENCED_TESTSVC_DIR"); d != "" {
+			root = d
+			return
+		}
+		var st syscall.Statfs_t
+		const minFree = 2 << 30
+		if syscall.Statfs("/dev/shm", &st) == nil && st.Bavail*uint64(st.Bsize) >= minFree && syscall.Access("/dev/shm", 2 /* W_OK */) == nil {
+			root = "/dev/shm"
+			return
+		}
+		root = os.TempDir()
+		if len(root) > 40 {
+			root = "/tmp"
+		}
+	})
+	return root
+}
+
+var (
+	rootOnce sync.Once
+	root     string
+)
 
 // freePort returns a port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
@@ -431,8 +489,10 @@ func getShared(tb testing.TB, kind string, start func() (*Server, error)) *Serve
 	return ss.s
 }
 
-// StopShared closes the shared servers this test binary started. Main
-// calls it; a TestMain of its own calls it after m.Run.
+// StopShared closes the shared servers this test binary started and
+// removes its PostgreSQL template cluster. Main calls it; a TestMain of its
+// own calls it after m.Run. (Directories a binary leaves behind, if it
+// does neither, are removed by the next test binary that uses testsvc.)
 func StopShared() {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
@@ -442,6 +502,7 @@ func StopShared() {
 		}
 	}
 	shared = map[string]*sharedServer{}
+	removePgTemplate()
 }
 
 // Main is a TestMain for packages that use the shared servers: it runs the
