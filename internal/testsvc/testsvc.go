@@ -3,6 +3,10 @@
 // temporary directory, that a test can stop, kill and start again on the
 // same port. No mocks: the store and bus tests talk to the real thing.
 //
+// Fault tests have Stop (graceful), Kill (SIGKILL, as a crash), Pause and
+// Resume (SIGSTOP/SIGCONT: a hung server, connections open but silent) and
+// Start (again, on the same port, with the same data directory).
+//
 // Two ways to get one:
 //
 //   - Redis(t), Postgres(t), NATS(t) start a private server for one test and
@@ -221,6 +225,34 @@ func (s *Server) Kill() error {
 	return s.stop(syscall.SIGKILL)
 }
 
+// Pause freezes the server and its children (SIGSTOP to its process
+// group): connections stay open but nothing answers, as with a hung server
+// or a network partition, until Resume. Stop, Kill and Close work on a
+// paused server.
+func (s *Server) Pause() error {
+	return s.signalGroup(syscall.SIGSTOP)
+}
+
+// Resume lets a paused server go on (SIGCONT to its process group).
+func (s *Server) Resume() error {
+	return s.signalGroup(syscall.SIGCONT)
+}
+
+func (s *Server) signalGroup(sig syscall.Signal) error {
+	if s.shared {
+		return errShared
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.runningLocked() {
+		return fmt.Errorf("testsvc: %s on %s is not running", s.Kind, s.Addr)
+	}
+	if err := syscall.Kill(-s.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("testsvc: %s on %s: %v: %w", s.Kind, s.Addr, sig, err)
+	}
+	return nil
+}
+
 func (s *Server) stop(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -231,6 +263,7 @@ func (s *Server) stop(sig syscall.Signal) error {
 		killGroup(s.cmd)
 	} else {
 		s.cmd.Process.Signal(sig)
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGCONT) // in case it was paused
 	}
 	select {
 	case <-s.exited:

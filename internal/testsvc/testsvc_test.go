@@ -163,6 +163,52 @@ func TestRedis(t *testing.T) {
 	}
 }
 
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	s := testsvc.Redis(t)
+	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	// A paused server takes the bytes (the kernel does) but answers none.
+	c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	c.Write([]byte("PING\r\n"))
+	if line, err := r.ReadString('\n'); err == nil {
+		t.Fatalf("paused server answered %q", line)
+	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("read from a paused server: %v, want a timeout", err)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if line, err := r.ReadString('\n'); err != nil || strings.TrimSpace(line) != "+PONG" {
+		t.Fatalf("after Resume: %q, %v", line, err)
+	}
+
+	// Stop works on a paused server, and Start brings it back.
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pause(); err == nil {
+		t.Fatal("Pause of a stopped server: no error")
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := redisPing(s.Addr); err != nil || got != "+PONG" {
+		t.Fatalf("PING after Start: %q, %v", got, err)
+	}
+}
+
 func TestNATS(t *testing.T) {
 	t.Parallel()
 	s := testsvc.NATS(t)
