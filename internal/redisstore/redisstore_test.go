@@ -2,9 +2,7 @@ package redisstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
+	"errors"
 	"testing"
 	"time"
 
@@ -13,66 +11,33 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/storetest"
+	"github.com/presenced/presenced/internal/testsvc"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
-// redisURL is the Redis the tests use: $PRESENCED_TEST_REDIS or the
-// machine's Redis. Each test works under its own key prefix and deletes
-// only its own keys.
-func redisURL() string {
-	if u := os.Getenv("PRESENCED_TEST_REDIS"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379"
-}
+func TestMain(m *testing.M) { testsvc.Main(m) }
 
-// client returns a client of the test Redis, closed at the end of the test.
+// client returns a client of this test binary's private redis-server
+// (testsvc), closed at the end of the test.
 func client(t testing.TB) rueidis.Client {
 	t.Helper()
-	c, err := redisstore.Dial(redisURL())
+	return dial(t, testsvc.SharedRedis(t).URL)
+}
+
+func dial(t testing.TB, url string) rueidis.Client {
+	t.Helper()
+	c, err := redisstore.Dial(url)
 	if err != nil {
-		t.Skipf("no Redis at %s: %v", redisURL(), err)
+		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
 	return c
 }
 
-// prefix returns a fresh key prefix and deletes its keys at the end of the test.
-func prefix(t testing.TB, c rueidis.Client) string {
-	t.Helper()
-	b := make([]byte, 8)
-	rand.Read(b)
-	p := "presenced-test:" + hex.EncodeToString(b) + ":"
-	t.Cleanup(func() { deleteKeys(t, c, p) })
-	return p
-}
-
-func deleteKeys(t testing.TB, c rueidis.Client, p string) {
-	ctx := context.Background()
-	var cursor uint64
-	for {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(p+"*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			t.Logf("cleanup of %s: %v", p, err)
-			return
-		}
-		if len(e.Elements) > 0 {
-			cmds := make(rueidis.Commands, len(e.Elements))
-			for i, k := range e.Elements {
-				cmds[i] = c.B().Unlink().Key(k).Build()
-			}
-			c.DoMulti(ctx, cmds...)
-		}
-		if cursor = e.Cursor; cursor == 0 {
-			return
-		}
-	}
-}
-
 func newStore(t testing.TB, c rueidis.Client, cfg redisstore.Config) *redisstore.Store {
 	t.Helper()
 	if cfg.Prefix == "" {
-		cfg.Prefix = prefix(t, c)
+		cfg.Prefix = testsvc.Unique(t) + ":" // the tests share one server
 	}
 	s, err := redisstore.New(c, cfg)
 	if err != nil {
@@ -90,5 +55,62 @@ func TestConformance(t *testing.T) {
 				return newStore(t, c, redisstore.Config{Rules: r, Shards: shards, EvictAfter: 1000 * time.Hour})
 			})
 		})
+	}
+}
+
+// TestRestart: while Redis is down every operation fails with an error
+// (never a wrong answer); when it is back — empty, as a Redis without
+// persistence comes back — the scripts are loaded again, users read as not
+// held, and the tracker's reload (Load) brings them back.
+func TestRestart(t *testing.T) {
+	srv := testsvc.Redis(t)
+	c := dial(t, srv.URL)
+	s := newStore(t, c, redisstore.Config{})
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	if err := s.Load(ctx, t0, &presence.Profile{UserID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := s.Beat(ctx, t0, "u", "d", true); err != nil || !ch.Changed {
+		t.Fatalf("Beat: got %+v %v, want a change", ch, err)
+	}
+	for _, stop := range []func() error{srv.Stop, srv.Kill} {
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := s.Beat(short, t0+1, "u", "d", true); err == nil || errors.Is(err, tracker.ErrNotLoaded) {
+			t.Errorf("Beat while Redis is down: got err %v, want a connection error", err)
+		}
+		if _, err := s.Expire(short, t0+time.Hour.Milliseconds(), 10, nil); err == nil {
+			t.Errorf("Expire while Redis is down: got no error")
+		}
+		if err := s.Get(short, t0, []string{"u"}, make([]presence.Snapshot, 1)); err == nil {
+			t.Errorf("Get while Redis is down: got no error")
+		}
+		cancel()
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Back, empty: the client reconnects (maybe after a failed call).
+		var err error
+		for range 50 {
+			if _, err = s.Beat(ctx, t0+2, "u", "d", true); errors.Is(err, tracker.ErrNotLoaded) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !errors.Is(err, tracker.ErrNotLoaded) {
+			t.Fatalf("Beat after restart: got %v, want ErrNotLoaded", err)
+		}
+		if err := s.Load(ctx, t0+2, &presence.Profile{UserID: "u"}); err != nil {
+			t.Fatal(err)
+		}
+		if ch, err := s.Beat(ctx, t0+2, "u", "d", true); err != nil || !ch.Changed || ch.Event.Status != presence.Online {
+			t.Errorf("Beat after reload: got %+v %v, want online", ch, err)
+		}
+		if out, err := s.Expire(ctx, t0+2+30_000, 10, nil); err != nil || len(out) != 1 {
+			t.Errorf("Expire after restart: got %d changes, %v; want 1", len(out), err)
+		}
 	}
 }
