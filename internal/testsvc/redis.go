@@ -13,6 +13,11 @@ import (
 // StartRedis starts a private redis-server on a free 127.0.0.1 port that
 // keeps nothing on disk. The caller Closes it.
 func StartRedis() (*Server, error) {
+	return startRedis(false)
+}
+
+// startRedis starts a redis-server, a Redis Cluster node if cluster.
+func startRedis(cluster bool) (*Server, error) {
 	bin, err := findBinary("redis-server", "redis-server", "/usr/bin", "/usr/local/bin", "/usr/sbin")
 	if err != nil {
 		return nil, err
@@ -20,10 +25,16 @@ func StartRedis() (*Server, error) {
 	sp := spec{
 		kind: "redis",
 		args: func(s *Server) []string {
-			return []string{bin, "--port", fmt.Sprint(s.Port), "--bind", "127.0.0.1",
+			a := []string{bin, "--port", fmt.Sprint(s.Port), "--bind", "127.0.0.1",
 				"--save", "", "--appendonly", "no", "--dir", s.Dir, "--daemonize", "no",
 				"--protected-mode", "no", "--logfile", "", "--maxclients", "2000"}
+			if cluster {
+				a = append(a, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+					"--cluster-node-timeout", "1000")
+			}
+			return a
 		},
+		busPort: cluster,
 		ready:   redisReady,
 		stopSig: syscall.SIGTERM,
 	}

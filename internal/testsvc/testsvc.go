@@ -17,6 +17,9 @@
 //     database (Postgres: s.NewDatabase(t)), key prefix or subject/stream
 //     name (Unique(t)). A shared server refuses Stop, Kill and Start.
 //
+// RedisCluster(t, n) starts a private Redis Cluster of n masters (about 2 s:
+// Redis holds a new master's cluster state back that long).
+//
 // A package that uses the shared servers stops them in its TestMain:
 //
 //	func TestMain(m *testing.M) { testsvc.Main(m) }
@@ -90,6 +93,9 @@ type spec struct {
 	ready func(addr string) error
 	// stopSig is the signal for a graceful stop.
 	stopSig syscall.Signal
+	// busPort says the server also listens on port+10000 (a Redis Cluster
+	// node's bus), which must be free too.
+	busPort bool
 }
 
 // Running reports whether the server process is up (started and not yet
@@ -323,6 +329,13 @@ func newServer(sp spec) (*Server, error) {
 		return nil, err
 	}
 	port, err := freePort()
+	for try := 0; err == nil && sp.busPort && !portFree(port+10000); try++ {
+		if try == 100 {
+			err = errors.New("testsvc: no free port p with p+10000 free")
+			break
+		}
+		port, err = freePort()
+	}
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -430,6 +443,19 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portFree reports whether port is a free port on 127.0.0.1.
+func portFree(port int) bool {
+	if port > 65535 {
+		return false
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 // serverEnv is the environment of server processes: ours, minus what would

@@ -357,3 +357,38 @@ func TestUnique(t *testing.T) {
 		t.Fatalf("Unique = %q, want [a-z0-9_]{1,63}", a)
 	}
 }
+
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	c := testsvc.RedisCluster(t, 3)
+	if len(c.Nodes) != 3 || len(c.Addrs) != 3 {
+		t.Fatalf("%d nodes, %d addrs, want 3", len(c.Nodes), len(c.Addrs))
+	}
+	if want := "redis://" + c.Addrs[0] + "?addr=" + c.Addrs[1] + "&addr=" + c.Addrs[2]; c.URL != want {
+		t.Fatalf("URL %q, want %q", c.URL, want)
+	}
+	// Exactly one node owns the key's slot; the others redirect.
+	owners := 0
+	for _, a := range c.Addrs {
+		switch got := redisDo(t, a, "SET {user1}k v"); {
+		case got == "+OK":
+			owners++
+		case strings.HasPrefix(got, "-MOVED "):
+		default:
+			t.Errorf("SET on %s: %q", a, got)
+		}
+	}
+	if owners != 1 {
+		t.Fatalf("%d nodes took the key, want 1", owners)
+	}
+	// A killed node comes back with its slots.
+	if err := c.Nodes[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nodes[1].Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitOK(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
