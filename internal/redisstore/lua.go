@@ -12,7 +12,8 @@ import "fmt"
 // The hash of a user: m (manual), t (text), ls (last_seen), pls (public
 // last_seen), v (version), ss, sl (settings), pub, pt (last published
 // status and text), ev (eviction time, 0 = none) and one field d:<device>
-// = "last_beat:last_active" per device. The shard's sorted set "due" holds
+// = "last_beat:last_active" per device, and s, the time of the user's
+// entry in the due set (0 = none). The shard's sorted set "due" holds
 // each user's next deadline (member = user id) and the set "dirty" the
 // users changed since the last Dirty.
 
@@ -23,12 +24,17 @@ local MANUAL_STATUS = {[1] = 2, [2] = 3, [3] = 4}
 
 local function fmt(n) return string.format('%d', n) end
 
+-- The scalar fields of a user's hash; text fields are strings, the others
+-- numbers.
+local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's'}
+local TEXT = {t = true, pt = true}
+
 -- load reads the hash at key into a table, or nil when the user is not held.
 local function load(key)
   local h = redis.call('HGETALL', key)
   if #h == 0 then return nil end
   local u = {key = key, m = 0, t = '', ls = 0, pls = 0, v = 0, ss = 0, sl = 0,
-    pub = 0, pt = '', ev = 0, devs = {}, gone = {}}
+    pub = 0, pt = '', ev = 0, s = 0, devs = {}, gone = {}}
   for i = 1, #h, 2 do
     local f, val = h[i], h[i + 1]
     if string.sub(f, 1, 2) == 'd:' then
@@ -41,21 +47,32 @@ local function load(key)
       u[f] = tonumber(val)
     end
   end
+  u.o = {}
+  for _, f in ipairs(SCALARS) do u.o[f] = u[f] end
   return u
 end
 
--- save writes u back: every scalar, the devices marked mod, and the
--- removal of the devices that were dropped.
+-- save writes u back: the scalars that changed since load (all of them
+-- for a user made without load), the devices marked mod, and the removal
+-- of the devices that were dropped.
 local function save(u)
-  local args = {'m', fmt(u.m), 't', u.t, 'ls', fmt(u.ls), 'pls', fmt(u.pls), 'v', fmt(u.v),
-    'pub', fmt(u.pub), 'pt', u.pt, 'ev', fmt(u.ev)}
+  local args = {}
+  for _, f in ipairs(SCALARS) do
+    local val = u[f]
+    if val ~= u.o[f] then
+      args[#args + 1] = f
+      if TEXT[f] then args[#args + 1] = val else args[#args + 1] = fmt(val) end
+    end
+  end
   for _, d in ipairs(u.devs) do
     if d.mod then
       args[#args + 1] = 'd:' .. d.id
       args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la)
     end
   end
-  redis.call('HSET', u.key, unpack(args))
+  if #args > 0 then
+    redis.call('HSET', u.key, unpack(args))
+  end
   if #u.gone > 0 then
     redis.call('HDEL', u.key, unpack(u.gone))
   end
@@ -138,8 +155,10 @@ end
 
 -- schedule makes sure the shard's due set holds the user no later than its
 -- next deadline (or its eviction time when it has no device). As in
--- memstore, a deadline only moves earlier here (ZADD LT): a later one is
--- found when the earlier entry comes due and is re-armed.
+-- memstore, a deadline only moves earlier here: a later one is found when
+-- the earlier entry comes due and is re-armed. The hash keeps the entry's
+-- time in s (0: none), so the common heartbeat, whose deadline only moves
+-- later, does not touch the sorted set at all.
 local function schedule(due, id, u, now)
   local d = deadline(u, now)
   if d == 0 then
@@ -149,7 +168,10 @@ local function schedule(due, id, u, now)
     u.ev = 0
   end
   if d <= now then d = now + 1 end
-  redis.call('ZADD', due, 'LT', fmt(d), id)
+  if u.s == 0 or d < u.s then
+    u.s = d
+    redis.call('ZADD', due, 'LT', fmt(d), id)
+  end
 end
 
 local function find(u, id)
@@ -234,8 +256,8 @@ const luaLoad = `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local id, now = ARGV[1], tonumber(ARGV[2])
 local u = {key = KEYS[1], m = tonumber(ARGV[3]), t = ARGV[4], ls = tonumber(ARGV[5]),
-  pls = tonumber(ARGV[6]), v = tonumber(ARGV[7]), pub = 0, pt = ARGV[4], ev = 0,
-  devs = {}, gone = {}}
+  pls = tonumber(ARGV[6]), v = tonumber(ARGV[7]), pub = 0, pt = ARGV[4], ev = 0, s = 0,
+  devs = {}, gone = {}, o = {}}
 schedule(KEYS[2], id, u, now)
 save(u)
 redis.call('HSET', KEYS[1], 'ss', ARGV[8], 'sl', ARGV[9])
@@ -256,6 +278,7 @@ while #out < max do
     redis.call('ZREM', KEYS[1], id)
     local u = load(kp .. id)
     if u then
+      u.s = 0
       local ch = settle(u, now)
       if ch then
         redis.call('SADD', KEYS[2], id)
