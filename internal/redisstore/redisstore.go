@@ -18,10 +18,10 @@
 //
 // Expire claims the due members of a shard in one script (ZRANGEBYSCORE …
 // LIMIT, remove, apply, re-arm), so any number of nodes may sweep at once
-// and each transition is returned to exactly one of them. It first probes
+// and each transition is returned to exactly one of them. A sweep probes
 // every shard for a due member in one pipelined round trip, then runs the
-// script only on the shards that have one. Nothing relies on keyspace
-// notifications. Dirty drains every shard's dirty set, one script per
+// script on the due shards in another, sharing max between them. Nothing
+// relies on keyspace notifications. Dirty drains every shard's dirty set, one script per
 // shard, all in one pipelined round trip.
 //
 // Eviction follows memstore: a user without devices gets an eviction
@@ -58,6 +58,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -87,6 +88,7 @@ type Config struct {
 type Store struct {
 	c      rueidis.Client
 	rules  presence.Rules
+	sweeps atomic.Uint64 // Expire calls, to rotate the first shard probed
 	prefix string
 	shards []shardKeys
 
@@ -267,51 +269,96 @@ func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) error 
 	return nil
 }
 
-// Expire implements tracker.Store.
+// Expire implements tracker.Store. Each round is two pipelined round
+// trips: a probe of every shard for a due member, then the claiming
+// script on the due shards, max shared between them; rounds repeat while
+// a shard may have more due and the budget allows.
 func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.Change) ([]presence.Change, error) {
-	if max <= 0 {
-		return out, nil
-	}
-	// One round trip: which shards have something due?
-	probes := make(rueidis.Commands, len(s.shards))
-	for i := range s.shards {
-		probes[i] = s.c.B().Zrangebyscore().Key(s.shards[i].due).Min("-inf").Max(i64(now)).Limit(0, 1).Build()
-	}
-	res := s.c.DoMulti(ctx, probes...)
 	start := len(out)
-	for i, r := range res {
-		if len(out)-start >= max {
-			break
+	// Start the probe at a rotating shard, so a small max does not always
+	// favour the first shards.
+	first := int(s.sweeps.Add(1) % uint64(len(s.shards)))
+	probes := make(rueidis.Commands, len(s.shards))
+	var due []int
+	var execs []rueidis.LuaExec
+	for len(out)-start < max {
+		for i := range s.shards {
+			sk := &s.shards[(first+i)%len(s.shards)]
+			probes[i] = s.c.B().Zrangebyscore().Key(sk.due).Min("-inf").Max(i64(now)).Limit(0, 1).Build()
 		}
-		due, err := r.AsStrSlice()
-		if err != nil {
-			return out, fmt.Errorf("redisstore: expire: %w", err)
+		due = due[:0]
+		for i, r := range s.c.DoMulti(ctx, probes...) {
+			m, err := r.AsStrSlice()
+			if err != nil {
+				return out, fmt.Errorf("redisstore: expire: %w", err)
+			}
+			if len(m) > 0 {
+				due = append(due, (first+i)%len(s.shards))
+			}
 		}
 		if len(due) == 0 {
-			continue
+			break
 		}
-		sk := &s.shards[i]
-		arr, err := s.expire.Exec(ctx, s.c, []string{sk.due, sk.dirty},
-			[]string{i64(now), strconv.Itoa(max - (len(out) - start)), sk.users}).ToArray()
-		if err != nil {
-			return out, fmt.Errorf("redisstore: expire: %w", err)
+		left := max - (len(out) - start)
+		more := false // some due shard may hold more due
+		if len(due) > left {
+			due, more = due[:left], true
 		}
-		for _, m := range arr {
-			ch, err := m.ToArray()
+		per := left / len(due)
+		execs = execs[:0]
+		for _, i := range due {
+			sk := &s.shards[i]
+			execs = append(execs, rueidis.LuaExec{Keys: []string{sk.due, sk.dirty},
+				Args: []string{i64(now), strconv.Itoa(per), sk.users}})
+		}
+		// A failed shard does not drop the changes the others claimed:
+		// they are gone from Redis and must reach the caller.
+		var firstErr error
+		for _, r := range s.expire.ExecMulti(ctx, s.c, execs...) {
+			arr, err := r.ToArray()
 			if err != nil {
-				return out, fmt.Errorf("redisstore: expire: %w", err)
+				firstErr = firstOf(firstErr, err)
+				continue
 			}
-			c, err := decodeChange(ch, now)
-			if err != nil {
-				return out, fmt.Errorf("redisstore: expire: %w", err)
+			if len(arr) == per {
+				more = true
 			}
-			if c.Event.UserID, err = ch[0].ToString(); err != nil {
-				return out, fmt.Errorf("redisstore: expire: %w", err)
+			for _, m := range arr {
+				c, err := decodeClaim(m, now)
+				if err != nil {
+					firstErr = firstOf(firstErr, err)
+					continue
+				}
+				out = append(out, c)
 			}
-			out = append(out, c)
+		}
+		if firstErr != nil {
+			return out, fmt.Errorf("redisstore: expire: %w", firstErr)
+		}
+		if !more {
+			// Every due shard was drained; a new probe would find only
+			// what writers added meanwhile.
+			break
 		}
 	}
 	return out, nil
+}
+
+// decodeClaim decodes a change returned by the expire script: {user,
+// change…}.
+func decodeClaim(m rueidis.RedisMessage, now int64) (presence.Change, error) {
+	arr, err := m.ToArray()
+	if err != nil {
+		return presence.Change{}, err
+	}
+	c, err := decodeChange(arr, now)
+	if err != nil {
+		return presence.Change{}, err
+	}
+	if c.Event.UserID, err = arr[0].ToString(); err != nil {
+		return presence.Change{}, err
+	}
+	return c, nil
 }
 
 // Get implements tracker.Store: one pipelined round trip (per Redis node)
