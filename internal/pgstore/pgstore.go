@@ -334,7 +334,8 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 	b := lastSeenPool.Get().(*lastSeenBatch)
 	defer lastSeenPool.Put(b)
 	b.columns(batch)
-	if _, err := s.pool.Exec(ctx, upsertLastSeen, b.ids, b.lastSeen, b.pubLastSeen, b.versions); err != nil {
+	if _, err := s.pool.Exec(ctx, upsertLastSeen,
+		textArray(b.ids), int8Array(b.lastSeen), int8Array(b.pubLastSeen), int8Array(b.versions)); err != nil {
 		return fmt.Errorf("pgstore: save last_seen of %d users: %w", len(batch), err)
 	}
 	return nil
