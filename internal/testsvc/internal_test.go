@@ -1,12 +1,19 @@
 package testsvc
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func TestMissingBinaryNamesThePackage(t *testing.T) {
@@ -48,5 +55,53 @@ func TestSweepRemovesDeadBinariesDirectories(t *testing.T) {
 	}
 	if _, err := os.Stat(alive); err != nil {
 		t.Errorf("directory of a live binary swept: %v", err)
+	}
+}
+
+// TestPostgresKillAndPauseTakeTheBackends: PostgreSQL's backends start
+// sessions of their own, outside the postmaster's process group; Kill and
+// Pause must reach them too.
+func TestPostgresKillAndPauseTakeTheBackends(t *testing.T) {
+	t.Parallel()
+	s := Postgres(t)
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var backend int
+	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	qctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	var one int
+	err = c.QueryRow(qctx, "SELECT 1").Scan(&one)
+	cancel()
+	if err == nil {
+		t.Fatal("a paused server's backend answered")
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		t.Fatalf("after Resume: %v", err)
+	}
+	c2.Close(ctx)
+
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(backend, 0); !errors.Is(err, syscall.ESRCH) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", backend))
+		t.Errorf("backend %d still there after Kill (%v): %s", backend, err, b)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
 	}
 }

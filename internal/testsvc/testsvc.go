@@ -3,8 +3,9 @@
 // temporary directory, that a test can stop, kill and start again on the
 // same port. No mocks: the store and bus tests talk to the real thing.
 //
-// Fault tests have Stop (graceful), Kill (SIGKILL, as a crash), Pause and
-// Resume (SIGSTOP/SIGCONT: a hung server, connections open but silent) and
+// Fault tests have Stop (graceful), Kill (SIGKILL to all the server's
+// processes, as a crash), Pause and Resume (SIGSTOP/SIGCONT: a hung server,
+// connections open but silent) and
 // Start (again, on the same port, with the same data directory).
 //
 // Two ways to get one:
@@ -184,6 +185,7 @@ func (s *Server) launchLocked(deadline time.Time) error {
 		}
 		cmd.SysProcAttr.Credential = cred
 	}
+	becomeSubreaper()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("testsvc: start %s: %w", s.Kind, err)
 	}
@@ -200,12 +202,14 @@ func (s *Server) launchLocked(deadline time.Time) error {
 		}
 		select {
 		case <-exited:
+			reapGroup(cmd, nil)
 			return fmt.Errorf("testsvc: %s on %s %w (%v); its log:\n%s", s.Kind, s.Addr, errExited, cmd.ProcessState, s.LogTail(20))
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			killGroup(cmd)
+			kids := killGroup(cmd)
 			<-exited
+			reapGroup(cmd, kids)
 			return fmt.Errorf("testsvc: %s on %s not ready after %v: %v; its log:\n%s", s.Kind, s.Addr, StartTimeout, last, s.LogTail(20))
 		}
 	}
@@ -221,8 +225,8 @@ func (s *Server) Stop() error {
 	return s.stop(s.spec.stopSig)
 }
 
-// Kill kills the server and its children at once (SIGKILL to its process
-// group), as a crash would, and waits for it to exit. Killing a stopped
+// Kill kills the server and all its processes at once (SIGKILL), as a
+// crash would, and waits for them to exit. Killing a stopped
 // server does nothing.
 func (s *Server) Kill() error {
 	if s.shared {
@@ -231,15 +235,14 @@ func (s *Server) Kill() error {
 	return s.stop(syscall.SIGKILL)
 }
 
-// Pause freezes the server and its children (SIGSTOP to its process
-// group): connections stay open but nothing answers, as with a hung server
+// Pause freezes the server and all its processes (SIGSTOP): connections stay open but nothing answers, as with a hung server
 // or a network partition, until Resume. Stop, Kill and Close work on a
 // paused server.
 func (s *Server) Pause() error {
 	return s.signalGroup(syscall.SIGSTOP)
 }
 
-// Resume lets a paused server go on (SIGCONT to its process group).
+// Resume lets a paused server go on (SIGCONT).
 func (s *Server) Resume() error {
 	return s.signalGroup(syscall.SIGCONT)
 }
@@ -253,7 +256,14 @@ func (s *Server) signalGroup(sig syscall.Signal) error {
 	if !s.runningLocked() {
 		return fmt.Errorf("testsvc: %s on %s is not running", s.Kind, s.Addr)
 	}
-	if err := syscall.Kill(-s.cmd.Process.Pid, sig); err != nil {
+	pid := s.cmd.Process.Pid
+	if sig == syscall.SIGSTOP {
+		syscall.Kill(pid, sig) // forks no more while we look
+	}
+	for _, k := range descendants(pid) {
+		syscall.Kill(k, sig)
+	}
+	if err := syscall.Kill(-pid, sig); err != nil {
 		return fmt.Errorf("testsvc: %s on %s: %v: %w", s.Kind, s.Addr, sig, err)
 	}
 	return nil
@@ -265,27 +275,120 @@ func (s *Server) stop(sig syscall.Signal) error {
 	if !s.runningLocked() {
 		return nil
 	}
+	var kids []int
 	if sig == syscall.SIGKILL {
-		killGroup(s.cmd)
+		kids = killGroup(s.cmd)
 	} else {
 		s.cmd.Process.Signal(sig)
-		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGCONT) // in case it was paused
+		// In case it was paused:
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGCONT)
+		for _, k := range descendants(s.cmd.Process.Pid) {
+			syscall.Kill(k, syscall.SIGCONT)
+		}
 	}
 	select {
 	case <-s.exited:
 	case <-time.After(stopTimeout):
-		killGroup(s.cmd)
+		kids = killGroup(s.cmd)
 		<-s.exited
 	}
-	if sig != syscall.SIGKILL {
-		// A graceful stop leaves no child behind; a SIGKILL went to all.
-		killGroup(s.cmd)
-	}
+	reapGroup(s.cmd, kids)
 	return nil
 }
 
-func killGroup(cmd *exec.Cmd) {
+// killGroup kills the server at once: its process group, and the
+// processes it forked that left the group (PostgreSQL's backends each
+// start a session of their own). It returns those, for reapGroup.
+func killGroup(cmd *exec.Cmd) []int {
+	pid := cmd.Process.Pid
+	syscall.Kill(pid, syscall.SIGSTOP) // forks no more while we look
+	kids := descendants(pid)
+	syscall.Kill(-pid, syscall.SIGKILL)
+	syscall.Kill(pid, syscall.SIGKILL)
+	for _, k := range kids {
+		syscall.Kill(k, syscall.SIGKILL)
+	}
+	return kids
+}
+
+// descendants returns the pids of pid's children, theirs, and so on, read
+// from /proc.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
+// reapGroup makes sure nothing of the server is left once its main
+// process has exited: it kills the rest (a killed PostgreSQL's backends
+// outlive their postmaster for a moment) and waits for them. They are our
+// children because this process is a child subreaper (see launchLocked);
+// otherwise they go to init, which in a container may never reap them.
+func reapGroup(cmd *exec.Cmd, kids []int) {
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	for _, k := range kids {
+		syscall.Kill(k, syscall.SIGKILL)
+	}
+	if !subreaper {
+		return
+	}
+	for _, k := range kids {
+		for {
+			var ws syscall.WaitStatus
+			if _, err := syscall.Wait4(k, &ws, 0, nil); err != syscall.EINTR {
+				break // reaped, or not ours (ECHILD)
+			}
+		}
+	}
+}
+
+var (
+	subreaperOnce sync.Once
+	subreaper     bool // this process adopts its orphaned descendants
+)
+
+// becomeSubreaper makes the test binary adopt the orphans of the servers
+// it starts (prctl PR_SET_CHILD_SUBREAPER), so that reapGroup can wait for
+// them.
+func becomeSubreaper() {
+	subreaperOnce.Do(func() {
+		const prSetChildSubreaper = 36
+		_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
+		subreaper = errno == 0
+	})
 }
 
 // Close kills the server and removes its directory. It is idempotent.
