@@ -5,8 +5,8 @@
 //
 // Fault tests have Stop (graceful), Kill (SIGKILL to all the server's
 // processes, as a crash), Pause and Resume (SIGSTOP/SIGCONT: a hung server,
-// connections open but silent) and
-// Start (again, on the same port, with the same data directory).
+// connections open but silent) and Start (again, on the same port, with
+// the same data directory).
 //
 // Two ways to get one:
 //
@@ -76,11 +76,10 @@ type Server struct {
 	shared bool
 	spec   spec
 
-	mu      sync.Mutex // guards the fields below
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd has been waited for
-	closed  bool
-	dbCount atomic.Int64 // databases made by NewDatabase, for unique names
+	mu     sync.Mutex // guards the fields below
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
+	closed bool
 }
 
 // spec is what differs between kinds.
@@ -88,7 +87,7 @@ type spec struct {
 	kind string
 	// args returns the command line for a server on port in dir.
 	args func(s *Server) []string
-	// asUser says whether the process must not run as root.
+	// notRoot says the process must not run as root (see unprivileged).
 	notRoot bool
 	// ready dials the server once and reports whether it is serving.
 	ready func(addr string) error
