@@ -48,6 +48,10 @@ func populate(b *testing.B, s *redisstore.Store, n int, now int64) []string {
 // BenchmarkBeat: heartbeats (that change nothing, the common case) of
 // 1,000 concurrent callers over 100,000 users; each is one script call,
 // and rueidis pipelines the concurrent calls into shared round trips.
+// Measured here (2 cores shared by Redis and the benchmark, Redis 7.0):
+// 41–53k beats/s on one redis-server, 49k/s on a 3-node Cluster on the
+// same 2 cores; the script's own work (~20–25 µs of Lua per call, most
+// of it parsing the hash and defining the helpers) bounds one Redis.
 func BenchmarkBeat(b *testing.B) {
 	c := client(b)
 	s := newStore(b, c, redisstore.Config{})
@@ -71,7 +75,9 @@ func BenchmarkBeat(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "beats/s")
 }
 
-// BenchmarkGet1000: one read of 1,000 users (one pipelined round trip).
+// BenchmarkGet1000: one read of 1,000 users (one pipelined round trip of
+// 1,000 HGETALL). Measured here: 4.2–6.6 ms per read, about half of it
+// decoding the replies in Go.
 func BenchmarkGet1000(b *testing.B) {
 	c := client(b)
 	s := newStore(b, c, redisstore.Config{})
