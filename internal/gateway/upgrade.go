@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -99,6 +101,11 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return refuse(http.StatusUpgradeRequired, "upgrade_required", "%s speaks WebSocket: send a GET with Upgrade: websocket", r.URL.Path)
 	}
+	// Check the rest of the handshake here, with a JSON answer, so that a
+	// handshake the upgrader would refuse never counts as a heartbeat.
+	if err := checkHandshake(r); err != nil {
+		return refuse(http.StatusBadRequest, "bad_handshake", "%v", err)
+	}
 	// Connecting is a heartbeat.
 	if _, err := g.tracker.Heartbeat(r.Context(), user, dev, true); err != nil {
 		if errors.Is(err, presence.ErrTooManyDevices) {
@@ -185,3 +192,30 @@ func (c *conn) readLoop() {
 }
 
 var _ net.Conn = (*net.TCPConn)(nil)
+
+// checkHandshake checks what RFC 6455 requires of the opening handshake
+// beyond the Upgrade header.
+func checkHandshake(r *http.Request) error {
+	if !headerHasToken(r.Header, "Connection", "upgrade") {
+		return errors.New(`the Connection header must include "Upgrade"`)
+	}
+	if v := r.Header.Get("Sec-WebSocket-Version"); v != "13" {
+		return fmt.Errorf("Sec-WebSocket-Version %q: only 13 is supported", v)
+	}
+	key := r.Header.Get("Sec-WebSocket-Key")
+	if raw, err := base64.StdEncoding.DecodeString(key); err != nil || len(raw) != 16 {
+		return errors.New("Sec-WebSocket-Key must be 16 random bytes in base64")
+	}
+	return nil
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
