@@ -114,6 +114,10 @@ func (p *epoller) loop() {
 			c := p.byID[id]
 			p.mu.RUnlock()
 			if c != nil {
+				// Bytes arrived: the client spoke, even if every worker is
+				// busy and its message is read later. The idle rule must
+				// not close a client for the server's own backlog.
+				c.idleAt.Store(p.g.now() + p.g.ttlMs)
 				p.work <- c
 			}
 		}
