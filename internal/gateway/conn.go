@@ -46,6 +46,8 @@ type conn struct {
 	msgOp   ws.OpCode // opcode of the message in msg; 0: none
 	rate    bucket    // messages per second
 	strikes bucket    // refused messages: when it runs dry, close 1008
+	// statusRate bounds set_status (each one a durable write).
+	statusRate bucket
 
 	idleAt  atomic.Int64 // Unix ms: closed 4001 at this time unless a message comes
 	heapIdx int          // position in the gateway's idle heap, -1: none; guarded by idle.mu
@@ -530,6 +532,12 @@ func (b *bucket) init(burst int, now int64) {
 	b.tokens = b.cap
 	b.last = now
 }
+
+// Limits of set_status per connection.
+const (
+	statusRate  = 1 // per second
+	statusBurst = 5
+)
 
 // take refills at rate tokens per second and takes one token.
 func (b *bucket) take(now int64, rate int) bool {

@@ -37,6 +37,13 @@ func (c *conn) handle(m *clientMsg) bool {
 			c.opError("heartbeat", err)
 		}
 	case msgSetStatus:
+		// A status change is a durable write before it applies: people
+		// change status at human speed, so one connection gets a few.
+		if !c.statusRate.take(c.g.now(), statusRate) {
+			c.g.stats.rateLimited.Add(1)
+			c.sendError("rate_limited", "too many status changes: at most %d per second, bursts of %d", statusRate, statusBurst)
+			return true
+		}
 		if _, err := c.g.tracker.SetStatus(ctx, c.user, m.manual, m.text); err != nil {
 			c.opError("set_status", err)
 		}

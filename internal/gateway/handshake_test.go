@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBadHandshakeIsNoHeartbeat: a handshake the upgrader would refuse is
@@ -45,4 +46,29 @@ func TestBadHandshakeIsNoHeartbeat(t *testing.T) {
 	if _, _, ok, err := n.tr.Debug(context.Background(), "ghost"); err != nil || ok {
 		t.Errorf("after refused handshakes: user held=%v err=%v, want no device, no state", ok, err)
 	}
+}
+
+// TestStatusRate: set_status is a durable write, so one connection gets a
+// burst of 5 and then 1 per second; a refusal changes nothing and keeps
+// the connection.
+func TestStatusRate(t *testing.T) {
+	n := newNode(t, opts{})
+	c := n.dial("u1", "d1")
+	c.msgType("welcome")
+	for i := range 5 {
+		c.send(`{"type":"set_status","status":"busy","text":"` + strings.Repeat("x", i+1) + `"}`)
+	}
+	c.send(`{"type":"set_status","status":"away"}`)
+	c.errorCode("rate_limited")
+	u, _, _, _ := n.tr.Debug(context.Background(), "u1")
+	if u.Manual.String() != "busy" || u.Text != "xxxxx" {
+		t.Errorf("after a refused set_status: manual %v text %q, want busy xxxxx (unchanged)", u.Manual, u.Text)
+	}
+	n.clk.Advance(time.Second)
+	c.send(`{"type":"set_status","status":"away"}`)
+	c.send(`{"type":"heartbeat"}`)
+	waitFor(t, "status away after the bucket refilled", func() bool {
+		u, _, _, _ := n.tr.Debug(context.Background(), "u1")
+		return u.Manual.String() == "away"
+	})
 }
