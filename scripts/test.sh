@@ -26,6 +26,29 @@ echo "== go vet"
 go vet ./...
 
 echo "== browser test tools"
+# apt_install installs the Debian packages named (as root, or with sudo -n),
+# running apt-get update only if a first try fails. A failure is reported
+# with what breaks ($1), never fatal here: the tests themselves then fail.
+apt_install() {
+	local consequence=$1
+	shift
+	[ $# -gt 0 ] || return 0
+	local sudo=""
+	if [ "$(id -u)" != 0 ]; then
+		if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+			sudo="sudo -n"
+		else
+			echo "test: cannot install $* without root; $consequence" >&2
+			return 0
+		fi
+	fi
+	echo "installing $*"
+	export DEBIAN_FRONTEND=noninteractive
+	$sudo apt-get install -y -q "$@" >/dev/null ||
+		{ $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "$@" >/dev/null; } ||
+		echo "test: could not install $*; $consequence" >&2
+}
+
 # e2e/ drives Debian's chromium with playwright-core from npm (never a
 # downloaded browser). Install what is missing; if that fails the browser
 # test says so, and fails under CI=true.
@@ -34,22 +57,7 @@ browser_tools() {
 	command -v node >/dev/null 2>&1 || want+=(nodejs)
 	command -v npm >/dev/null 2>&1 || want+=(npm)
 	[ -x /usr/bin/chromium ] || want+=(chromium)
-	if [ ${#want[@]} -gt 0 ]; then
-		local sudo=""
-		if [ "$(id -u)" != 0 ]; then
-			if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-				sudo="sudo -n"
-			else
-				echo "test: cannot install ${want[*]} without root" >&2
-				return 0
-			fi
-		fi
-		echo "installing ${want[*]}"
-		export DEBIAN_FRONTEND=noninteractive
-		$sudo apt-get install -y -q "${want[@]}" >/dev/null ||
-			{ $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "${want[@]}" >/dev/null; } ||
-			echo "test: could not install ${want[*]}" >&2
-	fi
+	apt_install "the browser test will fail" "${want[@]}"
 	# npm ci only when the lockfile changed since the last install.
 	if command -v npm >/dev/null 2>&1 && ! cmp -s package-lock.json node_modules/.presenced-lock; then
 		if npm ci --ignore-scripts --no-audit --no-fund --loglevel=error; then
@@ -71,21 +79,7 @@ backend_servers() {
 	command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || want+=(redis-server)
 	command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || want+=(nats-server)
 	command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || want+=(postgresql)
-	[ ${#want[@]} -gt 0 ] || return 0
-	local sudo=""
-	if [ "$(id -u)" != 0 ]; then
-		if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-			sudo="sudo -n"
-		else
-			echo "test: cannot install ${want[*]} without root; the backend tests will fail" >&2
-			return 0
-		fi
-	fi
-	echo "installing ${want[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	$sudo apt-get install -y -q "${want[@]}" >/dev/null ||
-		{ $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "${want[@]}" >/dev/null; } ||
-		echo "test: could not install ${want[*]}; the backend tests will fail" >&2
+	apt_install "the backend tests will fail" "${want[@]}"
 }
 backend_servers
 
