@@ -309,6 +309,7 @@ func (t *Tracker) Sweep(ctx context.Context) (int, error) {
 func (t *Tracker) Checkpoint(ctx context.Context) error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
+	retry := len(t.pending) > 0 // a failed batch is still waiting
 	batch, err := t.store.Dirty(ctx, t.pending)
 	t.pending = batch
 	if err != nil {
@@ -317,7 +318,11 @@ func (t *Tracker) Checkpoint(ctx context.Context) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	batch = dedupeNewest(batch)
+	if retry {
+		// Dirty names each user once; only a retried batch merged with
+		// newer checkpoints can name one twice.
+		batch = dedupeNewest(batch)
+	}
 	if err := t.durable.SaveLastSeen(ctx, batch); err != nil {
 		t.pending = batch
 		t.flushErrors.Add(1)
