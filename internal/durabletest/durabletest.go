@@ -776,3 +776,58 @@ func listedBy(t *testing.T, s Store, viewer string, owners []string) []string {
 }
 
 func head(s []string) []string { return s[:min(len(s), 5)] }
+
+// RunReopen checks that everything written survives a Close and another
+// open of the same storage: profiles, contact lists and the epoch. open must
+// open the same file or database every time it is called. It returns the
+// reopened store, for backend-specific checks.
+func RunReopen(t *testing.T, open func(t *testing.T) Store) Store {
+	t.Helper()
+	ctx := context.Background()
+	want := []presence.Profile{
+		{UserID: "1", Manual: presence.ManualInvisible, Text: "zzz 😴", LastSeen: 1_700_000_000_123, PubLastSeen: 1_700_000_000_000,
+			Version: 1_700_000_000_123_000, Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}},
+		{UserID: "2", LastSeen: 5, PubLastSeen: 5, Version: 6},
+	}
+	s := open(t)
+	for i := range want {
+		p := &want[i]
+		if err := s.SaveStatus(ctx, p.UserID, p.Manual, p.Text); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SaveSettings(ctx, p.UserID, p.Settings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SaveLastSeen(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetContacts(ctx, "1", []string{"3", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	e1, err := s.NextEpoch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	s = open(t)
+	got := load(t, s, "1", "2", "3")
+	for _, w := range want {
+		if g, ok := got[w.UserID]; !ok || g != w {
+			t.Errorf("after reopen %s:\n got %+v\nwant %+v", w.UserID, g, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("after reopen %d profiles, want %d", len(got), len(want))
+	}
+	if c := contacts(t, s, "1"); !slices.Equal(c, []string{"2", "3"}) {
+		t.Errorf("after reopen Contacts(1) = %q, want [2 3]", c)
+	}
+	if e2, err := s.NextEpoch(ctx); err != nil || e2 != e1+1 {
+		t.Errorf("after reopen NextEpoch = %d, %v; want %d", e2, err, e1+1)
+	}
+	return s
+}

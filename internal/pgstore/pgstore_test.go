@@ -32,54 +32,10 @@ func TestConformance(t *testing.T) {
 }
 
 // TestReopen checks that everything written survives a Close and an Open
-// of the same database.
+// of the same database, and that the schema is current.
 func TestReopen(t *testing.T) {
-	ctx := t.Context()
 	url := newDatabase(t)
-	want := []presence.Profile{
-		{UserID: "1", Manual: presence.ManualInvisible, Text: "zzz 😴", LastSeen: 1_700_000_000_123, PubLastSeen: 1_700_000_000_000,
-			Version: 1_700_000_000_123_000, Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}},
-		{UserID: "2", LastSeen: 5, PubLastSeen: 5, Version: 6},
-	}
-	s := open(t, url)
-	for i := range want {
-		p := &want[i]
-		if err := s.SaveStatus(ctx, p.UserID, p.Manual, p.Text); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.SaveSettings(ctx, p.UserID, p.Settings); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.SaveLastSeen(ctx, want); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetContacts(ctx, "1", []string{"3", "2"}); err != nil {
-		t.Fatal(err)
-	}
-	e1, err := s.NextEpoch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-
-	s = open(t, url)
-	var got []presence.Profile
-	if err := s.LoadProfiles(ctx, []string{"1", "2", "3"}, func(p *presence.Profile) { got = append(got, *p) }); err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(got, func(a, b presence.Profile) int { return strings.Compare(a.UserID, b.UserID) })
-	if !slices.Equal(got, want) {
-		t.Errorf("after reopen\n got %+v\nwant %+v", got, want)
-	}
-	if c, err := s.Contacts(ctx, "1"); err != nil || !slices.Equal(c, []string{"2", "3"}) {
-		t.Errorf("after reopen Contacts(1) = %q, %v; want [2 3]", c, err)
-	}
-	if e2, err := s.NextEpoch(ctx); err != nil || e2 != e1+1 {
-		t.Errorf("after reopen NextEpoch = %d, %v; want %d", e2, err, e1+1)
-	}
+	s := durabletest.RunReopen(t, func(t *testing.T) durabletest.Store { return open(t, url) }).(*Store)
 	if v := schemaVersion(t, s); v != len(migrations) {
 		t.Errorf("schema version = %d, want %d", v, len(migrations))
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -31,47 +30,10 @@ func TestConformance(t *testing.T) {
 }
 
 // TestReopen checks that everything written survives a Close and an Open
-// of the same file.
+// of the same file, and that the schema is current.
 func TestReopen(t *testing.T) {
-	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "presenced.db")
-	want := []presence.Profile{
-		{UserID: "1", Manual: presence.ManualInvisible, Text: "zzz 😴", LastSeen: 1_700_000_000_123, PubLastSeen: 1_700_000_000_000,
-			Version: 1_700_000_000_123_000, Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}},
-		{UserID: "2", LastSeen: 5, PubLastSeen: 5, Version: 6},
-	}
-	s := open(t, path)
-	for i := range want {
-		p := &want[i]
-		if err := s.SaveStatus(ctx, p.UserID, p.Manual, p.Text); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.SaveSettings(ctx, p.UserID, p.Settings); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.SaveLastSeen(ctx, want); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetContacts(ctx, "1", []string{"3", "2"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-
-	s = open(t, path)
-	var got []presence.Profile
-	if err := s.LoadProfiles(ctx, []string{"1", "2", "3"}, func(p *presence.Profile) { got = append(got, *p) }); err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(got, func(a, b presence.Profile) int { return strings.Compare(a.UserID, b.UserID) })
-	if !slices.Equal(got, want) {
-		t.Errorf("after reopen\n got %+v\nwant %+v", got, want)
-	}
-	if c, err := s.Contacts(ctx, "1"); err != nil || !slices.Equal(c, []string{"2", "3"}) {
-		t.Errorf("after reopen Contacts(1) = %q, %v; want [2 3]", c, err)
-	}
+	s := durabletest.RunReopen(t, func(t *testing.T) durabletest.Store { return open(t, path) }).(*Store)
 	if v := pragma(t, s.w, "user_version"); v != fmt.Sprint(len(migrations)) {
 		t.Errorf("user_version = %s, want %d", v, len(migrations))
 	}
