@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -53,8 +54,22 @@ func classify(err error) *Error {
 		return &Error{Status: http.StatusBadRequest, Code: "too_many_contacts", Message: presence.ErrTooManyContacts.Error()}
 	case errors.Is(err, context.Canceled):
 		return &Error{Status: 499, Code: "canceled", Message: "the request was canceled"}
+	case tracker.Unavailable(err) || isUnavailable(err):
+		return errUnavailable
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error (details are in the server log)"}
+}
+
+// errUnavailable is the answer while a backend the request needs does not
+// answer (PostgreSQL down for a durable write, the node's buffer full
+// while Redis is down): nothing was changed, try again.
+var errUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
+	Message: "a backend of the service is unavailable; nothing was changed, retry later"}
+
+// isUnavailable reports whether err says of itself that it is temporary.
+func isUnavailable(err error) bool {
+	var u interface{ Unavailable() bool }
+	return errors.As(err, &u) && u.Unavailable()
 }
 
 // writeError writes err as JSON. Errors that are not *Error are 500s.
@@ -70,6 +85,9 @@ func writeError(w http.ResponseWriter, err error) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	h.Set("Cache-Control", "no-store")
+	if e.Status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "1")
+	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(b)
 }

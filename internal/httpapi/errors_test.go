@@ -5,13 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/presenced/presenced/internal/presence"
 )
+
+type unavailableErr struct{}
+
+func (unavailableErr) Error() string     { return "buffer full" }
+func (unavailableErr) Unavailable() bool { return true }
 
 // TestWriteError pins what a client is told of each kind of error: the
 // domain's limits are their own 4xx, anything unexpected a 500 that keeps
@@ -34,7 +41,10 @@ func TestWriteError(t *testing.T) {
 		{"canceled", fmt.Errorf("load: %w", context.Canceled), 499, "canceled", "", nil},
 		{"anything else", secret, 500, "internal", "internal error (details are in the server log)", nil},
 		{"anything else, wrapped", fmt.Errorf("set status: %w", secret), 500, "internal", "internal error (details are in the server log)", nil},
-		{"deadline", context.DeadlineExceeded, 500, "internal", "internal error (details are in the server log)", nil},
+		{"deadline: a backend too slow", fmt.Errorf("set status: %w", context.DeadlineExceeded), 503, "unavailable", "", []string{"nothing was changed", "retry"}},
+		{"a backend refuses connections", fmt.Errorf("pgstore: save status: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}),
+			503, "unavailable", "", []string{"unavailable"}},
+		{"an error that says it is temporary", fmt.Errorf("heartbeat: %w", unavailableErr{}), 503, "unavailable", "", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,6 +77,9 @@ func TestWriteError(t *testing.T) {
 			}
 			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type: got %q", ct)
+			}
+			if ra := w.Header().Get("Retry-After"); (tc.status == 503) != (ra != "") {
+				t.Errorf("Retry-After %q with status %d", ra, tc.status)
 			}
 		})
 	}

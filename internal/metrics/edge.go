@@ -12,6 +12,7 @@ var (
 	descAccepted   = prometheus.NewDesc("presenced_ws_accepted_total", "WebSocket upgrades accepted.", nil, nil)
 	descClosed     = prometheus.NewDesc("presenced_ws_closed_total", "WebSocket connections closed by the server, by reason.", []string{"reason"}, nil)
 	descRateLimit  = prometheus.NewDesc("presenced_ws_rate_limited_total", "Client messages refused with rate_limited.", nil, nil)
+	descCoalesced  = prometheus.NewDesc("presenced_ws_coalesced_heartbeats_total", "Heartbeats read together with an identical one of the same socket and applied once (the server was behind).", nil, nil)
 	descSubs       = prometheus.NewDesc("presenced_fanout_subscriptions", "Subscriptions (watcher, user) on this node.", nil, nil)
 	descTargets    = prometheus.NewDesc("presenced_fanout_watched_users", "Users watched by at least one connection on this node.", nil, nil)
 	descDelivered  = prometheus.NewDesc("presenced_fanout_delivered_total", "Presence messages handed to connections.", nil, nil)
@@ -27,7 +28,7 @@ type edgeCollector struct {
 }
 
 func (c *edgeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descAccepted, descClosed, descRateLimit, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue} {
+	for _, d := range []*prometheus.Desc{descConns, descAccepted, descClosed, descRateLimit, descCoalesced, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue} {
 		ch <- d
 	}
 }
@@ -41,6 +42,7 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descClosed, prometheus.CounterValue, float64(n), reason)
 		}
 		ch <- prometheus.MustNewConstMetric(descRateLimit, prometheus.CounterValue, float64(s.RateLimited))
+		ch <- prometheus.MustNewConstMetric(descCoalesced, prometheus.CounterValue, float64(s.CoalescedBeats))
 	}
 	if c.hub != nil {
 		s := c.hub()

@@ -13,6 +13,8 @@ import (
 
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
+	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -30,6 +32,8 @@ type Sources struct {
 	Users   func() int // users held in memory, nil if unknown
 	Gateway func() gateway.Stats
 	Hub     func() fanout.Stats
+	Bus     func() natsbus.Stats // nil without NATS
+	Ingest  func() ingest.Stats  // nil without the ingest consumer
 }
 
 // New returns a Registry with the Go runtime, process and presence metrics.
@@ -51,6 +55,7 @@ func New(src Sources) *Registry {
 	reg.MustRegister(r.latency, r.requests)
 	if src.Tracker != nil {
 		reg.MustRegister(&trackerCollector{src: src})
+		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest})
 	}
 	if src.Gateway != nil || src.Hub != nil {
 		reg.MustRegister(&edgeCollector{gw: src.Gateway, hub: src.Hub})

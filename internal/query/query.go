@@ -42,6 +42,12 @@ type Config struct {
 	Profiles Profiles
 	Contacts Contacts
 	Clock    clock.Clock
+	// ColdVersionMargin is added to the version of a user read from the
+	// durable store because the hot state does not hold it: the tracker's
+	// ReloadMargin, so that such a read is ordered after every version a
+	// shared store may have published and lost, and before every version
+	// the user gets when it is loaded again. Zero with an embedded store.
+	ColdVersionMargin uint64
 }
 
 // Reader answers reads. It is safe for concurrent use.
@@ -50,6 +56,7 @@ type Reader struct {
 	profiles Profiles
 	contacts Contacts
 	clock    clock.Clock
+	margin   uint64
 	bufs     sync.Pool // *buffers
 }
 
@@ -68,7 +75,8 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	return &Reader{states: cfg.States, profiles: cfg.Profiles, contacts: cfg.Contacts, clock: cfg.Clock}, nil
+	return &Reader{states: cfg.States, profiles: cfg.Profiles, contacts: cfg.Contacts, clock: cfg.Clock,
+		margin: cfg.ColdVersionMargin}, nil
 }
 
 // Read fills out[i] with what viewer may see of ids[i]; len(out) must be
@@ -105,6 +113,9 @@ func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []pr
 		err := r.profiles.LoadProfiles(ctx, b.misses, func(p *presence.Profile) {
 			if i, ok := b.index[p.UserID]; ok {
 				snaps[i] = presence.SnapshotFromProfile(p)
+				if snaps[i].Version > 0 {
+					snaps[i].Version += r.margin
+				}
 			}
 		})
 		if err != nil {

@@ -128,3 +128,33 @@ func TestRead(t *testing.T) {
 		t.Errorf("Read of %d ids: got %v, want ErrTooMany", query.MaxBatch+1, err)
 	}
 }
+
+// A user read from the durable store because the hot state does not hold
+// it carries its version plus ColdVersionMargin; users the hot state holds
+// and users never seen keep theirs.
+func TestColdVersionMargin(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rules := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	store := memstore.New(memstore.Config{Rules: rules})
+	now := t0.UnixMilli()
+	hot := presence.Profile{UserID: "hot", Version: 7}
+	if err := store.Load(ctx, now, &hot); err != nil {
+		t.Fatal(err)
+	}
+	d := &durable{profiles: map[string]presence.Profile{"cold": {UserID: "cold", Version: 9, LastSeen: now - 1000, PubLastSeen: now - 1000}}}
+	r, err := query.New(query.Config{States: store, Profiles: d, Contacts: d, Clock: clock.NewFake(t0), ColdVersionMargin: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"hot", "cold", "never"}
+	out := make([]privacy.View, len(ids))
+	if err := r.Read(ctx, "", ids, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []uint64{7, 9 + 1<<16, 0} {
+		if out[i].Version != want {
+			t.Errorf("%s: version %d, want %d", ids[i], out[i].Version, want)
+		}
+	}
+}

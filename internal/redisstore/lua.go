@@ -12,8 +12,12 @@ import "fmt"
 // The hash of a user: m (manual), t (text), ls (last_seen), pls (public
 // last_seen), v (version), ss, sl (settings), pub, pt (last published
 // status and text), ev (eviction time, 0 = none) and one field d:<device>
-// = "last_beat:last_active" per device, and s, the time of the user's
-// entry in the due set (0 = none). The shard's sorted set "due" holds
+// = "last_beat:last_active" per device, s, the time of the user's
+// entry in the due set (0 = none), nd, the devices the user had when
+// the hash was last saved by a full script (the fast heartbeat adds none),
+// and r = "v:m:pub:ss:sl:nd:s:" followed by the text, written by every full
+// script. While s is in the future no device has died and no away is due
+// since, so a read needs only r, ls and pls (Store.Get). The shard's sorted set "due" holds
 // each user's next deadline (member = user id) and the set "dirty" the
 // users changed since the last Dirty.
 
@@ -26,22 +30,22 @@ local function fmt(n) return string.format('%d', n) end
 
 -- The scalar fields of a user's hash; text fields are strings, the others
 -- numbers.
-local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's'}
-local TEXT = {t = true, pt = true}
+local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's', 'nd', 'r'}
+local TEXT = {t = true, pt = true, r = true}
 
 -- load reads the hash at key into a table, or nil when the user is not held.
 local function load(key)
   local h = redis.call('HGETALL', key)
   if #h == 0 then return nil end
   local u = {key = key, m = 0, t = '', ls = 0, pls = 0, v = 0, ss = 0, sl = 0,
-    pub = 0, pt = '', ev = 0, s = 0, devs = {}, gone = {}}
+    pub = 0, pt = '', ev = 0, s = 0, nd = -1, r = '', devs = {}, gone = {}}
   for i = 1, #h, 2 do
     local f, val = h[i], h[i + 1]
     if string.sub(f, 1, 2) == 'd:' then
       local c = string.find(val, ':', 1, true)
       u.devs[#u.devs + 1] = {id = string.sub(f, 3), lb = tonumber(string.sub(val, 1, c - 1)),
         la = tonumber(string.sub(val, c + 1))}
-    elseif f == 't' or f == 'pt' then
+    elseif TEXT[f] then
       u[f] = val
     else
       u[f] = tonumber(val)
@@ -56,6 +60,9 @@ end
 -- for a user made without load), the devices marked mod, and the removal
 -- of the devices that were dropped.
 local function save(u)
+  u.nd = #u.devs
+  -- r: what a read needs but last_seen, in one field (Store.Get).
+  u.r = string.format('%d:%d:%d:%d:%d:%d:%d:', u.v, u.m, u.pub, u.ss, u.sl, u.nd, u.s) .. u.t
   local args = {}
   for _, f in ipairs(SCALARS) do
     local val = u[f]
@@ -182,9 +189,52 @@ local function find(u, id)
 end
 `
 
+// luaBeatFast runs before the helpers are even defined, so the common
+// heartbeat — a device that is alive beating again, the user's public
+// status staying what it is — costs one HMGET, one HSET and one SADD and
+// none of the work of loading the whole user. It applies exactly what the
+// full script would: the device's last beat (and last activity) move
+// later, last_seen too (and public last_seen unless the user is
+// invisible); no status, text or version changes; the user's due entry
+// stays (a heartbeat only moves deadlines later: the entry fires early and
+// is re-armed, as in memstore). The user's due entry s is never later than
+// any of its deadlines, so s > now means no device is dead and no away is
+// due: there is nothing for settle to do. Anything else — a new or dead device, a
+// status the beat would change (an away user becoming active, an idle one
+// whose away is due but not swept yet, a background beat of a user
+// without a manual status), a text not yet published, a due entry that is
+// due —
+// falls through to the full script. The differential test against
+// memstore covers both paths.
+const luaBeatFast = `
+local FNOW, FACT = tonumber(ARGV[2]), ARGV[4] == '1'
+local F = redis.call('HMGET', KEYS[1], 'd:' .. ARGV[3], 'm', 'pub', 't', 'pt', 'ev', 's', 'ls')
+if F[1] and (F[4] or '') == (F[5] or '') and (F[6] or '0') == '0' and tonumber(F[7] or '0') > FNOW then
+  local c = string.find(F[1], ':', 1, true)
+  local lb, la = tonumber(string.sub(F[1], 1, c - 1)), tonumber(string.sub(F[1], c + 1))
+  local m, pub = tonumber(F[2] or '0'), tonumber(F[3] or '0')
+  local want = -1
+  if m == 1 then want = 2 elseif m == 2 then want = 3 elseif m == 3 then want = 0 elseif FACT then want = 1 end
+  if FNOW < lb + TTL and want == pub then
+    if FNOW > lb then lb = FNOW end
+    if FACT and FNOW > la then la = FNOW end
+    local ls = tonumber(F[8] or '0')
+    if FNOW > ls then ls = FNOW end
+    local dv, lsx = string.format('%d:%d', lb, la), string.format('%d', ls)
+    if pub ~= 0 then
+      redis.call('HSET', KEYS[1], 'd:' .. ARGV[3], dv, 'ls', lsx, 'pls', lsx)
+    else
+      redis.call('HSET', KEYS[1], 'd:' .. ARGV[3], dv, 'ls', lsx)
+    end
+    redis.call('SADD', KEYS[3], ARGV[1])
+    return {0}
+  end
+end
+`
+
 // KEYS: user hash, due, dirty. ARGV: user, now, device, active (1/0).
 // Returns {0} (no change), the change, {-1} (not loaded) or {-2} (too many
-// devices).
+// devices). The store runs it after luaBeatFast, in the same script.
 const luaBeat = `
 local id, now, dev, active = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local u = load(KEYS[1])
@@ -244,8 +294,11 @@ return ch or {0}
 // KEYS: user hash. ARGV: settings status, settings last_seen. Returns 1,
 // or -1 if the user is not held.
 const luaSetSettings = `
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local u = load(KEYS[1])
+if not u then return -1 end
+u.ss, u.sl = tonumber(ARGV[1]), tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'ss', ARGV[1], 'sl', ARGV[2])
+save(u)
 return 1
 `
 
@@ -257,7 +310,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local id, now = ARGV[1], tonumber(ARGV[2])
 local u = {key = KEYS[1], m = tonumber(ARGV[3]), t = ARGV[4], ls = tonumber(ARGV[5]),
   pls = tonumber(ARGV[6]), v = tonumber(ARGV[7]), pub = 0, pt = ARGV[4], ev = 0, s = 0,
-  devs = {}, gone = {}, o = {}}
+  ss = tonumber(ARGV[8]), sl = tonumber(ARGV[9]), devs = {}, gone = {}, o = {}}
 schedule(KEYS[2], id, u, now)
 save(u)
 redis.call('HSET', KEYS[1], 'ss', ARGV[8], 'sl', ARGV[9])
@@ -324,8 +377,9 @@ return out
 `
 
 // script returns the source of one operation's script for the given
-// constants.
-func script(ttl, idle, maxDevices int64, floor uint64, evict int64, body string) string {
+// constants: the constants, fast (code that may return before the helpers
+// are defined, or ""), the helpers and body.
+func script(ttl, idle, maxDevices int64, floor uint64, evict int64, fast, body string) string {
 	return fmt.Sprintf("local TTL, IDLE, MAXDEV, FLOOR, EVICT = %d, %d, %d, %d, %d\n", ttl, idle, maxDevices, floor, evict) +
-		luaHelpers + body
+		fast + luaHelpers + body
 }

@@ -58,6 +58,18 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestConformanceCluster runs the same suite on a Redis Cluster of three
+// masters: every script touches only keys of one {shard} slot, and a batch
+// read is split by node.
+func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
+	cl := testsvc.RedisCluster(t, 3)
+	c := dial(t, cl.URL)
+	storetest.Run(t, func(t *testing.T, r presence.Rules) tracker.Store {
+		return newStore(t, c, redisstore.Config{Rules: r, EvictAfter: 1000 * time.Hour})
+	})
+}
+
 // TestRestart: while Redis is down every operation fails with an error
 // (never a wrong answer); when it is back — empty, as a Redis without
 // persistence comes back — the scripts are loaded again, users read as not

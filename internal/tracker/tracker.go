@@ -4,6 +4,49 @@
 // Store, publishes every visible change, and checkpoints last_seen to the
 // durable store in batches. Time comes from an injectable clock, so tests
 // play hours in milliseconds by calling Sweep and Checkpoint themselves.
+//
+// # Outages of the state store
+//
+// A Store may live in another process (Redis) and go away. Such a store
+// implements Pinger, and every call to it is bounded by
+// Config.StoreTimeout, so a hung store is noticed like a refused one. An
+// error of a store call that is not ErrNotLoaded, not a refusal by the
+// rules of package presence and not the caller's own cancellation marks
+// the store down; from then on no operation touches it (the check is one
+// atomic load):
+//
+//   - Heartbeat, Bye, SetStatus and SetSettings (the last two after their
+//     durable write, as always) are recorded in a bounded buffer of this
+//     node — per user the latest operation of each device, the latest
+//     manual status and the latest settings — and succeed with an empty
+//     Change; nothing is published. Beyond Config.MaxBuffered users they
+//     fail with ErrUnavailable.
+//   - Get answers from the durable profiles overlaid with the buffer
+//     (degraded reads), never with settings it does not know.
+//   - Sweep does nothing; Checkpoint only retries a batch that is waiting.
+//
+// Run probes the store every Config.ProbeInterval (Pinger, or a Get). When
+// it answers, the buffer is replayed user by user through the ordinary
+// paths — a user the store lost (Redis restarted empty) is loaded from the
+// durable store — with each operation's own time as now, so last_seen is
+// the last real beat, not the moment of the replay; the changes are
+// published, and the store is marked up. The rules take the later of two
+// beats of a device, so a replayed beat never moves one back. Operations of
+// a user still in the buffer during the replay join the buffer behind the
+// older ones.
+//
+// Sweeps stay off for Config.RecoverGrace after the recovery: every node
+// buffered during the outage, and the store still holds the deadlines of
+// before it. A node that recovered first would otherwise expire devices
+// whose beats are still in another node's buffer, a false offline. The
+// grace gives every node time to notice (ProbeInterval) and replay.
+//
+// What a node cannot know it does not make up: a store that comes back
+// empty (Redis keeps nothing on disk) has lost the devices of users who did
+// not beat on any node during the outage — reads then show them offline,
+// but no event says so (Config.OnRecover is the application's cue) — and
+// the last_seen changes not yet checkpointed (at most FlushInterval of
+// them).
 package tracker
 
 import (
@@ -37,6 +80,43 @@ type Config struct {
 	FlushInterval time.Duration
 	// SweepBatch bounds the changes applied per store call. Default 4096.
 	SweepBatch int
+
+	// Rules are the rules the Store applies; the tracker uses them only to
+	// answer degraded reads from its outage buffer and to cap a buffered
+	// user's devices. Zero values: TTL 30s, IdleAfter 5m, MaxDevices
+	// presence.DefaultMaxDevices.
+	Rules presence.Rules
+	// StoreTimeout bounds every call to a Store that implements Pinger (a
+	// store in another process), so that a hung store counts as down.
+	// Default 1s. A Store without Ping is taken to run in this process and
+	// is called with the caller's context.
+	StoreTimeout time.Duration
+	// ProbeInterval is how often Run probes a store that is down. Default
+	// 250ms.
+	ProbeInterval time.Duration
+	// RecoverGrace is how long sweeps stay off after the store came back
+	// (see the package doc). Default 2s.
+	RecoverGrace time.Duration
+	// MaxBuffered bounds the users with buffered operations while the store
+	// is down. Default 200,000.
+	MaxBuffered int
+	// ReloadMargin is added to the version of every user loaded from the
+	// durable store. A store shared by nodes (Redis) may lose its data
+	// while the nodes run; the durable copy is then up to FlushInterval
+	// behind, and counting on from it would stamp versions again that
+	// were already published (consumers would drop those changes). A
+	// margin above the changes a user can make in that time keeps new
+	// versions above every published one; the app sets 1<<16 with Redis.
+	// Zero for a store that lives and dies with the node (the epoch of the
+	// next run covers a crash).
+	ReloadMargin uint64
+	// OnRecover, if set, is called by Run each time the store came back and
+	// the buffer was replayed. A store that came back empty lost the devices
+	// of users who beat on no node during the outage, and no event tells
+	// their watchers that they went offline: this is where the application
+	// may re-read the state of what its watchers see. It must not block
+	// for long.
+	OnRecover func()
 }
 
 // Tracker applies presence operations. It is safe for concurrent use.
@@ -65,6 +145,23 @@ type Tracker struct {
 	writeLocks [64]sync.Mutex
 	lockSeed   maphash.Seed
 
+	// Outages of the store (outage.go).
+	rules         presence.Rules
+	storeTimeout  time.Duration
+	probeInterval time.Duration
+	recoverGrace  time.Duration
+	maxBuffered   int
+	reloadMargin  uint64
+	remote        bool // the store implements Pinger: calls are bounded
+	onRecover     func()
+	state         atomic.Uint32 // stateUp, stateDown or stateReplaying
+	recoveredAt   atomic.Int64  // clock ms of the last recovery
+	outages       atomic.Uint64
+	buffered      atomic.Int64 // users in buf
+	replayed      atomic.Uint64
+	degradedReads atomic.Uint64
+	buf           [bufShards]bufShard
+
 	flushMu   sync.RWMutex // held by Checkpoint, read by load; guards pending
 	pending   []presence.Profile
 	sweepMu   sync.Mutex // guards sweepBuf
@@ -92,6 +189,27 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.SweepBatch <= 0 {
 		cfg.SweepBatch = 4096
 	}
+	if cfg.Rules.TTL <= 0 {
+		cfg.Rules.TTL = 30 * time.Second
+	}
+	if cfg.Rules.IdleAfter <= 0 {
+		cfg.Rules.IdleAfter = 5 * time.Minute
+	}
+	if cfg.Rules.MaxDevices <= 0 {
+		cfg.Rules.MaxDevices = presence.DefaultMaxDevices
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = time.Second
+	}
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = 250 * time.Millisecond
+	}
+	if cfg.RecoverGrace <= 0 {
+		cfg.RecoverGrace = 2 * time.Second
+	}
+	if cfg.MaxBuffered <= 0 {
+		cfg.MaxBuffered = 200_000
+	}
 	return &Tracker{
 		store:         cfg.Store,
 		durable:       cfg.Durable,
@@ -103,6 +221,14 @@ func New(cfg Config) (*Tracker, error) {
 		sweepBatch:    cfg.SweepBatch,
 		lockSeed:      maphash.MakeSeed(),
 		storeBeats:    beatCounter(cfg.Store),
+		rules:         cfg.Rules,
+		storeTimeout:  cfg.StoreTimeout,
+		probeInterval: cfg.ProbeInterval,
+		recoverGrace:  cfg.RecoverGrace,
+		maxBuffered:   cfg.MaxBuffered,
+		reloadMargin:  cfg.ReloadMargin,
+		remote:        isPinger(cfg.Store),
+		onRecover:     cfg.OnRecover,
 	}, nil
 }
 
@@ -111,45 +237,74 @@ func (t *Tracker) Now() int64 { return t.clock.Now().UnixMilli() }
 
 // Heartbeat records a heartbeat of a device. It counts as activity unless
 // active is false. The common case — a beat that changes nothing visible —
-// takes one shard lock and allocates nothing.
+// takes one shard lock and allocates nothing. While the store is down the
+// beat is buffered and an empty Change returned (ErrUnavailable if the
+// buffer is full).
 func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
 	if t.storeBeats == nil {
 		t.beats.add()
 	}
 	now := t.Now()
-	ch, err := t.store.Beat(ctx, now, user, device, active)
-	if errors.Is(err, ErrNotLoaded) {
+	for try := 0; ; try++ {
+		if !t.up() {
+			if ok, err := t.buffer(user, op{kind: opBeat, at: now, device: device, active: active}); ok {
+				return presence.Change{}, err
+			}
+		}
+		ch, err := t.applyBeat(ctx, now, user, device, active)
+		if try == 0 && errors.Is(err, errOutage) {
+			continue // the store is down now: buffer the beat
+		}
+		if err != nil {
+			return ch, fmt.Errorf("heartbeat: %w", err)
+		}
+		t.emit(ch)
+		return ch, nil
+	}
+}
+
+// applyBeat applies a beat to the store, loading the user if needed.
+func (t *Tracker) applyBeat(ctx context.Context, now int64, user, device string, active bool) (presence.Change, error) {
+	b := t.bound(ctx)
+	ch, err := t.store.Beat(b.ctx, now, user, device, active)
+	t.release(b)
+	if err = t.storeErr(ctx, err); errors.Is(err, ErrNotLoaded) {
 		if err = t.load(ctx, user); err != nil {
 			return ch, err
 		}
-		ch, err = t.store.Beat(ctx, t.Now(), user, device, active)
+		b = t.bound(ctx)
+		ch, err = t.store.Beat(b.ctx, now, user, device, active)
+		t.release(b)
+		err = t.storeErr(ctx, err)
 	}
-	if err != nil {
-		return ch, fmt.Errorf("heartbeat: %w", err)
-	}
-	t.emit(ch)
-	return ch, nil
+	return ch, err
 }
 
 // SetStatus sets a manual status (ManualNone clears it) and a status text.
 // They are durable before they take effect, so an invisible user stays
-// invisible across restarts.
+// invisible across restarts. While the store is down the status is
+// buffered after its durable write and an empty Change returned.
 func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
 	mu := t.writeLock(user)
 	mu.Lock()
 	defer mu.Unlock()
-	if err := t.ensure(ctx, user); err != nil {
-		return presence.Change{}, err
+	if t.up() {
+		if err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
+			return presence.Change{}, err
+		}
 	}
 	if err := t.durable.SaveStatus(ctx, user, m, text); err != nil {
 		return presence.Change{}, fmt.Errorf("set status: %w", err)
 	}
 	for try := 0; ; try++ {
-		ch, err := t.store.SetStatus(ctx, t.Now(), user, m, text)
-		if errors.Is(err, ErrNotLoaded) && try < 3 {
-			if err = t.load(ctx, user); err != nil {
-				return ch, err
+		now := t.Now()
+		if !t.up() {
+			if ok, err := t.buffer(user, op{kind: opStatus, at: now, manual: m, text: text}); ok {
+				return presence.Change{}, err
 			}
+		}
+		ch, err := t.applyStatus(ctx, now, user, m, text)
+		if try == 0 && errors.Is(err, errOutage) {
 			continue
 		}
 		if err != nil {
@@ -160,34 +315,73 @@ func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual,
 	}
 }
 
-// Bye ends a device at once (logout, app closed).
-func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change, error) {
-	ch, err := t.store.Bye(ctx, t.Now(), user, device)
-	if err != nil {
-		return ch, fmt.Errorf("bye: %w", err)
+func (t *Tracker) applyStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
+	for try := 0; ; try++ {
+		b := t.bound(ctx)
+		ch, err := t.store.SetStatus(b.ctx, now, user, m, text)
+		t.release(b)
+		err = t.storeErr(ctx, err)
+		if errors.Is(err, ErrNotLoaded) && try < 3 {
+			if err = t.load(ctx, user); err != nil {
+				return ch, err
+			}
+			continue
+		}
+		return ch, err
 	}
-	t.emit(ch)
-	return ch, nil
+}
+
+// Bye ends a device at once (logout, app closed). While the store is down
+// the bye is buffered and an empty Change returned.
+func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change, error) {
+	now := t.Now()
+	for try := 0; ; try++ {
+		if !t.up() {
+			if ok, err := t.buffer(user, op{kind: opBye, at: now, device: device}); ok {
+				return presence.Change{}, err
+			}
+		}
+		ch, err := t.applyBye(ctx, now, user, device)
+		if try == 0 && errors.Is(err, errOutage) {
+			continue
+		}
+		if err != nil {
+			return ch, fmt.Errorf("bye: %w", err)
+		}
+		t.emit(ch)
+		return ch, nil
+	}
+}
+
+func (t *Tracker) applyBye(ctx context.Context, now int64, user, device string) (presence.Change, error) {
+	b := t.bound(ctx)
+	ch, err := t.store.Bye(b.ctx, now, user, device)
+	t.release(b)
+	return ch, t.storeErr(ctx, err)
 }
 
 // SetSettings durably replaces a user's privacy settings and applies them
-// to the hot state.
+// to the hot state (while the store is down: to the outage buffer).
 func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Settings) error {
 	mu := t.writeLock(user)
 	mu.Lock()
 	defer mu.Unlock()
-	if err := t.ensure(ctx, user); err != nil {
-		return err
+	if t.up() {
+		if err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
+			return err
+		}
 	}
 	if err := t.durable.SaveSettings(ctx, user, s); err != nil {
 		return fmt.Errorf("set settings: %w", err)
 	}
 	for try := 0; ; try++ {
-		err := t.store.SetSettings(ctx, user, s)
-		if errors.Is(err, ErrNotLoaded) && try < 3 {
-			if err = t.load(ctx, user); err != nil {
+		if !t.up() {
+			if ok, err := t.buffer(user, op{kind: opSettings, settings: s}); ok {
 				return err
 			}
+		}
+		err := t.applySettings(ctx, user, s)
+		if try == 0 && errors.Is(err, errOutage) {
 			continue
 		}
 		if err != nil {
@@ -197,17 +391,36 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 	}
 }
 
+func (t *Tracker) applySettings(ctx context.Context, user string, s presence.Settings) error {
+	for try := 0; ; try++ {
+		b := t.bound(ctx)
+		err := t.store.SetSettings(b.ctx, user, s)
+		t.release(b)
+		err = t.storeErr(ctx, err)
+		if errors.Is(err, ErrNotLoaded) && try < 3 {
+			if err = t.load(ctx, user); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
+}
+
 func (t *Tracker) writeLock(user string) *sync.Mutex {
 	return &t.writeLocks[maphash.String(t.lockSeed, user)%uint64(len(t.writeLocks))]
 }
 
-// Settings returns a user's privacy settings.
+// Settings returns a user's privacy settings (while the store is down:
+// from the durable store and the outage buffer).
 func (t *Tracker) Settings(ctx context.Context, user string) (presence.Settings, error) {
-	if err := t.ensure(ctx, user); err != nil {
-		return presence.Settings{}, err
+	if t.up() {
+		if err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
+			return presence.Settings{}, err
+		}
 	}
 	var s [1]presence.Snapshot
-	if err := t.store.Get(ctx, t.Now(), []string{user}, s[:]); err != nil {
+	if err := t.Get(ctx, t.Now(), []string{user}, s[:]); err != nil {
 		return presence.Settings{}, err
 	}
 	return s[0].Settings, nil
@@ -215,14 +428,20 @@ func (t *Tracker) Settings(ctx context.Context, user string) (presence.Settings,
 
 // Debug returns the hot state of a user and its next deadline.
 func (t *Tracker) Debug(ctx context.Context, user string) (presence.User, int64, bool, error) {
-	return t.store.Debug(ctx, user)
+	b := t.bound(ctx)
+	defer t.release(b)
+	u, deadline, ok, err := t.store.Debug(b.ctx, user)
+	return u, deadline, ok, t.storeErr(ctx, err)
 }
 
 // ensure loads a user into the store so that every change is applied to
 // state that is already there (Load never overwrites).
 func (t *Tracker) ensure(ctx context.Context, user string) error {
 	var s [1]presence.Snapshot
-	if err := t.store.Get(ctx, t.Now(), []string{user}, s[:]); err != nil {
+	b := t.bound(ctx)
+	err := t.store.Get(b.ctx, t.Now(), []string{user}, s[:])
+	t.release(b)
+	if err = t.storeErr(ctx, err); err != nil {
 		return err
 	}
 	if s[0].Known {
@@ -250,7 +469,13 @@ func (t *Tracker) load(ctx context.Context, user string) error {
 	if err != nil {
 		return fmt.Errorf("load %q: %w", user, err)
 	}
-	return t.store.Load(ctx, t.Now(), &p)
+	if p.Version > 0 {
+		p.Version += t.reloadMargin
+	}
+	b := t.bound(ctx)
+	err = t.store.Load(b.ctx, t.Now(), &p)
+	t.release(b)
+	return t.storeErr(ctx, err)
 }
 
 // emit counts and publishes a change. It takes the change by value so that
@@ -280,13 +505,20 @@ func (t *Tracker) publish(e presence.Event) {
 }
 
 // Sweep applies every deadline due now and publishes the changes. It
-// returns how many changes it published.
+// returns how many changes it published. It does nothing while the store
+// is down and for RecoverGrace after it came back (see the package doc).
 func (t *Tracker) Sweep(ctx context.Context) (int, error) {
+	if !t.up() || t.Now() < t.recoveredAt.Load()+t.recoverGrace.Milliseconds() {
+		return 0, nil
+	}
 	t.sweepMu.Lock()
 	defer t.sweepMu.Unlock()
 	total := 0
 	for {
-		out, err := t.store.Expire(ctx, t.Now(), t.sweepBatch, t.sweepBuf[:0])
+		b := t.bound(ctx)
+		out, err := t.store.Expire(b.ctx, t.Now(), t.sweepBatch, t.sweepBuf[:0])
+		t.release(b)
+		err = t.storeErr(ctx, err)
 		for i := range out {
 			t.emit(out[i])
 		}
@@ -305,15 +537,22 @@ func (t *Tracker) Sweep(ctx context.Context) (int, error) {
 // Checkpoint writes every last_seen changed since the previous checkpoint
 // to the durable store in one transaction. On failure the batch is kept
 // and retried with the next checkpoint, so nothing is lost while the
-// durable store is away.
+// durable store is away. While the state store is down only a waiting
+// batch is retried; what a failed Dirty drained is kept in it.
 func (t *Tracker) Checkpoint(ctx context.Context) error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	retry := len(t.pending) > 0 // a failed batch is still waiting
-	batch, err := t.store.Dirty(ctx, t.pending)
-	t.pending = batch
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+	batch := t.pending
+	if t.up() {
+		b := t.bound(ctx)
+		var err error
+		batch, err = t.store.Dirty(b.ctx, t.pending)
+		t.release(b)
+		t.pending = batch
+		if err = t.storeErr(ctx, err); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	if len(batch) == 0 {
 		return nil
@@ -353,13 +592,16 @@ func dedupeNewest(b []presence.Profile) []presence.Profile {
 	return out
 }
 
-// Run sweeps deadlines and checkpoints last_seen until ctx is done, then
-// checkpoints once more. It returns nil after a clean stop.
+// Run sweeps deadlines, checkpoints last_seen and, while the store is
+// down, probes it and replays the outage buffer when it is back, until ctx
+// is done; then it checkpoints once more. It returns nil after a clean stop.
 func (t *Tracker) Run(ctx context.Context) error {
 	sweep := time.NewTicker(t.sweepInterval)
 	defer sweep.Stop()
 	flush := time.NewTicker(t.flushInterval)
 	defer flush.Stop()
+	probe := time.NewTicker(t.probeInterval)
+	defer probe.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -368,6 +610,8 @@ func (t *Tracker) Run(ctx context.Context) error {
 			if _, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
 				t.log.Warn("sweep failed", "err", err)
 			}
+		case <-probe.C:
+			t.recover(ctx)
 		case <-flush.C:
 			if err := t.Checkpoint(ctx); err != nil && ctx.Err() == nil {
 				t.log.Warn("checkpoint failed; will retry", "err", err)
@@ -376,10 +620,15 @@ func (t *Tracker) Run(ctx context.Context) error {
 	}
 }
 
-// Close writes the last checkpoint. It is idempotent.
+// Close writes the last checkpoint. It is idempotent. Operations still
+// in the outage buffer (the store never came back) are lost with the
+// node; Close logs how many users they concern.
 func (t *Tracker) Close(ctx context.Context) error {
 	var err error
 	t.closeOnce.Do(func() {
+		if n := t.buffered.Load(); n > 0 {
+			t.log.Warn("closing while the state store is down: buffered operations are lost", "users", n)
+		}
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		err = t.Checkpoint(ctx)
@@ -395,6 +644,12 @@ type Stats struct {
 	Online      int64
 	Flushed     uint64 // last_seen checkpoints written
 	FlushErrors uint64
+
+	Down          bool   // the state store is down (or its outage buffer is being replayed)
+	Outages       uint64 // times the state store went down
+	Buffered      int64  // users with operations in the outage buffer
+	Replayed      uint64 // users whose buffered operations were replayed
+	DegradedReads uint64 // Get calls answered without the state store
 }
 
 // Stats returns a copy of the counters.
@@ -406,6 +661,12 @@ func (t *Tracker) Stats() Stats {
 		Online:      t.online.Load(),
 		Flushed:     t.flushed.Load(),
 		FlushErrors: t.flushErrors.Load(),
+
+		Down:          !t.up(),
+		Outages:       t.outages.Load(),
+		Buffered:      t.buffered.Load(),
+		Replayed:      t.replayed.Load(),
+		DegradedReads: t.degradedReads.Load(),
 	}
 	for p := range t.transitions {
 		for n := range t.transitions[p] {

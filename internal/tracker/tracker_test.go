@@ -1137,3 +1137,26 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// With a ReloadMargin, a user loaded from the durable store counts its
+// versions on from above the margin: versions stamped after the last
+// checkpoint, by a shared store that has since lost them, are not reused.
+func TestReloadMargin(t *testing.T) {
+	d := newMemDurable(presence.Profile{UserID: "u", Version: 5})
+	f := newFixtureWith(t, d, clock.NewFake(start), tracker.Config{ReloadMargin: 1 << 16})
+	ch, err := f.tr.Heartbeat(f.ctx, "u", "d", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(5 + 1<<16 + 1); ch.Event.Version < want {
+		t.Errorf("version after a reload: %d, want at least %d", ch.Event.Version, want)
+	}
+	// A user with no durable record starts from nothing, as before.
+	ch, err = f.tr.Heartbeat(f.ctx, "new", "d", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Event.Version >= 1<<16 {
+		t.Errorf("a new user's first version %d carries the margin", ch.Event.Version)
+	}
+}

@@ -1,0 +1,76 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// The scale-out series: the state store's outages (docs/operations.md), the
+// NATS bus and the ingest consumer.
+var (
+	descStoreDown     = prometheus.NewDesc("presenced_store_down", "1 while the state store (Redis) is considered down and writes are buffered.", nil, nil)
+	descOutages       = prometheus.NewDesc("presenced_store_outages_total", "Times the state store was found down.", nil, nil)
+	descBuffered      = prometheus.NewDesc("presenced_store_buffered_users", "Users with operations buffered while the state store is down.", nil, nil)
+	descReplayed      = prometheus.NewDesc("presenced_store_replayed_total", "Buffered operations replayed when the state store came back.", nil, nil)
+	descDegradedReads = prometheus.NewDesc("presenced_degraded_reads_total", "Reads answered from the durable store and this node's buffer while the state store was down.", nil, nil)
+
+	descBusPublished = prometheus.NewDesc("presenced_bus_published_total", "Changes published to NATS (presence.changes), retries included.", nil, nil)
+	descBusAcked     = prometheus.NewDesc("presenced_bus_acked_total", "Changes acknowledged by the JetStream stream.", nil, nil)
+	descBusRetried   = prometheus.NewDesc("presenced_bus_retried_total", "Publishes sent again after a failure or a missing ack.", nil, nil)
+	descBusDropped   = prometheus.NewDesc("presenced_bus_dropped_total", "Changes dropped because the outgoing queue was full.", nil, nil)
+	descBusQueued    = prometheus.NewDesc("presenced_bus_queued", "Changes waiting to be published.", nil, nil)
+	descBusReceived  = prometheus.NewDesc("presenced_bus_received_total", "Changes of other nodes received for this node's watchers.", nil, nil)
+	descBusSubs      = prometheus.NewDesc("presenced_bus_subscriptions", "Users this node subscribes to on NATS (watched here).", nil, nil)
+	descBusSlow      = prometheus.NewDesc("presenced_bus_slow_consumer_total", "Incoming changes NATS dropped because this node fell behind.", nil, nil)
+
+	descIngest = prometheus.NewDesc("presenced_ingest_events_total", "Session events of the ingest stream, by outcome.", []string{"outcome"}, nil)
+)
+
+type scaleOutCollector struct {
+	tracker func() tracker.Stats
+	bus     func() natsbus.Stats
+	ingest  func() ingest.Stats
+}
+
+func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descDegradedReads,
+		descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
+		ch <- d
+	}
+}
+
+func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.tracker != nil {
+		s := c.tracker()
+		down := 0.0
+		if s.Down {
+			down = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descStoreDown, prometheus.GaugeValue, down)
+		ch <- prometheus.MustNewConstMetric(descOutages, prometheus.CounterValue, float64(s.Outages))
+		ch <- prometheus.MustNewConstMetric(descBuffered, prometheus.GaugeValue, float64(s.Buffered))
+		ch <- prometheus.MustNewConstMetric(descReplayed, prometheus.CounterValue, float64(s.Replayed))
+		ch <- prometheus.MustNewConstMetric(descDegradedReads, prometheus.CounterValue, float64(s.DegradedReads))
+	}
+	if c.bus != nil {
+		s := c.bus()
+		ch <- prometheus.MustNewConstMetric(descBusPublished, prometheus.CounterValue, float64(s.Published))
+		ch <- prometheus.MustNewConstMetric(descBusAcked, prometheus.CounterValue, float64(s.Acked))
+		ch <- prometheus.MustNewConstMetric(descBusRetried, prometheus.CounterValue, float64(s.Retried))
+		ch <- prometheus.MustNewConstMetric(descBusDropped, prometheus.CounterValue, float64(s.Dropped))
+		ch <- prometheus.MustNewConstMetric(descBusQueued, prometheus.GaugeValue, float64(s.Queued))
+		ch <- prometheus.MustNewConstMetric(descBusReceived, prometheus.CounterValue, float64(s.Received))
+		ch <- prometheus.MustNewConstMetric(descBusSubs, prometheus.GaugeValue, float64(s.Subscriptions))
+		ch <- prometheus.MustNewConstMetric(descBusSlow, prometheus.CounterValue, float64(s.SlowConsumer))
+	}
+	if c.ingest != nil {
+		s := c.ingest()
+		for outcome, n := range map[string]uint64{"applied": s.Applied, "stale": s.Stale, "ignored": s.Ignored, "invalid": s.Invalid,
+			"refused": s.Refused, "retried": s.Retried, "given_up": s.GivenUp} {
+			ch <- prometheus.MustNewConstMetric(descIngest, prometheus.CounterValue, float64(n), outcome)
+		}
+	}
+}

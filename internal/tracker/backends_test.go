@@ -1,0 +1,248 @@
+package tracker_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/memstore"
+	"github.com/presenced/presenced/internal/pgstore"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// redisRules are short, so a test plays expiry in seconds of fake time.
+var redisRules = presence.Rules{TTL: 2 * time.Second, IdleAfter: time.Minute}
+
+// TestRedisOutage stops (Redis comes back empty) or pauses (a hung server,
+// state kept) a real Redis in the middle of a run: beats are buffered,
+// reads answer from SQLite and the buffer, and after the recovery Redis
+// holds every last beat, nobody beating goes offline, and a device that
+// stopped during the outage goes offline once, after the grace, at its
+// last beat.
+func TestRedisOutage(t *testing.T) {
+	for _, how := range []string{"stop", "pause"} {
+		t.Run(how, func(t *testing.T) {
+			srv := testsvc.Redis(t)
+			c, err := redisstore.Dial(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			rs, err := redisstore.New(c, redisstore.Config{Rules: redisRules})
+			if err != nil {
+				t.Fatal(err)
+			}
+			db, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "p.db")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			sw := &switchStore{s: rs}
+			f := &fixture{t: t, ctx: context.Background(), clock: clock.NewFake(start), pub: &recorder{}}
+			f.tr, err = tracker.New(tracker.Config{
+				Store: pingStore{sw}, Durable: db, Publisher: f.pub, Clock: f.clock, Rules: redisRules,
+				StoreTimeout: 300 * time.Millisecond, ProbeInterval: 20 * time.Millisecond,
+				SweepInterval: time.Hour, FlushInterval: time.Hour,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runTracker(t, f.tr)
+
+			hidden := presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}
+			if err := f.tr.SetSettings(f.ctx, "h", hidden); err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range []string{"a", "b", "c", "h"} {
+				f.beat(u, "d", true)
+			}
+			f.at(100 * time.Millisecond)
+			f.bye("c", "d")
+			if err := f.tr.Checkpoint(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.pub.take()
+
+			resume := srv.Start
+			if how == "stop" {
+				err = srv.Stop()
+			} else {
+				err, resume = srv.Pause(), srv.Resume
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.at(500 * time.Millisecond)
+			f.beat("a", "d", true) // meets the outage: buffered, no error
+			if s := f.tr.Stats(); !s.Down {
+				t.Fatalf("the store is not down after a failed beat")
+			}
+			calls := sw.calls.Load()
+			f.at(time.Second)
+			for _, u := range []string{"a", "b", "h"} {
+				f.beat(u, "d", true) // b's last beat
+			}
+			f.at(1500 * time.Millisecond)
+			f.beat("a", "d", true)
+			f.beat("h", "d", true)
+			got := f.read("a", "b", "c", "h", "nobody")
+			if n := sw.calls.Load() - calls; n != 0 {
+				t.Errorf("%d store operations after the outage was detected, want 0", n)
+			}
+			for i, want := range []struct {
+				status   presence.Status
+				seen     time.Duration
+				settings presence.Settings
+				known    bool
+			}{
+				{presence.Online, 1500 * time.Millisecond, presence.Settings{}, true},
+				{presence.Online, time.Second, presence.Settings{}, true},
+				{presence.Offline, 100 * time.Millisecond, presence.Settings{}, true},
+				{presence.Online, 1500 * time.Millisecond, hidden, true},
+				{presence.Offline, -1, presence.Settings{}, false},
+			} {
+				s := got[i]
+				seen := ms(want.seen)
+				if !want.known {
+					seen = 0
+				}
+				if s.Known != want.known || s.Status != want.status || s.LastSeen != seen || s.Settings != want.settings {
+					t.Errorf("degraded read of %q: %+v, want known=%v %v seen=%v settings=%+v",
+						s.UserID, s, want.known, want.status, want.seen, want.settings)
+				}
+			}
+
+			if err := resume(); err != nil {
+				t.Fatal(err)
+			}
+			f.waitUp()
+			for user, want := range map[string]time.Duration{"a": 1500 * time.Millisecond, "b": time.Second, "h": 1500 * time.Millisecond} {
+				u := f.debug(user)
+				if u.LastSeen != ms(want) || lastBeat(u, "d") != ms(want) {
+					t.Errorf("Redis holds %s with last_seen %v and last beat %v, want %v", user, offset(u.LastSeen), offset(lastBeat(u, "d")), want)
+				}
+				if u.Settings != (presence.Settings{}) && user != "h" || user == "h" && u.Settings != hidden {
+					t.Errorf("Redis holds %s with settings %+v", user, u.Settings)
+				}
+			}
+			offline := func() []string {
+				var out []string
+				for _, e := range f.pub.take() {
+					if e.Status == presence.Offline {
+						out = append(out, fmtEvents([]presence.Event{e})...)
+					}
+				}
+				return out
+			}
+			if evs := offline(); len(evs) > 0 {
+				t.Errorf("offline events at the recovery: %v", evs)
+			}
+			// b's device dies at 3s; the grace ends 2s after the recovery
+			// (at 1.5s of the fake clock).
+			f.at(3200 * time.Millisecond)
+			f.beat("a", "d", true)
+			f.beat("h", "d", true)
+			f.sweep()
+			if evs := offline(); len(evs) > 0 {
+				t.Errorf("offline events within the grace: %v", evs)
+			}
+			f.at(3600 * time.Millisecond)
+			f.beat("a", "d", true)
+			f.beat("h", "d", true)
+			f.sweep()
+			f.sweep()
+			if evs, want := offline(), "b online→offline seen=1s"; len(evs) != 1 || evs[0] != want {
+				t.Errorf("offline events after the grace: %v, want [%s]", evs, want)
+			}
+			if err := f.tr.Checkpoint(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int64{}
+			if err := db.LoadProfiles(f.ctx, []string{"a", "b"}, func(p *presence.Profile) { seen[p.UserID] = p.LastSeen }); err != nil {
+				t.Fatal(err)
+			}
+			if seen["a"] != ms(3600*time.Millisecond) || seen["b"] != ms(time.Second) {
+				t.Errorf("durable last_seen a=%v b=%v, want 3.6s, 1s", offset(seen["a"]), offset(seen["b"]))
+			}
+		})
+	}
+}
+
+// TestCheckpointPostgresOutage: while PostgreSQL is stopped checkpoints
+// fail and are counted; once it is back the next one writes every
+// last_seen, none lost, each user once.
+func TestCheckpointPostgresOutage(t *testing.T) {
+	srv := testsvc.Postgres(t)
+	ctx := context.Background()
+	pg, err := pgstore.Open(ctx, pgstore.Config{URL: srv.NewDatabase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	clk := clock.NewFake(start)
+	tr, err := tracker.New(tracker.Config{Store: memstore.New(memstore.Config{Rules: rules}), Durable: pg, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := make([]string, 50)
+	for i := range users {
+		users[i] = fmt.Sprintf("u%02d", i)
+	}
+	beat := func(at time.Duration, users []string) {
+		clk.Set(start.Add(at))
+		for _, u := range users {
+			if _, err := tr.Heartbeat(ctx, u, "d", true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	beat(0, users)
+	if err := tr.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	down, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	beat(time.Second, users)
+	if err := tr.Checkpoint(down); err == nil {
+		t.Fatal("a checkpoint while PostgreSQL is stopped: nil error")
+	}
+	beat(2*time.Second, users[:25])
+	if err := tr.Checkpoint(down); err == nil {
+		t.Fatal("a second checkpoint while PostgreSQL is stopped: nil error")
+	}
+	if s := tr.Stats(); s.FlushErrors != 2 {
+		t.Errorf("FlushErrors = %d, want 2", s.FlushErrors)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Checkpoint(ctx); err != nil {
+		t.Fatalf("the checkpoint after PostgreSQL is back: %v", err)
+	}
+	if s := tr.Stats(); s.Flushed != 100 {
+		t.Errorf("Flushed = %d, want 100 (50 users twice)", s.Flushed)
+	}
+	seen := map[string]int64{}
+	if err := pg.LoadProfiles(ctx, users, func(p *presence.Profile) { seen[p.UserID] = p.LastSeen }); err != nil {
+		t.Fatal(err)
+	}
+	for i, u := range users {
+		want := ms(time.Second)
+		if i < 25 {
+			want = ms(2 * time.Second)
+		}
+		if seen[u] != want {
+			t.Errorf("durable last_seen of %s = %v, want %v", u, offset(seen[u]), offset(want))
+		}
+	}
+}

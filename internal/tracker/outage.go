@@ -1,0 +1,540 @@
+package tracker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"net"
+	"slices"
+	"sync"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// ErrUnavailable is returned by Heartbeat, Bye, SetStatus and SetSettings
+// while the state store is down and the outage buffer already holds
+// Config.MaxBuffered users, and wraps every other error that a store
+// outage makes a method return: the operation was not recorded and should
+// be retried later (HTTP 503). A SetStatus or SetSettings that fails so has
+// already been written to the durable store.
+var ErrUnavailable = errors.New("tracker: the presence state store is unavailable and the operation could not be buffered; retry later")
+
+// Pinger is an optional ability of a Store: a cheap round trip that tells
+// whether the store answers. While the store is down Run probes it with
+// Ping; a Store without it is probed with a Get of one id.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// errOutage marks the errors of store calls that put the store down.
+var errOutage = errors.New("tracker: state store unavailable")
+
+// outageError is a store error that marked the store down.
+type outageError struct{ err error }
+
+func (e *outageError) Error() string   { return "state store unavailable: " + e.err.Error() }
+func (e *outageError) Unwrap() []error { return []error{errOutage, ErrUnavailable, e.err} }
+
+// States of the store as the tracker sees it.
+const (
+	stateUp        uint32 = iota // operations go to the store
+	stateDown                    // operations are buffered; Run probes
+	stateReplaying               // the buffer is being replayed; users not in it go to the store
+)
+
+// storeErr classifies the error of a store call made with the caller's
+// ctx. Anything but ErrNotLoaded, a domain error of package presence or
+// the caller's own cancellation means the store is unreachable (refused,
+// reset, or silent past StoreTimeout): the store is marked down and the
+// error is returned wrapped so that errors.Is(err, errOutage).
+func (t *Tracker) storeErr(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, ErrNotLoaded) || domainError(err) || ctx.Err() != nil {
+		return err
+	}
+	t.markDown(err)
+	return &outageError{err}
+}
+
+// domainError reports the errors of package presence, which say that the
+// operation is refused, not that the store is away.
+func domainError(err error) bool {
+	return errors.Is(err, presence.ErrTooManyDevices) || errors.Is(err, presence.ErrTooManyContacts) ||
+		errors.Is(err, presence.ErrUnknownStatus)
+}
+
+// markDown records an outage. A failure during a replay sends the store
+// back down without counting a new outage.
+func (t *Tracker) markDown(err error) {
+	if t.state.CompareAndSwap(stateUp, stateDown) {
+		t.outages.Add(1)
+		t.log.Warn("state store unavailable; buffering operations and answering reads from the durable store", "err", err)
+		return
+	}
+	t.state.CompareAndSwap(stateReplaying, stateDown)
+}
+
+// up reports whether operations go to the store (fast path: one atomic load).
+func (t *Tracker) up() bool { return t.state.Load() == stateUp }
+
+// bounded is a store call's context: the caller's, bounded by
+// StoreTimeout for a remote store.
+type bounded struct {
+	ctx    context.Context
+	cancel context.CancelFunc // nil if ctx is the caller's own
+}
+
+// bound returns ctx bounded by StoreTimeout, so that a hung store (a
+// paused process, a silent network) is detected, unless the store is in
+// this process (it implements no Pinger: memstore, whose hot path stays
+// free of timers and allocations). A caller's deadline that comes first
+// still applies, and its expiry is the caller's, not an outage. The result
+// must be passed to release once the call returned.
+func (t *Tracker) bound(ctx context.Context) bounded {
+	if !t.remote {
+		return bounded{ctx: ctx}
+	}
+	c, cancel := context.WithTimeout(ctx, t.storeTimeout)
+	return bounded{ctx: c, cancel: cancel}
+}
+
+func (t *Tracker) release(b bounded) {
+	if b.cancel != nil {
+		b.cancel()
+	}
+}
+
+// The outage buffer: per user, per device the latest operation, the latest
+// manual status and the latest settings, in bufShards shards.
+const bufShards = 64
+
+type bufShard struct {
+	mu    sync.Mutex          // guards users and every *pending in it
+	users map[string]*pending // user → what happened while the store was down
+	_     [48]byte            // a shard per cache line
+}
+
+// opKind names a buffered operation.
+type opKind uint8
+
+const (
+	opSettings opKind = iota // first at equal times: events then carry them
+	opBeat
+	opStatus
+	opBye
+)
+
+// op is one operation to replay (or, for a read, to apply to a copy).
+type op struct {
+	kind     opKind
+	at       int64 // Unix ms; 0 for settings
+	device   string
+	active   bool
+	manual   presence.Manual
+	text     string
+	settings presence.Settings
+}
+
+// pendingDevice is what one device did while the store was down: beats
+// (the last at beat, the last active one at active, 0 if none), then
+// possibly a bye (0 if none).
+type pendingDevice struct {
+	id                string
+	beat, active, bye int64
+}
+
+// pending is what one user did while the store was down.
+type pending struct {
+	devices     []pendingDevice
+	hasStatus   bool
+	manual      presence.Manual
+	text        string
+	statusAt    int64
+	hasSettings bool
+	settings    presence.Settings
+}
+
+func (p *pending) empty() bool {
+	return len(p.devices) == 0 && !p.hasStatus && !p.hasSettings
+}
+
+// add records o after what p holds. A beat of one device more than
+// maxDevices live ones is refused, as the store would refuse it; byes of
+// unknown devices beyond twice that are dropped (they change nothing the
+// buffer knows of), so one user's record stays small.
+func (p *pending) add(o op, maxDevices int) error {
+	switch o.kind {
+	case opSettings:
+		p.hasSettings, p.settings = true, o.settings
+		return nil
+	case opStatus:
+		p.hasStatus, p.manual, p.text, p.statusAt = true, o.manual, o.text, o.at
+		return nil
+	}
+	i := slices.IndexFunc(p.devices, func(d pendingDevice) bool { return d.id == o.device })
+	if o.kind == opBye {
+		if i >= 0 {
+			p.devices[i].bye = max(p.devices[i].bye, o.at)
+		} else if len(p.devices) < 2*maxDevices {
+			p.devices = append(p.devices, pendingDevice{id: o.device, bye: o.at})
+		}
+		return nil
+	}
+	if i < 0 {
+		live := 0
+		for _, d := range p.devices {
+			if d.bye == 0 {
+				live++
+			}
+		}
+		if live >= maxDevices {
+			return presence.ErrTooManyDevices
+		}
+		p.devices = append(p.devices, pendingDevice{id: o.device})
+		i = len(p.devices) - 1
+	}
+	d := &p.devices[i]
+	if d.bye != 0 {
+		// Beats after a bye start the device afresh; the bye is older
+		// than they are, so it adds nothing to last_seen.
+		*d = pendingDevice{id: d.id}
+	}
+	d.beat = max(d.beat, o.at)
+	if o.active {
+		d.active = max(d.active, o.at)
+	}
+	return nil
+}
+
+// ops appends to out the operations that replay p, in the order of their
+// times (settings first).
+func (p *pending) ops(out []op) []op {
+	start := len(out)
+	if p.hasSettings {
+		out = append(out, op{kind: opSettings, settings: p.settings})
+	}
+	for _, d := range p.devices {
+		if d.active > 0 {
+			out = append(out, op{kind: opBeat, at: d.active, device: d.id, active: true})
+		}
+		if d.beat > d.active {
+			out = append(out, op{kind: opBeat, at: d.beat, device: d.id})
+		}
+		if d.bye > 0 {
+			out = append(out, op{kind: opBye, at: d.bye, device: d.id})
+		}
+	}
+	if p.hasStatus {
+		out = append(out, op{kind: opStatus, at: p.statusAt, manual: p.manual, text: p.text})
+	}
+	slices.SortStableFunc(out[start:], func(a, b op) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.kind, b.kind)
+	})
+	return out
+}
+
+func (t *Tracker) bufShard(user string) *bufShard {
+	return &t.buf[maphash.String(t.lockSeed, user)%bufShards]
+}
+
+// buffer records o for user unless the store is up. It reports whether o
+// was taken (recorded, or refused with the returned error). While the
+// buffer is replayed only users still in it take operations, so that
+// theirs stay behind the older ones; the others go to the store.
+func (t *Tracker) buffer(user string, o op) (bool, error) {
+	sh := t.bufShard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st := t.state.Load() // under the lock: see replay
+	if st == stateUp {
+		return false, nil
+	}
+	p := sh.users[user]
+	if p == nil {
+		if st != stateDown {
+			return false, nil
+		}
+		if t.buffered.Load() >= int64(t.maxBuffered) {
+			return true, ErrUnavailable
+		}
+		if sh.users == nil {
+			sh.users = make(map[string]*pending)
+		}
+		p = &pending{}
+		sh.users[user] = p
+		t.buffered.Add(1)
+	}
+	return true, p.add(o, t.rules.MaxDevices)
+}
+
+// bufferedOps returns a copy of the operations buffered for user, nil if none.
+func (t *Tracker) bufferedOps(user string) []op {
+	sh := t.bufShard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if p := sh.users[user]; p != nil {
+		return p.ops(nil)
+	}
+	return nil
+}
+
+// probe asks the store whether it answers, with Ping if it has one.
+func (t *Tracker) probe(ctx context.Context) error {
+	b := t.bound(ctx)
+	defer t.release(b)
+	if p, ok := t.store.(Pinger); ok {
+		return p.Ping(b.ctx)
+	}
+	var s [1]presence.Snapshot
+	return t.store.Get(b.ctx, t.Now(), []string{"\x00probe"}, s[:])
+}
+
+// recover probes a store that is down and, if it answers, replays the
+// buffer and marks it up. Run calls it every ProbeInterval while down.
+func (t *Tracker) recover(ctx context.Context) {
+	if t.state.Load() != stateDown || t.probe(ctx) != nil {
+		return
+	}
+	if !t.state.CompareAndSwap(stateDown, stateReplaying) {
+		return
+	}
+	n := t.buffered.Load()
+	if err := t.replay(ctx); err != nil {
+		t.state.CompareAndSwap(stateReplaying, stateDown)
+		if ctx.Err() == nil {
+			t.log.Warn("replay of the outage buffer failed; will retry", "err", err)
+		}
+		return
+	}
+	// Sweeps wait RecoverGrace from now (see Sweep); set before going up.
+	t.recoveredAt.Store(t.Now())
+	if t.state.CompareAndSwap(stateReplaying, stateUp) {
+		t.log.Info("state store is back; outage buffer replayed", "users", n)
+		if t.onRecover != nil {
+			t.onRecover()
+		}
+	}
+}
+
+// replayWorkers replay the buffer's shards in parallel (each a share of
+// the shards, so one user is replayed by one goroutine).
+const replayWorkers = 8
+
+var errReplayAborted = errors.New("replay aborted: the store is down again")
+
+// replay applies every buffered user's operations to the store through
+// the tracker's own paths (ErrNotLoaded → load included), with each
+// operation's own time as now, and publishes the changes. A user stays in
+// the buffer while it is replayed: operations arriving meanwhile are added
+// there and replayed after the older ones. On a failure the user's
+// operations go back in front of the newer ones and replay stops.
+func (t *Tracker) replay(ctx context.Context) error {
+	// The state is stateReplaying before any shard is read: buffer checks
+	// the state under the shard lock, so no new user can enter a shard
+	// after replay has listed it.
+	var wg sync.WaitGroup
+	errs := make([]error, replayWorkers)
+	for w := range replayWorkers {
+		wg.Go(func() {
+			for i := w; i < bufShards; i += replayWorkers {
+				if err := t.replayShard(ctx, &t.buf[i]); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (t *Tracker) replayShard(ctx context.Context, sh *bufShard) error {
+	sh.mu.Lock()
+	users := make([]string, 0, len(sh.users))
+	for u := range sh.users {
+		users = append(users, u)
+	}
+	sh.mu.Unlock()
+	var ops []op
+	for _, u := range users {
+		if t.state.Load() != stateReplaying || ctx.Err() != nil {
+			return errReplayAborted
+		}
+		var err error
+		if ops, err = t.replayUser(ctx, sh, u, ops[:0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops []op) ([]op, error) {
+	sh.mu.Lock()
+	p := sh.users[user]
+	batch := *p
+	*p = pending{}
+	sh.mu.Unlock()
+	for {
+		ops = batch.ops(ops[:0])
+		for _, o := range ops {
+			if err := t.replayOp(ctx, user, o); err != nil {
+				sh.mu.Lock()
+				newer := p.ops(nil)
+				*p = batch
+				for _, o := range newer {
+					_ = p.add(o, t.rules.MaxDevices) // the newer ones were accepted once
+				}
+				sh.mu.Unlock()
+				return ops, fmt.Errorf("replay of %q: %w", user, err)
+			}
+		}
+		sh.mu.Lock()
+		if p.empty() {
+			delete(sh.users, user)
+			t.buffered.Add(-1)
+			t.replayed.Add(1)
+			sh.mu.Unlock()
+			return ops, nil
+		}
+		batch = *p
+		*p = pending{}
+		sh.mu.Unlock()
+	}
+}
+
+// replayOp applies one buffered operation. A refusal by the rules (too
+// many devices) drops it, as it would have been dropped at the time.
+func (t *Tracker) replayOp(ctx context.Context, user string, o op) error {
+	var ch presence.Change
+	var err error
+	switch o.kind {
+	case opSettings:
+		err = t.applySettings(ctx, user, o.settings)
+	case opBeat:
+		ch, err = t.applyBeat(ctx, o.at, user, o.device, o.active)
+	case opBye:
+		ch, err = t.applyBye(ctx, o.at, user, o.device)
+	case opStatus:
+		ch, err = t.applyStatus(ctx, o.at, user, o.manual, o.text)
+	}
+	if err != nil && domainError(err) {
+		t.log.Warn("buffered operation refused on replay", "user", user, "err", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	t.emit(ch)
+	return nil
+}
+
+// Get fills out[i] with the state of ids[i] at now, with the semantics of
+// Store.Get, so that readers may use the tracker as their States. While
+// the store answers (up, or its outage buffer being replayed: a read then
+// may miss operations not yet replayed) it is the store's Get. While the
+// store is down, or when the Get fails for it, it answers from what this node knows (a degraded read,
+// counted in Stats.DegradedReads): each user's durable profile (with any
+// checkpoint not yet durable) and, for users with operations in this
+// node's outage buffer, those operations applied to it by the rules of
+// presence.User — so a user beating on this node is online (or shows their
+// manual status; invisible stays invisible), last_seen is the later of the
+// durable and the buffered one, and the settings are the durable ones or
+// the buffered ones. Users beating only on other nodes read as their
+// durable profile (offline). If the durable store fails too, Get fails:
+// it never answers with settings it does not know.
+func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
+	if t.state.Load() != stateDown {
+		b := t.bound(ctx)
+		err := t.store.Get(b.ctx, now, ids, out)
+		t.release(b)
+		if err = t.storeErr(ctx, err); !errors.Is(err, errOutage) {
+			return err
+		}
+	}
+	t.degradedReads.Add(1)
+	return t.degradedGet(ctx, now, ids, out)
+}
+
+func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
+	first := make(map[string]int, len(ids)) // id → its first index
+	for i, id := range ids {
+		out[i] = presence.Snapshot{UserID: id}
+		if _, ok := first[id]; !ok {
+			first[id] = i
+		}
+	}
+	profiles := make([]presence.Profile, len(ids))
+	have := make([]bool, len(ids))
+	err := t.durable.LoadProfiles(ctx, ids, func(p *presence.Profile) {
+		if i, ok := first[p.UserID]; ok {
+			profiles[i], have[i] = *p, true
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("tracker: state store down and durable profiles unavailable: %w", err)
+	}
+	// Checkpoints drained from the store but not yet durable are newer.
+	t.flushMu.RLock()
+	for _, q := range t.pending {
+		i, ok := first[q.UserID]
+		switch {
+		case !ok:
+		case !have[i]:
+			profiles[i], have[i] = q, true
+		default:
+			p := &profiles[i]
+			p.LastSeen = max(p.LastSeen, q.LastSeen)
+			p.PubLastSeen = max(p.PubLastSeen, q.PubLastSeen)
+			p.Version = max(p.Version, q.Version)
+		}
+	}
+	t.flushMu.RUnlock()
+	for i, id := range ids {
+		if j := first[id]; j != i {
+			out[i] = out[j]
+			continue
+		}
+		ops := t.bufferedOps(id)
+		if ops == nil {
+			if have[i] {
+				out[i] = presence.SnapshotFromProfile(&profiles[i])
+			}
+			continue
+		}
+		profiles[i].UserID = id
+		u := presence.NewUser(profiles[i])
+		for _, o := range ops {
+			switch o.kind {
+			case opSettings:
+				u.Settings = o.settings
+			case opBeat:
+				_, _ = u.Beat(&t.rules, o.at, o.device, o.active) // a refused beat was refused when buffered
+			case opBye:
+				u.Bye(&t.rules, o.at, o.device)
+			case opStatus:
+				u.SetStatus(&t.rules, o.at, o.manual, o.text)
+			}
+		}
+		u.Snapshot(&t.rules, now, &out[i])
+		out[i].Version = profiles[i].Version // no version is stamped here
+	}
+	return nil
+}
+
+func isPinger(s Store) bool {
+	_, ok := s.(Pinger)
+	return ok
+}
+
+// Unavailable reports whether err says a backend is down or too slow for
+// now — the state store (ErrUnavailable), the durable store (a network
+// error) or either of them not answering in time — rather than a bug or a
+// refusal: the edge answers "retry later" (HTTP 503) and nothing changed.
+func Unavailable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne)
+}
