@@ -30,12 +30,14 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -96,6 +98,24 @@ type Config struct {
 	AsyncBatch int
 	// Logger receives the rare warnings of the hub (default: discarded).
 	Logger *slog.Logger
+	// Interest, when set, is told which users this hub starts and stops
+	// watching, so a cross-node bus subscribes only to those (nil: one
+	// node, nothing to tell).
+	Interest Interest
+}
+
+// Interest is told when the set of users watched on this node changes.
+// Watch is called with users that got their first watcher, after they are
+// registered and before Subscribe returns (so before the caller reads the
+// snapshot); a Subscribe that adds a later watcher of a user whose first
+// watcher's Watch is still running waits for that call before it returns,
+// so that its snapshot too is read after the interest exists. Unwatch with users that lost their last one, after they are
+// unregistered. Calls for one user may race (a last watcher leaves while a
+// new first one comes): the implementation decides by Hub.Watched, which
+// is always current.
+type Interest interface {
+	Watch(users []string)
+	Unwatch(users []string)
 }
 
 // ErrTooManySubscriptions is returned by Subscribe when the request would
@@ -154,6 +174,12 @@ type target struct {
 	live       int             // non-nil slots
 	n          [numClasses]int // live watchers per class
 	delivering bool            // Run is walking slots: do not compact
+	// ready is non-nil while the Interest.Watch of the first watcher is in
+	// progress; it is closed when that call returned (the bus then has
+	// the subscription). Later Subscribes of the same user wait for it
+	// before they return, so their snapshot is read after the interest
+	// exists too.
+	ready chan struct{}
 }
 
 type shard struct {
@@ -181,6 +207,7 @@ type sinkShard struct {
 // Hub is the fan-out of one node. It is safe for concurrent use.
 type Hub struct {
 	rel       Relations
+	interest  Interest
 	maxSubs   int
 	threshold int
 	batch     int
@@ -196,7 +223,7 @@ type Hub struct {
 	sinks, subs, targets                                  atomic.Int64
 	published, delivered, skipped, frames, refused        atomic.Uint64
 	asyncQueued, asyncCoalesced, asyncBatches, relRetries atomic.Uint64
-	asyncDelivered, failClosed                            atomic.Uint64
+	asyncDelivered, failClosed, resynced                  atomic.Uint64
 }
 
 var _ tracker.Publisher = (*Hub)(nil)
@@ -212,6 +239,7 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h := &Hub{
 		rel:       cfg.Relations,
+		interest:  cfg.Interest,
 		maxSubs:   cfg.MaxSubscriptions,
 		threshold: cfg.AsyncThreshold,
 		batch:     cfg.AsyncBatch,
@@ -329,6 +357,9 @@ func (h *Hub) Subscribe(ctx context.Context, s Sink, ids []string) (added []stri
 		return nil, ErrRemoved
 	}
 	var stale []*watch
+	var first []string
+	var mine []*target       // targets whose ready this call closes
+	var wait []chan struct{} // Watch calls of other Subscribes in progress
 	for i, w := range watches {
 		sh := h.shardOf(w.target)
 		sh.mu.Lock()
@@ -336,15 +367,47 @@ func (h *Hub) Subscribe(ctx context.Context, s Sink, ids []string) (added []stri
 			w.class = classOther // shows less until read again
 			stale = append(stale, w)
 		}
-		h.insertLocked(sh, w)
+		if h.insertLocked(sh, w) {
+			first = append(first, w.target)
+			if h.interest != nil {
+				w.t.ready = make(chan struct{})
+				mine = append(mine, w.t)
+			}
+		} else if w.t.ready != nil {
+			wait = append(wait, w.t.ready)
+		}
 		sh.mu.Unlock()
 		st.subs[w.target] = w
 	}
 	st.mu.Unlock()
 	h.subs.Add(int64(len(watches)))
+	if len(first) > 0 && h.interest != nil {
+		h.interest.Watch(first)
+		for i, t := range mine {
+			sh := h.shardOf(first[i])
+			sh.mu.Lock()
+			close(t.ready)
+			t.ready = nil
+			sh.mu.Unlock()
+		}
+	}
+	// Another sink's Subscribe registered the first watcher of some of
+	// these users and has not finished telling the Interest: a snapshot
+	// read now could miss a change that the bus would not deliver yet.
+	// (Every Subscribe closes its own channels before it waits, so two
+	// never wait for each other. If ctx ends first the subscriptions stay:
+	// the caller's snapshot read fails on ctx anyway.)
+wait:
+	for _, c := range wait {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			break wait
+		}
+	}
 
 	if len(stale) > 0 {
-		h.refreshRelations(ctx, viewer, stale)
+		h.refreshRelations(ctx, viewer, stale, true)
 	}
 	return fresh, nil
 }
@@ -372,16 +435,32 @@ func (h *Hub) readRelations(ctx context.Context, viewer string, ws []*watch) err
 }
 
 // refreshRelations reads the relations of registered watches again until
-// no contact list changed during the read, and applies them.
-func (h *Hub) refreshRelations(ctx context.Context, viewer string, stale []*watch) {
+// no contact list changed during the read, and applies them. If that does
+// not succeed the watches are made non-contacts (fail closed). retry says
+// the watches are reads of Subscribe that raced with a contact change
+// (counted in Stats.RelationRetries).
+func (h *Hub) refreshRelations(ctx context.Context, viewer string, stale []*watch, retry bool) {
+	failClosed := func() {
+		h.failClosed.Add(uint64(len(stale)))
+		for _, w := range stale {
+			sh := h.shardOf(w.target)
+			sh.mu.Lock()
+			if w.t != nil {
+				setClassLocked(w, classOther)
+			}
+			sh.mu.Unlock()
+		}
+	}
 	for round := 0; len(stale) > 0; round++ {
 		if round == maxRelationRounds {
-			h.failClosed.Add(uint64(len(stale)))
+			failClosed()
 			h.log.Warn("fanout: contact lists kept changing; subscriptions left as non-contacts",
 				"viewer", viewer, "count", len(stale))
 			return
 		}
-		h.relRetries.Add(uint64(len(stale)))
+		if retry || round > 0 {
+			h.relRetries.Add(uint64(len(stale)))
+		}
 		// Read into copies: the registered watches are guarded by
 		// their shard locks.
 		probes := make([]*watch, len(stale))
@@ -391,7 +470,7 @@ func (h *Hub) refreshRelations(ctx context.Context, viewer string, stale []*watc
 			gens[i] = h.shardOf(w.target).gen.Load()
 		}
 		if err := h.readRelations(ctx, viewer, probes); err != nil {
-			h.failClosed.Add(uint64(len(stale)))
+			failClosed()
 			h.log.Warn("fanout: reading contact relations again failed; subscriptions left as non-contacts",
 				"viewer", viewer, "count", len(stale), "err", err)
 			return
@@ -422,9 +501,12 @@ func setClassLocked(w *watch, c class) {
 	w.t.n[c]++
 }
 
-func (h *Hub) insertLocked(sh *shard, w *watch) {
+// insertLocked registers w; it reports whether w is its target's first
+// watcher on this node.
+func (h *Hub) insertLocked(sh *shard, w *watch) (first bool) {
 	t := sh.targets[w.target]
 	if t == nil {
+		first = true
 		t = &target{}
 		sh.targets[w.target] = t
 		h.targets.Add(1)
@@ -434,12 +516,15 @@ func (h *Hub) insertLocked(sh *shard, w *watch) {
 	t.slots = append(t.slots, w)
 	t.live++
 	t.n[w.class]++
+	return first
 }
 
-func (h *Hub) removeLocked(sh *shard, w *watch) {
+// removeLocked unregisters w; it reports whether w was its target's last
+// watcher on this node.
+func (h *Hub) removeLocked(sh *shard, w *watch) (last bool) {
 	t := w.t
 	if t == nil {
-		return
+		return false
 	}
 	w.t = nil
 	t.slots[w.pos] = nil
@@ -452,13 +537,14 @@ func (h *Hub) removeLocked(sh *shard, w *watch) {
 			h.targets.Add(-1)
 		}
 		t.slots = nil
-		return
+		return true
 	}
 	// Trailing holes go at once (no live watcher moves).
 	for n := len(t.slots); n > 0 && t.slots[n-1] == nil; n-- {
 		t.slots = t.slots[:n-1]
 	}
 	t.maybeCompact()
+	return false
 }
 
 // maybeCompact closes the holes of t when they are at least half of its
@@ -500,6 +586,7 @@ func (h *Hub) Unsubscribe(s Sink, ids []string) {
 	}
 	st.mu.Lock()
 	n := 0
+	var last []string
 	for _, id := range ids {
 		w := st.subs[id]
 		if w == nil {
@@ -508,12 +595,31 @@ func (h *Hub) Unsubscribe(s Sink, ids []string) {
 		delete(st.subs, id)
 		sh := h.shardOf(id)
 		sh.mu.Lock()
-		h.removeLocked(sh, w)
+		if h.removeLocked(sh, w) {
+			last = append(last, id)
+		}
 		sh.mu.Unlock()
 		n++
 	}
 	st.mu.Unlock()
 	h.subs.Add(-int64(n))
+	h.unwatch(last)
+}
+
+// unwatch tells the Interest about users that lost their last watcher.
+func (h *Hub) unwatch(users []string) {
+	if len(users) > 0 && h.interest != nil {
+		h.interest.Unwatch(users)
+	}
+}
+
+// Watched reports whether any sink of this hub watches user now.
+func (h *Hub) Watched(user string) bool {
+	sh := h.shardOf(user)
+	sh.mu.RLock()
+	_, ok := sh.targets[user]
+	sh.mu.RUnlock()
+	return ok
 }
 
 // Remove drops all of s's subscriptions and forgets s (its connection
@@ -530,16 +636,20 @@ func (h *Hub) Remove(s Sink) {
 	h.sinks.Add(-1)
 	st.mu.Lock()
 	st.closed = true
+	var last []string
 	for _, w := range st.subs {
 		sh := h.shardOf(w.target)
 		sh.mu.Lock()
-		h.removeLocked(sh, w)
+		if h.removeLocked(sh, w) {
+			last = append(last, w.target)
+		}
 		sh.mu.Unlock()
 	}
 	n := len(st.subs)
 	st.subs = nil
 	st.mu.Unlock()
 	h.subs.Add(-int64(n))
+	h.unwatch(last)
 }
 
 // ContactsChanged tells the hub that owner's contact list is now contacts:
@@ -705,6 +815,7 @@ type Stats struct {
 
 	RelationRetries uint64 // relations read again because a contact list changed during Subscribe
 	FailClosed      uint64 // subscriptions left as non-contacts after failed re-reads
+	Resynced        uint64 // sinks sent the current state by Resync
 }
 
 // Stats returns the current counters.
@@ -728,6 +839,7 @@ func (h *Hub) Stats() Stats {
 		AsyncPending:    pending,
 		RelationRetries: h.relRetries.Load(),
 		FailClosed:      h.failClosed.Load(),
+		Resynced:        h.resynced.Load(),
 	}
 }
 
@@ -915,4 +1027,82 @@ func (h *Hub) endJob(j *job) {
 		j.t.maybeCompact()
 	}
 	j.sh.mu.Unlock()
+}
+
+// ReadFunc reads what viewer may see of ids now (query.Reader.Read).
+type ReadFunc func(ctx context.Context, viewer string, ids []string, out []privacy.View) error
+
+// Resync sends every sink the current state of each user it watches whose
+// status it may see, as a "presence" message, read through read as that
+// sink's viewer. Call it when watchers may have missed changes: the node
+// was cut off from the bus, or the state store came back from an outage.
+// Before that it reads again from Relations whether each sink is in the
+// contact list of the users it watches: a contact-list change announced
+// while the node was cut off was missed too, and a watcher removed from a
+// list must not go on receiving what only contacts may see.
+// Sinks drop what they already have by version, so a resync costs reads,
+// not wrong messages. It reads sink by sink and returns early when ctx is
+// done, with ctx's error.
+func (h *Hub) Resync(ctx context.Context, read ReadFunc) error {
+	type entry struct {
+		sink Sink
+		st   *sinkState
+	}
+	var all []entry
+	for i := range h.sinkShards {
+		ss := &h.sinkShards[i]
+		ss.mu.Lock()
+		for s, st := range ss.sinks {
+			all = append(all, entry{s, st})
+		}
+		ss.mu.Unlock()
+	}
+	var ids []string
+	var ws []*watch
+	var views []privacy.View
+	var buf []byte
+	for _, e := range all {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e.st.mu.Lock()
+		ids = ids[:0]
+		ws = ws[:0]
+		for id, w := range e.st.subs {
+			ids = append(ids, id)
+			ws = append(ws, w)
+		}
+		e.st.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		// w.class is guarded by the shard locks: keep the non-self
+		// watches by their target alone (self never changes).
+		others := ws[:0]
+		for _, w := range ws {
+			if w.target != w.viewer {
+				others = append(others, w)
+			}
+		}
+		h.refreshRelations(ctx, e.sink.Viewer(), others, false)
+		clear(ws)
+		views = slices.Grow(views[:0], len(ids))[:len(ids)]
+		if err := read(ctx, e.sink.Viewer(), ids, views); err != nil {
+			h.log.Warn("resync: reading the state of watched users failed", "viewer", e.sink.Viewer(), "err", err)
+			continue
+		}
+		e.st.mu.Lock()
+		for i := range views {
+			v := &views[i]
+			if !v.StatusVisible || e.st.closed || e.st.subs[ids[i]] == nil {
+				continue
+			}
+			buf = wire.AppendPresence(buf[:0], v)
+			e.sink.Deliver(ids[i], v.Version, bytes.Clone(buf))
+			h.delivered.Add(1)
+		}
+		e.st.mu.Unlock()
+		h.resynced.Add(1)
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -886,5 +887,268 @@ func TestAsyncThresholdBoundary(t *testing.T) {
 				t.Errorf("%s got %s", s.viewer, s.frames()[0].b)
 			}
 		}
+	}
+}
+
+// interest records what the hub says about the users it watches.
+type interest struct {
+	mu      sync.Mutex
+	watched map[string]int // Watch − Unwatch calls per user
+	log     []string
+}
+
+func (in *interest) Watch(users []string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, u := range users {
+		in.watched[u]++
+		in.log = append(in.log, "+"+u)
+	}
+}
+
+func (in *interest) Unwatch(users []string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, u := range users {
+		in.watched[u]--
+		in.log = append(in.log, "-"+u)
+	}
+}
+
+func TestInterestFirstAndLastWatcher(t *testing.T) {
+	in := &interest{watched: map[string]int{}}
+	h := newHub(t, newRels(), fanout.Config{Interest: in})
+	a, b := newSink("a"), newSink("b")
+
+	subscribe(t, h, a, "x", "y", "a")
+	if !h.Watched("x") || !h.Watched("a") || h.Watched("z") {
+		t.Fatal("Watched disagrees with the subscriptions")
+	}
+	subscribe(t, h, b, "x", "z")
+	h.Unsubscribe(a, []string{"x", "nobody"})
+	if !h.Watched("x") {
+		t.Fatal("x is still watched by b")
+	}
+	h.Remove(b)
+	if h.Watched("x") || h.Watched("z") || !h.Watched("y") {
+		t.Fatal("Watched after Remove")
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	want := map[string]int{"x": 0, "y": 1, "a": 1, "z": 0}
+	for u, n := range want {
+		if in.watched[u] != n {
+			t.Errorf("user %s: Watch−Unwatch = %d, want %d (log %v)", u, in.watched[u], n, in.log)
+		}
+	}
+	// x: first watcher a, then b joined (no call), a left (no call), b left.
+	var xs []string
+	for _, e := range in.log {
+		if e[1:] == "x" {
+			xs = append(xs, e)
+		}
+	}
+	if fmt.Sprint(xs) != "[+x -x]" {
+		t.Errorf("calls for x = %v, want [+x -x]", xs)
+	}
+}
+
+// Concurrent subscribers coming and going: at the end every user has had
+// as many Watch as Unwatch calls and nobody is watched.
+func TestInterestConcurrent(t *testing.T) {
+	in := &interest{watched: map[string]int{}}
+	h := newHub(t, newRels(), fanout.Config{Interest: in})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			s := newSink(fmt.Sprint("v", g))
+			for i := range 200 {
+				ids := []string{fmt.Sprint("u", i%5), fmt.Sprint("u", (i+g)%7)}
+				if _, err := h.Subscribe(context.Background(), s, ids); err != nil {
+					t.Error(err)
+					return
+				}
+				h.Unsubscribe(s, ids[:1])
+				if i%3 == 0 {
+					h.Remove(s)
+					s = newSink(fmt.Sprint("v", g))
+				}
+			}
+			h.Remove(s)
+		})
+	}
+	wg.Wait()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for u, n := range in.watched {
+		if n != 0 || h.Watched(u) {
+			t.Errorf("user %s: Watch−Unwatch = %d, watched %v", u, n, h.Watched(u))
+		}
+	}
+}
+
+// Resync sends each sink the state it may see of the users it watches, and
+// nothing of users whose status it may not see or no longer watches.
+func TestResync(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{})
+	a, b := newSink("a"), newSink("b")
+	subscribe(t, h, a, "x", "hidden")
+	subscribe(t, h, b, "x", "y")
+	h.Unsubscribe(b, []string{"y"})
+	gone := newSink("c")
+	subscribe(t, h, gone, "x")
+	h.Remove(gone)
+
+	read := func(_ context.Context, viewer string, ids []string, out []privacy.View) error {
+		for i, id := range ids {
+			out[i] = privacy.View{UserID: id}
+			if id != "hidden" {
+				out[i] = privacy.View{UserID: id, StatusVisible: true, Status: presence.Busy, Version: 7}
+			}
+		}
+		return nil
+	}
+	if err := h.Resync(context.Background(), read); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*sink{a, b} {
+		fs := s.frames()
+		if len(fs) != 1 || fs[0].user != "x" || fs[0].version != 7 {
+			t.Fatalf("%s got %+v, want one frame of x at version 7", s.viewer, fs)
+		}
+		if d := decode(t, fs[0].b); d.Status == nil || *d.Status != "busy" {
+			t.Errorf("%s: frame %s", s.viewer, fs[0].b)
+		}
+	}
+	if gone.count() != 0 {
+		t.Errorf("a removed sink got %d frames", gone.count())
+	}
+	if got := h.Stats().Resynced; got != 2 {
+		t.Errorf("Resynced = %d, want 2", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.Resync(ctx, read); err == nil {
+		t.Error("Resync with a canceled context: no error")
+	}
+}
+
+// blockingInterest holds every Watch call until release is closed.
+type blockingInterest struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (in *blockingInterest) Watch(users []string) {
+	for _, u := range users {
+		in.entered <- u
+	}
+	<-in.release
+}
+
+func (in *blockingInterest) Unwatch([]string) {}
+
+// A second watcher of a user whose first watcher is still telling the
+// Interest (the bus subscribing) must not return from Subscribe before
+// that call did: its caller reads the snapshot next, and a change made
+// before the bus has the subscription would reach neither the snapshot
+// nor the watcher.
+func TestSubscribeWaitsForTheFirstWatchersInterest(t *testing.T) {
+	in := &blockingInterest{entered: make(chan string, 10), release: make(chan struct{})}
+	h := newHub(t, newRels(), fanout.Config{Interest: in})
+	a, b := newSink("a"), newSink("b")
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := h.Subscribe(context.Background(), a, []string{"x"})
+		aDone <- err
+	}()
+	if u := <-in.entered; u != "x" {
+		t.Fatalf("Watch(%s), want x", u)
+	}
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := h.Subscribe(context.Background(), b, []string{"x"})
+		bDone <- err
+	}()
+	select {
+	case err := <-bDone:
+		t.Fatalf("second Subscribe of x returned (err %v) while the first watcher's Watch was still running", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(in.release)
+	for _, c := range []chan error{aDone, bDone} {
+		select {
+		case err := <-c:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Subscribe did not return after Watch did")
+		}
+	}
+	// A later watcher does not wait for anything.
+	c := newSink("c")
+	subscribe(t, h, c, "x")
+
+	// A waiting Subscribe gives up with its ctx, keeping the subscription.
+	in.release = make(chan struct{})
+	go func() { _, _ = h.Subscribe(context.Background(), a, []string{"y"}) }()
+	<-in.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := h.Subscribe(ctx, b, []string{"y"}); err != nil {
+		t.Fatal(err)
+	}
+	close(in.release)
+}
+
+// A contact-list change that the hub was not told of (announced by another
+// node while this one was cut off from the bus) is caught up by Resync: a
+// watcher removed from the list stops receiving what only contacts see,
+// one added starts; and if the relations cannot be read, the hub fails
+// closed.
+func TestResyncRereadsRelations(t *testing.T) {
+	r := newRels()
+	r.set("o", "w")
+	h := newHub(t, r, fanout.Config{})
+	w, v, self := newSink("w"), newSink("v"), newSink("o")
+	subscribe(t, h, w, "o")
+	subscribe(t, h, v, "o")
+	subscribe(t, h, self, "o")
+	contactsOnly := presence.Settings{Status: presence.Contacts, LastSeen: presence.Contacts}
+
+	h.Publish(event("o", presence.Online, 1, contactsOnly))
+	if w.count() != 1 || v.count() != 0 || self.count() != 1 {
+		t.Fatalf("before: w %d, v %d, self %d frames, want 1, 0, 1", w.count(), v.count(), self.count())
+	}
+
+	r.set("o", "v") // missed: no h.ContactsChanged
+	nothing := func(_ context.Context, _ string, ids []string, out []privacy.View) error {
+		for i, id := range ids {
+			out[i] = privacy.View{UserID: id}
+		}
+		return nil
+	}
+	if err := h.Resync(context.Background(), nothing); err != nil {
+		t.Fatal(err)
+	}
+	h.Publish(event("o", presence.Busy, 2, contactsOnly))
+	if w.count() != 1 {
+		t.Errorf("w was removed from o's contacts and still got %+v", w.frames()[1:])
+	}
+	if v.count() != 1 || self.count() != 2 {
+		t.Errorf("after: v %d, self %d frames, want 1, 2", v.count(), self.count())
+	}
+
+	r.set("o", "w", "v")
+	r.mu.Lock()
+	r.err = errors.New("durable store down")
+	r.mu.Unlock()
+	if err := h.Resync(context.Background(), nothing); err != nil {
+		t.Fatal(err)
+	}
+	h.Publish(event("o", presence.Away, 3, contactsOnly))
+	if w.count() != 1 || v.count() != 1 || self.count() != 3 {
+		t.Errorf("relations unreadable: w %d, v %d, self %d frames, want 1, 1, 3 (fail closed)", w.count(), v.count(), self.count())
 	}
 }

@@ -1,0 +1,145 @@
+package natsbus
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// subjectOf returns prefix + base64url(user): one token whatever the id holds.
+func subjectOf(prefix, user string) string {
+	b := make([]byte, len(prefix)+base64.RawURLEncoding.EncodedLen(len(user)))
+	copy(b, prefix)
+	base64.RawURLEncoding.Encode(b[len(prefix):], []byte(user))
+	return string(b)
+}
+
+// isSubjectOf reports whether subject is subjectOf(prefix, user), without
+// allocating.
+func isSubjectOf(subject, prefix, user string) bool {
+	enc := base64.RawURLEncoding
+	if len(subject) != len(prefix)+enc.EncodedLen(len(user)) || subject[:len(prefix)] != prefix {
+		return false
+	}
+	var buf [128]byte
+	rest := subject[len(prefix):]
+	for len(user) > 0 {
+		n := min(len(user), 48) // 48 bytes encode to 64 characters, no padding inside
+		enc.Encode(buf[:], []byte(user[:n]))
+		m := enc.EncodedLen(n)
+		if string(buf[:m]) != rest[:m] {
+			return false
+		}
+		user, rest = user[n:], rest[m:]
+	}
+	return true
+}
+
+// msgID is the Nats-Msg-Id of an event: "<user>:<version>" (the version is
+// after the last colon, so ids holding colons stay unambiguous).
+func msgID(user string, version uint64) string {
+	return user + ":" + strconv.FormatUint(version, 10)
+}
+
+// appendEvent appends the JSON payload of ev (see the package doc).
+func appendEvent(b []byte, ev *presence.Event) []byte {
+	b = append(b, `{"user_id":`...)
+	b = wire.AppendString(b, ev.UserID)
+	b = append(b, `,"status":"`...)
+	b = append(b, ev.Status.String()...)
+	b = append(b, `","prev":"`...)
+	b = append(b, ev.Prev.String()...)
+	b = append(b, `","text":`...)
+	b = wire.AppendString(b, ev.Text)
+	b = append(b, `,"last_seen":`...)
+	if ev.LastSeen == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = wire.AppendTime(b, ev.LastSeen)
+	}
+	b = append(b, `,"version":`...)
+	b = strconv.AppendUint(b, ev.Version, 10)
+	b = append(b, `,"at":`...)
+	b = wire.AppendTime(b, ev.At)
+	b = append(b, `,"settings":{"status":"`...)
+	b = append(b, ev.Settings.Status.String()...)
+	b = append(b, `","last_seen":"`...)
+	b = append(b, ev.Settings.LastSeen.String()...)
+	return append(b, `"}}`...)
+}
+
+// payload is the decoded JSON of a message.
+type payload struct {
+	UserID   *string `json:"user_id"`
+	Status   string  `json:"status"`
+	Prev     string  `json:"prev"`
+	Text     string  `json:"text"`
+	LastSeen *string `json:"last_seen"`
+	Version  uint64  `json:"version"`
+	At       string  `json:"at"`
+	Settings struct {
+		Status   string `json:"status"`
+		LastSeen string `json:"last_seen"`
+	} `json:"settings"`
+}
+
+// decodeEvent parses a payload into ev. Anything missing or malformed is an
+// error; ev is then undefined.
+func decodeEvent(data []byte, ev *presence.Event) error {
+	var p payload
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	if p.UserID == nil || *p.UserID == "" {
+		return errors.New("no user_id")
+	}
+	var err error
+	*ev = presence.Event{UserID: *p.UserID, Text: p.Text, Version: p.Version}
+	if ev.Status, err = parseStatus(p.Status); err != nil {
+		return err
+	}
+	if ev.Prev, err = parseStatus(p.Prev); err != nil {
+		return err
+	}
+	if p.LastSeen != nil {
+		if ev.LastSeen, err = parseTime(*p.LastSeen); err != nil {
+			return fmt.Errorf("last_seen: %w", err)
+		}
+	}
+	if ev.At, err = parseTime(p.At); err != nil {
+		return fmt.Errorf("at: %w", err)
+	}
+	if ev.Settings.Status, err = presence.ParseVisibility(p.Settings.Status); err != nil {
+		return fmt.Errorf("settings.status: %w", err)
+	}
+	if ev.Settings.LastSeen, err = presence.ParseVisibility(p.Settings.LastSeen); err != nil {
+		return fmt.Errorf("settings.last_seen: %w", err)
+	}
+	return nil
+}
+
+// parseStatus parses a public status ("offline", "online", "away", "busy").
+// The presence package parses only the statuses a user may set, so the
+// names are matched against Status.String here.
+func parseStatus(s string) (presence.Status, error) {
+	for st := presence.Offline; st < presence.Invisible; st++ {
+		if st.String() == s {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown status %q", s)
+}
+
+func parseTime(s string) (int64, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, err
+	}
+	return t.UnixMilli(), nil
+}

@@ -1,0 +1,620 @@
+// Package natsbus is the bus between presenced nodes and the durable
+// presence.changes stream, both on NATS JetStream.
+//
+// Every change of visible presence a node's tracker makes (a
+// presence.Event) is published once, by that node, to a JetStream stream.
+// The same message carries the change to the other nodes: each node holds a
+// core NATS subscription on the subject of every user its own WebSocket
+// watchers watch, and hands what arrives to its local fan-out (Local), which
+// filters it per watcher by the event's privacy settings. A node therefore
+// receives only the changes of users it watches, and each change once.
+//
+// # Subjects and stream
+//
+// With the default Config.Subject "presence.changes", the change of user U
+// is published on
+//
+//	presence.changes.<base64url(U)>
+//
+// where base64url is base64.RawURLEncoding (RFC 4648 §5, no padding) of the
+// user id's UTF-8 bytes, so ids holding '.', '*', '>', spaces or any
+// Unicode are each exactly one subject token. The stream (default name
+// PRESENCE_CHANGES, file storage, limits retention, MaxAge default 24h)
+// captures "presence.changes.>". Open creates it, or updates it to the
+// configuration, and many nodes may do so at once.
+//
+// Each message has the headers
+//
+//	Nats-Msg-Id:    <user id>:<version>   (the stream keeps one copy per id
+//	                                       within the Duplicates window, 2m)
+//	Presenced-Node: <node id of the publisher>
+//
+// and a JSON object as payload:
+//
+//	{"user_id":"42","status":"busy","prev":"online","text":"in a meeting",
+//	 "last_seen":"2026-11-22T23:08:49.123Z","version":123,
+//	 "at":"2026-11-22T23:08:50.000Z",
+//	 "settings":{"status":"everyone","last_seen":"contacts"}}
+//
+// Its fields:
+//
+//   - user_id: the user (also the base64url token of the subject).
+//   - status, prev: the public status after and before the change: "offline",
+//     "online", "away" or "busy" (an invisible user reads "offline").
+//   - text: the status text ("" when none).
+//   - last_seen: the public last_seen, or null when the user was never seen.
+//   - version: grows with every change of the user. Changes of one user may
+//     be stored out of order (and, across an outage longer than the
+//     Duplicates window, more than once): a consumer applies an event only
+//     if its version is above the last one it applied for that user.
+//   - at: when the change was made.
+//   - settings: the user's privacy settings at the change ("everyone",
+//     "contacts" or "nobody" for each of status and last_seen). The payload
+//     is the unfiltered view: a consumer that shows it to people must apply
+//     them.
+//
+// Times are RFC 3339 in UTC with milliseconds (wire.TimeLayout). Unknown
+// fields may be added later; consumers must ignore them.
+//
+// Contact-list changes are announced on "<Subject>-internal.contacts"
+// ("presence.changes-internal.contacts": core NATS only, outside the stream), payload the owner's user id, header
+// Presenced-Node: a node that watches the owner refreshes what its watchers
+// may see (Config.OnContactsChanged).
+//
+// # Goroutines and queues
+//
+// Publish (the tracker.Publisher) never blocks: it copies the event into a
+// bounded queue (Config.QueueSize) and drops, counting, when it is full. Run
+// owns three goroutines until its context ends:
+//
+//   - the publisher drains the queue, encodes each event and publishes it
+//     with JetStream's asynchronous publish, at most maxInFlight awaiting
+//     their acknowledgement. A publish that fails or is not acknowledged in
+//     time is sent again (same Nats-Msg-Id, so the stream keeps one copy),
+//     with backoff, before any newer event (so a user's events reach the
+//     stream in order, except that a retried one may follow newer events
+//     that were already in flight); while NATS is down events wait in the
+//     queue. If a publish finds no stream (deleted by an operator), the
+//     stream is created again before the retry. Failed contact
+//     announcements are re-sent the same way.
+//   - the dispatcher drains one bounded channel into which every per-user
+//     subscription delivers (nats.go's ChanSubscribe: no goroutine per
+//     subscription), skips the messages this node published itself (its hub
+//     had them from the tracker already), decodes and calls Local.Publish.
+//     When the channel is full nats.go drops the message; these drops are
+//     counted (Stats.SlowConsumer) and Config.OnReconnect is called, so
+//     the watchers are sent the current state as after a disconnection. A
+//     message that does not decode is counted and logged, never fatal. A
+//     publish retried after a lost ack reaches the subscribers twice: a
+//     message of one of the last few versions delivered for the same user
+//     is dropped (Stats.Duplicates). Contact announcements of watched
+//     owners are queued (bounded, one entry per owner) for the third:
+//   - the contacts goroutine calls Config.OnContactsChanged, which reads a
+//     database, so that a slow database never holds up the changes. The
+//     changes of an owner that arrive after the owner's announcement wait
+//     until the callback returned (the newest is then delivered), so none
+//     is filtered with the contact list of before the announced change.
+//
+// The connection reconnects forever, with backoff; nats.go restores the
+// subscriptions on reconnection. Changes other nodes publish while this
+// node is disconnected do not reach its watchers (core NATS keeps nothing
+// for a subscriber away; they are in the stream): Config.OnReconnect tells
+// the node to send its watchers the current state. Close publishes what is still queued (for
+// a bounded time), flushes and closes the connection.
+//
+// # Watching
+//
+// Watch and Unwatch reconcile a user's subscription with Local.Watched:
+// under a per-user (striped) lock, the user ends subscribed if and only if
+// Local.Watched(user) is true at that moment, so concurrent Watch and
+// Unwatch calls of the same user settle on "subscribed iff watched". Watch
+// then flushes the connection once (bounded) so the server knows of the new
+// interest before the caller reads the user's snapshot: no change made after
+// that read is missed.
+package natsbus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// Local is the node's own fan-out as the bus needs it (fanout.Hub
+// implements it). Both methods must be safe for concurrent use and must not
+// block for long.
+type Local interface {
+	// Publish delivers an event that another node published to this node's
+	// watchers. The *Event is valid only during the call.
+	Publish(ev *presence.Event)
+	// Watched reports whether any watcher on this node watches user now.
+	Watched(user string) bool
+}
+
+// Defaults of Config.
+const (
+	DefaultStream     = "PRESENCE_CHANGES"
+	DefaultSubject    = "presence.changes"
+	DefaultMaxAge     = 24 * time.Hour
+	DefaultDuplicates = 2 * time.Minute
+	DefaultQueueSize  = 65536
+)
+
+// ackTimeout is how long a publish waits for its ack before it is sent
+// again (a variable for tests).
+var ackTimeout = 5 * time.Second
+
+// Tuning that is not configurable.
+const (
+	maxInFlight    = 4096            // async publishes awaiting their ack (the package doc says 4096)
+	incomingBuffer = 16384           // the shared channel of all subscriptions
+	watchFlushWait = 2 * time.Second // bound of Watch's Flush
+	closeFlushWait = 5 * time.Second // bound of Close's flush of the queue
+	connectTimeout = 5 * time.Second // dial and stream set-up at Open
+	minBackoff     = 50 * time.Millisecond
+	maxBackoff     = 2 * time.Second
+	maxPendingAnn  = 4096 // contact announcements kept while NATS is down
+	numStripes     = 256  // per-user locks of Watch/Unwatch
+	nodeHeader     = "Presenced-Node"
+	contactsSuffix = "-internal.contacts"
+	logEvery       = time.Second // at most one log line per kind per second
+)
+
+// Config configures a Bus. Zero values are the documented defaults.
+type Config struct {
+	URL        string        // nats://host:port, required
+	NodeID     string        // unique per process; default: random
+	Stream     string        // JetStream stream name, default "PRESENCE_CHANGES"
+	Subject    string        // subject prefix, default "presence.changes"; the stream captures Subject+".>"
+	MaxAge     time.Duration // stream retention, default 24h
+	Duplicates time.Duration // dedupe window, default 2m
+	QueueSize  int           // outgoing events waiting for NATS, default 65536
+	Local      Local         // required
+	// OnContactsChanged is called (from a goroutine of Run's, one call at a
+	// time, never from the dispatcher, so it may read a database) when
+	// another node announced a contact-list change of an owner this node
+	// watches (Local.Watched(owner)). Announcements of an owner that arrive
+	// while one waits are folded into it. May be nil.
+	OnContactsChanged func(owner string)
+	// OnReconnect is called (from a goroutine of the NATS client) after the
+	// connection came back and the subscriptions were sent again, and
+	// when nats.go dropped incoming changes because the dispatcher was
+	// behind (slow consumer, once per episode and subscription): the
+	// node's watchers may have missed changes meanwhile and should get the
+	// current state. It must not block. May be nil.
+	OnReconnect func()
+	Logger      *slog.Logger // default: slog.Default()
+}
+
+// Stats are the bus's counters since Open.
+type Stats struct {
+	Published      uint64 // events accepted by Publish into the queue
+	Acked          uint64 // events the stream acknowledged (duplicates included)
+	Retried        uint64 // publishes sent again after an error or a missing ack
+	Dropped        uint64 // events dropped because the queue was full
+	Queued         int    // events in the queue now
+	InFlight       int    // publishes awaiting their ack or a retry now
+	Received       uint64 // messages received on user subjects
+	Delivered      uint64 // events handed to Local.Publish
+	Duplicates     uint64 // received events of a version recently delivered for the same user (dropped)
+	SkippedOwn     uint64 // received messages this node had published itself
+	Decoding       uint64 // received messages that did not decode (dropped)
+	Subscriptions  int    // current per-user subscriptions
+	SlowConsumer   uint64 // messages nats.go dropped because the incoming channel was full
+	Announced      uint64 // contact announcements sent
+	AnnounceFailed uint64 // contact announcements lost (pending list full)
+	ContactsIn     uint64 // announcements from other nodes passed to OnContactsChanged
+	// ContactsDropped counts announcements dropped because too many waited
+	// for OnContactsChanged (a resync was asked for instead).
+	ContactsDropped uint64
+}
+
+// ErrClosed is returned by Run after Close.
+var ErrClosed = errors.New("natsbus: closed")
+
+// Bus is one node's connection to the bus. Its methods are safe for
+// concurrent use.
+type Bus struct {
+	cfg      Config
+	log      *slog.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	node     string
+	prefix   string // cfg.Subject + "."
+	contacts string // the announcement subject
+
+	q            queue
+	pub          *publisher     // owned by the running publisher, or by Close after Run
+	in           chan *nats.Msg // every subscription delivers here
+	reconn       chan struct{}  // signalled (cap 1) when the connection comes back
+	contSub      *nats.Subscription
+	stripes      [numStripes]sync.Mutex
+	subsMu       sync.Mutex // guards subs, their userSub.recent, and retiredDrops
+	subs         map[string]*userSub
+	retiredDrops uint64 // slow-consumer drops of subscriptions since removed
+
+	contMu     sync.Mutex            // guards contState and contOrder
+	contState  map[string]*contEntry // owners queued for or in OnContactsChanged
+	contOrder  []string              // announced owners waiting for OnContactsChanged
+	contNotify chan struct{}         // cap 1: contOrder grew
+
+	annMu      sync.Mutex // guards annPending
+	annPending []string   // announcements to send again once NATS is back
+	annNotify  chan struct{}
+
+	runMu   sync.Mutex // guards running, closed, stopRun and runDone
+	running bool
+	closed  bool
+	stopRun context.CancelFunc
+	runDone chan struct{}
+	shut    atomic.Bool // Close has flushed: Publish drops
+
+	published, acked, retried, dropped        atomic.Uint64
+	received, delivered, skippedOwn, decoding atomic.Uint64
+	duplicates                                atomic.Uint64
+	nsubs                                     atomic.Int64
+	announced, announceFailed, contactsIn     atomic.Uint64
+	contactsDropped                           atomic.Uint64
+	lastDropLog, lastSlowLog, lastDecodeLog   atomic.Int64 // unix ns: rate limits of logLimited
+	lastPubLog, lastAnnLog, lastContLog       atomic.Int64
+}
+
+// Bus is a tracker.Publisher (not imported here: the tracker does not need
+// to build for the bus to).
+var _ interface{ Publish(*presence.Event) } = (*Bus)(nil)
+
+// Open connects to NATS, creates or updates the stream and subscribes to
+// the contact announcements. It fails with a clear error if NATS cannot be
+// reached now; once open, the connection reconnects forever. The caller
+// then runs Run and, at the end, Close.
+func Open(ctx context.Context, cfg Config) (*Bus, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	b := &Bus{
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "natsbus", "node", cfg.NodeID),
+		node:       cfg.NodeID,
+		prefix:     cfg.Subject + ".",
+		contacts:   cfg.Subject + contactsSuffix,
+		in:         make(chan *nats.Msg, incomingBuffer),
+		reconn:     make(chan struct{}, 1),
+		subs:       make(map[string]*userSub),
+		annNotify:  make(chan struct{}, 1),
+		contNotify: make(chan struct{}, 1),
+	}
+	b.q.init(cfg.QueueSize)
+	b.pub = newPublisher(b)
+
+	nc, err := nats.Connect(cfg.URL,
+		nats.Name("presenced "+cfg.NodeID),
+		nats.Timeout(connectTimeout),
+		nats.RetryOnFailedConnect(false),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(reconnectDelay),
+		// Nothing is buffered inside nats.go while disconnected: events
+		// wait in our bounded queue and are published after reconnection.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				b.log.Warn("disconnected from NATS", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			b.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+			if b.cfg.OnReconnect != nil {
+				b.cfg.OnReconnect()
+			}
+			select {
+			case b.reconn <- struct{}{}:
+			default:
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				b.logLimited(&b.lastSlowLog, "incoming messages dropped: the dispatcher is behind (slow consumer); watchers will be resynchronised")
+				// Changes were lost for this node's watchers, exactly as
+				// while disconnected: they should get the current state.
+				if b.cfg.OnReconnect != nil {
+					b.cfg.OnReconnect()
+				}
+				return
+			}
+			b.log.Warn("NATS error", "err", err)
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: connect to NATS at %s: %w", redactURL(cfg.URL), err)
+	}
+	b.nc = nc
+	fail := func(err error) (*Bus, error) {
+		nc.Close()
+		return nil, err
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(maxInFlight),
+		jetstream.WithPublishAsyncTimeout(ackTimeout))
+	if err != nil {
+		return fail(fmt.Errorf("natsbus: jetstream: %w", err))
+	}
+	b.js = js
+	if err := b.ensureStream(ctx); err != nil {
+		return fail(err)
+	}
+	b.contSub, err = nc.ChanSubscribe(b.contacts, b.in)
+	if err != nil {
+		return fail(fmt.Errorf("natsbus: subscribe to %s: %w", b.contacts, err))
+	}
+	if err := nc.FlushTimeout(connectTimeout); err != nil {
+		return fail(fmt.Errorf("natsbus: flush subscription of %s: %w", b.contacts, err))
+	}
+	return b, nil
+}
+
+// fill applies the defaults and validates c.
+func (c *Config) fill() error {
+	if c.URL == "" {
+		return errors.New("natsbus: Config.URL is required")
+	}
+	if c.Local == nil {
+		return errors.New("natsbus: Config.Local is required")
+	}
+	if c.NodeID == "" {
+		var r [8]byte
+		rand.Read(r[:])
+		c.NodeID = hex.EncodeToString(r[:])
+	}
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if strings.ContainsAny(c.Stream, ".*> \t\r\n/\\") {
+		return fmt.Errorf("natsbus: invalid stream name %q: no '.', '*', '>', '/', '\\' or white space", c.Stream)
+	}
+	if c.Subject == "" {
+		c.Subject = DefaultSubject
+	}
+	if err := validSubjectPrefix(c.Subject); err != nil {
+		return err
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = DefaultMaxAge
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = DefaultDuplicates
+	}
+	if c.MaxAge < 0 || c.Duplicates < 0 || c.Duplicates > c.MaxAge {
+		return fmt.Errorf("natsbus: need 0 < Duplicates (%v) <= MaxAge (%v)", c.Duplicates, c.MaxAge)
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = DefaultQueueSize
+	}
+	if c.QueueSize < 0 {
+		return fmt.Errorf("natsbus: negative QueueSize %d", c.QueueSize)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func validSubjectPrefix(s string) error {
+	for _, tok := range strings.Split(s, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			return fmt.Errorf("natsbus: invalid subject prefix %q: dot-separated non-empty tokens without wildcards or white space", s)
+		}
+	}
+	return nil
+}
+
+// redactURL drops the user information of a URL, or of each URL of a
+// comma-separated server list (as nats.Connect takes), for error messages.
+func redactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for k, p := range parts {
+		if i := strings.LastIndex(p, "@"); i >= 0 {
+			if j := strings.Index(p, "://"); j >= 0 && j < i {
+				parts[k] = p[:j+3] + "***" + p[i:]
+			} else {
+				parts[k] = "***" + p[i:]
+			}
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// reconnectDelay is the wait before reconnection attempt n: exponential
+// from 100 ms, at most 2 s, with a little jitter.
+func reconnectDelay(attempts int) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 1; i < attempts && d < maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, maxBackoff)
+	return d + mrand.N(d/4+1)
+}
+
+// ensureStream creates the stream or updates it to the configuration.
+// Several nodes may do this at once: a create that loses the race is
+// followed by an update.
+func (b *Bus) ensureStream(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	cfg := jetstream.StreamConfig{
+		Name:         b.cfg.Stream,
+		Description:  "presenced: every change of visible presence (see package natsbus)",
+		Subjects:     []string{b.cfg.Subject + ".>"},
+		Retention:    jetstream.LimitsPolicy,
+		Discard:      jetstream.DiscardOld,
+		Storage:      jetstream.FileStorage,
+		MaxAge:       b.cfg.MaxAge,
+		Duplicates:   b.cfg.Duplicates,
+		Replicas:     1,
+		MaxMsgs:      -1,
+		MaxBytes:     -1,
+		MaxMsgSize:   -1,
+		MaxConsumers: -1,
+	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if _, err = b.js.CreateOrUpdateStream(ctx, cfg); err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			break
+		}
+		// Another node created it between our update and our create.
+	}
+	return fmt.Errorf("natsbus: create or update stream %s on %s: %w", b.cfg.Stream, cfg.Subjects[0], err)
+}
+
+// NodeID returns the id this bus stamps on its messages.
+func (b *Bus) NodeID() string { return b.node }
+
+// Run owns the bus's goroutines — the outgoing publisher, the incoming
+// dispatcher and the contacts goroutine — until ctx is done (it then returns nil) or Close is called
+// (ErrClosed). It may be called again after it returned; two at once are an
+// error.
+func (b *Bus) Run(ctx context.Context) error {
+	b.runMu.Lock()
+	if b.closed {
+		b.runMu.Unlock()
+		return ErrClosed
+	}
+	if b.running {
+		b.runMu.Unlock()
+		return errors.New("natsbus: Run is already running")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	b.running, b.stopRun, b.runDone = true, cancel, done
+	b.runMu.Unlock()
+
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		b.pub.run(ctx, false)
+	}()
+	go func() {
+		defer wg.Done()
+		b.dispatch(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		b.contactsLoop(ctx)
+	}()
+	wg.Wait()
+	cancel()
+
+	b.runMu.Lock()
+	b.running = false
+	closed := b.closed
+	b.runMu.Unlock()
+	close(done)
+	if closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close stops Run if it runs, publishes what is still queued (waiting at
+// most 5 s for NATS to acknowledge it), flushes and closes the connection.
+// Events published after that are dropped (Stats.Dropped). Calling it
+// again does nothing.
+func (b *Bus) Close() error {
+	b.runMu.Lock()
+	if b.closed {
+		b.runMu.Unlock()
+		return nil
+	}
+	b.closed = true
+	stop, done := b.stopRun, b.runDone
+	running := b.running
+	b.runMu.Unlock()
+	if running {
+		stop()
+		<-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushWait)
+	left := b.pub.run(ctx, true)
+	cancel()
+	b.shut.Store(true)
+	if left == 0 {
+		left = b.q.len() // came in after the flush
+	}
+	if left > 0 {
+		b.log.Warn("closing with events not published", "events", left)
+	}
+	// Not nc.Drain: it starts a goroutine per subscription (one per
+	// watched user) to wait for messages the stopped dispatcher would not
+	// read anyway. What matters is that the outgoing bytes leave.
+	if err := b.nc.FlushTimeout(closeFlushWait); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		b.log.Warn("flush at close failed", "err", err)
+	}
+	b.nc.Close()
+	return nil
+}
+
+// Stats returns the bus's counters.
+func (b *Bus) Stats() Stats {
+	s := Stats{
+		Published:       b.published.Load(),
+		Acked:           b.acked.Load(),
+		Retried:         b.retried.Load(),
+		Dropped:         b.dropped.Load(),
+		Queued:          b.q.len(),
+		InFlight:        b.pub.held(),
+		Received:        b.received.Load(),
+		Delivered:       b.delivered.Load(),
+		Duplicates:      b.duplicates.Load(),
+		SkippedOwn:      b.skippedOwn.Load(),
+		Decoding:        b.decoding.Load(),
+		Subscriptions:   int(b.nsubs.Load()),
+		Announced:       b.announced.Load(),
+		AnnounceFailed:  b.announceFailed.Load(),
+		ContactsIn:      b.contactsIn.Load(),
+		ContactsDropped: b.contactsDropped.Load(),
+	}
+	// Copy the subscriptions under the lock, count outside it: the
+	// dispatcher takes the lock for every message, and a scrape must not
+	// hold it while asking each subscription for its drops.
+	b.subsMu.Lock()
+	s.SlowConsumer = b.retiredDrops
+	subs := make([]*nats.Subscription, 0, len(b.subs))
+	for _, us := range b.subs {
+		subs = append(subs, us.sub)
+	}
+	b.subsMu.Unlock()
+	for _, sub := range subs {
+		if n, err := sub.Dropped(); err == nil {
+			s.SlowConsumer += uint64(n)
+		}
+	}
+	if n, err := b.contSub.Dropped(); err == nil {
+		s.SlowConsumer += uint64(n)
+	}
+	return s
+}
+
+// logLimited logs msg at warning level unless it was logged less than a
+// second ago (last holds the time of the previous line).
+func (b *Bus) logLimited(last *atomic.Int64, msg string, args ...any) {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	if now-prev < int64(logEvery) || !last.CompareAndSwap(prev, now) {
+		return
+	}
+	b.log.Warn(msg, args...)
+}

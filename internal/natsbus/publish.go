@@ -1,0 +1,278 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// queue is the bounded queue between Publish and the publisher goroutine.
+// Producers append to buf under mu; the publisher swaps the whole slice
+// out, so neither side allocates once the slices have grown. n counts the
+// events that were accepted and not yet handed to NATS (those in buf and
+// those the publisher took but has not sent), so the bound holds for both.
+type queue struct {
+	max    int
+	n      atomic.Int64
+	notify chan struct{} // cap 1: something was appended
+
+	mu  sync.Mutex       // guards buf
+	buf []presence.Event // accepted events, oldest first
+}
+
+func (q *queue) init(max int) {
+	q.max = max
+	q.notify = make(chan struct{}, 1)
+}
+
+// push copies ev into the queue; false when the queue is full.
+func (q *queue) push(ev *presence.Event) bool {
+	if q.n.Add(1) > int64(q.max) {
+		q.n.Add(-1)
+		return false
+	}
+	q.mu.Lock()
+	q.buf = append(q.buf, *ev)
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// take returns the queued events and keeps spare (emptied) for the next
+// appends.
+func (q *queue) take(spare []presence.Event) []presence.Event {
+	q.mu.Lock()
+	got := q.buf
+	q.buf = spare[:0]
+	q.mu.Unlock()
+	return got
+}
+
+// len returns the events accepted and not yet sent.
+func (q *queue) len() int { return int(q.n.Load()) }
+
+// Publish queues a copy of ev for publishing. It never blocks: when the
+// queue is full the event is dropped and counted (Stats.Dropped), and a
+// warning is logged at most once a second. Safe for concurrent use.
+func (b *Bus) Publish(ev *presence.Event) {
+	if b.shut.Load() || !b.q.push(ev) {
+		b.dropped.Add(1)
+		b.logLimited(&b.lastDropLog, "outgoing queue full: presence events dropped", "queue_size", b.q.max, "dropped_total", b.dropped.Load())
+		return
+	}
+	b.published.Add(1)
+}
+
+// outMsg is one event on its way to the stream.
+type outMsg struct {
+	msg *nats.Msg
+	paf jetstream.PubAckFuture // nil until sent
+}
+
+// publisher is the state of the outgoing side. It is used by one goroutine
+// at a time: Run's publisher goroutine, or Close after Run has returned.
+type publisher struct {
+	b *Bus
+
+	batch    []presence.Event // taken from the queue, batch[next:] not sent yet
+	next     int
+	inflight []*outMsg // sent, awaiting ack, oldest first
+	retry    []*outMsg // failed, to send again before anything newer
+	retryAt  time.Time
+	backoff  time.Duration
+	recreate bool         // a publish found no stream: create it again before retrying
+	nheld    atomic.Int64 // len(inflight)+len(retry), for Stats
+	timer    *time.Timer
+	buf      []byte
+}
+
+func newPublisher(b *Bus) *publisher {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &publisher{b: b, timer: t}
+}
+
+func (p *publisher) held() int { return int(p.nheld.Load()) }
+
+func (p *publisher) setHeld() { p.nheld.Store(int64(len(p.inflight) + len(p.retry))) }
+
+// run publishes until ctx is done. With flush it returns as soon as
+// nothing is left to publish. It returns the number of events left.
+func (p *publisher) run(ctx context.Context, flush bool) int {
+	b := p.b
+	for {
+		p.harvest()
+		p.sendAnnouncements()
+		p.send(ctx)
+		p.setHeld()
+		pendingQueue := b.q.len() > 0
+		if flush && !pendingQueue && len(p.inflight) == 0 && len(p.retry) == 0 {
+			return 0
+		}
+
+		// Wait for something to do.
+		var ok <-chan *jetstream.PubAck
+		var errc <-chan error
+		if len(p.inflight) > 0 {
+			ok, errc = p.inflight[0].paf.Ok(), p.inflight[0].paf.Err()
+		}
+		var notify <-chan struct{}
+		if len(p.retry) == 0 && len(p.inflight) < maxInFlight {
+			notify = b.q.notify // every append signals it after the append
+		}
+		var timerC <-chan time.Time
+		if len(p.retry) > 0 && len(p.inflight) < maxInFlight {
+			p.timer.Reset(time.Until(p.retryAt))
+			timerC = p.timer.C
+		}
+		select {
+		case <-ctx.Done():
+			p.timer.Stop()
+			return b.q.len() + len(p.inflight) + len(p.retry)
+		case a := <-ok:
+			p.acked(a)
+		case err := <-errc:
+			p.failedHead(err)
+		case <-notify:
+		case <-b.annNotify:
+		case <-timerC:
+		case <-b.reconn:
+			p.retryAt = time.Time{} // NATS is back: retry now
+			p.backoff = 0
+		}
+		p.timer.Stop() // (Go ≥ 1.23: no stale tick is left in C)
+	}
+}
+
+// harvest takes every settled publish off the head of inflight without
+// waiting. Acks come back in order on one connection, so looking at the
+// head is enough.
+func (p *publisher) harvest() {
+	for len(p.inflight) > 0 {
+		head := p.inflight[0].paf
+		select {
+		case a := <-head.Ok():
+			p.acked(a)
+		case err := <-head.Err():
+			p.failedHead(err)
+		default:
+			return
+		}
+	}
+}
+
+func (p *publisher) acked(*jetstream.PubAck) {
+	p.inflight[0] = nil
+	p.inflight = p.inflight[1:]
+	p.b.acked.Add(1)
+	p.backoff = 0
+}
+
+// failedHead moves the head of inflight to the retry list.
+func (p *publisher) failedHead(err error) {
+	m := p.inflight[0]
+	p.inflight[0] = nil
+	p.inflight = p.inflight[1:]
+	m.paf = nil
+	p.retry = append(p.retry, m)
+	p.fail(err)
+}
+
+// fail schedules the retry list after the next backoff step. Failures
+// while a retry is already scheduled (the rest of a failed round) do not
+// lengthen the wait.
+func (p *publisher) fail(err error) {
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		p.recreate = true // the stream may have been deleted
+	}
+	if time.Now().Before(p.retryAt) {
+		return
+	}
+	if p.backoff == 0 {
+		p.backoff = minBackoff
+	} else {
+		p.backoff = min(2*p.backoff, maxBackoff)
+	}
+	p.retryAt = time.Now().Add(p.backoff)
+	p.b.logLimited(&p.b.lastPubLog, "publish to the stream failed; will retry", "err", err, "waiting", len(p.retry))
+}
+
+// send publishes retries (when due) and then queued events while fewer
+// than maxInFlight await their ack.
+func (p *publisher) send(ctx context.Context) {
+	b := p.b
+	for len(p.inflight) < maxInFlight {
+		var m *outMsg
+		fromRetry := false
+		switch {
+		case len(p.retry) > 0:
+			if time.Now().Before(p.retryAt) {
+				return
+			}
+			if p.recreate && b.nc.IsConnected() {
+				p.recreate = false
+				if err := b.ensureStream(ctx); err != nil {
+					p.fail(err)
+					return
+				}
+				b.log.Warn("stream re-created: it did not answer", "stream", b.cfg.Stream)
+			}
+			m, fromRetry = p.retry[0], true
+		default:
+			if p.next >= len(p.batch) {
+				clear(p.batch) // keep no strings alive
+				p.batch, p.next = b.q.take(p.batch[:0]), 0
+				if len(p.batch) == 0 {
+					return
+				}
+			}
+			m = p.encode(&p.batch[p.next])
+		}
+		paf, err := b.js.PublishMsgAsync(m.msg)
+		if err != nil {
+			if !fromRetry {
+				p.next++
+				b.q.n.Add(-1)
+				p.retry = append(p.retry, m)
+			}
+			p.fail(err)
+			return
+		}
+		m.paf = paf
+		p.inflight = append(p.inflight, m)
+		if fromRetry {
+			p.retry[0] = nil
+			p.retry = p.retry[1:]
+			b.retried.Add(1)
+		} else {
+			p.next++
+			b.q.n.Add(-1)
+		}
+	}
+}
+
+// encode builds the message of ev.
+func (p *publisher) encode(ev *presence.Event) *outMsg {
+	p.buf = appendEvent(p.buf[:0], ev)
+	data := make([]byte, len(p.buf))
+	copy(data, p.buf)
+	m := &nats.Msg{
+		Subject: subjectOf(p.b.prefix, ev.UserID),
+		Data:    data,
+		Header: nats.Header{
+			jetstream.MsgIDHeader: {msgID(ev.UserID, ev.Version)},
+			nodeHeader:            {p.b.node},
+		},
+	}
+	return &outMsg{msg: m}
+}
