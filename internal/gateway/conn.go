@@ -42,6 +42,7 @@ type conn struct {
 
 	// read side
 	in      []byte    // an incomplete frame carried over to the next read
+	fedBeat uint8     // the kind of heartbeat the current read applied (beatKind), 0 none
 	msg     []byte    // a fragmented message being assembled
 	msgOp   ws.OpCode // opcode of the message in msg; 0: none
 	rate    bucket    // messages per second
@@ -321,6 +322,7 @@ func (c *conn) feed(data []byte) bool {
 		c.in = append(c.in, data...)
 		data = c.in
 	}
+	c.fedBeat = 0
 	for {
 		h, hn, ok, err := parseHeader(data)
 		if err != nil {
@@ -485,6 +487,17 @@ func validCloseCode(code ws.StatusCode) bool {
 func (c *conn) message(op ws.OpCode, p []byte) bool {
 	now := c.g.now()
 	c.idleAt.Store(now + c.g.ttlMs)
+	// Heartbeats that arrive together in one read say the same thing: the
+	// server was behind, not the client too fast. The first is applied;
+	// the others cost nothing and count against no limit.
+	k := beatKind(p)
+	if k != 0 && op == ws.OpText {
+		if c.fedBeat == k {
+			c.g.stats.coalescedBeats.Add(1)
+			return true
+		}
+		c.fedBeat = k
+	}
 	if !c.rate.take(now, c.g.cfg.Rate) {
 		c.g.stats.rateLimited.Add(1)
 		// Refused messages drain a second bucket that refills at half the
@@ -505,7 +518,13 @@ func (c *conn) message(op ws.OpCode, p []byte) bool {
 		c.close(closeInvalidUTF8, "text is not valid UTF-8")
 		return false
 	}
-	m, perr := decodeClientMessage(p)
+	var m clientMsg
+	var perr *protoError
+	if k != 0 {
+		m = beatMessage(k) // recognised above: no second look
+	} else {
+		m, perr = decodeJSONMessage(p)
+	}
 	if perr != nil {
 		c.sendError(perr.code, "%s", perr.message)
 		return true

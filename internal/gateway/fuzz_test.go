@@ -56,3 +56,23 @@ func FuzzDecodeClientMessage(f *testing.F) {
 		}
 	})
 }
+
+// The byte-for-byte heartbeats skip the JSON decoder; they must mean what
+// the decoder makes of the same message written differently.
+func TestHeartbeatFastPath(t *testing.T) {
+	for fast, slow := range map[string]string{
+		`{"type":"heartbeat"}`:                `{ "type": "heartbeat" }`,
+		`{"type":"heartbeat","active":false}`: `{"active": false, "type":"heartbeat"}`,
+		`{"type":"heartbeat","active":true}`:  `{"active": true, "type":"heartbeat"}`,
+	} {
+		m1, e1 := decodeClientMessage([]byte(fast))
+		m2, e2 := decodeClientMessage([]byte(slow))
+		if e1 != nil || e2 != nil || m1.kind != msgHeartbeat || m1.kind != m2.kind || m1.active != m2.active {
+			t.Errorf("%s → %+v %v; %s → %+v %v", fast, m1, e1, slow, m2, e2)
+		}
+	}
+	hb := []byte(`{"type":"heartbeat"}`)
+	if allocs := testing.AllocsPerRun(100, func() { _, _ = decodeClientMessage(hb) }); allocs != 0 {
+		t.Errorf("a heartbeat allocates %v times to decode", allocs)
+	}
+}

@@ -116,22 +116,25 @@ type Gateway struct {
 
 	idle idleIndex
 
+	devWarned atomic.Bool // the -dev warning was logged
+
 	stats struct {
-		accepted, closedIdle, closedSlow, closedRate, closedSize, rateLimited atomic.Uint64
+		accepted, closedIdle, closedSlow, closedRate, closedSize, rateLimited, coalescedBeats atomic.Uint64
 	}
 	nextID atomic.Uint64
 }
 
 // Stats are the gateway's counters since start.
 type Stats struct {
-	Connections   int    // open now
-	Accepted      uint64 // upgrades
-	ClosedIdle    uint64 // 4001
-	ClosedSlow    uint64 // 4002
-	ClosedRate    uint64 // 1008
-	ClosedTooBig  uint64 // 1009
-	RateLimited   uint64 // messages refused with rate_limited
-	EpollDisabled bool
+	Connections    int    // open now
+	Accepted       uint64 // upgrades
+	ClosedIdle     uint64 // 4001
+	ClosedSlow     uint64 // 4002
+	ClosedRate     uint64 // 1008
+	ClosedTooBig   uint64 // 1009
+	RateLimited    uint64 // messages refused with rate_limited
+	CoalescedBeats uint64 // heartbeats read together with an identical one and applied once
+	EpollDisabled  bool
 }
 
 // New returns a Gateway. It starts nothing; call Run.
@@ -195,14 +198,15 @@ func (g *Gateway) Stats() Stats {
 	noEpoll := g.poll == nil
 	g.mu.Unlock()
 	return Stats{
-		Connections:   n,
-		Accepted:      g.stats.accepted.Load(),
-		ClosedIdle:    g.stats.closedIdle.Load(),
-		ClosedSlow:    g.stats.closedSlow.Load(),
-		ClosedRate:    g.stats.closedRate.Load(),
-		ClosedTooBig:  g.stats.closedSize.Load(),
-		RateLimited:   g.stats.rateLimited.Load(),
-		EpollDisabled: noEpoll,
+		Connections:    n,
+		Accepted:       g.stats.accepted.Load(),
+		ClosedIdle:     g.stats.closedIdle.Load(),
+		ClosedSlow:     g.stats.closedSlow.Load(),
+		ClosedRate:     g.stats.closedRate.Load(),
+		ClosedTooBig:   g.stats.closedSize.Load(),
+		RateLimited:    g.stats.rateLimited.Load(),
+		CoalescedBeats: g.stats.coalescedBeats.Load(),
+		EpollDisabled:  noEpoll,
 	}
 }
 

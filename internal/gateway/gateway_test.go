@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -267,25 +268,50 @@ func TestTooBig(t *testing.T) {
 	c.closed(1009)
 }
 
+// Heartbeats a client sent over time but the server reads in one go (it
+// was behind) are one heartbeat: applied once, no rate limit tripped.
+func TestHeartbeatsReadTogether(t *testing.T) {
+	n := newNode(t, opts{})
+	c := n.dial("1", "")
+	c.msgType("welcome")
+	var buf bytes.Buffer
+	for range 100 {
+		if err := ws.WriteFrame(&buf, ws.MaskFrameInPlace(ws.NewTextFrame([]byte(`{"type":"heartbeat"}`)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.nc.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	c.silent(100 * time.Millisecond) // no rate_limited, no close
+	waitFor(t, "coalesced heartbeats", func() bool { return n.gw.Stats().CoalescedBeats > 0 })
+	if s := n.gw.Stats(); s.RateLimited != 0 || s.ClosedRate != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
 func TestRateLimit(t *testing.T) {
 	n := newNode(t, opts{})
 	c := n.dial("1", "")
 	c.msgType("welcome")
 	// The fake clock stands still: 40 messages pass, then each is refused.
+	// (Not heartbeats: identical heartbeats read together are applied
+	// once and count against nothing, see TestHeartbeatsReadTogether.)
+	const msg = `{"type":"unsubscribe","user_ids":["x"]}`
 	for range 40 {
-		c.send(`{"type":"heartbeat"}`)
+		c.send(msg)
 	}
-	c.send(`{"type":"heartbeat"}`)
+	c.send(msg)
 	c.errorCode("rate_limited")
 	// A second later 20 more pass.
 	n.clk.Advance(time.Second)
 	for range 20 {
-		c.send(`{"type":"heartbeat"}`)
+		c.send(msg)
 	}
 	c.silent(50 * time.Millisecond)
 	// Persistent abuse closes 1008.
 	for range 100 {
-		c.send(`{"type":"heartbeat"}`)
+		c.send(msg)
 	}
 	c.closed(1008)
 	if s := n.gw.Stats(); s.ClosedRate != 1 || s.RateLimited < 40 {

@@ -11,6 +11,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/query"
+	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -29,13 +30,17 @@ var _ Sink = (*conn)(nil)
 // handle applies one decoded message. It returns false once the connection
 // is closing.
 func (c *conn) handle(m *clientMsg) bool {
+	if m.kind == msgHeartbeat {
+		// No timer of its own: a heartbeat never waits on a durable write,
+		// and the tracker bounds the calls to a remote state store.
+		if _, err := c.g.tracker.Heartbeat(c.g.ctx, c.user, c.device, m.active); err != nil {
+			c.opError("heartbeat", err)
+		}
+		return true
+	}
 	ctx, cancel := c.opContext()
 	defer cancel()
 	switch m.kind {
-	case msgHeartbeat:
-		if _, err := c.g.tracker.Heartbeat(ctx, c.user, c.device, m.active); err != nil {
-			c.opError("heartbeat", err)
-		}
 	case msgSetStatus:
 		// A status change is a durable write before it applies: people
 		// change status at human speed, so one connection gets a few.
@@ -116,6 +121,9 @@ func (c *conn) opError(op string, err error) {
 		c.sendError("too_many_devices", "%v: end one with a bye, or let it expire", presence.ErrTooManyDevices)
 	case errors.Is(err, context.Canceled) && c.g.ctx.Err() != nil:
 		// Shutting down.
+	case tracker.Unavailable(err):
+		c.g.log.Warn("websocket operation failed: a backend is unavailable", "op", op, "user_id", c.user, "err", err)
+		c.sendError("unavailable", "a backend of the service is unavailable; nothing was changed, retry later")
 	default:
 		c.g.log.Error("websocket operation failed", "op", op, "user_id", c.user, "err", err)
 		c.sendError("internal", "internal error (details are in the server log)")

@@ -82,9 +82,18 @@ func (x *idleIndex) due(now int64, out []*conn) []*conn {
 	return out
 }
 
-// sweepIdle closes, with 4001, every connection silent for one ttl.
+// sweepIdle closes, with 4001, every connection silent for one ttl. A
+// connection whose socket holds unread bytes is not silent — the server is
+// behind, not the client — and is given another ttl.
 func (g *Gateway) sweepIdle() {
-	for _, c := range g.idle.due(g.now(), nil) {
+	now := g.now()
+	for _, c := range g.idle.due(now, nil) {
+		if unread(c) {
+			at := now + g.ttlMs
+			c.idleAt.Store(at)
+			g.idle.push(at, c)
+			continue
+		}
 		g.stats.closedIdle.Add(1)
 		c.close(closeIdle, "idle")
 	}

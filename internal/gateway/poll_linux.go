@@ -93,6 +93,7 @@ func (p *epoller) start() {
 
 func (p *epoller) loop() {
 	events := make([]unix.EpollEvent, 256)
+	ready := make([]*conn, 0, len(events))
 	for {
 		n, err := unix.EpollWait(p.epfd, events, -1)
 		if err != nil {
@@ -102,6 +103,13 @@ func (p *epoller) loop() {
 			p.g.log.Error("epoll_wait failed; WebSocket reads stop", "err", err)
 			return
 		}
+		// Bytes arrived: each of these clients spoke, even if every worker
+		// is busy and its message is read later. The idle rule must not
+		// close a client for the server's own backlog, so all of the batch
+		// count as speaking before the first hand-off may block (sweepIdle
+		// also checks for unread bytes).
+		now := p.g.now()
+		ready = ready[:0]
 		for i := range events[:n] {
 			id := uint64(uint32(events[i].Fd)) | uint64(uint32(events[i].Pad))<<32
 			if id == 0 {
@@ -114,13 +122,14 @@ func (p *epoller) loop() {
 			c := p.byID[id]
 			p.mu.RUnlock()
 			if c != nil {
-				// Bytes arrived: the client spoke, even if every worker is
-				// busy and its message is read later. The idle rule must
-				// not close a client for the server's own backlog.
-				c.idleAt.Store(p.g.now() + p.g.ttlMs)
-				p.work <- c
+				c.idleAt.Store(now + p.g.ttlMs)
+				ready = append(ready, c)
 			}
 		}
+		for _, c := range ready {
+			p.work <- c
+		}
+		clear(ready)
 	}
 }
 
@@ -206,4 +215,17 @@ func (c *conn) readReady(p *epoller) {
 		}
 	}
 	p.rearm(c)
+}
+
+// unread reports whether c's socket holds bytes the server has not read
+// yet: the client spoke, whatever the server's backlog.
+func unread(c *conn) bool {
+	if c.raw == nil {
+		return false
+	}
+	n := 0
+	_ = c.raw.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	return n > 0
 }

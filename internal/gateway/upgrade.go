@@ -82,8 +82,10 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		if err := presence.ValidateID(claimedUser); err != nil {
 			return refuse(http.StatusBadRequest, "invalid_id", "user_id: %v", err)
 		}
-		g.log.Warn("INSECURE development mode: accepted a WebSocket without credentials",
-			"path", r.URL.Path, "user_id", claimedUser, "remote", r.RemoteAddr)
+		if g.devWarned.CompareAndSwap(false, true) {
+			g.log.Warn("INSECURE development mode: accepting WebSockets without credentials (logged once)",
+				"path", r.URL.Path, "user_id", claimedUser, "remote", r.RemoteAddr)
+		}
 		user = claimedUser
 	}
 	dev := claimedDev
