@@ -13,6 +13,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -65,6 +68,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		dev          = fset.Bool("dev", false, "INSECURE development mode: accept requests without credentials")
 		logLevel     = fset.String("log-level", "info", "debug, info, warn or error")
 		printToken   = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid 24h) and exit")
+		redisURL     = fset.String("redis-url", "", "scale-out: hot state in this Redis (redis://host:6379/0; a Cluster: redis://a:6379?addr=b:6379); needs -postgres-url")
+		redisPrefix  = fset.String("redis-prefix", "presenced:", "scale-out: prefix of every Redis key (deployments sharing a Redis differ by it)")
+		postgresURL  = fset.String("postgres-url", "", "scale-out: durable store in this PostgreSQL database (postgres://user@host:5432/db) instead of SQLite")
+		natsURL      = fset.String("nats-url", "", "scale-out: NATS JetStream for changes across nodes, the presence.changes stream and the ingest consumer (nats://host:4222)")
+		nodeID       = fset.String("node-id", "", "this node's name on the NATS bus (default: host name and a random suffix)")
+		noIngest     = fset.Bool("no-ingest", false, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
+		pprofAddr    = fset.String("pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	)
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: presenced [flags]\n\nEvery flag can also be set by its environment variable, e.g. -heartbeat-ttl by %s.\n\n", envName("heartbeat-ttl"))
@@ -136,6 +146,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		PollInterval:         poll,
 		Dev:                  *dev,
 		Logger:               log,
+		RedisURL:             *redisURL,
+		RedisPrefix:          *redisPrefix,
+		PostgresURL:          *postgresURL,
+		NATSURL:              *natsURL,
+		NodeID:               *nodeID,
+		NoIngest:             *noIngest,
+	}
+	if *redisURL != "" && !*dev && (*apiKey == "" || *jwtSecret == "") && *printToken == "" {
+		return errors.New("-redis-url: give -api-key and -jwt-secret (or their environment variables): every node must accept the same credentials")
 	}
 	if err := cfg.ValidateTiming(); err != nil {
 		return err // before anything is written to the data directory
@@ -167,6 +186,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if *pprofAddr != "" {
+		stop, err := servePprof(*pprofAddr, log)
+		if err != nil {
+			a.Close()
+			return err
+		}
+		defer stop()
+	}
 	return a.Run(ctx, nil)
 }
 
@@ -194,4 +221,37 @@ func secret(given, path string, log *slog.Logger) (string, error) {
 	}
 	log.Info("generated a new secret", "file", path)
 	return s, nil
+}
+
+// servePprof serves net/http/pprof on addr, which must be a loopback
+// address: profiles show user ids and more. stop shuts it down.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("-pprof-addr %q: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("-pprof-addr %q: only a loopback address (profiles reveal user data)", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("-pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	log.Info("profiling endpoints", "addr", ln.Addr().String())
+	return func() {
+		srv.Close()
+		<-done
+	}, nil
 }

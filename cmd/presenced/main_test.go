@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -218,21 +217,7 @@ func (s *server) heartbeat(cred, user, device string) map[string]any {
 // with the API key (the metrics are for its holders).
 func (s *server) checkpoints() float64 {
 	s.t.Helper()
-	code, b := s.do("GET", "/metrics", apiKey, nil)
-	if code != http.StatusOK {
-		s.t.Fatalf("GET /metrics: %d %s", code, b)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "presenced_last_seen_checkpoints_total "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				s.t.Fatalf("metric line %q: %v", line, err)
-			}
-			return f
-		}
-	}
-	s.t.Fatalf("no presenced_last_seen_checkpoints_total in /metrics:\n%s", b)
-	return 0
+	return metric(s.t, s, "presenced_last_seen_checkpoints_total")
 }
 
 // awaitLog waits until the logs contain every one of subs on one line.
@@ -942,5 +927,13 @@ func TestRunPrintToken(t *testing.T) {
 	}
 	if code, b := s.do("POST", "/v1/heartbeat", token+"x", map[string]any{"device_id": "d1"}); code != http.StatusUnauthorized {
 		t.Errorf("tampered token: %d %s, want 401", code, b)
+	}
+}
+
+func TestPprofAddrMustBeLoopback(t *testing.T) {
+	t.Parallel()
+	_, _, err := runQuick(t, nil, baseArgs(t.TempDir(), "-api-key", apiKey, "-pprof-addr", "0.0.0.0:0")...)
+	if err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("-pprof-addr 0.0.0.0:0: err %v, want a refusal naming loopback", err)
 	}
 }

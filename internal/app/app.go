@@ -16,15 +16,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/httpapi"
+	"github.com/presenced/presenced/internal/ingest"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/metrics"
+	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
+	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/web"
@@ -54,20 +60,51 @@ type Config struct {
 	// FanoutAsyncThreshold is the number of watchers above which a user's
 	// changes take the batched fan-out path. Default 10,000.
 	FanoutAsyncThreshold int
+
+	// Scale-out backends (docs/operations.md). Empty: the embedded
+	// default. RedisURL needs PostgresURL (nodes sharing hot state must
+	// share their durable store too).
+	RedisURL    string // hot state in Redis / Redis Cluster
+	RedisPrefix string // key prefix, default "presenced:"
+	PostgresURL string // durable store in PostgreSQL instead of SQLite
+	NATSURL     string // cross-node bus, presence.changes stream, ingest consumer
+	NodeID      string // this node's name on the bus, default: random
+	// NoIngest turns the JetStream ingest consumer off (it runs by default
+	// when NATSURL is set).
+	NoIngest bool
+}
+
+// durableStore is what a node needs of its durable store (sqlitestore or
+// pgstore).
+type durableStore interface {
+	tracker.Durable
+	httpapi.ContactBook
+	fanout.Relations
+	NextEpoch(ctx context.Context) (uint64, error)
+	Ping(ctx context.Context) error
+	Close() error
 }
 
 // App is one running node.
 type App struct {
 	cfg     Config
 	log     *slog.Logger
-	durable *sqlitestore.Store
-	store   *memstore.Store
+	durable durableStore
+	store   tracker.Store
+	redis   rueidis.Client   // nil: embedded hot state
+	bus     *natsbus.Bus     // nil without NATS
+	ingest  *ingest.Consumer // nil without NATS or with NoIngest
 	tracker *tracker.Tracker
 	api     *httpapi.Server
 	gw      *gateway.Gateway
 	hub     *fanout.Hub
 	handler http.Handler
 	metrics *metrics.Registry
+
+	reader *query.Reader
+	// resync asks Run to send every watcher the current state (after the
+	// node was cut off from NATS or Redis came back); capacity 1.
+	resync chan struct{}
 
 	contactLocks [64]sync.Mutex
 	lockSeed     maphash.Seed
@@ -110,7 +147,30 @@ func (c *Config) defaults() error {
 	if c.APIKey == "" && len(c.JWTSecret) == 0 && !c.Dev {
 		return errors.New("no way to authenticate: set an API key, a JWT secret, or development mode")
 	}
+	if c.RedisURL != "" && c.PostgresURL == "" {
+		return errors.New("a Redis URL needs a PostgreSQL URL too: nodes that share hot state must share their durable store")
+	}
 	return nil
+}
+
+// Mode names the backends of the node, for its logs.
+func (c *Config) Mode() string {
+	if c.RedisURL == "" && c.PostgresURL == "" && c.NATSURL == "" {
+		return "embedded"
+	}
+	m := "memory"
+	if c.RedisURL != "" {
+		m = "redis"
+	}
+	if c.PostgresURL != "" {
+		m += "+postgres"
+	} else {
+		m += "+sqlite"
+	}
+	if c.NATSURL != "" {
+		m += "+nats"
+	}
+	return m
 }
 
 // ValidateTiming checks the durations of the state model; zero means the
@@ -131,55 +191,115 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, lockSeed: maphash.MakeSeed()}
+	a := &App{cfg: cfg, log: cfg.Logger, lockSeed: maphash.MakeSeed(), resync: make(chan struct{}, 1)}
 	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter, MaxDevices: cfg.MaxDevices}
 
-	durable, err := sqlitestore.Open(ctx, sqlitestore.Config{
-		Path:   filepath.Join(cfg.DataDir, "presenced.db"),
-		Logger: cfg.Logger.With("component", "sqlite"),
-	})
+	ok := false
+	defer func() {
+		if !ok {
+			a.closeBackends()
+		}
+	}()
+	durable, err := openDurable(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open durable store: %w", err)
 	}
 	a.durable = durable
 	if rules.Epoch, err = durable.NextEpoch(ctx); err != nil {
-		durable.Close()
 		return nil, err
 	}
-	a.store = memstore.New(memstore.Config{Rules: rules})
+	var users func() int
+	if cfg.RedisURL != "" {
+		if a.redis, err = redisstore.Dial(cfg.RedisURL); err != nil {
+			return nil, err
+		}
+		if a.store, err = redisstore.New(a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix}); err != nil {
+			return nil, err
+		}
+	} else {
+		ms := memstore.New(memstore.Config{Rules: rules})
+		a.store, users = ms, ms.Len
+	}
+	interest := &busInterest{}
 	a.hub, err = fanout.New(fanout.Config{
 		Relations:        durable,
 		MaxSubscriptions: cfg.MaxSubscriptions,
 		AsyncThreshold:   cfg.FanoutAsyncThreshold,
 		Logger:           cfg.Logger.With("component", "fanout"),
+		Interest:         interest,
 	})
 	if err != nil {
-		durable.Close()
 		return nil, err
+	}
+	var reloadMargin uint64
+	if cfg.RedisURL != "" {
+		reloadMargin = 1 << 16 // Redis may lose what the last checkpoint missed
+	}
+	pubs := publishers{logPublisher{cfg.Logger.With("component", "events")}, a.hub}
+	if cfg.NATSURL != "" {
+		a.bus, err = natsbus.Open(ctx, natsbus.Config{
+			URL:               cfg.NATSURL,
+			NodeID:            cfg.NodeID,
+			Local:             a.hub,
+			OnContactsChanged: a.remoteContactsChanged,
+			OnReconnect:       a.requestResync,
+			Logger:            cfg.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open the NATS bus: %w", err)
+		}
+		interest.bus = a.bus
+		pubs = append(pubs, a.bus)
 	}
 	a.tracker, err = tracker.New(tracker.Config{
 		Store:         a.store,
 		Durable:       durable,
-		Publisher:     publishers{logPublisher{cfg.Logger.With("component", "events")}, a.hub},
+		Publisher:     pubs,
+		Rules:         rules,
+		OnRecover:     a.requestResync,
+		ReloadMargin:  reloadMargin,
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger.With("component", "tracker"),
 		SweepInterval: cfg.SweepInterval,
 		FlushInterval: cfg.FlushInterval,
 	})
 	if err != nil {
-		durable.Close()
 		return nil, err
 	}
-	reader, err := query.New(query.Config{States: a.store, Profiles: durable, Contacts: durable, Clock: cfg.Clock})
+	if cfg.NATSURL != "" && !cfg.NoIngest {
+		a.ingest, err = ingest.Open(ctx, ingest.Config{
+			URL:     cfg.NATSURL,
+			Tracker: a.tracker,
+			Clock:   cfg.Clock,
+			TTL:     cfg.TTL,
+			Logger:  cfg.Logger.With("component", "ingest"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open the ingest consumer: %w", err)
+		}
+	}
+	// The tracker reads the store, or what the node knows while Redis is down.
+	reader, err := query.New(query.Config{States: a.tracker, Profiles: durable, Contacts: durable, Clock: cfg.Clock,
+		ColdVersionMargin: reloadMargin})
 	if err != nil {
-		durable.Close()
 		return nil, err
 	}
+	var busStats func() natsbus.Stats
+	if a.bus != nil {
+		busStats = a.bus.Stats
+	}
+	var ingestStats func() ingest.Stats
+	if a.ingest != nil {
+		ingestStats = a.ingest.Stats
+	}
+	a.reader = reader
 	a.metrics = metrics.New(metrics.Sources{
 		Tracker: a.tracker.Stats,
-		Users:   a.store.Len,
+		Users:   users,
 		Gateway: func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
 		Hub:     a.hub.Stats,
+		Bus:     busStats,
+		Ingest:  ingestStats,
 	})
 	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
 	a.api, err = httpapi.New(httpapi.Config{
@@ -199,7 +319,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		OnContactsChanged: a.contactsChanged,
 	})
 	if err != nil {
-		durable.Close()
 		return nil, err
 	}
 	a.gw, err = gateway.New(gateway.Config{
@@ -211,13 +330,73 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		TTL:              cfg.TTL,
 		MaxSubscriptions: cfg.MaxSubscriptions,
 		Hub:              a.hub,
+		Workers:          gatewayWorkers(cfg),
 	})
 	if err != nil {
-		durable.Close()
 		return nil, err
 	}
 	a.handler = routes{api: a.api, ws: a.gw}
+	ok = true
 	return a, nil
+}
+
+// gatewayWorkers is how many goroutines read WebSockets. With the state in
+// memory a heartbeat never waits, and 16 keep two cores busy. With Redis
+// each one waits for its script's round trip: only as many heartbeats are
+// in flight — and pipelined together by the client — as there are
+// workers, so a few hundred keep Redis, not the round trip, the limit
+// (measured: 16 workers held one node to 6.7k beats/s).
+func gatewayWorkers(cfg Config) int {
+	if cfg.RedisURL != "" {
+		return 512
+	}
+	return 16
+}
+
+// openDurable opens PostgreSQL when configured, else the embedded SQLite
+// file.
+func openDurable(ctx context.Context, cfg Config) (durableStore, error) {
+	if cfg.PostgresURL != "" {
+		return pgstore.Open(ctx, pgstore.Config{URL: cfg.PostgresURL, Logger: cfg.Logger.With("component", "postgres")})
+	}
+	return sqlitestore.Open(ctx, sqlitestore.Config{
+		Path:   filepath.Join(cfg.DataDir, "presenced.db"),
+		Logger: cfg.Logger.With("component", "sqlite"),
+	})
+}
+
+// closeBackends closes what New opened, in reverse order.
+func (a *App) closeBackends() error {
+	var err error
+	if a.ingest != nil {
+		err = errors.Join(err, a.ingest.Close())
+	}
+	if a.bus != nil {
+		err = errors.Join(err, a.bus.Close())
+	}
+	if a.redis != nil {
+		a.redis.Close()
+	}
+	if a.durable != nil {
+		err = errors.Join(err, a.durable.Close())
+	}
+	return err
+}
+
+// busInterest forwards the hub's first/last-watcher calls to the bus, once
+// there is one (the hub is built before the bus, which delivers into it).
+type busInterest struct{ bus *natsbus.Bus }
+
+func (b *busInterest) Watch(users []string) {
+	if b.bus != nil {
+		b.bus.Watch(users)
+	}
+}
+
+func (b *busInterest) Unwatch(users []string) {
+	if b.bus != nil {
+		b.bus.Unwatch(users)
+	}
 }
 
 // routes sends GET /v1/ws to the WebSocket gateway and everything else to
@@ -246,7 +425,9 @@ func (ps publishers) Publish(ev *presence.Event) {
 // contactsChanged tells the hub a contact list changed, with the list as it
 // is now durable. Changes of one owner are serialised, so the hub's last
 // word is the newest list.
-func (a *App) contactsChanged(owner string) {
+func (a *App) contactsChanged(owner string) { a.contactsChangedFrom(owner, false) }
+
+func (a *App) contactsChangedFrom(owner string, remote bool) {
 	mu := &a.contactLocks[maphash.String(a.lockSeed, owner)%uint64(len(a.contactLocks))]
 	mu.Lock()
 	defer mu.Unlock()
@@ -254,12 +435,59 @@ func (a *App) contactsChanged(owner string) {
 	defer cancel()
 	list, err := a.durable.Contacts(ctx, owner)
 	if err != nil {
-		// The watchers keep their old relation until the next change or
-		// until they subscribe again.
-		a.log.Error("reading a changed contact list for the fan-out", "user_id", owner, "err", err)
-		return
+		// Fail closed: until the list can be read again (the next change,
+		// a resubscribe or a resync), the owner's watchers are treated as
+		// non-contacts, so nobody just removed keeps seeing a contacts-only
+		// status.
+		a.log.Error("reading a changed contact list for the fan-out; treating every watcher as a non-contact", "user_id", owner, "err", err)
+		list = nil
 	}
 	a.hub.ContactsChanged(owner, list)
+	if a.bus != nil && !remote {
+		a.bus.ContactsChanged(owner)
+	}
+}
+
+// remoteContactsChanged is the bus telling this node that another node
+// changed owner's contact list.
+func (a *App) remoteContactsChanged(owner string) { a.contactsChangedFrom(owner, true) }
+
+// requestResync asks resyncLoop for a resync; it never blocks.
+func (a *App) requestResync() {
+	select {
+	case a.resync <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// resyncLoop sends every watcher of this node the current state of what it
+// watches, each time that is requested, until ctx is done. Requests that
+// come while one runs are served once more after it.
+func (a *App) resyncLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.resync:
+		}
+		// Let the reconnection settle (subscriptions restored, replays
+		// done) before reading.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if a.tracker.Stats().Down {
+			// Reads now come from the fallback; the tracker asks again
+			// (OnRecover) once the state store is back.
+			continue
+		}
+		start := time.Now()
+		if err := a.hub.Resync(ctx, a.reader.Read); err != nil {
+			return
+		}
+		a.log.Info("watchers resynchronised", "took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // logPublisher logs every change of visible presence at debug level
@@ -295,7 +523,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
-	a.log.Info("presenced listening", "addr", ln.Addr().String(), "data", a.cfg.DataDir,
+	a.log.Info("presenced listening", "addr", ln.Addr().String(), "mode", a.cfg.Mode(), "data", a.cfg.DataDir,
 		"ttl", a.cfg.TTL, "idle_after", a.cfg.IdleAfter)
 
 	srv := &http.Server{
@@ -314,6 +542,27 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHub()
+	// The bus outlives the tracker (its last events go out); the ingest
+	// consumer stops before it (it drives the tracker).
+	busCtx, stopBus := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBus()
+	busDone := make(chan error, 1)
+	if a.bus != nil {
+		wg.Go(func() { busDone <- a.bus.Run(busCtx) })
+	} else {
+		busDone <- nil
+	}
+	resyncCtx, stopResync := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopResync()
+	wg.Go(func() { a.resyncLoop(resyncCtx) })
+	ingestCtx, stopIngest := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopIngest()
+	ingestDone := make(chan error, 1)
+	if a.ingest != nil {
+		wg.Go(func() { ingestDone <- a.ingest.Run(ingestCtx) })
+	} else {
+		ingestDone <- nil
+	}
 	wg.Add(4)
 	go func() {
 		defer wg.Done()
@@ -363,11 +612,20 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	if gerr := <-gwDone; gerr != nil {
 		err = errors.Join(err, gerr)
 	}
+	stopIngest()
+	if ierr := <-ingestDone; ierr != nil {
+		err = errors.Join(err, ierr)
+	}
 	stopTracker()
 	if terr := <-trackerDone; terr != nil {
 		a.log.Error("final checkpoint failed", "err", terr)
 		err = errors.Join(err, terr)
 	}
+	stopBus()
+	if berr := <-busDone; berr != nil {
+		err = errors.Join(err, berr)
+	}
+	stopResync()
 	stopHub()
 	wg.Wait()
 	if cerr := a.Close(); cerr != nil {
@@ -383,7 +641,7 @@ func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 		defer cancel()
-		a.closeErr = errors.Join(a.tracker.Close(ctx), a.durable.Close())
+		a.closeErr = errors.Join(a.tracker.Close(ctx), a.closeBackends())
 	})
 	return a.closeErr
 }

@@ -1,0 +1,484 @@
+package main
+
+// Scale-out tests: several presenced processes on loopback sharing one
+// Redis, one PostgreSQL and one NATS JetStream, each a private server of
+// the test (internal/testsvc) so the fault tests may stop them.
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	wsclient "github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/testsvc"
+)
+
+const (
+	clusterSecret = "multinode-test-secret"
+	clusterTTL    = 3 * time.Second
+)
+
+// backends are the shared servers of one scale-out test.
+type backends struct {
+	redis, postgres, nats *testsvc.Server
+	pgURL                 string
+	prefix                string
+}
+
+func newBackends(t *testing.T) *backends {
+	t.Helper()
+	b := &backends{}
+	var wg sync.WaitGroup
+	wg.Go(func() { b.redis = testsvc.Redis(t) })
+	wg.Go(func() { b.postgres = testsvc.Postgres(t) })
+	wg.Go(func() { b.nats = testsvc.NATS(t) })
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	b.pgURL = b.postgres.NewDatabase(t)
+	b.prefix = "mn" + testsvc.Unique(t) + ":"
+	return b
+}
+
+// node starts presenced node i on the shared backends.
+func (b *backends) node(t *testing.T, i int, more ...string) *proc {
+	t.Helper()
+	args := []string{
+		"-addr", "127.0.0.1:0", "-data", filepath.Join(t.TempDir(), fmt.Sprint("node", i)),
+		"-api-key", apiKey, "-jwt-secret", clusterSecret, "-heartbeat-ttl", clusterTTL.String(),
+		"-redis-url", b.redis.URL, "-redis-prefix", b.prefix,
+		"-postgres-url", b.pgURL, "-nats-url", b.nats.URL, "-node-id", fmt.Sprint("node", i),
+	}
+	return start(t, nil, append(args, more...)...)
+}
+
+// seen is what one watching client received, per user, in order.
+type seen struct {
+	mu     sync.Mutex
+	events map[string][]seenEvent
+}
+
+type seenEvent struct {
+	status   wsclient.Status
+	snapshot bool
+	lastSeen time.Time
+	at       time.Time // when the test read it
+}
+
+// watcher connects user on n, subscribes to ids and records every event.
+func watcher(t *testing.T, n *proc, user string, ids ...string) *seen {
+	t.Helper()
+	c := dial(t, n, user, "")
+	s := &seen{events: map[string][]seenEvent{}}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := c.Subscribe(ctx, ids...); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for u := range c.Updates() {
+			if ev, ok := u.(wsclient.Event); ok {
+				s.mu.Lock()
+				s.events[ev.UserID] = append(s.events[ev.UserID], seenEvent{ev.Status, ev.Snapshot, ev.LastSeen, time.Now()})
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *seen) of(user string) []seenEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]seenEvent(nil), s.events[user]...)
+}
+
+// last is the newest status seen of user ("" if none).
+func (s *seen) last(user string) wsclient.Status {
+	evs := s.of(user)
+	if len(evs) == 0 {
+		return ""
+	}
+	return evs[len(evs)-1].status
+}
+
+// count is how many live (non-snapshot) events of user had status st.
+func (s *seen) count(user string, st wsclient.Status) int {
+	n := 0
+	for _, e := range s.of(user) {
+		if !e.snapshot && e.status == st {
+			n++
+		}
+	}
+	return n
+}
+
+// await waits until the newest status seen of user is st.
+func (s *seen) await(t *testing.T, who, user string, st wsclient.Status) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for s.last(user) != st {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s is %q, want %q (events %+v)", who, user, s.last(user), st, s.of(user))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// dial connects a client of user (with device, or a generated one) to n.
+func dial(t *testing.T, n *proc, user, device string) *wsclient.Client {
+	t.Helper()
+	tok, err := auth.Sign([]byte(clusterSecret), user, "", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c, err := wsclient.Dial(ctx, wsclient.Config{URL: n.base, Token: tok, DeviceID: device, MaxBackoff: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("dial %s as %s: %v", n.base, user, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A client on node 1 watches users connected to node 3; node 3 is killed:
+// the user who reconnects to node 2 within the ttl shows no offline, the
+// one who does not goes offline once, on both surviving nodes.
+func TestThreeNodes(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	var nodes [3]*proc
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() { nodes[i] = b.node(t, i+1) })
+	}
+	wg.Wait()
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+
+	w1 := watcher(t, n1, "w1", "bob", "carol", "dave")
+	w2 := watcher(t, n2, "w2", "bob", "carol", "dave")
+	for _, u := range []string{"bob", "carol", "dave"} {
+		w1.await(t, "w1", u, wsclient.Offline) // the snapshot
+	}
+
+	// online → busy → offline, made on node 3, seen on node 1.
+	bob := dial(t, n3, "bob", "phone")
+	w1.await(t, "w1", "bob", wsclient.Online)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := bob.SetStatus(ctx, wsclient.Busy, "in a meeting"); err != nil {
+		t.Fatal(err)
+	}
+	w1.await(t, "w1", "bob", wsclient.Busy)
+	if err := bob.Bye(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w1.await(t, "w1", "bob", wsclient.Offline)
+	w2.await(t, "w2", "bob", wsclient.Offline)
+	// Node 1 got them over the bus, for the users its watcher watches.
+	if got := metric(t, n1.server, "presenced_bus_received_total"); got < 3 {
+		t.Errorf("node 1 received %v changes over the bus, want bob's 3 at least", got)
+	}
+	if got := metric(t, n1.server, "presenced_bus_subscriptions"); got != 3 {
+		t.Errorf("node 1 subscribes to %v users on NATS, want 3 (bob, carol, dave)", got)
+	}
+	for _, w := range []*seen{w1, w2} {
+		if n := w.count("bob", wsclient.Busy); n != 1 {
+			t.Errorf("bob's busy arrived %d times, want once: %+v", n, w.of("bob"))
+		}
+	}
+
+	// kill -9 node 3 while carol and dave are connected to it.
+	carol := dial(t, n3, "carol", "laptop")
+	dial(t, n3, "dave", "tablet")
+	for _, w := range []*seen{w1, w2} {
+		w.await(t, "w", "carol", wsclient.Online)
+		w.await(t, "w", "dave", wsclient.Online)
+	}
+	n3.signal(t, syscall.SIGKILL)
+	n3.wait(t)
+	killed := time.Now()
+	carol.Close()
+	// carol's device comes back through node 2, well within the ttl.
+	dial(t, n2, "carol", "laptop")
+
+	// dave's offline: within ttl + 1 s of his last heartbeat (with slack
+	// for this shared machine), exactly once on each surviving node.
+	deadline := killed.Add(clusterTTL + 5*time.Second)
+	for (w1.last("dave") != wsclient.Offline || w2.last("dave") != wsclient.Offline) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // room for a duplicate to show up
+	for name, w := range map[string]*seen{"node 1": w1, "node 2": w2} {
+		if n := w.count("dave", wsclient.Offline); n != 1 {
+			t.Errorf("%s: dave's offline arrived %d times, want once: %+v", name, n, w.of("dave"))
+			continue
+		}
+		for _, e := range w.of("dave") {
+			if !e.snapshot && e.status == wsclient.Offline {
+				lag := e.at.Sub(e.lastSeen)
+				t.Logf("%s: dave offline %s after his last heartbeat (ttl %s)", name, lag.Round(time.Millisecond), clusterTTL)
+				if lag > clusterTTL+3*time.Second {
+					t.Errorf("%s: dave offline %s after his last heartbeat, want about ttl + 1 s", name, lag)
+				}
+			}
+		}
+		if n := w.count("carol", wsclient.Offline); n != 0 {
+			t.Errorf("%s: carol, who reconnected within the ttl, went offline: %+v", name, w.of("carol"))
+		}
+		if w.last("carol") != wsclient.Online {
+			t.Errorf("%s: carol is %q, want online", name, w.last("carol"))
+		}
+	}
+}
+
+// Redis stops for 10 s while clients beat: the nodes keep answering reads,
+// buffer the heartbeats, and converge when Redis is back (empty, as it
+// keeps nothing on disk): nobody who kept beating went offline, and the
+// last_seen of the outage is kept.
+func TestRedisOutage(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	var n1, n2 *proc
+	var wg sync.WaitGroup
+	wg.Go(func() { n1 = b.node(t, 1) })
+	wg.Go(func() { n2 = b.node(t, 2) })
+	wg.Wait()
+
+	w := watcher(t, n2, "w", "alice", "vic")
+	dial(t, n1, "alice", "phone")
+	w.await(t, "w", "alice", wsclient.Online)
+	n2.heartbeat(apiKey, "hank", "pc")
+	// vic beats once before the outage (checkpointed) and never again:
+	// Redis comes back without him, and his watcher must learn it.
+	n1.heartbeat(apiKey, "vic", "pc")
+	w.await(t, "w", "vic", wsclient.Online)
+	time.Sleep(1500 * time.Millisecond) // a checkpoint
+
+	if err := b.redis.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	outage := time.Now()
+	var lastBeat time.Time
+	for time.Since(outage) < 10*time.Second {
+		n2.heartbeat(apiKey, "hank", "pc") // insists on 200
+		n1.heartbeat(apiKey, "ivan", "pc")
+		lastBeat = time.Now()
+		for _, n := range []*proc{n1, n2} {
+			code, body := n.do("GET", "/presence/batch?user_ids=alice,hank", apiKey, nil)
+			if code != 200 || !strings.Contains(string(body), `"alice"`) {
+				t.Fatalf("read during the outage: %d %s", code, body)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := b.redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n2.heartbeat(apiKey, "hank", "pc")
+
+	// Converged: both users online in the shared state, read on either node.
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		n2.heartbeat(apiKey, "hank", "pc")
+		_, body1 := n1.do("GET", "/presence/batch?user_ids=alice,hank", apiKey, nil)
+		_, body2 := n2.do("GET", "/presence/batch?user_ids=alice,hank", apiKey, nil)
+		want := `{"alice":"online","hank":"online"}`
+		if strings.TrimSpace(string(body1)) == want && strings.TrimSpace(string(body2)) == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Redis returned: node 1 %s, node 2 %s, want %s", body1, body2, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.await(t, "w", "vic", wsclient.Offline) // the resync after recovery
+	time.Sleep(clusterTTL)                   // any false offline would come by now
+	if n := w.count("alice", wsclient.Offline); n != 0 {
+		t.Errorf("alice kept beating but her watcher saw offline %d times: %+v", n, w.of("alice"))
+	}
+	// ivan beat only during the outage; his last heartbeat was answered
+	// before lastBeat and after lastBeat − 500 ms (the loop's pause).
+	got := n2.call("GET", "/v1/presence/ivan", apiKey, nil)
+	for deadline := time.Now().Add(waitTimeout); got["status"] != "offline" && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		got = n2.call("GET", "/v1/presence/ivan", apiKey, nil)
+	}
+	ls, err := time.Parse(time.RFC3339Nano, fmt.Sprint(got["last_seen"]))
+	if err != nil || ls.Before(lastBeat.Add(-500*time.Millisecond)) || got["status"] != "offline" {
+		t.Errorf("ivan after the outage: %v; want offline, last seen at his last heartbeat of the outage (about %s)", got, lastBeat.UTC())
+	}
+}
+
+// PostgreSQL stops while users beat: heartbeats keep being accepted, a
+// status change (a synchronous durable write) is refused with a clear
+// error, and every last_seen of the outage reaches PostgreSQL once it is
+// back.
+func TestPostgresOutage(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	n := b.node(t, 1)
+	n.heartbeat(apiKey, "ivy", "pc")
+
+	if err := b.postgres.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var last map[string]any
+	for range 8 {
+		last = n.heartbeat(apiKey, "ivy", "pc")
+		time.Sleep(250 * time.Millisecond)
+	}
+	code, body := n.do("POST", "/v1/status", apiKey, map[string]any{"user_id": "ivy", "status": "busy"})
+	if code != 503 || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("status change while PostgreSQL is down: %d %s, want 503 with an error", code, body)
+	}
+	if err := b.postgres.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	want, _ := time.Parse(time.RFC3339Nano, last["last_seen"].(string))
+	conn := pgConnect(t, b.pgURL)
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var ms int64
+		err := conn.QueryRow(context.Background(), "SELECT last_seen FROM users WHERE user_id = 'ivy'").Scan(&ms)
+		if err == nil && ms >= want.UnixMilli() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ivy's last_seen in PostgreSQL: %d (err %v), want %d", ms, err, want.UnixMilli())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func pgConnect(t *testing.T, raw string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var conn *pgx.Conn
+	var err error
+	for deadline := time.Now().Add(waitTimeout); ; {
+		if conn, err = pgx.Connect(ctx, raw); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// metric reads one series (name and labels as /metrics writes them) from
+// n's /metrics.
+func metric(t *testing.T, n *server, name string) float64 {
+	t.Helper()
+	code, b := n.do("GET", "/metrics", apiKey, nil)
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d %s", code, b)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics", name)
+	return 0
+}
+
+// A connection layer of another system feeds presence through the ingest
+// stream: its session events reach watchers like heartbeats and byes of
+// presenced's own clients, and a redelivered connect after the disconnect
+// changes nothing.
+func TestIngestFromConnectionLayer(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	n := b.node(t, 1)
+	w := watcher(t, n, "w", "zoe")
+	w.await(t, "w", "zoe", wsclient.Offline)
+
+	nc, err := nats.Connect(b.nats.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	event := func(typ string) []byte {
+		return fmt.Appendf(nil, `{"type":%q,"user_id":"zoe","device_id":"tab-1","at":%q}`, typ, time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
+	}
+	publish := func(id string, body []byte) {
+		t.Helper()
+		if _, err := js.Publish(ctx, "presence.ingest.gw1", body, jetstream.WithMsgID(id)); err != nil {
+			t.Fatalf("publish %s: %v", body, err)
+		}
+	}
+	connected := event("session_connected")
+	publish("gw1-1", connected)
+	w.await(t, "w", "zoe", wsclient.Online)
+	time.Sleep(5 * time.Millisecond) // the disconnect comes later
+	publish("gw1-2", event("session_disconnected"))
+	w.await(t, "w", "zoe", wsclient.Offline)
+	// The same connect again, as a redelivery under a new id would bring it.
+	publish("gw1-1-again", connected)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && metric(t, n.server, `presenced_ingest_events_total{outcome="ignored"}`) < 1 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := metric(t, n.server, `presenced_ingest_events_total{outcome="ignored"}`); got != 1 {
+		t.Errorf("the stale connect was not ignored: %v", got)
+	}
+	if n := w.count("zoe", wsclient.Online); n != 1 || w.last("zoe") != wsclient.Offline {
+		t.Errorf("zoe: %+v, want online once, then offline", w.of("zoe"))
+	}
+}
+
+// NATS stops for a while: each node keeps serving its own watchers; a
+// change made on one node reaches the watchers on the other once NATS is
+// back (queued and published, or re-read when the bus reconnects).
+func TestNATSOutage(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	var n1, n2 *proc
+	var wg sync.WaitGroup
+	wg.Go(func() { n1 = b.node(t, 1) })
+	wg.Go(func() { n2 = b.node(t, 2) })
+	wg.Wait()
+	w := watcher(t, n2, "w", "pat")
+	n1.heartbeat(apiKey, "pat", "pc")
+	w.await(t, "w", "pat", wsclient.Online)
+
+	if err := b.nats.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n1.call("POST", "/v1/status", apiKey, map[string]any{"user_id": "pat", "status": "busy"})
+	n1.heartbeat(apiKey, "pat", "pc")
+	time.Sleep(time.Second)
+	if err := b.nats.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.await(t, "w", "pat", wsclient.Busy)
+}
