@@ -191,20 +191,7 @@ func dialOne(ctx context.Context, cfg *connConfig, i int) (net.Conn, io.Reader, 
 	if br != nil {
 		rd = br
 	}
-	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	data, op, err := wsutil.ReadServerData(struct {
-		io.Reader
-		io.Writer
-	}{rd, nc})
-	if err == nil {
-		var w struct {
-			Type string `json:"type"`
-		}
-		if op != ws.OpText || json.Unmarshal(data, &w) != nil || w.Type != "welcome" {
-			err = fmt.Errorf("first message %.80q is not a welcome", data)
-		}
-	}
-	if err != nil {
+	if err := readWelcome(nc, rd); err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("connection %d: welcome: %w", i, err)
 	}
@@ -290,3 +277,25 @@ func (w *workerProcess) readStatus(r io.Reader, ready, done chan<- struct{}) {
 
 // executable is the binary the workers run (this one).
 func executable() (string, error) { return os.Executable() }
+
+// readWelcome reads the server's first message from rd (nc, or the reader
+// the handshake left buffered bytes in) within 10 s and checks that it is
+// the welcome; it clears the read deadline after.
+func readWelcome(nc net.Conn, rd io.Reader) error {
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	data, op, err := wsutil.ReadServerData(struct {
+		io.Reader
+		io.Writer
+	}{rd, nc})
+	if err != nil {
+		return err
+	}
+	var m struct {
+		Type string `json:"type"`
+	}
+	if op != ws.OpText || json.Unmarshal(data, &m) != nil || m.Type != "welcome" {
+		return fmt.Errorf("first message %.80q is not a welcome", data)
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	return nil
+}

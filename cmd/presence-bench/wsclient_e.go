@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/presenced/presenced/internal/auth"
+)
+
+// The WebSocket client shared by the fanout and churn scenarios: one
+// connection is a benchConn whose frames are read by one goroutine (its
+// owner's) and written by any, under a mutex.
+
+// wsEndpoint is one presenced node and how to prove a user to it.
+type wsEndpoint struct {
+	url    *url.URL // ws://127.x.y.z:port/v1/ws
+	dev    bool     // bare user_id
+	secret string   // else an HS256 token per connection
+}
+
+// endpoints parses the -url values (repeated or comma-separated) into
+// loopback endpoints.
+func endpoints(raws []string, dev bool, secret string) ([]wsEndpoint, error) {
+	var out []wsEndpoint
+	for _, r := range raws {
+		for p := range strings.SplitSeq(r, ",") {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			u, _, err := loopbackURL(p)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, wsEndpoint{url: u, dev: dev, secret: secret})
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("give -url")
+	}
+	if len(out) > 16 {
+		return nil, fmt.Errorf("%d URLs: at most 16", len(out))
+	}
+	if dev == (secret != "") {
+		return nil, errors.New("give exactly one of -dev (bare user_id) and -jwt-secret (signed tokens)")
+	}
+	return out, nil
+}
+
+// urlList is a repeatable string flag.
+type urlList []string
+
+func (l *urlList) String() string     { return strings.Join(*l, ",") }
+func (l *urlList) Set(s string) error { *l = append(*l, s); return nil }
+
+// wsMsg is the part of a server message the scenarios read.
+type wsMsg struct {
+	Type        string              `json:"type"`
+	UserID      string              `json:"user_id"`
+	DeviceID    string              `json:"device_id"`
+	Status      *string             `json:"status"` // null: hidden
+	Version     uint64              `json:"version"`
+	TTLMs       int64               `json:"ttl_ms"`
+	HeartbeatMs int64               `json:"heartbeat_interval_ms"`
+	Code        string              `json:"code"`
+	Message     string              `json:"message"`
+	Users       map[string]snapUser `json:"users"`
+}
+
+// snapUser is one user of a snapshot.
+type snapUser struct {
+	Status  *string `json:"status"`
+	Version uint64  `json:"version"`
+}
+
+// benchConn is one WebSocket connection. Reads belong to one goroutine;
+// send is safe for concurrent use.
+type benchConn struct {
+	nc      net.Conn
+	rd      io.Reader
+	welcome wsMsg
+
+	wmu sync.Mutex // serialises frames
+}
+
+// closeError is a close frame from the server.
+type closeError struct {
+	code   ws.StatusCode
+	reason string
+}
+
+func (e *closeError) Error() string {
+	return fmt.Sprintf("closed by the server: %d %s", e.code, e.reason)
+}
+
+// dial opens a connection of user's device and reads its welcome.
+func (e wsEndpoint) dial(ctx context.Context, user, device string) (*benchConn, error) {
+	u := *e.url
+	q := url.Values{}
+	if e.dev {
+		q.Set("user_id", user)
+	} else {
+		tok, err := auth.Sign([]byte(e.secret), user, "", time.Now(), 3*time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		q.Set("token", tok)
+	}
+	if device != "" {
+		q.Set("device_id", device)
+	}
+	u.RawQuery = q.Encode()
+	nc, br, _, err := ws.Dialer{Timeout: 10 * time.Second}.Dial(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("dial %s as %s: %w", e.url.Host, user, err)
+	}
+	c := &benchConn{nc: nc, rd: bufio.NewReaderSize(nc, 4096)}
+	if br != nil {
+		c.rd = br
+	}
+	m, err := c.read(time.Now().Add(10 * time.Second))
+	if err == nil && m.Type != "welcome" {
+		err = fmt.Errorf("first message is %q, not a welcome", m.Type)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%s as %s: welcome: %w", e.url.Host, user, err)
+	}
+	c.welcome = *m
+	return c, nil
+}
+
+// ttl and beat are what the welcome announced (beat: ttl/3 when absent).
+func (c *benchConn) ttl() time.Duration { return time.Duration(c.welcome.TTLMs) * time.Millisecond }
+
+func (c *benchConn) beat() time.Duration {
+	if c.welcome.HeartbeatMs > 0 {
+		return time.Duration(c.welcome.HeartbeatMs) * time.Millisecond
+	}
+	return c.ttl() / 3
+}
+
+// read returns the next text message, skipping pings and pongs; a zero
+// deadline waits for ever.
+func (c *benchConn) read(deadline time.Time) (*wsMsg, error) {
+	for {
+		_ = c.nc.SetReadDeadline(deadline)
+		f, err := ws.ReadFrame(c.rd)
+		if err != nil {
+			return nil, err
+		}
+		switch f.Header.OpCode {
+		case ws.OpText:
+			m := &wsMsg{}
+			if err := json.Unmarshal(f.Payload, m); err != nil {
+				return nil, fmt.Errorf("bad message %.80q: %w", f.Payload, err)
+			}
+			return m, nil
+		case ws.OpClose:
+			code, reason := ws.ParseCloseFrameData(f.Payload)
+			return nil, &closeError{code: code, reason: reason}
+		case ws.OpPing, ws.OpPong:
+			continue
+		default:
+			return nil, fmt.Errorf("unexpected frame %v", f.Header.OpCode)
+		}
+	}
+}
+
+// send writes one text message.
+func (c *benchConn) send(msg []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return ws.WriteFrame(c.nc, ws.MaskFrame(ws.NewTextFrame(msg)))
+}
+
+// sendAt writes one text message and returns when it was written.
+func (c *benchConn) sendAt(msg []byte) (time.Time, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	f := ws.MaskFrame(ws.NewTextFrame(msg))
+	err := ws.WriteFrame(c.nc, f)
+	return time.Now(), err
+}
+
+// drop closes the TCP connection without a close frame or bye.
+func (c *benchConn) drop() { c.nc.Close() }
+
+var (
+	msgHeartbeat = []byte(`{"type":"heartbeat"}`)
+	msgBusy      = []byte(`{"type":"set_status","status":"busy"}`)
+	msgOnline    = []byte(`{"type":"set_status","status":"online"}`)
+)
+
+// subscribeMsg is a subscribe request for ids.
+func subscribeMsg(ids []string) []byte {
+	b, _ := json.Marshal(struct {
+		Type    string   `json:"type"`
+		UserIDs []string `json:"user_ids"`
+	}{"subscribe", ids})
+	return b
+}
+
+// beatLoop heartbeats on c every interval until ctx is done or a write
+// fails.
+func beatLoop(ctx context.Context, c *benchConn, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if c.send(msgHeartbeat) != nil {
+				return
+			}
+		}
+	}
+}
+
+// latSet is a set of latency samples with exact percentiles (the runs are
+// bounded, so every sample is kept).
+type latSet struct {
+	d      []time.Duration
+	sorted bool
+}
+
+func (l *latSet) add(d time.Duration) { l.d = append(l.d, d); l.sorted = false }
+
+func (l *latSet) n() int { return len(l.d) }
+
+// pct returns the q-quantile (0 ≤ q ≤ 1) by nearest rank; 0 without samples.
+func (l *latSet) pct(q float64) time.Duration {
+	if len(l.d) == 0 {
+		return 0
+	}
+	if !l.sorted {
+		slices.Sort(l.d)
+		l.sorted = true
+	}
+	i := int(math.Ceil(q*float64(len(l.d)))) - 1
+	return l.d[max(0, min(i, len(l.d)-1))]
+}
+
+// latSummary is the JSON form of a latency distribution, in milliseconds.
+type latSummary struct {
+	Samples int     `json:"samples"`
+	P50     float64 `json:"p50_ms"`
+	P99     float64 `json:"p99_ms"`
+	P999    float64 `json:"p999_ms"`
+	Max     float64 `json:"max_ms"`
+}
+
+func (l *latSet) summary() latSummary {
+	ms := func(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+	return latSummary{Samples: l.n(), P50: ms(l.pct(0.5)), P99: ms(l.pct(0.99)), P999: ms(l.pct(0.999)), Max: ms(l.pct(1))}
+}
+
+// runTag is a short random tag that keeps the users of one run apart from
+// those of earlier runs against the same server.
+func runTag() string {
+	return fmt.Sprintf("%04x", time.Now().UnixNano()&0xffff)
+}

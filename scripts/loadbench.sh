@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Runs every presence-bench scenario against presenced on this machine —
+# one embedded node, then three (and, for the connection count, six)
+# scale-out nodes sharing one Redis, PostgreSQL and NATS — and writes the
+# JSON results, the human tables and the plots of docs/benchmarks.md.
+#
+#   scripts/loadbench.sh [out-dir]          (default: a new directory under /tmp)
+#
+# The scale-out half uses the Redis, PostgreSQL (trust auth) and NATS
+# JetStream servers on their standard loopback ports, or REDIS_URL,
+# PG_ADMIN_URL (a database the script may CREATE DATABASE from) and
+# NATS_URL. It creates a fresh database and Redis key prefix per run.
+# SCENARIOS (default "all") picks a subset: e.g. SCENARIOS="fanout churn";
+# MODES (default "embedded cluster") one of the two halves.
+# The whole run takes about 20 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=${1:-$(mktemp -d /tmp/presenced-loadbench-XXXXXX)}
+mkdir -p "$out"
+REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+PG_ADMIN_URL=${PG_ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
+SCENARIOS=${SCENARIOS:-all}
+MODES=${MODES:-embedded cluster}
+KEY=bench-key
+SECRET=bench-secret-0123456789
+
+bin=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$bin"
+}
+trap cleanup EXIT
+go build -o "$bin/presenced" ./cmd/presenced
+go build -o "$bin/presence-bench" ./cmd/presence-bench
+pb="$bin/presence-bench"
+
+{
+	echo "date: $(date -u +%FT%TZ)"
+	echo "go: $(go version)"
+	echo "cpu: $(nproc) × $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+	echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+	echo "commit: $(git rev-parse --short HEAD)"
+} | tee "$out/machine.txt"
+
+want() { [[ " $MODES " == *" $mode "* ]] && [[ $SCENARIOS == all || " $SCENARIOS " == *" $1 "* ]]; }
+
+# node NAME PORT ARGS… starts presenced on 127.0.0.1:PORT and waits for it.
+node() {
+	local name=$1 port=$2
+	shift 2
+	"$bin/presenced" -addr "127.0.0.1:$port" -data "$out/data-$name" -api-key "$KEY" -jwt-secret "$SECRET" \
+		-log-level warn "$@" >"$out/$name.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 200); do
+		curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return 0
+		sleep 0.1
+	done
+	echo "node $name did not start; its log:" >&2
+	cat "$out/$name.log" >&2
+	exit 1
+}
+
+stop_nodes() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	pids=()
+}
+
+# run NAME ARGS… runs one scenario: the table on the terminal and in
+# NAME.txt, the JSON in NAME.json.
+run() {
+	local name=$1
+	shift
+	echo
+	echo "== $name: presence-bench $*"
+	"$pb" "$@" -json >"$out/$name.json" 2>"$out/$name.progress"
+	python3 -m json.tool "$out/$name.json" >"$out/$name.txt" 2>/dev/null || cp "$out/$name.json" "$out/$name.txt"
+	cat "$out/$name.txt"
+}
+
+# --- embedded: one node, nothing else ---
+mode=embedded
+
+if want heartbeats; then
+	node embedded 18180 -dev
+	run embedded-heartbeats-ws heartbeats -url ws://127.0.0.1:18180 -dev -api-key "$KEY" -n 10000 -interval 100ms -duration 20s -baseline-redis "$REDIS_URL"
+	run embedded-heartbeats-http heartbeats -url http://127.0.0.1:18180 -transport http -api-key "$KEY" -n 20000 -interval 200ms -duration 20s
+	stop_nodes
+fi
+if want batch; then
+	node embedded 18180 -dev -poll-interval 0 -heartbeat-ttl 10m
+	run embedded-batch batch -url http://127.0.0.1:18180 -api-key "$KEY" -users 1000000 -duration 20s -baseline-redis "$REDIS_URL"
+	# latency without queueing: one read in flight
+	run embedded-batch-c1 batch -url http://127.0.0.1:18180 -api-key "$KEY" -users 1000000 -seed=false -concurrency 1 -duration 20s
+	stop_nodes
+fi
+if want fanout; then
+	node embedded 18180 -dev
+	run embedded-fanout-1 fanout -url ws://127.0.0.1:18180 -dev -watchers 500 -targets 1 -duration 20s -baseline-redis "$REDIS_URL"
+	run embedded-fanout-10 fanout -url ws://127.0.0.1:18180 -dev -watchers 500 -targets 10 -duration 20s
+	stop_nodes
+fi
+if want churn; then
+	node embedded 18180 -dev -heartbeat-ttl 5s
+	run embedded-churn churn -url ws://127.0.0.1:18180 -dev -devices 2000 -duration 60s
+	stop_nodes
+fi
+if want connections; then
+	for n in 5000 10000 15000; do
+		node embedded 18180 -dev
+		run "embedded-connections-$n" connections -url ws://127.0.0.1:18180 -dev -api-key "$KEY" -n "$n"
+		stop_nodes
+	done
+fi
+if want limits; then
+	run limits limits -redis "${REDIS_URL#redis://}"
+fi
+
+# --- scale-out: nodes on Redis + PostgreSQL + NATS ---
+mode=cluster
+
+db="presenced_bench_$(date +%s)"
+psql "$PG_ADMIN_URL" -qc "CREATE DATABASE $db" >/dev/null
+pg_url="${PG_ADMIN_URL%/*}/$db?sslmode=disable"
+prefix="bench$(date +%s):"
+cluster() { # cluster N ARGS…: N nodes on ports 18181…
+	local n=$1
+	shift
+	for i in $(seq "$n"); do
+		node "node$i" $((18180 + i)) -dev -redis-url "$REDIS_URL" -redis-prefix "$prefix" -postgres-url "$pg_url" \
+			-nats-url "$NATS_URL" -node-id "bench$i" "$@"
+	done
+}
+
+if want heartbeats; then
+	cluster 3
+	run cluster-heartbeats-ws heartbeats -url ws://127.0.0.1:18181 -dev -api-key "$KEY" -n 10000 -interval 100ms -duration 20s -baseline-redis "$REDIS_URL"
+	# the baseline as a client with a small connection pool does it (go-redis
+	# defaults to 10 per core: 20 here), one round trip per beat
+	run cluster-heartbeats-ws-pool20 heartbeats -url ws://127.0.0.1:18181 -dev -api-key "$KEY" -n 10000 -interval 100ms -duration 20s -baseline-redis "$REDIS_URL" -baseline-conns 20
+	stop_nodes
+fi
+if want batch; then
+	cluster 3 -poll-interval 0 -heartbeat-ttl 10m
+	run cluster-batch batch -url http://127.0.0.1:18181 -api-key "$KEY" -users 200000 -duration 20s -baseline-redis "$REDIS_URL"
+	run cluster-batch-c1 batch -url http://127.0.0.1:18181 -api-key "$KEY" -users 200000 -seed=false -concurrency 1 -duration 20s
+	stop_nodes
+fi
+if want fanout; then
+	cluster 3
+	run cluster-fanout-1 fanout -url ws://127.0.0.1:18181 -url ws://127.0.0.1:18182,ws://127.0.0.1:18183 -dev -watchers 500 -targets 1 -duration 20s -baseline-redis "$REDIS_URL"
+	run cluster-fanout-10 fanout -url ws://127.0.0.1:18181 -url ws://127.0.0.1:18182,ws://127.0.0.1:18183 -dev -watchers 500 -targets 10 -duration 20s
+	stop_nodes
+fi
+if want churn; then
+	cluster 3 -heartbeat-ttl 5s
+	run cluster-churn churn -url ws://127.0.0.1:18181 -url ws://127.0.0.1:18182,ws://127.0.0.1:18183 -dev -devices 2000 -duration 60s
+	stop_nodes
+fi
+if want connections; then
+	# 100,000 connections held at once: six nodes (a process may hold
+	# 20,000 files here), ~16,700 each, measured in parallel.
+	cluster 6
+	tools=()
+	for i in $(seq 6); do
+		"$pb" connections -url "ws://127.0.0.1:$((18180 + i))" -dev -api-key "$KEY" -n 16667 -hold 90s -json \
+			>"$out/cluster-connections-node$i.json" 2>"$out/cluster-connections-node$i.progress" &
+		tools+=($!)
+	done
+	wait "${tools[@]}" || true
+	cat "$out"/cluster-connections-node*.json
+	stop_nodes
+fi
+
+psql "$PG_ADMIN_URL" -qc "DROP DATABASE IF EXISTS $db" >/dev/null || true
+if command -v redis-cli >/dev/null; then # the scale-out nodes' keys
+	redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}*" | xargs -r -n 1000 redis-cli -u "$REDIS_URL" del >/dev/null || true
+fi
+"$pb" plot -o "$out" "$out"/*.json >/dev/null 2>&1 || true
+echo
+echo "results in $out"
