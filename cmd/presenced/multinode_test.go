@@ -64,6 +64,22 @@ func (b *backends) node(t *testing.T, i int, more ...string) *proc {
 	return start(t, nil, append(args, more...)...)
 }
 
+// nodes starts nodes 1…n at once, as a deployment's nodes often start,
+// racing to declare the NATS streams. It stops the test if one fails.
+func (b *backends) nodes(t *testing.T, n int) []*proc {
+	t.Helper()
+	nodes := make([]*proc, n)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() { nodes[i] = b.node(t, i+1) })
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return nodes
+}
+
 // seen is what one watching client received, per user, in order.
 type seen struct {
 	mu     sync.Mutex
@@ -160,12 +176,7 @@ func dial(t *testing.T, n *proc, user, device string) *wsclient.Client {
 func TestThreeNodes(t *testing.T) {
 	t.Parallel()
 	b := newBackends(t)
-	var nodes [3]*proc
-	var wg sync.WaitGroup
-	for i := range nodes {
-		wg.Go(func() { nodes[i] = b.node(t, i+1) })
-	}
-	wg.Wait()
+	nodes := b.nodes(t, 3)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 
 	w1 := watcher(t, n1, "w1", "bob", "carol", "dave")
@@ -252,11 +263,8 @@ func TestThreeNodes(t *testing.T) {
 func TestRedisOutage(t *testing.T) {
 	t.Parallel()
 	b := newBackends(t)
-	var n1, n2 *proc
-	var wg sync.WaitGroup
-	wg.Go(func() { n1 = b.node(t, 1) })
-	wg.Go(func() { n2 = b.node(t, 2) })
-	wg.Wait()
+	nodes := b.nodes(t, 2)
+	n1, n2 := nodes[0], nodes[1]
 
 	w := watcher(t, n2, "w", "alice", "vic")
 	dial(t, n1, "alice", "phone")
@@ -462,11 +470,8 @@ func TestIngestFromConnectionLayer(t *testing.T) {
 func TestNATSOutage(t *testing.T) {
 	t.Parallel()
 	b := newBackends(t)
-	var n1, n2 *proc
-	var wg sync.WaitGroup
-	wg.Go(func() { n1 = b.node(t, 1) })
-	wg.Go(func() { n2 = b.node(t, 2) })
-	wg.Wait()
+	nodes := b.nodes(t, 2)
+	n1, n2 := nodes[0], nodes[1]
 	w := watcher(t, n2, "w", "pat")
 	n1.heartbeat(apiKey, "pat", "pc")
 	w.await(t, "w", "pat", wsclient.Online)

@@ -138,6 +138,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/presenced/presenced/internal/jsstream"
 
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
@@ -353,7 +354,7 @@ func (cfg *Config) fill() error {
 }
 
 // ensure creates or updates the stream and the durable consumer. Nodes
-// racing to create the same stream are fine: the loser updates.
+// may race to do it (see package jsstream).
 func (c *Consumer) ensure(ctx context.Context) error {
 	scfg := jetstream.StreamConfig{
 		Name:       c.cfg.Stream,
@@ -364,15 +365,8 @@ func (c *Consumer) ensure(ctx context.Context) error {
 		MaxAge:     c.cfg.MaxAge,
 		Duplicates: c.cfg.DuplicateWindow,
 	}
-	var err error
-	for try := 0; try < 5; try++ {
-		_, err = c.js.CreateOrUpdateStream(ctx, scfg)
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			break // created by another node between our update and create: update again
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("ingest: create or update stream %s: %w", c.cfg.Stream, err)
+	if err := jsstream.Ensure(ctx, c.js, scfg); err != nil {
+		return fmt.Errorf("ingest: %w", err)
 	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       c.cfg.Durable,

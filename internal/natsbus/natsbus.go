@@ -128,6 +128,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/presenced/presenced/internal/jsstream"
 
 	"github.com/presenced/presenced/internal/presence"
 )
@@ -446,8 +447,7 @@ func reconnectDelay(attempts int) time.Duration {
 }
 
 // ensureStream creates the stream or updates it to the configuration.
-// Several nodes may do this at once: a create that loses the race is
-// followed by an update.
+// Several nodes may do this at once (see package jsstream).
 func (b *Bus) ensureStream(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -466,17 +466,10 @@ func (b *Bus) ensureStream(ctx context.Context) error {
 		MaxMsgSize:   -1,
 		MaxConsumers: -1,
 	}
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if _, err = b.js.CreateOrUpdateStream(ctx, cfg); err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			break
-		}
-		// Another node created it between our update and our create.
+	if err := jsstream.Ensure(ctx, b.js, cfg); err != nil {
+		return fmt.Errorf("natsbus: %w (subjects %s)", err, cfg.Subjects[0])
 	}
-	return fmt.Errorf("natsbus: create or update stream %s on %s: %w", b.cfg.Stream, cfg.Subjects[0], err)
+	return nil
 }
 
 // NodeID returns the id this bus stamps on its messages.

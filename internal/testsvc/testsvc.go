@@ -406,17 +406,23 @@ func (s *Server) Close() error {
 	return os.RemoveAll(s.Dir)
 }
 
-// LogTail returns the last n lines the server wrote to its log.
+// LogTail returns the last n lines the server wrote to its log. If the
+// server panicked (nats-server is written in Go), the tail starts at the
+// panic and its first stack frames instead, which say what crashed.
 func (s *Server) LogTail(n int) string {
 	b, err := os.ReadFile(filepath.Join(s.Dir, s.Kind+".log"))
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	from := max(len(lines)-n, 0)
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "panic: ") || strings.HasPrefix(lines[i], "fatal error: ") {
+			from = i
+			break
+		}
 	}
-	return strings.Join(lines, "\n")
+	return strings.Join(lines[from:min(from+n, len(lines))], "\n")
 }
 
 // newServer makes the directory and picks the port of a server of sp.

@@ -3,7 +3,10 @@ package testsvc_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -390,5 +393,30 @@ func TestRedisCluster(t *testing.T) {
 	}
 	if err := c.WaitOK(10 * time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A crashed Go server's tail starts at its panic, not in the middle of
+// its stack; otherwise it is the last lines.
+func TestLogTailShowsThePanic(t *testing.T) {
+	dir := t.TempDir()
+	s := &testsvc.Server{Kind: "nats", Dir: dir}
+	var log []string
+	for i := range 10 {
+		log = append(log, fmt.Sprint("line ", i))
+	}
+	write := func() {
+		if err := os.WriteFile(filepath.Join(dir, "nats.log"), []byte(strings.Join(log, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	if got, want := s.LogTail(3), "line 7\nline 8\nline 9"; got != want {
+		t.Fatalf("LogTail(3) = %q, want %q", got, want)
+	}
+	log = append(log, "panic: runtime error: invalid memory address", "", "goroutine 31 [running]:", "frame 1", "frame 2", "frame 3")
+	write()
+	if got, want := s.LogTail(3), "panic: runtime error: invalid memory address\n\ngoroutine 31 [running]:"; got != want {
+		t.Fatalf("LogTail(3) after a panic = %q, want %q", got, want)
 	}
 }

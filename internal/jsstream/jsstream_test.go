@@ -1,0 +1,119 @@
+package jsstream_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presenced/presenced/internal/jsstream"
+	"github.com/presenced/presenced/internal/testsvc"
+)
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+func connect(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func config(name string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:       name,
+		Subjects:   []string{strings.ToLower(name) + ".>"},
+		Storage:    jetstream.FileStorage,
+		MaxAge:     time.Hour,
+		Duplicates: time.Minute,
+	}
+}
+
+// Nodes starting together each declare the same streams on a fresh server
+// at the same moment. nats-server 2.9 crashed when an update request met
+// a stream another connection was still creating (the old code updated
+// first); it must stay up, and every Ensure must succeed.
+func TestConcurrentEnsureOnAFreshServer(t *testing.T) {
+	const rounds, nodes = 100, 4
+	for round := range rounds {
+		srv := testsvc.NATS(t)
+		jss := make([]jetstream.JetStream, nodes)
+		for i := range jss {
+			jss[i] = connect(t, srv.URL)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, js := range jss {
+			for _, name := range []string{"CHANGES", "INGEST"} {
+				wg.Go(func() {
+					<-start
+					if err := jsstream.Ensure(ctx, js, config(name)); err != nil {
+						t.Errorf("round %d: %v", round, err)
+					}
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		cancel()
+		if !srv.Running() {
+			t.Fatalf("round %d: nats-server died:\n%s", round, srv.LogTail(60))
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		srv.Close()
+	}
+}
+
+// A stream left by an older release with another configuration is brought
+// to the one asked for; a stream of another name holding the subjects is
+// a clear error.
+func TestEnsureUpdatesAndRefuses(t *testing.T) {
+	srv := testsvc.SharedNATS(t)
+	js := connect(t, srv.URL)
+	ctx := context.Background()
+	name := "S" + strings.ToUpper(testsvc.Unique(t))
+	old := config(name)
+	old.MaxAge = 2 * time.Hour
+	if _, err := js.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { js.DeleteStream(context.Background(), name) })
+	if err := jsstream.Ensure(ctx, js, config(name)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxAge; got != time.Hour {
+		t.Fatalf("MaxAge after Ensure = %s, want 1h", got)
+	}
+	// Ensure again: nothing to change, still fine.
+	if err := jsstream.Ensure(ctx, js, config(name)); err != nil {
+		t.Fatal(err)
+	}
+
+	other := config(name + "X")
+	other.Subjects = config(name).Subjects
+	err = jsstream.Ensure(ctx, js, other)
+	if err == nil || !strings.Contains(err.Error(), name+"X") || !strings.Contains(err.Error(), "overlap") {
+		t.Fatalf("Ensure of a stream whose subjects another holds: %v, want an overlap error naming it", err)
+	}
+	if _, err := js.Stream(ctx, name+"X"); err == nil {
+		t.Fatal("the refused stream exists")
+	}
+}
