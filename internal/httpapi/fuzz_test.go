@@ -184,8 +184,10 @@ func FuzzDecodeBatch(f *testing.F) {
 		`{"user_ids":[`+strings.Join(many[:query.MaxBatch], ",")+`]}`,
 		`{"user_ids":[`+strings.Join(many, ",")+`]}`,
 	)
+	sc := new(idScratch) // reused, as the pool reuses it
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := decodeBatch(body)
+		defer sc.reset()
+		r, err := decodeBatch(body, sc)
 		if err != nil {
 			checkErr(t, err)
 			return
@@ -259,8 +261,10 @@ func FuzzParseIDList(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	sc := new(idScratch) // reused, as the pool reuses it
 	f.Fuzz(func(t *testing.T, s string) {
-		ids, err := parseIDList(s)
+		defer sc.reset()
+		ids, err := parseIDList(s, sc)
 		if err != nil {
 			checkErr(t, err)
 			return

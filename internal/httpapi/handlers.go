@@ -76,7 +76,9 @@ func (s *Server) batchSeed(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ids, err := parseIDList(raw)
+	sc := getIDScratch()
+	defer putIDScratch(sc)
+	ids, err := parseIDList(raw, sc)
 	if err != nil {
 		return err
 	}
@@ -142,7 +144,9 @@ func (s *Server) presenceBatch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := decodeBatch(body)
+	sc := getIDScratch()
+	defer putIDScratch(sc)
+	req, err := decodeBatch(body, sc)
 	if err != nil {
 		return err
 	}
