@@ -96,6 +96,8 @@ func (d *differ) step(i int) {
 	dev := diffDevices[r.IntN(len(diffDevices))]
 	var what string
 	switch k := r.IntN(100); {
+	case k < 8:
+		what = d.burst()
 	case k < 40:
 		active := r.IntN(4) != 0
 		what = fmt.Sprintf("Beat(%d, %s, %s, %v)", now, user, dev, active)
@@ -228,4 +230,39 @@ func (d *differ) same(what string, op func(tracker.Store) (presence.Change, erro
 	if chs[0] != chs[1] {
 		d.t.Errorf("%s:\n memstore   %+v\n redisstore %+v", what, chs[0], chs[1])
 	}
+}
+
+// burst sends 2–12 heartbeats of random users and devices, at now or a
+// few milliseconds later, to redisstore in one script call (as beats that
+// queue behind a call in flight go) and to memstore one by one, and
+// compares every outcome. Beats of one user, beats that take the fast
+// path after one that did not, and beats of users not held mix in one
+// call.
+func (d *differ) burst() string {
+	d.t.Helper()
+	r, ctx := d.r, context.Background()
+	beats := make([]redisstore.BeatArgs, 2+r.IntN(11))
+	for i := range beats {
+		if r.IntN(3) == 0 {
+			d.now += int64(r.IntN(3))
+		}
+		beats[i] = redisstore.BeatArgs{User: diffUsers[r.IntN(len(diffUsers))], Device: diffDevices[r.IntN(len(diffDevices))],
+			Now: d.now, Active: r.IntN(4) != 0}
+	}
+	what := fmt.Sprintf("BeatBatch(%+v)", beats)
+	chs, errs := d.red.(*redisstore.Store).BeatBatch(ctx, beats)
+	for i, b := range beats {
+		ch, err := d.mem.Beat(ctx, b.Now, b.User, b.Device, b.Active)
+		if errors.Is(err, tracker.ErrNotLoaded) != errors.Is(errs[i], tracker.ErrNotLoaded) ||
+			errors.Is(err, presence.ErrTooManyDevices) != errors.Is(errs[i], presence.ErrTooManyDevices) {
+			d.t.Errorf("%s: beat %d: memstore err %v, redisstore err %v", what, i, err, errs[i])
+		}
+		if errs[i] != nil && !errors.Is(errs[i], tracker.ErrNotLoaded) && !errors.Is(errs[i], presence.ErrTooManyDevices) {
+			d.t.Fatalf("%s: beat %d: %v", what, i, errs[i])
+		}
+		if ch != chs[i] {
+			d.t.Errorf("%s: beat %d:\n memstore   %+v\n redisstore %+v", what, i, ch, chs[i])
+		}
+	}
+	return what
 }

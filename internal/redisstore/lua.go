@@ -189,71 +189,97 @@ local function find(u, id)
 end
 `
 
-// luaBeatFast runs before the helpers are even defined, so the common
-// heartbeat — a device that is alive beating again, the user's public
-// status staying what it is — costs one HMGET, one HSET and one SADD and
-// none of the work of loading the whole user. It applies exactly what the
-// full script would: the device's last beat (and last activity) move
-// later, last_seen too (and public last_seen unless the user is
-// invisible); no status, text or version changes; the user's due entry
-// stays (a heartbeat only moves deadlines later: the entry fires early and
-// is re-armed, as in memstore). The user's due entry s is never later than
-// any of its deadlines, so s > now means no device is dead and no away is
-// due: there is nothing for settle to do. Anything else — a new or dead device, a
-// status the beat would change (an away user becoming active, an idle one
-// whose away is due but not swept yet, a background beat of a user
-// without a manual status), a text not yet published, a due entry that is
-// due —
-// falls through to the full script. The differential test against
-// memstore covers both paths.
+// A heartbeat is applied in batches: one script call carries the beats
+// that queued while the previous call of their batch group was in flight
+// (Store.Beat), in arrival order. KEYS: per beat, the user's hash, due
+// and dirty set; ARGV: per beat, user, now, device, active (1/0). It
+// returns one reply per beat: {0} (no change), the change, {-1} (not
+// loaded) or {-2} (too many devices).
+//
+// luaBeatFast runs before the helpers are even defined, so a batch of
+// common heartbeats — a device that is alive beating again, the user's
+// public status staying what it is — costs one HMGET, one HSET and one
+// SADD a beat and none of the work of loading the whole user. It applies
+// exactly what the full script would: the device's last beat (and last
+// activity) move later, last_seen too (and public last_seen unless the
+// user is invisible); no status, text or version changes; the user's due
+// entry stays (a heartbeat only moves deadlines later: the entry fires
+// early and is re-armed, as in memstore). The user's due entry s is never
+// later than any of its deadlines, so s > now means no device is dead and
+// no away is due: there is nothing for settle to do. Anything else — a new
+// or dead device, a status the beat would change (an away user becoming
+// active, an idle one whose away is due but not swept yet, a background
+// beat of a user without a manual status), a text not yet published, a
+// due entry that is due — stops the fast loop: the helpers are defined
+// and that beat and the rest go through luaBeat, in order. The
+// differential test against memstore covers both paths, alone and in
+// batches.
 const luaBeatFast = `
-local FNOW, FACT = tonumber(ARGV[2]), ARGV[4] == '1'
-local F = redis.call('HMGET', KEYS[1], 'd:' .. ARGV[3], 'm', 'pub', 't', 'pt', 'ev', 's', 'ls')
-if F[1] and (F[4] or '') == (F[5] or '') and (F[6] or '0') == '0' and tonumber(F[7] or '0') > FNOW then
+local N = #ARGV / 4
+local R = {}
+local B = 1
+local function fastbeat(key, dirty, id, now, dev, act)
+  local F = redis.call('HMGET', key, 'd:' .. dev, 'm', 'pub', 't', 'pt', 'ev', 's', 'ls')
+  if not (F[1] and (F[4] or '') == (F[5] or '') and (F[6] or '0') == '0' and tonumber(F[7] or '0') > now) then
+    return false
+  end
   local c = string.find(F[1], ':', 1, true)
   local lb, la = tonumber(string.sub(F[1], 1, c - 1)), tonumber(string.sub(F[1], c + 1))
   local m, pub = tonumber(F[2] or '0'), tonumber(F[3] or '0')
   local want = -1
-  if m == 1 then want = 2 elseif m == 2 then want = 3 elseif m == 3 then want = 0 elseif FACT then want = 1 end
-  if FNOW < lb + TTL and want == pub then
-    if FNOW > lb then lb = FNOW end
-    if FACT and FNOW > la then la = FNOW end
-    local ls = tonumber(F[8] or '0')
-    if FNOW > ls then ls = FNOW end
-    local dv, lsx = string.format('%d:%d', lb, la), string.format('%d', ls)
-    if pub ~= 0 then
-      redis.call('HSET', KEYS[1], 'd:' .. ARGV[3], dv, 'ls', lsx, 'pls', lsx)
-    else
-      redis.call('HSET', KEYS[1], 'd:' .. ARGV[3], dv, 'ls', lsx)
-    end
-    redis.call('SADD', KEYS[3], ARGV[1])
-    return {0}
+  if m == 1 then want = 2 elseif m == 2 then want = 3 elseif m == 3 then want = 0 elseif act then want = 1 end
+  if not (now < lb + TTL and want == pub) then return false end
+  if now > lb then lb = now end
+  if act and now > la then la = now end
+  local ls = tonumber(F[8] or '0')
+  if now > ls then ls = now end
+  local dv, lsx = string.format('%d:%d', lb, la), string.format('%d', ls)
+  if pub ~= 0 then
+    redis.call('HSET', key, 'd:' .. dev, dv, 'ls', lsx, 'pls', lsx)
+  else
+    redis.call('HSET', key, 'd:' .. dev, dv, 'ls', lsx)
   end
+  redis.call('SADD', dirty, id)
+  return true
 end
+while B <= N and fastbeat(KEYS[3 * B - 2], KEYS[3 * B], ARGV[4 * B - 3], tonumber(ARGV[4 * B - 2]), ARGV[4 * B - 1], ARGV[4 * B] == '1') do
+  R[B] = {0}
+  B = B + 1
+end
+if B > N then return R end
 `
 
-// KEYS: user hash, due, dirty. ARGV: user, now, device, active (1/0).
-// Returns {0} (no change), the change, {-1} (not loaded) or {-2} (too many
-// devices). The store runs it after luaBeatFast, in the same script.
+// luaBeat follows luaBeatFast and the helpers in the same script: it
+// applies beat B (which failed the fast path) and the rest of the batch.
 const luaBeat = `
-local id, now, dev, active = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
-local u = load(KEYS[1])
-if not u then return {-1} end
-local d = find(u, dev)
-if not d then
-  if #u.devs >= MAXDEV and alive_devices(u, now) >= MAXDEV then return {-2} end
-  d = {id = dev, lb = 0, la = 0}
-  u.devs[#u.devs + 1] = d
+local function beat(key, due, dirty, id, now, dev, active)
+  local u = load(key)
+  if not u then return {-1} end
+  local d = find(u, dev)
+  if not d then
+    if #u.devs >= MAXDEV and alive_devices(u, now) >= MAXDEV then return {-2} end
+    d = {id = dev, lb = 0, la = 0}
+    u.devs[#u.devs + 1] = d
+  end
+  if now > d.lb then d.lb = now end
+  if active and now > d.la then d.la = now end
+  d.mod = true
+  if now > u.ls then u.ls = now end
+  local ch = settle(u, now)
+  schedule(due, id, u, now)
+  save(u)
+  redis.call('SADD', dirty, id)
+  return ch or {0}
 end
-if now > d.lb then d.lb = now end
-if active and now > d.la then d.la = now end
-d.mod = true
-if now > u.ls then u.ls = now end
-local ch = settle(u, now)
-schedule(KEYS[2], id, u, now)
-save(u)
-redis.call('SADD', KEYS[3], id)
-return ch or {0}
+for i = B, N do
+  local key, dirty, id, now, dev, act = KEYS[3 * i - 2], KEYS[3 * i], ARGV[4 * i - 3], tonumber(ARGV[4 * i - 2]), ARGV[4 * i - 1], ARGV[4 * i] == '1'
+  if i > B and fastbeat(key, dirty, id, now, dev, act) then
+    R[i] = {0}
+  else
+    R[i] = beat(key, KEYS[3 * i - 1], dirty, id, now, dev, act)
+  end
+end
+return R
 `
 
 // KEYS: user hash, due, dirty. ARGV: user, now, manual, text.

@@ -1,7 +1,8 @@
 // Package redisstore is the state store of presenced on Redis (or a Redis
 // Cluster), for running several nodes over one shared state: a
-// tracker.Store whose every operation is one Lua script (EVALSHA) applying
-// the rules of presence.User atomically to the user's keys.
+// tracker.Store whose every operation is a Lua script (EVALSHA) applying
+// the rules of presence.User atomically to the user's keys. Heartbeats
+// that arrive while a call is in flight share the next call (beat.go).
 //
 // # Keys
 //
@@ -58,7 +59,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -99,6 +99,9 @@ type Store struct {
 	shards []shardKeys
 
 	beat, setStatus, bye, setSettings, load, expire, dirty *rueidis.Lua
+
+	beatGroups []beatGroup   // see beat.go
+	beatCalls  atomic.Uint64 // script calls that carried heartbeats
 }
 
 type shardKeys struct {
@@ -146,6 +149,7 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 	}
 	s.beat, s.setStatus, s.bye = mk(luaBeatFast, luaBeat), mk("", luaSetStatus), mk("", luaBye)
 	s.setSettings, s.load, s.expire, s.dirty = mk("", luaSetSettings), mk("", luaLoad), mk("", luaExpire), mk("", luaDirty)
+	s.initBeats()
 	return s, nil
 }
 
@@ -177,11 +181,7 @@ func Dial(url string) (rueidis.Client, error) {
 	return c, nil
 }
 
-func (s *Store) shardOf(user string) *shardKeys {
-	h := fnv.New32a()
-	h.Write([]byte(user))
-	return &s.shards[h.Sum32()%uint32(len(s.shards))]
-}
+func (s *Store) shardOf(user string) *shardKeys { return &s.shards[s.shardIndex(user)] }
 
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
 
@@ -191,30 +191,36 @@ func (s *Store) userKeys(user string) []string {
 	return []string{sk.users + user, sk.due, sk.dirty}
 }
 
-// Beat implements tracker.Store.
-func (s *Store) Beat(ctx context.Context, now int64, user, device string, active bool) (presence.Change, error) {
-	a := "0"
-	if active {
-		a = "1"
-	}
-	return s.change(s.beat.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device, a}), user, now, "beat")
-}
-
 // SetStatus implements tracker.Store.
 func (s *Store) SetStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
-	return s.change(s.setStatus.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), strconv.Itoa(int(m)), text}), user, now, "set status")
+	return s.changeOf(s.setStatus.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), strconv.Itoa(int(m)), text}), user, now, "set status")
 }
 
 // Bye implements tracker.Store.
 func (s *Store) Bye(ctx context.Context, now int64, user, device string) (presence.Change, error) {
-	return s.change(s.bye.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device}), user, now, "bye")
+	return s.changeOf(s.bye.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device}), user, now, "bye")
 }
 
-// change decodes the reply of an operation's script.
-func (s *Store) change(r rueidis.RedisResult, user string, now int64, op string) (presence.Change, error) {
-	arr, err := r.ToArray()
+// changeOf decodes the reply of an operation's script.
+func (s *Store) changeOf(r rueidis.RedisResult, user string, now int64, op string) (presence.Change, error) {
+	m, err := r.ToMessage()
 	if err != nil {
-		return presence.Change{}, fmt.Errorf("redisstore: %s: %w", op, err)
+		return presence.Change{}, wrapErr(op, err)
+	}
+	return s.change(m, user, now, op)
+}
+
+func wrapErr(op string, err error) error { return fmt.Errorf("redisstore: %s: %w", op, err) }
+
+func errReplyCount(got, want int) error {
+	return fmt.Errorf("unexpected reply of %d elements for %d beats", got, want)
+}
+
+// change decodes one operation's reply: {0}, {-1}, {-2} or a change.
+func (s *Store) change(m rueidis.RedisMessage, user string, now int64, op string) (presence.Change, error) {
+	arr, err := m.ToArray()
+	if err != nil {
+		return presence.Change{}, wrapErr(op, err)
 	}
 	if len(arr) == 1 {
 		switch code, _ := arr[0].AsInt64(); code {
