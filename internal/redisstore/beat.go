@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -25,7 +28,9 @@ import (
 //
 // The keys of one script must share a Cluster slot, so on a Cluster a
 // group is a shard; on one Redis any keys may go together and the shards
-// are folded into standaloneGroups groups.
+// are folded into standaloneGroups groups — unless Redis refuses a call
+// with CROSSSLOT (a proxy in front of a sharded Redis), after which each
+// shard is a group again.
 const (
 	maxBeatBatch     = 128
 	standaloneGroups = 4
@@ -34,8 +39,8 @@ const (
 type beatGroup struct {
 	mu      sync.Mutex
 	queue   []*beatReq
-	running bool // a call is in flight or about to be sent
-	_       [40]byte
+	running bool     // a call is in flight or about to be sent
+	_       [64]byte // keep neighbouring groups' locks off one cache line
 }
 
 type beatReq struct {
@@ -43,6 +48,7 @@ type beatReq struct {
 	now          int64
 	active       bool
 	shard        *shardKeys
+	deadline     time.Time // the caller's (zero: none)
 
 	ch   presence.Change
 	err  error
@@ -52,11 +58,20 @@ type beatReq struct {
 var beatReqPool = sync.Pool{New: func() any { return &beatReq{done: make(chan bool, 1)} }}
 
 func (s *Store) initBeats() {
-	n := standaloneGroups
-	if s.c.Mode() == rueidis.ClientModeCluster {
-		n = len(s.shards)
+	s.shardGroups = make([]beatGroup, len(s.shards))
+	if s.c.Mode() != rueidis.ClientModeCluster {
+		s.mixedGroups = make([]beatGroup, standaloneGroups)
 	}
-	s.beatGroups = make([]beatGroup, n)
+}
+
+// group returns the batch group of a beat of shard k: a mixed group on one
+// Redis, unless it refused a call across slots (a proxy in front of a
+// sharded Redis does): from then on, the shard's own group.
+func (s *Store) group(k int) *beatGroup {
+	if s.mixedGroups != nil && !s.crossSlotRefused.Load() {
+		return &s.mixedGroups[k%len(s.mixedGroups)]
+	}
+	return &s.shardGroups[k]
 }
 
 func (s *Store) shardIndex(user string) int {
@@ -68,9 +83,10 @@ func (s *Store) shardIndex(user string) int {
 // Beat implements tracker.Store.
 func (s *Store) Beat(ctx context.Context, now int64, user, device string, active bool) (presence.Change, error) {
 	k := s.shardIndex(user)
-	g := &s.beatGroups[k%len(s.beatGroups)]
+	g := s.group(k)
 	r := beatReqPool.Get().(*beatReq)
 	r.user, r.device, r.now, r.active, r.shard = user, device, now, active, &s.shards[k]
+	r.deadline, _ = ctx.Deadline()
 
 	g.mu.Lock()
 	g.queue = append(g.queue, r)
@@ -81,7 +97,7 @@ func (s *Store) Beat(ctx context.Context, now int64, user, device string, active
 		lead = <-r.done
 	}
 	if lead {
-		s.sendBeats(ctx, g, r)
+		s.sendBeats(g, r)
 	}
 	ch, err := r.ch, r.err
 	*r = beatReq{done: r.done}
@@ -91,7 +107,11 @@ func (s *Store) Beat(ctx context.Context, now int64, user, device string, active
 
 // sendBeats sends one call with the group's queued beats, the first of
 // which is self's, then hands the group on and wakes the batch's callers.
-func (s *Store) sendBeats(ctx context.Context, g *beatGroup, self *beatReq) {
+// The call has until the latest deadline of its callers (none if one has
+// none): every beat gets at least the time its caller allows, whoever
+// sends it and however long it queued. A caller may thus wait up to twice
+// its deadline: the call in flight when it queued, then its own.
+func (s *Store) sendBeats(g *beatGroup, self *beatReq) {
 	g.mu.Lock()
 	n := min(len(g.queue), maxBeatBatch)
 	batch := make([]*beatReq, n)
@@ -101,38 +121,54 @@ func (s *Store) sendBeats(ctx context.Context, g *beatGroup, self *beatReq) {
 	g.queue = g.queue[:rest]
 	g.mu.Unlock()
 
-	cctx, cancel := callContext(ctx)
-	s.beatBatch(cctx, batch)
-	cancel()
-
-	g.mu.Lock()
-	var next *beatReq
-	if len(g.queue) > 0 {
-		next = g.queue[0]
-	} else {
-		g.running = false
-	}
-	g.mu.Unlock()
-	if next != nil {
-		next.done <- true
-	}
-	for _, r := range batch {
-		if r != self {
-			r.done <- false
+	defer func() {
+		// Whatever happened to the call — even a panic — the group goes
+		// on and every caller of the batch is answered.
+		p := recover()
+		if p != nil {
+			for _, r := range batch {
+				r.ch, r.err = presence.Change{}, fmt.Errorf("redisstore: beat: panic: %v", p)
+			}
 		}
-	}
+		g.mu.Lock()
+		var next *beatReq
+		if len(g.queue) > 0 {
+			next = g.queue[0]
+		} else {
+			g.running = false
+		}
+		g.mu.Unlock()
+		if next != nil {
+			next.done <- true
+		}
+		for _, r := range batch {
+			if r != self {
+				r.done <- false
+			}
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
+	ctx, cancel := callContext(batch)
+	defer cancel()
+	s.beatBatch(ctx, batch)
 }
 
-// callContext keeps ctx's deadline (the tracker's store timeout) but not
-// its cancellation: the call carries other callers' beats, which must not
-// fail because the caller who happens to send it went away.
-func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	dl, ok := ctx.Deadline()
-	ctx = context.WithoutCancel(ctx)
-	if !ok {
-		return ctx, func() {}
+// callContext returns the context of a call carrying batch: never
+// cancelled (a caller going away must not fail the others' beats), with
+// the latest deadline of the batch's callers, or none if one has none.
+func callContext(batch []*beatReq) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, r := range batch {
+		if r.deadline.IsZero() {
+			return context.Background(), func() {}
+		}
+		if r.deadline.After(latest) {
+			latest = r.deadline
+		}
 	}
-	return context.WithDeadline(ctx, dl)
+	return context.WithDeadline(context.Background(), latest)
 }
 
 // beatBatch runs one script call for batch and sets every beat's outcome.
@@ -149,6 +185,12 @@ func (s *Store) beatBatch(ctx context.Context, batch []*beatReq) {
 	}
 	s.beatCalls.Add(1)
 	replies, err := s.beat.Exec(ctx, s.c, keys, args).ToArray()
+	if err != nil && s.mixedGroups != nil && strings.Contains(err.Error(), "CROSSSLOT") {
+		// Not a plain Redis but a proxy for a sharded one: keep each
+		// later call within one shard (these beats fail; the tracker
+		// retries or buffers them like any failed call).
+		s.crossSlotRefused.Store(true)
+	}
 	if err == nil && len(replies) != len(batch) {
 		err = errReplyCount(len(replies), len(batch))
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
@@ -70,27 +73,143 @@ func TestConcurrentBeatsShareCalls(t *testing.T) {
 	}
 }
 
-// The caller that happens to send a call may have its context cancelled;
-// the other callers' beats in that call must not fail for it. Its
-// deadline (the tracker's store timeout) is kept.
+// A call carries other callers' beats: it is never cancelled, and it has
+// until the latest deadline of its callers, or none if one has none.
 func TestCallContext(t *testing.T) {
-	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
-	ctx, release := redisstore.CallContext(parent)
+	now := time.Now()
+	ctx, release := redisstore.CallContext(now.Add(time.Second), now.Add(time.Hour), now.Add(time.Minute))
 	defer release()
-	cancel()
-	if err := ctx.Err(); err != nil {
-		t.Fatalf("call context ended with its caller's: %v", err)
+	if dl, ok := ctx.Deadline(); !ok || !dl.Equal(now.Add(time.Hour)) {
+		t.Fatalf("deadline %v %v, want the latest, %v", dl, ok, now.Add(time.Hour))
 	}
-	dl, ok := ctx.Deadline()
-	if want, _ := parent.Deadline(); !ok || !dl.Equal(want) {
-		t.Fatalf("deadline %v %v, want the caller's %v", dl, ok, want)
-	}
-	short, cancel2 := context.WithTimeout(context.Background(), time.Millisecond)
-	defer cancel2()
-	ctx2, release2 := redisstore.CallContext(short)
+	ctx2, release2 := redisstore.CallContext(now.Add(time.Second), time.Time{})
 	defer release2()
-	<-ctx2.Done()
-	if !errors.Is(ctx2.Err(), context.DeadlineExceeded) {
-		t.Fatalf("after the deadline: %v", ctx2.Err())
+	if dl, ok := ctx2.Deadline(); ok {
+		t.Fatalf("deadline %v with a caller that has none", dl)
+	}
+	ctx3, release3 := redisstore.CallContext(now.Add(time.Millisecond))
+	defer release3()
+	<-ctx3.Done()
+	if !errors.Is(ctx3.Err(), context.DeadlineExceeded) {
+		t.Fatalf("after the deadline: %v", ctx3.Err())
+	}
+}
+
+// Redis hangs while a call is in flight; the caller whose beat will send
+// the next call has a short deadline, the callers queued behind it long
+// ones. Their beats must get the time their own callers allow, not the
+// sender's: when Redis answers again within it, they succeed. (With the
+// sender's deadline they all failed, and the tracker took that for an
+// outage.) One shard, so all the beats share one group.
+func TestBatchHasItsCallersTime(t *testing.T) {
+	srv := testsvc.Redis(t)
+	s := newStore(t, dial(t, srv.URL), redisstore.Config{Shards: 1})
+	ctx := context.Background()
+	const t0, n = int64(1_700_000_000_000), 20
+	for i := range n + 1 {
+		if err := s.Load(ctx, t0, &presence.Profile{UserID: fmt.Sprint("u", i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Beat(ctx, t0, fmt.Sprint("u", i), "d", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	var wg sync.WaitGroup
+	beat := func(i int, d time.Duration) {
+		wg.Go(func() {
+			bctx, cancel := context.WithTimeout(ctx, d)
+			defer cancel()
+			_, err := s.Beat(bctx, t0+1, fmt.Sprint("u", i), "d", true)
+			if i != 1 && err != nil {
+				t.Errorf("u%d (10 s to spare) failed: %v", i, err)
+			}
+		})
+	}
+	beat(0, 10*time.Second) // in flight, waiting on the paused Redis
+	time.Sleep(50 * time.Millisecond)
+	beat(1, 400*time.Millisecond) // first in the queue: sends the next call
+	time.Sleep(50 * time.Millisecond)
+	for i := 2; i <= n; i++ {
+		beat(i, 10*time.Second)
+	}
+	time.Sleep(time.Second) // past u1's deadline
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	wg.Wait()
+	if _, err := s.Beat(ctx, t0+2, "u2", "d", true); err != nil {
+		t.Fatalf("a beat after the pause: %v", err)
+	}
+}
+
+// Behind a proxy for a sharded Redis the client sees one server, but a
+// call whose keys span slots is refused with CROSSSLOT. The first refusal
+// switches the store to calls within one shard, and beats go through
+// again. A one-node Cluster reached by a plain client plays the proxy.
+func TestCrossSlotRefusalFallsBackToShards(t *testing.T) {
+	cl := testsvc.RedisCluster(t, 1)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{cl.Nodes[0].Addr}, ForceSingleClient: true,
+		DisableCache: true, AlwaysRESP2: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s := newStore(t, c, redisstore.Config{Shards: 8})
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	var users []string
+	for i := range 40 {
+		u := fmt.Sprint("u", i)
+		users = append(users, u)
+		if err := s.Load(ctx, t0, &presence.Profile{UserID: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Forty users over eight shards: one call with all of them spans slots.
+	beats := make([]redisstore.BeatArgs, len(users))
+	for i, u := range users {
+		beats[i] = redisstore.BeatArgs{User: u, Device: "d", Now: t0, Active: true}
+	}
+	_, errs := s.BeatBatch(ctx, beats)
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "CROSSSLOT") {
+		t.Fatalf("a call across slots: %v, want CROSSSLOT", errs[0])
+	}
+	var wg sync.WaitGroup
+	for _, u := range users {
+		wg.Go(func() {
+			ch, err := s.Beat(ctx, t0+1, u, "d", true)
+			if err != nil {
+				t.Errorf("%s: %v", u, err)
+			} else if !ch.Changed || ch.Event.Status != presence.Online {
+				t.Errorf("%s: %+v, want online", u, ch)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A panic in a call (a bug) must not wedge its group: the callers of the
+// batch get an error, the group is released, and the panic goes on up.
+func TestPanicInCallReleasesTheGroup(t *testing.T) {
+	s := newStore(t, client(t), redisstore.Config{Shards: 1})
+	panicked, otherErr, released := s.PanicInCall()
+	if !panicked {
+		t.Error("the panic did not reach the sender")
+	}
+	if otherErr == nil || !strings.Contains(otherErr.Error(), "panic") {
+		t.Errorf("the other caller got %v, want an error naming the panic", otherErr)
+	}
+	if !released {
+		t.Error("the group is still held")
 	}
 }

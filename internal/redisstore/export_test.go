@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/presenced/presenced/internal/presence"
 )
@@ -32,4 +34,37 @@ func (s *Store) BeatBatch(ctx context.Context, beats []BeatArgs) ([]presence.Cha
 // BeatCalls returns the script calls that carried heartbeats so far.
 func (s *Store) BeatCalls() uint64 { return s.beatCalls.Load() }
 
-var CallContext = callContext
+// CallContext is the context of a call carrying beats whose callers have
+// these deadlines (zero: none).
+func CallContext(deadlines ...time.Time) (context.Context, context.CancelFunc) {
+	batch := make([]*beatReq, len(deadlines))
+	for i, d := range deadlines {
+		batch[i] = &beatReq{deadline: d}
+	}
+	return callContext(batch)
+}
+
+// PanicInCall makes a group's next call panic (its first beat has no
+// shard) while another caller's beat rides in it. It reports whether the
+// panic reached the sender, the other caller's error, and whether the
+// group was released for the next call.
+func (s *Store) PanicInCall() (panicked bool, otherErr error, released bool) {
+	g := &s.shardGroups[0]
+	bad := &beatReq{user: "bad", done: make(chan bool, 1)}
+	other := &beatReq{user: "other", device: "d", shard: &s.shards[0], done: make(chan bool, 1)}
+	g.mu.Lock()
+	g.queue = append(g.queue, bad, other)
+	g.running = true
+	g.mu.Unlock()
+	func() {
+		defer func() { panicked = recover() != nil }()
+		s.sendBeats(g, bad)
+	}()
+	if lead := <-other.done; lead {
+		return panicked, errors.New("the other caller was asked to send a call"), false
+	}
+	g.mu.Lock()
+	released = !g.running && len(g.queue) == 0
+	g.mu.Unlock()
+	return panicked, other.err, released
+}

@@ -100,8 +100,11 @@ type Store struct {
 
 	beat, setStatus, bye, setSettings, load, expire, dirty *rueidis.Lua
 
-	beatGroups []beatGroup   // see beat.go
-	beatCalls  atomic.Uint64 // script calls that carried heartbeats
+	// Heartbeat batching, see beat.go.
+	shardGroups      []beatGroup   // one per shard
+	mixedGroups      []beatGroup   // standaloneGroups on one Redis, nil on a Cluster
+	crossSlotRefused atomic.Bool   // a mixed call was refused: use shardGroups
+	beatCalls        atomic.Uint64 // script calls that carried heartbeats
 }
 
 type shardKeys struct {
