@@ -77,9 +77,32 @@ echo "== backend servers"
 backend_servers() {
 	local want=()
 	command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || want+=(redis-server)
-	command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || want+=(nats-server)
 	command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || want+=(postgresql)
 	apt_install "the backend tests will fail" "${want[@]}"
+	nats_server
+}
+
+# nats-server: Debian 12 ships 2.9.10, which crashes or stops answering
+# when several clients create the same JetStream stream at once (as nodes
+# starting together do; see internal/jsstream). The tests use a current
+# release, built once from the Go module proxy (about 20 s) into a cache
+# directory and put first on PATH; Debian's package is the fallback when
+# that build is not possible.
+NATS_SERVER_VERSION=v2.15.2
+nats_server() {
+	local dir="${XDG_CACHE_HOME:-$HOME/.cache}/presenced/nats-server-$NATS_SERVER_VERSION"
+	if [ ! -x "$dir/nats-server" ]; then
+		echo "building nats-server $NATS_SERVER_VERSION into $dir"
+		mkdir -p "$dir"
+		if ! GOBIN="$dir" GOFLAGS=-mod=mod go install "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"; then
+			echo "test: could not build nats-server $NATS_SERVER_VERSION; falling back to Debian's package" >&2
+			command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] ||
+				apt_install "the NATS tests will fail" nats-server
+			return 0
+		fi
+	fi
+	export PATH="$dir:$PATH"
+	echo "nats-server: $(nats-server --version)"
 }
 backend_servers
 

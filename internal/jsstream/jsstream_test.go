@@ -2,6 +2,7 @@ package jsstream_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -43,24 +44,44 @@ func config(name string) jetstream.StreamConfig {
 // Nodes starting together each declare the same streams on a fresh server
 // at the same moment. nats-server 2.9 crashed when an update request met
 // a stream another connection was still creating (the old code updated
-// first); it must stay up, and every Ensure must succeed.
+// first); it must stay up, and every Ensure must succeed. (nats-server 2.9
+// also sometimes stops answering concurrent creates of one stream,
+// nats-io/nats-server#3677; on 2.9 such a round is logged, not failed —
+// scripts/test.sh runs a current release.)
 func TestConcurrentEnsureOnAFreshServer(t *testing.T) {
 	const rounds, nodes = 100, 4
 	for round := range rounds {
-		srv := testsvc.NATS(t)
+		srv, err := testsvc.StartNATS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(srv.URL, nats.MaxReconnects(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := strings.HasPrefix(nc.ConnectedServerVersion(), "2.9.")
+		nc.Close()
 		jss := make([]jetstream.JetStream, nodes)
 		for i := range jss {
 			jss[i] = connect(t, srv.URL)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		start := make(chan struct{})
-		var wg sync.WaitGroup
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			errs    []error
+			timeout bool
+		)
 		for _, js := range jss {
 			for _, name := range []string{"CHANGES", "INGEST"} {
 				wg.Go(func() {
 					<-start
 					if err := jsstream.Ensure(ctx, js, config(name)); err != nil {
-						t.Errorf("round %d: %v", round, err)
+						mu.Lock()
+						errs = append(errs, err)
+						timeout = timeout || errors.Is(err, context.DeadlineExceeded)
+						mu.Unlock()
 					}
 				})
 			}
@@ -71,8 +92,11 @@ func TestConcurrentEnsureOnAFreshServer(t *testing.T) {
 		if !srv.Running() {
 			t.Fatalf("round %d: nats-server died:\n%s", round, srv.LogTail(60))
 		}
-		if t.Failed() {
-			t.FailNow()
+		switch {
+		case len(errs) > 0 && old && timeout:
+			t.Logf("round %d: nats-server 2.9 did not answer concurrent creates (nats-server#3677): %v", round, errs[0])
+		case len(errs) > 0:
+			t.Fatalf("round %d: %v", round, errors.Join(errs...))
 		}
 		srv.Close()
 	}
