@@ -102,7 +102,7 @@ nats_server() {
 		fi
 	fi
 	export PATH="$dir:$PATH"
-	echo "nats-server: $(nats-server --version)"
+	echo "using $(nats-server --version)"
 }
 backend_servers
 
