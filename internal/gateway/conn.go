@@ -49,6 +49,9 @@ type conn struct {
 	strikes bucket    // refused messages: when it runs dry, close 1008
 	// statusRate bounds set_status (each one a durable write).
 	statusRate bucket
+	// pingRate bounds pings, apart from messages: a keepalive ping is
+	// answered even when the client just spent its message burst.
+	pingRate bucket
 
 	idleAt  atomic.Int64 // Unix ms: closed 4001 at this time unless a message comes
 	heapIdx int          // position in the gateway's idle heap, -1: none; guarded by idle.mu
@@ -437,9 +440,19 @@ func (c *conn) frame(h ws.Header, p []byte) bool {
 			c.close(closeProtocol, "fragmented control frame")
 			return false
 		}
-		if c.rate.take(c.g.now(), c.g.cfg.Rate) {
-			c.enqueue(outFrame{op: ws.OpPong, data: append([]byte(nil), p...)})
+		now := c.g.now()
+		if !c.pingRate.take(now, pingRate) {
+			// A flood of pings gets no pongs and, if it goes on, is
+			// closed like a flood of messages.
+			c.g.stats.rateLimited.Add(1)
+			if !c.strikes.take(now, (c.g.cfg.Rate+1)/2) {
+				c.g.stats.closedRate.Add(1)
+				c.close(closePolicy, "too many pings")
+				return false
+			}
+			return true
 		}
+		c.enqueue(outFrame{op: ws.OpPong, data: append([]byte(nil), p...)})
 		return true
 	case ws.OpPong:
 		return true
@@ -552,10 +565,12 @@ func (b *bucket) init(burst int, now int64) {
 	b.last = now
 }
 
-// Limits of set_status per connection.
+// Limits of set_status and of pings per connection.
 const (
 	statusRate  = 1 // per second
 	statusBurst = 5
+	pingRate    = 2 // per second
+	pingBurst   = 5
 )
 
 // take refills at rate tokens per second and takes one token.

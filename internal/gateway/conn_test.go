@@ -46,6 +46,7 @@ func pipeConn(t *testing.T, queueLen int) (*Gateway, *conn, *bufio.Reader) {
 	c := &conn{g: g, nc: a, user: "1", device: "d", id: 1}
 	c.rate.init(g.cfg.Burst, g.now())
 	c.strikes.init(g.cfg.Burst, g.now())
+	c.pingRate.init(pingBurst, g.now())
 	if _, ok := g.register(c); !ok {
 		t.Fatal("register")
 	}

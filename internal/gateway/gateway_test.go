@@ -451,3 +451,36 @@ func TestClientCloseAndProtocolErrors(t *testing.T) {
 		})
 	}
 }
+
+// Pings have their own allowance: a keepalive ping right after a burst
+// of messages is answered; a flood of pings gets no pongs and is closed
+// 1008 like a flood of messages.
+func TestPingsApartFromMessages(t *testing.T) {
+	n := newNode(t, opts{})
+	c := n.dial("1", "")
+	c.msgType("welcome")
+	const msg = `{"type":"unsubscribe","user_ids":["x"]}`
+	for range 40 { // the whole message burst (the fake clock stands still)
+		c.send(msg)
+	}
+	c.sendFrame(ws.OpPing, true, []byte("still there?"))
+	f, err := c.frame(5 * time.Second)
+	if err != nil || f.Header.OpCode != ws.OpPong || string(f.Payload) != "still there?" {
+		t.Fatalf("ping after a message burst: %+v %v, want its pong", f, err)
+	}
+	for range 4 { // the rest of the ping burst
+		c.sendFrame(ws.OpPing, true, nil)
+		if f, err := c.frame(5 * time.Second); err != nil || f.Header.OpCode != ws.OpPong {
+			t.Fatalf("ping within the burst: %+v %v", f, err)
+		}
+	}
+	c.sendFrame(ws.OpPing, true, []byte("over"))
+	c.silent(50 * time.Millisecond) // no pong over the limit
+	for range 100 {
+		c.sendFrame(ws.OpPing, true, nil)
+	}
+	c.closed(1008)
+	if s := n.gw.Stats(); s.ClosedRate != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -130,6 +130,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	c.rate.init(g.cfg.Burst, g.now())
 	c.strikes.init(g.cfg.Burst, g.now())
 	c.statusRate.init(statusBurst, g.now())
+	c.pingRate.init(pingBurst, g.now())
 	// What the client sent right after its handshake is already buffered.
 	var early []byte
 	if n := rw.Reader.Buffered(); n > 0 {
