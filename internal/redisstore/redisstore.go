@@ -479,7 +479,7 @@ func snapshotFromScalars(id string, f []rueidis.RedisMessage, now int64, out *pr
 		if !ok {
 			return false, fmt.Errorf("field r: malformed %q", r)
 		}
-		if n[i], err = strconv.ParseInt(field, 10, 64); err != nil {
+		if n[i], err = parseDec(field); err != nil {
 			return false, fmt.Errorf("field r: %w", err)
 		}
 		rest = tail
@@ -496,7 +496,7 @@ func snapshotFromScalars(id string, f []rueidis.RedisMessage, now int64, out *pr
 		if err != nil {
 			return false, err
 		}
-		if *p, err = strconv.ParseInt(v, 10, 64); err != nil {
+		if *p, err = parseDec(v); err != nil {
 			return false, fmt.Errorf("field %s: %w", readFields[i+1], err)
 		}
 	}
@@ -518,6 +518,32 @@ func snapshotFromScalars(id string, f []rueidis.RedisMessage, now int64, out *pr
 		Settings:    presence.Settings{Status: presence.Visibility(n[3]), LastSeen: presence.Visibility(n[4])},
 	}
 	return true, nil
+}
+
+// parseDec parses a decimal integer as the scripts write them (%d: an
+// optional '-' and digits). A read of 1,000 users parses 9,000 of them;
+// this loop takes a fraction of strconv.ParseInt's time for the common
+// case and leaves anything longer than 18 digits (or not a number) to it.
+func parseDec(s string) (int64, error) {
+	d := s
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+	}
+	if len(d) == 0 || len(d) > 18 {
+		return strconv.ParseInt(s, 10, 64)
+	}
+	var n int64
+	for i := 0; i < len(d); i++ {
+		c := d[i] - '0'
+		if c > 9 {
+			return strconv.ParseInt(s, 10, 64)
+		}
+		n = n*10 + int64(c)
+	}
+	if len(d) < len(s) {
+		n = -n
+	}
+	return n, nil
 }
 
 // decodeUser fills u from the fields of a user's hash, given as
