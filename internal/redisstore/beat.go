@@ -13,12 +13,13 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 )
 
-// Heartbeats are sent in batches. A script call costs Redis far more than
-// the few commands of a common heartbeat (measured: ~25 µs an EVALSHA of
-// one beat), so the beats that arrive while a call of their group is in
-// flight wait for it and go together in the next one: one script call for
-// dozens of beats under load, and no added wait when idle (a beat that
-// finds its group idle is sent at once).
+// Heartbeats are sent in batches: the beats that arrive while a call of
+// their group is in flight wait for it and go together in the next one —
+// one script call for dozens of beats under load, and no added wait when
+// idle (a beat that finds its group idle is sent at once). Each call has
+// a fixed cost in Redis (parsing the call, setting up the script); in
+// BenchmarkBeat a beat costs Redis 14–15 µs of CPU sent alone and 9–10 µs
+// in batches of ~125, and the beats per second rose by half.
 //
 // A group has at most one call in flight. The caller whose beat opens a
 // call sends it; when the reply is back it hands the next call to the
@@ -30,7 +31,9 @@ import (
 // group is a shard; on one Redis any keys may go together and the shards
 // are folded into standaloneGroups groups — unless Redis refuses a call
 // with CROSSSLOT (a proxy in front of a sharded Redis), after which each
-// shard is a group again.
+// shard is a group again. (During that one switch a user's beat queued in
+// its old group and one in its new group may be applied in either order;
+// a beat only ever moves times later, so both orders end the same.)
 const (
 	maxBeatBatch     = 128
 	standaloneGroups = 4
