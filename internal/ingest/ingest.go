@@ -131,7 +131,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -257,7 +256,7 @@ func Open(ctx context.Context, cfg Config) (*Consumer, error) {
 		nats.ReconnectWait(250*time.Millisecond),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("ingest: connect to %s: %w", redactURL(cfg.URL), err)
+		return nil, fmt.Errorf("ingest: connect to %s: %w", jsstream.RedactURL(cfg.URL), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -277,22 +276,6 @@ func Open(ctx context.Context, cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// redactURL drops the user information of a URL, or of each URL of a
-// comma-separated server list (as nats.Connect takes), for error messages.
-func redactURL(u string) string {
-	parts := strings.Split(u, ",")
-	for k, p := range parts {
-		if i := strings.LastIndex(p, "@"); i >= 0 {
-			if j := strings.Index(p, "://"); j >= 0 && j < i {
-				parts[k] = p[:j+3] + "***" + p[i:]
-			} else {
-				parts[k] = "***" + p[i:]
-			}
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // fill applies the defaults and validates cfg.

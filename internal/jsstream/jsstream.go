@@ -1,5 +1,7 @@
-// Package jsstream creates the JetStream streams presenced uses, safely
-// when several nodes start at once.
+// Package jsstream holds what presenced's two NATS JetStream users (the
+// natsbus and ingest packages) share: declaring their streams safely when
+// several nodes start at once, and naming a server without its
+// credentials.
 //
 // Every node declares the streams it needs at start and again after a
 // NATS server lost them. Declaring must not send an update request for a
@@ -15,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,8 +45,10 @@ func Ensure(ctx context.Context, js Creator, cfg jetstream.StreamConfig) error {
 			// the server's name check and its subject check: once that
 			// create is done, ours finds the stream as it wants it. (A
 			// different stream holding the subjects fails every round.)
-			if !sleep(ctx, time.Duration(i+1)*50*time.Millisecond) {
-				break
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
+			case <-time.After(time.Duration(i+1) * 50 * time.Millisecond):
 			}
 			continue
 		}
@@ -71,14 +76,18 @@ func overlaps(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == errSubjectsOverlap
 }
 
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
+// RedactURL drops the user information of a URL, or of each URL of a
+// comma-separated server list (as nats.Connect takes), for messages.
+func RedactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for k, p := range parts {
+		if i := strings.LastIndex(p, "@"); i >= 0 {
+			if j := strings.Index(p, "://"); j >= 0 && j < i {
+				parts[k] = p[:j+3] + "***" + p[i:]
+			} else {
+				parts[k] = "***" + p[i:]
+			}
+		}
 	}
+	return strings.Join(parts, ",")
 }

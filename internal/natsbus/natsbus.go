@@ -337,7 +337,7 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		}),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("natsbus: connect to NATS at %s: %w", redactURL(cfg.URL), err)
+		return nil, fmt.Errorf("natsbus: connect to NATS at %s: %w", jsstream.RedactURL(cfg.URL), err)
 	}
 	b.nc = nc
 	fail := func(err error) (*Bus, error) {
@@ -417,22 +417,6 @@ func validSubjectPrefix(s string) error {
 		}
 	}
 	return nil
-}
-
-// redactURL drops the user information of a URL, or of each URL of a
-// comma-separated server list (as nats.Connect takes), for error messages.
-func redactURL(u string) string {
-	parts := strings.Split(u, ",")
-	for k, p := range parts {
-		if i := strings.LastIndex(p, "@"); i >= 0 {
-			if j := strings.Index(p, "://"); j >= 0 && j < i {
-				parts[k] = p[:j+3] + "***" + p[i:]
-			} else {
-				parts[k] = "***" + p[i:]
-			}
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // reconnectDelay is the wait before reconnection attempt n: exponential
