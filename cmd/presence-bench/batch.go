@@ -231,21 +231,12 @@ func seedHTTP(ctx context.Context, cfg *batchConfig, hc *http.Client, res *batch
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	last, lastAt := int64(0), start
-	for waiting := true; waiting; {
-		select {
-		case <-done:
-			waiting = false
-		case now := <-tick.C:
-			n := ok.Load()
-			fmt.Fprintf(stderr, "seed %5.1fs  %d/%d users  %.0f/s  errors %d\n", now.Sub(start).Seconds(), n, cfg.users, float64(n-last)/now.Sub(lastAt).Seconds(), errs.n.Load())
-			last, lastAt = n, now
-		}
-	}
+	waitProgress(&wg, func(now time.Time) {
+		n := ok.Load()
+		fmt.Fprintf(stderr, "seed %5.1fs  %d/%d users  %.0f/s  errors %d\n", now.Sub(start).Seconds(), n, cfg.users, float64(n-last)/now.Sub(lastAt).Seconds(), errs.n.Load())
+		last, lastAt = n, now
+	})
 	res.Seeded, res.SeedErrors, res.SeedSecs = ok.Load(), errs.n.Load(), time.Since(start).Seconds()
 	fmt.Fprintf(stderr, "seeded %d users in %.1fs (%d errors)\n", res.Seeded, res.SeedSecs, res.SeedErrors)
 	if res.SeedErrors > 1000 || res.Seeded == 0 {
@@ -340,10 +331,6 @@ func runReads(ctx context.Context, label string, conc int, d time.Duration, ids,
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	total := func() int64 {
 		var t int64
 		for i := range counts {
@@ -352,16 +339,11 @@ func runReads(ctx context.Context, label string, conc int, d time.Duration, ids,
 		return t
 	}
 	last, lastAt := int64(0), start
-	for waiting := true; waiting; {
-		select {
-		case <-done:
-			waiting = false
-		case now := <-tick.C:
-			n := total()
-			fmt.Fprintf(stderr, "%s %5.1fs  %7.0f reads/s  errors %d\n", label, now.Sub(start).Seconds(), float64(n-last)/now.Sub(lastAt).Seconds(), errs.n.Load())
-			last, lastAt = n, now
-		}
-	}
+	waitProgress(&wg, func(now time.Time) {
+		n := total()
+		fmt.Fprintf(stderr, "%s %5.1fs  %7.0f reads/s  errors %d\n", label, now.Sub(start).Seconds(), float64(n-last)/now.Sub(lastAt).Seconds(), errs.n.Load())
+		last, lastAt = n, now
+	})
 	wall := time.Since(start).Seconds()
 	all := newHist()
 	for _, h := range hists {

@@ -46,7 +46,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,19 +94,9 @@ func parseChurn(args []string, stderr io.Writer) (*churnConfig, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if len(urls) == 0 {
-		urls = urlList{defaultURL}
-	}
-	if secret == "" && !dev {
-		secret = os.Getenv(jwtSecretEnv)
-	}
-	eps, err := endpoints(urls, dev, secret)
-	if err != nil {
+	var err error
+	if c.eps, c.urlStrings, err = resolveEndpoints(urls, dev, secret); err != nil {
 		return nil, err
-	}
-	c.eps = eps
-	for _, e := range eps {
-		c.urlStrings = append(c.urlStrings, e.url.String())
 	}
 	if c.devices < 1 || c.devices > maxChurnDevices {
 		return nil, fmt.Errorf("-devices %d: must be between 1 and %d", c.devices, maxChurnDevices)
@@ -282,15 +271,7 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	r := &churnRun{cfg: cfg, ctx: ctx, conns: make(map[*benchConn]struct{})}
-	defer func() {
-		cancel()
-		r.mu.Lock()
-		for c := range r.conns {
-			c.drop()
-		}
-		r.mu.Unlock()
-		r.wg.Wait()
-	}()
+	defer r.stop(cancel)
 
 	// Devices on the first node; the first tells the ttl and the interval,
 	// and each device beats from the moment it is connected.
@@ -410,6 +391,13 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 	}
 	end := time.Now()
 	progress("done")
+	r.stop(cancel) // before the result: every device's goroutine has ended
+	return r.result(start, end), nil
+}
+
+// stop ends the run: cancel stops the devices' goroutines, every open
+// socket is dropped, and it waits for them. Calling it again is harmless.
+func (r *churnRun) stop(cancel context.CancelFunc) {
 	cancel()
 	r.mu.Lock()
 	for c := range r.conns {
@@ -417,7 +405,6 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
-	return r.result(start, end), nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -214,6 +215,23 @@ func divide(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// waitProgress waits for wg, calling report every second meanwhile (the
+// progress lines a scenario prints while it runs).
+func waitProgress(wg *sync.WaitGroup, report func(now time.Time)) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tick.C:
+			report(now)
+		}
+	}
 }
 
 // sleepCtx sleeps d or until ctx ends; it reports whether the sleep was

@@ -41,7 +41,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -101,19 +100,9 @@ func parseFanout(args []string, stderr io.Writer) (*fanoutConfig, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if len(urls) == 0 {
-		urls = urlList{defaultURL}
-	}
-	if secret == "" && !dev {
-		secret = os.Getenv(jwtSecretEnv)
-	}
-	eps, err := endpoints(urls, dev, secret)
-	if err != nil {
+	var err error
+	if c.eps, c.urlStrings, err = resolveEndpoints(urls, dev, secret); err != nil {
 		return nil, err
-	}
-	c.eps = eps
-	for _, e := range eps {
-		c.urlStrings = append(c.urlStrings, e.url.String())
 	}
 	if c.watchers < 1 || c.watchers > maxFanoutWatchers {
 		return nil, fmt.Errorf("-watchers %d: must be between 1 and %d", c.watchers, maxFanoutWatchers)
@@ -432,18 +421,7 @@ func runFanout(parent context.Context, cfg *fanoutConfig, stderr io.Writer) (*fa
 		fmt.Fprintf(stderr, "fanout %6.1fs %s: %d changes, %d presence messages read, %d rate limited, %d watcher drops, %d errors\n",
 			time.Since(start).Seconds(), phase, sentSoFar(), delivered.Load(), rateLimited.Load(), drops.Load(), errs.n.Load())
 	}
-	stopped := make(chan struct{})
-	go func() { changers.Wait(); close(stopped) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for running := true; running; {
-		select {
-		case <-stopped:
-			running = false
-		case <-tick.C:
-			progress("changing")
-		}
-	}
+	waitProgress(&changers, func(time.Time) { progress("changing") })
 	sendEnd := time.Now()
 	// Drain: until the targets and every watcher have read as many
 	// messages as there were changes, or -drain runs out.

@@ -254,18 +254,9 @@ func runRedisBaseline(ctx context.Context, cfg *fanoutConfig, stderr io.Writer) 
 			}
 		}()
 	}
-	stopped := make(chan struct{})
-	go func() { pubs.Wait(); close(stopped) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for running := true; running; {
-		select {
-		case <-stopped:
-			running = false
-		case <-tick.C:
-			fmt.Fprintf(stderr, "redis  %6.1fs: %d messages read, %d errors\n", time.Since(start).Seconds(), received.Load(), errs.n.Load())
-		}
-	}
+	waitProgress(&pubs, func(time.Time) {
+		fmt.Fprintf(stderr, "redis  %6.1fs: %d messages read, %d errors\n", time.Since(start).Seconds(), received.Load(), errs.n.Load())
+	})
 	publishes := 0
 	for _, s := range sends {
 		publishes += len(s)

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -20,8 +19,6 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
-
-	"github.com/presenced/presenced/internal/auth"
 )
 
 // Bounds of the heartbeats scenario.
@@ -487,18 +484,9 @@ func connectWS(ctx context.Context, cfg *hbConfig, res *hbResult, stderr io.Writ
 			}
 		}()
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for waiting := true; waiting; {
-		select {
-		case <-done:
-			waiting = false
-		case <-tick.C:
-			fmt.Fprintf(stderr, "connect %5.1fs  %d/%d connected  %d failed\n", time.Since(start).Seconds(), connected.Load(), cfg.n, failed.Load())
-		}
-	}
+	waitProgress(&wg, func(time.Time) {
+		fmt.Fprintf(stderr, "connect %5.1fs  %d/%d connected  %d failed\n", time.Since(start).Seconds(), connected.Load(), cfg.n, failed.Load())
+	})
 	res.Connected, res.ConnectFailed, res.ConnectSecs = connected.Load(), failed.Load(), time.Since(start).Seconds()
 	fmt.Fprintf(stderr, "connected %d of %d in %.1fs\n", res.Connected, cfg.n, res.ConnectSecs)
 	if res.Connected == 0 {
@@ -514,43 +502,13 @@ func connectWS(ctx context.Context, cfg *hbConfig, res *hbResult, stderr io.Writ
 // dialDevice opens device i's socket from its source address and reads
 // the welcome.
 func dialDevice(ctx context.Context, cfg *hbConfig, i int) (net.Conn, error) {
-	user := cfg.prefix + strconv.Itoa(i)
-	u := *cfg.wsURL
-	q := url.Values{}
-	if cfg.dev {
-		q.Set("user_id", user)
-	} else {
-		tok, err := auth.Sign([]byte(cfg.jwtSecret), user, "", time.Now(), cfg.warmup+cfg.duration+time.Hour)
-		if err != nil {
-			return nil, err
-		}
-		q.Set("token", tok)
-	}
-	q.Set("device_id", "d")
-	u.RawQuery = q.Encode()
-	src := &net.TCPAddr{IP: sourceAddr(i, cfg.perSource)}
-	d := ws.Dialer{
-		Timeout: 10 * time.Second,
-		NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nd := net.Dialer{LocalAddr: src, Control: bindNoPort}
-			return nd.DialContext(ctx, network, addr)
-		},
-	}
-	nc, br, _, err := d.Dial(ctx, u.String())
+	nc, br, err := dialFrom(ctx, cfg.wsURL, cfg.prefix+strconv.Itoa(i), cfg.dev, cfg.jwtSecret,
+		cfg.warmup+cfg.duration+time.Hour, sourceAddr(i, cfg.perSource))
 	if err != nil {
 		return nil, fmt.Errorf("device %d: %w", i, err)
 	}
-	var rd io.Reader = nc
 	if br != nil {
-		rd = br
-	}
-	err = readWelcome(nc, rd)
-	if br != nil {
-		ws.PutReader(br)
-	}
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("device %d: welcome: %w", i, err)
+		ws.PutReader(br) // the senders never read
 	}
 	return nc, nil
 }

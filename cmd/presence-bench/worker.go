@@ -161,13 +161,32 @@ func runWorker(cfg *connConfig, stop io.Reader, out io.Writer) error {
 // dialOne opens connection i from its source address and reads the
 // welcome. The reader it returns holds what the handshake buffered.
 func dialOne(ctx context.Context, cfg *connConfig, i int) (net.Conn, io.Reader, error) {
-	user := "bench-" + strconv.Itoa(i)
-	u := *cfg.wsURL
+	nc, br, err := dialFrom(ctx, cfg.wsURL, "bench-"+strconv.Itoa(i), cfg.dev, cfg.jwtSecret,
+		cfg.rampTimeout+cfg.hold+time.Hour, sourceAddr(i, cfg.perSource))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connection %d: %w", i, err)
+	}
+	if br == nil {
+		return nc, nc, nil
+	}
+	if br.Buffered() == 0 {
+		ws.PutReader(br) // nothing more buffered: read the socket directly
+		return nc, nc, nil
+	}
+	return nc, br, nil
+}
+
+// dialFrom opens a WebSocket to base as device "d" of user from source
+// address src — with a bare user_id under -dev, else with a token minted
+// for ttl — and reads the welcome. It returns the reader that holds what
+// the handshake buffered, or nil.
+func dialFrom(ctx context.Context, base *url.URL, user string, dev bool, secret string, ttl time.Duration, src net.IP) (net.Conn, *bufio.Reader, error) {
+	u := *base
 	q := url.Values{}
-	if cfg.dev {
+	if dev {
 		q.Set("user_id", user)
 	} else {
-		tok, err := auth.Sign([]byte(cfg.jwtSecret), user, "", time.Now(), cfg.rampTimeout+cfg.hold+time.Hour)
+		tok, err := auth.Sign([]byte(secret), user, "", time.Now(), ttl)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -175,17 +194,16 @@ func dialOne(ctx context.Context, cfg *connConfig, i int) (net.Conn, io.Reader, 
 	}
 	q.Set("device_id", "d")
 	u.RawQuery = q.Encode()
-	src := &net.TCPAddr{IP: sourceAddr(i, cfg.perSource)}
 	d := ws.Dialer{
 		Timeout: 10 * time.Second,
 		NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nd := net.Dialer{LocalAddr: src, Control: bindNoPort}
+			nd := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Control: bindNoPort}
 			return nd.DialContext(ctx, network, addr)
 		},
 	}
 	nc, br, _, err := d.Dial(ctx, u.String())
 	if err != nil {
-		return nil, nil, fmt.Errorf("connection %d: %w", i, err)
+		return nil, nil, err
 	}
 	var rd io.Reader = nc
 	if br != nil {
@@ -193,13 +211,12 @@ func dialOne(ctx context.Context, cfg *connConfig, i int) (net.Conn, io.Reader, 
 	}
 	if err := readWelcome(nc, rd); err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("connection %d: welcome: %w", i, err)
+		if br != nil {
+			ws.PutReader(br)
+		}
+		return nil, nil, fmt.Errorf("welcome: %w", err)
 	}
-	if br != nil && br.Buffered() == 0 {
-		ws.PutReader(br) // nothing more buffered: read the socket directly
-		rd = nc
-	}
-	return nc, rd, nil
+	return nc, br, nil
 }
 
 // holdOne heartbeats on nc every interval (±10%, the first beat at a random

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +34,27 @@ type wsEndpoint struct {
 
 // endpoints parses the -url values (repeated or comma-separated) into
 // loopback endpoints.
+// resolveEndpoints turns the -url flags (none: defaultURL) into
+// endpoints, and their URLs as the results print them. Without -dev and
+// -jwt-secret, the secret comes from $PRESENCE_BENCH_JWT_SECRET.
+func resolveEndpoints(urls urlList, dev bool, secret string) ([]wsEndpoint, []string, error) {
+	if len(urls) == 0 {
+		urls = urlList{defaultURL}
+	}
+	if secret == "" && !dev {
+		secret = os.Getenv(jwtSecretEnv)
+	}
+	eps, err := endpoints(urls, dev, secret)
+	if err != nil {
+		return nil, nil, err
+	}
+	strs := make([]string, len(eps))
+	for i, e := range eps {
+		strs[i] = e.url.String()
+	}
+	return eps, strs, nil
+}
+
 func endpoints(raws []string, dev bool, secret string) ([]wsEndpoint, error) {
 	var out []wsEndpoint
 	for _, r := range raws {
