@@ -114,12 +114,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Rules.TTL <= 0 {
-		cfg.Rules.TTL = 30 * time.Second
-	}
-	if cfg.Rules.IdleAfter <= 0 {
-		cfg.Rules.IdleAfter = 5 * time.Minute
-	}
+	cfg.Rules = cfg.Rules.WithDefaults()
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 30 * time.Second
 	}

@@ -65,12 +65,7 @@ type shard struct {
 
 // New returns an empty Store.
 func New(cfg Config) *Store {
-	if cfg.Rules.TTL <= 0 {
-		cfg.Rules.TTL = 30 * time.Second
-	}
-	if cfg.Rules.IdleAfter <= 0 {
-		cfg.Rules.IdleAfter = 5 * time.Minute
-	}
+	cfg.Rules = cfg.Rules.WithDefaults()
 	if cfg.Shards <= 0 {
 		cfg.Shards = 256
 	}

@@ -3,6 +3,7 @@ package presence_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/presenced/presenced/internal/presence"
 )
@@ -89,5 +90,17 @@ func TestValidateText(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ValidateText(%q): %v, want an error mentioning %q", tc.text, err, tc.want)
 		}
+	}
+}
+
+// Zero rules take the defaults; chosen ones are kept.
+func TestRulesWithDefaults(t *testing.T) {
+	got := presence.Rules{}.WithDefaults()
+	if got != (presence.Rules{TTL: presence.DefaultTTL, IdleAfter: presence.DefaultIdleAfter, MaxDevices: presence.DefaultMaxDevices}) {
+		t.Fatalf("zero rules: %+v", got)
+	}
+	set := presence.Rules{TTL: time.Second, IdleAfter: time.Minute, MaxDevices: 3, Epoch: 7}
+	if got := set.WithDefaults(); got != set {
+		t.Fatalf("chosen rules %+v became %+v", set, got)
 	}
 }

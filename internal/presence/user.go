@@ -19,6 +19,28 @@ type Rules struct {
 // DefaultMaxDevices is the cap of alive devices per user.
 const DefaultMaxDevices = 32
 
+// Default rules: what a deployment gets for a zero TTL, IdleAfter or
+// MaxDevices.
+const (
+	DefaultTTL       = 30 * time.Second
+	DefaultIdleAfter = 5 * time.Minute
+)
+
+// WithDefaults returns r with its zero (or negative) TTL, IdleAfter and
+// MaxDevices replaced by the defaults.
+func (r Rules) WithDefaults() Rules {
+	if r.TTL <= 0 {
+		r.TTL = DefaultTTL
+	}
+	if r.IdleAfter <= 0 {
+		r.IdleAfter = DefaultIdleAfter
+	}
+	if r.MaxDevices <= 0 {
+		r.MaxDevices = DefaultMaxDevices
+	}
+	return r
+}
+
 func (r *Rules) maxDevices() int {
 	if r.MaxDevices > 0 {
 		return r.MaxDevices

@@ -116,15 +116,7 @@ type shardKeys struct {
 
 // New returns a Store that keeps its state in the Redis c talks to.
 func New(c rueidis.Client, cfg Config) (*Store, error) {
-	if cfg.Rules.TTL <= 0 {
-		cfg.Rules.TTL = 30 * time.Second
-	}
-	if cfg.Rules.IdleAfter <= 0 {
-		cfg.Rules.IdleAfter = 5 * time.Minute
-	}
-	if cfg.Rules.MaxDevices <= 0 {
-		cfg.Rules.MaxDevices = presence.DefaultMaxDevices
-	}
+	cfg.Rules = cfg.Rules.WithDefaults()
 	if cfg.Rules.Epoch >= 1<<21 {
 		return nil, fmt.Errorf("redisstore: epoch %d too large (versions must stay below 2^53)", cfg.Rules.Epoch)
 	}

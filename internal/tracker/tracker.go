@@ -189,15 +189,7 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.SweepBatch <= 0 {
 		cfg.SweepBatch = 4096
 	}
-	if cfg.Rules.TTL <= 0 {
-		cfg.Rules.TTL = 30 * time.Second
-	}
-	if cfg.Rules.IdleAfter <= 0 {
-		cfg.Rules.IdleAfter = 5 * time.Minute
-	}
-	if cfg.Rules.MaxDevices <= 0 {
-		cfg.Rules.MaxDevices = presence.DefaultMaxDevices
-	}
+	cfg.Rules = cfg.Rules.WithDefaults()
 	if cfg.StoreTimeout <= 0 {
 		cfg.StoreTimeout = time.Second
 	}
