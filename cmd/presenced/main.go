@@ -59,6 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		dataDir      = fset.String("data", "./data", "directory of the embedded state (SQLite file, generated keys)")
 		ttl          = fset.Duration("heartbeat-ttl", 30*time.Second, "a device is online until this long after its last heartbeat")
 		idleAfter    = fset.Duration("idle-after", 5*time.Minute, "online turns away after this long without activity")
+		closeGrace   = fset.Duration("close-grace", 5*time.Second, "a device whose WebSocket closed without a bye goes offline this long after, unless it reconnects (cut to -heartbeat-ttl, which turns it off)")
 		maxDevices   = fset.Int("max-devices", 32, "alive devices per user; a heartbeat of one more is refused")
 		maxSubs      = fset.Int("max-subscriptions", 500, "users one WebSocket connection may watch")
 		asyncFanout  = fset.Int("fanout-async-threshold", 10000, "users with more watchers than this are delivered by the batched, coalescing fan-out path")
@@ -143,6 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		DataDir:              *dataDir,
 		TTL:                  *ttl,
 		IdleAfter:            *idleAfter,
+		CloseGrace:           *closeGrace,
 		PollInterval:         poll,
 		Dev:                  *dev,
 		Logger:               log,

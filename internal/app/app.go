@@ -43,6 +43,7 @@ type Config struct {
 	DataDir      string        // embedded state, default "./data"
 	TTL          time.Duration // heartbeat ttl, default 30s
 	IdleAfter    time.Duration // online → away, default 5m
+	CloseGrace   time.Duration // a WebSocket closed without bye: offline after this unless it reconnects; default 5s, cut to TTL (= off)
 	PollInterval time.Duration // client HTTP read throttle, default 30s; negative disables
 	MaxDevices   int           // alive devices per user, default 32
 	APIKey       string
@@ -88,6 +89,7 @@ type durableStore interface {
 // App is one running node.
 type App struct {
 	cfg     Config
+	rules   presence.Rules
 	log     *slog.Logger
 	durable durableStore
 	store   tracker.Store
@@ -182,6 +184,9 @@ func (c *Config) ValidateTiming() error {
 	if c.IdleAfter != 0 && c.IdleAfter < time.Second {
 		return fmt.Errorf("idle-after %s is too short: at least 1s", c.IdleAfter)
 	}
+	if c.CloseGrace < 0 {
+		return fmt.Errorf("close grace %s is negative", c.CloseGrace)
+	}
 	return nil
 }
 
@@ -192,7 +197,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: cfg.Logger, lockSeed: maphash.MakeSeed(), resync: make(chan struct{}, 1)}
-	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter, MaxDevices: cfg.MaxDevices}
+	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter, MaxDevices: cfg.MaxDevices, CloseGrace: cfg.CloseGrace}.WithDefaults()
 
 	ok := false
 	defer func() {
@@ -208,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if rules.Epoch, err = durable.NextEpoch(ctx); err != nil {
 		return nil, err
 	}
+	a.rules = rules
 	var users func() int
 	if cfg.RedisURL != "" {
 		if a.redis, err = redisstore.Dial(cfg.RedisURL); err != nil {
@@ -524,7 +530,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	a.log.Info("presenced listening", "addr", ln.Addr().String(), "mode", a.cfg.Mode(), "data", a.cfg.DataDir,
-		"ttl", a.cfg.TTL, "idle_after", a.cfg.IdleAfter)
+		"ttl", a.cfg.TTL, "idle_after", a.cfg.IdleAfter, "close_grace", a.rules.CloseGrace)
 
 	srv := &http.Server{
 		Handler:           a.handler,

@@ -53,8 +53,12 @@ type conn struct {
 	// answered even when the client just spent its message burst.
 	pingRate bucket
 
-	idleAt  atomic.Int64 // Unix ms: closed 4001 at this time unless a message comes
-	heapIdx int          // position in the gateway's idle heap, -1: none; guarded by idle.mu
+	idleAt atomic.Int64 // Unix ms: closed 4001 at this time unless a message comes
+	// lastBeat is when the last heartbeat through this connection was
+	// applied (Unix ms, read after the tracker returned); -1 after a bye.
+	// A connection that ends otherwise tells the tracker (Disconnect).
+	lastBeat atomic.Int64
+	heapIdx  int // position in the gateway's idle heap, -1: none; guarded by idle.mu
 
 	mu       sync.Mutex // guards the fields below
 	queue    []outFrame
@@ -270,7 +274,24 @@ func (c *conn) forget() {
 		c.g.poll.remove(c)
 	}
 	c.g.idle.remove(c)
+	c.disconnect() // before unregister: once the connection is gone, the tracker knows
 	c.g.unregister(c)
+}
+
+// disconnect tells the tracker that the connection ended without a bye,
+// so its device dies within the close grace unless it reconnects. Not
+// while the gateway shuts down: the node is going away, not the client,
+// which reconnects (perhaps to another node) and keeps its whole ttl.
+func (c *conn) disconnect() {
+	since := c.lastBeat.Load()
+	if since <= 0 || c.g.stopping() {
+		return
+	}
+	ctx, cancel := c.opContext()
+	defer cancel()
+	if err := c.g.tracker.Disconnect(ctx, c.user, c.device, since); err != nil {
+		c.g.log.Warn("recording a closed connection failed; its device lives its whole ttl", "user_id", c.user, "err", err)
+	}
 }
 
 // lingerTime bounds how long a closed connection's last incoming bytes are

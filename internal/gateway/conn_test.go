@@ -23,6 +23,7 @@ func (nopTracker) Heartbeat(context.Context, string, string, bool) (presence.Cha
 func (nopTracker) SetStatus(context.Context, string, presence.Manual, string) (presence.Change, error) {
 	return presence.Change{}, nil
 }
+func (nopTracker) Disconnect(context.Context, string, string, int64) error { return nil }
 func (nopTracker) Bye(context.Context, string, string) (presence.Change, error) {
 	return presence.Change{}, nil
 }

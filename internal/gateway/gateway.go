@@ -41,6 +41,9 @@ type Tracker interface {
 	Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error)
 	SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error)
 	Bye(ctx context.Context, user, device string) (presence.Change, error)
+	// Disconnect tells that the connection of a device closed without a
+	// bye; since is its last beat through that connection (Unix ms).
+	Disconnect(ctx context.Context, user, device string, since int64) error
 }
 
 // Reader answers privacy-filtered reads (subscription snapshots).
@@ -290,6 +293,13 @@ func (g *Gateway) shutdown() {
 		g.poll.stop()
 	}
 	g.wg.Wait()
+}
+
+// stopping reports whether the gateway is shutting down.
+func (g *Gateway) stopping() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.closing
 }
 
 // waitConns waits until every connection is torn down.

@@ -342,7 +342,7 @@ func TestDropDoesNothing(t *testing.T) {
 	c.msgType("welcome")
 	c.nc.Close()
 	waitFor(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
-	n.clk.Advance(5 * time.Second)
+	n.clk.Advance(presence.DefaultCloseGrace - time.Millisecond) // back within the close grace
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
 	}

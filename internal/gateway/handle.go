@@ -35,7 +35,9 @@ func (c *conn) handle(m *clientMsg) bool {
 		// and the tracker bounds the calls to a remote state store.
 		if _, err := c.g.tracker.Heartbeat(c.g.ctx, c.user, c.device, m.active); err != nil {
 			c.opError("heartbeat", err)
+			return true
 		}
+		c.lastBeat.Store(c.g.now())
 		return true
 	}
 	ctx, cancel := c.opContext()
@@ -63,6 +65,7 @@ func (c *conn) handle(m *clientMsg) bool {
 			c.opError("bye", err)
 			return true
 		}
+		c.lastBeat.Store(-1) // ended by the bye: nothing to shorten
 		c.close(closeNormal, "bye")
 		return false
 	}

@@ -76,7 +76,10 @@ func TestSubscribeSnapshotAndEvents(t *testing.T) {
 	w.silent(50 * time.Millisecond)
 }
 
-func TestReconnectWithinTTLIsSilent(t *testing.T) {
+// A connection that drops and comes back within the close grace shows
+// nothing to watchers; one that does not come back is offline when the
+// grace ends, long before its ttl.
+func TestReconnectWithinCloseGraceIsSilent(t *testing.T) {
 	n := newNode(t, opts{})
 	target := n.dial("2", "phone")
 	target.msgType("welcome")
@@ -85,7 +88,7 @@ func TestReconnectWithinTTLIsSilent(t *testing.T) {
 	w.watch("2")
 	target.nc.Close() // the signal drops
 	waitFor(t, "drop", func() bool { return n.gw.Stats().Connections == 1 })
-	n.clk.Advance(5 * time.Second)
+	n.clk.Advance(presence.DefaultCloseGrace - time.Millisecond)
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -96,14 +99,46 @@ func TestReconnectWithinTTLIsSilent(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.silent(100 * time.Millisecond)
-	// Without the reconnect the device would have died: a real drop is
-	// seen after the ttl.
+	// A real drop is seen when the close grace ends, not the ttl.
 	again.nc.Close()
-	n.clk.Advance(31 * time.Second)
+	waitFor(t, "drop", func() bool { return n.gw.Stats().Connections == 1 })
+	n.clk.Advance(presence.DefaultCloseGrace - time.Millisecond)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.silent(50 * time.Millisecond)
+	n.clk.Advance(time.Millisecond)
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	w.presenceOf("2", "offline")
+}
+
+// A bye ends the device at once; the close that follows changes nothing
+// more. A node shutting down does not shorten its devices' lives: their
+// clients reconnect, maybe elsewhere, within the ttl.
+func TestByeAndShutdownAreNoDisconnect(t *testing.T) {
+	n := newNode(t, opts{})
+	rec := n.record()
+	c := n.dial("1", "phone")
+	c.msgType("welcome")
+	c.send(`{"type":"bye"}`)
+	c.closed(1000)
+	if evs := rec.of("1"); len(evs) != 2 || evs[1].Status != presence.Offline {
+		t.Fatalf("events %+v, want online then offline", evs)
+	}
+	d := n.dial("2", "phone")
+	d.msgType("welcome")
+	n.stop()
+	d.closed(1001)
+	<-n.done
+	n.clk.Advance(presence.DefaultCloseGrace + time.Second)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if evs := rec.of("2"); len(evs) != 1 {
+		t.Fatalf("events of 2 %+v after a shutdown, want only the first online (the device keeps its ttl)", evs)
+	}
 }
 
 func TestSubscriptionCap(t *testing.T) {

@@ -146,6 +146,23 @@ func (s *Store) Bye(_ context.Context, now int64, user, device string) (presence
 	return ch, nil
 }
 
+// Disconnect implements tracker.Store.
+func (s *Store) Disconnect(_ context.Context, now int64, user, device string, since int64) (presence.Change, error) {
+	sh := s.shard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.users[user]
+	if e == nil {
+		return presence.Change{}, nil
+	}
+	ch := e.u.Disconnect(&s.rules, now, device, since)
+	if ch.Changed {
+		sh.touchLocked(e)
+	}
+	s.scheduleLocked(sh, e, now)
+	return ch, nil
+}
+
 // SetSettings implements tracker.Store.
 func (s *Store) SetSettings(_ context.Context, user string, set presence.Settings) error {
 	sh := s.shard(user)

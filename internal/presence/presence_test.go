@@ -96,11 +96,17 @@ func TestValidateText(t *testing.T) {
 // Zero rules take the defaults; chosen ones are kept.
 func TestRulesWithDefaults(t *testing.T) {
 	got := presence.Rules{}.WithDefaults()
-	if got != (presence.Rules{TTL: presence.DefaultTTL, IdleAfter: presence.DefaultIdleAfter, MaxDevices: presence.DefaultMaxDevices}) {
+	if got != (presence.Rules{TTL: presence.DefaultTTL, IdleAfter: presence.DefaultIdleAfter, MaxDevices: presence.DefaultMaxDevices,
+		CloseGrace: presence.DefaultCloseGrace}) {
 		t.Fatalf("zero rules: %+v", got)
 	}
-	set := presence.Rules{TTL: time.Second, IdleAfter: time.Minute, MaxDevices: 3, Epoch: 7}
+	set := presence.Rules{TTL: 10 * time.Second, IdleAfter: time.Minute, MaxDevices: 3, CloseGrace: 2 * time.Second, Epoch: 7}
 	if got := set.WithDefaults(); got != set {
 		t.Fatalf("chosen rules %+v became %+v", set, got)
+	}
+	// The close grace is never longer than the ttl.
+	short := presence.Rules{TTL: time.Second}.WithDefaults()
+	if short.CloseGrace != time.Second {
+		t.Fatalf("ttl 1s: close grace %s, want 1s (cut to the ttl)", short.CloseGrace)
 	}
 }

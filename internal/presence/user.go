@@ -9,6 +9,13 @@ type Rules struct {
 	// MaxDevices caps the alive devices of one user; 0 means
 	// DefaultMaxDevices. A heartbeat of one more device is refused.
 	MaxDevices int
+	// CloseGrace is how long a device stays alive after its connection
+	// closed without a bye (User.Disconnect), unless it beats again; never
+	// longer than TTL. A reconnect within it shows nothing to anyone, a
+	// real departure shows within it instead of the TTL. Zero means
+	// DefaultCloseGrace; a value at or above TTL turns it off (the device
+	// lives its whole TTL, as after missed beats).
+	CloseGrace time.Duration
 	// Epoch numbers the runs of the state store's owner (a boot counter
 	// kept in the durable store). Versions stamped in a run start above
 	// Epoch<<32, so they keep growing across restarts even when the last
@@ -22,12 +29,14 @@ const DefaultMaxDevices = 32
 // Default rules: what a deployment gets for a zero TTL, IdleAfter or
 // MaxDevices.
 const (
-	DefaultTTL       = 30 * time.Second
-	DefaultIdleAfter = 5 * time.Minute
+	DefaultTTL        = 30 * time.Second
+	DefaultIdleAfter  = 5 * time.Minute
+	DefaultCloseGrace = 5 * time.Second
 )
 
-// WithDefaults returns r with its zero (or negative) TTL, IdleAfter and
-// MaxDevices replaced by the defaults.
+// WithDefaults returns r with its zero (or negative) TTL, IdleAfter,
+// MaxDevices and CloseGrace replaced by the defaults, and CloseGrace capped
+// at TTL.
 func (r Rules) WithDefaults() Rules {
 	if r.TTL <= 0 {
 		r.TTL = DefaultTTL
@@ -38,7 +47,28 @@ func (r Rules) WithDefaults() Rules {
 	if r.MaxDevices <= 0 {
 		r.MaxDevices = DefaultMaxDevices
 	}
+	if r.CloseGrace <= 0 {
+		r.CloseGrace = DefaultCloseGrace
+	}
+	r.CloseGrace = min(r.CloseGrace, r.TTL)
 	return r
+}
+
+// End returns the moment (Unix ms) at which d dies unless it beats again:
+// its last beat plus the TTL or, if its connection closed without a bye,
+// the close plus CloseGrace, whichever comes first. A zero CloseGrace
+// counts as the TTL (Rules not passed through WithDefaults).
+func (r *Rules) End(d *Device) int64 {
+	ttl := r.TTL.Milliseconds()
+	end := d.LastBeat + ttl
+	if d.Closed > 0 {
+		g := r.CloseGrace.Milliseconds()
+		if g <= 0 || g > ttl {
+			g = ttl
+		}
+		end = min(end, d.Closed+g)
+	}
+	return end
 }
 
 func (r *Rules) maxDevices() int {
@@ -53,6 +83,9 @@ type Device struct {
 	ID         string
 	LastBeat   int64
 	LastActive int64 // 0: never reported active
+	// Closed is when the device's connection closed without a bye, 0 if
+	// it did not (or beat again since): it then dies at Rules.End.
+	Closed int64
 }
 
 // User is the hot state of one user: the durable Profile plus the devices
@@ -87,6 +120,9 @@ func (u *User) Beat(r *Rules, now int64, device string, active bool) (Change, er
 	if now > d.LastBeat {
 		d.LastBeat = now
 	}
+	if d.Closed != 0 && now > d.Closed {
+		d.Closed = 0 // it reconnected: the close is forgotten
+	}
 	if active && now > d.LastActive {
 		d.LastActive = now
 	}
@@ -118,6 +154,21 @@ func (u *User) Bye(r *Rules, now int64, device string) Change {
 			u.LastSeen = now
 		}
 		u.Devices = append(u.Devices[:i], u.Devices[i+1:]...)
+	}
+	return u.settle(r, now)
+}
+
+// Disconnect records that the connection of device closed at now without a
+// bye: unless it beats again, the device dies CloseGrace after now (or at
+// the end of its TTL if that comes first). since is the last beat the
+// closed connection made; a device that beat later than that has another
+// connection (a reconnect, possibly to another node) and is left alone, as
+// is an unknown or already closed device.
+func (u *User) Disconnect(r *Rules, now int64, device string, since int64) Change {
+	if i := u.device(device); i >= 0 {
+		if d := &u.Devices[i]; d.LastBeat <= since && d.Closed == 0 {
+			d.Closed = now
+		}
 	}
 	return u.settle(r, now)
 }
@@ -168,10 +219,9 @@ func (u *User) AliveDevices(r *Rules, now int64) int {
 // 0 if nothing is pending. It only ever moves later on a heartbeat.
 func (u *User) Deadline(r *Rules, now int64) int64 {
 	var next, active int64
-	ttl := r.TTL.Milliseconds()
 	for i := range u.Devices {
 		d := &u.Devices[i]
-		end := d.LastBeat + ttl
+		end := r.End(d)
 		if next == 0 || end < next {
 			next = end
 		}
@@ -213,7 +263,7 @@ func (u *User) device(id string) int {
 }
 
 func (u *User) alive(r *Rules, d *Device, now int64) bool {
-	return now < d.LastBeat+r.TTL.Milliseconds()
+	return now < r.End(d)
 }
 
 // settle drops dead devices, derives the public status and, if it or the

@@ -199,7 +199,7 @@ func (s *Store) beatBatch(ctx context.Context, batch []*beatReq) {
 	}
 	for i, r := range batch {
 		if err != nil {
-			r.err = wrapErr("beat", err)
+			r.err = wrapErr("beat", s.beat.err(err))
 			continue
 		}
 		r.ch, r.err = s.change(replies[i], r.user, r.now, "beat")

@@ -37,6 +37,7 @@ func TestDifferential(t *testing.T) {
 				TTL:        time.Duration(3+r.IntN(8)) * time.Second,
 				IdleAfter:  time.Duration(5+r.IntN(30)) * time.Second,
 				MaxDevices: 1 + r.IntN(3),
+				CloseGrace: time.Duration(1+r.IntN(6)) * time.Second,
 				Epoch:      []uint64{0, 0, 1, 9}[r.IntN(4)],
 			}
 			evict := time.Duration(20+r.IntN(60)) * time.Second
@@ -106,9 +107,15 @@ func (d *differ) step(i int) {
 		m, text := presence.Manual(r.IntN(4)), diffTexts[r.IntN(len(diffTexts))]
 		what = fmt.Sprintf("SetStatus(%d, %s, %v, %q)", now, user, m, text)
 		d.same(what, func(s tracker.Store) (presence.Change, error) { return s.SetStatus(ctx, now, user, m, text) })
-	case k < 65:
+	case k < 60:
 		what = fmt.Sprintf("Bye(%d, %s, %s)", now, user, dev)
 		d.same(what, func(s tracker.Store) (presence.Change, error) { return s.Bye(ctx, now, user, dev) })
+	case k < 65:
+		// since: mostly about now (the closed connection beat last), some
+		// times well before (another connection beat since).
+		since := now - grid*int64(r.IntN(8))
+		what = fmt.Sprintf("Disconnect(%d, %s, %s, %d)", now, user, dev, since)
+		d.same(what, func(s tracker.Store) (presence.Change, error) { return s.Disconnect(ctx, now, user, dev, since) })
 	case k < 73:
 		p := presence.Profile{
 			UserID:      user,

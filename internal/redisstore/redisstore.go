@@ -98,7 +98,7 @@ type Store struct {
 	prefix string
 	shards []shardKeys
 
-	beat, setStatus, bye, setSettings, load, expire, dirty *rueidis.Lua
+	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty *script
 
 	// Heartbeat batching, see beat.go.
 	shardGroups      []beatGroup   // one per shard
@@ -138,12 +138,27 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		s.shards[i] = shardKeys{tag: tag, users: tag + "u:", due: tag + "due", dirty: tag + "dirty"}
 	}
 	r := cfg.Rules
-	mk := func(fast, body string) *rueidis.Lua {
-		return rueidis.NewLuaScript(script(r.TTL.Milliseconds(), r.IdleAfter.Milliseconds(), int64(r.MaxDevices),
-			r.Epoch<<32, cfg.EvictAfter.Milliseconds(), fast, body))
+	consts := constants(r.TTL.Milliseconds(), r.IdleAfter.Milliseconds(), int64(r.MaxDevices),
+		r.Epoch<<32, cfg.EvictAfter.Milliseconds(), r.CloseGrace.Milliseconds())
+	for _, sc := range []struct {
+		to    **script
+		files []string
+	}{
+		{&s.beat, []string{"beat_fast", "helpers", "beat"}},
+		{&s.setStatus, []string{"helpers", "set_status"}},
+		{&s.bye, []string{"helpers", "bye"}},
+		{&s.disconnect, []string{"helpers", "disconnect"}},
+		{&s.setSettings, []string{"helpers", "set_settings"}},
+		{&s.load, []string{"helpers", "load"}},
+		{&s.expire, []string{"helpers", "expire"}},
+		{&s.dirty, []string{"helpers", "dirty"}},
+	} {
+		src, err := newScript(consts, sc.files...)
+		if err != nil {
+			return nil, err
+		}
+		*sc.to = &script{Lua: rueidis.NewLuaScript(src.src), src: src}
 	}
-	s.beat, s.setStatus, s.bye = mk(luaBeatFast, luaBeat), mk("", luaSetStatus), mk("", luaBye)
-	s.setSettings, s.load, s.expire, s.dirty = mk("", luaSetSettings), mk("", luaLoad), mk("", luaExpire), mk("", luaDirty)
 	s.initBeats()
 	return s, nil
 }
@@ -186,21 +201,37 @@ func (s *Store) userKeys(user string) []string {
 	return []string{sk.users + user, sk.due, sk.dirty}
 }
 
+// script is one operation's Lua script, with what it takes to name the
+// file and line of lua/ behind an error of Redis.
+type script struct {
+	*rueidis.Lua
+	src luaScript
+}
+
+// err maps the script lines err names to the files of lua/.
+func (s *script) err(err error) error { return s.src.scriptError(err) }
+
 // SetStatus implements tracker.Store.
 func (s *Store) SetStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
-	return s.changeOf(s.setStatus.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), strconv.Itoa(int(m)), text}), user, now, "set status")
+	return s.changeOf(s.setStatus.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), strconv.Itoa(int(m)), text}), s.setStatus, user, now, "set status")
 }
 
 // Bye implements tracker.Store.
 func (s *Store) Bye(ctx context.Context, now int64, user, device string) (presence.Change, error) {
-	return s.changeOf(s.bye.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device}), user, now, "bye")
+	return s.changeOf(s.bye.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device}), s.bye, user, now, "bye")
+}
+
+// Disconnect implements tracker.Store.
+func (s *Store) Disconnect(ctx context.Context, now int64, user, device string, since int64) (presence.Change, error) {
+	return s.changeOf(s.disconnect.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device, i64(since)}),
+		s.disconnect, user, now, "disconnect")
 }
 
 // changeOf decodes the reply of an operation's script.
-func (s *Store) changeOf(r rueidis.RedisResult, user string, now int64, op string) (presence.Change, error) {
+func (s *Store) changeOf(r rueidis.RedisResult, sc *script, user string, now int64, op string) (presence.Change, error) {
 	m, err := r.ToMessage()
 	if err != nil {
-		return presence.Change{}, wrapErr(op, err)
+		return presence.Change{}, wrapErr(op, sc.err(err))
 	}
 	return s.change(m, user, now, op)
 }
@@ -269,7 +300,7 @@ func (s *Store) SetSettings(ctx context.Context, user string, set presence.Setti
 	n, err := s.setSettings.Exec(ctx, s.c, s.userKeys(user)[:1],
 		[]string{strconv.Itoa(int(set.Status)), strconv.Itoa(int(set.LastSeen))}).AsInt64()
 	if err != nil {
-		return fmt.Errorf("redisstore: set settings: %w", err)
+		return fmt.Errorf("redisstore: set settings: %w", s.setSettings.err(err))
 	}
 	if n < 0 {
 		return tracker.ErrNotLoaded
@@ -284,7 +315,7 @@ func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) error 
 		strconv.FormatUint(p.Version, 10), strconv.Itoa(int(p.Settings.Status)), strconv.Itoa(int(p.Settings.LastSeen)),
 	}).Error()
 	if err != nil {
-		return fmt.Errorf("redisstore: load: %w", err)
+		return fmt.Errorf("redisstore: load: %w", s.load.err(err))
 	}
 	return nil
 }
@@ -337,7 +368,7 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 		for _, r := range s.expire.ExecMulti(ctx, s.c, execs...) {
 			arr, err := r.ToArray()
 			if err != nil {
-				firstErr = firstOf(firstErr, err)
+				firstErr = firstOf(firstErr, s.expire.err(err))
 				continue
 			}
 			if len(arr) == per {
@@ -589,12 +620,18 @@ func decodeUser(id string, kv []rueidis.RedisMessage, u *presence.User) error {
 			if !ok {
 				return fmt.Errorf("device field %s: malformed %q", f, v)
 			}
+			active, closed, hasClosed := strings.Cut(active, ":")
 			lb, e1 := strconv.ParseInt(beat, 10, 64)
 			la, e2 := strconv.ParseInt(active, 10, 64)
-			if e := errors.Join(e1, e2); e != nil {
+			var cl int64
+			var e3 error
+			if hasClosed {
+				cl, e3 = strconv.ParseInt(closed, 10, 64)
+			}
+			if e := errors.Join(e1, e2, e3); e != nil {
 				return fmt.Errorf("device field %s: %w", f, e)
 			}
-			devs = append(devs, presence.Device{ID: dev, LastBeat: lb, LastActive: la})
+			devs = append(devs, presence.Device{ID: dev, LastBeat: lb, LastActive: la, Closed: cl})
 		}
 	}
 	u.Devices = devs
@@ -613,7 +650,7 @@ func (s *Store) Dirty(ctx context.Context, out []presence.Profile) ([]presence.P
 		arr, err := r.ToArray()
 		if err != nil {
 			// Keep what other shards drained: it is gone from Redis.
-			firstErr = firstOf(firstErr, err)
+			firstErr = firstOf(firstErr, s.dirty.err(err))
 			continue
 		}
 		for _, m := range arr {

@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T, rules presence.Rules) tracker
 		{"ConcurrentDevices", testConcurrentDevices},
 		{"ReconnectInsideTTL", testReconnectInsideTTL},
 		{"Bye", testBye},
+		{"Disconnect", testDisconnect},
 		{"ManualStatus", testManualStatus},
 		{"ManualWhileOffline", testManualWhileOffline},
 		{"ManualIgnoresIdle", testManualIgnoresIdle},
@@ -604,6 +605,119 @@ func testBye(t *testing.T, f Factory) {
 		h.wantEvent("bye after ttl", h.bye(late, "u", "d"),
 			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: t0})
 		h.wantNoEvents("Expire", h.expire(late))
+	})
+}
+
+func (h *h) disconnect(now int64, user, device string, since int64) presence.Change {
+	h.t.Helper()
+	ch, err := h.s.Disconnect(h.ctx, now, user, device, since)
+	if err != nil {
+		h.t.Fatalf("Disconnect(%d, %q, %q, %d): %v", now, user, device, since, err)
+	}
+	return ch
+}
+
+// testDisconnect: a connection that closes without a bye shortens its
+// device's life to the close grace, unless the device beats again.
+func testDisconnect(t *testing.T, f Factory) {
+	rules := DefaultRules
+	rules.CloseGrace = 5 * time.Second
+	grace := rules.CloseGrace.Milliseconds()
+	t.Run("departure within the grace", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.join(t0, "u", "d")
+		h.beat(t0+5*sec, "u", "d", true)
+		c := t0 + 6*sec
+		h.wantNone("disconnect", h.disconnect(c, "u", "d", t0+5*sec))
+		h.wantNoEvents("Expire before the grace ends", h.expire(c+grace-1))
+		h.wantSnap("Get before the grace ends", h.get(c+grace-1, "u"), presence.Online, 1, t0+5*sec, t0+5*sec)
+		h.wantOne("Expire when the grace ends", h.expire(c+grace),
+			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: t0 + 5*sec, at: c + grace})
+		h.wantSnap("Get after", h.get(c+grace, "u"), presence.Offline, 0, t0+5*sec, t0+5*sec)
+		h.wantNoEvents("Expire at the old ttl", h.expire(t0+5*sec+h.ttl()))
+	})
+	t.Run("reconnect within the grace", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.join(t0, "u", "d")
+		c := t0 + sec
+		h.wantNone("disconnect", h.disconnect(c, "u", "d", t0))
+		back := c + grace - 1
+		h.wantNone("reconnect", h.beat(back, "u", "d", true))
+		h.wantNoEvents("Expire when the grace would have ended", h.expire(c+grace))
+		h.wantNoEvents("Expire before the new ttl", h.expire(back+h.ttl()-1))
+		h.wantSnap("Get", h.get(back+h.ttl()-1, "u"), presence.Online, 1, back, back)
+		h.wantOne("Expire at the new ttl", h.expire(back+h.ttl()),
+			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: back})
+	})
+	t.Run("a newer beat came through another connection", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.join(t0, "u", "d")
+		h.beat(t0+2*sec, "u", "d", true) // the new connection's first beat
+		// The old connection's close arrives late; its last beat was t0.
+		h.wantNone("late disconnect", h.disconnect(t0+3*sec, "u", "d", t0))
+		h.wantNoEvents("Expire after the grace", h.expire(t0+3*sec+grace))
+		h.wantOne("Expire at the ttl of the newer beat", h.expire(t0+2*sec+h.ttl()),
+			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: t0 + 2*sec})
+	})
+	t.Run("a replayed older beat does not reopen", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.join(t0, "u", "d")
+		c := t0 + 2*sec
+		h.disconnect(c, "u", "d", t0)
+		h.wantNone("older beat", h.beat(c-1, "u", "d", true))
+		h.wantOne("Expire when the grace ends", h.expire(c+grace),
+			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: c - 1})
+	})
+	t.Run("a second disconnect does not extend the grace", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.join(t0, "u", "d")
+		c := t0 + sec
+		h.disconnect(c, "u", "d", t0)
+		h.disconnect(c+2*sec, "u", "d", t0)
+		h.wantOne("Expire when the first grace ends", h.expire(c+grace),
+			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: t0})
+	})
+	t.Run("the ttl ends first", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.join(t0, "u", "d")
+		c := t0 + h.ttl() - sec
+		h.disconnect(c, "u", "d", t0)
+		h.wantOne("Expire at the ttl", h.expire(t0+h.ttl()),
+			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: t0, at: t0 + h.ttl()})
+	})
+	t.Run("another device stays", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.join(t0, "u", "phone")
+		h.beat(t0+sec, "u", "laptop", true)
+		h.disconnect(t0+2*sec, "u", "laptop", t0+sec)
+		h.wantNoEvents("Expire when the laptop's grace ends", h.expire(t0+2*sec+grace))
+		h.wantSnap("Get", h.get(t0+2*sec+grace, "u"), presence.Online, 1, t0+sec, t0+sec)
+	})
+	t.Run("unknown user and device", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.wantNone("unknown user", h.disconnect(t0, "nobody", "d", t0))
+		h.join(t0, "u", "d")
+		h.wantNone("unknown device", h.disconnect(t0+sec, "u", "other", t0+sec))
+		h.wantNoEvents("Expire after the grace", h.expire(t0+sec+grace))
+	})
+	t.Run("invisible", func(t *testing.T) {
+		h := newH(t, f, rules)
+		h.join(t0, "u", "d")
+		h.wantEvent("invisible", h.status(t0+sec, "u", presence.ManualInvisible, ""),
+			ev{user: "u", prev: presence.Online, status: presence.Offline})
+		h.disconnect(t0+2*sec, "u", "d", t0)
+		h.wantNoEvents("Expire when the grace ends", h.expire(t0+2*sec+grace))
+		h.wantSnap("Get", h.get(t0+2*sec+grace, "u"), presence.Offline, 0, t0+sec, t0+sec)
+	})
+	t.Run("grace off", func(t *testing.T) {
+		off := rules
+		off.CloseGrace = off.TTL
+		h := newH(t, f, off)
+		h.join(t0, "u", "d")
+		h.disconnect(t0+sec, "u", "d", t0)
+		h.wantNoEvents("Expire after a few seconds", h.expire(t0+sec+grace))
+		h.wantOne("Expire at the ttl", h.expire(t0+h.ttl()),
+			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: t0})
 	})
 }
 

@@ -74,6 +74,13 @@ func (s *switchStore) Bye(ctx context.Context, now int64, user, device string) (
 	return s.s.Bye(ctx, now, user, device)
 }
 
+func (s *switchStore) Disconnect(ctx context.Context, now int64, user, device string, since int64) (presence.Change, error) {
+	if err := s.call(); err != nil {
+		return presence.Change{}, err
+	}
+	return s.s.Disconnect(ctx, now, user, device, since)
+}
+
 func (s *switchStore) SetSettings(ctx context.Context, user string, set presence.Settings) error {
 	if err := s.call(); err != nil {
 		return err

@@ -23,6 +23,10 @@ type Store interface {
 	SetStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error)
 	// Bye ends one device at once; a user who is not held has no device.
 	Bye(ctx context.Context, now int64, user, device string) (presence.Change, error)
+	// Disconnect records that device's connection closed at now without a
+	// bye, its last beat through that connection at since
+	// (presence.User.Disconnect); a user who is not held has no device.
+	Disconnect(ctx context.Context, now int64, user, device string, since int64) (presence.Change, error)
 	// SetSettings replaces the privacy settings of a held user (ErrNotLoaded if not held).
 	SetSettings(ctx context.Context, user string, s presence.Settings) error
 	// Load inserts a user from its durable profile unless it is held already.

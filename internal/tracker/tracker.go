@@ -352,6 +352,32 @@ func (t *Tracker) applyBye(ctx context.Context, now int64, user, device string) 
 	return ch, t.storeErr(ctx, err)
 }
 
+// Disconnect tells the tracker that the connection of a device closed
+// without a bye at now; since is the last beat made through that
+// connection (Unix ms, the tracker's clock). Unless the device beats again,
+// it dies Rules.CloseGrace from now instead of at the end of its ttl, so a
+// reconnect within the grace shows nothing and a real departure shows
+// quickly. A device that beat after since (it reconnected, here or on
+// another node) is left alone. While the store is down nothing is
+// recorded: the device then lives its whole ttl, as after missed beats.
+func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int64) error {
+	if !t.up() {
+		return nil
+	}
+	now := t.Now()
+	b := t.bound(ctx)
+	ch, err := t.store.Disconnect(b.ctx, now, user, device, since)
+	t.release(b)
+	if err = t.storeErr(ctx, err); err != nil {
+		if errors.Is(err, errOutage) {
+			return nil // the device lives its whole ttl
+		}
+		return fmt.Errorf("disconnect: %w", err)
+	}
+	t.emit(ch)
+	return nil
+}
+
 // SetSettings durably replaces a user's privacy settings and applies them
 // to the hot state (while the store is down: to the outage buffer).
 func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Settings) error {

@@ -1,0 +1,18 @@
+-- KEYS: user hash, due, dirty. ARGV: user, now, device, since. The
+-- device's connection closed at now without a bye; its last beat through
+-- that connection was at since. Unless it beats again it dies GRACE after
+-- now (User.Disconnect); a device that beat after since reconnected and is
+-- left alone.
+local id, now, dev, since = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local u = load(KEYS[1])
+if not u then return {0} end
+local d = find(u, dev)
+if d and d.lb <= since and d.cl == 0 then
+  d.cl = now
+  d.mod = true
+end
+local ch = settle(u, now)
+schedule(KEYS[2], id, u, now)
+save(u)
+if ch then redis.call('SADD', KEYS[3], id) end
+return ch or {0}

@@ -1,0 +1,38 @@
+-- KEYS: due, dirty. ARGV: now, max, prefix of the shard's user keys.
+-- Claims the due members of one shard (ZRANGEBYSCORE … LIMIT, removed,
+-- applied and re-armed in this one script, so concurrent sweepers never see
+-- the same one) and returns up to max changes, each {user, change…}.
+local now, max, kp = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local out = {}
+while #out < max do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, max - #out)
+  if #due == 0 then break end
+  for _, id in ipairs(due) do
+    redis.call('ZREM', KEYS[1], id)
+    local u = load(kp .. id)
+    if u then
+      u.s = 0
+      local ch = settle(u, now)
+      if ch then
+        redis.call('SADD', KEYS[2], id)
+        ch[1] = id
+        out[#out + 1] = ch
+      end
+      local evict = false
+      if #u.devs == 0 and u.ev ~= 0 and now >= u.ev then
+        if redis.call('SISMEMBER', KEYS[2], id) == 0 then
+          evict = true
+        else
+          u.ev = now + EVICT -- checkpoint first, then drop
+        end
+      end
+      if evict then
+        redis.call('DEL', u.key)
+      else
+        schedule(KEYS[1], id, u, now)
+        save(u)
+      end
+    end
+  end
+end
+return out

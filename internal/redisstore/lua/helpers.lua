@@ -1,0 +1,199 @@
+-- The rules of presence.User (internal/presence/user.go) on a user's hash,
+-- shared by every operation's script (see lua.go for how a script is put
+-- together). Numbers are Lua doubles: exact for times in Unix ms and for
+-- versions below 2^53. Every number written back is formatted with %d,
+-- never Lua's tostring, which would print large ones as 1.7e+15.
+--
+-- The hash of a user: m (manual), t (text), ls (last_seen), pls (public
+-- last_seen), v (version), ss, sl (settings), pub, pt (last published
+-- status and text), ev (eviction time, 0 = none), one field
+-- d:<device> = "last_beat:last_active" per device, or
+-- "last_beat:last_active:closed" for a device whose connection closed
+-- without a bye, s (the time of the user's entry in the due set, 0 =
+-- none), nd (the devices the user had when a full script last saved the
+-- hash; the fast heartbeat adds none) and r = "v:m:pub:ss:sl:nd:s:"
+-- followed by the text, written by every full script. While s is in the
+-- future no device has died and no away is due since, so a read needs only
+-- r, ls and pls (Store.Get). The shard's sorted set "due" holds each
+-- user's next deadline (member = user id) and the set "dirty" the users
+-- changed since the last Dirty.
+--
+-- Statuses as presence numbers them: Offline 0, Online 1, Away 2, Busy 3,
+-- Invisible 4; manual: None 0, Away 1, Busy 2, Invisible 3.
+local MANUAL_STATUS = {[1] = 2, [2] = 3, [3] = 4}
+
+local function fmt(n) return string.format('%d', n) end
+
+-- The scalar fields of a user's hash; text fields are strings, the others
+-- numbers.
+local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's', 'nd', 'r'}
+local TEXT = {t = true, pt = true, r = true}
+
+-- load reads the hash at key into a table, or nil when the user is not held.
+local function load(key)
+  local h = redis.call('HGETALL', key)
+  if #h == 0 then return nil end
+  local u = {key = key, m = 0, t = '', ls = 0, pls = 0, v = 0, ss = 0, sl = 0,
+    pub = 0, pt = '', ev = 0, s = 0, nd = -1, r = '', devs = {}, gone = {}}
+  for i = 1, #h, 2 do
+    local f, val = h[i], h[i + 1]
+    if string.sub(f, 1, 2) == 'd:' then
+      local c = string.find(val, ':', 1, true)
+      local c2 = string.find(val, ':', c + 1, true)
+      local cl = 0
+      if c2 then cl = tonumber(string.sub(val, c2 + 1)) else c2 = #val + 1 end
+      u.devs[#u.devs + 1] = {id = string.sub(f, 3), lb = tonumber(string.sub(val, 1, c - 1)),
+        la = tonumber(string.sub(val, c + 1, c2 - 1)), cl = cl}
+    elseif TEXT[f] then
+      u[f] = val
+    else
+      u[f] = tonumber(val)
+    end
+  end
+  u.o = {}
+  for _, f in ipairs(SCALARS) do u.o[f] = u[f] end
+  return u
+end
+
+-- save writes u back: the scalars that changed since load (all of them
+-- for a user made without load), the devices marked mod, and the removal
+-- of the devices that were dropped.
+local function save(u)
+  u.nd = #u.devs
+  -- r: what a read needs but last_seen, in one field (Store.Get).
+  u.r = string.format('%d:%d:%d:%d:%d:%d:%d:', u.v, u.m, u.pub, u.ss, u.sl, u.nd, u.s) .. u.t
+  local args = {}
+  for _, f in ipairs(SCALARS) do
+    local val = u[f]
+    if val ~= u.o[f] then
+      args[#args + 1] = f
+      if TEXT[f] then args[#args + 1] = val else args[#args + 1] = fmt(val) end
+    end
+  end
+  for _, d in ipairs(u.devs) do
+    if d.mod then
+      args[#args + 1] = 'd:' .. d.id
+      if d.cl ~= 0 then
+        args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la) .. ':' .. fmt(d.cl)
+      else
+        args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la)
+      end
+    end
+  end
+  if #args > 0 then
+    redis.call('HSET', u.key, unpack(args))
+  end
+  if #u.gone > 0 then
+    redis.call('HDEL', u.key, unpack(u.gone))
+  end
+end
+
+-- device_end is Rules.End: the moment d dies unless it beats again.
+local function device_end(d)
+  local e = d.lb + TTL
+  if d.cl ~= 0 and d.cl + GRACE < e then e = d.cl + GRACE end
+  return e
+end
+
+local function alive(d, now) return now < device_end(d) end
+
+local function alive_devices(u, now)
+  local n = 0
+  for _, d in ipairs(u.devs) do
+    if alive(d, now) then n = n + 1 end
+  end
+  return n
+end
+
+-- status is User.Status: the true status at now.
+local function status(u, now)
+  local any, active = false, 0
+  for _, d in ipairs(u.devs) do
+    if alive(d, now) then
+      any = true
+      if d.la > active then active = d.la end
+    end
+  end
+  if not any then return 0 end
+  if u.m ~= 0 then return MANUAL_STATUS[u.m] end
+  if active > 0 and now < active + IDLE then return 1 end
+  return 2
+end
+
+-- settle is User.settle: drop dead devices, derive the public status and,
+-- if it or the text changed, stamp a version and return the change as
+-- {1, status, prev, text, public last_seen, version, settings status,
+-- settings last_seen}; nil if nothing visible changed.
+local function settle(u, now)
+  local live = {}
+  for _, d in ipairs(u.devs) do
+    if alive(d, now) then
+      live[#live + 1] = d
+    else
+      u.gone[#u.gone + 1] = 'd:' .. d.id
+    end
+  end
+  u.devs = live
+  local st = status(u, now)
+  local pub = st
+  if pub == 4 then pub = 0 end
+  local prev = u.pub
+  if pub ~= 0 then
+    u.pls = u.ls
+  elseif prev ~= 0 and st == 4 then
+    u.pls = math.max(u.ls, now)
+  elseif prev ~= 0 then
+    u.pls = u.ls
+  end
+  if pub == prev and u.t == u.pt then return nil end
+  u.pub = pub
+  u.pt = u.t
+  local v = u.v + 1
+  if v <= FLOOR then v = FLOOR + 1 end
+  u.v = v
+  return {1, pub, prev, u.t, fmt(u.pls), fmt(v), u.ss, u.sl}
+end
+
+-- deadline is User.Deadline: the next moment the state may change without
+-- input, 0 if none.
+local function deadline(u, now)
+  local nxt, active = 0, 0
+  for _, d in ipairs(u.devs) do
+    local e = device_end(d)
+    if nxt == 0 or e < nxt then nxt = e end
+    if e > now and d.la > active then active = d.la end
+  end
+  if u.m == 0 and active > 0 then
+    local idle = active + IDLE
+    if idle > now and idle < nxt then nxt = idle end
+  end
+  return nxt
+end
+
+-- schedule makes sure the shard's due set holds the user no later than its
+-- next deadline (or its eviction time when it has no device). As in
+-- memstore, a deadline only moves earlier here: a later one is found when
+-- the earlier entry comes due and is re-armed. The hash keeps the entry's
+-- time in s (0: none), so the common heartbeat, whose deadline only moves
+-- later, does not touch the sorted set at all.
+local function schedule(due, id, u, now)
+  local d = deadline(u, now)
+  if d == 0 then
+    if u.ev == 0 then u.ev = now + EVICT end
+    d = u.ev
+  else
+    u.ev = 0
+  end
+  if d <= now then d = now + 1 end
+  if u.s == 0 or d < u.s then
+    u.s = d
+    redis.call('ZADD', due, 'LT', fmt(d), id)
+  end
+end
+
+local function find(u, id)
+  for _, d in ipairs(u.devs) do
+    if d.id == id then return d end
+  end
+  return nil
+end
