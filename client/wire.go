@@ -37,6 +37,7 @@ type serverMsg struct {
 	DeviceID            string `json:"device_id"`
 	HeartbeatIntervalMS int64  `json:"heartbeat_interval_ms"`
 	TTLMS               int64  `json:"ttl_ms"`
+	CloseGraceMS        int64  `json:"close_grace_ms"`
 
 	// snapshot
 	Users map[string]wirePresence `json:"users"`

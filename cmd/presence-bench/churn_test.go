@@ -4,16 +4,37 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/app"
 )
 
-// Flaky devices against a node with a 2s ttl, on the real clock: on
-// loopback the server must tell every dead device from the flaky ones.
+// Flaky devices against a node with a short ttl, on the real clock: on
+// loopback the server must tell every dead device from the flaky ones,
+// with the close grace off (it is the ttl) and on (1s of a 3s ttl: drops
+// come back within it, deaths are seen when it ends).
 func TestChurnInProcess(t *testing.T) {
-	url := startNode(t, 2*time.Second)
+	for _, tc := range []struct {
+		name            string
+		ttl, grace      time.Duration
+		heartbeatMs     int64
+		graceMs, goalMs int64
+	}{
+		{"grace off", 2 * time.Second, 0, 500, 2000, 1000},
+		{"grace 1s", 3 * time.Second, time.Second, 750, 1000, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testChurnInProcess(t, startNodeWith(t, app.Config{TTL: tc.ttl, CloseGrace: tc.grace}),
+				tc.ttl.Milliseconds(), tc.heartbeatMs, tc.graceMs, tc.goalMs)
+		})
+	}
+}
+
+func testChurnInProcess(t *testing.T, url string, ttlMs, heartbeatMs, graceMs, goalMs int64) {
 	cfg, err := parseChurn([]string{"-url", url, "-dev", "-devices", "60", "-duration", "2s", "-rate", "15", "-mix", "2,2,1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -24,8 +45,9 @@ func TestChurnInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", res)
-	if res.TTLMs != 2000 || res.HeartbeatMs != 500 {
-		t.Errorf("ttl %d ms, heartbeat %d ms: not read from the welcome", res.TTLMs, res.HeartbeatMs)
+	if res.TTLMs != ttlMs || res.HeartbeatMs != heartbeatMs || res.CloseGraceMs != graceMs || res.Goal.LagP99Ms != float64(goalMs) {
+		t.Errorf("ttl %d ms, heartbeat %d ms, close grace %d ms, goal %v ms: want %d, %d, %d, %d (read from the welcome)",
+			res.TTLMs, res.HeartbeatMs, res.CloseGraceMs, res.Goal.LagP99Ms, ttlMs, heartbeatMs, graceMs, goalMs)
 	}
 	if res.Reconnects == 0 || res.Misses == 0 || res.Deaths == 0 {
 		t.Errorf("not every behaviour happened: %d reconnects, %d misses, %d deaths", res.Reconnects, res.Misses, res.Deaths)
@@ -50,7 +72,7 @@ func TestChurnInProcess(t *testing.T) {
 		t.Errorf("table:\n%s", out.String())
 	}
 	b, _ := json.Marshal(res)
-	for _, k := range []string{`"false_offline":0`, `"missed_offline":0`, `"lag":{`, `"ttl_ms":2000`} {
+	for _, k := range []string{`"false_offline":0`, `"missed_offline":0`, `"lag":{`, fmt.Sprintf(`"ttl_ms":%d`, ttlMs)} {
 		if !bytes.Contains(b, []byte(k)) {
 			t.Errorf("JSON lacks %s: %s", k, b)
 		}
@@ -72,7 +94,7 @@ func TestChurnVerdict(t *testing.T) {
 		{idx: 5, lastBeat: t0, dead: true, deadAt: t0.Add(time.Second)}, // false offline before death, then detected
 		{idx: 6, lastBeat: t0.Add(-5 * time.Second)},                    // never beat again (closed by the server): lapsed
 	}
-	r := &churnRun{cfg: &churnConfig{devices: len(devs)}, devices: devs, ttl: ttl, interval: ttl / 4}
+	r := &churnRun{cfg: &churnConfig{devices: len(devs)}, devices: devs, ttl: ttl, grace: ttl, interval: ttl / 4}
 	r.offlines = []churnOffline{
 		{dev: 0, at: t0.Add(time.Second)},
 		{dev: 1, at: t0.Add(time.Second)},
@@ -92,6 +114,32 @@ func TestChurnVerdict(t *testing.T) {
 	}
 	if res.GoalMet {
 		t.Error("goal met")
+	}
+}
+
+// With a close grace shorter than the ttl a dead device ends at its drop +
+// the grace (or its ttl, if that comes first), and the lag is measured
+// from there.
+func TestChurnVerdictCloseGrace(t *testing.T) {
+	t0 := time.Now()
+	ttl, grace := 10*time.Second, 2*time.Second
+	devs := []*churnDevice{
+		{idx: 0, lastBeat: t0, dead: true, deadAt: t0.Add(time.Second)},     // ends at the grace: t0+3s
+		{idx: 1, lastBeat: t0, dead: true, deadAt: t0.Add(9 * time.Second)}, // ends at the ttl: t0+10s
+		{idx: 2, lastBeat: t0, dead: true, deadAt: t0},                      // offline too late
+	}
+	r := &churnRun{cfg: &churnConfig{devices: len(devs)}, devices: devs, ttl: ttl, grace: grace, interval: ttl / 4}
+	r.offlines = []churnOffline{
+		{dev: 0, at: t0.Add(3*time.Second + 150*time.Millisecond)},
+		{dev: 1, at: t0.Add(10*time.Second + 50*time.Millisecond)},
+		{dev: 2, at: t0.Add(8 * time.Second)},
+	}
+	res := r.result(t0.Add(-time.Minute), t0.Add(ttl))
+	if res.Deaths != 3 || res.Detected != 2 || res.MissedOffline != 1 || res.FalseOffline != 0 {
+		t.Errorf("deaths %d detected %d missed %d false %d, want 3 2 1 0", res.Deaths, res.Detected, res.MissedOffline, res.FalseOffline)
+	}
+	if res.Lag.Max != 150 || res.LagMinMs != 50 || res.Goal.LagP99Ms != 200 || res.CloseGraceMs != 2000 {
+		t.Errorf("lag %+v min %v goal %v grace %d", res.Lag, res.LagMinMs, res.Goal.LagP99Ms, res.CloseGraceMs)
 	}
 }
 

@@ -23,9 +23,15 @@ func TestMain(m *testing.M) { testsvc.Main(m) }
 // (0: the default), and returns its ws:// URL.
 func startNode(t *testing.T, ttl time.Duration) string {
 	t.Helper()
-	a, err := app.New(context.Background(), app.Config{
-		DataDir: t.TempDir(), APIKey: "k", Dev: true, JWTSecret: []byte("s"), PollInterval: -1, TTL: ttl,
-	})
+	return startNodeWith(t, app.Config{TTL: ttl})
+}
+
+// startNodeWith starts an embedded node with cfg (under -dev, API key "k")
+// on a free loopback port and returns its ws:// URL.
+func startNodeWith(t *testing.T, cfg app.Config) string {
+	t.Helper()
+	cfg.DataDir, cfg.APIKey, cfg.Dev, cfg.JWTSecret, cfg.PollInterval = t.TempDir(), "k", true, []byte("s"), -1
+	a, err := app.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

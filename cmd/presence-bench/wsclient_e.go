@@ -90,16 +90,17 @@ func (l *urlList) Set(s string) error { *l = append(*l, s); return nil }
 
 // wsMsg is the part of a server message the scenarios read.
 type wsMsg struct {
-	Type        string              `json:"type"`
-	UserID      string              `json:"user_id"`
-	DeviceID    string              `json:"device_id"`
-	Status      *string             `json:"status"` // null: hidden
-	Version     uint64              `json:"version"`
-	TTLMs       int64               `json:"ttl_ms"`
-	HeartbeatMs int64               `json:"heartbeat_interval_ms"`
-	Code        string              `json:"code"`
-	Message     string              `json:"message"`
-	Users       map[string]snapUser `json:"users"`
+	Type         string              `json:"type"`
+	UserID       string              `json:"user_id"`
+	DeviceID     string              `json:"device_id"`
+	Status       *string             `json:"status"` // null: hidden
+	Version      uint64              `json:"version"`
+	TTLMs        int64               `json:"ttl_ms"`
+	HeartbeatMs  int64               `json:"heartbeat_interval_ms"`
+	CloseGraceMs int64               `json:"close_grace_ms"`
+	Code         string              `json:"code"`
+	Message      string              `json:"message"`
+	Users        map[string]snapUser `json:"users"`
 }
 
 // snapUser is one user of a snapshot.
@@ -167,6 +168,15 @@ func (e wsEndpoint) dial(ctx context.Context, user, device string) (*benchConn, 
 
 // ttl and beat are what the welcome announced (beat: ttl/3 when absent).
 func (c *benchConn) ttl() time.Duration { return time.Duration(c.welcome.TTLMs) * time.Millisecond }
+
+// closeGrace is how long the server keeps a device whose connection
+// closed without a bye; a server that announces none keeps it its ttl.
+func (c *benchConn) closeGrace() time.Duration {
+	if g := time.Duration(c.welcome.CloseGraceMs) * time.Millisecond; g > 0 && g < c.ttl() {
+		return g
+	}
+	return c.ttl()
+}
 
 func (c *benchConn) beat() time.Duration {
 	if c.welcome.HeartbeatMs > 0 {

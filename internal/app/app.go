@@ -334,6 +334,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Clock:            cfg.Clock,
 		Logger:           cfg.Logger.With("component", "ws"),
 		TTL:              cfg.TTL,
+		CloseGrace:       rules.CloseGrace,
 		MaxSubscriptions: cfg.MaxSubscriptions,
 		Hub:              a.hub,
 		Workers:          gatewayWorkers(cfg),

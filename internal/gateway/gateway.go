@@ -62,6 +62,10 @@ type Config struct {
 	// TTL is the heartbeat ttl: welcome announces it, and a connection
 	// silent for one ttl is closed 4001. Default 30s.
 	TTL time.Duration
+	// CloseGrace is announced by welcome: how soon a client must reconnect
+	// after its connection closed without a bye for watchers to see
+	// nothing (presence.Rules.CloseGrace). Default 5s, cut to TTL.
+	CloseGrace time.Duration
 	// MaxSubscriptions is the hub's per-connection cap (the hub enforces
 	// it; the gateway refuses a larger request before asking and sizes
 	// the send queue by it). Default 500.
@@ -154,6 +158,10 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = 30 * time.Second
 	}
+	if cfg.CloseGrace <= 0 {
+		cfg.CloseGrace = presence.DefaultCloseGrace
+	}
+	cfg.CloseGrace = min(cfg.CloseGrace, cfg.TTL)
 	if cfg.MaxSubscriptions <= 0 {
 		cfg.MaxSubscriptions = 500
 	}

@@ -54,10 +54,11 @@ func TestWelcome(t *testing.T) {
 	c := n.dial("42", "")
 	m := c.msgType("welcome")
 	dev, _ := m["device_id"].(string)
-	if m["user_id"] != "42" || !strings.HasPrefix(dev, "d-") || m["heartbeat_interval_ms"] != 5000.0 || m["ttl_ms"] != 20000.0 {
+	if m["user_id"] != "42" || !strings.HasPrefix(dev, "d-") || m["heartbeat_interval_ms"] != 5000.0 || m["ttl_ms"] != 20000.0 ||
+		m["close_grace_ms"] != 5000.0 {
 		t.Fatalf("welcome %v", m)
 	}
-	if len(m) != 5 {
+	if len(m) != 6 {
 		t.Fatalf("welcome has fields %v", m)
 	}
 	if runtime.GOOS == "linux" && n.gw.Stats().EpollDisabled {

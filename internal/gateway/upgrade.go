@@ -151,7 +151,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	g.stats.accepted.Add(1)
-	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, g.cfg.TTL/4, g.cfg.TTL)})
+	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, g.cfg.TTL/4, g.cfg.TTL, g.cfg.CloseGrace)})
 	g.idle.push(c.idleAt.Load(), c)
 	if len(early) > 0 && !c.feed(early) {
 		return nil

@@ -125,8 +125,8 @@ func TestAppendError(t *testing.T) {
 }
 
 func TestAppendWelcome(t *testing.T) {
-	out := wire.AppendWelcome(nil, "42", "d-7f3a", 7500*time.Millisecond, 30*time.Second)
-	want := `{"type":"welcome","user_id":"42","device_id":"d-7f3a","heartbeat_interval_ms":7500,"ttl_ms":30000}`
+	out := wire.AppendWelcome(nil, "42", "d-7f3a", 7500*time.Millisecond, 30*time.Second, 5*time.Second)
+	want := `{"type":"welcome","user_id":"42","device_id":"d-7f3a","heartbeat_interval_ms":7500,"ttl_ms":30000,"close_grace_ms":5000}`
 	if string(out) != want {
 		t.Errorf("got  %s\nwant %s", out, want)
 	}
@@ -171,7 +171,7 @@ func FuzzMessages(f *testing.F) {
 			wire.AppendPresence(nil, &v),
 			wire.AppendSnapshot(nil, []privacy.View{v, {UserID: id + "x"}}),
 			wire.AppendError(nil, code, text),
-			wire.AppendWelcome(nil, id, text, time.Duration(last), time.Duration(version)),
+			wire.AppendWelcome(nil, id, text, time.Duration(last), time.Duration(version), time.Duration(last)),
 			wire.AppendView(nil, &v),
 		} {
 			if !json.Valid(out) {

@@ -67,9 +67,9 @@ func AppendError(b []byte, code, message string) []byte {
 }
 
 // AppendWelcome appends the first message of a connection:
-// {"type":"welcome","user_id":…,"device_id":…,"heartbeat_interval_ms":…,"ttl_ms":…}.
+// {"type":"welcome","user_id":…,"device_id":…,"heartbeat_interval_ms":…,"ttl_ms":…,"close_grace_ms":…}.
 // Durations are sent in whole milliseconds.
-func AppendWelcome(b []byte, userID, deviceID string, heartbeatInterval, ttl time.Duration) []byte {
+func AppendWelcome(b []byte, userID, deviceID string, heartbeatInterval, ttl, closeGrace time.Duration) []byte {
 	b = append(b, `{"type":"welcome","user_id":`...)
 	b = AppendString(b, userID)
 	b = append(b, `,"device_id":`...)
@@ -78,5 +78,7 @@ func AppendWelcome(b []byte, userID, deviceID string, heartbeatInterval, ttl tim
 	b = strconv.AppendInt(b, heartbeatInterval.Milliseconds(), 10)
 	b = append(b, `,"ttl_ms":`...)
 	b = strconv.AppendInt(b, ttl.Milliseconds(), 10)
+	b = append(b, `,"close_grace_ms":`...)
+	b = strconv.AppendInt(b, closeGrace.Milliseconds(), 10)
 	return append(b, '}')
 }
