@@ -462,8 +462,9 @@ func (c *Client) Bye(ctx context.Context) error {
 	}
 }
 
-// Close disconnects without ending the device (it stays alive until its
-// ttl, like after a lost connection; see Bye), stops every goroutine of the
+// Close disconnects without ending the device (the server keeps it alive
+// for its close grace, announced in the welcome, in case it comes back, as
+// after a lost connection; see Bye), stops every goroutine of the
 // client and waits for them. It is idempotent and always returns nil.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {

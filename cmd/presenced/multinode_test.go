@@ -256,6 +256,59 @@ func TestThreeNodes(t *testing.T) {
 	}
 }
 
+// A socket closed without a bye on one node is seen offline on another
+// when the close grace ends, long before the ttl; a device that reconnects
+// within the grace, to another node, shows nothing at all.
+func TestCloseGraceAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	const ttl, grace = 10 * time.Second, time.Second
+	more := []string{"-heartbeat-ttl", ttl.String(), "-close-grace", grace.String()}
+	var n1, n2 *proc
+	var wg sync.WaitGroup
+	wg.Go(func() { n1 = b.node(t, 1, more...) })
+	wg.Go(func() { n2 = b.node(t, 2, more...) })
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	w := watcher(t, n2, "w", "erin", "fred")
+	w.await(t, "w", "erin", wsclient.Offline) // the snapshot
+	w.await(t, "w", "fred", wsclient.Offline)
+
+	// erin's app is killed: her socket on node 1 closes without a bye.
+	erin := dial(t, n1, "erin", "phone")
+	w.await(t, "w", "erin", wsclient.Online)
+	erin.Close()
+	closed := time.Now()
+	w.await(t, "w", "erin", wsclient.Offline)
+	var off seenEvent
+	for _, e := range w.of("erin") {
+		if !e.snapshot && e.status == wsclient.Offline {
+			off = e
+		}
+	}
+	t.Logf("erin offline on node 2 %s after her socket closed on node 1 (close grace %s, ttl %s)",
+		off.at.Sub(closed).Round(time.Millisecond), grace, ttl)
+	if lag := off.at.Sub(closed); lag > ttl/2 {
+		t.Errorf("erin offline %s after her socket closed: that is the ttl (%s), not the close grace (%s)", lag, ttl, grace)
+	}
+	if off.lastSeen.After(closed) {
+		t.Errorf("erin's last_seen %s is after her socket closed (%s): it must be her last heartbeat", off.lastSeen, closed)
+	}
+
+	// fred's network changes: his socket on node 1 closes and the same
+	// device is back through node 2 within the grace.
+	fred := dial(t, n1, "fred", "laptop")
+	w.await(t, "w", "fred", wsclient.Online)
+	fred.Close()
+	dial(t, n2, "fred", "laptop")
+	time.Sleep(3 * grace) // room for a false offline to show up
+	if n := w.count("fred", wsclient.Offline); n != 0 || w.last("fred") != wsclient.Online {
+		t.Errorf("fred reconnected within the close grace but watchers saw %+v", w.of("fred"))
+	}
+}
+
 // Redis stops for 10 s while clients beat: the nodes keep answering reads,
 // buffer the heartbeats, and converge when Redis is back (empty, as it
 // keeps nothing on disk): nobody who kept beating went offline, and the
