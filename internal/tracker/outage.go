@@ -137,11 +137,11 @@ type op struct {
 }
 
 // pendingDevice is what one device did while the store was down: beats
-// (the last at beat, the last active one at active, 0 if none), then
-// possibly a bye (0 if none).
+// (the first at first, the last at beat, the last active one at active, 0
+// if none), then possibly a bye (0 if none).
 type pendingDevice struct {
-	id                string
-	beat, active, bye int64
+	id                       string
+	first, beat, active, bye int64
 }
 
 // pending is what one user did while the store was down.
@@ -201,6 +201,9 @@ func (p *pending) add(o op, maxDevices int) error {
 		*d = pendingDevice{id: d.id}
 	}
 	d.beat = max(d.beat, o.at)
+	if d.first == 0 || o.at < d.first {
+		d.first = o.at
+	}
 	if o.active {
 		d.active = max(d.active, o.at)
 	}
@@ -209,6 +212,13 @@ func (p *pending) add(o op, maxDevices int) error {
 
 // ops appends to out the operations that replay p, in the order of their
 // times (settings first).
+//
+// The buffer keeps a device's first and last beats only. A status or a bye
+// replayed at its own time T would find a device that beat before and
+// after T as the store last saw it — possibly dead at T, its beats of the
+// outage not replayed yet — and announce a false offline. So each device
+// that beat both at or before T and after T gets a beat at T, just before
+// the operation (active if it was active at or after T): it was there.
 func (p *pending) ops(out []op) []op {
 	start := len(out)
 	if p.hasSettings {
@@ -223,10 +233,12 @@ func (p *pending) ops(out []op) []op {
 		}
 		if d.bye > 0 {
 			out = append(out, op{kind: opBye, at: d.bye, device: d.id})
+			out = p.bridge(out, d.bye)
 		}
 	}
 	if p.hasStatus {
 		out = append(out, op{kind: opStatus, at: p.statusAt, manual: p.manual, text: p.text})
+		out = p.bridge(out, p.statusAt)
 	}
 	slices.SortStableFunc(out[start:], func(a, b op) int {
 		if c := cmp.Compare(a.at, b.at); c != 0 {
@@ -234,6 +246,17 @@ func (p *pending) ops(out []op) []op {
 		}
 		return cmp.Compare(a.kind, b.kind)
 	})
+	return out
+}
+
+// bridge appends a beat at T of every device that beat both at or before
+// T and after it (see ops).
+func (p *pending) bridge(out []op, at int64) []op {
+	for _, d := range p.devices {
+		if d.first != 0 && d.first <= at && at < d.beat {
+			out = append(out, op{kind: opBeat, at: at, device: d.id, active: d.active >= at})
+		}
+	}
 	return out
 }
 
@@ -378,10 +401,12 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 	batch := *p
 	*p = pending{}
 	sh.mu.Unlock()
+	var last presence.Change // the newest change the replay made
 	for {
 		ops = batch.ops(ops[:0])
 		for _, o := range ops {
-			if err := t.replayOp(ctx, user, o); err != nil {
+			ch, err := t.replayOp(ctx, user, o)
+			if err != nil {
 				sh.mu.Lock()
 				newer := p.ops(nil)
 				*p = batch
@@ -389,7 +414,11 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 					_ = p.add(o, t.rules.MaxDevices) // the newer ones were accepted once
 				}
 				sh.mu.Unlock()
+				t.publishIfTrue(ctx, last)
 				return ops, fmt.Errorf("replay of %q: %w", user, err)
+			}
+			if ch.Changed {
+				last = ch
 			}
 		}
 		sh.mu.Lock()
@@ -398,6 +427,7 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 			t.buffered.Add(-1)
 			t.replayed.Add(1)
 			sh.mu.Unlock()
+			t.publishIfTrue(ctx, last)
 			return ops, nil
 		}
 		batch = *p
@@ -406,9 +436,33 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 	}
 }
 
-// replayOp applies one buffered operation. A refusal by the rules (too
-// many devices) drops it, as it would have been dropped at the time.
-func (t *Tracker) replayOp(ctx context.Context, user string, o op) error {
+// publishIfTrue publishes the last change a user's replay made, if it is
+// still what the user shows now. The changes of a replay happened at the
+// times of the outage: the ones before the last are history (each event
+// carries the whole state, so the last says it all), and the last itself
+// may be over — a user who came and went during the outage was online
+// then, not now, and announcing it would show them online until the next
+// sweep. Such a user's state is settled by the sweeps that resume after
+// RecoverGrace (an offline that a watcher already shows is harmless).
+func (t *Tracker) publishIfTrue(ctx context.Context, ch presence.Change) {
+	if !ch.Changed {
+		return
+	}
+	var s [1]presence.Snapshot
+	b := t.bound(ctx)
+	err := t.store.Get(b.ctx, t.Now(), []string{ch.Event.UserID}, s[:])
+	t.release(b)
+	if err != nil || !s[0].Known || s[0].Status.Public() != ch.Event.Status || s[0].Text != ch.Event.Text {
+		t.staleReplays.Add(1)
+		return
+	}
+	t.emit(ch)
+}
+
+// replayOp applies one buffered operation and returns its change. A
+// refusal by the rules (too many devices) drops it, as it would have been
+// dropped at the time.
+func (t *Tracker) replayOp(ctx context.Context, user string, o op) (presence.Change, error) {
 	var ch presence.Change
 	var err error
 	switch o.kind {
@@ -423,13 +477,9 @@ func (t *Tracker) replayOp(ctx context.Context, user string, o op) error {
 	}
 	if err != nil && domainError(err) {
 		t.log.Warn("buffered operation refused on replay", "user", user, "err", err)
-		return nil
+		return presence.Change{}, nil
 	}
-	if err != nil {
-		return err
-	}
-	t.emit(ch)
-	return nil
+	return ch, err
 }
 
 // Get fills out[i] with the state of ids[i] at now, with the semantics of

@@ -431,6 +431,61 @@ func TestOutageReplayOrder(t *testing.T) {
 	}
 }
 
+// TestOutageKeptBeatingIsNeverOffline: users who kept beating through an
+// outage longer than the ttl, and set a status or ended another device
+// during it, are never announced offline; the replay publishes only the
+// last change of each user, and only if it is still true.
+func TestOutageKeptBeatingIsNeverOffline(t *testing.T) {
+	f := newOutageFixture(t, newMemDurable(), tracker.Config{})
+	f.beat("status", "phone", true)
+	f.beat("bye", "phone", true)
+	f.beat("bye", "tab", true)
+	f.beat("gone", "phone", true)
+	f.status("gone", presence.ManualNone, "")
+	f.pub.take()
+	f.sw.off.Store(true)
+	// 60 s of outage (ttl 30 s), beats every 10 s.
+	for s := 10; s <= 60; s += 10 {
+		f.at(time.Duration(s) * time.Second)
+		f.beat("status", "phone", true)
+		f.beat("bye", "phone", true)
+		if s == 10 {
+			f.beat("came", "phone", true) // came and went during the outage
+			f.beat("bye", "tab", true)
+		}
+		if s == 30 {
+			f.status("status", presence.ManualBusy, "in a meeting")
+		}
+		if s == 40 {
+			f.bye("bye", "tab")
+		}
+	}
+	f.at(61 * time.Second)
+	f.sw.off.Store(false)
+	f.waitUp()
+	f.wantEvents("replay",
+		`status online→busy seen=30s text="in a meeting"`)
+	if s := f.tr.Stats(); s.StaleReplays != 1 {
+		t.Errorf("stale replays %d, want 1 (came)", s.StaleReplays)
+	}
+	for user, want := range map[string]presence.Status{
+		"status": presence.Busy, "bye": presence.Online, "came": presence.Offline, "gone": presence.Offline} {
+		var snap [1]presence.Snapshot
+		if err := f.tr.Get(f.ctx, f.tr.Now(), []string{user}, snap[:]); err != nil {
+			t.Fatal(err)
+		}
+		if got := snap[0].Status; got != want {
+			t.Errorf("%s reads %v after the replay, want %v", user, got, want)
+		}
+	}
+	// The sweeps after the grace settle the users whose devices died.
+	f.at(61*time.Second + 3*time.Second)
+	f.sweep()
+	f.wantEvents("sweep after the replay",
+		"came online→offline seen=10s",
+		"gone online→offline seen=0s")
+}
+
 // TestCheckpointWhileStoreDown: a checkpoint while the store is down
 // does nothing; the changes made before the outage are written once after
 // it, none lost, none counted twice.

@@ -29,8 +29,14 @@
 // it answers, the buffer is replayed user by user through the ordinary
 // paths — a user the store lost (Redis restarted empty) is loaded from the
 // durable store — with each operation's own time as now, so last_seen is
-// the last real beat, not the moment of the replay; the changes are
-// published, and the store is marked up. The rules take the later of two
+// the last real beat, not the moment of the replay, and the store is marked
+// up. The buffer keeps each device's first and last beat of the outage: a
+// status or bye is replayed after a beat at its own time of every device
+// that beat before and after it, so a device that kept beating through an
+// outage longer than the ttl is never found dead at that moment (no false
+// offline). Of each user's replayed changes only the last is published,
+// and only if the user still shows it now: one who came and went during
+// the outage is not announced online after it (Stats.StaleReplays). The rules take the later of two
 // beats of a device, so a replayed beat never moves one back. Operations of
 // a user still in the buffer during the replay join the buffer behind the
 // older ones.
@@ -159,6 +165,7 @@ type Tracker struct {
 	outages       atomic.Uint64
 	buffered      atomic.Int64 // users in buf
 	replayed      atomic.Uint64
+	staleReplays  atomic.Uint64 // replayed users whose last change was over before the replay
 	degradedReads atomic.Uint64
 	buf           [bufShards]bufShard
 
@@ -667,6 +674,7 @@ type Stats struct {
 	Outages       uint64 // times the state store went down
 	Buffered      int64  // users with operations in the outage buffer
 	Replayed      uint64 // users whose buffered operations were replayed
+	StaleReplays  uint64 // of those, users whose last replayed change was over by the replay (not published)
 	DegradedReads uint64 // Get calls answered without the state store
 }
 
@@ -684,6 +692,7 @@ func (t *Tracker) Stats() Stats {
 		Outages:       t.outages.Load(),
 		Buffered:      t.buffered.Load(),
 		Replayed:      t.replayed.Load(),
+		StaleReplays:  t.staleReplays.Load(),
 		DegradedReads: t.degradedReads.Load(),
 	}
 	for p := range t.transitions {
