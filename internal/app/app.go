@@ -219,9 +219,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if a.redis, err = redisstore.Dial(cfg.RedisURL); err != nil {
 			return nil, err
 		}
-		if a.store, err = redisstore.New(a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix}); err != nil {
+		rs, err := redisstore.New(a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix})
+		if err != nil {
 			return nil, err
 		}
+		// Versions of this run start above every earlier run's, also for
+		// users loaded into Redis (see redisstore's package doc).
+		if err := rs.RaiseFloor(ctx, rules.Epoch<<32); err != nil {
+			return nil, err
+		}
+		a.store = rs
 	} else {
 		ms := memstore.New(memstore.Config{Rules: rules})
 		a.store, users = ms, ms.Len

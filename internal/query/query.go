@@ -112,10 +112,16 @@ func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []pr
 	if len(b.misses) > 0 {
 		err := r.profiles.LoadProfiles(ctx, b.misses, func(p *presence.Profile) {
 			if i, ok := b.index[p.UserID]; ok {
+				// A store that may lose its data gives the version its
+				// users are loaded from at least (its floor) as the
+				// version of a user it does not hold: the cold read is
+				// ordered between what was published and what follows.
+				floor := snaps[i].Version
 				snaps[i] = presence.SnapshotFromProfile(p)
 				if snaps[i].Version > 0 {
 					snaps[i].Version += r.margin
 				}
+				snaps[i].Version = max(snaps[i].Version, floor)
 			}
 		})
 		if err != nil {

@@ -14,6 +14,25 @@
 //	<prefix>{<shard>}u:<user>   hash: the user's profile and devices (see lua.go)
 //	<prefix>{<shard>}due        sorted set: user → next deadline (Unix ms)
 //	<prefix>{<shard>}dirty      set: users changed since the last Dirty
+//	<prefix>{<shard>}floor      string: the version every user loaded into the shard starts from
+//
+// # Versions when Redis loses its data
+//
+// A user's version lives in its hash and reaches the durable store with the
+// checkpoint, up to a second later. If Redis loses the hash (restarted
+// empty, a failover that lost writes), the versions published since the
+// last checkpoint are gone, and counting on from the durable copy would
+// publish them again with other contents (consumers drop those as stale).
+// Each shard therefore keeps a floor, raised by every node at start to its
+// epoch<<32 (RaiseFloor) — above every version of the runs before — and
+// every user loaded counts on from it at least. A shard that lost its data
+// lost its floor too: Load then fails with tracker.ErrStoreReset, and the
+// tracker takes a new epoch from the durable store, raises the floor of
+// every shard above everything published before, and loads again.
+// CheckFloor finds such a loss even when no call failed (Redis restarted
+// between two calls). Reads of users the shard does not hold carry the
+// shard's floor as their version (Get), so a cold read is ordered after
+// everything published before and before everything that follows.
 //
 // # Expiry, checkpoints, eviction
 //
@@ -71,8 +90,9 @@ import (
 )
 
 var (
-	_ tracker.Store  = (*Store)(nil)
-	_ tracker.Pinger = (*Store)(nil)
+	_ tracker.Store   = (*Store)(nil)
+	_ tracker.Pinger  = (*Store)(nil)
+	_ tracker.Floorer = (*Store)(nil)
 )
 
 // Config configures a Store. The zero value takes the documented defaults.
@@ -98,7 +118,8 @@ type Store struct {
 	prefix string
 	shards []shardKeys
 
-	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty *script
+	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty, raiseFloor *script
+	floors []atomic.Uint64 // per shard: the floor last read or raised (cold reads carry it)
 
 	// Heartbeat batching, see beat.go.
 	shardGroups      []beatGroup   // one per shard
@@ -112,6 +133,7 @@ type shardKeys struct {
 	users string // <tag>u: — prefix of the shard's user keys
 	due   string
 	dirty string
+	floor string
 }
 
 // New returns a Store that keeps its state in the Redis c talks to.
@@ -132,10 +154,11 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 	if cfg.EvictAfter <= 0 {
 		cfg.EvictAfter = 10 * time.Minute
 	}
-	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards)}
+	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards),
+		floors: make([]atomic.Uint64, cfg.Shards)}
 	for i := range s.shards {
 		tag := cfg.Prefix + "{" + strconv.Itoa(i) + "}"
-		s.shards[i] = shardKeys{tag: tag, users: tag + "u:", due: tag + "due", dirty: tag + "dirty"}
+		s.shards[i] = shardKeys{tag: tag, users: tag + "u:", due: tag + "due", dirty: tag + "dirty", floor: tag + "floor"}
 	}
 	r := cfg.Rules
 	consts := constants(r.TTL.Milliseconds(), r.IdleAfter.Milliseconds(), int64(r.MaxDevices),
@@ -152,6 +175,7 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		{&s.load, []string{"helpers", "load"}},
 		{&s.expire, []string{"helpers", "expire"}},
 		{&s.dirty, []string{"helpers", "dirty"}},
+		{&s.raiseFloor, []string{"raise_floor"}},
 	} {
 		src, err := newScript(consts, sc.files...)
 		if err != nil {
@@ -310,14 +334,70 @@ func (s *Store) SetSettings(ctx context.Context, user string, set presence.Setti
 
 // Load implements tracker.Store.
 func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) error {
-	err := s.load.Exec(ctx, s.c, s.userKeys(p.UserID)[:2], []string{
+	sk := s.shardOf(p.UserID)
+	n, err := s.load.Exec(ctx, s.c, []string{sk.users + p.UserID, sk.due, sk.floor}, []string{
 		p.UserID, i64(now), strconv.Itoa(int(p.Manual)), p.Text, i64(p.LastSeen), i64(p.PubLastSeen),
 		strconv.FormatUint(p.Version, 10), strconv.Itoa(int(p.Settings.Status)), strconv.Itoa(int(p.Settings.LastSeen)),
-	}).Error()
+	}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("redisstore: load: %w", s.load.err(err))
 	}
+	if n == -3 {
+		return fmt.Errorf("redisstore: load %q: shard %s has no version floor: %w", p.UserID, sk.tag, tracker.ErrStoreReset)
+	}
 	return nil
+}
+
+// RaiseFloor raises the version floor of every shard to floor, unless a
+// shard's is higher already (see the package doc). A node calls it at
+// start with its epoch<<32, and the tracker after a loss of Redis's data
+// with a new epoch's.
+func (s *Store) RaiseFloor(ctx context.Context, floor uint64) error {
+	execs := make([]rueidis.LuaExec, len(s.shards))
+	for i := range s.shards {
+		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor}, Args: []string{strconv.FormatUint(floor, 10)}}
+	}
+	var firstErr error
+	for i, r := range s.raiseFloor.ExecMulti(ctx, s.c, execs...) {
+		v, err := r.ToString()
+		if err == nil {
+			var f int64
+			if f, err = parseDec(v); err == nil {
+				s.floors[i].Store(uint64(f))
+			}
+		}
+		firstErr = firstOf(firstErr, err)
+	}
+	if firstErr != nil {
+		return fmt.Errorf("redisstore: raise floor: %w", s.raiseFloor.err(firstErr))
+	}
+	return nil
+}
+
+// CheckFloor reads the version floor of every shard and reports whether
+// each has one: a shard without it lost its data (see the package doc).
+func (s *Store) CheckFloor(ctx context.Context) (bool, error) {
+	cmds := make(rueidis.Commands, len(s.shards))
+	for i := range s.shards {
+		cmds[i] = s.c.B().Get().Key(s.shards[i].floor).Build()
+	}
+	ok := true
+	for i, r := range s.c.DoMulti(ctx, cmds...) {
+		v, err := r.ToString()
+		if rueidis.IsRedisNil(err) {
+			ok = false
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("redisstore: check floor: %w", err)
+		}
+		f, err := parseDec(v)
+		if err != nil {
+			return false, fmt.Errorf("redisstore: check floor of shard %d: %w", i, err)
+		}
+		s.floors[i].Store(uint64(f))
+	}
+	return ok, nil
 }
 
 // Expire implements tracker.Store. Each round is two pipelined round
@@ -433,6 +513,9 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 		if err != nil {
 			return fmt.Errorf("redisstore: get %q: %w", ids[i], err)
 		}
+		if ok && !out[i].Known {
+			out[i].Version = s.floors[s.shardIndex(ids[i])].Load()
+		}
 		if !ok {
 			full = append(full, i)
 		}
@@ -453,7 +536,7 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 			return fmt.Errorf("redisstore: get: %w", err)
 		}
 		if len(kv) == 0 {
-			out[i] = presence.Snapshot{UserID: ids[i]}
+			out[i] = presence.Snapshot{UserID: ids[i], Version: s.floors[s.shardIndex(ids[i])].Load()}
 			continue
 		}
 		u.Devices = devs[:0]

@@ -43,6 +43,9 @@ func newStore(t testing.TB, c rueidis.Client, cfg redisstore.Config) *redisstore
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.RaiseFloor(context.Background(), cfg.Rules.Epoch<<32); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 
@@ -115,11 +118,35 @@ func TestRestart(t *testing.T) {
 		if !errors.Is(err, tracker.ErrNotLoaded) {
 			t.Fatalf("Beat after restart: got %v, want ErrNotLoaded", err)
 		}
-		if err := s.Load(ctx, t0+2, &presence.Profile{UserID: "u"}); err != nil {
+		// It lost its floor with its data: Load says so until the floor
+		// is raised (the tracker takes a new epoch for it), and the user
+		// then counts on from the new floor.
+		if ok, err := s.CheckFloor(ctx); err != nil || ok {
+			t.Errorf("CheckFloor after a restart: got %v, %v; want false (lost)", ok, err)
+		}
+		if err := s.Load(ctx, t0+2, &presence.Profile{UserID: "u", Version: 7}); !errors.Is(err, tracker.ErrStoreReset) {
+			t.Fatalf("Load after a restart: got %v, want ErrStoreReset", err)
+		}
+		const floor = 5 << 32
+		if err := s.RaiseFloor(ctx, floor); err != nil {
 			t.Fatal(err)
 		}
-		if ch, err := s.Beat(ctx, t0+2, "u", "d", true); err != nil || !ch.Changed || ch.Event.Status != presence.Online {
-			t.Errorf("Beat after reload: got %+v %v, want online", ch, err)
+		if ok, err := s.CheckFloor(ctx); err != nil || !ok {
+			t.Errorf("CheckFloor after RaiseFloor: got %v, %v; want true", ok, err)
+		}
+		if err := s.RaiseFloor(ctx, 3<<32); err != nil { // never lowered
+			t.Fatal(err)
+		}
+		var cold [1]presence.Snapshot
+		if err := s.Get(ctx, t0+2, []string{"u"}, cold[:]); err != nil || cold[0].Known || cold[0].Version != floor {
+			t.Errorf("Get of a user not held: got %+v %v, want unknown at version %d (the floor)", cold[0], err, uint64(floor))
+		}
+		if err := s.Load(ctx, t0+2, &presence.Profile{UserID: "u", Version: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if ch, err := s.Beat(ctx, t0+2, "u", "d", true); err != nil || !ch.Changed || ch.Event.Status != presence.Online ||
+			ch.Event.Version != floor+1 {
+			t.Errorf("Beat after reload: got %+v %v, want online at version %d", ch, err, uint64(floor+1))
 		}
 		if out, err := s.Expire(ctx, t0+2+30_000, 10, nil); err != nil || len(out) != 1 {
 			t.Errorf("Expire after restart: got %d changes, %v; want 1", len(out), err)

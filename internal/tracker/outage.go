@@ -50,7 +50,7 @@ const (
 // reset, or silent past StoreTimeout): the store is marked down and the
 // error is returned wrapped so that errors.Is(err, errOutage).
 func (t *Tracker) storeErr(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, ErrNotLoaded) || domainError(err) || ctx.Err() != nil {
+	if err == nil || errors.Is(err, ErrNotLoaded) || errors.Is(err, ErrStoreReset) || domainError(err) || ctx.Err() != nil {
 		return err
 	}
 	t.markDown(err)
@@ -326,6 +326,14 @@ func (t *Tracker) recover(ctx context.Context) {
 		return
 	}
 	n := t.buffered.Load()
+	// A store that came back empty lost its floor: raise it before any
+	// replayed user is loaded or read (resetFloor checks first).
+	if _, ok := t.store.(Floorer); ok {
+		if err := t.resetFloor(ctx); err != nil {
+			t.state.CompareAndSwap(stateReplaying, stateDown)
+			return
+		}
+	}
 	if err := t.replay(ctx); err != nil {
 		t.state.CompareAndSwap(stateReplaying, stateDown)
 		if ctx.Err() == nil {

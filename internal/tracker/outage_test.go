@@ -124,6 +124,28 @@ func (s *switchStore) Debug(ctx context.Context, user string) (presence.User, in
 	return s.s.Debug(ctx, user)
 }
 
+// RaiseFloor and CheckFloor pass to a Floorer store; over another store
+// the floor is always there.
+func (s *switchStore) RaiseFloor(ctx context.Context, floor uint64) error {
+	if err := s.call(); err != nil {
+		return err
+	}
+	if f, ok := s.s.(tracker.Floorer); ok {
+		return f.RaiseFloor(ctx, floor)
+	}
+	return nil
+}
+
+func (s *switchStore) CheckFloor(ctx context.Context) (bool, error) {
+	if s.off.Load() {
+		return false, errStoreGone
+	}
+	if f, ok := s.s.(tracker.Floorer); ok {
+		return f.CheckFloor(ctx)
+	}
+	return true, nil
+}
+
 // pingStore is a switchStore whose inner store answers Ping.
 type pingStore struct{ *switchStore }
 

@@ -12,6 +12,29 @@ import (
 // durable store, calls Load and tries again.
 var ErrNotLoaded = errors.New("tracker: user not loaded")
 
+// ErrStoreReset is returned by a Store's Load when the store lost its
+// data since versions were last published from it (a Redis restarted
+// empty): counting on from the durable copy could repeat a lost version.
+// The tracker then raises the store's floor (Floorer) above every version
+// of before and loads again.
+var ErrStoreReset = errors.New("tracker: the state store lost its data")
+
+// Floorer is an optional ability of a Store that lives apart from the node
+// and may lose its data (Redis): a version floor that every user loaded
+// counts on from. RaiseFloor raises it (never lowers it); CheckFloor
+// reports false if the store lost it, i.e. lost its data.
+type Floorer interface {
+	RaiseFloor(ctx context.Context, floor uint64) error
+	CheckFloor(ctx context.Context) (bool, error)
+}
+
+// EpochCounter is an optional ability of a Durable: it hands out a new
+// epoch, above every one handed out before to any node (the boot counter
+// of presence.Rules.Epoch).
+type EpochCounter interface {
+	NextEpoch(ctx context.Context) (uint64, error)
+}
+
 // Store holds the hot state of users and the index of their deadlines. It
 // applies each operation atomically per user with the rules of
 // presence.User. Times are Unix milliseconds. Implementations are safe for

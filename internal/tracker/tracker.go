@@ -166,6 +166,8 @@ type Tracker struct {
 	buffered      atomic.Int64 // users in buf
 	replayed      atomic.Uint64
 	staleReplays  atomic.Uint64 // replayed users whose last change was over before the replay
+	resets        atomic.Uint64 // times the store was found to have lost its data (floor.go)
+	floorMu       sync.Mutex    // serialises resetFloor
 	degradedReads atomic.Uint64
 	buf           [bufShards]bufShard
 
@@ -497,10 +499,17 @@ func (t *Tracker) load(ctx context.Context, user string) error {
 	if p.Version > 0 {
 		p.Version += t.reloadMargin
 	}
-	b := t.bound(ctx)
-	err = t.store.Load(b.ctx, t.Now(), &p)
-	t.release(b)
-	return t.storeErr(ctx, err)
+	for try := 0; ; try++ {
+		b := t.bound(ctx)
+		err = t.store.Load(b.ctx, t.Now(), &p)
+		t.release(b)
+		if err = t.storeErr(ctx, err); !errors.Is(err, ErrStoreReset) || try > 0 {
+			return err
+		}
+		if err = t.resetFloor(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // emit counts and publishes a change. It takes the change by value so that
@@ -641,6 +650,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 			if err := t.Checkpoint(ctx); err != nil && ctx.Err() == nil {
 				t.log.Warn("checkpoint failed; will retry", "err", err)
 			}
+			t.checkFloor(ctx)
 		}
 	}
 }
@@ -675,6 +685,7 @@ type Stats struct {
 	Buffered      int64  // users with operations in the outage buffer
 	Replayed      uint64 // users whose buffered operations were replayed
 	StaleReplays  uint64 // of those, users whose last replayed change was over by the replay (not published)
+	StoreResets   uint64 // times the state store was found to have lost its data (versions moved to a new epoch)
 	DegradedReads uint64 // Get calls answered without the state store
 }
 
@@ -693,6 +704,7 @@ func (t *Tracker) Stats() Stats {
 		Buffered:      t.buffered.Load(),
 		Replayed:      t.replayed.Load(),
 		StaleReplays:  t.staleReplays.Load(),
+		StoreResets:   t.resets.Load(),
 		DegradedReads: t.degradedReads.Load(),
 	}
 	for p := range t.transitions {

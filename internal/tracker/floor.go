@@ -1,0 +1,73 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// resetFloor answers a store that lost its data (ErrStoreReset): it takes
+// a new epoch from the durable store (EpochCounter) — above every epoch
+// any node ran in, so above every version published before — and raises
+// the store's floor to it (Floorer). Concurrent callers raise it once: the
+// others find the floor back and return. A store without Floorer cannot
+// be helped: ErrStoreReset is returned.
+func (t *Tracker) resetFloor(ctx context.Context) error {
+	f, ok := t.store.(Floorer)
+	if !ok {
+		return ErrStoreReset
+	}
+	t.floorMu.Lock()
+	defer t.floorMu.Unlock()
+	b := t.bound(ctx)
+	have, err := f.CheckFloor(b.ctx)
+	t.release(b)
+	if err = t.storeErr(ctx, err); err != nil {
+		return err
+	}
+	if have {
+		return nil // raised by another caller meanwhile
+	}
+	epoch := t.rules.Epoch
+	if ec, ok := t.durable.(EpochCounter); ok {
+		if epoch, err = ec.NextEpoch(ctx); err != nil {
+			return fmt.Errorf("state store lost its data; a new epoch for its versions: %w", err)
+		}
+	}
+	b = t.bound(ctx)
+	err = f.RaiseFloor(b.ctx, epoch<<32)
+	t.release(b)
+	if err = t.storeErr(ctx, err); err != nil {
+		return err
+	}
+	t.resets.Add(1)
+	t.log.Warn("the state store lost its data: versions continue from a new epoch", "epoch", epoch)
+	return nil
+}
+
+// checkFloor asks a Floorer store whether it still has its floor, and
+// when it lost it — Redis restarted empty, perhaps between two calls, so
+// no call failed — raises it and asks the application to resync its
+// watchers (OnRecover): what they show may have been lost with it. Run
+// calls it every FlushInterval while the store is up.
+func (t *Tracker) checkFloor(ctx context.Context) {
+	f, ok := t.store.(Floorer)
+	if !ok || !t.up() {
+		return
+	}
+	b := t.bound(ctx)
+	have, err := f.CheckFloor(b.ctx)
+	t.release(b)
+	if err = t.storeErr(ctx, err); err != nil || have {
+		return
+	}
+	if err := t.resetFloor(ctx); err != nil {
+		if ctx.Err() == nil && !errors.Is(err, errOutage) {
+			t.log.Warn("raising the version floor of a state store that lost its data failed; will retry", "err", err)
+		}
+		return
+	}
+	if t.onRecover != nil {
+		t.onRecover()
+	}
+}
