@@ -158,3 +158,51 @@ func TestColdVersionMargin(t *testing.T) {
 		}
 	}
 }
+
+// floorStates is a hot store that, like redisstore, gives users it does not
+// hold the version floor its loads count on from.
+type floorStates struct {
+	query.States
+	floor uint64
+}
+
+func (f floorStates) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
+	if err := f.States.Get(ctx, now, ids, out); err != nil {
+		return err
+	}
+	for i := range out {
+		if !out[i].Known {
+			out[i].Version = f.floor
+		}
+	}
+	return nil
+}
+
+// A cold read is never below the hot store's floor: when the store lost
+// its data, versions published from it may be above the durable one plus
+// the margin, and the floor is above them all.
+func TestColdVersionFloor(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rules := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	const floor = 7 << 32
+	d := &durable{profiles: map[string]presence.Profile{
+		"below": {UserID: "below", Version: 5<<32 + 3},
+		"above": {UserID: "above", Version: 8<<32 + 3},
+	}}
+	r, err := query.New(query.Config{States: floorStates{memstore.New(memstore.Config{Rules: rules}), floor},
+		Profiles: d, Contacts: d, Clock: clock.NewFake(t0), ColdVersionMargin: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"below", "above", "never"}
+	out := make([]privacy.View, len(ids))
+	if err := r.Read(ctx, "", ids, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []uint64{floor, 8<<32 + 3 + 1<<16, floor} {
+		if out[i].Version != want {
+			t.Errorf("%s: version %d, want %d", ids[i], out[i].Version, uint64(want))
+		}
+	}
+}
