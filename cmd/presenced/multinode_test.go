@@ -309,6 +309,68 @@ func TestCloseGraceAcrossNodes(t *testing.T) {
 	}
 }
 
+// Redis hangs (SIGSTOP) or restarts empty for 10 s, longer than the ttl,
+// while users keep beating over WebSockets and set a status in the middle
+// of it: nobody is ever shown offline, and every watcher ends on the
+// status each user set (a version repeated after the fault would be
+// dropped by the client, leaving it on an older status).
+func TestRedisFaultWhileUsersSetStatus(t *testing.T) {
+	for _, how := range []string{"pause", "restart empty"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			b := newBackends(t)
+			nodes := b.nodes(t, 2)
+			n1, n2 := nodes[0], nodes[1]
+			users := []string{"u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8"}
+			w := watcher(t, n2, "w", users...)
+			clients := make([]*wsclient.Client, len(users))
+			for i, u := range users {
+				clients[i] = dial(t, n1, u, "phone")
+			}
+			for _, u := range users {
+				w.await(t, "w", u, wsclient.Online)
+			}
+			time.Sleep(1500 * time.Millisecond) // a checkpoint
+
+			resume := b.redis.Resume
+			var err error
+			if how == "pause" {
+				err = b.redis.Pause()
+			} else {
+				err, resume = b.redis.Stop(), b.redis.Start
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * time.Second)
+			var wg sync.WaitGroup
+			for i, c := range clients {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+					defer cancel()
+					if err := c.SetStatus(ctx, wsclient.Busy, "in a meeting "+users[i]); err != nil {
+						t.Errorf("%s: set_status during the fault: %v", users[i], err)
+					}
+				})
+			}
+			wg.Wait()
+			time.Sleep(7 * time.Second)
+			if err := resume(); err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range users {
+				w.await(t, "w", u, wsclient.Busy)
+			}
+			time.Sleep(clusterTTL + 2*time.Second) // a false offline would come by now
+			for _, u := range users {
+				if n := w.count(u, wsclient.Offline); n != 0 || w.last(u) != wsclient.Busy {
+					t.Errorf("%s kept beating and set busy during the fault, but the watcher saw %+v", u, w.of(u))
+				}
+			}
+		})
+	}
+}
+
 // Redis stops for 10 s while clients beat: the nodes keep answering reads,
 // buffer the heartbeats, and converge when Redis is back (empty, as it
 // keeps nothing on disk): nobody who kept beating went offline, and the
