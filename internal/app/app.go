@@ -24,6 +24,7 @@ import (
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/metrics"
 	"github.com/presenced/presenced/internal/natsbus"
@@ -94,6 +95,7 @@ type App struct {
 	durable durableStore
 	store   tracker.Store
 	redis   rueidis.Client   // nil: embedded hot state
+	nats    *jsstream.Conn   // nil without NATS: the one connection of bus and ingest
 	bus     *natsbus.Bus     // nil without NATS
 	ingest  *ingest.Consumer // nil without NATS or with NoIngest
 	tracker *tracker.Tracker
@@ -250,8 +252,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	pubs := publishers{logPublisher{cfg.Logger.With("component", "events")}, a.hub}
 	if cfg.NATSURL != "" {
+		name := "presenced"
+		if cfg.NodeID != "" {
+			name += " " + cfg.NodeID
+		}
+		if a.nats, err = jsstream.Dial(cfg.NATSURL, name, cfg.Logger.With("component", "nats"), natsbus.JetStreamOptions()...); err != nil {
+			return nil, err
+		}
 		a.bus, err = natsbus.Open(ctx, natsbus.Config{
-			URL:               cfg.NATSURL,
+			Conn:              a.nats,
 			NodeID:            cfg.NodeID,
 			Local:             a.hub,
 			OnContactsChanged: a.remoteContactsChanged,
@@ -281,7 +290,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	if cfg.NATSURL != "" && !cfg.NoIngest {
 		a.ingest, err = ingest.Open(ctx, ingest.Config{
-			URL:     cfg.NATSURL,
+			Conn:    a.nats,
 			Tracker: a.tracker,
 			Clock:   cfg.Clock,
 			TTL:     cfg.TTL,
@@ -387,6 +396,9 @@ func (a *App) closeBackends() error {
 	}
 	if a.bus != nil {
 		err = errors.Join(err, a.bus.Close())
+	}
+	if a.nats != nil {
+		a.nats.Close()
 	}
 	if a.redis != nil {
 		a.redis.Close()

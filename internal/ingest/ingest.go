@@ -155,7 +155,11 @@ type Tracker interface {
 // AckWait, MaxDeliver, MaxAge and DuplicateWindow: Open makes the server's
 // stream and consumer match its Config.
 type Config struct {
-	URL        string        // nats://…, required
+	// Conn is the node's shared NATS connection; the Consumer does not
+	// close it. Nil: the Consumer dials URL itself and closes that
+	// connection with Close.
+	Conn       *jsstream.Conn
+	URL        string        // nats://…, required without Conn
 	Stream     string        // default "PRESENCE_INGEST"
 	Subject    string        // default "presence.ingest"; the stream captures Subject+".>"
 	Durable    string        // shared durable consumer name, default "presenced-ingest"
@@ -212,12 +216,14 @@ type Stats struct {
 // Consumer applies the events of the ingest stream. Its methods are safe
 // for concurrent use; Run runs once at a time.
 type Consumer struct {
-	cfg  Config
-	log  *slog.Logger
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	logs logLimiter
-	seed maphash.Seed // picks a device's worker
+	cfg     Config
+	log     *slog.Logger
+	conn    *jsstream.Conn // nc and js are its
+	ownConn bool           // dialled by Open: Close closes it
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	logs    logLimiter
+	seed    maphash.Seed // picks a device's worker
 
 	// retryAt is when to try the tracker again after an error (Unix ns,
 	// wall clock); until then messages are handed back untried.
@@ -250,29 +256,28 @@ func Open(ctx context.Context, cfg Config) (*Consumer, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(cfg.URL,
-		nats.Name("presenced-ingest"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("ingest: connect to %s: %w", jsstream.RedactURL(cfg.URL), err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("ingest: %w", err)
+	conn, own := cfg.Conn, false
+	if conn == nil {
+		var err error
+		if conn, err = jsstream.Dial(cfg.URL, "presenced-ingest", cfg.Logger); err != nil {
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
+		own = true
 	}
 	c := &Consumer{
-		cfg:  cfg,
-		log:  cfg.Logger.With("stream", cfg.Stream, "consumer", cfg.Durable),
-		nc:   nc,
-		js:   js,
-		seed: maphash.MakeSeed(),
+		cfg:     cfg,
+		log:     cfg.Logger.With("stream", cfg.Stream, "consumer", cfg.Durable),
+		conn:    conn,
+		ownConn: own,
+		nc:      conn.NC,
+		js:      conn.JS,
+		seed:    maphash.MakeSeed(),
 	}
 	c.closing, c.close = context.WithCancel(context.Background())
 	if err := c.ensure(ctx); err != nil {
-		nc.Close()
+		if own {
+			conn.Close()
+		}
 		return nil, err
 	}
 	return c, nil
@@ -280,8 +285,8 @@ func Open(ctx context.Context, cfg Config) (*Consumer, error) {
 
 // fill applies the defaults and validates cfg.
 func (cfg *Config) fill() error {
-	if cfg.URL == "" {
-		return errors.New("ingest: Config.URL is required")
+	if cfg.URL == "" && cfg.Conn == nil {
+		return errors.New("ingest: Config.Conn or Config.URL is required")
 	}
 	if cfg.Tracker == nil {
 		return errors.New("ingest: Config.Tracker is required")
@@ -396,7 +401,9 @@ func (c *Consumer) Close() error {
 		if exit != nil {
 			<-exit
 		}
-		c.nc.Close()
+		if c.ownConn {
+			c.conn.Close()
+		}
 	})
 	return nil
 }

@@ -1,7 +1,7 @@
 // Package jsstream holds what presenced's two NATS JetStream users (the
-// natsbus and ingest packages) share: declaring their streams safely when
-// several nodes start at once, and naming a server without its
-// credentials.
+// natsbus and ingest packages) share: the node's one connection and
+// JetStream handle (Conn), declaring their streams safely when several
+// nodes start at once, and naming a server without its credentials.
 //
 // Every node declares the streams it needs at start and again after a
 // NATS server lost them. Declaring must not send an update request for a

@@ -120,7 +120,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,7 +174,10 @@ const (
 
 // Config configures a Bus. Zero values are the documented defaults.
 type Config struct {
-	URL        string        // nats://host:port, required
+	// Conn is the node's shared NATS connection; the Bus does not close it.
+	// Nil: the Bus dials URL itself and closes that connection with Close.
+	Conn       *jsstream.Conn
+	URL        string        // nats://host:port, required without Conn
 	NodeID     string        // unique per process; default: random
 	Stream     string        // JetStream stream name, default "PRESENCE_CHANGES"
 	Subject    string        // subject prefix, default "presence.changes"; the stream captures Subject+".>"
@@ -230,6 +232,8 @@ var ErrClosed = errors.New("natsbus: closed")
 type Bus struct {
 	cfg      Config
 	log      *slog.Logger
+	conn     *jsstream.Conn // nc and js are its
+	ownConn  bool           // dialled by Open: Close closes it
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	node     string
@@ -299,61 +303,55 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	b.q.init(cfg.QueueSize)
 	b.pub = newPublisher(b)
 
-	nc, err := nats.Connect(cfg.URL,
-		nats.Name("presenced "+cfg.NodeID),
-		nats.Timeout(connectTimeout),
-		nats.RetryOnFailedConnect(false),
-		nats.MaxReconnects(-1),
-		nats.CustomReconnectDelay(reconnectDelay),
-		// Nothing is buffered inside nats.go while disconnected: events
-		// wait in our bounded queue and are published after reconnection.
-		nats.ReconnectBufSize(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				b.log.Warn("disconnected from NATS", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			b.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+	conn := cfg.Conn
+	if conn == nil {
+		var err error
+		if conn, err = jsstream.Dial(cfg.URL, "presenced "+cfg.NodeID, b.log, JetStreamOptions()...); err != nil {
+			return nil, fmt.Errorf("natsbus: %w", err)
+		}
+		b.ownConn = true
+	}
+	b.conn = conn
+	conn.OnReconnect(func() {
+		if b.shut.Load() {
+			return
+		}
+		if b.cfg.OnReconnect != nil {
+			b.cfg.OnReconnect()
+		}
+		select {
+		case b.reconn <- struct{}{}:
+		default:
+		}
+	})
+	conn.OnAsyncError(func(sub *nats.Subscription, err error) {
+		if b.shut.Load() {
+			return
+		}
+		if errors.Is(err, nats.ErrSlowConsumer) {
+			b.logLimited(&b.lastSlowLog, "incoming messages dropped: the dispatcher is behind (slow consumer); watchers will be resynchronised")
+			// Changes were lost for this node's watchers, exactly as
+			// while disconnected: they should get the current state.
 			if b.cfg.OnReconnect != nil {
 				b.cfg.OnReconnect()
 			}
-			select {
-			case b.reconn <- struct{}{}:
-			default:
-			}
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrSlowConsumer) {
-				b.logLimited(&b.lastSlowLog, "incoming messages dropped: the dispatcher is behind (slow consumer); watchers will be resynchronised")
-				// Changes were lost for this node's watchers, exactly as
-				// while disconnected: they should get the current state.
-				if b.cfg.OnReconnect != nil {
-					b.cfg.OnReconnect()
-				}
-				return
-			}
-			b.log.Warn("NATS error", "err", err)
-		}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("natsbus: connect to NATS at %s: %w", jsstream.RedactURL(cfg.URL), err)
-	}
+			return
+		}
+		b.log.Warn("NATS error", "err", err)
+	})
+	nc, js := conn.NC, conn.JS
 	b.nc = nc
 	fail := func(err error) (*Bus, error) {
-		nc.Close()
+		if b.ownConn {
+			conn.Close()
+		}
 		return nil, err
-	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(maxInFlight),
-		jetstream.WithPublishAsyncTimeout(ackTimeout))
-	if err != nil {
-		return fail(fmt.Errorf("natsbus: jetstream: %w", err))
 	}
 	b.js = js
 	if err := b.ensureStream(ctx); err != nil {
 		return fail(err)
 	}
+	var err error
 	b.contSub, err = nc.ChanSubscribe(b.contacts, b.in)
 	if err != nil {
 		return fail(fmt.Errorf("natsbus: subscribe to %s: %w", b.contacts, err))
@@ -366,8 +364,8 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 
 // fill applies the defaults and validates c.
 func (c *Config) fill() error {
-	if c.URL == "" {
-		return errors.New("natsbus: Config.URL is required")
+	if c.URL == "" && c.Conn == nil {
+		return errors.New("natsbus: Config.Conn or Config.URL is required")
 	}
 	if c.Local == nil {
 		return errors.New("natsbus: Config.Local is required")
@@ -419,15 +417,14 @@ func validSubjectPrefix(s string) error {
 	return nil
 }
 
-// reconnectDelay is the wait before reconnection attempt n: exponential
-// from 100 ms, at most 2 s, with a little jitter.
-func reconnectDelay(attempts int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < attempts && d < maxBackoff; i++ {
-		d *= 2
+// JetStreamOptions are the options of the JetStream handle the bus
+// publishes through: at most maxInFlight publishes await their ack, each
+// for at most ackTimeout.
+func JetStreamOptions() []jetstream.JetStreamOpt {
+	return []jetstream.JetStreamOpt{
+		jetstream.WithPublishAsyncMaxPending(maxInFlight),
+		jetstream.WithPublishAsyncTimeout(ackTimeout),
 	}
-	d = min(d, maxBackoff)
-	return d + mrand.N(d/4+1)
 }
 
 // ensureStream creates the stream or updates it to the configuration.
@@ -537,10 +534,21 @@ func (b *Bus) Close() error {
 	// Not nc.Drain: it starts a goroutine per subscription (one per
 	// watched user) to wait for messages the stopped dispatcher would not
 	// read anyway. What matters is that the outgoing bytes leave.
+	if b.ownConn {
+		b.conn.Close()
+		return nil
+	}
+	// A shared connection stays; the bus's subscriptions go.
+	b.subsMu.Lock()
+	for u, s := range b.subs {
+		_ = s.sub.Unsubscribe()
+		delete(b.subs, u)
+	}
+	b.subsMu.Unlock()
+	_ = b.contSub.Unsubscribe()
 	if err := b.nc.FlushTimeout(closeFlushWait); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		b.log.Warn("flush at close failed", "err", err)
 	}
-	b.nc.Close()
 	return nil
 }
 

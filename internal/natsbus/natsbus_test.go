@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
 )
@@ -249,6 +250,42 @@ func TestDeliveryFollowsWatching(t *testing.T) {
 		t.Errorf("b's stats: %+v", st)
 	}
 	waitFor(t, "a's acks", func() bool { return a.Stats().Acked == 4 })
+}
+
+// A bus on a shared connection (the node's one, also used by ingest)
+// delivers like one with its own; closing it leaves the connection to its
+// owner, with the bus's subscriptions gone, and another bus can use it.
+func TestSharedConn(t *testing.T) {
+	srv := testsvc.SharedNATS(t)
+	e := newEnv(t, srv)
+	conn, err := jsstream.Dial(srv.URL, "shared", nil, JetStreamOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	a := e.open("a", func(c *Config) { c.Conn, c.URL = conn, "" })
+	b := e.open("b")
+	a.watch("u1")
+	b.watch("u2")
+	b.Publish(event("u1", 1))
+	a.Publish(event("u2", 1))
+	waitFor(t, "u1 on a (shared connection)", func() bool { return len(a.rec.of("u1")) == 1 })
+	waitFor(t, "u2 on b", func() bool { return len(b.rec.of("u2")) == 1 })
+	subs := conn.NC.NumSubscriptions()
+	a.stop()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !conn.NC.IsConnected() {
+		t.Fatal("closing a bus closed the shared connection")
+	}
+	if n := conn.NC.NumSubscriptions(); n >= subs {
+		t.Errorf("%d subscriptions on the shared connection after the bus closed, %d before: want fewer", n, subs)
+	}
+	a2 := e.open("a2", func(c *Config) { c.Conn, c.URL = conn, "" })
+	a2.watch("u1")
+	b.Publish(event("u1", 2))
+	waitFor(t, "u1 on a second bus of the shared connection", func() bool { return len(a2.rec.of("u1")) == 1 })
 }
 
 func TestAwkwardUserIDs(t *testing.T) {

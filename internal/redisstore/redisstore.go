@@ -119,7 +119,7 @@ type Store struct {
 	shards []shardKeys
 
 	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty, raiseFloor *script
-	floors []atomic.Uint64 // per shard: the floor last read or raised (cold reads carry it)
+	floors                                                                         []atomic.Uint64 // per shard: the floor last read or raised (cold reads carry it)
 
 	// Heartbeat batching, see beat.go.
 	shardGroups      []beatGroup   // one per shard
