@@ -15,6 +15,7 @@ import (
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/testsvc"
 )
 
 // populate loads n users and beats each once, many at a time.
@@ -125,4 +126,57 @@ func BenchmarkGet1000(b *testing.B) {
 	if !out[999].Known || out[999].Status != presence.Online {
 		b.Fatalf("Get: got %+v, want online", out[999])
 	}
+}
+
+// usedMemory returns Redis's used_memory (INFO memory).
+func usedMemory(b *testing.B, c rueidis.Client) int64 {
+	b.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("memory").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatal("INFO memory has no used_memory")
+	return 0
+}
+
+// BenchmarkMemoryPerUser: Redis memory per online user with one device
+// (b.N users, on a private Redis, after the checkpoint drained the dirty
+// sets), against the naive design's one key per user (SET user status EX
+// ttl) on the same server. Run with -benchtime 100000x or more: the
+// figures are bytes per user, not time.
+func BenchmarkMemoryPerUser(b *testing.B) {
+	c := dial(b, testsvc.Redis(b).URL)
+	s := newStore(b, c, redisstore.Config{Prefix: "m:"})
+	ctx := context.Background()
+	base := usedMemory(b, c)
+	ids := populate(b, s, b.N, time.Now().UnixMilli())
+	if _, err := s.Dirty(ctx, nil); err != nil {
+		b.Fatal(err)
+	}
+	ours := usedMemory(b, c) - base
+	base = usedMemory(b, c)
+	cmds := make(rueidis.Commands, 0, 1000)
+	for i := 0; i < len(ids); i += 1000 {
+		cmds = cmds[:0]
+		for _, id := range ids[i:min(i+1000, len(ids))] {
+			cmds = append(cmds, c.B().Set().Key("naive:"+id).Value("online").Ex(30*time.Second).Build())
+		}
+		for _, r := range c.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	naive := usedMemory(b, c) - base
+	b.ReportMetric(float64(ours)/float64(b.N), "B/user")
+	b.ReportMetric(float64(naive)/float64(b.N), "naive-B/user")
 }
