@@ -371,6 +371,71 @@ func TestRedisFaultWhileUsersSetStatus(t *testing.T) {
 	}
 }
 
+// One node's link to Redis stalls (bytes stop, connections stay up) or is
+// cut (connections reset) for a few seconds, shorter than the ttl less the
+// node's detection time, while its users beat over WebSockets and set a
+// status during it; the other node keeps its link. Nobody is shown
+// offline, and watchers on the other node end on the status each user set.
+// (A partition longer than that makes the other node expire the cut-off
+// node's devices from what Redis last heard: issue 9's node-owned leases
+// are the cure, and this test with a longer partition their check.)
+func TestNodePartitionedFromRedis(t *testing.T) {
+	for _, how := range []string{"stall", "cut"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			b := newBackends(t)
+			const ttl = 10 * time.Second
+			proxy := testsvc.NewProxy(t, b.redis.Addr)
+			var n1, n2 *proc
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				n1 = b.node(t, 1, "-heartbeat-ttl", ttl.String(), "-redis-url", "redis://"+proxy.Addr+"/0")
+			})
+			wg.Go(func() { n2 = b.node(t, 2, "-heartbeat-ttl", ttl.String()) })
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			users := []string{"p1", "p2", "p3", "p4"}
+			w := watcher(t, n2, "w", users...)
+			clients := make([]*wsclient.Client, len(users))
+			for i, u := range users {
+				clients[i] = dial(t, n1, u, "phone")
+			}
+			for _, u := range users {
+				w.await(t, "w", u, wsclient.Online)
+			}
+			if how == "stall" {
+				proxy.Stall()
+			} else {
+				proxy.Cut()
+			}
+			time.Sleep(time.Second)
+			for i, c := range clients {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+					defer cancel()
+					if err := c.SetStatus(ctx, wsclient.Busy, ""); err != nil {
+						t.Errorf("%s: set_status while node 1 is cut off from Redis: %v", users[i], err)
+					}
+				})
+			}
+			wg.Wait()
+			time.Sleep(2 * time.Second)
+			proxy.Restore()
+			for _, u := range users {
+				w.await(t, "w", u, wsclient.Busy)
+			}
+			time.Sleep(3 * time.Second) // a false offline would come by now
+			for _, u := range users {
+				if n := w.count(u, wsclient.Offline); n != 0 || w.last(u) != wsclient.Busy {
+					t.Errorf("%s kept beating on node 1 but the watcher on node 2 saw %+v", u, w.of(u))
+				}
+			}
+		})
+	}
+}
+
 // Redis stops for 10 s while clients beat: the nodes keep answering reads,
 // buffer the heartbeats, and converge when Redis is back (empty, as it
 // keeps nothing on disk): nobody who kept beating went offline, and the
