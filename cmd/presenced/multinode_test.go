@@ -182,7 +182,8 @@ func TestThreeNodes(t *testing.T) {
 	w1 := watcher(t, n1, "w1", "bob", "carol", "dave")
 	w2 := watcher(t, n2, "w2", "bob", "carol", "dave")
 	for _, u := range []string{"bob", "carol", "dave"} {
-		w1.await(t, "w1", u, wsclient.Offline) // the snapshot
+		w1.await(t, "w1", u, wsclient.Offline) // the snapshots: live changes come after them
+		w2.await(t, "w2", u, wsclient.Offline)
 	}
 
 	// online → busy → offline, made on node 3, seen on node 1.
