@@ -180,3 +180,46 @@ func BenchmarkMemoryPerUser(b *testing.B) {
 	b.ReportMetric(float64(ours)/float64(b.N), "B/user")
 	b.ReportMetric(float64(naive)/float64(b.N), "naive-B/user")
 }
+
+// BenchmarkTransition: a visible change — a status toggled between busy
+// and online — of 1,000 concurrent callers over 100,000 online users: one
+// full script each (load the hash, settle, stamp a version, save), the
+// cost every transition pays (connect of a first device, status, away,
+// bye, death). Reported as Redis CPU per transition, for the sizing in
+// docs/operations.md.
+func BenchmarkTransition(b *testing.B) {
+	c := client(b)
+	s := newStore(b, c, redisstore.Config{})
+	const t0 = int64(1_700_000_000_000)
+	ids := populate(b, s, 100_000, t0)
+	ctx := context.Background()
+	var next, changed atomic.Uint64
+	b.SetParallelism((1000 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	cpu0 := redisCPU(b, c)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			m := presence.ManualBusy
+			if (i/100_000)%2 == 1 {
+				m = presence.ManualNone
+			}
+			ch, err := s.SetStatus(ctx, t0+1+int64(i/100_000), ids[i%100_000], m, "")
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if ch.Changed {
+				changed.Add(1)
+			}
+		}
+	})
+	// Calls of one user from two rounds may cross (1,000 callers): the
+	// later round's then finds nothing to change. Count only changes.
+	n := float64(max(changed.Load(), 1))
+	b.ReportMetric(n/time.Since(start).Seconds(), "transitions/s")
+	b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/n, "redis-µs/transition")
+	b.ReportMetric(n/float64(b.N), "changed/op")
+}
