@@ -76,6 +76,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -181,7 +183,8 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		*sc.to = &script{Lua: rueidis.NewLuaScript(src.src), src: src}
+		sum := sha1.Sum([]byte(src.src))
+		*sc.to = &script{Lua: rueidis.NewLuaScript(src.src), src: src, sha: hex.EncodeToString(sum[:])}
 	}
 	s.initBeats()
 	return s, nil
@@ -230,6 +233,40 @@ func (s *Store) userKeys(user string) []string {
 type script struct {
 	*rueidis.Lua
 	src luaScript
+	sha string // hex SHA-1 of src.src, as EVALSHA names it
+}
+
+// execMulti runs the script once per exec, in one pipelined round trip
+// per Redis node: EVALSHA, then EVAL for the calls whose node did not know
+// the script (NOSCRIPT: a node restarted, or a replica just promoted).
+// rueidis's ExecMulti first sends SCRIPT LOAD to every node of a Cluster —
+// a round trip more for every sweep and checkpoint, and a failure of all
+// calls when any one node is down; here a node that fails fails only the
+// calls it serves.
+func (sc *script) execMulti(ctx context.Context, c rueidis.Client, execs ...rueidis.LuaExec) []rueidis.RedisResult {
+	cmds := make(rueidis.Commands, len(execs))
+	for i, e := range execs {
+		cmds[i] = c.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+	}
+	res := c.DoMulti(ctx, cmds...)
+	var again []int
+	for i, r := range res {
+		if re, ok := rueidis.IsRedisErr(r.Error()); ok && re.IsNoScript() {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return res
+	}
+	cmds = cmds[:0]
+	for _, i := range again {
+		e := execs[i]
+		cmds = append(cmds, c.B().Eval().Script(sc.src.src).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build())
+	}
+	for j, r := range c.DoMulti(ctx, cmds...) {
+		res[again[j]] = r
+	}
+	return res
 }
 
 // err maps the script lines err names to the files of lua/.
@@ -358,7 +395,7 @@ func (s *Store) RaiseFloor(ctx context.Context, floor uint64) error {
 		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor}, Args: []string{strconv.FormatUint(floor, 10)}}
 	}
 	var firstErr error
-	for i, r := range s.raiseFloor.ExecMulti(ctx, s.c, execs...) {
+	for i, r := range s.raiseFloor.execMulti(ctx, s.c, execs...) {
 		v, err := r.ToString()
 		if err == nil {
 			var f int64
@@ -445,7 +482,7 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 		// A failed shard does not drop the changes the others claimed:
 		// they are gone from Redis and must reach the caller.
 		var firstErr error
-		for _, r := range s.expire.ExecMulti(ctx, s.c, execs...) {
+		for _, r := range s.expire.execMulti(ctx, s.c, execs...) {
 			arr, err := r.ToArray()
 			if err != nil {
 				firstErr = firstOf(firstErr, s.expire.err(err))
@@ -729,7 +766,7 @@ func (s *Store) Dirty(ctx context.Context, out []presence.Profile) ([]presence.P
 		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].dirty}, Args: []string{s.shards[i].users}}
 	}
 	var firstErr error
-	for _, r := range s.dirty.ExecMulti(ctx, s.c, execs...) {
+	for _, r := range s.dirty.execMulti(ctx, s.c, execs...) {
 		arr, err := r.ToArray()
 		if err != nil {
 			// Keep what other shards drained: it is gone from Redis.

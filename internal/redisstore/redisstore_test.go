@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +152,48 @@ func TestRestart(t *testing.T) {
 		if out, err := s.Expire(ctx, t0+2+30_000, 10, nil); err != nil || len(out) != 1 {
 			t.Errorf("Expire after restart: got %d changes, %v; want 1", len(out), err)
 		}
+	}
+}
+
+// TestScriptsSurviveAFlushedCache: a node that forgot the scripts (SCRIPT
+// FLUSH, as after a restart or on a just-promoted replica) answers every
+// operation — the pipelined sweeps and checkpoints included — with no
+// error, and the pipelined calls never send SCRIPT LOAD.
+func TestScriptsSurviveAFlushedCache(t *testing.T) {
+	srv := testsvc.Redis(t)
+	c := dial(t, srv.URL)
+	s := newStore(t, c, redisstore.Config{Shards: 4})
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	if err := s.Load(ctx, t0, &presence.Profile{UserID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		now := t0 + int64(round)*60_000
+		if _, err := s.Beat(ctx, now, "u", "d", true); err != nil {
+			t.Fatalf("round %d: Beat after SCRIPT FLUSH: %v", round, err)
+		}
+		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := s.Dirty(ctx, nil); err != nil || len(out) != 1 {
+			t.Fatalf("round %d: Dirty after SCRIPT FLUSH: %d profiles, %v", round, len(out), err)
+		}
+		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := s.Expire(ctx, now+30_000, 10, nil); err != nil || len(out) != 1 {
+			t.Fatalf("round %d: Expire after SCRIPT FLUSH: %d changes, %v", round, len(out), err)
+		}
+	}
+	stats, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stats, "cmdstat_script|load:") {
+		t.Errorf("SCRIPT LOAD was sent:\n%s", stats)
 	}
 }
