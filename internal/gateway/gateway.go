@@ -11,7 +11,9 @@
 // type of a field, binary frame), unknown_type, invalid_status,
 // invalid_text, invalid_id (user_ids missing, empty or holding an invalid
 // id), too_many_subscriptions (nothing of that request was added),
-// too_many_devices, rate_limited, unavailable (no hub), internal.
+// too_many_devices, rate_limited, unavailable (a backend cannot serve
+// for now — tracker.Unavailable — or no hub; nothing changed, retry
+// later), internal (anything else; the detail is in the server log).
 //
 // Close codes: 1000 after bye (or echoing the client's close), 1001
 // shutdown, 1002 protocol error, 1007 invalid UTF-8, 1008 persistent rate
@@ -375,8 +377,11 @@ func writeHTTPError(w http.ResponseWriter, err error) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	if e.status == http.StatusMethodNotAllowed {
+	switch e.status {
+	case http.StatusMethodNotAllowed:
 		h.Set("Allow", "GET")
+	case http.StatusServiceUnavailable:
+		h.Set("Retry-After", "1")
 	}
 	w.WriteHeader(e.status)
 	_, _ = w.Write(b)
