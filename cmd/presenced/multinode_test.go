@@ -331,14 +331,17 @@ func TestRedisOutage(t *testing.T) {
 	}
 }
 
-// PostgreSQL stops while users beat: heartbeats keep being accepted, a
-// status change (a synchronous durable write) is refused with a clear
-// error, and every last_seen of the outage reaches PostgreSQL once it is
-// back.
+// PostgreSQL stops while users beat: heartbeats keep being accepted — also
+// the first one of a user no node has loaded, whose profile cannot be read
+// (it shows once PostgreSQL is back) — a status change (a synchronous
+// durable write) is refused with 503 unavailable, every node stays ready
+// (PostgreSQL is shared: readiness only reports it), and every last_seen
+// of the outage reaches PostgreSQL once it is back.
 func TestPostgresOutage(t *testing.T) {
 	t.Parallel()
 	b := newBackends(t)
 	n := b.node(t, 1)
+	n2 := b.node(t, 2)
 	n.heartbeat(apiKey, "ivy", "pc")
 
 	if err := b.postgres.Stop(); err != nil {
@@ -350,16 +353,36 @@ func TestPostgresOutage(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	code, body := n.do("POST", "/v1/status", apiKey, map[string]any{"user_id": "ivy", "status": "busy"})
-	if code != 503 || !strings.Contains(string(body), `"error"`) {
-		t.Errorf("status change while PostgreSQL is down: %d %s, want 503 with an error", code, body)
+	if code != 503 || !strings.Contains(string(body), `"code":"unavailable"`) {
+		t.Errorf("status change while PostgreSQL is down: %d %s, want 503 unavailable", code, body)
+	}
+	if got := n2.heartbeat(apiKey, "newcomer", "phone"); got["status"] != nil {
+		t.Errorf("first heartbeat of a user while PostgreSQL is down answered %v, want its view null (unknown)", got)
+	}
+	for _, node := range []*proc{n, n2} {
+		code, body := node.do("GET", "/readyz", "", nil)
+		if code != 200 || !strings.Contains(string(body), `"postgres":"unavailable"`) {
+			t.Errorf("readyz while PostgreSQL is down: %d %s, want 200 reporting postgres unavailable", code, body)
+		}
 	}
 	if err := b.postgres.Start(); err != nil {
 		t.Fatal(err)
 	}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		code, body := n.do("GET", "/v1/presence/newcomer", apiKey, nil)
+		if code == 200 && strings.Contains(string(body), `"status":"online"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("newcomer after PostgreSQL is back: %d %s, want online", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	want, _ := time.Parse(time.RFC3339Nano, last["last_seen"].(string))
 	conn := pgConnect(t, b.pgURL)
-	deadline := time.Now().Add(waitTimeout)
+	deadline = time.Now().Add(waitTimeout)
 	for {
 		var ms int64
 		err := conn.QueryRow(context.Background(), "SELECT last_seen FROM users WHERE user_id = 'ivy'").Scan(&ms)

@@ -216,6 +216,14 @@ func (g *Gateway) Stats() Stats {
 // first upgrades are refused with 503.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 
+// Serving reports whether the gateway takes connections now: Run has
+// started and the gateway is not shutting down.
+func (g *Gateway) Serving() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.running && !g.closing
+}
+
 // Run serves connections until ctx is done, then closes every socket with
 // 1001 (going away), waits up to WriteTimeout for the close frames to be
 // written, and stops every goroutine it started. Call it once.

@@ -108,7 +108,12 @@ func TestWriteInFlightAtShutdown(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.SaveStatus(ctx, "u", presence.ManualAway, "") }()
-	awaitLockWait(t, locker)
+	watch, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(context.Background())
+	awaitLockWait(t, watch)
 
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -159,6 +164,8 @@ func TestWriteInFlightAtShutdown(t *testing.T) {
 }
 
 // awaitLockWait waits until some session of the server waits for a lock.
+// c must not be in a transaction: one sees a single snapshot of the
+// statistics for its whole life.
 func awaitLockWait(t *testing.T, c *pgx.Conn) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)

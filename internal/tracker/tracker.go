@@ -675,6 +675,10 @@ func (t *Tracker) Close(ctx context.Context) error {
 	return err
 }
 
+// StoreDown reports whether the state store is down (or its outage buffer
+// being replayed): operations are buffered and reads degraded.
+func (t *Tracker) StoreDown() bool { return !t.up() }
+
 // Stats are the tracker's counters since start.
 type Stats struct {
 	Heartbeats  uint64
