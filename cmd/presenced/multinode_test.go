@@ -254,6 +254,23 @@ func TestThreeNodes(t *testing.T) {
 			t.Errorf("%s: carol is %q, want online", name, w.last("carol"))
 		}
 	}
+
+	// Metrics true for the cluster: dave came online through node 3 and
+	// went offline through node 1's or node 2's sweep. A count of online
+	// users from each node's own transitions would now be -1 on that
+	// node, so with Redis it is not exported; each node counts the users
+	// with a WebSocket open on it (node 1: w1; node 2: w2 and carol).
+	for name, c := range map[string]struct {
+		n     *proc
+		users float64
+	}{"node 1": {n1, 1}, "node 2": {n2, 2}} {
+		if v, ok := metricMaybe(t, c.n.server, "presenced_online_users"); ok {
+			t.Errorf("%s exports presenced_online_users %v with a shared Redis; no node sees every transition", name, v)
+		}
+		if v := metric(t, c.n.server, "presenced_ws_users"); v != c.users {
+			t.Errorf("%s: presenced_ws_users %v, want %v", name, v, c.users)
+		}
+	}
 }
 
 // Redis stops for 10 s while clients beat: the nodes keep answering reads,
@@ -419,6 +436,17 @@ func pgConnect(t *testing.T, raw string) *pgx.Conn {
 // n's /metrics.
 func metric(t *testing.T, n *server, name string) float64 {
 	t.Helper()
+	v, ok := metricMaybe(t, n, name)
+	if !ok {
+		t.Fatalf("no %s in /metrics", name)
+	}
+	return v
+}
+
+// metricMaybe reads one series from n's /metrics and reports whether it is
+// there.
+func metricMaybe(t *testing.T, n *server, name string) (float64, bool) {
+	t.Helper()
 	code, b := n.do("GET", "/metrics", apiKey, nil)
 	if code != 200 {
 		t.Fatalf("GET /metrics: %d %s", code, b)
@@ -429,11 +457,10 @@ func metric(t *testing.T, n *server, name string) float64 {
 			if err != nil {
 				t.Fatalf("metric line %q: %v", line, err)
 			}
-			return f
+			return f, true
 		}
 	}
-	t.Fatalf("no %s in /metrics", name)
-	return 0
+	return 0, false
 }
 
 // A connection layer of another system feeds presence through the ingest

@@ -294,12 +294,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.reader = reader
 	a.metrics = metrics.New(metrics.Sources{
-		Tracker: a.tracker.Stats,
-		Users:   users,
-		Gateway: func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
-		Hub:     a.hub.Stats,
-		Bus:     busStats,
-		Ingest:  ingestStats,
+		Tracker:     a.tracker.Stats,
+		SharedState: cfg.RedisURL != "",
+		Users:       users,
+		Gateway:     func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
+		Hub:         a.hub.Stats,
+		Bus:         busStats,
+		Ingest:      ingestStats,
 	})
 	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
 	a.api, err = httpapi.New(httpapi.Config{

@@ -113,6 +113,7 @@ type Gateway struct {
 	running bool         // taking connections
 	closing bool
 	conns   map[*conn]struct{}
+	users   map[string]int32 // user → its connections in conns
 
 	wg sync.WaitGroup // every goroutine the gateway starts
 
@@ -129,6 +130,7 @@ type Gateway struct {
 // Stats are the gateway's counters since start.
 type Stats struct {
 	Connections    int    // open now
+	Users          int    // distinct users with at least one connection open now
 	Accepted       uint64 // upgrades
 	ClosedIdle     uint64 // 4001
 	ClosedSlow     uint64 // 4002
@@ -188,6 +190,7 @@ func New(cfg Config) (*Gateway, error) {
 		log:     cfg.Logger,
 		ttlMs:   cfg.TTL.Milliseconds(),
 		conns:   make(map[*conn]struct{}),
+		users:   make(map[string]int32),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil
@@ -196,11 +199,12 @@ func New(cfg Config) (*Gateway, error) {
 // Stats returns a copy of the counters.
 func (g *Gateway) Stats() Stats {
 	g.mu.Lock()
-	n := len(g.conns)
+	n, users := len(g.conns), len(g.users)
 	noEpoll := g.poll == nil
 	g.mu.Unlock()
 	return Stats{
 		Connections:    n,
+		Users:          users,
 		Accepted:       g.stats.accepted.Load(),
 		ClosedIdle:     g.stats.closedIdle.Load(),
 		ClosedSlow:     g.stats.closedSlow.Load(),
@@ -341,13 +345,23 @@ func (g *Gateway) register(c *conn) (poller, bool) {
 		return nil, false
 	}
 	g.conns[c] = struct{}{}
+	g.users[c.user]++
 	return g.poll, true
 }
 
+// unregister removes c from the open connections, if it is one.
 func (g *Gateway) unregister(c *conn) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.conns[c]; !ok {
+		return
+	}
 	delete(g.conns, c)
-	g.mu.Unlock()
+	if n := g.users[c.user]; n > 1 {
+		g.users[c.user] = n - 1
+	} else {
+		delete(g.users, c.user)
+	}
 }
 
 func (g *Gateway) now() int64 { return g.clock.Now().UnixMilli() }

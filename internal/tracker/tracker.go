@@ -684,6 +684,10 @@ type Stats struct {
 	Heartbeats  uint64
 	Transitions map[[2]presence.Status]uint64 // [prev, next] → count
 	TextChanges uint64
+	// Online counts users whose public status is not offline, from the
+	// transitions this tracker made: exact when it makes every transition
+	// of its store (a store in this process), not when nodes share the
+	// store (each sees only its own share of arrivals and departures).
 	Online      int64
 	Flushed     uint64 // last_seen checkpoints written
 	FlushErrors uint64
