@@ -417,3 +417,36 @@ func TestHeartbeatsWhilePostgresIsDown(t *testing.T) {
 		t.Errorf("Stats.ProfilesLoaded = %d, want %d", s.ProfilesLoaded, len(users))
 	}
 }
+
+// TestLoadsResumeAfterPostgresReturns: a status change of a user not in
+// the state store while PostgreSQL is stopped fails as Unavailable and
+// makes loads fail fast; with nobody waiting for a profile, Run still
+// finds PostgreSQL back, and the same change then succeeds.
+func TestLoadsResumeAfterPostgresReturns(t *testing.T) {
+	srv := testsvc.Postgres(t)
+	ctx := context.Background()
+	pg, err := pgstore.Open(ctx, pgstore.Config{URL: srv.NewDatabase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	tr, err := tracker.New(tracker.Config{Store: memstore.New(memstore.Config{Rules: rules}), Durable: pg,
+		Clock: clock.NewFake(start), ProbeInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTracker(t, tr)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.SetStatus(ctx, "u", presence.ManualBusy, ""); !tracker.Unavailable(err) {
+		t.Fatalf("SetStatus while PostgreSQL is stopped: %v, want Unavailable", err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a status change to succeed", func() bool {
+		_, err := tr.SetStatus(ctx, "u", presence.ManualBusy, "")
+		return err == nil
+	})
+}

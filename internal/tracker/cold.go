@@ -139,7 +139,15 @@ func (t *Tracker) retryCold(ctx context.Context) {
 		sh.mu.Unlock()
 	}
 	if len(users) == 0 {
-		users = append(users, "\x00probe") // only to see whether the durable store answers
+		// Loads fail fast, and nobody waits: only see whether the durable
+		// store answers again.
+		pctx, cancel := context.WithTimeout(ctx, t.loadTimeout)
+		err := t.pingDurable(pctx)
+		cancel()
+		if err == nil && t.cold.down.CompareAndSwap(true, false) {
+			t.log.Info("durable store answers again")
+		}
+		return
 	}
 	for len(users) > 0 && ctx.Err() == nil && t.up() {
 		chunk := users[:min(len(users), coldBatch)]
@@ -171,6 +179,15 @@ func (t *Tracker) retryCold(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// pingDurable asks the durable store whether it answers: with its Ping if
+// it has one, else with a read of a profile.
+func (t *Tracker) pingDurable(ctx context.Context) error {
+	if p, ok := t.durable.(interface{ Ping(context.Context) error }); ok {
+		return p.Ping(ctx)
+	}
+	return t.durable.LoadProfiles(ctx, []string{"presenced-probe"}, func(*presence.Profile) {})
 }
 
 // replayCold applies what user did while its profile could not be loaded,
