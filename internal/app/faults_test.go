@@ -16,7 +16,7 @@ import (
 	"github.com/presenced/presenced/internal/testsvc"
 )
 
-// node runs an app on 127.0.0.1 until the end of the test.
+// runNode runs an app on 127.0.0.1 until the end of the test.
 func runNode(t *testing.T, cfg app.Config) string {
 	t.Helper()
 	a, err := app.New(context.Background(), cfg)
@@ -134,7 +134,7 @@ func TestPostgresStopsUnderANode(t *testing.T) {
 		// From outside the locking transaction, which would see one
 		// snapshot of the statistics for its whole life.
 		err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&n)
-		return err == nil && n == 2
+		return err == nil && n >= 2 // a checkpoint may wait on the locks too
 	})
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,10 @@ func TestPostgresStopsUnderANode(t *testing.T) {
 			return code == 200 && strings.Contains(body, `"status":"online"`)
 		})
 	}
-	if code, body := call(t, addr, "GET", "/readyz", ""); code != 200 || strings.Contains(body, "unavailable") {
-		t.Errorf("readyz after PostgreSQL is back: %d %s", code, body)
-	}
+	// (A ping may first meet a pooled connection that died with the
+	// restart; the pool drops it.)
+	waitUntil(t, "readyz to report postgres ok", func() bool {
+		code, body := call(t, addr, "GET", "/readyz", "")
+		return code == 200 && strings.Contains(body, `"postgres":"ok"`)
+	})
 }
