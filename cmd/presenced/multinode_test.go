@@ -255,6 +255,23 @@ func TestThreeNodes(t *testing.T) {
 			t.Errorf("%s: carol is %q, want online", name, w.last("carol"))
 		}
 	}
+
+	// Metrics true for the cluster: dave came online through node 3 and
+	// went offline through node 1's or node 2's sweep. A count of online
+	// users from each node's own transitions would now be -1 on that
+	// node, so with Redis it is not exported; each node counts the users
+	// with a WebSocket open on it (node 1: w1; node 2: w2 and carol).
+	for name, c := range map[string]struct {
+		n     *proc
+		users float64
+	}{"node 1": {n1, 1}, "node 2": {n2, 2}} {
+		if v, ok := metricMaybe(t, c.n.server, "presenced_online_users"); ok {
+			t.Errorf("%s exports presenced_online_users %v with a shared Redis; no node sees every transition", name, v)
+		}
+		if v := metric(t, c.n.server, "presenced_ws_users"); v != c.users {
+			t.Errorf("%s: presenced_ws_users %v, want %v", name, v, c.users)
+		}
+	}
 }
 
 // A socket closed without a bye on one node is seen offline on another
@@ -512,14 +529,17 @@ func TestRedisOutage(t *testing.T) {
 	}
 }
 
-// PostgreSQL stops while users beat: heartbeats keep being accepted, a
-// status change (a synchronous durable write) is refused with a clear
-// error, and every last_seen of the outage reaches PostgreSQL once it is
-// back.
+// PostgreSQL stops while users beat: heartbeats keep being accepted — also
+// the first one of a user no node has loaded, whose profile cannot be read
+// (it shows once PostgreSQL is back) — a status change (a synchronous
+// durable write) is refused with 503 unavailable, every node stays ready
+// (PostgreSQL is shared: readiness only reports it), and every last_seen
+// of the outage reaches PostgreSQL once it is back.
 func TestPostgresOutage(t *testing.T) {
 	t.Parallel()
 	b := newBackends(t)
 	n := b.node(t, 1)
+	n2 := b.node(t, 2)
 	n.heartbeat(apiKey, "ivy", "pc")
 
 	if err := b.postgres.Stop(); err != nil {
@@ -531,16 +551,36 @@ func TestPostgresOutage(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	code, body := n.do("POST", "/v1/status", apiKey, map[string]any{"user_id": "ivy", "status": "busy"})
-	if code != 503 || !strings.Contains(string(body), `"error"`) {
-		t.Errorf("status change while PostgreSQL is down: %d %s, want 503 with an error", code, body)
+	if code != 503 || !strings.Contains(string(body), `"code":"unavailable"`) {
+		t.Errorf("status change while PostgreSQL is down: %d %s, want 503 unavailable", code, body)
+	}
+	if got := n2.heartbeat(apiKey, "newcomer", "phone"); got["status"] != nil {
+		t.Errorf("first heartbeat of a user while PostgreSQL is down answered %v, want its view null (unknown)", got)
+	}
+	for _, node := range []*proc{n, n2} {
+		code, body := node.do("GET", "/readyz", "", nil)
+		if code != 200 || !strings.Contains(string(body), `"postgres":"unavailable"`) {
+			t.Errorf("readyz while PostgreSQL is down: %d %s, want 200 reporting postgres unavailable", code, body)
+		}
 	}
 	if err := b.postgres.Start(); err != nil {
 		t.Fatal(err)
 	}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		code, body := n.do("GET", "/v1/presence/newcomer", apiKey, nil)
+		if code == 200 && strings.Contains(string(body), `"status":"online"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("newcomer after PostgreSQL is back: %d %s, want online", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	want, _ := time.Parse(time.RFC3339Nano, last["last_seen"].(string))
 	conn := pgConnect(t, b.pgURL)
-	deadline := time.Now().Add(waitTimeout)
+	deadline = time.Now().Add(waitTimeout)
 	for {
 		var ms int64
 		err := conn.QueryRow(context.Background(), "SELECT last_seen FROM users WHERE user_id = 'ivy'").Scan(&ms)
@@ -577,6 +617,17 @@ func pgConnect(t *testing.T, raw string) *pgx.Conn {
 // n's /metrics.
 func metric(t *testing.T, n *server, name string) float64 {
 	t.Helper()
+	v, ok := metricMaybe(t, n, name)
+	if !ok {
+		t.Fatalf("no %s in /metrics", name)
+	}
+	return v
+}
+
+// metricMaybe reads one series from n's /metrics and reports whether it is
+// there.
+func metricMaybe(t *testing.T, n *server, name string) (float64, bool) {
+	t.Helper()
 	code, b := n.do("GET", "/metrics", apiKey, nil)
 	if code != 200 {
 		t.Fatalf("GET /metrics: %d %s", code, b)
@@ -587,11 +638,10 @@ func metric(t *testing.T, n *server, name string) float64 {
 			if err != nil {
 				t.Fatalf("metric line %q: %v", line, err)
 			}
-			return f
+			return f, true
 		}
 	}
-	t.Fatalf("no %s in /metrics", name)
-	return 0
+	return 0, false
 }
 
 // A connection layer of another system feeds presence through the ingest

@@ -316,12 +316,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.reader = reader
 	a.metrics = metrics.New(metrics.Sources{
-		Tracker: a.tracker.Stats,
-		Users:   users,
-		Gateway: func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
-		Hub:     a.hub.Stats,
-		Bus:     busStats,
-		Ingest:  ingestStats,
+		Tracker:     a.tracker.Stats,
+		SharedState: cfg.RedisURL != "",
+		Users:       users,
+		Gateway:     func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
+		Hub:         a.hub.Stats,
+		Bus:         busStats,
+		Ingest:      ingestStats,
 	})
 	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
 	a.api, err = httpapi.New(httpapi.Config{
@@ -335,7 +336,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Rules:             rules,
 		Metrics:           a.metrics,
 		MetricsHandler:    a.metrics.Handler(),
-		Ready:             durable.Ping,
+		Checks:            a.readiness(),
 		PollInterval:      cfg.PollInterval,
 		Static:            web.New(),
 		OnContactsChanged: a.contactsChanged,
@@ -361,6 +362,37 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.handler = routes{api: a.api, ws: a.gw}
 	ok = true
 	return a, nil
+}
+
+// readiness lists what GET /readyz checks (httpapi.Check): whether this
+// node can serve. The gateway and an embedded SQLite file are this node's
+// own; PostgreSQL, Redis and NATS are shared by every node, so their
+// outages are reported without failing readiness (docs/operations.md).
+// a.gw is set before Run serves a request.
+func (a *App) readiness() []httpapi.Check {
+	checks := []httpapi.Check{{Name: "gateway", Check: func(context.Context) error {
+		if a.gw == nil || !a.gw.Serving() {
+			return errors.New("the WebSocket gateway does not take connections (starting or stopping)")
+		}
+		return nil
+	}}}
+	if a.cfg.PostgresURL != "" {
+		checks = append(checks, httpapi.Check{Name: "postgres", Shared: true, Check: a.durable.Ping})
+	} else {
+		checks = append(checks, httpapi.Check{Name: "sqlite", Check: a.durable.Ping})
+	}
+	if a.redis != nil {
+		checks = append(checks, httpapi.Check{Name: "redis", Shared: true, Check: func(context.Context) error {
+			if a.tracker.StoreDown() {
+				return errors.New("the state store is down: writes are buffered in the node")
+			}
+			return nil
+		}})
+	}
+	if a.bus != nil {
+		checks = append(checks, httpapi.Check{Name: "nats", Shared: true, Check: a.bus.Ping})
+	}
+	return checks
 }
 
 // gatewayWorkers is how many goroutines read WebSockets. With the state in

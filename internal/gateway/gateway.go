@@ -11,7 +11,9 @@
 // type of a field, binary frame), unknown_type, invalid_status,
 // invalid_text, invalid_id (user_ids missing, empty or holding an invalid
 // id), too_many_subscriptions (nothing of that request was added),
-// too_many_devices, rate_limited, unavailable (no hub), internal.
+// too_many_devices, rate_limited, unavailable (a backend cannot serve
+// for now — tracker.Unavailable — or no hub; nothing changed, retry
+// later), internal (anything else; the detail is in the server log).
 //
 // Close codes: 1000 after bye (or echoing the client's close), 1001
 // shutdown, 1002 protocol error, 1007 invalid UTF-8, 1008 persistent rate
@@ -118,6 +120,7 @@ type Gateway struct {
 	running bool         // taking connections
 	closing bool
 	conns   map[*conn]struct{}
+	users   map[string]int32 // user → its connections in conns
 
 	wg sync.WaitGroup // every goroutine the gateway starts
 
@@ -134,6 +137,7 @@ type Gateway struct {
 // Stats are the gateway's counters since start.
 type Stats struct {
 	Connections    int    // open now
+	Users          int    // distinct users with at least one connection open now
 	Accepted       uint64 // upgrades
 	ClosedIdle     uint64 // 4001
 	ClosedSlow     uint64 // 4002
@@ -197,6 +201,7 @@ func New(cfg Config) (*Gateway, error) {
 		log:     cfg.Logger,
 		ttlMs:   cfg.TTL.Milliseconds(),
 		conns:   make(map[*conn]struct{}),
+		users:   make(map[string]int32),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil
@@ -205,11 +210,12 @@ func New(cfg Config) (*Gateway, error) {
 // Stats returns a copy of the counters.
 func (g *Gateway) Stats() Stats {
 	g.mu.Lock()
-	n := len(g.conns)
+	n, users := len(g.conns), len(g.users)
 	noEpoll := g.poll == nil
 	g.mu.Unlock()
 	return Stats{
 		Connections:    n,
+		Users:          users,
 		Accepted:       g.stats.accepted.Load(),
 		ClosedIdle:     g.stats.closedIdle.Load(),
 		ClosedSlow:     g.stats.closedSlow.Load(),
@@ -224,6 +230,14 @@ func (g *Gateway) Stats() Stats {
 // Ready is closed once Run takes connections; serve HTTP after it, or the
 // first upgrades are refused with 503.
 func (g *Gateway) Ready() <-chan struct{} { return g.ready }
+
+// Serving reports whether the gateway takes connections now: Run has
+// started and the gateway is not shutting down.
+func (g *Gateway) Serving() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.running && !g.closing
+}
 
 // Run serves connections until ctx is done, then closes every socket with
 // 1001 (going away), waits up to WriteTimeout for the close frames to be
@@ -349,13 +363,23 @@ func (g *Gateway) register(c *conn) (poller, bool) {
 		return nil, false
 	}
 	g.conns[c] = struct{}{}
+	g.users[c.user]++
 	return g.poll, true
 }
 
+// unregister removes c from the open connections, if it is one.
 func (g *Gateway) unregister(c *conn) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.conns[c]; !ok {
+		return
+	}
 	delete(g.conns, c)
-	g.mu.Unlock()
+	if n := g.users[c.user]; n > 1 {
+		g.users[c.user] = n - 1
+	} else {
+		delete(g.users, c.user)
+	}
 }
 
 func (g *Gateway) now() int64 { return g.clock.Now().UnixMilli() }
@@ -393,8 +417,11 @@ func writeHTTPError(w http.ResponseWriter, err error) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
-	if e.status == http.StatusMethodNotAllowed {
+	switch e.status {
+	case http.StatusMethodNotAllowed:
 		h.Set("Allow", "GET")
+	case http.StatusServiceUnavailable:
+		h.Set("Retry-After", "1")
 	}
 	w.WriteHeader(e.status)
 	_, _ = w.Write(b)

@@ -485,3 +485,36 @@ func TestPingsApartFromMessages(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// TestUsersGauge: Stats.Users (presenced_ws_users) counts the distinct users
+// with a WebSocket open on this node: a user's second socket adds nothing,
+// the gauge falls only when a user's last socket closes, whichever way it
+// closes (bye, a dropped connection), and it never goes below zero.
+func TestUsersGauge(t *testing.T) {
+	n := newNode(t, opts{})
+	want := func(what string, conns, users int) {
+		t.Helper()
+		waitFor(t, what, func() bool {
+			s := n.gw.Stats()
+			return s.Connections == conns && s.Users == users
+		})
+	}
+	phone := n.dial("1", "phone")
+	phone.msgType("welcome")
+	laptop := n.dial("1", "laptop")
+	laptop.msgType("welcome")
+	other := n.dial("2", "phone")
+	other.msgType("welcome")
+	want("three sockets of two users", 3, 2)
+
+	phone.send(`{"type":"bye"}`)
+	phone.closed(1000)
+	want("user 1's phone said bye", 2, 2)
+	laptop.nc.Close()
+	want("user 1's laptop dropped", 1, 1)
+	other.nc.Close()
+	want("every socket gone", 0, 0)
+	again := n.dial("2", "phone")
+	again.msgType("welcome")
+	want("user 2 back", 1, 1)
+}

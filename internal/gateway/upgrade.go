@@ -16,6 +16,7 @@ import (
 
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -112,6 +113,10 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if _, err := g.tracker.Heartbeat(r.Context(), user, dev, true); err != nil {
 		if errors.Is(err, presence.ErrTooManyDevices) {
 			return refuse(http.StatusConflict, "too_many_devices", "%v: end one with a bye, or let it expire", presence.ErrTooManyDevices)
+		}
+		if tracker.Unavailable(err) {
+			g.log.Warn("connect heartbeat failed: a backend is unavailable", "user_id", user, "err", err)
+			return refuse(http.StatusServiceUnavailable, "unavailable", "a backend of the service is unavailable; nothing was changed, retry later")
 		}
 		g.log.Error("connect heartbeat failed", "user_id", user, "err", err)
 		return err

@@ -139,8 +139,12 @@ func TestAuthRequired(t *testing.T) {
 	wantError(t, e.do("GET", "/v1/users/1/settings", tok, ""), http.StatusUnauthorized, "unauthorized")
 
 	// Open endpoints need nothing; /metrics needs the API key.
-	for _, p := range []string{"/healthz", "/readyz", "/v1/public/1"} {
+	for _, p := range []string{"/healthz", "/v1/public/1"} {
 		e.ok("GET", p, "", "")
+	}
+	// (The harness runs no gateway: the node answers, but not ready.)
+	if r := e.do("GET", "/readyz", "", ""); r.code != http.StatusServiceUnavailable || !strings.Contains(string(r.body), `"reason":"gateway"`) {
+		t.Errorf("GET /readyz without credentials: %d %s", r.code, r.body)
 	}
 	e.ok("GET", "/metrics", keyHdr, "")
 }

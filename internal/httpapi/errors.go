@@ -40,8 +40,10 @@ func unauthorized(err error) *Error {
 }
 
 // classify maps an error to what the client is told. Limits of the
-// domain become their own 4xx; anything unexpected is a 500 whose detail
-// stays in the server log.
+// domain become their own 4xx; a backend that cannot serve for now
+// (tracker.Unavailable: the one classification of transient failures) is a
+// 503; anything else unexpected is a 500. The detail of a 5xx stays in the
+// server log.
 func classify(err error) *Error {
 	var e *Error
 	switch {
@@ -54,7 +56,7 @@ func classify(err error) *Error {
 		return &Error{Status: http.StatusBadRequest, Code: "too_many_contacts", Message: presence.ErrTooManyContacts.Error()}
 	case errors.Is(err, context.Canceled):
 		return &Error{Status: 499, Code: "canceled", Message: "the request was canceled"}
-	case tracker.Unavailable(err) || isUnavailable(err):
+	case tracker.Unavailable(err):
 		return errUnavailable
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error (details are in the server log)"}
@@ -65,12 +67,6 @@ func classify(err error) *Error {
 // while Redis is down): nothing was changed, try again.
 var errUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
 	Message: "a backend of the service is unavailable; nothing was changed, retry later"}
-
-// isUnavailable reports whether err says of itself that it is temporary.
-func isUnavailable(err error) bool {
-	var u interface{ Unavailable() bool }
-	return errors.As(err, &u) && u.Unavailable()
-}
 
 // writeError writes err as JSON. Errors that are not *Error are 500s.
 func writeError(w http.ResponseWriter, err error) {

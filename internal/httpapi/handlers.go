@@ -9,6 +9,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -199,7 +200,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.tracker.Heartbeat(r.Context(), user, dev, active); err != nil {
 		return err
 	}
-	return s.writeSelf(w, r, user, dev)
+	return s.writeRecorded(w, r, user, dev)
 }
 
 // deviceRequest authenticates and decodes a request about one device of
@@ -228,6 +229,21 @@ func (s *Server) deviceRequest(w http.ResponseWriter, r *http.Request, decode fu
 	return user, dev, nil
 }
 
+// writeRecorded answers a heartbeat or bye that the tracker took with
+// writeSelf. If the user's own view cannot be read because a backend is
+// unavailable (PostgreSQL down, the user's profile unknown: the tracker
+// holds the beat until it can load it), the operation still stands: the
+// answer is 200 with the view's fields null.
+func (s *Server) writeRecorded(w http.ResponseWriter, r *http.Request, user, dev string) error {
+	err := s.writeSelf(w, r, user, dev)
+	if err != nil && tracker.Unavailable(err) {
+		s.log.Warn("a heartbeat was recorded but the user's own view cannot be read now", "user_id", user, "err", err)
+		s.writeView(w, &privacy.View{UserID: user}, dev)
+		return nil
+	}
+	return err
+}
+
 // writeSelf answers a write with the user's own view and the timing the
 // client should keep.
 func (s *Server) writeSelf(w http.ResponseWriter, r *http.Request, user, dev string) error {
@@ -235,7 +251,12 @@ func (s *Server) writeSelf(w http.ResponseWriter, r *http.Request, user, dev str
 	if err := s.reader.Read(r.Context(), user, []string{user}, views[:]); err != nil {
 		return err
 	}
-	b := wire.AppendView(make([]byte, 0, 320), &views[0])
+	s.writeView(w, &views[0], dev)
+	return nil
+}
+
+func (s *Server) writeView(w http.ResponseWriter, v *privacy.View, dev string) {
+	b := wire.AppendView(make([]byte, 0, 320), v)
 	b = b[:len(b)-1] // reopen the object
 	if dev != "" {
 		b = append(b, `,"device_id":`...)
@@ -247,7 +268,6 @@ func (s *Server) writeSelf(w http.ResponseWriter, r *http.Request, user, dev str
 	b = strconv.AppendInt(b, HeartbeatInterval(s.rules.TTL).Milliseconds(), 10)
 	b = append(b, "}\n"...)
 	writeJSON(w, http.StatusOK, b)
-	return nil
 }
 
 // status serves POST /v1/status {"user_id","status","text"}. "online"
@@ -291,7 +311,7 @@ func (s *Server) bye(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.tracker.Bye(r.Context(), user, dev); err != nil {
 		return err
 	}
-	return s.writeSelf(w, r, user, dev)
+	return s.writeRecorded(w, r, user, dev)
 }
 
 // account authenticates a call on /v1/users/{user_id}/… .

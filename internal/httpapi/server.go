@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/wire"
 )
 
 // Tracker is the write side the API drives.
@@ -67,9 +69,9 @@ type Config struct {
 	Rules          presence.Rules
 	Metrics        Observer     // nil: no request metrics
 	MetricsHandler http.Handler // serves /metrics; nil: 404
-	// Ready reports whether the node can serve (e.g. the durable store
-	// answers); nil: always ready.
-	Ready func(ctx context.Context) error
+	// Checks are what GET /readyz reports on, in this order (see Check);
+	// none: ready unless draining.
+	Checks []Check
 	// PollInterval throttles reads by clients with their own token: one per
 	// user per interval. Default 30s; negative disables.
 	PollInterval time.Duration
@@ -94,7 +96,8 @@ type Server struct {
 	log      *slog.Logger
 	rules    presence.Rules
 	metrics  Observer
-	ready    func(ctx context.Context) error
+	checks   []Check
+	checkOK  []atomic.Bool // per check: it passed last time (for the log)
 	throttle *throttle
 	maxBody  int64
 	mux      *http.ServeMux
@@ -131,12 +134,16 @@ func New(cfg Config) (*Server, error) {
 		log:      cfg.Logger,
 		rules:    cfg.Rules,
 		metrics:  cfg.Metrics,
-		ready:    cfg.Ready,
+		checks:   cfg.Checks,
+		checkOK:  make([]atomic.Bool, len(cfg.Checks)),
 		throttle: newThrottle(cfg.PollInterval.Milliseconds()),
 		maxBody:  cfg.MaxBody,
 		mux:      http.NewServeMux(),
 
 		onContactsChanged: cfg.OnContactsChanged,
+	}
+	for i := range s.checkOK {
+		s.checkOK[i].Store(true)
 	}
 	s.routes(cfg.MetricsHandler)
 	if cfg.Static != nil {
@@ -146,8 +153,8 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Drain makes /readyz fail, so load balancers stop sending traffic before
-// shutdown.
+// Drain makes /readyz answer 503 (draining), so load balancers stop sending
+// traffic before shutdown.
 func (s *Server) Drain() { s.draining.Store(true) }
 
 func (s *Server) routes(metrics http.Handler) {
@@ -308,20 +315,82 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	return body, nil
 }
 
+// Check is one part of the node that GET /readyz reports on.
+type Check struct {
+	// Name names the part in the report: "gateway", "sqlite", "postgres",
+	// "redis", "nats".
+	Name string
+	// Shared says that every node shares the part (PostgreSQL, Redis,
+	// NATS). Its failure is reported but leaves the node ready: it fails
+	// on every node at once, and a load balancer that took them all out
+	// would also lose what still works (with Redis down, heartbeats are
+	// buffered and reads answered; with PostgreSQL down, heartbeats and
+	// reads of users in Redis). A part of this node only (its WebSocket
+	// gateway, its embedded database) makes the node not ready while it
+	// fails: another node may serve.
+	Shared bool
+	// Check returns nil while the part works; it is given at most 2 s.
+	// Its error goes to the log, never to the caller of /readyz.
+	Check func(ctx context.Context) error
+}
+
+// readyz answers whether this node can serve: 503 while it drains (on
+// shutdown) or a part of its own fails, else 200. The body names every
+// check and its state, "ok" or "unavailable":
+//
+//	{"status":"ready","checks":{"gateway":"ok","postgres":"unavailable","redis":"ok","nats":"ok"}}
+//	{"status":"not_ready","reason":"sqlite","checks":{"gateway":"ok","sqlite":"unavailable"}}
+//	{"status":"not_ready","reason":"draining"}
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
-		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "draining", Message: "node is shutting down"})
+		writeJSON(w, http.StatusServiceUnavailable, []byte(`{"status":"not_ready","reason":"draining"}`))
 		return
 	}
-	if s.ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := s.ready(ctx); err != nil {
-			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "not_ready", Message: err.Error()})
-			return
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	errs := make([]error, len(s.checks))
+	var wg sync.WaitGroup
+	for i, c := range s.checks {
+		wg.Go(func() { errs[i] = c.Check(ctx) })
+	}
+	wg.Wait()
+	reason := ""
+	for i, c := range s.checks {
+		ok := errs[i] == nil
+		if !ok && !c.Shared && reason == "" {
+			reason = c.Name
+		}
+		if s.checkOK[i].Swap(ok) != ok {
+			if ok {
+				s.log.Info("readiness check passes again", "check", c.Name)
+			} else {
+				s.log.Warn("readiness check fails", "check", c.Name, "shared", c.Shared, "err", errs[i])
+			}
 		}
 	}
-	writeJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
+	code := http.StatusOK
+	b := make([]byte, 0, 128)
+	if reason == "" {
+		b = append(b, `{"status":"ready"`...)
+	} else {
+		code = http.StatusServiceUnavailable
+		b = append(b, `{"status":"not_ready","reason":`...)
+		b = wire.AppendString(b, reason)
+	}
+	b = append(b, `,"checks":{`...)
+	for i, c := range s.checks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = wire.AppendString(b, c.Name)
+		if errs[i] == nil {
+			b = append(b, `:"ok"`...)
+		} else {
+			b = append(b, `:"unavailable"`...)
+		}
+	}
+	b = append(b, "}}"...)
+	writeJSON(w, code, append(b, '\n'))
 }
 
 // --- who is calling ---

@@ -9,6 +9,7 @@ import (
 
 var (
 	descConns      = prometheus.NewDesc("presenced_ws_connections", "Open WebSocket connections.", nil, nil)
+	descWSUsers    = prometheus.NewDesc("presenced_ws_users", "Users with at least one WebSocket open on this node (per node: a user connected to two nodes counts on both).", nil, nil)
 	descAccepted   = prometheus.NewDesc("presenced_ws_accepted_total", "WebSocket upgrades accepted.", nil, nil)
 	descClosed     = prometheus.NewDesc("presenced_ws_closed_total", "WebSocket connections closed by the server, by reason.", []string{"reason"}, nil)
 	descRateLimit  = prometheus.NewDesc("presenced_ws_rate_limited_total", "Client messages refused with rate_limited.", nil, nil)
@@ -28,7 +29,7 @@ type edgeCollector struct {
 }
 
 func (c *edgeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descAccepted, descClosed, descRateLimit, descCoalesced, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue} {
+	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue} {
 		ch <- d
 	}
 }
@@ -37,6 +38,7 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.gw != nil {
 		s := c.gw()
 		ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(s.Connections))
+		ch <- prometheus.MustNewConstMetric(descWSUsers, prometheus.GaugeValue, float64(s.Users))
 		ch <- prometheus.MustNewConstMetric(descAccepted, prometheus.CounterValue, float64(s.Accepted))
 		for reason, n := range map[string]uint64{"idle": s.ClosedIdle, "slow_consumer": s.ClosedSlow, "rate": s.ClosedRate, "too_big": s.ClosedTooBig} {
 			ch <- prometheus.MustNewConstMetric(descClosed, prometheus.CounterValue, float64(n), reason)

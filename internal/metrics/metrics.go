@@ -29,11 +29,17 @@ type Registry struct {
 // Sources are the components whose counters are read at scrape time.
 type Sources struct {
 	Tracker func() tracker.Stats
-	Users   func() int // users held in memory, nil if unknown
-	Gateway func() gateway.Stats
-	Hub     func() fanout.Stats
-	Bus     func() natsbus.Stats // nil without NATS
-	Ingest  func() ingest.Stats  // nil without the ingest consumer
+	// SharedState says the hot state is shared by several nodes (Redis).
+	// No node then makes every transition, so the tracker's count of
+	// online users is not the cluster's (it went negative on nodes that
+	// swept more departures than they saw arrivals) and
+	// presenced_online_users is not exported.
+	SharedState bool
+	Users       func() int // users held in memory, nil if unknown
+	Gateway     func() gateway.Stats
+	Hub         func() fanout.Stats
+	Bus         func() natsbus.Stats // nil without NATS
+	Ingest      func() ingest.Stats  // nil without the ingest consumer
 }
 
 // New returns a Registry with the Go runtime, process and presence metrics.
@@ -78,7 +84,7 @@ var (
 	descHeartbeats  = prometheus.NewDesc("presenced_heartbeats_total", "Heartbeats applied.", nil, nil)
 	descTransitions = prometheus.NewDesc("presenced_transitions_total", "Changes of public status, by previous and new status.", []string{"from", "to"}, nil)
 	descTextChanges = prometheus.NewDesc("presenced_status_text_changes_total", "Changes of status text without a change of status.", nil, nil)
-	descOnline      = prometheus.NewDesc("presenced_online_users", "Users whose public status is not offline.", nil, nil)
+	descOnline      = prometheus.NewDesc("presenced_online_users", "Users whose public status is not offline (only where this node holds the whole hot state: not with Redis).", nil, nil)
 	descUsers       = prometheus.NewDesc("presenced_users_in_memory", "Users held in the hot state.", nil, nil)
 	descFlushed     = prometheus.NewDesc("presenced_last_seen_checkpoints_total", "last_seen values written to the durable store.", nil, nil)
 	descFlushErrors = prometheus.NewDesc("presenced_checkpoint_errors_total", "Failed group commits of last_seen (retried).", nil, nil)
@@ -105,7 +111,9 @@ func (c *trackerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descTextChanges, prometheus.CounterValue, float64(s.TextChanges))
-	ch <- prometheus.MustNewConstMetric(descOnline, prometheus.GaugeValue, float64(s.Online))
+	if !c.src.SharedState {
+		ch <- prometheus.MustNewConstMetric(descOnline, prometheus.GaugeValue, float64(s.Online))
+	}
 	if c.src.Users != nil {
 		ch <- prometheus.MustNewConstMetric(descUsers, prometheus.GaugeValue, float64(c.src.Users()))
 	}

@@ -8,14 +8,19 @@ import (
 	"github.com/presenced/presenced/internal/tracker"
 )
 
-// The scale-out series: the state store's outages (docs/operations.md), the
-// NATS bus and the ingest consumer.
+// The scale-out series: the state store's outages and the users waiting
+// for the durable store (docs/operations.md), the NATS bus and the ingest
+// consumer.
 var (
 	descStoreDown     = prometheus.NewDesc("presenced_store_down", "1 while the state store (Redis) is considered down and writes are buffered.", nil, nil)
 	descOutages       = prometheus.NewDesc("presenced_store_outages_total", "Times the state store was found down.", nil, nil)
 	descBuffered      = prometheus.NewDesc("presenced_store_buffered_users", "Users with operations buffered while the state store is down.", nil, nil)
 	descReplayed      = prometheus.NewDesc("presenced_store_replayed_total", "Buffered operations replayed when the state store came back.", nil, nil)
+	descStaleReplays  = prometheus.NewDesc("presenced_store_stale_replays_total", "Replayed users whose last change was over by the replay (not announced; the sweep settles them).", nil, nil)
+	descStoreResets   = prometheus.NewDesc("presenced_store_resets_total", "Times the state store was found to have lost its data (versions moved to a new epoch, watchers resynced).", nil, nil)
 	descDegradedReads = prometheus.NewDesc("presenced_degraded_reads_total", "Reads answered from the durable store and this node's buffer while the state store was down.", nil, nil)
+	descAwaiting      = prometheus.NewDesc("presenced_awaiting_profile_users", "Users whose heartbeats this node holds because their durable profile cannot be read (the durable store is down).", nil, nil)
+	descProfiles      = prometheus.NewDesc("presenced_awaiting_profile_loaded_total", "Users whose held heartbeats were applied once their durable profile could be read.", nil, nil)
 
 	descBusPublished = prometheus.NewDesc("presenced_bus_published_total", "Changes published to NATS (presence.changes), retries included.", nil, nil)
 	descBusAcked     = prometheus.NewDesc("presenced_bus_acked_total", "Changes acknowledged by the JetStream stream.", nil, nil)
@@ -36,7 +41,7 @@ type scaleOutCollector struct {
 }
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descDegradedReads,
+	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descDegradedReads, descAwaiting, descProfiles,
 		descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
 		ch <- d
 	}
@@ -53,7 +58,11 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descOutages, prometheus.CounterValue, float64(s.Outages))
 		ch <- prometheus.MustNewConstMetric(descBuffered, prometheus.GaugeValue, float64(s.Buffered))
 		ch <- prometheus.MustNewConstMetric(descReplayed, prometheus.CounterValue, float64(s.Replayed))
+		ch <- prometheus.MustNewConstMetric(descStaleReplays, prometheus.CounterValue, float64(s.StaleReplays))
+		ch <- prometheus.MustNewConstMetric(descStoreResets, prometheus.CounterValue, float64(s.StoreResets))
 		ch <- prometheus.MustNewConstMetric(descDegradedReads, prometheus.CounterValue, float64(s.DegradedReads))
+		ch <- prometheus.MustNewConstMetric(descAwaiting, prometheus.GaugeValue, float64(s.AwaitingProfile))
+		ch <- prometheus.MustNewConstMetric(descProfiles, prometheus.CounterValue, float64(s.ProfilesLoaded))
 	}
 	if c.bus != nil {
 		s := c.bus()

@@ -453,6 +453,18 @@ func (b *Bus) ensureStream(ctx context.Context) error {
 	return nil
 }
 
+// Ping reports whether the bus is connected to NATS and the server answers
+// (a round trip). It is safe for concurrent use.
+func (b *Bus) Ping(ctx context.Context) error {
+	if !b.nc.IsConnected() {
+		return errors.New("natsbus: not connected to NATS")
+	}
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("natsbus: ping: %w", err)
+	}
+	return nil
+}
+
 // NodeID returns the id this bus stamps on its messages.
 func (b *Bus) NodeID() string { return b.node }
 

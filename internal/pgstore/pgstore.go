@@ -17,6 +17,14 @@
 // The store expects a database (or a schema, chosen with search_path in the
 // URL) of its own: it creates the tables users, contacts, contact_lists,
 // meta and schema_version.
+//
+// Every error that says PostgreSQL cannot be reached or cannot serve for
+// now — a connection refused or lost, the server starting up or shutting
+// down (SQLSTATE 57P03, 57P01), too many connections, a deadlock that
+// persists after the store's own retries; the list is in errors.go — has
+// a method Unavailable() bool that reports true: the operation changed
+// nothing and may be retried later (tracker.Unavailable, HTTP 503). Callers
+// need not know pgx.
 package pgstore
 
 import (
@@ -128,7 +136,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: open: %w", err)
+		return nil, fail(err, "open")
 	}
 	s := &Store{log: cfg.Logger, pool: pool}
 	if err := s.migrate(ctx); err != nil {
@@ -175,7 +183,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("pgstore: open: %w", err)
+		return fail(err, "open")
 	}
 	if have != want {
 		s.log.Info("durable store schema migrated", "from", have, "to", want)
@@ -194,7 +202,7 @@ func (s *Store) Close() error {
 // use.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("pgstore: ping: %w", err)
+		return fail(err, "ping")
 	}
 	return nil
 }
@@ -212,7 +220,7 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 	}
 	rows, err := s.pool.Query(ctx, loadProfilesQuery, ids)
 	if err != nil {
-		return fmt.Errorf("pgstore: load profiles: %w", err)
+		return fail(err, "load profiles")
 	}
 	defer rows.Close()
 	var p presence.Profile
@@ -221,7 +229,7 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 		var version int64
 		if err := rows.Scan(&p.UserID, &manual, &p.Text, &p.LastSeen, &p.PubLastSeen, &version,
 			&statusVis, &lastSeenVis); err != nil {
-			return fmt.Errorf("pgstore: load profiles: %w", err)
+			return fail(err, "load profiles")
 		}
 		p.Manual = presence.Manual(manual)
 		p.Version = uint64(version) // bit pattern, see the package doc
@@ -232,7 +240,7 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 		fn(&p)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("pgstore: load profiles: %w", err)
+		return fail(err, "load profiles")
 	}
 	return nil
 }
@@ -245,7 +253,7 @@ func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, 
 		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`,
 		user, int16(m), text)
 	if err != nil {
-		return fmt.Errorf("pgstore: save status of %q: %w", user, err)
+		return fail(err, "save status of %q", user)
 	}
 	return nil
 }
@@ -259,7 +267,7 @@ func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Setti
 			last_seen_visibility = excluded.last_seen_visibility`,
 		user, int16(st.Status), int16(st.LastSeen))
 	if err != nil {
-		return fmt.Errorf("pgstore: save settings of %q: %w", user, err)
+		return fail(err, "save settings of %q", user)
 	}
 	return nil
 }
@@ -336,7 +344,7 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 	b.columns(batch)
 	if _, err := s.pool.Exec(ctx, upsertLastSeen,
 		textArray(b.ids), int8Array(b.lastSeen), int8Array(b.pubLastSeen), int8Array(b.versions)); err != nil {
-		return fmt.Errorf("pgstore: save last_seen of %d users: %w", len(batch), err)
+		return fail(err, "save last_seen of %d users", len(batch))
 	}
 	return nil
 }
@@ -349,9 +357,26 @@ func (s *Store) NextEpoch(ctx context.Context) (uint64, error) {
 	var epoch int64
 	err := s.pool.QueryRow(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
 	if err != nil {
-		return 0, fmt.Errorf("pgstore: next epoch: %w", err)
+		return 0, fail(err, "next epoch")
 	}
 	return uint64(epoch), nil
+}
+
+// txRetries is how many times a transaction is run when PostgreSQL rolls
+// it back for a serialization failure or a deadlock with another one.
+const txRetries = 3
+
+// tx runs fn in a transaction and commits it, running it again (at most
+// txRetries times in all) when PostgreSQL rolled it back because of
+// another transaction. fn must have no effect outside the transaction.
+func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	var err error
+	for range txRetries {
+		if err = pgx.BeginFunc(ctx, s.pool, fn); !retryable(err) {
+			return err
+		}
+	}
+	return err
 }
 
 // lockContactList takes the row lock on user's contact list for the rest of
@@ -384,7 +409,7 @@ func checkContactCount(ctx context.Context, tx pgx.Tx, user string) error {
 // them when a visibility is Contacts — with contacts, atomically.
 // Duplicates are ignored. It is safe for concurrent use.
 func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx pgx.Tx) error {
 		if err := lockContactList(ctx, tx, user); err != nil {
 			return err
 		}
@@ -400,7 +425,7 @@ func (s *Store) SetContacts(ctx context.Context, user string, contacts []string)
 		return checkContactCount(ctx, tx, user)
 	})
 	if err != nil {
-		return fmt.Errorf("pgstore: set contacts of %q: %w", user, err)
+		return fail(err, "set contacts of %q", user)
 	}
 	return nil
 }
@@ -412,7 +437,7 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 	if len(contacts) == 0 {
 		return nil
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx pgx.Tx) error {
 		if err := lockContactList(ctx, tx, user); err != nil {
 			return err
 		}
@@ -422,7 +447,7 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 		return checkContactCount(ctx, tx, user)
 	})
 	if err != nil {
-		return fmt.Errorf("pgstore: add contacts of %q: %w", user, err)
+		return fail(err, "add contacts of %q", user)
 	}
 	return nil
 }
@@ -436,7 +461,7 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 	}
 	_, err := s.pool.Exec(ctx, `DELETE FROM contacts WHERE user_id = $1 AND contact_id = ANY($2)`, user, contacts)
 	if err != nil {
-		return fmt.Errorf("pgstore: remove contacts of %q: %w", user, err)
+		return fail(err, "remove contacts of %q", user)
 	}
 	return nil
 }
@@ -449,11 +474,11 @@ const contactsQuery = `SELECT contact_id FROM contacts WHERE user_id = $1 ORDER 
 func (s *Store) Contacts(ctx context.Context, user string) ([]string, error) {
 	rows, err := s.pool.Query(ctx, contactsQuery, user)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: contacts of %q: %w", user, err)
+		return nil, fail(err, "contacts of %q", user)
 	}
 	out, err := pgx.AppendRows(make([]string, 0), rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: contacts of %q: %w", user, err)
+		return nil, fail(err, "contacts of %q", user)
 	}
 	return out, nil
 }
@@ -473,18 +498,18 @@ func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn
 	}
 	rows, err := s.pool.Query(ctx, listedByQuery, viewer, owners)
 	if err != nil {
-		return fmt.Errorf("pgstore: owners listing %q: %w", viewer, err)
+		return fail(err, "owners listing %q", viewer)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var owner string
 		if err := rows.Scan(&owner); err != nil {
-			return fmt.Errorf("pgstore: owners listing %q: %w", viewer, err)
+			return fail(err, "owners listing %q", viewer)
 		}
 		fn(owner)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("pgstore: owners listing %q: %w", viewer, err)
+		return fail(err, "owners listing %q", viewer)
 	}
 	return nil
 }

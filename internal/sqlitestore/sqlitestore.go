@@ -9,10 +9,17 @@
 // commit), never one per heartbeat.
 //
 // Times are Unix milliseconds. Versions are uint64 in Go and stored in
-// SQLite's signed 64-bit INTEGER with the same bit pattern. Versions are
-// Unix milliseconds × 1000 (about 1.8e15 today), far below 2^63, so the
-// signed comparisons the store makes (MAX) order them correctly; a version
-// at or above 2^63 would read back unchanged but compare as negative.
+// SQLite's signed 64-bit INTEGER with the same bit pattern. Versions stay
+// below 2^53 (epoch << 32 plus the changes of a run), far below 2^63, so
+// the signed comparisons the store makes (MAX) order them correctly; a
+// version at or above 2^63 would read back unchanged but compare as
+// negative.
+//
+// Errors are classified by their SQLite result code (errors.go): a file
+// locked by another process past the busy timeout is transient (the error
+// has a method Unavailable() bool that reports true: HTTP 503); a failing
+// storage — disk full, I/O error, read-only — is not, and Ping reports it
+// until a write succeeds again, so the node reports itself not ready.
 package sqlitestore
 
 import (
@@ -27,6 +34,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -60,6 +68,10 @@ type Store struct {
 	log *slog.Logger
 	w   *sql.DB // the one writer connection
 	r   *sql.DB // read-only pool
+
+	// fault is the last failure of the storage (see kind) since the last
+	// write that succeeded; nil while writes succeed. Ping reports it.
+	fault atomic.Pointer[error]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -222,14 +234,32 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Ping reports whether the database can be read and written. It is safe for
-// concurrent use.
+// Ping reports whether the database can be read and written: it reads the
+// file through both connections and, after a write failed for the storage
+// (disk full, I/O error, read-only: see kind) and none succeeded since,
+// commits a write of a page (put and removed in one transaction) to check
+// that the storage takes writes again. It is safe for concurrent use.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.r.PingContext(ctx); err != nil {
-		return fmt.Errorf("sqlitestore: ping: %w", err)
+	var epoch int64
+	if err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch); err != nil {
+		return s.fail(err, "ping")
 	}
-	if err := s.w.PingContext(ctx); err != nil {
-		return fmt.Errorf("sqlitestore: ping: %w", err)
+	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch); err != nil {
+		return s.fail(err, "ping")
+	}
+	if f := s.fault.Load(); f != nil {
+		// A write that needs a page more and a commit, undone within the
+		// same transaction: the file keeps its content.
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('ping', zeroblob(8192))`); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `DELETE FROM meta WHERE key = 'ping'`)
+			return err
+		})
+		if err != nil {
+			return s.fail(err, "ping: the storage still refuses writes")
+		}
 	}
 	return nil
 }
@@ -252,7 +282,7 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 		chunk := ids[:min(len(ids), maxVars)]
 		ids = ids[len(chunk):]
 		if err := s.loadProfiles(ctx, chunk, &p, fn); err != nil {
-			return fmt.Errorf("sqlitestore: load profiles: %w", err)
+			return s.fail(err, "load profiles")
 		}
 	}
 	return nil
@@ -289,8 +319,9 @@ func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, 
 		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`,
 		user, int64(m), text)
 	if err != nil {
-		return fmt.Errorf("sqlitestore: save status of %q: %w", user, err)
+		return s.fail(err, "save status of %q", user)
 	}
+	s.wrote()
 	return nil
 }
 
@@ -303,8 +334,9 @@ func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Setti
 			last_seen_visibility = excluded.last_seen_visibility`,
 		user, int64(st.Status), int64(st.LastSeen))
 	if err != nil {
-		return fmt.Errorf("sqlitestore: save settings of %q: %w", user, err)
+		return s.fail(err, "save settings of %q", user)
 	}
+	s.wrote()
 	return nil
 }
 
@@ -388,7 +420,7 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("sqlitestore: save last_seen of %d users: %w", len(batch), err)
+		return s.fail(err, "save last_seen of %d users", len(batch))
 	}
 	return nil
 }
@@ -402,7 +434,7 @@ func (s *Store) NextEpoch(ctx context.Context) (uint64, error) {
 		return tx.QueryRowContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sqlitestore: next epoch: %w", err)
+		return 0, s.fail(err, "next epoch")
 	}
 	return uint64(epoch), nil
 }
@@ -434,7 +466,7 @@ func (s *Store) SetContacts(ctx context.Context, user string, contacts []string)
 		return checkContactCount(ctx, tx, user)
 	})
 	if err != nil {
-		return fmt.Errorf("sqlitestore: set contacts of %q: %w", user, err)
+		return s.fail(err, "set contacts of %q", user)
 	}
 	return nil
 }
@@ -453,7 +485,7 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 		return checkContactCount(ctx, tx, user)
 	})
 	if err != nil {
-		return fmt.Errorf("sqlitestore: add contacts of %q: %w", user, err)
+		return s.fail(err, "add contacts of %q", user)
 	}
 	return nil
 }
@@ -469,7 +501,7 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 		return execEach(ctx, tx, `DELETE FROM contacts WHERE user_id = ? AND contact_id = ?`, user, contacts)
 	})
 	if err != nil {
-		return fmt.Errorf("sqlitestore: remove contacts of %q: %w", user, err)
+		return s.fail(err, "remove contacts of %q", user)
 	}
 	return nil
 }
@@ -480,19 +512,19 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 func (s *Store) Contacts(ctx context.Context, user string) ([]string, error) {
 	rows, err := s.r.QueryContext(ctx, contactsQuery, user)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: contacts of %q: %w", user, err)
+		return nil, s.fail(err, "contacts of %q", user)
 	}
 	defer rows.Close()
 	out := []string{}
 	for rows.Next() {
 		var c string
 		if err := rows.Scan(&c); err != nil {
-			return nil, fmt.Errorf("sqlitestore: contacts of %q: %w", user, err)
+			return nil, s.fail(err, "contacts of %q", user)
 		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: contacts of %q: %w", user, err)
+		return nil, s.fail(err, "contacts of %q", user)
 	}
 	return out, nil
 }
@@ -509,7 +541,7 @@ func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn
 		owners = owners[len(chunk):]
 		args = stringArgs(append(args[:0], viewer), chunk)
 		if err := s.listedBy(ctx, len(chunk), args, fn); err != nil {
-			return fmt.Errorf("sqlitestore: owners listing %q: %w", viewer, err)
+			return s.fail(err, "owners listing %q", viewer)
 		}
 	}
 	return nil
@@ -538,7 +570,8 @@ func (s *Store) listedBy(ctx context.Context, n int, args []any, fn func(string)
 }
 
 // write runs fn in a transaction on the writer connection (BEGIN
-// IMMEDIATE) and commits it, or rolls it back if fn fails.
+// IMMEDIATE) and commits it, or rolls it back if fn fails. A commit clears
+// a recorded storage failure.
 func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -548,7 +581,11 @@ func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
 		tx.Rollback()
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.wrote()
+	return nil
 }
 
 // execEach runs query, a statement with two variables, once for

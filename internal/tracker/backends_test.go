@@ -270,3 +270,207 @@ func TestCheckpointPostgresOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatsWhilePostgresIsDown: with PostgreSQL stopped, users who are
+// not in Redis beat (their profiles cannot be loaded): every heartbeat and
+// bye is accepted, nothing of them is shown or published, and operations
+// that need the profile fail as Unavailable. Once PostgreSQL is back each
+// user is loaded with its real profile: an invisible user stays invisible
+// (no event; its public last_seen stays frozen), a user whose settings say
+// nobody is published with those settings, versions count on above the
+// durable ones plus the reload margin (never repeating one published
+// before), and devices that ended during the outage are never announced —
+// they only move last_seen forward.
+func TestHeartbeatsWhilePostgresIsDown(t *testing.T) {
+	pgSrv := testsvc.Postgres(t)
+	ctx := context.Background()
+	pg, err := pgstore.Open(ctx, pgstore.Config{URL: pgSrv.NewDatabase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	c, err := redisstore.Dial(testsvc.Redis(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	r := redisRules
+	if r.Epoch, err = pg.NextEpoch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := redisstore.New(c, redisstore.Config{Rules: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const margin = 1 << 16
+	f := &fixture{t: t, ctx: ctx, clock: clock.NewFake(start), pub: &recorder{}}
+	f.tr, err = tracker.New(tracker.Config{
+		Store: rs, Durable: pg, Publisher: f.pub, Clock: f.clock, Rules: r, ReloadMargin: margin,
+		ProbeInterval: 20 * time.Millisecond, SweepInterval: time.Hour, FlushInterval: time.Hour,
+		LoadTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Durable profiles of earlier runs (their versions were published).
+	old := ms(-time.Hour)
+	nobody := presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	for _, u := range []string{"inv", "invgone"} {
+		if err := pg.SaveStatus(ctx, u, presence.ManualInvisible, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pg.SaveSettings(ctx, "hid", nobody); err != nil {
+		t.Fatal(err)
+	}
+	durableVersion := r.Epoch<<32 - 1000 // a run before this one
+	var seed []presence.Profile
+	for _, u := range []string{"inv", "invgone", "hid", "pub", "gone", "byer"} {
+		seed = append(seed, presence.Profile{UserID: u, LastSeen: old, PubLastSeen: old, Version: durableVersion})
+	}
+	if err := pg.SaveLastSeen(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := pgSrv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	runTracker(t, f.tr)
+	users := []string{"inv", "invgone", "hid", "pub", "gone", "byer", "new"}
+	f.at(500 * time.Millisecond)
+	for _, u := range users {
+		if ch := f.beat(u, "d", true); ch.Changed {
+			t.Errorf("%s's heartbeat while PostgreSQL is down changed %+v", u, ch.Event)
+		}
+	}
+	f.at(time.Second)
+	f.beat("pub", "d", true)
+	f.bye("byer", "d")
+	if s := f.tr.Stats(); s.AwaitingProfile != int64(len(users)) {
+		t.Errorf("Stats.AwaitingProfile = %d, want %d", s.AwaitingProfile, len(users))
+	}
+	got := f.read(users...)
+	for _, s := range got {
+		if s.Known {
+			t.Errorf("%s reads %+v while its profile is unknown; want unknown (nothing made up)", s.UserID, s)
+		}
+	}
+	if _, err := f.tr.SetStatus(ctx, "pub", presence.ManualBusy, ""); err == nil || !tracker.Unavailable(err) {
+		t.Errorf("SetStatus while PostgreSQL is down: %v, want Unavailable", err)
+	}
+	f.wantEvents("while PostgreSQL is down")
+
+	// Still down at 3s: devices beat again; gone's and invgone's died at
+	// 2.5s (ttl 2s), byer's said bye.
+	f.at(3 * time.Second)
+	for _, u := range []string{"inv", "hid", "pub", "new"} {
+		f.beat(u, "d", true)
+	}
+	if err := pgSrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every waiting user to be loaded", func() bool { return f.tr.Stats().AwaitingProfile == 0 })
+
+	evs := f.pub.take()
+	byUser := map[string]presence.Event{}
+	for _, e := range evs {
+		if _, dup := byUser[e.UserID]; dup {
+			t.Errorf("two events of %s: %v", e.UserID, fmtEvents(evs))
+		}
+		byUser[e.UserID] = e
+	}
+	if len(byUser) != 3 {
+		t.Errorf("events after PostgreSQL came back: %v; want one each of hid, pub and new", fmtEvents(evs))
+	}
+	for _, u := range []string{"hid", "pub", "new"} {
+		e, ok := byUser[u]
+		if !ok || e.Prev != presence.Offline || e.Status != presence.Online || e.LastSeen != ms(3*time.Second) {
+			t.Errorf("%s's event: %v, want offline→online seen=3s", u, fmtEvents([]presence.Event{e}))
+		}
+		floor := durableVersion + margin // above anything a lost Redis may have published
+		if u == "new" {
+			floor = r.Epoch << 32
+		}
+		if e.Version <= floor {
+			t.Errorf("%s's event has version %d, want above %d", u, e.Version, floor)
+		}
+	}
+	if s := byUser["hid"].Settings; s != nobody {
+		t.Errorf("hid's event carries settings %+v, want %+v (the durable ones)", s, nobody)
+	}
+	if s := byUser["pub"].Settings; s != (presence.Settings{}) {
+		t.Errorf("pub's event carries settings %+v", s)
+	}
+
+	u := f.debug("inv")
+	if u.Manual != presence.ManualInvisible || u.PubLastSeen != old || lastBeat(u, "d") != ms(3*time.Second) {
+		t.Errorf("inv in Redis: manual %v, public last_seen %v, last beat %v; want invisible, frozen at -1h, 3s",
+			u.Manual, offset(u.PubLastSeen), offset(lastBeat(u, "d")))
+	}
+	if u := f.debug("pub"); u.Version <= durableVersion+margin {
+		t.Errorf("pub in Redis has version %d, want above %d", u.Version, durableVersion+margin)
+	}
+	for _, gone := range []string{"gone", "invgone", "byer"} {
+		if _, _, held, err := f.tr.Debug(ctx, gone); err != nil || held {
+			t.Errorf("%s, whose device ended during the outage, is in Redis (%v, %v)", gone, held, err)
+		}
+	}
+	durable := map[string]presence.Profile{}
+	if err := pg.LoadProfiles(ctx, []string{"gone", "invgone", "byer"}, func(p *presence.Profile) { durable[p.UserID] = *p }); err != nil {
+		t.Fatal(err)
+	}
+	for user, want := range map[string][2]int64{
+		"gone":    {ms(500 * time.Millisecond), ms(500 * time.Millisecond)},
+		"byer":    {ms(time.Second), ms(time.Second)},
+		"invgone": {ms(500 * time.Millisecond), old}, // invisible: the public last_seen stays frozen
+	} {
+		p := durable[user]
+		if p.LastSeen != want[0] || p.PubLastSeen != want[1] || p.Version != durableVersion {
+			t.Errorf("durable %s: last_seen %v, public %v, version %d; want %v, %v, %d",
+				user, offset(p.LastSeen), offset(p.PubLastSeen), p.Version, offset(want[0]), offset(want[1]), durableVersion)
+		}
+	}
+
+	// Back to normal: the next beat of a loaded user changes nothing.
+	f.at(3500 * time.Millisecond)
+	if ch := f.beat("pub", "d", true); ch.Changed {
+		t.Errorf("a beat after the recovery changed %+v", ch.Event)
+	}
+	if s := f.tr.Stats(); s.ProfilesLoaded != uint64(len(users)) {
+		t.Errorf("Stats.ProfilesLoaded = %d, want %d", s.ProfilesLoaded, len(users))
+	}
+}
+
+// TestLoadsResumeAfterPostgresReturns: a status change of a user not in
+// the state store while PostgreSQL is stopped fails as Unavailable and
+// makes loads fail fast; with nobody waiting for a profile, Run still
+// finds PostgreSQL back, and the same change then succeeds.
+func TestLoadsResumeAfterPostgresReturns(t *testing.T) {
+	srv := testsvc.Postgres(t)
+	ctx := context.Background()
+	pg, err := pgstore.Open(ctx, pgstore.Config{URL: srv.NewDatabase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	tr, err := tracker.New(tracker.Config{Store: memstore.New(memstore.Config{Rules: rules}), Durable: pg,
+		Clock: clock.NewFake(start), ProbeInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTracker(t, tr)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.SetStatus(ctx, "u", presence.ManualBusy, ""); !tracker.Unavailable(err) {
+		t.Fatalf("SetStatus while PostgreSQL is stopped: %v, want Unavailable", err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a status change to succeed", func() bool {
+		_, err := tr.SetStatus(ctx, "u", presence.ManualBusy, "")
+		return err == nil
+	})
+}

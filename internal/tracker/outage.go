@@ -588,11 +588,29 @@ func isPinger(s Store) bool {
 	return ok
 }
 
-// Unavailable reports whether err says a backend is down or too slow for
-// now — the state store (ErrUnavailable), the durable store (a network
-// error) or either of them not answering in time — rather than a bug or a
-// refusal: the edge answers "retry later" (HTTP 503) and nothing changed.
+// Unavailable reports whether err says that a backend cannot serve for
+// now, rather than that the request or the code is wrong. It is the one
+// classification of every edge: such an error is answered HTTP 503
+// `unavailable` (with Retry-After) and, over WebSocket, with the error
+// `unavailable`; anything else unexpected is 500 `internal`. The operation
+// that failed so changed nothing and may be retried later (a SetStatus or
+// SetSettings failing after its durable write has that write done). It is
+// true for
+//
+//   - ErrUnavailable (the state store is down and the operation could not
+//     be buffered, or it went down during the operation);
+//   - an error with a method Unavailable() bool that reports true: the
+//     backends mark their own transient errors, so that nobody else needs
+//     to know their drivers (pgstore: a connection refused or lost,
+//     PostgreSQL starting up or shutting down, too many connections, …;
+//     sqlitestore: the file locked by another process);
+//   - context.DeadlineExceeded: a backend did not answer in time (the
+//     caller's own cancellation, context.Canceled, is not);
+//   - a net.Error: a connection of a backend that does not mark its
+//     errors failed.
 func Unavailable(err error) bool {
 	var ne net.Error
-	return errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne)
+	var u interface{ Unavailable() bool }
+	return errors.Is(err, ErrUnavailable) || errors.As(err, &u) && u.Unavailable() ||
+		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne)
 }

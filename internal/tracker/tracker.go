@@ -53,6 +53,29 @@
 // but no event says so (Config.OnRecover is the application's cue) — and
 // the last_seen changes not yet checkpointed (at most FlushInterval of
 // them).
+//
+// # Users the durable store cannot load
+//
+// A user the store does not hold is loaded from the durable store before
+// its first operation (ErrNotLoaded, then Store.Load). When the durable
+// store does not answer (Config.LoadTimeout bounds the read), the user's
+// manual status, privacy settings and last version are unknown, and no
+// state of the user may be made up: a placeholder would show an invisible
+// user online or a status its settings hide, and would stamp versions below
+// ones already published. So a Heartbeat or Bye of such a user is held in
+// this node's cold buffer (per device its beats and bye, as in the outage
+// buffer; at most Config.MaxBuffered users, beyond that Unavailable) and
+// succeeds with an empty Change: nobody sees anything of it, and reads of
+// the user fail as every read fails that needs the durable store. Loads
+// then fail fast (Unavailable) until Run reaches the durable store again,
+// every ProbeInterval; it then loads each held user like any user — its
+// real settings and status, its version + ReloadMargin — and replays its
+// devices that are still alive at the times of their beats, published as
+// ordinary changes (an invisible user's as none). Devices that ended
+// meanwhile were never shown and are not now: they only move last_seen
+// forward, by the rules (an invisible user's public last_seen stays
+// frozen). A node that stops meanwhile loses what it held: those devices
+// beat again within the ttl, or have gone.
 package tracker
 
 import (
@@ -116,6 +139,11 @@ type Config struct {
 	// Zero for a store that lives and dies with the node (the epoch of the
 	// next run covers a crash).
 	ReloadMargin uint64
+	// LoadTimeout bounds the durable read that loads a user the store does
+	// not hold, so that a durable store that hangs is noticed like one that
+	// refuses (see the package doc on users whose profile cannot be
+	// loaded). Default 2s.
+	LoadTimeout time.Duration
 	// OnRecover, if set, is called by Run each time the store came back and
 	// the buffer was replayed. A store that came back empty lost the devices
 	// of users who beat on no node during the outage, and no event tells
@@ -171,6 +199,10 @@ type Tracker struct {
 	degradedReads atomic.Uint64
 	buf           [bufShards]bufShard
 
+	// Users whose profile could not be loaded (cold.go).
+	loadTimeout time.Duration
+	cold        coldBuffer
+
 	flushMu   sync.RWMutex // held by Checkpoint, read by load; guards pending
 	pending   []presence.Profile
 	sweepMu   sync.Mutex // guards sweepBuf
@@ -211,6 +243,9 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.MaxBuffered <= 0 {
 		cfg.MaxBuffered = 200_000
 	}
+	if cfg.LoadTimeout <= 0 {
+		cfg.LoadTimeout = 2 * time.Second
+	}
 	return &Tracker{
 		store:         cfg.Store,
 		durable:       cfg.Durable,
@@ -228,6 +263,7 @@ func New(cfg Config) (*Tracker, error) {
 		recoverGrace:  cfg.RecoverGrace,
 		maxBuffered:   cfg.MaxBuffered,
 		reloadMargin:  cfg.ReloadMargin,
+		loadTimeout:   cfg.LoadTimeout,
 		remote:        isPinger(cfg.Store),
 		onRecover:     cfg.OnRecover,
 	}, nil
@@ -247,8 +283,8 @@ func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active boo
 	}
 	now := t.Now()
 	for try := 0; ; try++ {
-		if !t.up() {
-			if ok, err := t.buffer(user, op{kind: opBeat, at: now, device: device, active: active}); ok {
+		if !t.up() || t.cold.n.Load() > 0 {
+			if ok, err := t.held(user, op{kind: opBeat, at: now, device: device, active: active}); ok {
 				return presence.Change{}, err
 			}
 		}
@@ -257,6 +293,11 @@ func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active boo
 			continue // the store is down now: buffer the beat
 		}
 		if err != nil {
+			if profileUnavailable(err) {
+				// The durable store is down: wait for the profile (cold.go).
+				_, err = t.hold(user, op{kind: opBeat, at: now, device: device, active: active}, false)
+				return presence.Change{}, err
+			}
 			return ch, fmt.Errorf("heartbeat: %w", err)
 		}
 		t.emit(ch)
@@ -337,8 +378,8 @@ func (t *Tracker) applyStatus(ctx context.Context, now int64, user string, m pre
 func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change, error) {
 	now := t.Now()
 	for try := 0; ; try++ {
-		if !t.up() {
-			if ok, err := t.buffer(user, op{kind: opBye, at: now, device: device}); ok {
+		if !t.up() || t.cold.n.Load() > 0 {
+			if ok, err := t.held(user, op{kind: opBye, at: now, device: device}); ok {
 				return presence.Change{}, err
 			}
 		}
@@ -478,13 +519,18 @@ func (t *Tracker) ensure(ctx context.Context, user string) error {
 }
 
 func (t *Tracker) load(ctx context.Context, user string) error {
+	if t.cold.down.Load() {
+		return &profileError{user: user, err: errDurableDown}
+	}
 	p := presence.Profile{UserID: user}
 	// A user the store evicted may have a checkpoint that is drained from
 	// the store but not yet durable (in flight, or pending after a failed
 	// write). Versions count up from the loaded one, so loading without it
 	// would stamp versions that were already published.
 	t.flushMu.RLock()
-	err := t.durable.LoadProfiles(ctx, []string{user}, func(got *presence.Profile) { p = *got })
+	lctx, cancel := context.WithTimeout(ctx, t.loadTimeout)
+	err := t.durable.LoadProfiles(lctx, []string{user}, func(got *presence.Profile) { p = *got })
+	cancel()
 	for i := range t.pending {
 		if q := &t.pending[i]; q.UserID == user {
 			p.LastSeen = max(p.LastSeen, q.LastSeen)
@@ -494,7 +540,7 @@ func (t *Tracker) load(ctx context.Context, user string) error {
 	}
 	t.flushMu.RUnlock()
 	if err != nil {
-		return fmt.Errorf("load %q: %w", user, err)
+		return t.loadFailed(ctx, user, err)
 	}
 	if p.Version > 0 {
 		p.Version += t.reloadMargin
@@ -646,6 +692,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 			}
 		case <-probe.C:
 			t.recover(ctx)
+			t.retryCold(ctx)
 		case <-flush.C:
 			if err := t.Checkpoint(ctx); err != nil && ctx.Err() == nil {
 				t.log.Warn("checkpoint failed; will retry", "err", err)
@@ -671,11 +718,19 @@ func (t *Tracker) Close(ctx context.Context) error {
 	return err
 }
 
+// StoreDown reports whether the state store is down (or its outage buffer
+// being replayed): operations are buffered and reads degraded.
+func (t *Tracker) StoreDown() bool { return !t.up() }
+
 // Stats are the tracker's counters since start.
 type Stats struct {
 	Heartbeats  uint64
 	Transitions map[[2]presence.Status]uint64 // [prev, next] → count
 	TextChanges uint64
+	// Online counts users whose public status is not offline, from the
+	// transitions this tracker made: exact when it makes every transition
+	// of its store (a store in this process), not when nodes share the
+	// store (each sees only its own share of arrivals and departures).
 	Online      int64
 	Flushed     uint64 // last_seen checkpoints written
 	FlushErrors uint64
@@ -687,6 +742,9 @@ type Stats struct {
 	StaleReplays  uint64 // of those, users whose last replayed change was over by the replay (not published)
 	StoreResets   uint64 // times the state store was found to have lost its data (versions moved to a new epoch)
 	DegradedReads uint64 // Get calls answered without the state store
+
+	AwaitingProfile int64  // users whose heartbeats wait in this node for the durable store (cold.go)
+	ProfilesLoaded  uint64 // of those, users loaded once it answered
 }
 
 // Stats returns a copy of the counters.
@@ -706,6 +764,9 @@ func (t *Tracker) Stats() Stats {
 		StaleReplays:  t.staleReplays.Load(),
 		StoreResets:   t.resets.Load(),
 		DegradedReads: t.degradedReads.Load(),
+
+		AwaitingProfile: t.cold.n.Load(),
+		ProfilesLoaded:  t.cold.loaded.Load(),
 	}
 	for p := range t.transitions {
 		for n := range t.transitions[p] {
