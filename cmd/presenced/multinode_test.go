@@ -450,6 +450,9 @@ func TestNodePartitionedFromRedis(t *testing.T) {
 					t.Errorf("%s kept beating on node 1 but the watcher on node 2 saw %+v", u, w.of(u))
 				}
 			}
+			if got := metric(t, n1.server, "presenced_store_outages_total"); got < 1 {
+				t.Errorf("node 1 counted %v outages of the state store, want at least 1 (its link was %s)", got, how)
+			}
 		})
 	}
 }

@@ -124,11 +124,17 @@ func TestWriteInFlightAtShutdown(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the write in flight did not return after the shutdown")
 	}
+	// The server ends its sessions one by one: when it ends the locker's
+	// first, the write may take the lock and commit before its own session
+	// is ended. That is a write that succeeded, not an error to classify.
 	var pe *pgconn.PgError
-	if !errors.As(inFlight, &pe) || pe.Code != "57P01" {
+	switch {
+	case inFlight == nil:
+		t.Log("the write in flight committed before the shutdown ended its session")
+	case !errors.As(inFlight, &pe) || pe.Code != "57P01":
 		t.Errorf("the write in flight failed with %v, want SQLSTATE 57P01", inFlight)
 	}
-	if !tracker.Unavailable(inFlight) {
+	if inFlight != nil && !tracker.Unavailable(inFlight) {
 		t.Errorf("the write in flight at the shutdown: %v is not Unavailable", inFlight)
 	}
 
