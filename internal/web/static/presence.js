@@ -15,7 +15,8 @@
 // - Holds one WebSocket to /v1/ws of the page's origin (or `url`). The
 //   device id the server hands out in `welcome` is kept in sessionStorage —
 //   one device per tab — and sent on every reconnect, so a reconnect or a
-//   reload within the ttl is the same device and watchers see nothing.
+//   reload within the close grace (`close_grace_ms` of the welcome, 5 s by
+//   default) is the same device and watchers see nothing.
 // - Heartbeats every `heartbeat_interval_ms` of the welcome, ±10% jitter so
 //   a crowd of tabs does not beat in step.
 // - Activity: keyboard, pointer, wheel, touch and focus mark the person
@@ -37,9 +38,10 @@
 // tab from a reload or a navigation (pagehide fires for all three), and a
 // bye on reload would show every watcher a false offline→online flap. So a
 // closed tab is a departure detected by absence: the socket drops, beats
-// stop, and the server reports the user offline when the device's ttl runs
-// out (default 30 s). An app that wants the immediate goodbye on its own
-// pages can call bye() in its own pagehide handler.
+// stop, and the server reports the user offline when the close grace after
+// the socket's close ends (default 5 s; a socket that just goes silent
+// keeps its device for the ttl, 30 s). An app that wants the immediate
+// goodbye on its own pages can call bye() in its own pagehide handler.
 //
 // Events (an EventTarget; `event.detail` carries the data):
 //   "presence"  {user_id, status, last_seen, status_text, version} — applied
