@@ -457,6 +457,49 @@ func TestNodePartitionedFromRedis(t *testing.T) {
 	}
 }
 
+// A contact removed through node 1's API stops seeing a contacts-only
+// status on node 2 at once: node 1 announces the change on the bus, node 2
+// reads the list again and filters its watchers' next events with it.
+func TestContactRemovedAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	nodes := b.nodes(t, 2)
+	n1, n2 := nodes[0], nodes[1]
+	n1.call("PUT", "/v1/users/olga/settings", apiKey, map[string]string{"status_visibility": "contacts", "last_seen_visibility": "contacts"})
+	n1.call("PUT", "/v1/users/olga/contacts", apiKey, map[string][]string{"contacts": {"vera", "wendy"}})
+	vera := watcher(t, n2, "vera", "olga")
+	wendy := watcher(t, n2, "wendy", "olga")
+	olga := dial(t, n1, "olga", "phone")
+	vera.await(t, "vera", "olga", wsclient.Online)
+	wendy.await(t, "wendy", "olga", wsclient.Online)
+
+	if code, body := n1.do("DELETE", "/v1/users/olga/contacts/vera", apiKey, nil); code != 200 {
+		t.Fatalf("removing vera: %d %s", code, body)
+	}
+	// The announcement and the change travel the bus by separate queues,
+	// so the change may overtake it once; a change after it reaches wendy
+	// and not vera.
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := olga.SetStatus(ctx, wsclient.Busy, ""); err != nil {
+		t.Fatal(err)
+	}
+	wendy.await(t, "wendy", "olga", wsclient.Busy)
+	time.Sleep(500 * time.Millisecond)
+	if n := vera.count("olga", wsclient.Busy); n != 0 {
+		// The announcement may arrive after the change: then vera saw
+		// busy once, and nothing after a second change.
+		if err := olga.SetStatus(ctx, wsclient.Away, ""); err != nil {
+			t.Fatal(err)
+		}
+		wendy.await(t, "wendy", "olga", wsclient.Away)
+		time.Sleep(500 * time.Millisecond)
+		if n := vera.count("olga", wsclient.Away); n != 0 {
+			t.Errorf("vera, no longer olga's contact, still sees her status: %+v", vera.of("olga"))
+		}
+	}
+}
+
 // Redis stops for 10 s while clients beat: the nodes keep answering reads,
 // buffer the heartbeats, and converge when Redis is back (empty, as it
 // keeps nothing on disk): nobody who kept beating went offline, and the

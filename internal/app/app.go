@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"net"
 	"net/http"
@@ -105,13 +104,9 @@ type App struct {
 	handler http.Handler
 	metrics *metrics.Registry
 
-	reader *query.Reader
-	// resync asks Run to send every watcher the current state (after the
-	// node was cut off from NATS or Redis came back); capacity 1.
-	resync chan struct{}
-
-	contactLocks [64]sync.Mutex
-	lockSeed     maphash.Seed
+	reader   *query.Reader
+	resync   *resyncer     // sends watchers the current state when asked
+	contacts *contactRelay // hands changed contact lists to the hub
 
 	closeOnce sync.Once
 	closeErr  error
@@ -198,7 +193,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, lockSeed: maphash.MakeSeed(), resync: make(chan struct{}, 1)}
+	a := &App{cfg: cfg, log: cfg.Logger, resync: newResyncer(cfg.Logger)}
 	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter, MaxDevices: cfg.MaxDevices, CloseGrace: cfg.CloseGrace}.WithDefaults()
 
 	ok := false
@@ -246,6 +241,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.contacts = newContactRelay(durable, a.hub, cfg.Logger)
+	onContacts := a.contacts.Changed // a change made through this node's API
 	var reloadMargin uint64
 	if cfg.RedisURL != "" {
 		reloadMargin = 1 << 16 // Redis may lose what the last checkpoint missed
@@ -263,8 +260,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Conn:              a.nats,
 			NodeID:            cfg.NodeID,
 			Local:             a.hub,
-			OnContactsChanged: a.remoteContactsChanged,
-			OnReconnect:       a.requestResync,
+			OnContactsChanged: a.contacts.Changed, // another node's change: not announced again
+			OnReconnect:       a.resync.Request,
 			Logger:            cfg.Logger,
 		})
 		if err != nil {
@@ -272,13 +269,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		interest.bus = a.bus
 		pubs = append(pubs, a.bus)
+		onContacts = func(owner string) {
+			a.contacts.Changed(owner)
+			a.bus.ContactsChanged(owner) // other nodes read the list again
+		}
 	}
 	a.tracker, err = tracker.New(tracker.Config{
 		Store:         a.store,
 		Durable:       durable,
 		Publisher:     pubs,
 		Rules:         rules,
-		OnRecover:     a.requestResync,
+		OnRecover:     a.resync.Request,
 		ReloadMargin:  reloadMargin,
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger.With("component", "tracker"),
@@ -339,7 +340,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Checks:            a.readiness(),
 		PollInterval:      cfg.PollInterval,
 		Static:            web.New(),
-		OnContactsChanged: a.contactsChanged,
+		OnContactsChanged: onContacts,
 	})
 	if err != nil {
 		return nil, err
@@ -480,74 +481,6 @@ func (ps publishers) Publish(ev *presence.Event) {
 	}
 }
 
-// contactsChanged tells the hub a contact list changed, with the list as it
-// is now durable. Changes of one owner are serialised, so the hub's last
-// word is the newest list.
-func (a *App) contactsChanged(owner string) { a.contactsChangedFrom(owner, false) }
-
-func (a *App) contactsChangedFrom(owner string, remote bool) {
-	mu := &a.contactLocks[maphash.String(a.lockSeed, owner)%uint64(len(a.contactLocks))]
-	mu.Lock()
-	defer mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	list, err := a.durable.Contacts(ctx, owner)
-	if err != nil {
-		// Fail closed: until the list can be read again (the next change,
-		// a resubscribe or a resync), the owner's watchers are treated as
-		// non-contacts, so nobody just removed keeps seeing a contacts-only
-		// status.
-		a.log.Error("reading a changed contact list for the fan-out; treating every watcher as a non-contact", "user_id", owner, "err", err)
-		list = nil
-	}
-	a.hub.ContactsChanged(owner, list)
-	if a.bus != nil && !remote {
-		a.bus.ContactsChanged(owner)
-	}
-}
-
-// remoteContactsChanged is the bus telling this node that another node
-// changed owner's contact list.
-func (a *App) remoteContactsChanged(owner string) { a.contactsChangedFrom(owner, true) }
-
-// requestResync asks resyncLoop for a resync; it never blocks.
-func (a *App) requestResync() {
-	select {
-	case a.resync <- struct{}{}:
-	default: // one is pending already
-	}
-}
-
-// resyncLoop sends every watcher of this node the current state of what it
-// watches, each time that is requested, until ctx is done. Requests that
-// come while one runs are served once more after it.
-func (a *App) resyncLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.resync:
-		}
-		// Let the reconnection settle (subscriptions restored, replays
-		// done) before reading.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-		if a.tracker.Stats().Down {
-			// Reads now come from the fallback; the tracker asks again
-			// (OnRecover) once the state store is back.
-			continue
-		}
-		start := time.Now()
-		if err := a.hub.Resync(ctx, a.reader.Read); err != nil {
-			return
-		}
-		a.log.Info("watchers resynchronised", "took", time.Since(start).Round(time.Millisecond))
-	}
-}
-
 // logPublisher logs every change of visible presence at debug level
 // (-log-level debug).
 type logPublisher struct{ log *slog.Logger }
@@ -612,7 +545,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	resyncCtx, stopResync := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopResync()
-	wg.Go(func() { a.resyncLoop(resyncCtx) })
+	wg.Go(func() { a.resync.Run(resyncCtx, a.hub, a.reader.Read, func() bool { return a.tracker.Stats().Down }) })
 	ingestCtx, stopIngest := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopIngest()
 	ingestDone := make(chan error, 1)
