@@ -831,3 +831,49 @@ func RunReopen(t *testing.T, open func(t *testing.T) Store) Store {
 	}
 	return s
 }
+
+// BenchStatus measures SaveStatus, the durable write a set_status waits
+// for: one writer at a time (the latency one change pays), and many at once
+// (what concurrent changes of different users cost together). Every write
+// really changes its row. open must return a fresh, empty store.
+func BenchStatus(b *testing.B, open func(b *testing.B) Store) {
+	for _, writers := range []int{1, 16, 128} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			s := open(b)
+			b.Cleanup(func() { s.Close() })
+			ctx := context.Background()
+			for w := range writers {
+				if err := s.SaveStatus(ctx, fmt.Sprintf("u%d", w), presence.ManualBusy, ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			errs := make(chan error, writers)
+			for w := range writers {
+				wg.Go(func() {
+					user := fmt.Sprintf("u%d", w)
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						m := presence.ManualBusy
+						if i%2 == 0 {
+							m = presence.ManualAway
+						}
+						if err := s.SaveStatus(ctx, user, m, fmt.Sprint(i)); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+		})
+	}
+}

@@ -331,3 +331,9 @@ func schemaVersion(t *testing.T, s *Store) int {
 	}
 	return v
 }
+
+// BenchmarkSaveStatus: the durable write of a set_status, alone and with
+// other writers at once (internal/durabletest.BenchStatus).
+func BenchmarkSaveStatus(b *testing.B) {
+	durabletest.BenchStatus(b, func(b *testing.B) durabletest.Store { return open(b, newDatabase(b)) })
+}

@@ -216,3 +216,11 @@ func TestFileMode(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSaveStatus: the durable write of a set_status, alone and with
+// other writers at once (internal/durabletest.BenchStatus).
+func BenchmarkSaveStatus(b *testing.B) {
+	durabletest.BenchStatus(b, func(b *testing.B) durabletest.Store {
+		return open(b, filepath.Join(b.TempDir(), "presenced.db"))
+	})
+}
