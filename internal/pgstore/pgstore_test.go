@@ -33,6 +33,23 @@ func TestConformance(t *testing.T) {
 
 // TestReopen checks that everything written survives a Close and an Open
 // of the same database, and that the schema is current.
+// TestPoisoned: concurrent writes fail or succeed each on its own (a
+// trigger refuses one kind of write).
+func TestPoisoned(t *testing.T) {
+	durabletest.RunPoisoned(t, func(t *testing.T) durabletest.Store {
+		s := open(t, newDatabase(t))
+		if _, err := s.pool.Exec(t.Context(), `CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				IF NEW.status_text = '`+durabletest.Poison+`' THEN RAISE EXCEPTION 'poisoned'; END IF;
+				RETURN NEW;
+			END $$;
+			CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON users FOR EACH ROW EXECUTE FUNCTION poison()`); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
 func TestReopen(t *testing.T) {
 	url := newDatabase(t)
 	s := durabletest.RunReopen(t, func(t *testing.T) durabletest.Store { return open(t, url) }).(*Store)
