@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -350,7 +351,14 @@ func schemaVersion(t *testing.T, s *Store) int {
 }
 
 // BenchmarkSaveStatus: the durable write of a set_status, alone and with
-// other writers at once (internal/durabletest.BenchStatus).
+// other writers at once (internal/durabletest.BenchStatus). The test
+// server runs with fsync off; PRESENCED_BENCH_POSTGRES_URL names a
+// database of a server that syncs its commits, as in production.
 func BenchmarkSaveStatus(b *testing.B) {
-	durabletest.BenchStatus(b, func(b *testing.B) durabletest.Store { return open(b, newDatabase(b)) })
+	durabletest.BenchStatus(b, func(b *testing.B) durabletest.Store {
+		if url := os.Getenv("PRESENCED_BENCH_POSTGRES_URL"); url != "" {
+			return open(b, url)
+		}
+		return open(b, newDatabase(b))
+	})
 }

@@ -7,9 +7,9 @@
 // reads use a separate pool of read-only connections and never wait for a
 // writer. last_seen is written in batches, one transaction per batch (group
 // commit), never one per heartbeat. Statuses and settings are group
-// committed too: the writes that callers make while a commit is under way
-// wait in a bounded queue, and the store's committer goroutine writes them
-// all in the next transaction, one fsync for all of them.
+// committed too (internal/groupcommit): the writes that callers make while
+// a commit is under way wait in a bounded queue, and the store's committer
+// goroutine writes them all in the next transaction, one fsync for all.
 //
 // Times are Unix milliseconds. Versions are uint64 in Go and stored in
 // SQLite's signed 64-bit INTEGER with the same bit pattern. Versions are
@@ -33,6 +33,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
+	"github.com/presenced/presenced/internal/groupcommit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -58,29 +59,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// queueLen bounds the status and settings writes waiting for the
-// committer; a caller beyond it waits (or gives up with its context).
-const queueLen = 1024
-
-// maxCommit bounds the writes of one group commit.
-const maxCommit = 512
-
-// errClosed is the error of a write to a closed store.
-var errClosed = errors.New("sqlitestore: the store is closed")
-
 // Store is the SQLite durable store. It is safe for concurrent use.
 type Store struct {
 	log *slog.Logger
 	w   *sql.DB // the one writer connection
 	r   *sql.DB // read-only pool
 
-	// The group commit of statuses and settings: callers send to queue,
-	// the committer goroutine (started by Open, stopped by Close) receives.
-	queue     chan *pendingWrite
-	committed chan struct{} // closed when the committer has returned
-	queueMu   sync.RWMutex  // guards closed; held (read) while sending to queue
-	closed    bool
-	// Statements of the committer, prepared once on the writer connection.
+	// The group commit of statuses and settings (started by Open, stopped
+	// by Close), and its statements, prepared once on the writer
+	// connection.
+	committer                *groupcommit.Committer[profileWrite]
 	saveStatus, saveSettings *sql.Stmt
 
 	closeOnce sync.Once
@@ -186,9 +174,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
 	}
-	s.queue = make(chan *pendingWrite, queueLen)
-	s.committed = make(chan struct{})
-	go s.commitLoop()
+	s.committer = groupcommit.New(groupcommit.Config{}, s.commitWrites)
 	if err := r.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
@@ -246,11 +232,7 @@ func (s *Store) migrate(ctx context.Context, path string) error {
 // the first.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.queueMu.Lock()
-		s.closed = true
-		close(s.queue)
-		s.queueMu.Unlock()
-		<-s.committed
+		s.committer.Close()
 		s.saveStatus.Close()
 		s.saveSettings.Close()
 		var errR error
@@ -323,14 +305,6 @@ func (s *Store) loadProfiles(ctx context.Context, ids []string, p *presence.Prof
 	return rows.Err()
 }
 
-const (
-	saveStatusSQL = `INSERT INTO users (user_id, manual, status_text) VALUES (?, ?, ?)
-		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
-	saveSettingsSQL = `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES (?, ?, ?)
-		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
-			last_seen_visibility = excluded.last_seen_visibility`
-)
-
 // SaveStatus records a user's manual status and status text, creating the
 // user's record if needed; nothing else of the record changes. It returns
 // once the write is durable, group committed with the other status and
@@ -338,12 +312,12 @@ const (
 // error. Writes are committed in the order they are queued, so of two calls
 // of which one returned before the other began, the later one wins.
 //
-// If ctx ends while the write waits in the queue, the write is dropped and
-// ctx's error returned; if it ends while the write's transaction is being
-// committed, ctx's error is returned and the write may be durable
-// nonetheless, as with any database. It is safe for concurrent use.
+// If ctx ends while the write waits for its group, the write is dropped and
+// ctx's error returned; if it ends while the group is being committed,
+// ctx's error is returned and the write may be durable nonetheless, as with
+// any database. It is safe for concurrent use.
 func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error {
-	if err := s.enqueue(ctx, &pendingWrite{ctx: ctx, user: user, manual: m, text: text}); err != nil {
+	if err := s.committer.Write(ctx, profileWrite{user: user, manual: m, text: text}); err != nil {
 		return fmt.Errorf("sqlitestore: save status of %q: %w", user, err)
 	}
 	return nil
@@ -353,128 +327,54 @@ func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, 
 // if needed; nothing else of the record changes. It is group committed as
 // SaveStatus is, with the same promises. It is safe for concurrent use.
 func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) error {
-	if err := s.enqueue(ctx, &pendingWrite{ctx: ctx, user: user, settings: true, st: st}); err != nil {
+	if err := s.committer.Write(ctx, profileWrite{user: user, settings: true, st: st}); err != nil {
 		return fmt.Errorf("sqlitestore: save settings of %q: %w", user, err)
 	}
 	return nil
 }
 
-// pendingWrite is a status or settings write waiting for its group commit.
-type pendingWrite struct {
-	ctx      context.Context // the caller's: a write whose caller gave up is dropped
+// profileWrite is a status or a settings write waiting for its group
+// commit.
+type profileWrite struct {
 	user     string
 	settings bool // a settings write (st), else a status write (manual, text)
 	manual   presence.Manual
 	text     string
 	st       presence.Settings
-	done     chan error // the outcome; buffered, so the committer never waits
 }
 
-// enqueue hands w to the committer and waits for the outcome of its
-// commit or for ctx to end.
-func (s *Store) enqueue(ctx context.Context, w *pendingWrite) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	w.done = make(chan error, 1)
-	s.queueMu.RLock()
-	if s.closed {
-		s.queueMu.RUnlock()
-		return errClosed
-	}
-	select {
-	case s.queue <- w:
-	case <-ctx.Done():
-		s.queueMu.RUnlock()
-		return ctx.Err()
-	}
-	s.queueMu.RUnlock()
-	select {
-	case err := <-w.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+const (
+	saveStatusSQL = `INSERT INTO users (user_id, manual, status_text) VALUES (?, ?, ?)
+		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
+	saveSettingsSQL = `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES (?, ?, ?)
+		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
+			last_seen_visibility = excluded.last_seen_visibility`
+)
 
-// commitLoop is the committer: it takes the first queued write and every
-// write queued behind it (up to maxCommit) and commits them in one
-// transaction, until Close closes the queue and it is drained. Writes that
-// arrive while a commit is under way form the next group, so a lone write
-// waits for nothing but its own commit.
-func (s *Store) commitLoop() {
-	defer close(s.committed)
-	group := make([]*pendingWrite, 0, maxCommit)
-	for w := range s.queue {
-		group = append(group[:0], w)
-	more:
-		for len(group) < maxCommit {
-			select {
-			case w, ok := <-s.queue:
-				if !ok {
-					break more
-				}
-				group = append(group, w)
-			default:
-				break more
+// commitWrites is the group commit: the writes, in order, in one
+// transaction.
+func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		// The statements are prepared on the writer connection, the one
+		// the transaction runs on: Stmt reuses them.
+		status := tx.StmtContext(ctx, s.saveStatus)
+		defer status.Close()
+		settings := tx.StmtContext(ctx, s.saveSettings)
+		defer settings.Close()
+		for i := range group {
+			w := &group[i]
+			var err error
+			if w.settings {
+				_, err = settings.ExecContext(ctx, w.user, int64(w.st.Status), int64(w.st.LastSeen))
+			} else {
+				_, err = status.ExecContext(ctx, w.user, int64(w.manual), w.text)
+			}
+			if err != nil {
+				return err
 			}
 		}
-		s.commitGroup(group)
-		clear(group)
-	}
-}
-
-// commitGroup writes a group in one transaction and tells every writer the
-// outcome. Writes whose callers gave up are dropped. If the transaction
-// fails, each write is tried again in a transaction of its own, so that
-// every caller gets its own error and one bad write fails no other.
-func (s *Store) commitGroup(group []*pendingWrite) {
-	live := group[:0]
-	for _, w := range group {
-		if err := w.ctx.Err(); err != nil {
-			w.done <- err
-			continue
-		}
-		live = append(live, w)
-	}
-	if len(live) == 0 {
-		return
-	}
-	// The transaction is the group's, not any one caller's: one caller
-	// giving up must not roll back the others' writes.
-	ctx := context.Background()
-	err := s.write(ctx, func(tx *sql.Tx) error { return s.execWrites(ctx, tx, live) })
-	if err == nil || len(live) == 1 {
-		for _, w := range live {
-			w.done <- err
-		}
-		return
-	}
-	for _, w := range live {
-		w.done <- s.write(ctx, func(tx *sql.Tx) error { return s.execWrites(ctx, tx, []*pendingWrite{w}) })
-	}
-}
-
-// execWrites runs the writes in order in tx.
-func (s *Store) execWrites(ctx context.Context, tx *sql.Tx, ws []*pendingWrite) error {
-	// The statements are prepared on the writer connection, the one the
-	// transaction runs on: Stmt reuses them.
-	status := tx.StmtContext(ctx, s.saveStatus)
-	defer status.Close()
-	settings := tx.StmtContext(ctx, s.saveSettings)
-	defer settings.Close()
-	for _, w := range ws {
-		var err error
-		if w.settings {
-			_, err = settings.ExecContext(ctx, w.user, int64(w.st.Status), int64(w.st.LastSeen))
-		} else {
-			_, err = status.ExecContext(ctx, w.user, int64(w.manual), w.text)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // lastSeenRows is how many profiles one statement of SaveLastSeen writes:
