@@ -283,6 +283,15 @@ type profileWrite struct {
 	st       presence.Settings
 }
 
+// saveStatus and saveSettings write one user's status or settings.
+const (
+	saveStatus = `INSERT INTO users (user_id, manual, status_text) VALUES ($1, $2, $3)
+		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
+	saveSettings = `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES ($1, $2, $3)
+		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
+			last_seen_visibility = excluded.last_seen_visibility`
+)
+
 // upsertStatuses and upsertSettings write the statuses or settings of the
 // users in parallel arrays (sorted by id, each id once), locking the rows
 // in the order of the arrays, as upsertLastSeen does.
@@ -302,6 +311,17 @@ const (
 // of one kind only the group's last is sent: the others would have been
 // overwritten within the same transaction anyway.
 func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
+	if len(group) == 1 {
+		// A lone write: the plain one-row statement.
+		w := &group[0]
+		var err error
+		if w.settings {
+			_, err = s.pool.Exec(ctx, saveSettings, w.user, int16(w.st.Status), int16(w.st.LastSeen))
+		} else {
+			_, err = s.pool.Exec(ctx, saveStatus, w.user, int16(w.manual), w.text)
+		}
+		return err
+	}
 	var st, se []int // indexes into group: the last write of each user, per kind
 	last := make(map[string]int, len(group))
 	for _, settings := range []bool{false, true} {

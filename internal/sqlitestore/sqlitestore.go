@@ -354,6 +354,18 @@ const (
 // commitWrites is the group commit: the writes, in order, in one
 // transaction.
 func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
+	if len(group) == 1 {
+		// A lone write is its own transaction: no BEGIN and COMMIT of
+		// ours around it.
+		w := &group[0]
+		var err error
+		if w.settings {
+			_, err = s.saveSettings.ExecContext(ctx, w.user, int64(w.st.Status), int64(w.st.LastSeen))
+		} else {
+			_, err = s.saveStatus.ExecContext(ctx, w.user, int64(w.manual), w.text)
+		}
+		return err
+	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		// The statements are prepared on the writer connection, the one
 		// the transaction runs on: Stmt reuses them.
