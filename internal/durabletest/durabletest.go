@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -64,6 +65,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"BigBatch", testBigBatch},
 		{"CancelledBatchWritesNothing", testCancelledBatchWritesNothing},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"ConcurrentStatusOrder", testConcurrentStatusOrder},
+		{"CancelledStatusWrites", testCancelledStatusWrites},
 		{"Contacts", testContacts},
 		{"ContactsPerUser", testContactsPerUser},
 		{"ListedBy", testListedBy},
@@ -479,6 +482,217 @@ func testConcurrentWriters(t *testing.T, s Store) {
 	}
 }
 
+// testConcurrentStatusOrder: writers of status and settings, each for its
+// own users, at once (so that a backend which groups concurrent writes
+// groups them). Each writer's writes of one user land in the order it made
+// them, each is visible to a read once the call returned, and a status
+// write and a settings write of one user never undo each other.
+func testConcurrentStatusOrder(t *testing.T, s Store) {
+	ctx := t.Context()
+	const (
+		writers = 16
+		rounds  = 25
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for g := range writers {
+		wg.Go(func() {
+			user := fmt.Sprintf("w%d", g)
+			other := fmt.Sprintf("w%d-settings", g) // written only with settings
+			for i := range rounds {
+				text := fmt.Sprintf("%d/%d", g, i)
+				m := []presence.Manual{presence.ManualBusy, presence.ManualAway, presence.ManualInvisible}[i%3]
+				if err := s.SaveStatus(ctx, user, m, text); err != nil {
+					errs <- fmt.Errorf("writer %d: SaveStatus #%d: %w", g, i, err)
+					return
+				}
+				st := presence.Settings{Status: presence.Visibility(i % 3), LastSeen: presence.Visibility((i + 1) % 3)}
+				if err := s.SaveSettings(ctx, user, st); err != nil {
+					errs <- fmt.Errorf("writer %d: SaveSettings #%d: %w", g, i, err)
+					return
+				}
+				if err := s.SaveSettings(ctx, other, st); err != nil {
+					errs <- fmt.Errorf("writer %d: SaveSettings(other) #%d: %w", g, i, err)
+					return
+				}
+				var got presence.Profile
+				if err := s.LoadProfiles(ctx, []string{user}, func(p *presence.Profile) { got = *p }); err != nil {
+					errs <- fmt.Errorf("writer %d: LoadProfiles: %w", g, err)
+					return
+				}
+				if got.Manual != m || got.Text != text || got.Settings != st {
+					errs <- fmt.Errorf("writer %d: read after write #%d: got %v %q %+v, want %v %q %+v", g, i, got.Manual, got.Text, got.Settings, m, text, st)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	last := rounds - 1
+	wantSettings := presence.Settings{Status: presence.Visibility(last % 3), LastSeen: presence.Visibility((last + 1) % 3)}
+	var ids []string
+	for g := range writers {
+		ids = append(ids, fmt.Sprintf("w%d", g), fmt.Sprintf("w%d-settings", g))
+	}
+	got := load(t, s, ids...)
+	for g := range writers {
+		user := fmt.Sprintf("w%d", g)
+		want := presence.Profile{UserID: user, Manual: presence.ManualBusy, Text: fmt.Sprintf("%d/%d", g, last), Settings: wantSettings}
+		if g := got[user]; g != want {
+			t.Errorf("%s\n got %+v\nwant %+v", user, g, want)
+		}
+		other := user + "-settings"
+		if g := got[other]; g != (presence.Profile{UserID: other, Settings: wantSettings}) {
+			t.Errorf("%s: got %+v, want only settings %+v", other, g, wantSettings)
+		}
+	}
+}
+
+// testCancelledStatusWrites: a status or settings write whose context is
+// already done fails with the context's error and writes nothing, also
+// among concurrent writes that succeed; a write whose context ends while
+// it runs either fails with that error or is durable when it returns nil;
+// and the store goes on writing afterwards.
+func testCancelledStatusWrites(t *testing.T, s Store) {
+	ctx := t.Context()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	const writers = 32
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for g := range writers {
+		wg.Go(func() {
+			c := ctx
+			if g%2 == 1 {
+				c = done
+			}
+			user := fmt.Sprintf("c%02d", g)
+			if g%4 < 2 {
+				errs[g] = s.SaveStatus(c, user, presence.ManualBusy, user)
+			} else {
+				errs[g] = s.SaveSettings(c, user, presence.Settings{Status: presence.Nobody})
+			}
+		})
+	}
+	wg.Wait()
+	var ids []string
+	for g := range writers {
+		ids = append(ids, fmt.Sprintf("c%02d", g))
+	}
+	got := load(t, s, ids...)
+	for g, err := range errs {
+		user := fmt.Sprintf("c%02d", g)
+		_, found := got[user]
+		switch {
+		case g%2 == 1 && !errors.Is(err, context.Canceled):
+			t.Errorf("%s, context cancelled before: got error %v, want one wrapping %v", user, err, context.Canceled)
+		case g%2 == 1 && found:
+			t.Errorf("%s, context cancelled before: written", user)
+		case g%2 == 0 && err != nil:
+			t.Errorf("%s: %v", user, err)
+		case g%2 == 0 && !found:
+			t.Errorf("%s: returned nil but not written", user)
+		}
+	}
+
+	// Contexts that end at any moment of the writes.
+	const n = 64
+	results := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			c, cancel := context.WithCancel(ctx)
+			go func() {
+				for range i % 8 {
+					runtime.Gosched()
+				}
+				cancel()
+			}()
+			results[i] = s.SaveStatus(c, fmt.Sprintf("r%02d", i), presence.ManualAway, "r")
+			cancel()
+		})
+	}
+	wg.Wait()
+	ids = ids[:0]
+	for i := range n {
+		ids = append(ids, fmt.Sprintf("r%02d", i))
+	}
+	got = load(t, s, ids...)
+	for i, err := range results {
+		user := fmt.Sprintf("r%02d", i)
+		if err == nil {
+			if p, ok := got[user]; !ok || p.Manual != presence.ManualAway {
+				t.Errorf("%s: SaveStatus returned nil, but the record is %+v (found %v)", user, p, ok)
+			}
+		} else if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: got error %v, want nil or one wrapping %v", user, err, context.Canceled)
+		}
+	}
+	if err := s.SaveStatus(ctx, "after", presence.ManualBusy, "still writing"); err != nil {
+		t.Fatalf("SaveStatus after cancelled writes: %v", err)
+	}
+	if p := load(t, s, "after")["after"]; p.Text != "still writing" {
+		t.Errorf("after cancelled writes: got %+v", p)
+	}
+}
+
+// Poison is the status text that RunPoisoned's store refuses to write.
+const Poison = "poison"
+
+// RunPoisoned checks that concurrent status and settings writes fail or
+// succeed each on its own: open must return a fresh, empty store in which
+// a status write with text Poison fails (a trigger the test installed).
+// Every poisoned write fails and writes nothing; every other one succeeds,
+// even when the backend committed it together with poisoned ones.
+func RunPoisoned(t *testing.T, open func(t *testing.T) Store) {
+	s := open(t)
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	const writers = 48
+	for round := range 3 {
+		var wg sync.WaitGroup
+		errs := make([]error, writers)
+		for g := range writers {
+			wg.Go(func() {
+				user := fmt.Sprintf("p%d-%02d", round, g)
+				switch g % 3 {
+				case 0:
+					errs[g] = s.SaveStatus(ctx, user, presence.ManualBusy, Poison)
+				case 1:
+					errs[g] = s.SaveStatus(ctx, user, presence.ManualBusy, "fine")
+				case 2:
+					errs[g] = s.SaveSettings(ctx, user, presence.Settings{Status: presence.Contacts})
+				}
+			})
+		}
+		wg.Wait()
+		var ids []string
+		for g := range writers {
+			ids = append(ids, fmt.Sprintf("p%d-%02d", round, g))
+		}
+		got := load(t, s, ids...)
+		for g, err := range errs {
+			user := ids[g]
+			_, found := got[user]
+			if g%3 == 0 {
+				if err == nil || found {
+					t.Errorf("%s, poisoned: got error %v, written %v; want an error and nothing written", user, err, found)
+				}
+				continue
+			}
+			if err != nil || !found {
+				t.Errorf("%s: got error %v, written %v; want nil and written", user, err, found)
+			}
+		}
+	}
+}
+
 func testContacts(t *testing.T, s Store) {
 	ctx := t.Context()
 	const u = "owner"
@@ -830,4 +1044,50 @@ func RunReopen(t *testing.T, open func(t *testing.T) Store) Store {
 		t.Errorf("after reopen NextEpoch = %d, %v; want %d", e2, err, e1+1)
 	}
 	return s
+}
+
+// BenchStatus measures SaveStatus, the durable write a set_status waits
+// for: one writer at a time (the latency one change pays), and many at once
+// (what concurrent changes of different users cost together). Every write
+// really changes its row. open must return a fresh, empty store.
+func BenchStatus(b *testing.B, open func(b *testing.B) Store) {
+	for _, writers := range []int{1, 16, 128} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			s := open(b)
+			b.Cleanup(func() { s.Close() })
+			ctx := context.Background()
+			for w := range writers {
+				if err := s.SaveStatus(ctx, fmt.Sprintf("u%d", w), presence.ManualBusy, ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			errs := make(chan error, writers)
+			for w := range writers {
+				wg.Go(func() {
+					user := fmt.Sprintf("u%d", w)
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						m := presence.ManualBusy
+						if i%2 == 0 {
+							m = presence.ManualAway
+						}
+						if err := s.SaveStatus(ctx, user, m, fmt.Sprint(i)); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+		})
+	}
 }

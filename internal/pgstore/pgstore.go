@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/presenced/presenced/internal/groupcommit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -69,8 +70,9 @@ type Config struct {
 
 // Store is the PostgreSQL durable store. It is safe for concurrent use.
 type Store struct {
-	log  *slog.Logger
-	pool *pgxpool.Pool
+	log       *slog.Logger
+	pool      *pgxpool.Pool
+	committer *groupcommit.Committer[profileWrite] // statuses and settings; started by Open, stopped by Close
 
 	closeOnce sync.Once
 }
@@ -143,6 +145,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	s.committer = groupcommit.New(groupcommit.Config{}, s.commitWrites)
 	return s, nil
 }
 
@@ -191,10 +194,14 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes every connection of the store, waiting for the ones in use
-// to be released. It is idempotent and safe for concurrent use.
+// Close commits the status and settings writes already queued, then
+// closes every connection of the store, waiting for the ones in use to be
+// released. It is idempotent and safe for concurrent use.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.pool.Close)
+	s.closeOnce.Do(func() {
+		s.committer.Close()
+		s.pool.Close()
+	})
 	return nil
 }
 
@@ -246,30 +253,121 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 }
 
 // SaveStatus records a user's manual status and status text, creating the
-// user's record if needed; nothing else of the record changes. It is safe
-// for concurrent use.
+// user's record if needed; nothing else of the record changes. It returns
+// once the write is committed, group committed with the other status and
+// settings writes of the moment on this node (internal/groupcommit: one
+// statement, one round trip and one WAL flush for all of them), or with
+// its own error. Of two calls of which one returned before the other
+// began, the later one wins.
+//
+// If ctx ends while the write waits for its group, the write is dropped and
+// ctx's error returned; if it ends while the group is being committed,
+// ctx's error is returned and the write may be committed nonetheless, as
+// with any database. It is safe for concurrent use.
 func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO users (user_id, manual, status_text) VALUES ($1, $2, $3)
-		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`,
-		user, int16(m), text)
-	if err != nil {
+	if err := s.committer.Write(ctx, profileWrite{user: user, manual: m, text: text}); err != nil {
 		return fail(err, "save status of %q", user)
 	}
 	return nil
 }
 
 // SaveSettings records a user's privacy settings, creating the user's record
-// if needed; nothing else of the record changes. It is safe for concurrent
-// use.
+// if needed; nothing else of the record changes. It is group committed as
+// SaveStatus is, with the same promises. It is safe for concurrent use.
 func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES ($1, $2, $3)
-		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
-			last_seen_visibility = excluded.last_seen_visibility`,
-		user, int16(st.Status), int16(st.LastSeen))
-	if err != nil {
+	if err := s.committer.Write(ctx, profileWrite{user: user, settings: true, st: st}); err != nil {
 		return fail(err, "save settings of %q", user)
 	}
 	return nil
+}
+
+// profileWrite is a status or a settings write waiting for its group
+// commit.
+type profileWrite struct {
+	user     string
+	settings bool // a settings write (st), else a status write (manual, text)
+	manual   presence.Manual
+	text     string
+	st       presence.Settings
+}
+
+// saveStatus and saveSettings write one user's status or settings.
+const (
+	saveStatus = `INSERT INTO users (user_id, manual, status_text) VALUES ($1, $2, $3)
+		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
+	saveSettings = `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES ($1, $2, $3)
+		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
+			last_seen_visibility = excluded.last_seen_visibility`
+)
+
+// upsertStatuses and upsertSettings write the statuses or settings of the
+// users in parallel arrays (sorted by id, each id once), locking the rows
+// in the order of the arrays, as upsertLastSeen does.
+const (
+	upsertStatuses = `INSERT INTO users AS u (user_id, manual, status_text)
+	SELECT * FROM unnest($1::text[], $2::smallint[], $3::text[])
+	ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
+	upsertSettings = `INSERT INTO users AS u (user_id, status_visibility, last_seen_visibility)
+	SELECT * FROM unnest($1::text[], $2::smallint[], $3::smallint[])
+	ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
+		last_seen_visibility = excluded.last_seen_visibility`
+)
+
+// commitWrites is the group commit: the group's statuses in one upsert and
+// its settings in another, in one round trip and one (implicit)
+// transaction. An upsert may touch a row only once, so of a user's writes
+// of one kind only the group's last is sent: the others would have been
+// overwritten within the same transaction anyway.
+func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
+	if len(group) == 1 {
+		// A lone write: the plain one-row statement.
+		w := &group[0]
+		var err error
+		if w.settings {
+			_, err = s.pool.Exec(ctx, saveSettings, w.user, int16(w.st.Status), int16(w.st.LastSeen))
+		} else {
+			_, err = s.pool.Exec(ctx, saveStatus, w.user, int16(w.manual), w.text)
+		}
+		return err
+	}
+	var st, se []int // indexes into group: the last write of each user, per kind
+	last := make(map[string]int, len(group))
+	for _, settings := range []bool{false, true} {
+		clear(last)
+		for i := range group {
+			if group[i].settings == settings {
+				last[group[i].user] = i
+			}
+		}
+		idx := make([]int, 0, len(last))
+		for _, i := range last {
+			idx = append(idx, i)
+		}
+		// Byte order of the ids (COLLATE "C"), as every upsert of the store
+		// locks rows: concurrent commits of several nodes cannot deadlock.
+		slices.SortFunc(idx, func(a, b int) int { return strings.Compare(group[a].user, group[b].user) })
+		if settings {
+			se = idx
+		} else {
+			st = idx
+		}
+	}
+	b := &pgx.Batch{}
+	if len(st) > 0 {
+		ids, manual, text := make([]string, len(st)), make([]int16, len(st)), make([]string, len(st))
+		for j, i := range st {
+			ids[j], manual[j], text[j] = group[i].user, int16(group[i].manual), group[i].text
+		}
+		b.Queue(upsertStatuses, ids, manual, text)
+	}
+	if len(se) > 0 {
+		ids, sv, lv := make([]string, len(se)), make([]int16, len(se)), make([]int16, len(se))
+		for j, i := range se {
+			ids[j], sv[j], lv[j] = group[i].user, int16(group[i].st.Status), int16(group[i].st.LastSeen)
+		}
+		b.Queue(upsertSettings, ids, sv, lv)
+	}
+	return s.pool.SendBatch(ctx, b).Close()
 }
 
 // upsertLastSeen writes the last_seen, pub_last_seen and version of the

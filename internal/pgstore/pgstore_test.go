@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +34,23 @@ func TestConformance(t *testing.T) {
 
 // TestReopen checks that everything written survives a Close and an Open
 // of the same database, and that the schema is current.
+// TestPoisoned: concurrent writes fail or succeed each on its own (a
+// trigger refuses one kind of write).
+func TestPoisoned(t *testing.T) {
+	durabletest.RunPoisoned(t, func(t *testing.T) durabletest.Store {
+		s := open(t, newDatabase(t))
+		if _, err := s.pool.Exec(t.Context(), `CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				IF NEW.status_text = '`+durabletest.Poison+`' THEN RAISE EXCEPTION 'poisoned'; END IF;
+				RETURN NEW;
+			END $$;
+			CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON users FOR EACH ROW EXECUTE FUNCTION poison()`); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
 func TestReopen(t *testing.T) {
 	url := newDatabase(t)
 	s := durabletest.RunReopen(t, func(t *testing.T) durabletest.Store { return open(t, url) }).(*Store)
@@ -330,4 +348,17 @@ func schemaVersion(t *testing.T, s *Store) int {
 		t.Fatalf("read schema version: %v", err)
 	}
 	return v
+}
+
+// BenchmarkSaveStatus: the durable write of a set_status, alone and with
+// other writers at once (internal/durabletest.BenchStatus). The test
+// server runs with fsync off; PRESENCED_BENCH_POSTGRES_URL names a
+// database of a server that syncs its commits, as in production.
+func BenchmarkSaveStatus(b *testing.B) {
+	durabletest.BenchStatus(b, func(b *testing.B) durabletest.Store {
+		if url := os.Getenv("PRESENCED_BENCH_POSTGRES_URL"); url != "" {
+			return open(b, url)
+		}
+		return open(b, newDatabase(b))
+	})
 }

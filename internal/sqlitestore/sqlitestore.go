@@ -6,7 +6,10 @@
 // connection, so writers queue in Go instead of failing with SQLITE_BUSY;
 // reads use a separate pool of read-only connections and never wait for a
 // writer. last_seen is written in batches, one transaction per batch (group
-// commit), never one per heartbeat.
+// commit), never one per heartbeat. Statuses and settings are group
+// committed too (internal/groupcommit): the writes that callers make while
+// a commit is under way wait in a bounded queue, and the store's committer
+// goroutine writes them all in the next transaction, one fsync for all.
 //
 // Times are Unix milliseconds. Versions are uint64 in Go and stored in
 // SQLite's signed 64-bit INTEGER with the same bit pattern. Versions stay
@@ -38,6 +41,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
+	"github.com/presenced/presenced/internal/groupcommit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -72,6 +76,11 @@ type Store struct {
 	// fault is the last failure of the storage (see kind) since the last
 	// write that succeeded; nil while writes succeed. Ping reports it.
 	fault atomic.Pointer[error]
+	// The group commit of statuses and settings (started by Open, stopped
+	// by Close), and its statements, prepared once on the writer
+	// connection.
+	committer                *groupcommit.Committer[profileWrite]
+	saveStatus, saveSettings *sql.Stmt
 
 	closeOnce sync.Once
 	closeErr  error
@@ -168,6 +177,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
 	s.r = r
+	if s.saveStatus, err = w.PrepareContext(ctx, saveStatusSQL); err == nil {
+		s.saveSettings, err = w.PrepareContext(ctx, saveSettingsSQL)
+	}
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	s.committer = groupcommit.New(groupcommit.Config{}, s.commitWrites)
 	if err := r.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
@@ -219,10 +237,15 @@ func (s *Store) migrate(ctx context.Context, path string) error {
 	return nil
 }
 
-// Close closes the database. It is idempotent and safe for concurrent use;
-// every call returns the result of the first.
+// Close commits the status and settings writes already queued, stops the
+// committer and closes the database. Writes after it fail. It is
+// idempotent and safe for concurrent use; every call returns the result of
+// the first.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.committer.Close()
+		s.saveStatus.Close()
+		s.saveSettings.Close()
 		var errR error
 		if s.r != nil {
 			errR = s.r.Close()
@@ -312,13 +335,18 @@ func (s *Store) loadProfiles(ctx context.Context, ids []string, p *presence.Prof
 }
 
 // SaveStatus records a user's manual status and status text, creating the
-// user's record if needed; nothing else of the record changes. It is safe
-// for concurrent use.
+// user's record if needed; nothing else of the record changes. It returns
+// once the write is durable, group committed with the other status and
+// settings writes of the moment (see the package doc), or with its own
+// error. Writes are committed in the order they are queued, so of two calls
+// of which one returned before the other began, the later one wins.
+//
+// If ctx ends while the write waits for its group, the write is dropped and
+// ctx's error returned; if it ends while the group is being committed,
+// ctx's error is returned and the write may be durable nonetheless, as with
+// any database. It is safe for concurrent use.
 func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO users (user_id, manual, status_text) VALUES (?, ?, ?)
-		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`,
-		user, int64(m), text)
-	if err != nil {
+	if err := s.committer.Write(ctx, profileWrite{user: user, manual: m, text: text}); err != nil {
 		return s.fail(err, "save status of %q", user)
 	}
 	s.wrote()
@@ -326,18 +354,70 @@ func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, 
 }
 
 // SaveSettings records a user's privacy settings, creating the user's record
-// if needed; nothing else of the record changes. It is safe for concurrent
-// use.
+// if needed; nothing else of the record changes. It is group committed as
+// SaveStatus is, with the same promises. It is safe for concurrent use.
 func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES (?, ?, ?)
-		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
-			last_seen_visibility = excluded.last_seen_visibility`,
-		user, int64(st.Status), int64(st.LastSeen))
-	if err != nil {
+	if err := s.committer.Write(ctx, profileWrite{user: user, settings: true, st: st}); err != nil {
 		return s.fail(err, "save settings of %q", user)
 	}
 	s.wrote()
 	return nil
+}
+
+// profileWrite is a status or a settings write waiting for its group
+// commit.
+type profileWrite struct {
+	user     string
+	settings bool // a settings write (st), else a status write (manual, text)
+	manual   presence.Manual
+	text     string
+	st       presence.Settings
+}
+
+const (
+	saveStatusSQL = `INSERT INTO users (user_id, manual, status_text) VALUES (?, ?, ?)
+		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
+	saveSettingsSQL = `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES (?, ?, ?)
+		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
+			last_seen_visibility = excluded.last_seen_visibility`
+)
+
+// commitWrites is the group commit: the writes, in order, in one
+// transaction.
+func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
+	if len(group) == 1 {
+		// A lone write is its own transaction: no BEGIN and COMMIT of
+		// ours around it.
+		w := &group[0]
+		var err error
+		if w.settings {
+			_, err = s.saveSettings.ExecContext(ctx, w.user, int64(w.st.Status), int64(w.st.LastSeen))
+		} else {
+			_, err = s.saveStatus.ExecContext(ctx, w.user, int64(w.manual), w.text)
+		}
+		return err
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		// The statements are prepared on the writer connection, the one
+		// the transaction runs on: Stmt reuses them.
+		status := tx.StmtContext(ctx, s.saveStatus)
+		defer status.Close()
+		settings := tx.StmtContext(ctx, s.saveSettings)
+		defer settings.Close()
+		for i := range group {
+			w := &group[i]
+			var err error
+			if w.settings {
+				_, err = settings.ExecContext(ctx, w.user, int64(w.st.Status), int64(w.st.LastSeen))
+			} else {
+				_, err = status.ExecContext(ctx, w.user, int64(w.manual), w.text)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // lastSeenRows is how many profiles one statement of SaveLastSeen writes:

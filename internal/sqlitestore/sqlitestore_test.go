@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/presenced/presenced/internal/durabletest"
@@ -27,6 +28,59 @@ func TestConformance(t *testing.T) {
 	durabletest.Run(t, func(t *testing.T) durabletest.Store {
 		return open(t, filepath.Join(t.TempDir(), "presenced.db"))
 	})
+}
+
+// TestPoisoned: writes committed together fail or succeed each on its own
+// (a trigger refuses one kind of write).
+func TestPoisoned(t *testing.T) {
+	durabletest.RunPoisoned(t, func(t *testing.T) durabletest.Store {
+		s := open(t, filepath.Join(t.TempDir(), "presenced.db"))
+		for _, when := range []string{"INSERT", "UPDATE"} {
+			if _, err := s.w.Exec(`CREATE TRIGGER poison_` + when + ` BEFORE ` + when + ` ON users
+				WHEN NEW.status_text = '` + durabletest.Poison + `' BEGIN SELECT RAISE(ABORT, 'poisoned'); END`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	})
+}
+
+// TestCloseCommitsQueuedWrites: writes racing with Close either are
+// durable or fail; none hangs; after Close every write fails.
+func TestCloseCommitsQueuedWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	s := open(t, path)
+	ctx := context.Background()
+	const n = 200
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = s.SaveStatus(ctx, fmt.Sprint(i), presence.ManualBusy, "queued") })
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wg.Wait()
+	if err := s.SaveStatus(ctx, "late", presence.ManualBusy, ""); err == nil {
+		t.Errorf("SaveStatus after Close: got nil error, want one")
+	}
+	s = open(t, path)
+	found := map[string]bool{}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i)
+	}
+	if err := s.LoadProfiles(ctx, ids, func(p *presence.Profile) { found[p.UserID] = true }); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if err == nil && !found[ids[i]] {
+			t.Errorf("write %d returned nil before Close but is not durable", i)
+		}
+		if err != nil && found[ids[i]] {
+			t.Errorf("write %d failed (%v) but is durable", i, err)
+		}
+	}
 }
 
 // TestReopen checks that everything written survives a Close and an Open
@@ -215,4 +269,12 @@ func TestFileMode(t *testing.T) {
 			t.Errorf("%s has mode %o, want no access for group and others", filepath.Base(p), mode)
 		}
 	}
+}
+
+// BenchmarkSaveStatus: the durable write of a set_status, alone and with
+// other writers at once (internal/durabletest.BenchStatus).
+func BenchmarkSaveStatus(b *testing.B) {
+	durabletest.BenchStatus(b, func(b *testing.B) durabletest.Store {
+		return open(b, filepath.Join(b.TempDir(), "presenced.db"))
+	})
 }

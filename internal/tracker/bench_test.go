@@ -2,7 +2,9 @@ package tracker_test
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -162,4 +165,69 @@ func TestHeartbeatNoChangeAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("a heartbeat that changes nothing allocates %.1f times, want 0", allocs)
 	}
+}
+
+// BenchmarkSetStatus is a status change of an online user (busy ↔
+// online), acknowledged: with a durable store that keeps nothing (the hot
+// path alone) and with SQLite (synchronous=FULL), one caller at a time and
+// many callers of different users at once (whose durable writes share
+// group commits).
+func BenchmarkSetStatus(b *testing.B) {
+	for _, durable := range []string{"nop", "sqlite"} {
+		for _, callers := range []int{1, 64} {
+			b.Run(fmt.Sprintf("durable=%s/callers=%d", durable, callers), func(b *testing.B) {
+				benchSetStatus(b, durable, callers)
+			})
+		}
+	}
+}
+
+func benchSetStatus(b *testing.B, durable string, callers int) {
+	var d tracker.Durable = benchDurable{}
+	if durable == "sqlite" {
+		db, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(b.TempDir(), "p.db")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		d = db
+	}
+	store := memstore.New(memstore.Config{Rules: presence.Rules{TTL: time.Hour, IdleAfter: time.Hour}})
+	tr, err := tracker.New(tracker.Config{Store: store, Durable: d})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	users := ids()[:callers]
+	for _, u := range users {
+		if _, err := tr.Heartbeat(ctx, u, "d", true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	errs := make(chan error, callers)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, u := range users {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				m := presence.ManualBusy
+				if i%2 == 0 {
+					m = presence.ManualNone
+				}
+				if _, err := tr.SetStatus(ctx, u, m, ""); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "changes/s")
 }

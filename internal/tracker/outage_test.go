@@ -26,6 +26,9 @@ type switchStore struct {
 	off   atomic.Bool
 	calls atomic.Int64
 	gets  atomic.Int64
+	// offAtStatus switches the store off at the next SetStatus call, which
+	// fails: the store goes away just then.
+	offAtStatus atomic.Bool
 
 	mu         sync.Mutex // guards beforeBeat
 	beforeBeat func(now int64, user, device string)
@@ -61,6 +64,9 @@ func (s *switchStore) Beat(ctx context.Context, now int64, user, device string, 
 }
 
 func (s *switchStore) SetStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
+	if s.offAtStatus.Swap(false) {
+		s.off.Store(true)
+	}
 	if err := s.call(); err != nil {
 		return presence.Change{}, err
 	}
@@ -539,6 +545,84 @@ func TestCheckpointWhileStoreDown(t *testing.T) {
 			t.Errorf("durable last_seen of %s = %v, want %v", u, offset(p.LastSeen), offset(want))
 		}
 	}
+}
+
+// TestOutageDuringSetStatus: the state store goes away while a status is
+// being set, around its durable write. A status that became durable is
+// buffered and replayed; one that did not leaves the user as they were,
+// also when its undo has to wait for the store.
+func TestOutageDuringSetStatus(t *testing.T) {
+	t.Run("durable", func(t *testing.T) {
+		d := newMemDurable()
+		f := newOutageFixture(t, d, tracker.Config{})
+		f.beat("u", "d", true)
+		f.wantEvents("beat", "u offline→online seen=0s")
+		f.sw.offAtStatus.Store(true)
+		if ch := f.status("u", presence.ManualBusy, "x"); ch.Changed {
+			t.Errorf("SetStatus as the store went away: got a change, want it buffered")
+		}
+		if s := f.tr.Stats(); !s.Down || s.Buffered != 1 {
+			t.Errorf("Stats: Down=%v Buffered=%d, want true, 1", s.Down, s.Buffered)
+		}
+		if p, _ := d.profile("u"); p.Manual != presence.ManualBusy {
+			t.Errorf("durable manual status %v, want busy", p.Manual)
+		}
+		f.sw.off.Store(false)
+		f.waitUp()
+		f.wantEvents("replayed", `u online→busy seen=0s text="x"`)
+		if s := f.read("u")[0]; s.Manual != presence.ManualBusy || s.Text != "x" {
+			t.Errorf("after the replay: manual %v text %q, want busy %q", s.Manual, s.Text, "x")
+		}
+	})
+	t.Run("not durable", func(t *testing.T) {
+		d := newMemDurable()
+		f := newOutageFixture(t, d, tracker.Config{})
+		f.beat("u", "d", true)
+		f.wantEvents("beat", "u offline→online seen=0s")
+		d.setFail("SaveStatus", errDown)
+		f.sw.offAtStatus.Store(true)
+		if _, err := f.tr.SetStatus(f.ctx, "u", presence.ManualBusy, "x"); !errors.Is(err, errDown) {
+			t.Fatalf("SetStatus: got %v, want %v", err, errDown)
+		}
+		if s := f.tr.Stats(); !s.Down || s.Buffered != 0 {
+			t.Errorf("Stats: Down=%v Buffered=%d, want true, 0", s.Down, s.Buffered)
+		}
+		f.sw.off.Store(false)
+		f.waitUp()
+		f.wantEvents("nothing")
+		if s := f.read("u")[0]; s.Manual != presence.ManualNone || s.Status != presence.Online {
+			t.Errorf("after the outage: %v, manual %v; want online, none", s.Status, s.Manual)
+		}
+	})
+	t.Run("undo buffered", func(t *testing.T) {
+		d := newMemDurable()
+		f := newOutageFixture(t, d, tracker.Config{})
+		f.beat("u", "d", true)
+		f.wantEvents("beat", "u offline→online seen=0s")
+		// The change is applied and published; then the store goes away
+		// and the durable write fails.
+		d.beforeSaveStatus = func(string, presence.Manual) {
+			deadline := time.Now().Add(15 * time.Second)
+			for f.pub.count() == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			f.sw.off.Store(true)
+		}
+		d.setFail("SaveStatus", errDown)
+		if _, err := f.tr.SetStatus(f.ctx, "u", presence.ManualInvisible, ""); !errors.Is(err, errDown) {
+			t.Fatalf("SetStatus: got %v, want %v", err, errDown)
+		}
+		f.wantEvents("the change", "u online→offline seen=0s")
+		if s := f.tr.Stats(); !s.Down || s.Buffered != 1 {
+			t.Errorf("Stats: Down=%v Buffered=%d, want true, 1 (the undo)", s.Down, s.Buffered)
+		}
+		f.sw.off.Store(false)
+		f.waitUp()
+		f.wantEvents("the undo, replayed", "u offline→online seen=0s")
+		if s := f.read("u")[0]; s.Manual != presence.ManualNone || s.Status != presence.Online {
+			t.Errorf("after the outage: %v, manual %v; want online, none", s.Status, s.Manual)
+		}
+	})
 }
 
 // TestOutageDurableErrorKeepsTheStoreUp: a failing durable store is not

@@ -173,11 +173,16 @@ type Tracker struct {
 	flushErrors atomic.Uint64
 	flushed     atomic.Uint64
 
-	// writeLocks serialise the durable-then-hot writes (status, settings)
-	// of one user, so the durable store and the hot state never disagree
-	// about which of two concurrent changes came last.
+	// writeLocks serialise the writes of status and settings of one user,
+	// each held until both its durable write and its change of the hot
+	// state are done, so the durable store and the hot state never
+	// disagree about which of two concurrent changes came last.
 	writeLocks [64]sync.Mutex
 	lockSeed   maphash.Seed
+	// durableFailing is set by a durable status write that failed and
+	// cleared by one that succeeded; while it is set, SetStatus writes
+	// durably before it applies instead of at the same time.
+	durableFailing atomic.Bool
 
 	// Outages of the store (outage.go).
 	rules         presence.Rules
@@ -323,21 +328,112 @@ func (t *Tracker) applyBeat(ctx context.Context, now int64, user, device string,
 }
 
 // SetStatus sets a manual status (ManualNone clears it) and a status text.
-// They are durable before they take effect, so an invisible user stays
-// invisible across restarts. While the store is down the status is
-// buffered after its durable write and an empty Change returned.
+// It returns nil only once they are durable, so an invisible user stays
+// invisible across restarts.
+//
+// The durable write and the change of the hot state (with its fan-out)
+// run at the same time: a change reaches watchers without waiting for the
+// durable store's commit (an fsync), and the caller still hears of success
+// only after both. If the durable write fails, the hot state is set back
+// to the status and text it had (watchers see the change and its undo) and
+// the error returned, so a failed SetStatus leaves the user as it found
+// them, as before. After such a failure, and while the store is down, the
+// status is written durably first and applied after, one step at a time,
+// until a durable write succeeds again: a durable store that keeps failing
+// makes no flicker of its own. See docs/architecture.md, "Durability".
 func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
 	mu := t.writeLock(user)
 	mu.Lock()
 	defer mu.Unlock()
 	if t.up() {
-		if err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
+		prior, err := t.ensure(ctx, user)
+		switch {
+		case err == nil && !t.durableFailing.Load():
+			return t.setStatusOverlapped(ctx, user, prior, m, text)
+		case err != nil && !errors.Is(err, errOutage):
 			return presence.Change{}, err
 		}
 	}
-	if err := t.durable.SaveStatus(ctx, user, m, text); err != nil {
+	if err := t.saveStatus(ctx, user, m, text); err != nil {
 		return presence.Change{}, fmt.Errorf("set status: %w", err)
 	}
+	return t.applyStatusSaved(ctx, user, m, text)
+}
+
+// setStatusOverlapped writes the status durably while it applies and
+// publishes it, and waits for both; see SetStatus. The goroutine of the
+// durable write is this call's: it is always waited for.
+func (t *Tracker) setStatusOverlapped(ctx context.Context, user string, prior manualStatus, m presence.Manual, text string) (presence.Change, error) {
+	saved := make(chan error, 1)
+	go func() { saved <- t.saveStatus(ctx, user, m, text) }()
+	ch, err := t.applyStatus(ctx, t.Now(), user, m, text)
+	if err == nil {
+		t.emit(ch)
+	}
+	if derr := <-saved; derr != nil {
+		if err == nil {
+			t.undoStatus(ctx, user, prior)
+		}
+		return presence.Change{}, fmt.Errorf("set status: %w", derr)
+	}
+	if errors.Is(err, errOutage) {
+		// The store went down meanwhile: the status is durable, so it is
+		// buffered as on the sequential path.
+		return t.applyStatusSaved(ctx, user, m, text)
+	}
+	if err != nil {
+		return ch, fmt.Errorf("set status: %w", err)
+	}
+	return ch, nil
+}
+
+// saveStatus is the durable write of a status. A failure that is not the
+// caller's own cancellation makes the next status changes sequential
+// (durable, then applied) until one succeeds.
+func (t *Tracker) saveStatus(ctx context.Context, user string, m presence.Manual, text string) error {
+	err := t.durable.SaveStatus(ctx, user, m, text)
+	switch {
+	case err == nil:
+		t.durableFailing.Store(false)
+	case ctx.Err() == nil:
+		t.durableFailing.Store(true)
+	}
+	return err
+}
+
+// undoStatus sets the hot state of user back to prior after the durable
+// write of a status that was applied failed. It publishes the change back.
+// The status is not durable, so the undo is never skipped: with the store
+// down it is buffered, and another failure is logged (the user's next
+// status change, or a reload from the durable store, sets it right).
+func (t *Tracker) undoStatus(ctx context.Context, user string, prior manualStatus) {
+	ctx = context.WithoutCancel(ctx) // the caller's deadline may be what failed
+	for try := 0; ; try++ {
+		now := t.Now()
+		if !t.up() {
+			if ok, err := t.buffer(user, op{kind: opStatus, at: now, manual: prior.manual, text: prior.text}); ok {
+				if err != nil {
+					t.log.Error("could not undo a status that did not become durable", "user", user, "err", err)
+				}
+				return
+			}
+		}
+		ch, err := t.applyStatus(ctx, now, user, prior.manual, prior.text)
+		if try == 0 && errors.Is(err, errOutage) {
+			continue
+		}
+		if err != nil {
+			t.log.Error("could not undo a status that did not become durable", "user", user, "err", err)
+			return
+		}
+		t.emit(ch)
+		return
+	}
+}
+
+// applyStatusSaved applies a status that is durable already, or buffers
+// it while the store is down.
+func (t *Tracker) applyStatusSaved(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
 	for try := 0; ; try++ {
 		now := t.Now()
 		if !t.up() {
@@ -435,7 +531,7 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 	mu.Lock()
 	defer mu.Unlock()
 	if t.up() {
-		if err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
+		if _, err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
 			return err
 		}
 	}
@@ -483,7 +579,7 @@ func (t *Tracker) writeLock(user string) *sync.Mutex {
 // from the durable store and the outage buffer).
 func (t *Tracker) Settings(ctx context.Context, user string) (presence.Settings, error) {
 	if t.up() {
-		if err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
+		if _, err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
 			return presence.Settings{}, err
 		}
 	}
@@ -502,25 +598,40 @@ func (t *Tracker) Debug(ctx context.Context, user string) (presence.User, int64,
 	return u, deadline, ok, t.storeErr(ctx, err)
 }
 
+// manualStatus is a user's manual status and status text.
+type manualStatus struct {
+	manual presence.Manual
+	text   string
+}
+
 // ensure loads a user into the store so that every change is applied to
-// state that is already there (Load never overwrites).
-func (t *Tracker) ensure(ctx context.Context, user string) error {
+// state that is already there (Load never overwrites). It returns the
+// user's manual status and text as the store holds them.
+func (t *Tracker) ensure(ctx context.Context, user string) (manualStatus, error) {
 	var s [1]presence.Snapshot
 	b := t.bound(ctx)
 	err := t.store.Get(b.ctx, t.Now(), []string{user}, s[:])
 	t.release(b)
 	if err = t.storeErr(ctx, err); err != nil {
-		return err
+		return manualStatus{}, err
 	}
 	if s[0].Known {
-		return nil
+		return manualStatus{s[0].Manual, s[0].Text}, nil
 	}
-	return t.load(ctx, user)
+	p, err := t.loadProfile(ctx, user)
+	return manualStatus{p.Manual, p.Text}, err
 }
 
 func (t *Tracker) load(ctx context.Context, user string) error {
+	_, err := t.loadProfile(ctx, user)
+	return err
+}
+
+// loadProfile loads a user from the durable store into the store (unless
+// it is held already) and returns the durable profile.
+func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profile, error) {
 	if t.cold.down.Load() {
-		return &profileError{user: user, err: errDurableDown}
+		return presence.Profile{UserID: user}, &profileError{user: user, err: errDurableDown}
 	}
 	p := presence.Profile{UserID: user}
 	// A user the store evicted may have a checkpoint that is drained from
@@ -540,7 +651,7 @@ func (t *Tracker) load(ctx context.Context, user string) error {
 	}
 	t.flushMu.RUnlock()
 	if err != nil {
-		return t.loadFailed(ctx, user, err)
+		return p, t.loadFailed(ctx, user, err)
 	}
 	if p.Version > 0 {
 		p.Version += t.reloadMargin
@@ -550,10 +661,10 @@ func (t *Tracker) load(ctx context.Context, user string) error {
 		err = t.store.Load(b.ctx, t.Now(), &p)
 		t.release(b)
 		if err = t.storeErr(ctx, err); !errors.Is(err, ErrStoreReset) || try > 0 {
-			return err
+			return p, err
 		}
 		if err = t.resetFloor(ctx); err != nil {
-			return err
+			return p, err
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,6 +164,13 @@ func (r *recorder) Publish(ev *presence.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, *ev)
+}
+
+// count returns how many events wait to be taken.
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
 }
 
 // take returns the events published since the previous call.
@@ -565,45 +573,111 @@ func TestEvictedUserKeepsPublishedVersions(t *testing.T) {
 	})
 }
 
-func TestSetStatusDurableFirst(t *testing.T) {
+// TestSetStatusDurableBeforeAck: a status change is published while its
+// durable write is still running, and SetStatus returns only after that
+// write; a failed write undoes the change (published back), and the next
+// changes are made one step at a time (durable, then applied) until a
+// durable write succeeds again.
+func TestSetStatusDurableBeforeAck(t *testing.T) {
 	d := newMemDurable()
 	f := newFixture(t, d)
 	f.beat("u", "d", true)
 	f.wantEvents("first beat", "u offline→online seen=0s")
-
-	// The durable store sees the status before the hot state does.
-	var seen []presence.Manual
-	d.beforeSaveStatus = func(user string, m presence.Manual) {
-		seen = append(seen, f.get(user).Manual)
-	}
 	f.at(time.Second)
-	f.status("u", presence.ManualBusy, "x")
-	f.wantEvents("busy", `u online→busy seen=1s text="x"`)
-	if !slices.Equal(seen, []presence.Manual{presence.ManualNone}) {
-		t.Errorf("hot manual status while saving: got %v, want [online] (saved before applied)", seen)
+
+	// What the durable write saw of the rest of the call, checked after it
+	// (the hook runs on the goroutine of the durable write).
+	var (
+		returned  atomic.Bool // SetStatus has returned
+		published bool        // the change was published during the durable write
+		hotBefore []presence.Manual
+	)
+	overlapped := func(string, presence.Manual) {
+		deadline := time.Now().Add(15 * time.Second)
+		for f.pub.count() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		published = f.pub.count() > 0 && !returned.Load()
 	}
+	sequential := func(user string, _ presence.Manual) {
+		hotBefore = append(hotBefore, f.get(user).Manual)
+	}
+	setStatus := func(m presence.Manual, text string) (presence.Change, error) {
+		returned.Store(false)
+		defer returned.Store(true)
+		return f.tr.SetStatus(f.ctx, "u", m, text)
+	}
+
+	d.beforeSaveStatus = overlapped
+	if _, err := setStatus(presence.ManualBusy, "x"); err != nil {
+		t.Fatalf("SetStatus busy: %v", err)
+	}
+	if !published {
+		t.Errorf("SetStatus busy: the change was not published while its durable write ran")
+	}
+	f.wantEvents("busy", `u online→busy seen=1s text="x"`)
 	if p, _ := d.profile("u"); p.Manual != presence.ManualBusy || p.Text != "x" {
 		t.Errorf("durable after SetStatus: got %v %q, want busy %q", p.Manual, p.Text, "x")
 	}
-	d.beforeSaveStatus = nil
 
-	// With the durable store down nothing changes.
+	// The durable write fails: the change was seen, and is undone.
 	d.setFail("SaveStatus", errDown)
-	before := f.get("u")
-	ch, err := f.tr.SetStatus(f.ctx, "u", presence.ManualInvisible, "gone")
+	ch, err := setStatus(presence.ManualInvisible, "gone")
 	if !errors.Is(err, errDown) || ch.Changed {
 		t.Fatalf("SetStatus with the durable store down: got %+v, %v; want no change and %v", ch, err, errDown)
 	}
-	f.wantEvents("failed SetStatus")
-	if after := f.get("u"); after != before {
-		t.Errorf("Get after failed SetStatus: got %+v, want %+v", after, before)
+	f.wantEvents("failed SetStatus: the change and its undo",
+		`u busy→offline seen=1s text="gone"`, `u offline→busy seen=1s text="x"`)
+	if s := f.get("u"); s.Status != presence.Busy || s.Manual != presence.ManualBusy || s.Text != "x" {
+		t.Errorf("after a failed SetStatus: got %v, manual %v, text %q; want busy, busy, %q", s.Status, s.Manual, s.Text, "x")
 	}
 	if p, _ := d.profile("u"); p.Manual != presence.ManualBusy || p.Text != "x" {
 		t.Errorf("durable after failed SetStatus: got %v %q, want busy %q", p.Manual, p.Text, "x")
 	}
+
+	// While it keeps failing, nothing is applied first: no flicker.
+	d.beforeSaveStatus = sequential
+	if _, err := setStatus(presence.ManualAway, ""); !errors.Is(err, errDown) {
+		t.Fatalf("second SetStatus with the durable store down: got %v, want %v", err, errDown)
+	}
+	f.wantEvents("second failed SetStatus")
+
+	// The first write after it is back is durable before it applies; the
+	// next one overlaps again.
 	d.setFail("SaveStatus", nil)
 	f.status("u", presence.ManualInvisible, "gone")
 	f.wantEvents("invisible", `u busy→offline seen=1s text="gone"`)
+	if want := []presence.Manual{presence.ManualBusy, presence.ManualBusy}; !slices.Equal(hotBefore, want) {
+		t.Errorf("hot manual status during the sequential durable writes: got %v, want %v (saved before applied)", hotBefore, want)
+	}
+	d.beforeSaveStatus = overlapped
+	published = false
+	if _, err := setStatus(presence.ManualNone, ""); err != nil {
+		t.Fatalf("SetStatus online: %v", err)
+	}
+	if !published {
+		t.Errorf("SetStatus after the durable store came back: the change was not published while its durable write ran")
+	}
+	f.wantEvents("online", `u offline→online seen=1s`)
+
+	// The caller's own cancellation is no failure of the durable store.
+	d.beforeSaveStatus = nil
+	ctx, cancel := context.WithCancel(f.ctx)
+	cancel()
+	d.setFail("SaveStatus", context.Canceled)
+	if _, err := f.tr.SetStatus(ctx, "u", presence.ManualBusy, ""); !errors.Is(err, context.Canceled) {
+		t.Fatalf("SetStatus with a cancelled context: got %v, want %v", err, context.Canceled)
+	}
+	f.pub.take()
+	d.setFail("SaveStatus", nil)
+	d.beforeSaveStatus = overlapped
+	published = false
+	if _, err := setStatus(presence.ManualAway, ""); err != nil {
+		t.Fatalf("SetStatus away: %v", err)
+	}
+	if !published {
+		t.Errorf("SetStatus after a cancelled one: the change was not published while its durable write ran")
+	}
 }
 
 func TestSetStatusUnknownUser(t *testing.T) {
