@@ -10,3 +10,10 @@ go test -run '^$' -bench 'HeartbeatNoChange|ShardedMapUpdate' -benchtime 3s -cou
 go test -run '^$' -bench 'Read1000' -benchtime 3s -count "$count" "$@" ./internal/query/
 go test -run '^$' -bench 'HTTPBatch1000' -benchtime 2s -count "$count" "$@" ./internal/httpapi/
 go test -run '^$' -bench 'SaveLastSeen' -benchtime 2s -count "$count" "$@" ./internal/sqlitestore/
+# The status path (issue 9): the durable write alone (set
+# PRESENCED_BENCH_POSTGRES_URL for a PostgreSQL that syncs its commits;
+# the test server runs with fsync off), acknowledged changes, and a change
+# to 500 watchers' sockets.
+go test -run '^$' -bench 'SaveStatus' -benchtime 2s -count "$count" "$@" ./internal/sqlitestore/ ./internal/pgstore/
+go test -run '^$' -bench 'SetStatus' -benchtime 2s -count "$count" "$@" ./internal/tracker/
+go test -run '^$' -bench 'Status500|Fanout500' -benchtime 2s -count "$count" "$@" ./internal/gateway/

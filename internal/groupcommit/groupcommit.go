@@ -1,10 +1,15 @@
-// Package groupcommit commits concurrent writes together. A Committer owns
-// one goroutine that takes the first write waiting in its bounded queue
-// and every write queued behind it, and hands them to the backend's commit
-// function in one call: one transaction, one fsync or one round trip for
-// all of them. Writes that arrive while a commit is under way wait and form
-// the next group, so a lone write waits for nothing but its own commit and
-// many concurrent writes cost about one commit.
+// Package groupcommit commits concurrent writes together: the writes that
+// arrive while a commit is under way wait in a bounded queue and go
+// together in the next commit — one transaction, one fsync or one round
+// trip for all of them. A write that finds no commit under way is
+// committed at once, by its own caller: a lone write waits for nothing but
+// its own commit and crosses no goroutine.
+//
+// There is no goroutine of its own (leader and followers): the caller whose
+// write opens a commit sends it; when it is done it hands the next commit
+// to the first write that queued meanwhile (so no caller commits more than
+// one group) and then wakes the callers of its group. The same pattern
+// batches heartbeats in internal/redisstore.
 //
 // The durable stores use it for statuses and settings, the writes a caller
 // waits for (internal/sqlitestore, internal/pgstore); last_seen has its own
@@ -14,6 +19,8 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -23,8 +30,9 @@ var ErrClosed = errors.New("groupcommit: closed")
 
 // Config configures a Committer. Zero values take the documented defaults.
 type Config struct {
-	// QueueLen bounds the writes waiting for a commit; a writer beyond it
-	// waits for room (or gives up with its context). Default 1024.
+	// QueueLen bounds the writes waiting for or in a commit; a writer
+	// beyond it waits for room (or gives up with its context). Default
+	// 1024.
 	QueueLen int
 	// MaxGroup bounds the writes of one commit. Default 512.
 	MaxGroup int
@@ -40,22 +48,25 @@ type CommitFunc[W any] func(ctx context.Context, group []W) error
 type Committer[W any] struct {
 	commit   CommitFunc[W]
 	maxGroup int
-	queue    chan *pending[W]
-	stopped  chan struct{} // closed when the goroutine has returned
+	slots    chan struct{} // one per write queued or being committed
 
-	mu     sync.RWMutex // guards closed; held for reading while sending to queue
-	closed bool
-
-	closeOnce sync.Once
+	mu      sync.Mutex // guards the fields below and pending.lead
+	queue   []*pending[W]
+	running bool       // a commit is under way, or handed to queue[0]
+	closed  bool       // no more writes are taken
+	idle    *sync.Cond // signalled when running turns false
 }
 
 type pending[W any] struct {
 	ctx  context.Context // the caller's: a write whose caller gave up is dropped
 	w    W
-	done chan error // the outcome; buffered, so the committer never waits
+	lead bool      // handed the next commit (under Committer.mu)
+	err  error     // the outcome, set before wake gets false
+	wake chan bool // true: commit the next group; false: err is set
 }
 
-// New returns a Committer and starts its goroutine; Close stops it.
+// New returns a Committer. It starts nothing; Close makes later writes
+// fail.
 func New[W any](cfg Config, commit CommitFunc[W]) *Committer[W] {
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 1024
@@ -63,95 +74,111 @@ func New[W any](cfg Config, commit CommitFunc[W]) *Committer[W] {
 	if cfg.MaxGroup <= 0 {
 		cfg.MaxGroup = 512
 	}
-	c := &Committer[W]{
-		commit:   commit,
-		maxGroup: cfg.MaxGroup,
-		queue:    make(chan *pending[W], cfg.QueueLen),
-		stopped:  make(chan struct{}),
-	}
-	go c.run()
+	c := &Committer[W]{commit: commit, maxGroup: cfg.MaxGroup, slots: make(chan struct{}, cfg.QueueLen)}
+	c.idle = sync.NewCond(&c.mu)
 	return c
 }
 
-// Write queues w and waits until the group holding it was committed. It
-// returns the group's outcome — or, when a group of several writes failed,
+// Write commits w, together with the writes of the moment, and returns
+// the outcome of its group — or, when a group of several writes failed,
 // the outcome of w committed alone, so that every caller gets its own
 // error and one bad write fails no other. Writes are committed in the
 // order they were queued.
 //
-// If ctx ends while w waits in the queue, w is dropped and ctx's error
+// If ctx ends while w waits for its group, w is dropped and ctx's error
 // returned. If ctx ends while w's group is being committed, ctx's error is
 // returned and w may be durable nonetheless, as with any database.
 func (c *Committer[W]) Write(ctx context.Context, w W) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p := &pending[W]{ctx: ctx, w: w, done: make(chan error, 1)}
-	c.mu.RLock()
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-c.slots }()
+	p := &pending[W]{ctx: ctx, w: w, wake: make(chan bool, 1)}
+	c.mu.Lock()
 	if c.closed {
-		c.mu.RUnlock()
+		c.mu.Unlock()
 		return ErrClosed
 	}
-	select {
-	case c.queue <- p:
-	case <-ctx.Done():
-		c.mu.RUnlock()
-		return ctx.Err()
+	c.queue = append(c.queue, p)
+	lead := !c.running
+	c.running = true
+	c.mu.Unlock()
+	if !lead {
+		select {
+		case lead = <-p.wake:
+		case <-ctx.Done():
+			c.mu.Lock()
+			if i := slices.Index(c.queue, p); i >= 0 && !p.lead {
+				c.queue = slices.Delete(c.queue, i, i+1)
+				c.mu.Unlock()
+				return ctx.Err()
+			}
+			lead = p.lead
+			c.mu.Unlock()
+			if !lead {
+				return ctx.Err() // in a commit under way; its outcome is not waited for
+			}
+			<-p.wake
+		}
 	}
-	c.mu.RUnlock()
-	select {
-	case err := <-p.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	if lead {
+		c.lead()
 	}
+	return p.err
 }
 
-// Close commits the writes already queued, stops the goroutine, and makes
-// later writes fail with ErrClosed. It is idempotent and safe for
-// concurrent use.
-func (c *Committer[W]) Close() {
-	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		close(c.queue)
-		c.mu.Unlock()
-	})
-	<-c.stopped
-}
+// lead commits the group at the head of the queue (the leader's own write
+// first), hands the next commit on and wakes the group's callers — even
+// if the commit panicked.
+func (c *Committer[W]) lead() {
+	c.mu.Lock()
+	n := min(len(c.queue), c.maxGroup)
+	group := slices.Clone(c.queue[:n])
+	rest := copy(c.queue, c.queue[n:])
+	clear(c.queue[rest:])
+	c.queue = c.queue[:rest]
+	c.mu.Unlock()
 
-func (c *Committer[W]) run() {
-	defer close(c.stopped)
-	group := make([]*pending[W], 0, c.maxGroup)
-	for p := range c.queue {
-		group = append(group[:0], p)
-	more:
-		for len(group) < c.maxGroup {
-			select {
-			case p, ok := <-c.queue:
-				if !ok {
-					break more
-				}
-				group = append(group, p)
-			default:
-				break more
+	defer func() {
+		r := recover()
+		if r != nil {
+			for _, p := range group {
+				p.err = fmt.Errorf("groupcommit: commit panicked: %v", r)
 			}
 		}
-		c.commitGroup(group)
-		clear(group)
-	}
+		c.mu.Lock()
+		if len(c.queue) > 0 {
+			next := c.queue[0]
+			next.lead = true
+			next.wake <- true
+		} else {
+			c.running = false
+			c.idle.Broadcast()
+		}
+		c.mu.Unlock()
+		for _, p := range group[1:] {
+			p.wake <- false
+		}
+		if r != nil {
+			panic(r)
+		}
+	}()
+	c.commitGroup(group)
 }
 
 // commitGroup commits the writes of group whose callers still wait and
-// tells each its outcome.
+// sets the outcome of every write.
 func (c *Committer[W]) commitGroup(group []*pending[W]) {
-	live := group[:0]
+	live := make([]*pending[W], 0, len(group))
 	for _, p := range group {
-		if err := p.ctx.Err(); err != nil {
-			p.done <- err
-			continue
+		if p.err = p.ctx.Err(); p.err == nil {
+			live = append(live, p)
 		}
-		live = append(live, p)
 	}
 	if len(live) == 0 {
 		return
@@ -163,12 +190,12 @@ func (c *Committer[W]) commitGroup(group []*pending[W]) {
 	err := c.commitWith(live, ws)
 	if err == nil || len(live) == 1 {
 		for _, p := range live {
-			p.done <- err
+			p.err = err
 		}
 		return
 	}
 	for i, p := range live {
-		p.done <- c.commitWith(live[i:i+1], ws[i:i+1])
+		p.err = c.commitWith(live[i:i+1], ws[i:i+1])
 	}
 }
 
@@ -188,4 +215,16 @@ func (c *Committer[W]) commitWith(live []*pending[W], ws []W) error {
 	ctx, cancel := context.WithDeadline(context.Background(), latest)
 	defer cancel()
 	return c.commit(ctx, ws)
+}
+
+// Close waits for the writes already queued to be committed and makes
+// later writes fail with ErrClosed. It is idempotent and safe for
+// concurrent use.
+func (c *Committer[W]) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for c.running {
+		c.idle.Wait()
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -51,9 +52,15 @@ func (l *log) taken() [][]string {
 func waitQueued[W any](t *testing.T, c *Committer[W], n int) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for len(c.queue) < n {
+	for {
+		c.mu.Lock()
+		have := len(c.queue)
+		c.mu.Unlock()
+		if have >= n {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %d queued writes (have %d)", n, len(c.queue))
+			t.Fatalf("timed out waiting for %d queued writes (have %d)", n, have)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -107,7 +114,7 @@ func TestGroups(t *testing.T) {
 }
 
 // TestCancelWhileQueued: a write whose caller gives up while it waits is
-// dropped, and its caller gets ctx's error.
+// dropped, and its caller gets ctx's error at once.
 func TestCancelWhileQueued(t *testing.T) {
 	l := newLog()
 	c := New(Config{}, l.commit)
@@ -125,7 +132,7 @@ func TestCancelWhileQueued(t *testing.T) {
 	}
 	kept := make(chan error, 1)
 	go func() { kept <- c.Write(context.Background(), "kept") }()
-	waitQueued(t, c, 2)
+	waitQueued(t, c, 1) // the write that gave up left the queue
 	close(l.release)
 	if err := <-kept; err != nil {
 		t.Fatal(err)
@@ -198,5 +205,82 @@ func TestClose(t *testing.T) {
 	}
 	if err := c.Write(ctx, "late"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Write after Close: got %v, want %v", err, ErrClosed)
+	}
+}
+
+// TestRandomCancels: writers whose contexts end at any moment; every
+// call returns, every write is committed at most once, every nil is a
+// committed write, and Close returns (no commit is left without a leader).
+func TestRandomCancels(t *testing.T) {
+	var mu sync.Mutex
+	committed := map[string]int{}
+	c := New(Config{QueueLen: 16, MaxGroup: 8}, func(_ context.Context, ws []string) error {
+		time.Sleep(50 * time.Microsecond) // a commit takes a while: groups form
+		mu.Lock()
+		defer mu.Unlock()
+		for _, w := range ws {
+			committed[w]++
+		}
+		return nil
+	})
+	const n = 400
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if i%3 != 0 {
+				go func() {
+					for range i % 7 {
+						runtime.Gosched()
+					}
+					cancel()
+				}()
+			}
+			errs[i] = c.Write(ctx, fmt.Sprint(i))
+		})
+	}
+	wg.Wait()
+	c.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	for i, err := range errs {
+		w := fmt.Sprint(i)
+		switch {
+		case committed[w] > 1:
+			t.Errorf("write %s committed %d times", w, committed[w])
+		case err == nil && committed[w] != 1:
+			t.Errorf("write %s returned nil but was not committed", w)
+		case err != nil && !errors.Is(err, context.Canceled):
+			t.Errorf("write %s: %v", w, err)
+		case i%3 == 0 && err != nil:
+			t.Errorf("write %s, never cancelled: %v", w, err)
+		}
+	}
+}
+
+// TestPanic: a commit that panics fails its group with an error, panics
+// in the caller that ran it, and the next commits go on.
+func TestPanic(t *testing.T) {
+	l := newLog()
+	c := New(Config{}, func(ctx context.Context, ws []string) error {
+		if slices.Contains(ws, "boom") {
+			panic("boom")
+		}
+		return l.commit(ctx, ws)
+	})
+	close(l.release)
+	defer c.Close()
+	var panicked any
+	func() {
+		defer func() { panicked = recover() }()
+		_ = c.Write(context.Background(), "boom")
+	}()
+	if panicked != "boom" {
+		t.Errorf("the caller that ran the commit: recovered %v, want the commit's panic", panicked)
+	}
+	if err := c.Write(context.Background(), "after"); err != nil {
+		t.Errorf("a write after the panic: %v", err)
 	}
 }

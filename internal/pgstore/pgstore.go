@@ -72,7 +72,7 @@ type Config struct {
 type Store struct {
 	log       *slog.Logger
 	pool      *pgxpool.Pool
-	committer *groupcommit.Committer[profileWrite] // statuses and settings; started by Open, stopped by Close
+	committer *groupcommit.Committer[profileWrite] // statuses and settings; closed by Close
 
 	closeOnce sync.Once
 }

@@ -8,8 +8,8 @@
 // writer. last_seen is written in batches, one transaction per batch (group
 // commit), never one per heartbeat. Statuses and settings are group
 // committed too (internal/groupcommit): the writes that callers make while
-// a commit is under way wait in a bounded queue, and the store's committer
-// goroutine writes them all in the next transaction, one fsync for all.
+// a commit is under way wait in a bounded queue and go together in the
+// next transaction, one fsync for all; a lone write is committed at once.
 //
 // Times are Unix milliseconds. Versions are uint64 in Go and stored in
 // SQLite's signed 64-bit INTEGER with the same bit pattern. Versions stay
@@ -76,9 +76,8 @@ type Store struct {
 	// fault is the last failure of the storage (see kind) since the last
 	// write that succeeded; nil while writes succeed. Ping reports it.
 	fault atomic.Pointer[error]
-	// The group commit of statuses and settings (started by Open, stopped
-	// by Close), and its statements, prepared once on the writer
-	// connection.
+	// The group commit of statuses and settings (closed by Close), and
+	// its statements, prepared once on the writer connection.
 	committer                *groupcommit.Committer[profileWrite]
 	saveStatus, saveSettings *sql.Stmt
 
@@ -237,8 +236,8 @@ func (s *Store) migrate(ctx context.Context, path string) error {
 	return nil
 }
 
-// Close commits the status and settings writes already queued, stops the
-// committer and closes the database. Writes after it fail. It is
+// Close commits the status and settings writes already queued and closes
+// the database. Writes after it fail. It is
 // idempotent and safe for concurrent use; every call returns the result of
 // the first.
 func (s *Store) Close() error {
