@@ -17,7 +17,7 @@ import (
 
 type nopTracker struct{}
 
-func (nopTracker) Heartbeat(context.Context, string, string, bool) (presence.Change, error) {
+func (nopTracker) SocketBeat(context.Context, string, string, bool) (presence.Change, error) {
 	return presence.Change{}, nil
 }
 func (nopTracker) SetStatus(context.Context, string, presence.Manual, string) (presence.Change, error) {

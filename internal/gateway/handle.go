@@ -33,7 +33,7 @@ func (c *conn) handle(m *clientMsg) bool {
 	if m.kind == msgHeartbeat {
 		// No timer of its own: a heartbeat never waits on a durable write,
 		// and the tracker bounds the calls to a remote state store.
-		if _, err := c.g.tracker.Heartbeat(c.g.ctx, c.user, c.device, m.active); err != nil {
+		if _, err := c.g.tracker.SocketBeat(c.g.ctx, c.user, c.device, m.active); err != nil {
 			c.opError("heartbeat", err)
 			return true
 		}

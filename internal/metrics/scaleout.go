@@ -21,6 +21,9 @@ var (
 	descDegradedReads = prometheus.NewDesc("presenced_degraded_reads_total", "Reads answered from the durable store and this node's buffer while the state store was down.", nil, nil)
 	descAwaiting      = prometheus.NewDesc("presenced_awaiting_profile_users", "Users whose heartbeats this node holds because their durable profile cannot be read (the durable store is down).", nil, nil)
 	descProfiles      = prometheus.NewDesc("presenced_awaiting_profile_loaded_total", "Users whose held heartbeats were applied once their durable profile could be read.", nil, nil)
+	descOwned         = prometheus.NewDesc("presenced_owned_devices", "Devices whose sockets this node holds and whose liveness it keeps (the state store holds them alive under this node's lease).", nil, nil)
+	descLeaseLosses   = prometheus.NewDesc("presenced_lease_losses_total", "Times this node found its lease taken over or lost and claimed its devices again.", nil, nil)
+	descTakeovers     = prometheus.NewDesc("presenced_lease_takeovers_total", "Leases of other nodes that ran out and this node took over.", nil, nil)
 
 	descBusPublished = prometheus.NewDesc("presenced_bus_published_total", "Changes published to NATS (presence.changes), retries included.", nil, nil)
 	descBusAcked     = prometheus.NewDesc("presenced_bus_acked_total", "Changes acknowledged by the JetStream stream.", nil, nil)
@@ -42,7 +45,7 @@ type scaleOutCollector struct {
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descDegradedReads, descAwaiting, descProfiles,
-		descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
+		descOwned, descLeaseLosses, descTakeovers, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
 		ch <- d
 	}
 }
@@ -63,6 +66,9 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDegradedReads, prometheus.CounterValue, float64(s.DegradedReads))
 		ch <- prometheus.MustNewConstMetric(descAwaiting, prometheus.GaugeValue, float64(s.AwaitingProfile))
 		ch <- prometheus.MustNewConstMetric(descProfiles, prometheus.CounterValue, float64(s.ProfilesLoaded))
+		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(s.OwnedDevices))
+		ch <- prometheus.MustNewConstMetric(descLeaseLosses, prometheus.CounterValue, float64(s.LeaseLosses))
+		ch <- prometheus.MustNewConstMetric(descTakeovers, prometheus.CounterValue, float64(s.LeaseTakeovers))
 	}
 	if c.bus != nil {
 		s := c.bus()

@@ -59,6 +59,9 @@ func (r Rules) WithDefaults() Rules {
 // the close plus CloseGrace, whichever comes first. A zero CloseGrace
 // counts as the TTL (Rules not passed through WithDefaults).
 func (r *Rules) End(d *Device) int64 {
+	if d.Owner != 0 {
+		return Forever
+	}
 	ttl := r.TTL.Milliseconds()
 	end := d.LastBeat + ttl
 	if d.Closed > 0 {
@@ -86,7 +89,18 @@ type Device struct {
 	// Closed is when the device's connection closed without a bye, 0 if
 	// it did not (or beat again since): it then dies at Rules.End.
 	Closed int64
+	// Owner, if not 0, is the lease of the node that holds the device's
+	// socket (scale-out: the node keeps the device's deadline itself and
+	// tells the shared store only what others must see). An owned device
+	// never ends by the rules (Rules.End is Forever): it lives until its
+	// owner ends it or the owner's lease is taken over. LastBeat and
+	// LastActive are then what the owner last reported.
+	Owner uint64
 }
+
+// Forever is the end of a device that a node owns (Device.Owner): later
+// than any time, and exact as a float64 (Lua's numbers).
+const Forever int64 = 1 << 52
 
 // User is the hot state of one user: the durable Profile plus the devices
 // and the last status that was published. Its methods apply one operation
@@ -216,13 +230,14 @@ func (u *User) AliveDevices(r *Rules, now int64) int {
 
 // Deadline returns the next moment (Unix ms) at which the user's state may
 // change without any input — a device's ttl running out, or going idle — or
-// 0 if nothing is pending. It only ever moves later on a heartbeat.
+// 0 if nothing is pending (owned devices never run out here). It only ever
+// moves later on a heartbeat.
 func (u *User) Deadline(r *Rules, now int64) int64 {
 	var next, active int64
 	for i := range u.Devices {
 		d := &u.Devices[i]
 		end := r.End(d)
-		if next == 0 || end < next {
+		if end < Forever && (next == 0 || end < next) {
 			next = end
 		}
 		if end > now && d.LastActive > active {
@@ -230,7 +245,7 @@ func (u *User) Deadline(r *Rules, now int64) int64 {
 		}
 	}
 	if u.Manual == ManualNone && active > 0 {
-		if idle := active + r.IdleAfter.Milliseconds(); idle > now && idle < next {
+		if idle := active + r.IdleAfter.Milliseconds(); idle > now && (next == 0 || idle < next) {
 			next = idle
 		}
 	}

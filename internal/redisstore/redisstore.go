@@ -121,7 +121,9 @@ type Store struct {
 	shards []shardKeys
 
 	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty, raiseFloor *script
+	claim, touch, release, handoff, takeover, renewLease, takeLease                *script
 	floors                                                                         []atomic.Uint64 // per shard: the floor last read or raised (cold reads carry it)
+	leases                                                                         string          // the leases hash (lease.go)
 
 	// Heartbeat batching, see beat.go.
 	shardGroups      []beatGroup   // one per shard
@@ -157,7 +159,7 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		cfg.EvictAfter = 10 * time.Minute
 	}
 	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards),
-		floors: make([]atomic.Uint64, cfg.Shards)}
+		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases"}
 	for i := range s.shards {
 		tag := cfg.Prefix + "{" + strconv.Itoa(i) + "}"
 		s.shards[i] = shardKeys{tag: tag, users: tag + "u:", due: tag + "due", dirty: tag + "dirty", floor: tag + "floor"}
@@ -178,6 +180,13 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		{&s.expire, []string{"helpers", "expire"}},
 		{&s.dirty, []string{"helpers", "dirty"}},
 		{&s.raiseFloor, []string{"raise_floor"}},
+		{&s.claim, []string{"helpers", "claim"}},
+		{&s.touch, []string{"helpers", "touch"}},
+		{&s.release, []string{"helpers", "release"}},
+		{&s.handoff, []string{"helpers", "handoff"}},
+		{&s.takeover, []string{"helpers", "takeover"}},
+		{&s.renewLease, []string{"lease_renew"}},
+		{&s.takeLease, []string{"lease_take"}},
 	} {
 		src, err := newScript(consts, sc.files...)
 		if err != nil {
@@ -741,17 +750,22 @@ func decodeUser(id string, kv []rueidis.RedisMessage, u *presence.User) error {
 				return fmt.Errorf("device field %s: malformed %q", f, v)
 			}
 			active, closed, hasClosed := strings.Cut(active, ":")
+			closed, owner, hasOwner := strings.Cut(closed, ":")
 			lb, e1 := strconv.ParseInt(beat, 10, 64)
 			la, e2 := strconv.ParseInt(active, 10, 64)
 			var cl int64
-			var e3 error
+			var own uint64
+			var e3, e4 error
 			if hasClosed {
 				cl, e3 = strconv.ParseInt(closed, 10, 64)
 			}
-			if e := errors.Join(e1, e2, e3); e != nil {
+			if hasOwner {
+				own, e4 = strconv.ParseUint(owner, 10, 64)
+			}
+			if e := errors.Join(e1, e2, e3, e4); e != nil {
 				return fmt.Errorf("device field %s: %w", f, e)
 			}
-			devs = append(devs, presence.Device{ID: dev, LastBeat: lb, LastActive: la, Closed: cl})
+			devs = append(devs, presence.Device{ID: dev, LastBeat: lb, LastActive: la, Closed: cl, Owner: own})
 		}
 	}
 	u.Devices = devs

@@ -42,6 +42,9 @@ func (t *Tracker) resetFloor(ctx context.Context) error {
 	}
 	t.resets.Add(1)
 	t.log.Warn("the state store lost its data: versions continue from a new epoch", "epoch", epoch)
+	if t.owned != nil {
+		t.owned.Unclaim(t.Now()) // the devices this node holds are claimed again
+	}
 	return nil
 }
 

@@ -345,6 +345,9 @@ func (t *Tracker) recover(ctx context.Context) {
 	t.recoveredAt.Store(t.Now())
 	if t.state.CompareAndSwap(stateReplaying, stateUp) {
 		t.log.Info("state store is back; outage buffer replayed", "users", n)
+		// What the devices this node holds did meanwhile (claims,
+		// releases) goes to the store now, before anyone resyncs.
+		t.syncOwned(ctx)
 		if t.onRecover != nil {
 			t.onRecover()
 		}
@@ -556,7 +559,7 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 			out[i] = out[j]
 			continue
 		}
-		ops := t.bufferedOps(id)
+		ops := t.ownedOps(now, id, t.bufferedOps(id))
 		if ops == nil {
 			if have[i] {
 				out[i] = presence.SnapshotFromProfile(&profiles[i])

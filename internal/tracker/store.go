@@ -94,3 +94,70 @@ type Durable interface {
 type Publisher interface {
 	Publish(ev *presence.Event)
 }
+
+// Leaser is an optional ability of a Store shared by several nodes
+// (Redis): devices owned by the node that holds their sockets (package
+// owned). The owner keeps an owned device's deadline itself, and the
+// store holds the device alive until the owner releases it, hands it off,
+// or the owner's lease is taken over; each node holds a lease that it
+// renews every LeaseInterval. See lease.go.
+type Leaser interface {
+	// AcquireLease registers lease (unique among all nodes, ever) as
+	// renewed at now.
+	AcquireLease(ctx context.Context, lease uint64, now int64) error
+	// RenewLease renews lease at now and appends every lease the store
+	// holds to out. ErrLeaseLost if lease is gone or being taken over.
+	RenewLease(ctx context.Context, lease uint64, now int64, out []Lease) ([]Lease, error)
+	// TakeLease marks a lease last renewed at renewed as being taken
+	// over, unless it was renewed since; it reports whether it is marked.
+	TakeLease(ctx context.Context, lease uint64, renewed, now int64) (bool, error)
+	// EndLease forgets a lease.
+	EndLease(ctx context.Context, lease uint64) error
+	// TakeOver gives every device that lease owns back to the rules with
+	// renewed as its last beat, and returns the changes that are due at
+	// once. lastSeen, if not nil, is asked for the durable last_seen of
+	// the users concerned (newer than the store's). Each device is taken
+	// over once, whoever calls.
+	TakeOver(ctx context.Context, now int64, lease uint64, renewed int64,
+		lastSeen func(ctx context.Context, users []string) (map[string]int64, error), out []presence.Change) ([]presence.Change, error)
+	// Claim makes device owned by lease, applied like a heartbeat at now
+	// with the owner's last beat and activity. ErrNotLoaded,
+	// presence.ErrTooManyDevices, or ErrClaimStale if another owner took
+	// the device after the last beat this owner saw.
+	Claim(ctx context.Context, now int64, lease uint64, user string, d OwnedDevice) (presence.Change, error)
+	// Touch tells the store the last beats and activity of devices lease
+	// owns, and returns the devices it does not own (lost). A user not
+	// held at all is ErrNotLoaded.
+	Touch(ctx context.Context, now int64, lease uint64, user string, devs []OwnedDevice) (presence.Change, []string, error)
+	// Release ends devices lease owns (bye: said bye at now; otherwise
+	// their ttl or close grace ran out on the owner), and returns the
+	// listed devices it did not own.
+	Release(ctx context.Context, now int64, lease uint64, user string, devs []OwnedDevice, bye bool) (presence.Change, []string, error)
+	// HandOff gives devices lease owns back to the rules with their real
+	// last beats (a node that stops), and returns those it did not own.
+	HandOff(ctx context.Context, now int64, lease uint64, user string, devs []OwnedDevice) (presence.Change, []string, error)
+}
+
+// Lease is a node's lease as a store holds it.
+type Lease struct {
+	ID      uint64
+	Renewed int64 // its last renewal, Unix ms by the owner's clock
+	Taken   bool  // another node is taking it over
+	TakenAt int64 // when it was marked (by the taker's clock)
+}
+
+// OwnedDevice is what an owner tells the store of one of its devices.
+type OwnedDevice struct {
+	ID         string
+	LastBeat   int64
+	LastActive int64
+}
+
+// ErrLeaseLost is returned by RenewLease when the node's lease was taken
+// over (or lost with the store's data): the node claims its devices again
+// under a new lease.
+var ErrLeaseLost = errors.New("tracker: this node's lease was taken over")
+
+// ErrClaimStale is returned by Claim when another node holds the device
+// since after the claimant's last beat of it: the device moved there.
+var ErrClaimStale = errors.New("tracker: the device is held by another node")

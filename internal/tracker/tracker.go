@@ -90,6 +90,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/owned"
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -144,6 +145,19 @@ type Config struct {
 	// refuses (see the package doc on users whose profile cannot be
 	// loaded). Default 2s.
 	LoadTimeout time.Duration
+	// LeaseInterval is how often the node renews its lease with a Store
+	// that implements Leaser (lease.go); a lease not renewed for three
+	// intervals is taken over. Default the smaller of 1s and TTL/9, so
+	// that a dead node's devices are taken over well within their ttl.
+	LeaseInterval time.Duration
+	// NodeAlive, if set, reports whether the node of a lease is heard
+	// from on another channel than the store (the NATS bus): such a node
+	// is cut off from the store only, keeps its devices, and is not taken
+	// over.
+	NodeAlive func(lease uint64) bool
+	// NoLeases turns owned devices off even with a Store that implements
+	// Leaser: SocketBeat is then Heartbeat.
+	NoLeases bool
 	// OnRecover, if set, is called by Run each time the store came back and
 	// the buffer was replayed. A store that came back empty lost the devices
 	// of users who beat on no node during the outage, and no event tells
@@ -208,6 +222,16 @@ type Tracker struct {
 	loadTimeout time.Duration
 	cold        coldBuffer
 
+	// Devices this node holds, with a Leaser store (lease.go).
+	leaser      Leaser
+	owned       *owned.Table
+	lease       atomic.Uint64 // this node's lease, 0 while it has none
+	lz          leases
+	leaseLosses atomic.Uint64
+	takeovers   atomic.Uint64
+	workMu      sync.Mutex // guards workBuf
+	workBuf     []owned.Work
+
 	flushMu   sync.RWMutex // held by Checkpoint, read by load; guards pending
 	pending   []presence.Profile
 	sweepMu   sync.Mutex // guards sweepBuf
@@ -251,7 +275,7 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.LoadTimeout <= 0 {
 		cfg.LoadTimeout = 2 * time.Second
 	}
-	return &Tracker{
+	t := &Tracker{
 		store:         cfg.Store,
 		durable:       cfg.Durable,
 		pub:           cfg.Publisher,
@@ -271,7 +295,9 @@ func New(cfg Config) (*Tracker, error) {
 		loadTimeout:   cfg.LoadTimeout,
 		remote:        isPinger(cfg.Store),
 		onRecover:     cfg.OnRecover,
-	}, nil
+	}
+	t.initLeases(&cfg)
+	return t, nil
 }
 
 // Now returns the tracker's clock reading in Unix milliseconds.
@@ -473,6 +499,29 @@ func (t *Tracker) applyStatus(ctx context.Context, now int64, user string, m pre
 // the bye is buffered and an empty Change returned.
 func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change, error) {
 	now := t.Now()
+	if t.owned != nil {
+		d, how := t.owned.Remove(now, user, device)
+		switch how {
+		case owned.Deferred:
+			return presence.Change{}, nil // released after the work in flight
+		case owned.Release:
+			if lease := t.lease.Load(); lease != 0 && t.up() {
+				ch, _, err := t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+					return t.leaser.Release(c, now, lease, user,
+						[]OwnedDevice{{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}}, true)
+				})
+				if err == nil {
+					t.emit(ch)
+					return ch, nil
+				}
+				if !errors.Is(err, errOutage) {
+					return ch, fmt.Errorf("bye: %w", err)
+				}
+			}
+			// The store is down: the bye below is buffered, and its
+			// replay removes the device whoever owns it.
+		}
+	}
 	for try := 0; ; try++ {
 		if !t.up() || t.cold.n.Load() > 0 {
 			if ok, err := t.held(user, op{kind: opBye, at: now, device: device}); ok {
@@ -507,10 +556,13 @@ func (t *Tracker) applyBye(ctx context.Context, now int64, user, device string) 
 // another node) is left alone. While the store is down nothing is
 // recorded: the device then lives its whole ttl, as after missed beats.
 func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int64) error {
+	now := t.Now()
+	if t.owned != nil && t.owned.Close(now, user, device, since) {
+		return nil // this node holds the device: its deadline is kept here
+	}
 	if !t.up() {
 		return nil
 	}
-	now := t.Now()
 	b := t.bound(ctx)
 	ch, err := t.store.Disconnect(b.ctx, now, user, device, since)
 	t.release(b)
@@ -699,6 +751,7 @@ func (t *Tracker) publish(e presence.Event) {
 // returns how many changes it published. It does nothing while the store
 // is down and for RecoverGrace after it came back (see the package doc).
 func (t *Tracker) Sweep(ctx context.Context) (int, error) {
+	t.syncOwned(ctx)
 	if !t.up() || t.Now() < t.recoveredAt.Load()+t.recoverGrace.Milliseconds() {
 		return 0, nil
 	}
@@ -745,12 +798,20 @@ func (t *Tracker) Checkpoint(ctx context.Context) error {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
+	if t.owned != nil {
+		// The last beats of the devices this node holds: the store
+		// does not hear of them.
+		n := len(batch)
+		batch = t.owned.Dirty(batch)
+		retry = retry || len(batch) > n
+	}
 	if len(batch) == 0 {
 		return nil
 	}
 	if retry {
-		// Dirty names each user once; only a retried batch merged with
-		// newer checkpoints can name one twice.
+		// Dirty names each user once; a retried batch merged with newer
+		// checkpoints, or the last beats of the devices this node
+		// holds, can name one twice.
 		batch = dedupeNewest(batch)
 	}
 	if err := t.durable.SaveLastSeen(ctx, batch); err != nil {
@@ -774,7 +835,13 @@ func dedupeNewest(b []presence.Profile) []presence.Profile {
 	out := b[:0]
 	for _, p := range b {
 		if i, ok := idx[p.UserID]; ok {
-			out[i] = p // later in the batch is newer
+			// Every field written only grows: keep the newest of each
+			// (a checkpoint of the devices this node holds carries only
+			// last_seen).
+			q := &out[i]
+			q.LastSeen = max(q.LastSeen, p.LastSeen)
+			q.PubLastSeen = max(q.PubLastSeen, p.PubLastSeen)
+			q.Version = max(q.Version, p.Version)
 			continue
 		}
 		idx[p.UserID] = len(out)
@@ -793,6 +860,13 @@ func (t *Tracker) Run(ctx context.Context) error {
 	defer flush.Stop()
 	probe := time.NewTicker(t.probeInterval)
 	defer probe.Stop()
+	var leaseTick <-chan time.Time
+	if t.leaser != nil {
+		lt := time.NewTicker(time.Duration(t.lz.interval) * time.Millisecond)
+		defer lt.Stop()
+		leaseTick = lt.C
+		t.tickLease(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -801,6 +875,8 @@ func (t *Tracker) Run(ctx context.Context) error {
 			if _, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
 				t.log.Warn("sweep failed", "err", err)
 			}
+		case <-leaseTick:
+			t.tickLease(ctx)
 		case <-probe.C:
 			t.recover(ctx)
 			t.retryCold(ctx)
@@ -824,6 +900,7 @@ func (t *Tracker) Close(ctx context.Context) error {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
+		t.handOff(ctx)
 		err = t.Checkpoint(ctx)
 	})
 	return err
@@ -856,6 +933,10 @@ type Stats struct {
 
 	AwaitingProfile int64  // users whose heartbeats wait in this node for the durable store (cold.go)
 	ProfilesLoaded  uint64 // of those, users loaded once it answered
+
+	OwnedDevices   int    // devices whose sockets this node holds and owns (lease.go); 0 without leases
+	LeaseLosses    uint64 // times this node found its lease taken over or lost, and claimed its devices again
+	LeaseTakeovers uint64 // leases of other nodes this node marked and took over
 }
 
 // Stats returns a copy of the counters.
@@ -878,6 +959,12 @@ func (t *Tracker) Stats() Stats {
 
 		AwaitingProfile: t.cold.n.Load(),
 		ProfilesLoaded:  t.cold.loaded.Load(),
+
+		LeaseLosses:    t.leaseLosses.Load(),
+		LeaseTakeovers: t.takeovers.Load(),
+	}
+	if t.owned != nil {
+		s.OwnedDevices = t.owned.Len()
 	}
 	for p := range t.transitions {
 		for n := range t.transitions[p] {

@@ -6,7 +6,7 @@ local function beat(key, due, dirty, id, now, dev, active)
   local d = find(u, dev)
   if not d then
     if #u.devs >= MAXDEV and alive_devices(u, now) >= MAXDEV then return {-2} end
-    d = {id = dev, lb = 0, la = 0, cl = 0}
+    d = {id = dev, lb = 0, la = 0, cl = 0, own = 0}
     u.devs[#u.devs + 1] = d
   end
   if now > d.lb then d.lb = now end

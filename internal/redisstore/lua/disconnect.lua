@@ -2,12 +2,12 @@
 -- device's connection closed at now without a bye; its last beat through
 -- that connection was at since. Unless it beats again it dies GRACE after
 -- now (User.Disconnect); a device that beat after since reconnected and is
--- left alone.
+-- left alone, as is a device a node holds (its owner keeps its deadline).
 local id, now, dev, since = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local u = load(KEYS[1])
 if not u then return {0} end
 local d = find(u, dev)
-if d and d.lb <= since and d.cl == 0 then
+if d and d.own == 0 and d.lb <= since and d.cl == 0 then
   d.cl = now
   d.mod = true
 end

@@ -9,8 +9,12 @@
 -- status and text), ev (eviction time, 0 = none), one field
 -- d:<device> = "last_beat:last_active" per device, or
 -- "last_beat:last_active:closed" for a device whose connection closed
--- without a bye, s (the time of the user's entry in the due set, 0 =
--- none), nd (the devices the user had when a full script last saved the
+-- without a bye, or "last_beat:last_active:closed:owner" for a device
+-- whose socket a node holds (owner is that node's lease: see lease.go;
+-- the device is alive until the owner releases it or its lease is taken
+-- over, and last_beat and last_active are what the owner last reported),
+-- s (the time of the user's entry in the due set, 0 = none, FOREVER = no
+-- entry and nothing due: only owned devices and no away pending), nd (the devices the user had when a full script last saved the
 -- hash; the fast heartbeat adds none) and r = "v:m:pub:ss:sl:nd:s:"
 -- followed by the text, written by every full script. While s is in the
 -- future no device has died and no away is due since, so a read needs only
@@ -40,10 +44,19 @@ local function load(key)
     if string.sub(f, 1, 2) == 'd:' then
       local c = string.find(val, ':', 1, true)
       local c2 = string.find(val, ':', c + 1, true)
-      local cl = 0
-      if c2 then cl = tonumber(string.sub(val, c2 + 1)) else c2 = #val + 1 end
+      local cl, own = 0, 0
+      if c2 then
+        local c3 = string.find(val, ':', c2 + 1, true)
+        if c3 then
+          cl, own = tonumber(string.sub(val, c2 + 1, c3 - 1)), tonumber(string.sub(val, c3 + 1))
+        else
+          cl = tonumber(string.sub(val, c2 + 1))
+        end
+      else
+        c2 = #val + 1
+      end
       u.devs[#u.devs + 1] = {id = string.sub(f, 3), lb = tonumber(string.sub(val, 1, c - 1)),
-        la = tonumber(string.sub(val, c + 1, c2 - 1)), cl = cl}
+        la = tonumber(string.sub(val, c + 1, c2 - 1)), cl = cl, own = own}
     elseif TEXT[f] then
       u[f] = val
     else
@@ -73,7 +86,9 @@ local function save(u)
   for _, d in ipairs(u.devs) do
     if d.mod then
       args[#args + 1] = 'd:' .. d.id
-      if d.cl ~= 0 then
+      if d.own ~= 0 then
+        args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la) .. ':' .. fmt(d.cl) .. ':' .. fmt(d.own)
+      elseif d.cl ~= 0 then
         args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la) .. ':' .. fmt(d.cl)
       else
         args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la)
@@ -88,8 +103,14 @@ local function save(u)
   end
 end
 
--- device_end is Rules.End: the moment d dies unless it beats again.
+-- FOREVER is later than any time: the end of an owned device, and s of a
+-- user with nothing due.
+local FOREVER = 4503599627370496 -- 2^52
+
+-- device_end is Rules.End: the moment d dies unless it beats again. An
+-- owned device never ends here: its owner keeps its deadline.
 local function device_end(d)
+  if d.own ~= 0 then return FOREVER end
   local e = d.lb + TTL
   if d.cl ~= 0 and d.cl + GRACE < e then e = d.cl + GRACE end
   return e
@@ -160,12 +181,12 @@ local function deadline(u, now)
   local nxt, active = 0, 0
   for _, d in ipairs(u.devs) do
     local e = device_end(d)
-    if nxt == 0 or e < nxt then nxt = e end
+    if e < FOREVER and (nxt == 0 or e < nxt) then nxt = e end
     if e > now and d.la > active then active = d.la end
   end
   if u.m == 0 and active > 0 then
     local idle = active + IDLE
-    if idle > now and idle < nxt then nxt = idle end
+    if idle > now and (nxt == 0 or idle < nxt) then nxt = idle end
   end
   return nxt
 end
@@ -178,7 +199,12 @@ end
 -- later, does not touch the sorted set at all.
 local function schedule(due, id, u, now)
   local d = deadline(u, now)
-  if d == 0 then
+  if d == 0 and #u.devs > 0 then
+    -- Owned devices only, no away pending: nothing is due here.
+    u.ev = 0
+    if u.s == 0 then u.s = FOREVER end
+    return
+  elseif d == 0 then
     if u.ev == 0 then u.ev = now + EVICT end
     d = u.ev
   else

@@ -1,0 +1,701 @@
+// Package owned keeps the devices whose sockets this node holds, when
+// several nodes share one state store (Redis). The node that holds a
+// device's socket knows better than anyone whether it is alive, so it
+// keeps the device's deadline itself and tells the shared store only what
+// others must see: that the device is there (a claim, when it connects),
+// that it is still active (a touch, about once per idle period of an
+// active user), and that it is gone (a release: its ttl or close grace ran
+// out here, or it said bye). A heartbeat that changes nothing visible
+// touches one shard lock of this table and nothing else — no network, no
+// allocation.
+//
+// The table holds no connection to the store: it decides, and the tracker
+// carries its decisions out and reports back (Beat says what a heartbeat
+// needs at once; Due hands out the work whose time has come; Done records
+// what the store answered). Work that fails — the store is down, the user
+// cannot be loaded — stays in the table and comes due again after
+// Config.Retry, so while the store does not answer the devices stay alive
+// here, and what changed meanwhile reaches the store when it answers.
+//
+// Times are Unix milliseconds. A Table is safe for concurrent use.
+package owned
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// Config configures a Table. Zero values take the documented defaults.
+type Config struct {
+	// Rules are the rules of the state model (TTL, IdleAfter, CloseGrace).
+	Rules presence.Rules
+	// TouchMargin is how long before the store would turn an active user
+	// away (its last known activity + IdleAfter) the table hands out the
+	// touch that keeps them online. Default 1s, at most IdleAfter/2.
+	TouchMargin time.Duration
+	// Retry is how long work that failed waits before it is due again.
+	// Default 250ms.
+	Retry time.Duration
+	// Shards is the number of independently locked shards, rounded up to
+	// a power of two. Default 64.
+	Shards int
+}
+
+// Need is what a heartbeat needs from the shared store at once.
+type Need uint8
+
+// Needs of a heartbeat.
+const (
+	// NeedNothing: the common case; the store knows all it must.
+	NeedNothing Need = iota
+	// NeedClaim: the device is new on this node: claim it now (the
+	// caller then calls Done).
+	NeedClaim
+	// NeedTouch: an active beat of a user whom the store shows idle (or
+	// soon will): touch now so the user shows online (then Done).
+	NeedTouch
+)
+
+// Device is what the table knows of one device.
+type Device struct {
+	ID         string
+	LastBeat   int64
+	LastActive int64 // 0: never active
+	Closed     int64 // when its socket closed without a bye, 0 if open
+}
+
+// Work is what the store must be told about one user.
+type Work struct {
+	User    string
+	Claim   []Device // devices to claim
+	Touch   []Device // claimed devices whose activity the store must learn
+	Release []Device // devices that ended here (their ttl or close grace ran out)
+	Bye     []Device // devices that said bye while work of theirs was in flight
+}
+
+// Empty reports whether w asks for nothing.
+func (w *Work) Empty() bool {
+	return len(w.Claim) == 0 && len(w.Touch) == 0 && len(w.Release) == 0 && len(w.Bye) == 0
+}
+
+// Result is what the store answered to a Work (or to a NeedClaim or
+// NeedTouch) for Done.
+type Result struct {
+	// Failed: the store did not answer, or could not load the user; the
+	// work is due again after Config.Retry.
+	Failed bool
+	// Lost names devices another node holds now (a claim the store
+	// refused as stale, a touch or release of a device this node no
+	// longer holds): the table forgets them.
+	Lost []string
+	// Refused names devices whose claim the store refused by the rules
+	// (too many devices): the table forgets them.
+	Refused []string
+	// Reclaim: the store does not hold the user at all (it lost its
+	// data): every device of the user is to be claimed again.
+	Reclaim bool
+}
+
+type dev struct {
+	Device
+	claimed  bool  // the store holds the device as this node's
+	dead     bool  // ended here; its release is not done yet
+	bye      bool  // dead by a bye (Remove while work of it was in flight)
+	inFlight bool  // named in work handed out and not yet Done
+	op       uint8 // the work in flight: opClaim, opTouch or opRelease
+	laR      int64 // the activity the store knows (claimed devices)
+	sentLA   int64 // the activity sent with the work in flight
+}
+
+// Work in flight of a device.
+const (
+	opClaim uint8 = iota + 1
+	opTouch
+	opRelease
+)
+
+type user struct {
+	id      string
+	devs    []dev
+	one     [1]dev // backs devs for the common single-device user
+	sched   int64  // at of the heap item that is authoritative, 0 = none
+	retryAt int64  // failed work waits until then
+	busy    bool   // work of the user is in flight (handed out, not Done)
+	gen     uint64 // Table.gen when the work in flight was handed out
+	again   bool   // something came up while busy: look again at Done
+	dirty   bool   // in the shard's dirty list
+	ls      int64  // the latest beat of any of its devices
+}
+
+type item struct {
+	at int64
+	u  *user
+}
+
+type shard struct {
+	mu    sync.Mutex // guards the fields below and every *user in users
+	users map[string]*user
+	heap  []item
+	dirty []*user // users whose last beat moved since the last Dirty
+	n     int     // devices held
+	_     [64]byte
+}
+
+// Table is the set of devices this node holds. It is safe for concurrent use.
+type Table struct {
+	gen    atomic.Uint64 // bumped by Unclaim: answers to older work claim nothing
+	rules  presence.Rules
+	margin int64
+	retry  int64
+	seed   maphash.Seed
+	mask   uint64
+	shards []shard
+}
+
+// New returns an empty Table.
+func New(cfg Config) *Table {
+	cfg.Rules = cfg.Rules.WithDefaults()
+	if cfg.TouchMargin <= 0 {
+		cfg.TouchMargin = time.Second
+	}
+	cfg.TouchMargin = min(cfg.TouchMargin, cfg.Rules.IdleAfter/2)
+	if cfg.Retry <= 0 {
+		cfg.Retry = 250 * time.Millisecond
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = 64
+	}
+	n := 1
+	for n < cfg.Shards {
+		n <<= 1
+	}
+	t := &Table{
+		rules:  cfg.Rules,
+		margin: cfg.TouchMargin.Milliseconds(),
+		retry:  cfg.Retry.Milliseconds(),
+		seed:   maphash.MakeSeed(),
+		mask:   uint64(n - 1),
+		shards: make([]shard, n),
+	}
+	for i := range t.shards {
+		t.shards[i].users = make(map[string]*user)
+	}
+	return t
+}
+
+func (t *Table) shard(id string) *shard { return &t.shards[maphash.String(t.seed, id)&t.mask] }
+
+func (t *Table) end(d *dev) int64 {
+	pd := presence.Device{LastBeat: d.LastBeat, Closed: d.Closed}
+	return t.rules.End(&pd)
+}
+
+func (u *user) find(id string) int {
+	for i := range u.devs {
+		if u.devs[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Beat records a heartbeat of a device whose socket this node holds and
+// says what the store needs at once. A beat of a device that ended here
+// but was not released yet starts it afresh. For NeedClaim and NeedTouch
+// the caller tells the store and then calls Done with the answer; until
+// then the user's other work waits.
+func (t *Table) Beat(now int64, userID, device string, active bool) Need {
+	sh := t.shard(userID)
+	sh.mu.Lock()
+	u := sh.users[userID]
+	if u == nil {
+		u = &user{id: userID}
+		u.devs = u.one[:0]
+		sh.users[userID] = u
+	}
+	i := u.find(device)
+	if i < 0 {
+		u.devs = append(u.devs, dev{Device: Device{ID: device}})
+		i = len(u.devs) - 1
+		sh.n++
+	}
+	d := &u.devs[i]
+	if d.dead && !d.inFlight {
+		// Ended here but not yet released: it is back; the store still
+		// holds it (or will learn of it with a claim).
+		d.dead, d.bye = false, false
+	}
+	if now > d.LastBeat {
+		d.LastBeat = now
+	}
+	if d.Closed != 0 && now > d.Closed {
+		d.Closed = 0
+	}
+	if active && now > d.LastActive {
+		d.LastActive = now
+	}
+	u.ls = max(u.ls, now)
+	if !u.dirty {
+		u.dirty = true
+		sh.dirty = append(sh.dirty, u)
+	}
+	need := NeedNothing
+	switch {
+	case u.busy:
+		if !d.claimed || (active && t.idleInStore(u, now)) {
+			u.again = true
+		}
+	case !d.claimed && now >= u.retryAt:
+		need = NeedClaim
+	case !d.claimed:
+		t.armLocked(sh, u, now)
+	case active && t.idleInStore(u, now):
+		need = NeedTouch
+	default:
+		if d.LastActive > d.laR {
+			// The touch that keeps the user online may now be due
+			// before the user's heap item.
+			if at := d.laR + t.rules.IdleAfter.Milliseconds() - t.margin; u.sched == 0 || at < u.sched {
+				t.pushLocked(sh, u, at)
+			}
+		}
+	}
+	if need != NeedNothing {
+		u.busy = true
+		u.gen = t.gen.Load()
+		for j := range u.devs {
+			if dj := &u.devs[j]; need == NeedTouch && dj.claimed && !dj.dead || j == i {
+				dj.inFlight, dj.sentLA, dj.op = true, dj.LastActive, opTouch
+				if need == NeedClaim {
+					dj.op = opClaim
+				}
+			}
+		}
+	}
+	sh.mu.Unlock()
+	return need
+}
+
+// idleInStore reports whether the store shows u idle by now: none of
+// its devices' activity that the store knows is within IdleAfter.
+func (t *Table) idleInStore(u *user, now int64) bool {
+	var la int64
+	for i := range u.devs {
+		if d := &u.devs[i]; d.claimed && d.laR > la {
+			la = d.laR
+		}
+	}
+	return la+t.rules.IdleAfter.Milliseconds() <= now
+}
+
+// Pending returns the devices of user that the caller must send with a
+// NeedClaim (the beaten device, unclaimed) or NeedTouch (every claimed
+// device), appending to out.
+func (t *Table) Pending(userID string, need Need, out []Device) []Device {
+	sh := t.shard(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	u := sh.users[userID]
+	if u == nil {
+		return out
+	}
+	for i := range u.devs {
+		d := &u.devs[i]
+		if d.inFlight && (need == NeedClaim && d.op == opClaim || need == NeedTouch && d.op == opTouch) {
+			out = append(out, d.Device)
+		}
+	}
+	return out
+}
+
+// Close records that the socket of a device closed without a bye at
+// now; since is the last beat through that socket. Unless it beats again
+// the device ends CloseGrace after now (or at the end of its ttl). A
+// device that beat after since (it has another socket here) is left
+// alone. It reports whether the table holds the device.
+func (t *Table) Close(now int64, userID, device string, since int64) bool {
+	sh := t.shard(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	u := sh.users[userID]
+	if u == nil {
+		return false
+	}
+	i := u.find(device)
+	if i < 0 {
+		return false
+	}
+	d := &u.devs[i]
+	if d.LastBeat <= since && d.Closed == 0 && !d.dead {
+		d.Closed = now
+		if e := t.end(d); u.sched == 0 || e < u.sched {
+			t.pushLocked(sh, u, e)
+		}
+	}
+	return true
+}
+
+// Removal is what Remove did with a device.
+type Removal uint8
+
+// Removals.
+const (
+	NotHeld   Removal = iota // the table does not hold the device
+	Forgotten                // forgotten; the store never held it as this node's
+	Release                  // forgotten; the caller releases it in the store (a bye)
+	Deferred                 // work of the device is in flight: the table releases it (a bye) after it
+)
+
+// Remove forgets a device that said bye at now and returns it and what
+// the caller must do.
+func (t *Table) Remove(now int64, userID, device string) (Device, Removal) {
+	sh := t.shard(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	u := sh.users[userID]
+	if u == nil {
+		return Device{}, NotHeld
+	}
+	i := u.find(device)
+	if i < 0 {
+		return Device{}, NotHeld
+	}
+	d := &u.devs[i]
+	if d.inFlight {
+		// A claim of it may land after a release sent now: let the
+		// work finish, then release it.
+		d.dead, d.bye = true, true
+		u.again = true
+		return d.Device, Deferred
+	}
+	dv, claimed := d.Device, d.claimed
+	t.dropLocked(sh, u, i)
+	if claimed {
+		return dv, Release
+	}
+	return dv, Forgotten
+}
+
+// dropLocked forgets device i of u, and u once it has no device and no
+// work in flight.
+func (t *Table) dropLocked(sh *shard, u *user, i int) {
+	u.devs = append(u.devs[:i], u.devs[i+1:]...)
+	u.devs[:len(u.devs)+1][len(u.devs)] = dev{}
+	sh.n--
+	if len(u.devs) == 0 && !u.busy {
+		delete(sh.users, u.id)
+		u.sched = 0
+	}
+}
+
+// Due hands out the work of every user whose time has come by now,
+// appending it to out: releases of devices that ended, claims that
+// failed before, touches that keep active users online. The users of
+// the work handed out are busy until Done.
+func (t *Table) Due(now int64, out []Work) []Work {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for len(sh.heap) > 0 && sh.heap[0].at <= now {
+			it := sh.popLocked()
+			u := it.u
+			if it.at != u.sched {
+				continue // superseded
+			}
+			u.sched = 0
+			if u.busy {
+				u.again = true
+				continue
+			}
+			w := t.workLocked(sh, u, now)
+			if !w.Empty() {
+				u.busy = true
+				u.gen = t.gen.Load()
+				out = append(out, w)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// workLocked marks the devices that ended by now dead and collects what
+// the store must be told about u; if there is nothing, it re-arms u.
+func (t *Table) workLocked(sh *shard, u *user, now int64) Work {
+	w := Work{User: u.id}
+	idle := t.rules.IdleAfter.Milliseconds()
+	for i := 0; i < len(u.devs); i++ {
+		d := &u.devs[i]
+		if !d.dead && t.end(d) <= now {
+			d.dead = true
+		}
+		switch {
+		case d.dead && !d.claimed:
+			// Never shown to anyone: nothing to release.
+			t.dropLocked(sh, u, i)
+			i--
+			continue
+		case now < u.retryAt:
+		case d.dead && d.bye:
+			w.Bye = append(w.Bye, d.Device)
+			d.inFlight, d.op = true, opRelease
+		case d.dead:
+			w.Release = append(w.Release, d.Device)
+			d.inFlight, d.op = true, opRelease
+		case !d.claimed:
+			w.Claim = append(w.Claim, d.Device)
+			d.inFlight, d.sentLA, d.op = true, d.LastActive, opClaim
+		case d.LastActive > d.laR && now >= d.laR+idle-t.margin:
+			w.Touch = append(w.Touch, d.Device)
+			d.inFlight, d.sentLA, d.op = true, d.LastActive, opTouch
+		}
+	}
+	if len(u.devs) == 0 {
+		delete(sh.users, u.id)
+		return w
+	}
+	if w.Empty() {
+		t.armLocked(sh, u, now)
+	}
+	return w
+}
+
+// Done records the store's answer to the work of user handed out by Beat
+// (NeedClaim, NeedTouch) or Due, and re-arms the user.
+func (t *Table) Done(now int64, userID string, r Result) {
+	sh := t.shard(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	u := sh.users[userID]
+	if u == nil {
+		return
+	}
+	u.busy = false
+	if u.gen != t.gen.Load() && !r.Failed {
+		// Unclaim ran meanwhile: what this work claimed is not this
+		// node's any more (or is under a lease taken over).
+		r = Result{Reclaim: true, Lost: r.Lost, Refused: r.Refused}
+	}
+	if r.Failed {
+		u.retryAt = now + t.retry
+	} else {
+		u.retryAt = 0
+	}
+	for i := 0; i < len(u.devs); i++ {
+		d := &u.devs[i]
+		if r.Reclaim {
+			// The store does not hold the user's devices as this
+			// node's: all of them are claimed again (the dead ones
+			// are dropped by the next work: never shown again).
+			d.claimed = false
+		}
+		if !d.inFlight {
+			continue
+		}
+		op := d.op
+		d.inFlight, d.op = false, 0
+		switch {
+		case r.Reclaim:
+			if d.dead {
+				t.dropLocked(sh, u, i)
+				i--
+			}
+		case contains(r.Lost, d.ID) || contains(r.Refused, d.ID):
+			t.dropLocked(sh, u, i)
+			i--
+		case r.Failed:
+		case op == opRelease:
+			t.dropLocked(sh, u, i)
+			i--
+		default:
+			// A claim or a touch: the store has the device as this
+			// node's, with the activity sent. (A device that said
+			// bye meanwhile is released by the next work.)
+			d.claimed = true
+			d.laR = max(d.laR, d.sentLA)
+		}
+	}
+	if len(u.devs) == 0 {
+		delete(sh.users, u.id)
+		u.sched = 0
+		return
+	}
+	if u.again {
+		u.again = false
+		t.pushLocked(sh, u, max(now, u.retryAt))
+		return
+	}
+	t.armLocked(sh, u, now)
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// armLocked puts u's next deadline on the heap unless an item at or
+// before it is there already.
+func (t *Table) armLocked(sh *shard, u *user, now int64) {
+	next := int64(0)
+	idle := t.rules.IdleAfter.Milliseconds()
+	for i := range u.devs {
+		d := &u.devs[i]
+		var at int64
+		switch {
+		case d.dead || !d.claimed:
+			at = max(now, u.retryAt)
+		default:
+			at = t.end(d)
+			if d.LastActive > d.laR {
+				at = min(at, d.laR+idle-t.margin)
+			}
+		}
+		if next == 0 || at < next {
+			next = at
+		}
+	}
+	if next != 0 && (u.sched == 0 || next < u.sched) {
+		t.pushLocked(sh, u, next)
+	}
+}
+
+func (t *Table) pushLocked(sh *shard, u *user, at int64) {
+	u.sched = at
+	sh.heap = append(sh.heap, item{at: at, u: u})
+	h := sh.heap
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].at <= h[i].at {
+			break
+		}
+		h[p], h[i] = h[i], h[p]
+		i = p
+	}
+}
+
+func (sh *shard) popLocked() item {
+	h := sh.heap
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h[last] = item{}
+	h = h[:last]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(h) && h[l].at < h[m].at {
+			m = l
+		}
+		if r < len(h) && h[r].at < h[m].at {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	sh.heap = h
+	return top
+}
+
+// Unclaim marks every device of the table unclaimed: the store lost them
+// (it lost its data, or this node's lease was taken over), and each is
+// claimed again by the work Due hands out. Work in flight is answered
+// as it is; its devices are claimed again after it.
+func (t *Table) Unclaim(now int64) {
+	t.gen.Add(1)
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, u := range sh.users {
+			for j := range u.devs {
+				u.devs[j].claimed = false
+				u.devs[j].laR = 0
+			}
+			u.retryAt = 0
+			if u.busy {
+				u.again = true
+			} else {
+				t.pushLocked(sh, u, now)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Devices appends the devices of user alive at now to out.
+func (t *Table) Devices(now int64, userID string, out []Device) []Device {
+	sh := t.shard(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if u := sh.users[userID]; u != nil {
+		for i := range u.devs {
+			if d := &u.devs[i]; !d.dead && now < t.end(d) {
+				out = append(out, d.Device)
+			}
+		}
+	}
+	return out
+}
+
+// Each calls fn with every user and its claimed devices (alive or not
+// released), under the user's shard lock: fn must not call the table.
+func (t *Table) Each(fn func(user string, claimed []Device)) {
+	var buf []Device
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, u := range sh.users {
+			buf = buf[:0]
+			for j := range u.devs {
+				if u.devs[j].claimed {
+					buf = append(buf, u.devs[j].Device)
+				}
+			}
+			if len(buf) > 0 {
+				fn(u.id, buf)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Dirty appends to out, and forgets, each user whose devices beat since
+// the previous call, with the latest of their beats as LastSeen (a
+// checkpoint of last_seen only: the other fields are zero).
+func (t *Table) Dirty(out []presence.Profile) []presence.Profile {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, u := range sh.dirty {
+			u.dirty = false
+			out = append(out, presence.Profile{UserID: u.id, LastSeen: u.ls})
+		}
+		clear(sh.dirty)
+		sh.dirty = sh.dirty[:0]
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// Len returns the number of devices held.
+func (t *Table) Len() int {
+	n := 0
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
+	}
+	return n
+}

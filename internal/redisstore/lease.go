@@ -1,0 +1,229 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// Owned devices (tracker.Leaser).
+//
+// A node that holds a device's socket claims it: the device's field in the
+// user's hash then names the node's lease ("last_beat:last_active:0:lease")
+// and the user joins the lease's set in its shard,
+//
+//	<prefix>{<shard>}own:<lease>   set: users with a device the lease owns
+//	<prefix>leases                 hash: lease → last renewal (Unix ms), or "x:<renewal>:<ms>" while taken over
+//
+// and from then on the device is alive in Redis until its owner releases
+// it (its ttl or close grace ran out on the owner, or it said bye), hands
+// it off (the owner stops), or the lease is taken over: a lease not
+// renewed for a while is marked ("x:…" — after which its owner can renew it
+// no more and claims its devices again under a new lease), then each
+// shard's set is taken over in one script (takeover.lua: every device
+// the lease owned lives a ttl from the lease's last renewal, and the set is
+// deleted, so it happens once), then the lease is forgotten. The leases
+// hash is one key (one slot on a Cluster); the scripts that read it touch
+// nothing else.
+
+var _ tracker.Leaser = (*Store)(nil)
+
+// ownedKey is the set of users in shard sk with a device lease owns.
+func (sk *shardKeys) ownedKey(lease uint64) string {
+	return sk.tag + "own:" + strconv.FormatUint(lease, 10)
+}
+
+func u64(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// AcquireLease implements tracker.Leaser.
+func (s *Store) AcquireLease(ctx context.Context, lease uint64, now int64) error {
+	if err := s.c.Do(ctx, s.c.B().Hset().Key(s.leases).FieldValue().FieldValue(u64(lease), i64(now)).Build()).Error(); err != nil {
+		return fmt.Errorf("redisstore: acquire lease: %w", err)
+	}
+	return nil
+}
+
+// RenewLease implements tracker.Leaser.
+func (s *Store) RenewLease(ctx context.Context, lease uint64, now int64, out []tracker.Lease) ([]tracker.Lease, error) {
+	m, err := s.renewLease.Exec(ctx, s.c, []string{s.leases}, []string{u64(lease), i64(now)}).ToMessage()
+	if err != nil {
+		return out, fmt.Errorf("redisstore: renew lease: %w", s.renewLease.err(err))
+	}
+	if n, err := m.AsInt64(); err == nil && n == -1 {
+		return out, tracker.ErrLeaseLost
+	}
+	kv, err := m.AsStrSlice()
+	if err != nil {
+		return out, fmt.Errorf("redisstore: renew lease: %w", err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		id, err := strconv.ParseUint(kv[i], 10, 64)
+		if err != nil {
+			continue // not ours
+		}
+		l := tracker.Lease{ID: id}
+		if x, ok := strings.CutPrefix(kv[i+1], "x:"); ok {
+			renewed, at, _ := strings.Cut(x, ":")
+			l.Taken = true
+			l.Renewed, _ = strconv.ParseInt(renewed, 10, 64)
+			l.TakenAt, _ = strconv.ParseInt(at, 10, 64)
+		} else if l.Renewed, err = strconv.ParseInt(kv[i+1], 10, 64); err != nil {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// TakeLease implements tracker.Leaser.
+func (s *Store) TakeLease(ctx context.Context, lease uint64, renewed, now int64) (bool, error) {
+	n, err := s.takeLease.Exec(ctx, s.c, []string{s.leases}, []string{u64(lease), i64(renewed), i64(now)}).AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("redisstore: take lease: %w", s.takeLease.err(err))
+	}
+	return n == 1, nil
+}
+
+// EndLease implements tracker.Leaser.
+func (s *Store) EndLease(ctx context.Context, lease uint64) error {
+	if err := s.c.Do(ctx, s.c.B().Hdel().Key(s.leases).Field(u64(lease)).Build()).Error(); err != nil {
+		return fmt.Errorf("redisstore: end lease: %w", err)
+	}
+	return nil
+}
+
+// TakeOver implements tracker.Leaser: one pipelined round trip lists the
+// lease's users in every shard, the durable last_seen of those users is
+// asked for once, and a second round trip runs the takeover script on
+// every shard that had any.
+func (s *Store) TakeOver(ctx context.Context, now int64, lease uint64, renewed int64,
+	lastSeen func(ctx context.Context, users []string) (map[string]int64, error), out []presence.Change) ([]presence.Change, error) {
+	cmds := make(rueidis.Commands, len(s.shards))
+	for i := range s.shards {
+		cmds[i] = s.c.B().Smembers().Key(s.shards[i].ownedKey(lease)).Build()
+	}
+	members := make([][]string, len(s.shards))
+	var all []string
+	for i, r := range s.c.DoMulti(ctx, cmds...) {
+		m, err := r.AsStrSlice()
+		if err != nil {
+			return out, fmt.Errorf("redisstore: take over: %w", err)
+		}
+		members[i] = m
+		all = append(all, m...)
+	}
+	if len(all) == 0 {
+		return out, nil
+	}
+	var seen map[string]int64
+	if lastSeen != nil {
+		var err error
+		if seen, err = lastSeen(ctx, all); err != nil {
+			return out, fmt.Errorf("redisstore: take over: last_seen of %d users: %w", len(all), err)
+		}
+	}
+	var execs []rueidis.LuaExec
+	for i, m := range members {
+		if len(m) == 0 {
+			continue
+		}
+		sk := &s.shards[i]
+		args := []string{u64(lease), i64(renewed), i64(now), sk.users}
+		for _, u := range m {
+			if ls, ok := seen[u]; ok {
+				args = append(args, u, i64(ls))
+			}
+		}
+		execs = append(execs, rueidis.LuaExec{Keys: []string{sk.ownedKey(lease), sk.due, sk.dirty}, Args: args})
+	}
+	var firstErr error
+	for _, r := range s.takeover.execMulti(ctx, s.c, execs...) {
+		arr, err := r.ToArray()
+		if err != nil {
+			firstErr = firstOf(firstErr, s.takeover.err(err))
+			continue
+		}
+		for _, m := range arr {
+			c, err := decodeClaim(m, now)
+			if err != nil {
+				firstErr = firstOf(firstErr, err)
+				continue
+			}
+			out = append(out, c)
+		}
+	}
+	if firstErr != nil {
+		return out, fmt.Errorf("redisstore: take over: %w", firstErr)
+	}
+	return out, nil
+}
+
+// Claim implements tracker.Leaser.
+func (s *Store) Claim(ctx context.Context, now int64, lease uint64, user string, d tracker.OwnedDevice) (presence.Change, error) {
+	sk := s.shardOf(user)
+	m, err := s.claim.Exec(ctx, s.c, []string{sk.users + user, sk.due, sk.dirty, sk.ownedKey(lease)},
+		[]string{user, i64(now), d.ID, u64(lease), i64(d.LastBeat), i64(d.LastActive)}).ToMessage()
+	if err != nil {
+		return presence.Change{}, wrapErr("claim", s.claim.err(err))
+	}
+	if arr, err := m.ToArray(); err == nil && len(arr) == 1 {
+		if code, _ := arr[0].AsInt64(); code == -4 {
+			return presence.Change{}, tracker.ErrClaimStale
+		}
+	}
+	return s.change(m, user, now, "claim")
+}
+
+// Touch implements tracker.Leaser.
+func (s *Store) Touch(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice) (presence.Change, []string, error) {
+	sk := s.shardOf(user)
+	return s.ownedOp(ctx, s.touch, "touch", []string{sk.users + user, sk.due, sk.dirty},
+		[]string{user, i64(now), u64(lease)}, devs, user, now)
+}
+
+// Release implements tracker.Leaser.
+func (s *Store) Release(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice, bye bool) (presence.Change, []string, error) {
+	sk := s.shardOf(user)
+	b := "0"
+	if bye {
+		b = "1"
+	}
+	return s.ownedOp(ctx, s.release, "release", []string{sk.users + user, sk.due, sk.dirty, sk.ownedKey(lease)},
+		[]string{user, i64(now), u64(lease), b}, devs, user, now)
+}
+
+// HandOff implements tracker.Leaser.
+func (s *Store) HandOff(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice) (presence.Change, []string, error) {
+	sk := s.shardOf(user)
+	return s.ownedOp(ctx, s.handoff, "hand off", []string{sk.users + user, sk.due, sk.dirty},
+		[]string{user, i64(now), u64(lease)}, devs, user, now)
+}
+
+// ownedOp runs a script that takes devices as (id, last beat, last
+// activity) after args and answers {change, lost devices}.
+func (s *Store) ownedOp(ctx context.Context, sc *script, op string, keys, args []string, devs []tracker.OwnedDevice,
+	user string, now int64) (presence.Change, []string, error) {
+	for _, d := range devs {
+		args = append(args, d.ID, i64(d.LastBeat), i64(d.LastActive))
+	}
+	m, err := sc.Exec(ctx, s.c, keys, args).ToMessage()
+	if err != nil {
+		return presence.Change{}, nil, wrapErr(op, sc.err(err))
+	}
+	arr, err := m.ToArray()
+	if err != nil || len(arr) != 2 {
+		return presence.Change{}, nil, wrapErr(op, fmt.Errorf("unexpected reply %v (%v)", m, err))
+	}
+	lost, err := arr[1].AsStrSlice()
+	if err != nil {
+		return presence.Change{}, nil, wrapErr(op, err)
+	}
+	ch, err := s.change(arr[0], user, now, op)
+	return ch, lost, err
+}

@@ -1,0 +1,33 @@
+-- KEYS: user hash, due, dirty, the owner's set of users in this shard.
+-- ARGV: user, now, device, owner (a lease), last beat, last activity (the
+-- owner's readings, at or before now; activity 0 if none). A node takes
+-- the device whose socket it holds: from then on the device is alive until
+-- that node releases it, hands it off, or loses its lease (lease.go), and
+-- its beats no longer reach Redis. Applied like a heartbeat, it returns
+-- what beat.lua returns ({0}, the change, {-1} not loaded, {-2} too many
+-- devices), or {-4} when another owner holds the device since after this
+-- owner's last beat of it (the device moved to that node: this claim is
+-- stale).
+local id, now, dev, own = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local lb, la = tonumber(ARGV[5]), tonumber(ARGV[6])
+local u = load(KEYS[1])
+if not u then return {-1} end
+local d = find(u, dev)
+if d and d.own ~= 0 and d.own ~= own and lb < d.lb then return {-4} end
+if not d then
+  if #u.devs >= MAXDEV and alive_devices(u, now) >= MAXDEV then return {-2} end
+  d = {id = dev, lb = 0, la = 0, cl = 0, own = 0}
+  u.devs[#u.devs + 1] = d
+end
+if lb > d.lb then d.lb = lb end
+if la > d.la then d.la = la end
+d.cl = 0
+d.own = own
+d.mod = true
+if lb > u.ls then u.ls = lb end
+local ch = settle(u, now)
+schedule(KEYS[2], id, u, now)
+save(u)
+redis.call('SADD', KEYS[3], id)
+redis.call('SADD', KEYS[4], id)
+return ch or {0}

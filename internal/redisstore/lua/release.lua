@@ -1,0 +1,41 @@
+-- KEYS: user hash, due, dirty, the owner's set of users in this shard.
+-- ARGV: user, now, owner, bye (1/0), then per device: device, last beat,
+-- last activity. The owner ends devices it holds: their ttl or close
+-- grace ran out on the owner (last_seen is then their last beat), or they
+-- said bye (last_seen is now). Returns {change or {0}, the listed devices
+-- this owner did not hold: another node claimed them, and they are left
+-- alone}.
+local id, now, own, bye = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
+local u = load(KEYS[1])
+local lost = {}
+if not u then
+  redis.call('SREM', KEYS[4], id)
+  return {{0}, lost}
+end
+for i = 5, #ARGV, 3 do
+  local dev, lb, la = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local at = nil
+  for j, d in ipairs(u.devs) do
+    if d.id == dev and d.own == own then at = j end
+  end
+  if at then
+    local d = u.devs[at]
+    if bye then lb = math.max(lb, now) end
+    if lb > u.ls then u.ls = lb end
+    if la > d.la then d.la = la end
+    table.remove(u.devs, at)
+    u.gone[#u.gone + 1] = 'd:' .. dev
+  else
+    lost[#lost + 1] = dev
+  end
+end
+local mine = false
+for _, d in ipairs(u.devs) do
+  if d.own == own then mine = true end
+end
+if not mine then redis.call('SREM', KEYS[4], id) end
+local ch = settle(u, now)
+schedule(KEYS[2], id, u, now)
+save(u)
+redis.call('SADD', KEYS[3], id)
+return {ch or {0}, lost}

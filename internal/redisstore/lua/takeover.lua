@@ -1,0 +1,42 @@
+-- KEYS: the owner's set of users in this shard, due, dirty. ARGV: owner,
+-- its last renewal, now, prefix of the shard's user keys, then pairs of
+-- user and last_seen (the durable checkpoints the owner wrote before it
+-- went silent, newer than what Redis holds). The owner's lease ran out:
+-- every device it held in this shard goes back to the rules as if its
+-- last beat were the lease's last renewal (the owner vouched for it then),
+-- so it dies a ttl later unless it reconnects; departures due already are
+-- returned, the others come due like any expiry. The set is deleted in
+-- the same script, so the devices are taken over exactly once. Returns the
+-- changes as {user, change…}.
+local own, lb, now, kp = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local seen = {}
+for i = 5, #ARGV, 2 do seen[ARGV[i]] = tonumber(ARGV[i + 1]) end
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local u = load(kp .. id)
+  if u then
+    local mine = false
+    for _, d in ipairs(u.devs) do
+      if d.own == own then
+        if lb > d.lb then d.lb = lb end
+        d.own = 0
+        d.cl = 0
+        d.mod = true
+        mine = true
+      end
+    end
+    if mine then
+      if seen[id] and seen[id] > u.ls then u.ls = seen[id] end
+      local ch = settle(u, now)
+      schedule(KEYS[2], id, u, now)
+      save(u)
+      redis.call('SADD', KEYS[3], id)
+      if ch then
+        ch[1] = id
+        out[#out + 1] = ch
+      end
+    end
+  end
+end
+redis.call('DEL', KEYS[1])
+return out

@@ -1,0 +1,481 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/presenced/presenced/internal/owned"
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// # Devices this node holds (a Store that implements Leaser)
+//
+// A heartbeat through a socket this node holds (SocketBeat) is the
+// node's business: the device's deadline lives in an owned.Table here,
+// and the store hears of the device only when others must see something
+// — its claim when it connects (the user's status may change), a touch
+// about once per IdleAfter while it is active (so the store does not turn
+// the user away), its release when its ttl or close grace runs out here
+// or it says bye. A heartbeat that changes nothing takes one lock of the
+// table and makes no call at all.
+//
+// The store holds a claimed device alive for as long as the node's lease
+// lives. The node renews its lease every LeaseInterval (Run); the renewal
+// also lists every other node's lease, and a lease this node has seen
+// unchanged for leaseTimeout (three intervals, by this node's clock,
+// counted only while this node reaches the store, and never for a node
+// that Config.NodeAlive still hears) is taken over: marked, so that its
+// owner can renew it no more, then every device it held is given back to
+// the rules with the lease's last renewal as its last beat, and the
+// departures due are published — exactly once, whichever node does it.
+// A node that finds its own lease taken over (it was cut off for longer
+// than that) or lost with the store's data takes a new lease and claims
+// its devices again.
+//
+// While the store is down nothing the node holds can be announced
+// offline for want of a write: the devices stay alive in the table (and
+// in degraded reads), the work that failed (claims of new devices,
+// releases of ended ones) stays in the table and is done once the store
+// answers, and no lease is taken over on what a node could not see.
+//
+// On Close the node hands every device back to the rules with its real
+// last beat (HandOff): its clients have their ttl to reconnect anywhere.
+
+// Lease bookkeeping of this node (Run's goroutine, or Close after it).
+type leases struct {
+	mu    sync.Mutex // guards the fields below
+	gen   uint64     // the generation of this node's lease: id = Epoch<<16 | gen
+	peers map[uint64]peerLease
+	buf   []Lease
+
+	interval, timeout, linger int64 // ms
+	nodeAlive                 func(lease uint64) bool
+	took                      map[uint64]int64 // leases this node took over → when
+}
+
+// peerLease is what this node last saw of another node's lease.
+type peerLease struct {
+	renewed int64 // the renewal seen
+	since   int64 // this node's clock when it was first seen
+}
+
+func (t *Tracker) initLeases(cfg *Config) {
+	l, ok := cfg.Store.(Leaser)
+	if !ok || cfg.NoLeases {
+		return
+	}
+	t.leaser = l
+	t.owned = owned.New(owned.Config{Rules: cfg.Rules, Retry: cfg.ProbeInterval})
+	iv := cfg.LeaseInterval
+	if iv <= 0 {
+		iv = min(time.Second, cfg.Rules.TTL/9)
+	}
+	t.lz.interval = iv.Milliseconds()
+	t.lz.timeout = 3 * t.lz.interval
+	t.lz.linger = 10 * t.lz.timeout
+	t.lz.nodeAlive = cfg.NodeAlive
+	t.lz.peers = make(map[uint64]peerLease)
+	t.lz.took = make(map[uint64]int64)
+}
+
+// LeaseID returns this node's lease, 0 while it has none (no Leaser
+// store, or not yet acquired).
+func (t *Tracker) LeaseID() uint64 { return t.lease.Load() }
+
+// acquireLease takes a new lease: the epoch of this run, above every
+// other node's and run's, and a generation counted in this run.
+func (t *Tracker) acquireLease(ctx context.Context) error {
+	t.lz.mu.Lock()
+	defer t.lz.mu.Unlock()
+	t.lz.gen++
+	id := t.rules.Epoch<<16 | t.lz.gen
+	b := t.bound(ctx)
+	err := t.leaser.AcquireLease(b.ctx, id, t.Now())
+	t.release(b)
+	if err = t.storeErr(ctx, err); err != nil {
+		return err
+	}
+	t.lease.Store(id)
+	return nil
+}
+
+// tickLease renews this node's lease and takes over the leases that ran
+// out. Run calls it every LeaseInterval.
+func (t *Tracker) tickLease(ctx context.Context) {
+	if t.leaser == nil {
+		return
+	}
+	if !t.up() {
+		// What this node cannot see it does not judge: every lease
+		// gets a fresh leaseTimeout once the store answers again.
+		t.lz.mu.Lock()
+		clear(t.lz.peers)
+		t.lz.mu.Unlock()
+		return
+	}
+	if t.lease.Load() == 0 {
+		if err := t.acquireLease(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errOutage) {
+			t.log.Warn("acquiring this node's lease failed; will retry", "err", err)
+		}
+		return
+	}
+	now := t.Now()
+	t.lz.mu.Lock()
+	b := t.bound(ctx)
+	all, err := t.leaser.RenewLease(b.ctx, t.lease.Load(), now, t.lz.buf[:0])
+	t.release(b)
+	t.lz.buf = all
+	t.lz.mu.Unlock()
+	if errors.Is(err, ErrLeaseLost) {
+		t.leaseLost(ctx, now)
+		return
+	}
+	if err = t.storeErr(ctx, err); err != nil {
+		return
+	}
+	t.observe(ctx, now, all)
+}
+
+// leaseLost answers a lease that another node took over, or that the
+// store lost with its data: this node's devices are claimed again under a
+// new lease.
+func (t *Tracker) leaseLost(ctx context.Context, now int64) {
+	t.leaseLosses.Add(1)
+	t.log.Warn("this node's lease was taken over or lost; claiming its devices again under a new one",
+		"lease", t.lease.Load(), "devices", t.owned.Len())
+	t.lease.Store(0)
+	if err := t.acquireLease(ctx); err != nil {
+		return // retried on the next tick; claims wait for it
+	}
+	t.owned.Unclaim(now)
+}
+
+// observe takes over the leases in all that ran out (see the section
+// above).
+func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
+	own := t.lease.Load()
+	type todo struct {
+		id      uint64
+		renewed int64
+		mark    bool // not yet marked taken
+		end     bool // the takeover is over: forget the lease
+	}
+	var work []todo
+	t.lz.mu.Lock()
+	live := make(map[uint64]bool, len(all))
+	for _, l := range all {
+		if l.ID == own {
+			continue
+		}
+		live[l.ID] = true
+		if l.Taken {
+			// Being taken over (by this node or another): help finish
+			// it for a while — a claim its owner sent just before the
+			// mark may land after another node took the shard over —
+			// then forget it.
+			at, ok := t.lz.took[l.ID]
+			if !ok {
+				at = now
+				t.lz.took[l.ID] = now
+			}
+			work = append(work, todo{id: l.ID, renewed: l.Renewed, end: now-at >= t.lz.linger})
+			continue
+		}
+		p, ok := t.lz.peers[l.ID]
+		if !ok || p.renewed != l.Renewed {
+			t.lz.peers[l.ID] = peerLease{renewed: l.Renewed, since: now}
+			continue
+		}
+		if now-p.since < t.lz.timeout || (t.lz.nodeAlive != nil && t.lz.nodeAlive(l.ID)) {
+			continue
+		}
+		work = append(work, todo{id: l.ID, renewed: l.Renewed, mark: true})
+	}
+	for id := range t.lz.peers {
+		if !live[id] {
+			delete(t.lz.peers, id)
+		}
+	}
+	for id := range t.lz.took {
+		if !live[id] {
+			delete(t.lz.took, id)
+		}
+	}
+	t.lz.mu.Unlock()
+	for _, w := range work {
+		if w.mark {
+			b := t.bound(ctx)
+			ok, err := t.leaser.TakeLease(b.ctx, w.id, w.renewed, now)
+			t.release(b)
+			if err = t.storeErr(ctx, err); err != nil || !ok {
+				continue
+			}
+			t.takeovers.Add(1)
+			t.log.Warn("a node's lease ran out; taking over its devices", "lease", w.id,
+				"silent_ms", now-w.renewed)
+		}
+		if err := t.takeOver(ctx, now, w.id, w.renewed); err != nil {
+			if ctx.Err() == nil && !errors.Is(err, errOutage) {
+				t.log.Warn("taking over a lease failed; will retry", "lease", w.id, "err", err)
+			}
+			continue
+		}
+		if w.end {
+			b := t.bound(ctx)
+			err := t.leaser.EndLease(b.ctx, w.id)
+			t.release(b)
+			_ = t.storeErr(ctx, err)
+		}
+	}
+}
+
+// takeOver gives the devices of lease back to the rules and publishes the
+// departures that are due.
+func (t *Tracker) takeOver(ctx context.Context, now int64, lease uint64, renewed int64) error {
+	b := t.bound(ctx)
+	out, err := t.leaser.TakeOver(b.ctx, now, lease, renewed, t.durableLastSeen, nil)
+	t.release(b)
+	for i := range out {
+		t.emit(out[i])
+	}
+	return t.storeErr(ctx, err)
+}
+
+// durableLastSeen returns the durable last_seen of users: what their
+// owner checkpointed before it went silent.
+func (t *Tracker) durableLastSeen(ctx context.Context, users []string) (map[string]int64, error) {
+	m := make(map[string]int64, len(users))
+	err := t.durable.LoadProfiles(ctx, users, func(p *presence.Profile) { m[p.UserID] = p.LastSeen })
+	return m, err
+}
+
+// SocketBeat records a heartbeat of a device through a socket this node
+// holds. With a store that implements Leaser the node owns the device (see
+// the section above): the common beat makes no store call. Otherwise it is
+// Heartbeat. A beat that needs the store while the store is down, or while
+// the user cannot be loaded, succeeds with an empty Change: the device is
+// alive here and reaches the store when it answers.
+func (t *Tracker) SocketBeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	if t.owned == nil {
+		return t.Heartbeat(ctx, user, device, active)
+	}
+	t.beats.add()
+	now := t.Now()
+	need := t.owned.Beat(now, user, device, active)
+	if need == owned.NeedNothing {
+		return presence.Change{}, nil
+	}
+	devs := t.owned.Pending(user, need, nil)
+	w := owned.Work{User: user}
+	if need == owned.NeedClaim {
+		w.Claim = devs
+	} else {
+		w.Touch = devs
+	}
+	ch, err := t.doWork(ctx, now, w)
+	if err != nil {
+		return presence.Change{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	return ch, nil
+}
+
+// syncOwned hands the due work of the table to the store: releases of
+// devices that ended, claims that failed before, touches. Sweep calls it.
+func (t *Tracker) syncOwned(ctx context.Context) {
+	if t.owned == nil || t.lease.Load() == 0 || !t.up() {
+		return
+	}
+	now := t.Now()
+	t.workMu.Lock()
+	work := t.owned.Due(now, t.workBuf[:0])
+	defer func() {
+		clear(work)
+		t.workBuf = work[:0]
+		t.workMu.Unlock()
+	}()
+	if len(work) == 0 {
+		return
+	}
+	// The calls of many users share round trips (the client
+	// pipelines); a bounded number run at once.
+	const parallel = 32
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for _, w := range work {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, _ = t.doWork(ctx, now, w)
+		})
+	}
+	wg.Wait()
+}
+
+// doWork tells the store what w says, publishes the changes and reports
+// the answers to the table. It returns the last change and an error only
+// for a claim the rules refused (too many devices) or an unexpected
+// failure; a store or durable store that does not answer leaves the work
+// to be retried.
+func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence.Change, error) {
+	lease := t.lease.Load()
+	var r owned.Result
+	var last presence.Change
+	var refused error
+	note := func(ch presence.Change, lost []string, err error) {
+		r.Lost = append(r.Lost, lost...)
+		switch {
+		case err == nil:
+			if ch.Changed {
+				last = ch
+				t.emit(ch)
+			}
+		case errors.Is(err, ErrNotLoaded):
+			r.Reclaim = true
+		case errors.Is(err, ErrClaimStale):
+		case errors.Is(err, presence.ErrTooManyDevices):
+			refused = err
+		default:
+			r.Failed = true
+			if !errors.Is(err, errOutage) && !profileUnavailable(err) && ctx.Err() == nil {
+				t.log.Warn("telling the state store about this node's devices failed; will retry", "user", w.User, "err", err)
+			}
+		}
+	}
+	if lease == 0 || !t.up() {
+		r.Failed = true
+		t.owned.Done(now, w.User, r)
+		return last, nil
+	}
+	if len(w.Release) > 0 {
+		note(t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+			return t.leaser.Release(c, t.Now(), lease, w.User, devices(w.Release), false)
+		}))
+	}
+	if len(w.Bye) > 0 {
+		note(t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+			return t.leaser.Release(c, t.Now(), lease, w.User, devices(w.Bye), true)
+		}))
+	}
+	if len(w.Touch) > 0 && !r.Failed {
+		note(t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+			return t.leaser.Touch(c, t.Now(), lease, w.User, devices(w.Touch))
+		}))
+	}
+	for _, d := range w.Claim {
+		if r.Failed {
+			break
+		}
+		ch, err := t.claim(ctx, lease, w.User, d)
+		switch {
+		case errors.Is(err, ErrClaimStale):
+			r.Lost = append(r.Lost, d.ID)
+		case errors.Is(err, presence.ErrTooManyDevices):
+			r.Refused = append(r.Refused, d.ID)
+		}
+		note(ch, nil, err)
+	}
+	r.Reclaim = r.Reclaim && !r.Failed
+	t.owned.Done(now, w.User, r)
+	return last, refused
+}
+
+// claim claims one device, loading the user first if the store does not
+// hold it.
+func (t *Tracker) claim(ctx context.Context, lease uint64, user string, d owned.Device) (presence.Change, error) {
+	od := OwnedDevice{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}
+	for try := 0; ; try++ {
+		b := t.bound(ctx)
+		ch, err := t.leaser.Claim(b.ctx, t.Now(), lease, user, od)
+		t.release(b)
+		err = t.storeErr(ctx, err)
+		if !errors.Is(err, ErrNotLoaded) || try > 0 {
+			return ch, err
+		}
+		if err = t.load(ctx, user); err != nil {
+			return ch, err
+		}
+	}
+}
+
+func (t *Tracker) ownedCall(ctx context.Context, call func(context.Context) (presence.Change, []string, error)) (presence.Change, []string, error) {
+	b := t.bound(ctx)
+	ch, lost, err := call(b.ctx)
+	t.release(b)
+	return ch, lost, t.storeErr(ctx, err)
+}
+
+func devices(ds []owned.Device) []OwnedDevice {
+	out := make([]OwnedDevice, len(ds))
+	for i, d := range ds {
+		out[i] = OwnedDevice{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}
+	}
+	return out
+}
+
+// handOff gives every device this node holds back to the rules with its
+// real last beat, then takes over whatever its lease still holds (work
+// that was in flight) and ends the lease. Close calls it; while the store
+// is down nothing is done: other nodes take the lease over once it runs
+// out.
+func (t *Tracker) handOff(ctx context.Context) {
+	lease := t.lease.Load()
+	if t.owned == nil || lease == 0 || !t.up() {
+		return
+	}
+	type held struct {
+		user string
+		devs []OwnedDevice
+	}
+	var all []held
+	t.owned.Each(func(user string, claimed []owned.Device) {
+		all = append(all, held{user, devices(claimed)})
+	})
+	const parallel = 32
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for _, h := range all {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ch, _, err := t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+				return t.leaser.HandOff(c, t.Now(), lease, h.user, h.devs)
+			})
+			if err == nil {
+				t.emit(ch)
+			}
+		})
+	}
+	wg.Wait()
+	now := t.Now()
+	if err := t.takeOver(ctx, now, lease, now); err != nil {
+		t.log.Warn("handing off this node's devices failed; other nodes take them over when its lease runs out", "err", err)
+		return
+	}
+	b := t.bound(ctx)
+	err := t.leaser.EndLease(b.ctx, lease)
+	t.release(b)
+	if t.storeErr(ctx, err) == nil {
+		t.lease.Store(0)
+		t.log.Info("handed this node's devices off", "users", len(all))
+	}
+}
+
+// ownedOps appends the devices of user this node holds, alive at now, as
+// beats (for degraded reads).
+func (t *Tracker) ownedOps(now int64, user string, ops []op) []op {
+	if t.owned == nil {
+		return ops
+	}
+	for _, d := range t.owned.Devices(now, user, nil) {
+		if d.LastActive > 0 {
+			ops = append(ops, op{kind: opBeat, at: d.LastActive, device: d.ID, active: true})
+		}
+		if d.LastBeat > d.LastActive {
+			ops = append(ops, op{kind: opBeat, at: d.LastBeat, device: d.ID})
+		}
+	}
+	return ops
+}
