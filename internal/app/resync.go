@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/presenced/presenced/internal/fanout"
@@ -15,8 +16,9 @@ import (
 // one request; one that comes during a resync is served once more after
 // it. Request is safe for concurrent use and never blocks.
 type resyncer struct {
-	requests chan struct{} // capacity 1: a pending request
-	log      *slog.Logger
+	requests  chan struct{} // capacity 1: a pending request
+	notBefore atomic.Int64  // Unix ns before which the pending request does not read
+	log       *slog.Logger
 }
 
 // settle is how long a request waits before the resync reads: the
@@ -28,7 +30,20 @@ func newResyncer(log *slog.Logger) *resyncer {
 }
 
 // Request asks for a resync.
-func (r *resyncer) Request() {
+func (r *resyncer) Request() { r.RequestAfter(0) }
+
+// RequestAfter asks for a resync that reads no earlier than d from now:
+// after the state store came back, every node first claims again the
+// devices it holds (a store that came back empty lost them), and a
+// resync that read before would show them offline.
+func (r *resyncer) RequestAfter(d time.Duration) {
+	at := time.Now().Add(d).UnixNano()
+	for {
+		cur := r.notBefore.Load()
+		if cur >= at || r.notBefore.CompareAndSwap(cur, at) {
+			break
+		}
+	}
 	select {
 	case r.requests <- struct{}{}:
 	default: // one is pending already
@@ -45,10 +60,11 @@ func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, read fanout.ReadFun
 			return
 		case <-r.requests:
 		}
+		wait := max(settle, time.Until(time.Unix(0, r.notBefore.Load())))
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(settle):
+		case <-time.After(wait):
 		}
 		if down() {
 			continue

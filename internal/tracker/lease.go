@@ -71,7 +71,7 @@ func (t *Tracker) initLeases(cfg *Config) {
 	t.owned = owned.New(owned.Config{Rules: cfg.Rules, Retry: cfg.ProbeInterval})
 	iv := cfg.LeaseInterval
 	if iv <= 0 {
-		iv = min(time.Second, cfg.Rules.TTL/9)
+		iv = DefaultLeaseInterval(cfg.Rules.TTL)
 	}
 	t.lz.interval = iv.Milliseconds()
 	t.lz.timeout = 3 * t.lz.interval
@@ -80,6 +80,11 @@ func (t *Tracker) initLeases(cfg *Config) {
 	t.lz.peers = make(map[uint64]peerLease)
 	t.lz.took = make(map[uint64]int64)
 }
+
+// DefaultLeaseInterval is Config.LeaseInterval's default for a ttl: the
+// smaller of 1s and ttl/9, so that a dead node's lease (three intervals)
+// is taken over well within its devices' ttl.
+func DefaultLeaseInterval(ttl time.Duration) time.Duration { return min(time.Second, ttl/9) }
 
 // LeaseID returns this node's lease, 0 while it has none (no Leaser
 // store, or not yet acquired).

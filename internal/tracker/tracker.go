@@ -167,6 +167,11 @@ type Config struct {
 	OnRecover func()
 }
 
+// DefaultRecoverGrace is Config.RecoverGrace's default: how long, after
+// the store came back, every node is given to notice it and to tell it
+// what it did meanwhile (the outage buffer, the devices it holds).
+const DefaultRecoverGrace = 2 * time.Second
+
 // Tracker applies presence operations. It is safe for concurrent use.
 type Tracker struct {
 	store   Store
@@ -267,7 +272,7 @@ func New(cfg Config) (*Tracker, error) {
 		cfg.ProbeInterval = 250 * time.Millisecond
 	}
 	if cfg.RecoverGrace <= 0 {
-		cfg.RecoverGrace = 2 * time.Second
+		cfg.RecoverGrace = DefaultRecoverGrace
 	}
 	if cfg.MaxBuffered <= 0 {
 		cfg.MaxBuffered = 200_000
