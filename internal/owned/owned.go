@@ -281,7 +281,8 @@ func (t *Table) Beat(now int64, userID, device string, active bool) Need {
 }
 
 // idleInStore reports whether the store shows u idle by now: none of
-// its devices' activity that the store knows is within IdleAfter.
+// its devices' activity that the store knows (0: none) is within
+// IdleAfter.
 func (t *Table) idleInStore(u *user, now int64) bool {
 	var la int64
 	for i := range u.devs {
@@ -289,7 +290,7 @@ func (t *Table) idleInStore(u *user, now int64) bool {
 			la = d.laR
 		}
 	}
-	return la+t.rules.IdleAfter.Milliseconds() <= now
+	return la == 0 || la+t.rules.IdleAfter.Milliseconds() <= now
 }
 
 // Pending returns the devices of user that the caller must send with a

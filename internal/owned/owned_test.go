@@ -1,0 +1,367 @@
+package owned
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+var rules = presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute, CloseGrace: 5 * time.Second}
+
+const (
+	ttl   = int64(30_000)
+	idle  = int64(300_000)
+	grace = int64(5_000)
+)
+
+func newTable() *Table { return New(Config{Rules: rules, Retry: time.Second, TouchMargin: time.Second}) }
+
+// claim beats a new device and reports its claim done.
+func claim(t *testing.T, tb *Table, now int64, user, dev string) {
+	t.Helper()
+	if need := tb.Beat(now, user, dev, true); need != NeedClaim {
+		t.Fatalf("first beat of %s/%s: need %d, want a claim", user, dev, need)
+	}
+	if got := tb.Pending(user, NeedClaim, nil); len(got) != 1 || got[0].ID != dev {
+		t.Fatalf("pending claim of %s: %+v", user, got)
+	}
+	tb.Done(now, user, Result{})
+}
+
+func due(tb *Table, now int64) []Work { return tb.Due(now, nil) }
+
+func TestBeatOfAClaimedDeviceNeedsNothing(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	for now := int64(2000); now < 200_000; now += 15_000 {
+		if need := tb.Beat(now, "alice", "phone", true); need != NeedNothing {
+			t.Fatalf("beat at %d: need %d, want nothing", now, need)
+		}
+		if w := due(tb, now); len(w) != 0 {
+			t.Fatalf("work due at %d: %+v", now, w)
+		}
+	}
+	allocs := testing.AllocsPerRun(1000, func() { tb.Beat(200_000, "alice", "phone", true) })
+	if allocs != 0 {
+		t.Errorf("a beat that needs nothing allocates %v times", allocs)
+	}
+}
+
+func TestDeviceThatStopsBeatingIsReleasedAtItsTTL(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	tb.Beat(4000, "alice", "phone", false)
+	if w := due(tb, 4000+ttl-1); len(w) != 0 {
+		t.Fatalf("work before the ttl ran out: %+v", w)
+	}
+	w := due(tb, 4000+ttl)
+	if len(w) != 1 || len(w[0].Release) != 1 || w[0].Release[0].LastBeat != 4000 || w[0].Release[0].LastActive != 1000 {
+		t.Fatalf("work at the end of the ttl: %+v, want the release of phone, last beat 4000, active 1000", w)
+	}
+	tb.Done(4000+ttl, "alice", Result{})
+	if n := tb.Len(); n != 0 {
+		t.Errorf("%d devices held after the release", n)
+	}
+	if got := tb.Devices(4000+ttl, "alice", nil); len(got) != 0 {
+		t.Errorf("devices after the release: %+v", got)
+	}
+}
+
+func TestCloseShortensToTheGraceAndABeatReopens(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	if !tb.Close(2000, "alice", "phone", 1000) {
+		t.Fatal("Close: the table does not hold the device")
+	}
+	if w := due(tb, 2000+grace-1); len(w) != 0 {
+		t.Fatalf("work within the grace: %+v", w)
+	}
+	// A reconnect within the grace: nothing is released.
+	tb.Beat(2000+grace-500, "alice", "phone", true)
+	if w := due(tb, 2000+grace+1000); len(w) != 0 {
+		t.Fatalf("work after a reconnect within the grace: %+v", w)
+	}
+	// A close whose socket made an older beat than the device's last one
+	// (the device has another socket) changes nothing.
+	tb.Close(9000, "alice", "phone", 4000)
+	if w := due(tb, 9000+grace+1); len(w) != 0 {
+		t.Fatalf("work after the close of an older socket: %+v", w)
+	}
+	last := 2000 + grace - 500
+	tb.Close(10_000, "alice", "phone", last)
+	w := due(tb, 10_000+grace)
+	if len(w) != 1 || len(w[0].Release) != 1 || w[0].Release[0].LastBeat != last {
+		t.Fatalf("work at the end of the grace: %+v", w)
+	}
+	if tb.Close(1, "bob", "x", 0) {
+		t.Error("Close of an unknown device reports it held")
+	}
+}
+
+func TestActiveUserIsTouchedBeforeTheStoreTurnsThemAway(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	var touches []int64
+	for now := int64(2000); now < 1000+3*idle; now += 500 {
+		if now%15_000 == 0 {
+			if need := tb.Beat(now, "alice", "phone", true); need != NeedNothing {
+				t.Fatalf("beat at %d: need %d", now, need)
+			}
+		}
+		for _, w := range due(tb, now) {
+			if len(w.Touch) != 1 || len(w.Claim)+len(w.Release) != 0 {
+				t.Fatalf("work at %d: %+v, want a touch", now, w)
+			}
+			touches = append(touches, now)
+			tb.Done(now, w.User, Result{})
+		}
+	}
+	// One touch per idle period, each before the activity the store
+	// knows is idle_after old (the store would turn her away then).
+	if len(touches) < 2 || len(touches) > 3 {
+		t.Fatalf("touches at %v over three idle periods", touches)
+	}
+	known := int64(1000)
+	for _, at := range touches {
+		if at >= known+idle {
+			t.Errorf("touched at %d, after the store turned her away at %d", at, known+idle)
+		}
+		known = at - at%15_000 // the last active beat before the touch
+	}
+}
+
+func TestActiveBeatOfAUserTheStoreShowsIdleNeedsATouchNow(t *testing.T) {
+	tb := newTable()
+	if tb.Beat(1000, "alice", "phone", false) != NeedClaim {
+		t.Fatal("first beat needs a claim")
+	}
+	tb.Done(1000, "alice", Result{})
+	// Her claim carried no activity: the store shows her away.
+	if need := tb.Beat(2000, "alice", "phone", false); need != NeedNothing {
+		t.Fatalf("background beat: need %d", need)
+	}
+	if need := tb.Beat(3000, "alice", "phone", true); need != NeedTouch {
+		t.Fatalf("active beat of a user the store shows away: need %d, want a touch", need)
+	}
+	got := tb.Pending("alice", NeedTouch, nil)
+	if len(got) != 1 || got[0].LastActive != 3000 {
+		t.Fatalf("pending touch: %+v", got)
+	}
+	tb.Done(3000, "alice", Result{})
+	if need := tb.Beat(4000, "alice", "phone", true); need != NeedNothing {
+		t.Fatalf("active beat after the touch: need %d", need)
+	}
+}
+
+func TestFailedWorkIsRetriedAfterTheRetryTime(t *testing.T) {
+	tb := newTable()
+	if tb.Beat(1000, "alice", "phone", true) != NeedClaim {
+		t.Fatal("want a claim")
+	}
+	tb.Done(1000, "alice", Result{Failed: true}) // the store is down
+	// Beats during the back-off need nothing; the device is alive here.
+	if need := tb.Beat(1500, "alice", "phone", true); need != NeedNothing {
+		t.Fatalf("beat during the back-off: need %d", need)
+	}
+	if got := tb.Devices(1500, "alice", nil); len(got) != 1 {
+		t.Fatalf("devices during the back-off: %+v", got)
+	}
+	if w := due(tb, 1999); len(w) != 0 {
+		t.Fatalf("work before the retry: %+v", w)
+	}
+	w := due(tb, 2000)
+	if len(w) != 1 || len(w[0].Claim) != 1 || w[0].Claim[0].LastBeat != 1500 {
+		t.Fatalf("work at the retry: %+v, want the claim with the latest beat", w)
+	}
+	tb.Done(2000, "alice", Result{})
+	if need := tb.Beat(3000, "alice", "phone", true); need != NeedNothing {
+		t.Fatalf("beat after the claim: need %d", need)
+	}
+}
+
+func TestDeviceThatDiesUnclaimedIsNeverReleased(t *testing.T) {
+	tb := newTable()
+	tb.Beat(1000, "alice", "phone", true)
+	tb.Done(1000, "alice", Result{Failed: true})
+	// The store stays down past the ttl: the device was never shown, so
+	// it ends here without a word to the store.
+	for now := int64(2000); now <= 1000+ttl; now += 1000 {
+		for _, w := range due(tb, now) {
+			tb.Done(now, w.User, Result{Failed: true})
+		}
+	}
+	if w := due(tb, 2000+ttl); len(w) != 0 {
+		t.Fatalf("work after the ttl of a device never claimed: %+v", w)
+	}
+	if tb.Len() != 0 {
+		t.Errorf("%d devices held", tb.Len())
+	}
+}
+
+func TestDeathDuringAnOutageIsReleasedWhenTheStoreAnswers(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	// The store is down from 20 s; the device's ttl runs out at 31 s.
+	var release []Work
+	for now := int64(20_000); now < 60_000; now += 1000 {
+		for _, w := range due(tb, now) {
+			if now < 50_000 {
+				tb.Done(now, w.User, Result{Failed: true})
+				continue
+			}
+			release = append(release, w)
+			tb.Done(now, w.User, Result{})
+		}
+	}
+	if len(release) != 1 || len(release[0].Release) != 1 || release[0].Release[0].LastBeat != 1000 {
+		t.Fatalf("work once the store answered: %+v, want one release with the last beat", release)
+	}
+}
+
+func TestLostAndRefusedDevicesAreForgotten(t *testing.T) {
+	tb := newTable()
+	tb.Beat(1000, "alice", "phone", true)
+	tb.Done(1000, "alice", Result{Lost: []string{"phone"}})
+	if tb.Len() != 0 {
+		t.Fatal("a device another node holds is still held")
+	}
+	tb.Beat(1000, "bob", "d33", true)
+	tb.Done(1000, "bob", Result{Refused: []string{"d33"}})
+	if tb.Len() != 0 {
+		t.Fatal("a refused device is still held")
+	}
+}
+
+func TestUnclaimClaimsEverythingAgain(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	claim(t, tb, 1000, "bob", "pc")
+	tb.Unclaim(2000)
+	var claimed []string
+	for _, w := range due(tb, 2000) {
+		for _, d := range w.Claim {
+			claimed = append(claimed, w.User+"/"+d.ID)
+		}
+		tb.Done(2000, w.User, Result{})
+	}
+	slices.Sort(claimed)
+	if !slices.Equal(claimed, []string{"alice/phone", "bob/pc"}) {
+		t.Fatalf("claimed again: %v", claimed)
+	}
+	// Work handed out before an Unclaim claims nothing when it is done.
+	if tb.Beat(3000, "carol", "tab", true) != NeedClaim {
+		t.Fatal("want a claim")
+	}
+	tb.Unclaim(3000)
+	tb.Done(3000, "carol", Result{})
+	var again bool
+	for _, w := range due(tb, 3000) {
+		again = again || w.User == "carol" && len(w.Claim) == 1
+	}
+	if !again {
+		t.Fatal("a claim answered across an Unclaim is not claimed again")
+	}
+}
+
+func TestStoreThatLostTheUserGetsItsDevicesClaimedAgain(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	tb.Beat(1000, "alice", "tab", true)
+	tb.Done(1000, "alice", Result{})
+	// Both devices keep beating, phone active: its touch comes due.
+	var touched bool
+	for now := int64(15_000); now <= 1000+idle && !touched; now += 15_000 {
+		tb.Beat(now, "alice", "phone", true)
+		tb.Beat(now, "alice", "tab", false)
+		for _, w := range due(tb, now) {
+			// The touch finds the user gone from the store (it lost
+			// its data).
+			touched = len(w.Touch) > 0
+			tb.Done(now, w.User, Result{Reclaim: true})
+		}
+	}
+	if !touched {
+		t.Fatal("no touch came due")
+	}
+	w := due(tb, 1000+idle)
+	var got []string
+	for _, x := range w {
+		for _, d := range x.Claim {
+			got = append(got, d.ID)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"phone", "tab"}) {
+		t.Fatalf("claimed again after the store lost the user: %v (%+v)", got, w)
+	}
+}
+
+func TestByeWhileAClaimIsInFlightIsReleasedAfterIt(t *testing.T) {
+	tb := newTable()
+	if tb.Beat(1000, "alice", "phone", true) != NeedClaim {
+		t.Fatal("want a claim")
+	}
+	if _, how := tb.Remove(1100, "alice", "phone"); how != Deferred {
+		t.Fatalf("bye during the claim: %v, want Deferred", how)
+	}
+	tb.Done(1200, "alice", Result{}) // the claim landed
+	w := due(tb, 1200)
+	if len(w) != 1 || len(w[0].Bye) != 1 {
+		t.Fatalf("work after the claim: %+v, want the bye", w)
+	}
+	tb.Done(1200, "alice", Result{})
+	if tb.Len() != 0 {
+		t.Errorf("%d devices held after the bye", tb.Len())
+	}
+	// A bye of a claimed device: the caller releases it.
+	claim(t, tb, 2000, "bob", "pc")
+	if _, how := tb.Remove(2100, "bob", "pc"); how != Release {
+		t.Fatalf("bye of a claimed device: %v", how)
+	}
+	if _, how := tb.Remove(2100, "bob", "pc"); how != NotHeld {
+		t.Fatalf("second bye: %v", how)
+	}
+}
+
+func TestDirtyNamesUsersWhoBeatOnce(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	tb.Beat(5000, "alice", "phone", true)
+	tb.Beat(4000, "alice", "tab", true) // older than phone's
+	got := tb.Dirty(nil)
+	if len(got) != 1 || got[0].UserID != "alice" || got[0].LastSeen != 5000 {
+		t.Fatalf("dirty: %+v", got)
+	}
+	if got := tb.Dirty(nil); len(got) != 0 {
+		t.Fatalf("dirty again without a beat: %+v", got)
+	}
+	// A user whose device said bye keeps its last beat for the checkpoint.
+	tb.Beat(6000, "alice", "phone", true)
+	tb.Remove(6500, "alice", "phone")
+	tb.Remove(6500, "alice", "tab")
+	if got := tb.Dirty(nil); len(got) != 1 || got[0].LastSeen != 6000 {
+		t.Fatalf("dirty after byes: %+v", got)
+	}
+}
+
+func BenchmarkBeat(b *testing.B) {
+	tb := newTable()
+	const users = 10_000
+	ids := make([]string, users)
+	for i := range ids {
+		ids[i] = "u" + string(rune('a'+i%26)) + string(rune('0'+i/26%10)) + string(rune('a'+i/260%26)) + string(rune('0'+i/6760))
+		tb.Beat(1, ids[i], "d", true)
+		tb.Done(1, ids[i], Result{})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			tb.Beat(2, ids[i%users], "d", true)
+			i++
+		}
+	})
+}
