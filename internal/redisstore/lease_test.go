@@ -1,0 +1,309 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+var leaseRules = presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute, CloseGrace: 5 * time.Second}
+
+const (
+	lTTL  = int64(30_000)
+	lIdle = int64(300_000)
+)
+
+func leaseStore(t *testing.T) *redisstore.Store {
+	t.Helper()
+	return newStore(t, client(t), redisstore.Config{Rules: leaseRules, EvictAfter: time.Hour})
+}
+
+func load(t *testing.T, s *redisstore.Store, now int64, users ...string) {
+	t.Helper()
+	for _, u := range users {
+		if err := s.Load(context.Background(), now, &presence.Profile{UserID: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func get(t *testing.T, s *redisstore.Store, now int64, user string) presence.Snapshot {
+	t.Helper()
+	var out [1]presence.Snapshot
+	if err := s.Get(context.Background(), now, []string{user}, out[:]); err != nil {
+		t.Fatal(err)
+	}
+	return out[0]
+}
+
+func mustClaim(t *testing.T, s *redisstore.Store, now int64, lease uint64, user, dev string, lb, la int64) presence.Change {
+	t.Helper()
+	ch, err := s.Claim(context.Background(), now, lease, user, tracker.OwnedDevice{ID: dev, LastBeat: lb, LastActive: la})
+	if err != nil {
+		t.Fatalf("claim %s/%s by %d: %v", user, dev, lease, err)
+	}
+	return ch
+}
+
+func expireAll(t *testing.T, s *redisstore.Store, now int64) []presence.Change {
+	t.Helper()
+	out, err := s.Expire(context.Background(), now, 10_000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// An owned device lives until its owner says otherwise: no sweep ends
+// it, however late; the user still turns away idle_after after the
+// activity the owner last reported, unless a touch tells of newer.
+func TestClaimedDeviceLivesUntilReleased(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	load(t, s, 1000, "alice", "bob")
+	ch := mustClaim(t, s, 1000, 7, "alice", "phone", 1000, 1000)
+	if !ch.Changed || ch.Event.Status != presence.Online || ch.Event.Prev != presence.Offline {
+		t.Fatalf("claim: %+v, want offline → online", ch)
+	}
+	if _, err := s.Claim(ctx, 1000, 7, "nobody", tracker.OwnedDevice{ID: "x", LastBeat: 1000}); !errors.Is(err, tracker.ErrNotLoaded) {
+		t.Fatalf("claim of a user not loaded: %v", err)
+	}
+	// Far past the ttl: still online, one device.
+	if got := expireAll(t, s, 1000+5*lTTL); len(got) != 0 {
+		t.Fatalf("sweep ended an owned device: %+v", got)
+	}
+	if g := get(t, s, 1000+5*lTTL, "alice"); g.Status != presence.Online || g.Devices != 1 {
+		t.Fatalf("read: %+v", g)
+	}
+	// Touch with newer activity before the idle time: no away.
+	if _, lost, err := s.Touch(ctx, 200_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 199_000, LastActive: 199_000}}); err != nil || len(lost) != 0 {
+		t.Fatalf("touch: lost %v, %v", lost, err)
+	}
+	if got := expireAll(t, s, 1000+lIdle); len(got) != 0 {
+		t.Fatalf("away after a touch with newer activity: %+v", got)
+	}
+	if g := get(t, s, 1000+lIdle, "alice"); g.LastSeen != 199_000 {
+		t.Errorf("last_seen after the touch: %d, want the touched beat 199000", g.LastSeen)
+	}
+	got := expireAll(t, s, 199_000+lIdle)
+	if len(got) != 1 || got[0].Event.Status != presence.Away {
+		t.Fatalf("idle_after the touched activity: %+v, want away", got)
+	}
+	// A touch of newer activity brings her back.
+	ch, _, err := s.Touch(ctx, 600_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 600_000, LastActive: 600_000}})
+	if err != nil || !ch.Changed || ch.Event.Status != presence.Online {
+		t.Fatalf("touch of an away user who is active again: %+v, %v", ch, err)
+	}
+	// A heartbeat through another path, or a disconnect of another
+	// socket, leaves the device owned.
+	if _, err := s.Beat(ctx, 601_000, "alice", "phone", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Disconnect(ctx, 601_500, "alice", "phone", 601_000); err != nil {
+		t.Fatal(err)
+	}
+	if got := expireAll(t, s, 601_500+5*lTTL); len(got) != 0 {
+		t.Fatalf("an owned device ended after a plain beat or a disconnect: %+v", got)
+	}
+	u, _, _, err := s.Debug(ctx, "alice")
+	if err != nil || len(u.Devices) != 1 || u.Devices[0].Owner != 7 {
+		t.Fatalf("debug: %+v, %v", u, err)
+	}
+	// Touch of a user the store does not hold.
+	if _, lost, err := s.Touch(ctx, 1000, 7, "nobody", []tracker.OwnedDevice{{ID: "x"}}); !errors.Is(err, tracker.ErrNotLoaded) || len(lost) != 1 {
+		t.Fatalf("touch of a user not held: lost %v, %v", lost, err)
+	}
+}
+
+// A release ends the device with its last beat as last_seen (a bye: now);
+// a device another owner holds is left alone and reported lost.
+func TestReleaseEndsOnlyTheOwnersDevices(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	load(t, s, 1000, "alice", "bob")
+	mustClaim(t, s, 1000, 7, "alice", "phone", 1000, 1000)
+	mustClaim(t, s, 1000, 8, "alice", "pc", 1000, 1000)
+	ch, lost, err := s.Release(ctx, 40_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 9000, LastActive: 9000}, {ID: "pc", LastBeat: 9000}}, false)
+	if err != nil || ch.Changed || len(lost) != 1 || lost[0] != "pc" {
+		t.Fatalf("release by 7 of phone and pc: %+v, lost %v, %v; want no change, pc lost", ch, lost, err)
+	}
+	ch, lost, err = s.Release(ctx, 41_000, 8, "alice", []tracker.OwnedDevice{{ID: "pc", LastBeat: 12_000, LastActive: 5000}}, false)
+	if err != nil || len(lost) != 0 || !ch.Changed || ch.Event.Status != presence.Offline || ch.Event.LastSeen != 12_000 {
+		t.Fatalf("release of the last device: %+v, lost %v, %v; want offline, last seen 12000", ch, lost, err)
+	}
+	mustClaim(t, s, 50_000, 7, "bob", "phone", 50_000, 50_000)
+	ch, _, err = s.Release(ctx, 60_000, 7, "bob", []tracker.OwnedDevice{{ID: "phone", LastBeat: 55_000, LastActive: 55_000}}, true)
+	if err != nil || !ch.Changed || ch.Event.LastSeen != 60_000 {
+		t.Fatalf("bye: %+v, %v; want offline, last seen at the bye (60000)", ch, err)
+	}
+}
+
+// A device that moved to another node is that node's; the first owner's
+// late claim (its last beat is older than the move) is refused.
+func TestStaleClaimIsRefused(t *testing.T) {
+	s := leaseStore(t)
+	load(t, s, 1000, "alice")
+	mustClaim(t, s, 1000, 7, "alice", "phone", 1000, 1000)
+	mustClaim(t, s, 3000, 8, "alice", "phone", 3000, 3000)
+	_, err := s.Claim(context.Background(), 4000, 7, "alice", tracker.OwnedDevice{ID: "phone", LastBeat: 2000, LastActive: 2000})
+	if !errors.Is(err, tracker.ErrClaimStale) {
+		t.Fatalf("late claim by the old owner: %v, want ErrClaimStale", err)
+	}
+	// With a beat newer than the move, the old owner's socket is the
+	// live one: it takes the device back.
+	mustClaim(t, s, 5000, 7, "alice", "phone", 5000, 5000)
+	u, _, _, _ := s.Debug(context.Background(), "alice")
+	if len(u.Devices) != 1 || u.Devices[0].Owner != 7 {
+		t.Fatalf("devices: %+v", u.Devices)
+	}
+	// Too many devices.
+	for i := range presence.DefaultMaxDevices - 1 {
+		mustClaim(t, s, 6000, 7, "alice", fmt.Sprint("d", i), 6000, 6000)
+	}
+	if _, err := s.Claim(context.Background(), 6000, 7, "alice", tracker.OwnedDevice{ID: "one-more", LastBeat: 6000}); !errors.Is(err, presence.ErrTooManyDevices) {
+		t.Fatalf("claim of one device too many: %v", err)
+	}
+}
+
+// A lease that ran out is taken over once, however many nodes try at the
+// same moment: every device it owned lives a ttl from the lease's last
+// renewal, with the durable last_seen if it is newer, and each departure
+// is returned to exactly one caller.
+func TestTakeOverHappensOnce(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	var users []string
+	for i := range 40 {
+		u := fmt.Sprint("u", i)
+		users = append(users, u)
+		load(t, s, 1000, u)
+		mustClaim(t, s, 1000, 7, u, "phone", 1000, 1000)
+	}
+	load(t, s, 1000, "late")
+	mustClaim(t, s, 1000, 7, "late", "phone", 1000, 1000)
+	mustClaim(t, s, 1000, 9, "late", "pc", 1000, 1000) // another node's device: untouched
+	const renewed = 5000
+	lastSeen := func(_ context.Context, us []string) (map[string]int64, error) {
+		m := map[string]int64{}
+		for _, u := range us {
+			m[u] = 4000
+		}
+		return m, nil
+	}
+	now := int64(renewed + lTTL) // every takeover is due at once
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			out, err := s.TakeOver(ctx, now, 7, renewed, lastSeen, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range out {
+				got[c.Event.UserID]++
+				if c.Event.Status != presence.Offline || c.Event.LastSeen != 4000 {
+					t.Errorf("takeover of %s: %+v, want offline at the durable last_seen", c.Event.UserID, c.Event)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, u := range users {
+		if got[u] != 1 {
+			t.Errorf("%s announced offline %d times, want once", u, got[u])
+		}
+	}
+	if got["late"] != 0 {
+		t.Errorf("a user with a device of another node went offline")
+	}
+	if g := get(t, s, now, "late"); g.Status != presence.Online || g.Devices != 1 {
+		t.Errorf("late after the takeover: %+v, want online with node 9's device", g)
+	}
+	// A takeover that is not due yet: the device lives a ttl from the
+	// renewal, and the sweep ends it then.
+	load(t, s, 1000, "v")
+	mustClaim(t, s, 1000, 10, "v", "phone", 1000, 1000)
+	out, err := s.TakeOver(ctx, 6000, 10, renewed, nil, nil)
+	if err != nil || len(out) != 0 {
+		t.Fatalf("takeover before the ttl: %+v, %v", out, err)
+	}
+	if got := expireAll(t, s, renewed+lTTL-1); len(got) != 0 {
+		t.Fatalf("sweep before renewal+ttl: %+v", got)
+	}
+	if got := expireAll(t, s, renewed+lTTL); len(got) != 1 || got[0].Event.UserID != "v" {
+		t.Fatalf("sweep at renewal+ttl: %+v", got)
+	}
+}
+
+// A node that stops hands its devices off with their real last beats:
+// each lives its ttl from there, as after missed beats.
+func TestHandOff(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	load(t, s, 1000, "alice")
+	mustClaim(t, s, 1000, 7, "alice", "phone", 1000, 1000)
+	ch, lost, err := s.HandOff(ctx, 5000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 4000, LastActive: 3000}})
+	if err != nil || ch.Changed || len(lost) != 0 {
+		t.Fatalf("hand off: %+v, lost %v, %v", ch, lost, err)
+	}
+	if got := expireAll(t, s, 4000+lTTL-1); len(got) != 0 {
+		t.Fatalf("sweep before the ttl: %+v", got)
+	}
+	got := expireAll(t, s, 4000+lTTL)
+	if len(got) != 1 || got[0].Event.LastSeen != 4000 {
+		t.Fatalf("sweep at the ttl: %+v, want offline at the last beat", got)
+	}
+}
+
+func TestLeases(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	for _, l := range []uint64{7, 8} {
+		if err := s.AcquireLease(ctx, l, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.RenewLease(ctx, 7, 2000, nil)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("renew: %+v, %v", all, err)
+	}
+	for _, l := range all {
+		if want := map[uint64]int64{7: 2000, 8: 1000}[l.ID]; l.Renewed != want || l.Taken {
+			t.Errorf("lease %d: %+v, want renewed at %d", l.ID, l, want)
+		}
+	}
+	if ok, err := s.TakeLease(ctx, 8, 999, 3000); err != nil || ok {
+		t.Fatalf("take with a stale view: %v, %v; want refused", ok, err)
+	}
+	if ok, err := s.TakeLease(ctx, 8, 1000, 3000); err != nil || !ok {
+		t.Fatalf("take: %v, %v", ok, err)
+	}
+	if ok, _ := s.TakeLease(ctx, 8, 1000, 3100); !ok {
+		t.Fatal("a second taker is refused; it should help finish")
+	}
+	if _, err := s.RenewLease(ctx, 8, 4000, nil); !errors.Is(err, tracker.ErrLeaseLost) {
+		t.Fatalf("renew of a lease taken over: %v", err)
+	}
+	all, _ = s.RenewLease(ctx, 7, 4000, nil)
+	for _, l := range all {
+		if l.ID == 8 && (!l.Taken || l.Renewed != 1000 || l.TakenAt != 3000) {
+			t.Errorf("lease 8 as seen: %+v", l)
+		}
+	}
+	if err := s.EndLease(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := s.RenewLease(ctx, 7, 5000, nil); len(all) != 1 {
+		t.Errorf("leases after the end of 8: %+v", all)
+	}
+}
