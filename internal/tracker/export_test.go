@@ -1,0 +1,7 @@
+package tracker
+
+import "context"
+
+// TickLease renews the lease and takes over the leases that ran out, as
+// Run does every LeaseInterval.
+func (t *Tracker) TickLease(ctx context.Context) { t.tickLease(ctx) }
