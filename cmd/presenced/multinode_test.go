@@ -459,6 +459,74 @@ func TestNodePartitionedFromRedis(t *testing.T) {
 	}
 }
 
+// Node 1 is killed (kill -9) while Redis hangs: its users' devices are
+// taken over by another node once Redis answers and node 1's lease runs
+// out, and each departure is announced exactly once, within ttl + 1 s of
+// Redis being back (with slack for this shared machine); the users of the
+// surviving nodes, who kept beating, are never shown offline.
+func TestNodeKilledDuringRedisOutage(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	nodes := b.nodes(t, 3)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	users := []string{"k1", "k2", "s1", "s2"}
+	w2 := watcher(t, n2, "w2", users...)
+	w3 := watcher(t, n3, "w3", users...)
+	dial(t, n1, "k1", "phone")
+	dial(t, n1, "k2", "phone")
+	dial(t, n2, "s1", "phone")
+	dial(t, n3, "s2", "phone")
+	for _, w := range []*seen{w2, w3} {
+		for _, u := range users {
+			w.await(t, "w", u, wsclient.Online)
+		}
+	}
+	if err := b.redis.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	n1.signal(t, syscall.SIGKILL)
+	n1.wait(t)
+	time.Sleep(8 * time.Second)
+	if err := b.redis.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	for _, w := range []*seen{w2, w3} {
+		for _, u := range []string{"k1", "k2"} {
+			w.await(t, "w", u, wsclient.Offline)
+		}
+	}
+	time.Sleep(clusterTTL + 2*time.Second) // room for a duplicate or a false offline
+	for name, w := range map[string]*seen{"node 2": w2, "node 3": w3} {
+		for _, u := range []string{"k1", "k2"} {
+			var offs []seenEvent
+			for _, e := range w.of(u) {
+				if !e.snapshot && e.status == wsclient.Offline {
+					offs = append(offs, e)
+				}
+			}
+			if len(offs) != 1 {
+				t.Errorf("%s: %s's offline arrived %d times, want once: %+v", name, u, len(offs), w.of(u))
+				continue
+			}
+			lag := offs[0].at.Sub(back)
+			t.Logf("%s: %s offline %s after Redis answered again (ttl %s)", name, u, lag.Round(time.Millisecond), clusterTTL)
+			if lag > clusterTTL+3*time.Second {
+				t.Errorf("%s: %s offline %s after Redis answered again, want within ttl + 1 s", name, u, lag)
+			}
+		}
+		for _, u := range []string{"s1", "s2"} {
+			if n := w.count(u, wsclient.Offline); n != 0 || w.last(u) != wsclient.Online {
+				t.Errorf("%s: %s kept beating but was seen %+v", name, u, w.of(u))
+			}
+		}
+	}
+	if got := metric(t, n2.server, "presenced_lease_takeovers_total") + metric(t, n3.server, "presenced_lease_takeovers_total"); got != 1 {
+		t.Errorf("node 1's lease was taken over %v times, want once", got)
+	}
+}
+
 // A contact removed through node 1's API stops seeing a contacts-only
 // status on node 2 at once: node 1 announces the change on the bus, node 2
 // reads the list again and filters its watchers' next events with it.
