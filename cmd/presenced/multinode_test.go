@@ -93,6 +93,14 @@ type seenEvent struct {
 	at       time.Time // when the test read it
 }
 
+func (e seenEvent) String() string {
+	kind := ""
+	if e.snapshot {
+		kind = " (snapshot)"
+	}
+	return fmt.Sprintf("%s%s at %s last_seen %s", e.status, kind, e.at.Format("15:04:05.000"), e.lastSeen.Format("15:04:05.000"))
+}
+
 // watcher connects user on n, subscribes to ids and records every event.
 func watcher(t *testing.T, n *proc, user string, ids ...string) *seen {
 	t.Helper()
@@ -610,6 +618,7 @@ func TestRedisOutage(t *testing.T) {
 	if err := b.redis.Start(); err != nil {
 		t.Fatal(err)
 	}
+	back := time.Now()
 	n2.heartbeat(apiKey, "hank", "pc")
 
 	// Converged: both users online in the shared state, read on either node.
@@ -630,7 +639,7 @@ func TestRedisOutage(t *testing.T) {
 	w.await(t, "w", "vic", wsclient.Offline) // the resync after recovery
 	time.Sleep(clusterTTL)                   // any false offline would come by now
 	if n := w.count("alice", wsclient.Offline); n != 0 {
-		t.Errorf("alice kept beating but her watcher saw offline %d times: %+v", n, w.of("alice"))
+		t.Errorf("alice kept beating but her watcher saw offline %d times (Redis back at %s): %+v", n, back.Format("15:04:05.000"), w.of("alice"))
 	}
 	// ivan beat only during the outage; his last heartbeat was answered
 	// before lastBeat and after lastBeat − 500 ms (the loop's pause).

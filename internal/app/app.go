@@ -18,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/beacon"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
@@ -96,6 +97,7 @@ type App struct {
 	redis   rueidis.Client   // nil: embedded hot state
 	nats    *jsstream.Conn   // nil without NATS: the one connection of bus and ingest
 	bus     *natsbus.Bus     // nil without NATS
+	beacon  *beacon.Beacon   // nil without NATS or Redis: node liveness apart from Redis
 	ingest  *ingest.Consumer // nil without NATS or with NoIngest
 	tracker *tracker.Tracker
 	api     *httpapi.Server
@@ -269,6 +271,20 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		interest.bus = a.bus
 		pubs = append(pubs, a.bus)
+		if cfg.RedisURL != "" {
+			// Nodes cut off from Redis only keep their devices: their
+			// beacons on NATS keep the others from taking them over.
+			if a.beacon, err = beacon.New(beacon.Config{
+				Conn:     a.nats,
+				Lease:    func() uint64 { return a.tracker.LeaseID() }, // a.tracker is set below, before Run
+				Interval: tracker.DefaultLeaseInterval(rules.TTL),
+				Timeout:  tracker.DefaultLeaseTimeout(rules.TTL),
+				Clock:    cfg.Clock,
+				Logger:   cfg.Logger.With("component", "beacon"),
+			}); err != nil {
+				return nil, fmt.Errorf("node beacon on NATS: %w", err)
+			}
+		}
 		onContacts = func(owner string) {
 			a.contacts.Changed(owner)
 			a.bus.ContactsChanged(owner) // other nodes read the list again
@@ -279,7 +295,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Durable:       durable,
 		Publisher:     pubs,
 		Rules:         rules,
-		OnRecover:     a.resync.Request,
+		OnRecover:     func() { a.resync.RequestAfter(tracker.DefaultRecoverGrace) },
+		NodeAlive:     nodeAlive(a.beacon),
 		ReloadMargin:  reloadMargin,
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger.With("component", "tracker"),
@@ -363,6 +380,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.handler = routes{api: a.api, ws: a.gw}
 	ok = true
 	return a, nil
+}
+
+// nodeAlive is the tracker's NodeAlive from the beacon, nil without one.
+func nodeAlive(b *beacon.Beacon) func(uint64) bool {
+	if b == nil {
+		return nil
+	}
+	return b.Alive
 }
 
 // readiness lists what GET /readyz checks (httpapi.Check): whether this
@@ -542,6 +567,9 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		wg.Go(func() { busDone <- a.bus.Run(busCtx) })
 	} else {
 		busDone <- nil
+	}
+	if a.beacon != nil {
+		wg.Go(func() { _ = a.beacon.Run(busCtx) })
 	}
 	resyncCtx, stopResync := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopResync()

@@ -16,7 +16,9 @@ const (
 	grace = int64(5_000)
 )
 
-func newTable() *Table { return New(Config{Rules: rules, Retry: time.Second, TouchMargin: time.Second}) }
+func newTable() *Table {
+	return New(Config{Rules: rules, Retry: time.Second, TouchMargin: time.Second})
+}
 
 // claim beats a new device and reports its claim done.
 func claim(t *testing.T, tb *Table, now int64, user, dev string) {

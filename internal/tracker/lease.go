@@ -25,7 +25,8 @@ import (
 // The store holds a claimed device alive for as long as the node's lease
 // lives. The node renews its lease every LeaseInterval (Run); the renewal
 // also lists every other node's lease, and a lease this node has seen
-// unchanged for leaseTimeout (three intervals, by this node's clock,
+// unchanged for leaseTimeout (three intervals or half the ttl, by this
+// node's clock,
 // counted only while this node reaches the store, and never for a node
 // that Config.NodeAlive still hears) is taken over: marked, so that its
 // owner can renew it no more, then every device it held is given back to
@@ -74,7 +75,7 @@ func (t *Tracker) initLeases(cfg *Config) {
 		iv = DefaultLeaseInterval(cfg.Rules.TTL)
 	}
 	t.lz.interval = iv.Milliseconds()
-	t.lz.timeout = 3 * t.lz.interval
+	t.lz.timeout = leaseTimeout(iv, cfg.Rules.TTL).Milliseconds()
 	t.lz.linger = 10 * t.lz.timeout
 	t.lz.nodeAlive = cfg.NodeAlive
 	t.lz.peers = make(map[uint64]peerLease)
@@ -85,6 +86,18 @@ func (t *Tracker) initLeases(cfg *Config) {
 // smaller of 1s and ttl/9, so that a dead node's lease (three intervals)
 // is taken over well within its devices' ttl.
 func DefaultLeaseInterval(ttl time.Duration) time.Duration { return min(time.Second, ttl/9) }
+
+// DefaultLeaseTimeout is how long a lease renewed every
+// DefaultLeaseInterval(ttl) may go unrenewed before it is taken over.
+func DefaultLeaseTimeout(ttl time.Duration) time.Duration {
+	return leaseTimeout(DefaultLeaseInterval(ttl), ttl)
+}
+
+// leaseTimeout is three renewals, or half the ttl if that is longer: a
+// takeover only needs to come before the dead node's devices' ttl ends
+// (they die a ttl after its last renewal, whenever it is taken over), and
+// a node starved of CPU for a second or two is not taken for dead.
+func leaseTimeout(interval, ttl time.Duration) time.Duration { return max(3*interval, ttl/2) }
 
 // LeaseID returns this node's lease, 0 while it has none (no Leaser
 // store, or not yet acquired).
@@ -220,7 +233,7 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 			}
 			t.takeovers.Add(1)
 			t.log.Warn("a node's lease ran out; taking over its devices", "lease", w.id,
-				"silent_ms", now-w.renewed)
+				"silent_ms", now-w.renewed, "own", own)
 		}
 		if err := t.takeOver(ctx, now, w.id, w.renewed); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errOutage) {

@@ -147,8 +147,8 @@ type Config struct {
 	LoadTimeout time.Duration
 	// LeaseInterval is how often the node renews its lease with a Store
 	// that implements Leaser (lease.go); a lease not renewed for three
-	// intervals is taken over. Default the smaller of 1s and TTL/9, so
-	// that a dead node's devices are taken over well within their ttl.
+	// intervals, or half the ttl if that is longer, is taken over.
+	// Default the smaller of 1s and TTL/9.
 	LeaseInterval time.Duration
 	// NodeAlive, if set, reports whether the node of a lease is heard
 	// from on another channel than the store (the NATS bus): such a node

@@ -1,0 +1,76 @@
+package beacon_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/beacon"
+	"github.com/presenced/presenced/internal/jsstream"
+	"github.com/presenced/presenced/internal/testsvc"
+)
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+func conn(t *testing.T, url string) *jsstream.Conn {
+	t.Helper()
+	c, err := jsstream.Dial(url, "beacon-test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Two nodes hear each other; a node that stops publishing is no longer
+// alive after Timeout; a node that cannot hear (its NATS is down) calls
+// everyone alive for Blind, then nobody.
+func TestNodesHearEachOther(t *testing.T) {
+	srv := testsvc.NATS(t)
+	var leaseA, leaseB atomic.Uint64
+	leaseA.Store(7)
+	leaseB.Store(8)
+	newBeacon := func(lease *atomic.Uint64) *beacon.Beacon {
+		b, err := beacon.New(beacon.Config{Conn: conn(t, srv.URL), Lease: lease.Load, Subject: "t.nodes",
+			Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Blind: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := newBeacon(&leaseA), newBeacon(&leaseB)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctxA, stopA := context.WithCancel(ctx)
+	go a.Run(ctxA)
+	go b.Run(ctx)
+	waitFor(t, "b hears a", func() bool { return b.Alive(7) })
+	waitFor(t, "a hears b", func() bool { return a.Alive(8) })
+	if b.Alive(9) {
+		// Right after start a node cannot tell yet; past Timeout it can.
+		time.Sleep(300 * time.Millisecond)
+		if b.Alive(9) {
+			t.Error("a lease nobody publishes is alive")
+		}
+	}
+	stopA()
+	waitFor(t, "b finds a silent", func() bool { return !b.Alive(7) })
+	// NATS goes away: b cannot hear, and calls a lease alive for Blind.
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b deaf", func() bool { return b.Alive(42) })
+	waitFor(t, "b judges by the store alone after Blind", func() bool { return !b.Alive(42) })
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
