@@ -572,12 +572,17 @@ func (c *Cluster) view(s *Server, running []bool) (*nodeView, error) {
 			continue
 		}
 		addr, _, _ := strings.Cut(f[1], "@")
+		flags := "," + f[2] + ","
+		if strings.Contains(flags, ",myself,") {
+			// A node that no other has met does not know its own IP
+			// address: ":port".
+			addr = s.Addr
+		}
 		i, ok := c.index[addr]
 		if !ok {
 			return nil, fmt.Errorf("knows a node %s (%s) that is not ours", addr, f[2])
 		}
 		ids[f[0]] = i
-		flags := "," + f[2] + ","
 		for _, bad := range []string{",handshake,", ",noaddr,", ",fail,", ",fail?,"} {
 			if strings.Contains(flags, bad) && running[i] {
 				return nil, fmt.Errorf("sees %s as %s", addr, f[2])

@@ -227,3 +227,13 @@ func TestRedisClusterFailover(t *testing.T) {
 		}
 	}
 }
+
+// A cluster of one node, whose node was never met by another and so does
+// not know its own address, is settled as well.
+func TestRedisClusterOfOne(t *testing.T) {
+	t.Parallel()
+	c := testsvc.RedisCluster(t, 1)
+	if m, err := c.MasterOf("k"); err != nil || m != c.Nodes[0] {
+		t.Fatalf("MasterOf: %v %v, want %s", m, err, c.Addrs[0])
+	}
+}
