@@ -46,6 +46,7 @@ const (
 type failoverFixture struct {
 	cl     *testsvc.Cluster
 	s      *redisstore.Store
+	prefix string
 	users  []string
 	master map[string]*testsvc.Server   // each user's master
 	before map[string]presence.Snapshot // each user's snapshot, online
@@ -56,7 +57,7 @@ func newFailoverFixture(t *testing.T) *failoverFixture {
 	cl := testsvc.RedisClusterReplicas(t, 3, 1)
 	c := dial(t, cl.URL)
 	prefix := testsvc.Unique(t) + ":"
-	f := &failoverFixture{cl: cl, master: map[string]*testsvc.Server{}, before: map[string]presence.Snapshot{}}
+	f := &failoverFixture{cl: cl, prefix: prefix, master: map[string]*testsvc.Server{}, before: map[string]presence.Snapshot{}}
 	f.s = newStore(t, c, redisstore.Config{Prefix: prefix, Shards: failoverShards, EvictAfter: 1000 * time.Hour})
 	ctx := t.Context()
 	perMaster := map[*testsvc.Server]int{}
@@ -69,7 +70,7 @@ func newFailoverFixture(t *testing.T) *failoverFixture {
 		if ch, err := f.s.Beat(ctx, failoverT0, u, "d", true); err != nil || !ch.Changed || ch.Event.Status != presence.Online {
 			t.Fatalf("%s's first beat: %+v %v, want online", u, ch, err)
 		}
-		key := userKey(prefix, u)
+		key := f.key(u)
 		if n, err := c.Do(ctx, c.B().Exists().Key(key).Build()).AsInt64(); err != nil || n != 1 {
 			t.Fatalf("EXISTS %s: %d %v: the test's idea of the store's keys is wrong (see the package doc)", key, n, err)
 		}
@@ -103,13 +104,13 @@ func newFailoverFixture(t *testing.T) *failoverFixture {
 	return f
 }
 
-// userKey returns the key of user's hash, as the package doc lays keys
-// out (the shard is FNV-1a of the user id); newFailoverFixture checks
-// that the key exists.
-func userKey(prefix, user string) string {
+// key returns the key of user's hash, as the package doc lays keys out
+// (the shard is FNV-1a of the user id); newFailoverFixture checks that
+// the key exists.
+func (f *failoverFixture) key(user string) string {
 	h := fnv.New32a()
 	h.Write([]byte(user))
-	return prefix + "{" + strconv.Itoa(int(h.Sum32()%failoverShards)) + "}u:" + user
+	return f.prefix + "{" + strconv.Itoa(int(h.Sum32()%failoverShards)) + "}u:" + user
 }
 
 // split returns the users whose master is m and the others.
@@ -171,19 +172,19 @@ func isNoScript(err error) bool {
 	return errors.As(err, &re) && re.IsNoScript() || strings.Contains(err.Error(), "NOSCRIPT")
 }
 
-// callers call check for a set of users over and over, in goroutines
+// failoverCallers call check for a set of users over and over, in goroutines
 // of their own, each round with up to a timeout, until stop, and hand
 // what each round found wrong to a report function.
-type callers struct {
+type failoverCallers struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	rounds atomic.Int64 // rounds done
 }
 
 // startCallers starts callers, stopped at t's cleanup if not before.
-func startCallers(t *testing.T, f *failoverFixture, users []string, timeout time.Duration, report func(failed, wrong error)) *callers {
+func (f *failoverFixture) startCallers(t *testing.T, users []string, timeout time.Duration, report func(failed, wrong error)) *failoverCallers {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &callers{cancel: cancel}
+	c := &failoverCallers{cancel: cancel}
 	t.Cleanup(func() { c.stop() })
 	for range 4 {
 		c.wg.Go(func() {
@@ -207,7 +208,7 @@ func startCallers(t *testing.T, f *failoverFixture, users []string, timeout time
 
 // waitRounds waits until the callers have done n more rounds, for at most
 // failoverWait.
-func (c *callers) waitRounds(t *testing.T, n int64) {
+func (c *failoverCallers) waitRounds(t *testing.T, n int64) {
 	t.Helper()
 	want := c.rounds.Load() + n
 	deadline := time.Now().Add(failoverWait)
@@ -221,7 +222,7 @@ func (c *callers) waitRounds(t *testing.T, n int64) {
 
 // stop stops the callers, waits for them and returns the rounds they did.
 // It may be called again.
-func (c *callers) stop() int64 {
+func (c *failoverCallers) stop() int64 {
 	c.cancel()
 	c.wg.Wait()
 	return c.rounds.Load()
@@ -304,13 +305,13 @@ func TestClusterFailoverKillMaster(t *testing.T) {
 	mine, others := f.split(victim)
 
 	var othersFailed atomic.Int64
-	othersCalls := startCallers(t, f, others, 5*time.Second, func(failed, wrong error) {
+	othersCalls := f.startCallers(t, others, 5*time.Second, func(failed, wrong error) {
 		if othersFailed.Add(1) <= 3 {
 			t.Errorf("users of the masters still up: %v", errors.Join(failed, wrong))
 		}
 	})
 	var mineFailed atomic.Int64
-	mineCalls := startCallers(t, f, mine, time.Second, func(failed, wrong error) {
+	mineCalls := f.startCallers(t, mine, time.Second, func(failed, wrong error) {
 		mineFailed.Add(1)
 		if wrong != nil {
 			t.Errorf("users of the killed master, during the failover: a wrong answer: %v", wrong)
@@ -337,7 +338,7 @@ func TestClusterFailoverKillMaster(t *testing.T) {
 
 	// From now on every call succeeds, for every user.
 	var afterFailed atomic.Int64
-	after := startCallers(t, f, f.users, 5*time.Second, func(failed, wrong error) {
+	after := f.startCallers(t, f.users, 5*time.Second, func(failed, wrong error) {
 		if afterFailed.Add(1) <= 3 {
 			t.Errorf("after the failover: %v", errors.Join(failed, wrong))
 		}
@@ -385,7 +386,7 @@ func TestClusterFailoverManual(t *testing.T) {
 	}
 
 	var noScript, failed atomic.Int64
-	calls := startCallers(t, f, f.users, 5*time.Second, func(fail, wrong error) {
+	calls := f.startCallers(t, f.users, 5*time.Second, func(fail, wrong error) {
 		failed.Add(1)
 		if wrong != nil {
 			t.Errorf("during a manual failover: a wrong answer: %v", wrong)
