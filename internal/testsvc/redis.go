@@ -13,11 +13,12 @@ import (
 // StartRedis starts a private redis-server on a free 127.0.0.1 port that
 // keeps nothing on disk. The caller Closes it.
 func StartRedis() (*Server, error) {
-	return startRedis(false)
+	return startRedis(nil)
 }
 
-// startRedis starts a redis-server, a Redis Cluster node if cluster.
-func startRedis(cluster bool) (*Server, error) {
+// startRedis starts a redis-server; a Redis Cluster node with these
+// options if cluster is not nil (see clusterOptions).
+func startRedis(cluster []string) (*Server, error) {
 	bin, err := findBinary("redis-server", "redis-server", "/usr/bin", "/usr/local/bin", "/usr/sbin")
 	if err != nil {
 		return nil, err
@@ -28,13 +29,13 @@ func startRedis(cluster bool) (*Server, error) {
 			a := []string{bin, "--port", fmt.Sprint(s.Port), "--bind", "127.0.0.1",
 				"--save", "", "--appendonly", "no", "--dir", s.Dir, "--daemonize", "no",
 				"--protected-mode", "no", "--logfile", "", "--maxclients", "2000"}
-			if cluster {
-				a = append(a, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-					"--cluster-node-timeout", "1000")
+			if cluster != nil {
+				a = append(a, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+				a = append(a, cluster...)
 			}
 			return a
 		},
-		busPort: cluster,
+		busPort: cluster != nil,
 		ready:   redisReady,
 		stopSig: syscall.SIGTERM,
 	}

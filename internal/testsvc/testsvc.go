@@ -19,7 +19,12 @@
 //     name (Unique(t)). A shared server refuses Stop, Kill and Start.
 //
 // RedisCluster(t, n) starts a private Redis Cluster of n masters (about 2 s:
-// Redis holds a new master's cluster state back that long).
+// Redis holds a new master's cluster state back that long), and
+// RedisClusterReplicas(t, m, r) one of m masters with r replicas each, for
+// failover tests: the Cluster names the master of a key and its replicas,
+// waits for a killed master's replica to be promoted (WaitPromoted), runs
+// a manual failover (Failover) and brings a killed node back as a replica
+// (Rejoin).
 //
 // A package that uses the shared servers stops them in its TestMain:
 //
