@@ -109,7 +109,8 @@ type Leaser interface {
 	// holds to out. ErrLeaseLost if lease is gone or being taken over.
 	RenewLease(ctx context.Context, lease uint64, now int64, out []Lease) ([]Lease, error)
 	// TakeLease marks a lease last renewed at renewed as being taken
-	// over, unless it was renewed since; it reports whether it is marked.
+	// over, unless it was renewed since (or is marked already); it
+	// reports whether this call marked it.
 	TakeLease(ctx context.Context, lease uint64, renewed, now int64) (bool, error)
 	// EndLease forgets a lease.
 	EndLease(ctx context.Context, lease uint64) error

@@ -1,0 +1,203 @@
+package tracker_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// newOwnedTracker is a tracker on a private Redis whose n users each have
+// one device claimed by this node (a WebSocket each), as a node of the
+// scale-out tier holds them.
+func newOwnedTracker(b *testing.B, n int, r presence.Rules, c clock.Clock) (*tracker.Tracker, *testsvc.Server, rueidis.Client) {
+	b.Helper()
+	srv := testsvc.Redis(b)
+	cl, err := redisstore.Dial(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cl.Close)
+	rs, err := redisstore.New(cl, redisstore.Config{Rules: r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := rs.RaiseFloor(ctx, 0); err != nil {
+		b.Fatal(err)
+	}
+	tr, err := tracker.New(tracker.Config{Store: rs, Durable: benchDurable{}, Clock: c, Rules: r})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr.TickLease(ctx)
+	if tr.LeaseID() == 0 {
+		b.Fatal("no lease")
+	}
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Go(func() {
+			for i := w; i < n; i += 64 {
+				if _, err := tr.SocketBeat(ctx, ids()[i], "d", true); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return tr, srv, cl
+}
+
+// BenchmarkSocketBeatNoChange is BenchmarkHeartbeatNoChange on a node of
+// the scale-out tier: the heartbeat of a device whose socket the node
+// holds (it owns the device; Redis hears nothing). Goal: within 1.5× of
+// the embedded node's BenchmarkHeartbeatNoChange, run beside it.
+func BenchmarkSocketBeatNoChange(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			r := presence.Rules{TTL: time.Hour, IdleAfter: time.Hour}
+			tr, _, _ := newOwnedTracker(b, size.n, r, clock.Real{})
+			all := ids()[:size.n]
+			ctx := context.Background()
+			var seq atomic.Uint64
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := seq.Add(1) * 7919
+				for pb.Next() {
+					i = i*6364136223846793005 + 1442695040888963407
+					id := all[(i>>33)%uint64(size.n)]
+					if ch, err := tr.SocketBeat(ctx, id, "d", true); err != nil || ch.Changed {
+						b.Fatalf("heartbeat changed=%v err=%v", ch.Changed, err)
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "beats/s")
+		})
+	}
+}
+
+// BenchmarkSocketBeatRedisCPU measures what a node's WebSocket heartbeats
+// cost Redis, amortized over everything the node sends it meanwhile:
+// 100,000 users on one node, each active and beating every 15 s of a
+// fake clock (b.N beats in all: -benchtime 4000000x is ten minutes, two
+// idle periods), with the node's sweep every 100 ms, its lease renewal
+// every second and its checkpoint every second — the touches that keep
+// active users online, the empty probes and drains. Redis's CPU (INFO cpu,
+// user + system) over the run, per beat, is redis-µs/beat. In the same
+// run, b.N beats of the naive design (SET user:<id> online EX 30 each,
+// pipelined 100 at a time) give setex-redis-µs/beat; x-naive is their
+// ratio (goal: at least 10).
+func BenchmarkSocketBeatRedisCPU(b *testing.B) {
+	const users = 100_000
+	r := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	fc := clock.NewFake(start)
+	tr, _, cl := newOwnedTracker(b, users, r, fc)
+	ctx := context.Background()
+	all := ids()[:users]
+	// Every user's beat comes 15 s after its previous one: beat i is
+	// user i%users at 15 s × i/users.
+	step := 15 * time.Second / users
+	sweepEvery := int(100 * time.Millisecond / step)
+	secondEvery := int(time.Second / step)
+	tick := func(i int) {
+		if i%sweepEvery == 0 {
+			if _, err := tr.Sweep(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if i%secondEvery == 0 {
+			tr.TickLease(ctx)
+			if err := tr.Checkpoint(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	cpu0 := redisCPUOf(b, cl)
+	calls0 := scriptCallsOf(b, cl)
+	b.ResetTimer()
+	for i := range b.N {
+		fc.Set(start.Add(time.Duration(i) * step))
+		if _, err := tr.SocketBeat(ctx, all[i%users], "d", true); err != nil {
+			b.Fatal(err)
+		}
+		tick(i)
+	}
+	b.StopTimer()
+	ours := redisCPUOf(b, cl) - cpu0
+	calls := scriptCallsOf(b, cl) - calls0
+	if s := tr.Stats(); s.Down || s.OwnedDevices != users {
+		b.Fatalf("after the run: %+v", s)
+	}
+	// The naive design on the same server: a SETEX per beat.
+	cpu0 = redisCPUOf(b, cl)
+	cmds := make(rueidis.Commands, 0, 100)
+	for i := 0; i < b.N; i += 100 {
+		cmds = cmds[:0]
+		for j := i; j < min(i+100, b.N); j++ {
+			cmds = append(cmds, cl.B().Set().Key("naive:"+all[j%users]).Value("online").Ex(30*time.Second).Build())
+		}
+		for _, res := range cl.DoMulti(ctx, cmds...) {
+			if err := res.Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	naive := redisCPUOf(b, cl) - cpu0
+	b.ReportMetric(ours*1e6/float64(b.N), "redis-µs/beat")
+	b.ReportMetric(naive*1e6/float64(b.N), "setex-redis-µs/beat")
+	b.ReportMetric(naive/max(ours, 1e-9), "x-naive")
+	b.ReportMetric(float64(calls)/float64(b.N), "scripts/beat")
+}
+
+func redisCPUOf(b *testing.B, c rueidis.Client) float64 {
+	b.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += f
+		}
+	}
+	return sum
+}
+
+func scriptCallsOf(b *testing.B, c rueidis.Client) int64 {
+	b.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			calls, _, _ := strings.Cut(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",")
+			v, _ := strconv.ParseInt(calls, 10, 64)
+			n += v
+		}
+	}
+	return n
+}
