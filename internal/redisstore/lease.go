@@ -180,11 +180,58 @@ func (s *Store) Claim(ctx context.Context, now int64, lease uint64, user string,
 	return s.change(m, user, now, "claim")
 }
 
-// Touch implements tracker.Leaser.
-func (s *Store) Touch(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice) (presence.Change, []string, error) {
-	sk := s.shardOf(user)
-	return s.ownedOp(ctx, s.touch, "touch", []string{sk.users + user, sk.due, sk.dirty},
-		[]string{user, i64(now), u64(lease)}, devs, user, now)
+// Touch implements tracker.Leaser: the touches go in calls of up to
+// maxBeatBatch users, all pipelined — on one Redis any users together, on
+// a Cluster (or behind a proxy that refused a call across slots) the users
+// of one shard per call.
+func (s *Store) Touch(ctx context.Context, now int64, lease uint64, touches []tracker.Touch) {
+	type call struct {
+		keys, args []string
+		idx        []int
+	}
+	perShard := s.mixedGroups == nil || s.crossSlotRefused.Load()
+	open := map[int]*call{} // shard (or 0) → the call being filled
+	var calls []*call
+	for i := range touches {
+		t := &touches[i]
+		k := s.shardIndex(t.User)
+		g := 0
+		if perShard {
+			g = k
+		}
+		c := open[g]
+		if c == nil || len(c.idx) == maxBeatBatch {
+			c = &call{args: []string{i64(now), u64(lease)}}
+			open[g] = c
+			calls = append(calls, c)
+		}
+		sk := &s.shards[k]
+		c.keys = append(c.keys, sk.users+t.User, sk.due, sk.dirty)
+		c.args = append(c.args, t.User, strconv.Itoa(len(t.Devices)))
+		for _, d := range t.Devices {
+			c.args = append(c.args, d.ID, i64(d.LastBeat), i64(d.LastActive))
+		}
+		c.idx = append(c.idx, i)
+	}
+	execs := make([]rueidis.LuaExec, len(calls))
+	for i, c := range calls {
+		execs[i] = rueidis.LuaExec{Keys: c.keys, Args: c.args}
+	}
+	for i, r := range s.touch.execMulti(ctx, s.c, execs...) {
+		c := calls[i]
+		arr, err := r.ToArray()
+		if err == nil && len(arr) != len(c.idx) {
+			err = fmt.Errorf("unexpected reply of %d elements for %d touches", len(arr), len(c.idx))
+		}
+		for j, ti := range c.idx {
+			t := &touches[ti]
+			if err != nil {
+				t.Err = wrapErr("touch", s.touch.err(err))
+				continue
+			}
+			t.Change, t.Lost, t.Err = s.ownedReply(arr[j], t.User, now, "touch")
+		}
+	}
 }
 
 // Release implements tracker.Leaser.
@@ -216,6 +263,11 @@ func (s *Store) ownedOp(ctx context.Context, sc *script, op string, keys, args [
 	if err != nil {
 		return presence.Change{}, nil, wrapErr(op, sc.err(err))
 	}
+	return s.ownedReply(m, user, now, op)
+}
+
+// ownedReply decodes {change, lost devices}.
+func (s *Store) ownedReply(m rueidis.RedisMessage, user string, now int64, op string) (presence.Change, []string, error) {
 	arr, err := m.ToArray()
 	if err != nil || len(arr) != 2 {
 		return presence.Change{}, nil, wrapErr(op, fmt.Errorf("unexpected reply %v (%v)", m, err))

@@ -52,6 +52,12 @@ func mustClaim(t *testing.T, s *redisstore.Store, now int64, lease uint64, user,
 	return ch
 }
 
+func touch1(s *redisstore.Store, now int64, lease uint64, user string, devs []tracker.OwnedDevice) (presence.Change, []string, error) {
+	ts := []tracker.Touch{{User: user, Devices: devs}}
+	s.Touch(context.Background(), now, lease, ts)
+	return ts[0].Change, ts[0].Lost, ts[0].Err
+}
+
 func expireAll(t *testing.T, s *redisstore.Store, now int64) []presence.Change {
 	t.Helper()
 	out, err := s.Expire(context.Background(), now, 10_000, nil)
@@ -83,7 +89,7 @@ func TestClaimedDeviceLivesUntilReleased(t *testing.T) {
 		t.Fatalf("read: %+v", g)
 	}
 	// Touch with newer activity before the idle time: no away.
-	if _, lost, err := s.Touch(ctx, 200_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 199_000, LastActive: 199_000}}); err != nil || len(lost) != 0 {
+	if _, lost, err := touch1(s, 200_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 199_000, LastActive: 199_000}}); err != nil || len(lost) != 0 {
 		t.Fatalf("touch: lost %v, %v", lost, err)
 	}
 	if got := expireAll(t, s, 1000+lIdle); len(got) != 0 {
@@ -97,7 +103,7 @@ func TestClaimedDeviceLivesUntilReleased(t *testing.T) {
 		t.Fatalf("idle_after the touched activity: %+v, want away", got)
 	}
 	// A touch of newer activity brings her back.
-	ch, _, err := s.Touch(ctx, 600_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 600_000, LastActive: 600_000}})
+	ch, _, err := touch1(s, 600_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 600_000, LastActive: 600_000}})
 	if err != nil || !ch.Changed || ch.Event.Status != presence.Online {
 		t.Fatalf("touch of an away user who is active again: %+v, %v", ch, err)
 	}
@@ -117,7 +123,7 @@ func TestClaimedDeviceLivesUntilReleased(t *testing.T) {
 		t.Fatalf("debug: %+v, %v", u, err)
 	}
 	// Touch of a user the store does not hold.
-	if _, lost, err := s.Touch(ctx, 1000, 7, "nobody", []tracker.OwnedDevice{{ID: "x"}}); !errors.Is(err, tracker.ErrNotLoaded) || len(lost) != 1 {
+	if _, lost, err := touch1(s, 1000, 7, "nobody", []tracker.OwnedDevice{{ID: "x"}}); !errors.Is(err, tracker.ErrNotLoaded) || len(lost) != 1 {
 		t.Fatalf("touch of a user not held: lost %v, %v", lost, err)
 	}
 }
@@ -305,5 +311,76 @@ func TestLeases(t *testing.T) {
 	}
 	if all, _ := s.RenewLease(ctx, 7, 5000, nil); len(all) != 1 {
 		t.Errorf("leases after the end of 8: %+v", all)
+	}
+}
+
+// Touches go many users to a call: the common one (online, every device
+// the owner's) only moves times and the user's due entry to the new idle
+// time, so no sweep has to re-arm it; the others (away → online, a device
+// of another owner, a user not held) take the full path, in order.
+func TestTouchBatch(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	var users []string
+	for i := range 300 {
+		u := fmt.Sprint("t", i)
+		users = append(users, u)
+		load(t, s, 1000, u)
+		mustClaim(t, s, 1000, 7, u, "phone", 1000, 1000)
+	}
+	mustClaim(t, s, 1000, 8, "t5", "pc", 1000, 1000) // t5 has another node's device too
+	// t7 turns away, t9 is evicted from Redis (gone).
+	if got := expireAll(t, s, 1000+lIdle-1); len(got) != 0 {
+		t.Fatalf("sweep before the idle time: %+v", got)
+	}
+	var ts []tracker.Touch
+	for _, u := range users {
+		ts = append(ts, tracker.Touch{User: u, Devices: []tracker.OwnedDevice{{ID: "phone", LastBeat: 250_000, LastActive: 250_000}}})
+	}
+	ts[3].Devices = append(ts[3].Devices, tracker.OwnedDevice{ID: "gone", LastBeat: 1, LastActive: 1})
+	ts = append(ts, tracker.Touch{User: "nobody", Devices: []tracker.OwnedDevice{{ID: "x"}}})
+	s.Touch(ctx, 260_000, 7, ts)
+	for i, tc := range ts {
+		switch {
+		case tc.User == "nobody":
+			if !errors.Is(tc.Err, tracker.ErrNotLoaded) || len(tc.Lost) != 1 {
+				t.Errorf("touch of a user not held: %+v", tc)
+			}
+		case i == 3:
+			if tc.Err != nil || len(tc.Lost) != 1 || tc.Lost[0] != "gone" {
+				t.Errorf("touch with a device not held: %+v", tc)
+			}
+		case tc.Err != nil || tc.Change.Changed || len(tc.Lost) != 0:
+			t.Errorf("touch %d: %+v", i, tc)
+		}
+	}
+	// The fast path moved the due entry itself (the full one, for t5,
+	// leaves the old entry to fire early and be re-armed).
+	if _, due, _, err := s.Debug(ctx, "t1"); err != nil || due != 250_000+lIdle {
+		t.Errorf("t1's due entry after the touch: %d (%v), want %d", due, err, 250_000+lIdle)
+	}
+	// Nobody turns away at the old idle time; everyone turns away
+	// idle_after the touched activity.
+	if got := expireAll(t, s, 1000+lIdle); len(got) != 0 {
+		t.Fatalf("sweep at the old idle time: %+v", got)
+	}
+	got := expireAll(t, s, 250_000+lIdle)
+	if len(got) != len(users) {
+		t.Fatalf("%d users away at the touched idle time, want %d", len(got), len(users))
+	}
+	if g := get(t, s, 250_000+lIdle, "t1"); g.Status != presence.Away || g.LastSeen != 250_000 {
+		t.Errorf("t1 after the touch: %+v", g)
+	}
+	// A touch of activity of away users brings them back (full path),
+	// batched with fast ones.
+	ts = ts[:0]
+	for _, u := range users[:3] {
+		ts = append(ts, tracker.Touch{User: u, Devices: []tracker.OwnedDevice{{ID: "phone", LastBeat: 600_000, LastActive: 600_000}}})
+	}
+	s.Touch(ctx, 600_000, 7, ts)
+	for _, tc := range ts {
+		if tc.Err != nil || !tc.Change.Changed || tc.Change.Event.Status != presence.Online {
+			t.Errorf("touch of an away user active again: %+v", tc)
+		}
 	}
 }

@@ -181,7 +181,7 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		{&s.dirty, []string{"helpers", "dirty"}},
 		{&s.raiseFloor, []string{"raise_floor"}},
 		{&s.claim, []string{"helpers", "claim"}},
-		{&s.touch, []string{"helpers", "touch"}},
+		{&s.touch, []string{"touch_fast", "helpers", "touch"}},
 		{&s.release, []string{"helpers", "release"}},
 		{&s.handoff, []string{"helpers", "handoff"}},
 		{&s.takeover, []string{"helpers", "takeover"}},
@@ -772,12 +772,28 @@ func decodeUser(id string, kv []rueidis.RedisMessage, u *presence.User) error {
 	return err
 }
 
-// Dirty implements tracker.Store: every shard's dirty set is drained by
-// its own script, all in one pipelined round trip.
+// Dirty implements tracker.Store: one pipelined round trip asks every
+// shard whether its dirty set holds anyone (EXISTS: a fraction of a
+// script's cost, and most shards of a node with devices it owns are
+// clean most seconds), and a second drains the sets that do, each by its
+// own script.
 func (s *Store) Dirty(ctx context.Context, out []presence.Profile) ([]presence.Profile, error) {
-	execs := make([]rueidis.LuaExec, len(s.shards))
+	probes := make(rueidis.Commands, len(s.shards))
 	for i := range s.shards {
-		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].dirty}, Args: []string{s.shards[i].users}}
+		probes[i] = s.c.B().Exists().Key(s.shards[i].dirty).Build()
+	}
+	var execs []rueidis.LuaExec
+	for i, r := range s.c.DoMulti(ctx, probes...) {
+		n, err := r.AsInt64()
+		if err != nil {
+			return out, fmt.Errorf("redisstore: dirty: %w", err)
+		}
+		if n > 0 {
+			execs = append(execs, rueidis.LuaExec{Keys: []string{s.shards[i].dirty}, Args: []string{s.shards[i].users}})
+		}
+	}
+	if len(execs) == 0 {
+		return out, nil
 	}
 	var firstErr error
 	for _, r := range s.dirty.execMulti(ctx, s.c, execs...) {

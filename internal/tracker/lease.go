@@ -317,19 +317,53 @@ func (t *Tracker) syncOwned(ctx context.Context) {
 	if len(work) == 0 {
 		return
 	}
-	// The calls of many users share round trips (the client
-	// pipelines); a bounded number run at once.
+	// Touches alone (the common work: active users kept online) go in
+	// batches; the rest user by user, many at once (the client
+	// pipelines their calls), a bounded number in flight.
+	var touches []Touch
 	const parallel = 32
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	for _, w := range work {
+		if len(w.Claim) == 0 && len(w.Release) == 0 && len(w.Bye) == 0 {
+			touches = append(touches, Touch{User: w.User, Devices: devices(w.Touch)})
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			_, _ = t.doWork(ctx, now, w)
 		})
 	}
+	if len(touches) > 0 {
+		t.touchAll(ctx, now, touches)
+	}
 	wg.Wait()
+}
+
+// touchAll sends touches in batches and reports each answer to the table.
+func (t *Tracker) touchAll(ctx context.Context, now int64, touches []Touch) {
+	lease := t.lease.Load()
+	b := t.bound(ctx)
+	t.leaser.Touch(b.ctx, t.Now(), lease, touches)
+	t.release(b)
+	for i := range touches {
+		tc := &touches[i]
+		var r owned.Result
+		r.Lost = tc.Lost
+		switch err := t.storeErr(ctx, tc.Err); {
+		case err == nil:
+			t.emit(tc.Change)
+		case errors.Is(err, ErrNotLoaded):
+			r.Reclaim = true
+		default:
+			r.Failed = true
+			if !errors.Is(err, errOutage) && ctx.Err() == nil {
+				t.log.Warn("telling the state store about this node's devices failed; will retry", "user", tc.User, "err", err)
+			}
+		}
+		t.owned.Done(now, tc.User, r)
+	}
 }
 
 // doWork tells the store what w says, publishes the changes and reports
@@ -378,9 +412,11 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 		}))
 	}
 	if len(w.Touch) > 0 && !r.Failed {
-		note(t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
-			return t.leaser.Touch(c, t.Now(), lease, w.User, devices(w.Touch))
-		}))
+		ts := []Touch{{User: w.User, Devices: devices(w.Touch)}}
+		b := t.bound(ctx)
+		t.leaser.Touch(b.ctx, t.Now(), lease, ts)
+		t.release(b)
+		note(ts[0].Change, ts[0].Lost, t.storeErr(ctx, ts[0].Err))
 	}
 	for _, d := range w.Claim {
 		if r.Failed {

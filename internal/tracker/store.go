@@ -127,9 +127,10 @@ type Leaser interface {
 	// the device after the last beat this owner saw.
 	Claim(ctx context.Context, now int64, lease uint64, user string, d OwnedDevice) (presence.Change, error)
 	// Touch tells the store the last beats and activity of devices lease
-	// owns, and returns the devices it does not own (lost). A user not
-	// held at all is ErrNotLoaded.
-	Touch(ctx context.Context, now int64, lease uint64, user string, devs []OwnedDevice) (presence.Change, []string, error)
+	// owns, for many users at once, and sets each touch's outcome: its
+	// change, the devices lease does not own (Lost), ErrNotLoaded for a
+	// user not held at all.
+	Touch(ctx context.Context, now int64, lease uint64, touches []Touch)
 	// Release ends devices lease owns (bye: said bye at now; otherwise
 	// their ttl or close grace ran out on the owner), and returns the
 	// listed devices it did not own.
@@ -145,6 +146,17 @@ type Lease struct {
 	Renewed int64 // its last renewal, Unix ms by the owner's clock
 	Taken   bool  // another node is taking it over
 	TakenAt int64 // when it was marked (by the taker's clock)
+}
+
+// Touch is one user's devices told to the store (Leaser.Touch), and
+// what the store answered.
+type Touch struct {
+	User    string
+	Devices []OwnedDevice
+
+	Change presence.Change
+	Lost   []string
+	Err    error
 }
 
 // OwnedDevice is what an owner tells the store of one of its devices.

@@ -1,31 +1,40 @@
--- KEYS: user hash, due, dirty. ARGV: user, now, owner, then per device of
--- the user that the owner holds: device, last beat, last activity. The
--- owner tells Redis what its devices did since it claimed them: last_seen
--- and activity move later (an away user who became active shows online
--- again; one who stays active does not turn away at the old activity's
--- idle time). Returns {change or {0} or {-1} (not held), the listed
--- devices that this owner no longer holds}.
-local id, now, own = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local u = load(KEYS[1])
-local lost = {}
-if not u then
-  for i = 4, #ARGV, 3 do lost[#lost + 1] = ARGV[i] end
-  return {{-1}, lost}
-end
-for i = 4, #ARGV, 3 do
-  local d = find(u, ARGV[i])
-  if d and d.own == own then
-    local lb, la = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-    if lb > d.lb then d.lb = lb end
-    if la > d.la then d.la = la end
-    if lb > u.ls then u.ls = lb end
-    d.mod = true
-  else
-    lost[#lost + 1] = ARGV[i]
+-- Follows touch_fast.lua and the helpers in the same script: applies
+-- touch B (which failed the fast path; its arguments start at A) and the
+-- rest of the batch.
+local function touch(key, due, dirty, id, a, n)
+  local u = load(key)
+  local lost = {}
+  if not u then
+    for j = 0, n - 1 do lost[#lost + 1] = ARGV[a + 3 * j] end
+    return {{-1}, lost}
   end
+  for j = 0, n - 1 do
+    local d = find(u, ARGV[a + 3 * j])
+    if d and d.own == own then
+      local lb, la = tonumber(ARGV[a + 3 * j + 1]), tonumber(ARGV[a + 3 * j + 2])
+      if lb > d.lb then d.lb = lb end
+      if la > d.la then d.la = la end
+      if lb > u.ls then u.ls = lb end
+      d.mod = true
+    else
+      lost[#lost + 1] = ARGV[a + 3 * j]
+    end
+  end
+  local ch = settle(u, now)
+  schedule(due, id, u, now)
+  save(u)
+  if ch then redis.call('SADD', dirty, id) end
+  return {ch or {0}, lost}
 end
-local ch = settle(u, now)
-schedule(KEYS[2], id, u, now)
-save(u)
-redis.call('SADD', KEYS[3], id)
-return {ch or {0}, lost}
+local i = B
+while A <= #ARGV do
+  local id, n = ARGV[A], tonumber(ARGV[A + 1])
+  if i > B and fasttouch(KEYS[3 * i - 2], KEYS[3 * i - 1], id, A + 2, n) then
+    R[i] = {{0}, {}}
+  else
+    R[i] = touch(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], id, A + 2, n)
+  end
+  i = i + 1
+  A = A + 2 + 3 * n
+end
+return R
