@@ -3,11 +3,13 @@
 // device's socket knows better than anyone whether it is alive, so it
 // keeps the device's deadline itself and tells the shared store only what
 // others must see: that the device is there (a claim, when it connects),
-// that it is still active (a touch, about once per idle period of an
-// active user), and that it is gone (a release: its ttl or close grace ran
-// out here, or it said bye). A heartbeat that changes nothing visible
-// touches one shard lock of this table and nothing else — no network, no
-// allocation.
+// that its activity turned idle_after old or that it is active again (a
+// touch: the store holds an owned device "active, per its owner" and
+// keeps no idle deadline of its own for it), and that it is gone (a
+// release: its ttl or close grace ran out here, or it said bye). A
+// heartbeat that changes nothing visible touches one shard lock of this
+// table and nothing else — no network, no allocation — and an active user
+// costs the store nothing at all between those moments.
 //
 // The table holds no connection to the store: it decides, and the tracker
 // carries its decisions out and reports back (Beat says what a heartbeat
@@ -33,10 +35,6 @@ import (
 type Config struct {
 	// Rules are the rules of the state model (TTL, IdleAfter, CloseGrace).
 	Rules presence.Rules
-	// TouchMargin is how long before the store would turn an active user
-	// away (its last known activity + IdleAfter) the table hands out the
-	// touch that keeps them online. Default 1s, at most IdleAfter/2.
-	TouchMargin time.Duration
 	// Retry is how long work that failed waits before it is due again.
 	// Default 250ms.
 	Retry time.Duration
@@ -55,8 +53,8 @@ const (
 	// NeedClaim: the device is new on this node: claim it now (the
 	// caller then calls Done).
 	NeedClaim
-	// NeedTouch: an active beat of a user whom the store shows idle (or
-	// soon will): touch now so the user shows online (then Done).
+	// NeedTouch: an active beat of a device the store holds idle: touch
+	// now so the user shows online (then Done).
 	NeedTouch
 )
 
@@ -66,6 +64,10 @@ type Device struct {
 	LastBeat   int64
 	LastActive int64 // 0: never active
 	Closed     int64 // when its socket closed without a bye, 0 if open
+	// Active, in work handed out: the store is to hold the device active
+	// (its activity is less than IdleAfter old); otherwise it is to hold
+	// LastActive, and settle the user by it.
+	Active bool
 }
 
 // Work is what the store must be told about one user.
@@ -107,8 +109,10 @@ type dev struct {
 	bye      bool  // dead by a bye (Remove while work of it was in flight)
 	inFlight bool  // named in work handed out and not yet Done
 	op       uint8 // the work in flight: opClaim, opTouch or opRelease
-	laR      int64 // the activity the store knows (claimed devices)
-	sentLA   int64 // the activity sent with the work in flight
+	activeR  bool  // the store holds the device active (claimed devices)
+	// sentActive is what the work in flight tells the store: hold it
+	// active.
+	sentActive bool
 }
 
 // Work in flight of a device.
@@ -149,7 +153,7 @@ type shard struct {
 type Table struct {
 	gen    atomic.Uint64 // bumped by Unclaim: answers to older work claim nothing
 	rules  presence.Rules
-	margin int64
+	idle   int64 // ms
 	retry  int64
 	seed   maphash.Seed
 	mask   uint64
@@ -159,10 +163,6 @@ type Table struct {
 // New returns an empty Table.
 func New(cfg Config) *Table {
 	cfg.Rules = cfg.Rules.WithDefaults()
-	if cfg.TouchMargin <= 0 {
-		cfg.TouchMargin = time.Second
-	}
-	cfg.TouchMargin = min(cfg.TouchMargin, cfg.Rules.IdleAfter/2)
 	if cfg.Retry <= 0 {
 		cfg.Retry = 250 * time.Millisecond
 	}
@@ -175,7 +175,7 @@ func New(cfg Config) *Table {
 	}
 	t := &Table{
 		rules:  cfg.Rules,
-		margin: cfg.TouchMargin.Milliseconds(),
+		idle:   cfg.Rules.IdleAfter.Milliseconds(),
 		retry:  cfg.Retry.Milliseconds(),
 		seed:   maphash.MakeSeed(),
 		mask:   uint64(n - 1),
@@ -246,51 +246,40 @@ func (t *Table) Beat(now int64, userID, device string, active bool) Need {
 	need := NeedNothing
 	switch {
 	case u.busy:
-		if !d.claimed || (active && t.idleInStore(u, now)) {
+		if !d.claimed || (active && !d.activeR) {
 			u.again = true
 		}
 	case !d.claimed && now >= u.retryAt:
 		need = NeedClaim
 	case !d.claimed:
 		t.armLocked(sh, u, now)
-	case active && t.idleInStore(u, now):
+	case active && !d.activeR:
 		need = NeedTouch
-	default:
-		if d.LastActive > d.laR {
-			// The touch that keeps the user online may now be due
-			// before the user's heap item.
-			if at := d.laR + t.rules.IdleAfter.Milliseconds() - t.margin; u.sched == 0 || at < u.sched {
-				t.pushLocked(sh, u, at)
-			}
-		}
 	}
+	// (An active device's idle time only moves later here: its heap item
+	// fires early and is re-armed.)
 	if need != NeedNothing {
 		u.busy = true
 		u.gen = t.gen.Load()
-		for j := range u.devs {
-			if dj := &u.devs[j]; need == NeedTouch && dj.claimed && !dj.dead || j == i {
-				dj.inFlight, dj.sentLA, dj.op = true, dj.LastActive, opTouch
-				if need == NeedClaim {
-					dj.op = opClaim
-				}
-			}
+		d.inFlight, d.op, d.sentActive = true, opTouch, t.active(d, now)
+		if need == NeedClaim {
+			d.op = opClaim
 		}
 	}
 	sh.mu.Unlock()
 	return need
 }
 
-// idleInStore reports whether the store shows u idle by now: none of
-// its devices' activity that the store knows (0: none) is within
-// IdleAfter.
-func (t *Table) idleInStore(u *user, now int64) bool {
-	var la int64
-	for i := range u.devs {
-		if d := &u.devs[i]; d.claimed && d.laR > la {
-			la = d.laR
-		}
-	}
-	return la == 0 || la+t.rules.IdleAfter.Milliseconds() <= now
+// active reports whether d's activity is less than IdleAfter old at now.
+func (t *Table) active(d *dev, now int64) bool {
+	return d.LastActive > 0 && now < d.LastActive+t.idle
+}
+
+// sent is d as work hands it out at now.
+func (t *Table) sent(d *dev, now int64) Device {
+	out := d.Device
+	out.Active = t.active(d, now)
+	return out
 }
 
 // Pending returns the devices of user that the caller must send with a
@@ -307,7 +296,9 @@ func (t *Table) Pending(userID string, need Need, out []Device) []Device {
 	for i := range u.devs {
 		d := &u.devs[i]
 		if d.inFlight && (need == NeedClaim && d.op == opClaim || need == NeedTouch && d.op == opTouch) {
-			out = append(out, d.Device)
+			dv := d.Device
+			dv.Active = d.sentActive
+			out = append(out, dv)
 		}
 	}
 	return out
@@ -395,8 +386,8 @@ func (t *Table) dropLocked(sh *shard, u *user, i int) {
 
 // Due hands out the work of every user whose time has come by now,
 // appending it to out: releases of devices that ended, claims that
-// failed before, touches that keep active users online. The users of
-// the work handed out are busy until Done.
+// failed before, touches of devices whose activity turned idle. The
+// users of the work handed out are busy until Done.
 func (t *Table) Due(now int64, out []Work) []Work {
 	for i := range t.shards {
 		sh := &t.shards[i]
@@ -428,7 +419,6 @@ func (t *Table) Due(now int64, out []Work) []Work {
 // the store must be told about u; if there is nothing, it re-arms u.
 func (t *Table) workLocked(sh *shard, u *user, now int64) Work {
 	w := Work{User: u.id}
-	idle := t.rules.IdleAfter.Milliseconds()
 	for i := 0; i < len(u.devs); i++ {
 		d := &u.devs[i]
 		if !d.dead && t.end(d) <= now {
@@ -448,11 +438,12 @@ func (t *Table) workLocked(sh *shard, u *user, now int64) Work {
 			w.Release = append(w.Release, d.Device)
 			d.inFlight, d.op = true, opRelease
 		case !d.claimed:
-			w.Claim = append(w.Claim, d.Device)
-			d.inFlight, d.sentLA, d.op = true, d.LastActive, opClaim
-		case d.LastActive > d.laR && now >= d.laR+idle-t.margin:
-			w.Touch = append(w.Touch, d.Device)
-			d.inFlight, d.sentLA, d.op = true, d.LastActive, opTouch
+			w.Claim = append(w.Claim, t.sent(d, now))
+			d.inFlight, d.op, d.sentActive = true, opClaim, t.active(d, now)
+		case d.activeR && !t.active(d, now):
+			// Its activity turned idle: the store settles the user by it.
+			w.Touch = append(w.Touch, t.sent(d, now))
+			d.inFlight, d.op, d.sentActive = true, opTouch, false
 		}
 	}
 	if len(u.devs) == 0 {
@@ -497,7 +488,7 @@ func (t *Table) Done(now int64, userID string, r Result) {
 		if !d.inFlight {
 			continue
 		}
-		op := d.op
+		op, sentActive := d.op, d.sentActive
 		d.inFlight, d.op = false, 0
 		switch {
 		case r.Reclaim:
@@ -514,10 +505,10 @@ func (t *Table) Done(now int64, userID string, r Result) {
 			i--
 		default:
 			// A claim or a touch: the store has the device as this
-			// node's, with the activity sent. (A device that said
-			// bye meanwhile is released by the next work.)
+			// node's, active or not as sent. (A device that said bye
+			// meanwhile is released by the next work.)
 			d.claimed = true
-			d.laR = max(d.laR, d.sentLA)
+			d.activeR = sentActive
 		}
 	}
 	if len(u.devs) == 0 {
@@ -546,7 +537,6 @@ func contains(s []string, x string) bool {
 // before it is there already.
 func (t *Table) armLocked(sh *shard, u *user, now int64) {
 	next := int64(0)
-	idle := t.rules.IdleAfter.Milliseconds()
 	for i := range u.devs {
 		d := &u.devs[i]
 		var at int64
@@ -555,8 +545,8 @@ func (t *Table) armLocked(sh *shard, u *user, now int64) {
 			at = max(now, u.retryAt)
 		default:
 			at = t.end(d)
-			if d.LastActive > d.laR {
-				at = min(at, d.laR+idle-t.margin)
+			if d.activeR {
+				at = min(at, max(now, d.LastActive+t.idle))
 			}
 		}
 		if next == 0 || at < next {
@@ -621,7 +611,7 @@ func (t *Table) Unclaim(now int64) {
 		for _, u := range sh.users {
 			for j := range u.devs {
 				u.devs[j].claimed = false
-				u.devs[j].laR = 0
+				u.devs[j].activeR = false
 			}
 			u.retryAt = 0
 			if u.busy {

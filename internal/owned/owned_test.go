@@ -17,7 +17,7 @@ const (
 )
 
 func newTable() *Table {
-	return New(Config{Rules: rules, Retry: time.Second, TouchMargin: time.Second})
+	return New(Config{Rules: rules, Retry: time.Second})
 }
 
 // claim beats a new device and reports its claim done.
@@ -26,7 +26,7 @@ func claim(t *testing.T, tb *Table, now int64, user, dev string) {
 	if need := tb.Beat(now, user, dev, true); need != NeedClaim {
 		t.Fatalf("first beat of %s/%s: need %d, want a claim", user, dev, need)
 	}
-	if got := tb.Pending(user, NeedClaim, nil); len(got) != 1 || got[0].ID != dev {
+	if got := tb.Pending(user, NeedClaim, nil); len(got) != 1 || got[0].ID != dev || !got[0].Active {
 		t.Fatalf("pending claim of %s: %+v", user, got)
 	}
 	tb.Done(now, user, Result{})
@@ -102,35 +102,20 @@ func TestCloseShortensToTheGraceAndABeatReopens(t *testing.T) {
 	}
 }
 
-func TestActiveUserIsTouchedBeforeTheStoreTurnsThemAway(t *testing.T) {
+func TestActiveUserCostsTheStoreNothing(t *testing.T) {
 	tb := newTable()
 	claim(t, tb, 1000, "alice", "phone")
-	var touches []int64
+	// Active for three idle periods, beating every 15 s: the store holds
+	// her device active, and nothing is due.
 	for now := int64(2000); now < 1000+3*idle; now += 500 {
 		if now%15_000 == 0 {
 			if need := tb.Beat(now, "alice", "phone", true); need != NeedNothing {
 				t.Fatalf("beat at %d: need %d", now, need)
 			}
 		}
-		for _, w := range due(tb, now) {
-			if len(w.Touch) != 1 || len(w.Claim)+len(w.Release) != 0 {
-				t.Fatalf("work at %d: %+v, want a touch", now, w)
-			}
-			touches = append(touches, now)
-			tb.Done(now, w.User, Result{})
+		if w := due(tb, now); len(w) != 0 {
+			t.Fatalf("work at %d: %+v", now, w)
 		}
-	}
-	// One touch per idle period, each before the activity the store
-	// knows is idle_after old (the store would turn her away then).
-	if len(touches) < 2 || len(touches) > 3 {
-		t.Fatalf("touches at %v over three idle periods", touches)
-	}
-	known := int64(1000)
-	for _, at := range touches {
-		if at >= known+idle {
-			t.Errorf("touched at %d, after the store turned her away at %d", at, known+idle)
-		}
-		known = at - at%15_000 // the last active beat before the touch
 	}
 }
 
@@ -148,7 +133,7 @@ func TestActiveBeatOfAUserTheStoreShowsIdleNeedsATouchNow(t *testing.T) {
 		t.Fatalf("active beat of a user the store shows away: need %d, want a touch", need)
 	}
 	got := tb.Pending("alice", NeedTouch, nil)
-	if len(got) != 1 || got[0].LastActive != 3000 {
+	if len(got) != 1 || got[0].LastActive != 3000 || !got[0].Active {
 		t.Fatalf("pending touch: %+v", got)
 	}
 	tb.Done(3000, "alice", Result{})
@@ -272,10 +257,11 @@ func TestStoreThatLostTheUserGetsItsDevicesClaimedAgain(t *testing.T) {
 	claim(t, tb, 1000, "alice", "phone")
 	tb.Beat(1000, "alice", "tab", true)
 	tb.Done(1000, "alice", Result{})
-	// Both devices keep beating, phone active: its touch comes due.
+	// Both devices keep beating in the background: their touch comes due
+	// when their activity turns idle.
 	var touched bool
-	for now := int64(15_000); now <= 1000+idle && !touched; now += 15_000 {
-		tb.Beat(now, "alice", "phone", true)
+	for now := int64(15_000); now <= 1000+idle+15_000 && !touched; now += 15_000 {
+		tb.Beat(now, "alice", "phone", false)
 		tb.Beat(now, "alice", "tab", false)
 		for _, w := range due(tb, now) {
 			// The touch finds the user gone from the store (it lost
@@ -287,7 +273,7 @@ func TestStoreThatLostTheUserGetsItsDevicesClaimedAgain(t *testing.T) {
 	if !touched {
 		t.Fatal("no touch came due")
 	}
-	w := due(tb, 1000+idle)
+	w := due(tb, 1000+idle+15_000)
 	var got []string
 	for _, x := range w {
 		for _, d := range x.Claim {
@@ -366,4 +352,32 @@ func BenchmarkBeat(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// The store keeps no idle deadline for owned devices: when the user's
+// activity here turns idle_after old, the table hands out one touch (the
+// store then turns them away), and an active beat afterwards needs a
+// touch at once (back online).
+func TestIdleUserIsSettledOnce(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	var touches []int64
+	for now := int64(15_000); now <= 1000+2*idle; now += 15_000 {
+		if need := tb.Beat(now, "alice", "phone", false); need != NeedNothing {
+			t.Fatalf("background beat at %d: need %d", now, need)
+		}
+		for _, w := range due(tb, now) {
+			if len(w.Touch) != 1 || w.Touch[0].LastActive != 1000 || w.Touch[0].Active {
+				t.Fatalf("work at %d: %+v", now, w)
+			}
+			touches = append(touches, now)
+			tb.Done(now, w.User, Result{})
+		}
+	}
+	if len(touches) != 1 || touches[0] < 1000+idle || touches[0] > 1000+idle+15_000 {
+		t.Fatalf("touches at %v, want one as her activity turned idle (%d)", touches, 1000+idle)
+	}
+	if need := tb.Beat(1000+2*idle+1, "alice", "phone", true); need != NeedTouch {
+		t.Fatalf("active beat of an idle user: need %d, want a touch", need)
+	}
 }

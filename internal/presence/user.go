@@ -230,14 +230,18 @@ func (u *User) AliveDevices(r *Rules, now int64) int {
 
 // Deadline returns the next moment (Unix ms) at which the user's state may
 // change without any input — a device's ttl running out, or going idle — or
-// 0 if nothing is pending (owned devices never run out here). It only ever
-// moves later on a heartbeat.
+// 0 if nothing is pending. Owned devices (Device.Owner) count for neither:
+// their owner ends them and says when their activity is idle_after old.
+// It only ever moves later on a heartbeat.
 func (u *User) Deadline(r *Rules, now int64) int64 {
 	var next, active int64
 	for i := range u.Devices {
 		d := &u.Devices[i]
+		if d.Owner != 0 {
+			continue // its owner ends it, and says when it is idle
+		}
 		end := r.End(d)
-		if end < Forever && (next == 0 || end < next) {
+		if next == 0 || end < next {
 			next = end
 		}
 		if end > now && d.LastActive > active {

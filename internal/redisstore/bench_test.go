@@ -16,6 +16,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/tracker"
 )
 
 // populate loads n users and beats each once, many at a time.
@@ -222,4 +223,53 @@ func BenchmarkTransition(b *testing.B) {
 	b.ReportMetric(n/time.Since(start).Seconds(), "transitions/s")
 	b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/n, "redis-µs/transition")
 	b.ReportMetric(n/float64(b.N), "changed/op")
+}
+
+// BenchmarkTouch: the touches a node sends to keep its active users
+// online (about one per user per idle period), in batches as a sweep
+// hands them out: Redis CPU per touch.
+func BenchmarkTouch(b *testing.B) {
+	c := dial(b, testsvc.Redis(b).URL)
+	s := newStore(b, c, redisstore.Config{})
+	const t0 = int64(1_700_000_000_000)
+	const users = 100_000
+	ctx := context.Background()
+	ids := make([]string, users)
+	for i := range ids {
+		ids[i] = fmt.Sprint("user-", i)
+	}
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Go(func() {
+			for i := w; i < users; i += 64 {
+				if err := s.Load(ctx, t0, &presence.Profile{UserID: ids[i]}); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := s.Claim(ctx, t0, 7, ids[i], tracker.OwnedDevice{ID: "d", LastBeat: t0, LastActive: t0}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ts := make([]tracker.Touch, 0, 1000)
+	cpu0 := redisCPU(b, c)
+	b.ResetTimer()
+	for i := 0; i < b.N; i += cap(ts) {
+		ts = ts[:0]
+		for j := i; j < min(i+cap(ts), b.N); j++ {
+			now := t0 + 1000 + int64(j)
+			ts = append(ts, tracker.Touch{User: ids[j%users], Devices: []tracker.OwnedDevice{{ID: "d", LastBeat: now, LastActive: now}}})
+		}
+		s.Touch(ctx, t0+1000+int64(i+len(ts)), 7, ts)
+		for _, t := range ts {
+			if t.Err != nil || t.Change.Changed {
+				b.Fatalf("touch: %+v", t)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/float64(b.N), "redis-µs/touch")
 }

@@ -95,15 +95,21 @@ func TestClaimedDeviceLivesUntilReleased(t *testing.T) {
 	if got := expireAll(t, s, 1000+lIdle); len(got) != 0 {
 		t.Fatalf("away after a touch with newer activity: %+v", got)
 	}
-	if g := get(t, s, 1000+lIdle, "alice"); g.LastSeen != 199_000 {
-		t.Errorf("last_seen after the touch: %d, want the touched beat 199000", g.LastSeen)
+	// A user present through an owned device is last seen at the read.
+	if g := get(t, s, 1000+lIdle, "alice"); g.LastSeen != 1000+lIdle || g.PubLastSeen != 1000+lIdle {
+		t.Errorf("last_seen read at %d: %+v, want the read's time", 1000+lIdle, g)
 	}
-	got := expireAll(t, s, 199_000+lIdle)
-	if len(got) != 1 || got[0].Event.Status != presence.Away {
-		t.Fatalf("idle_after the touched activity: %+v, want away", got)
+	// Redis keeps no idle deadline of an owned device: its owner touches
+	// the user when the activity it knows turns idle.
+	if got := expireAll(t, s, 199_000+lIdle); len(got) != 0 {
+		t.Fatalf("sweep at the idle time of an owned device: %+v", got)
+	}
+	ch, _, err := touch1(s, 199_000+lIdle, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 300_000, LastActive: 199_000}})
+	if err != nil || !ch.Changed || ch.Event.Status != presence.Away {
+		t.Fatalf("touch idle_after the touched activity: %+v, %v; want away", ch, err)
 	}
 	// A touch of newer activity brings her back.
-	ch, _, err := touch1(s, 600_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 600_000, LastActive: 600_000}})
+	ch, _, err = touch1(s, 600_000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 600_000, LastActive: 600_000}})
 	if err != nil || !ch.Changed || ch.Event.Status != presence.Online {
 		t.Fatalf("touch of an away user who is active again: %+v, %v", ch, err)
 	}
@@ -314,10 +320,10 @@ func TestLeases(t *testing.T) {
 	}
 }
 
-// Touches go many users to a call: the common one (online, every device
-// the owner's) only moves times and the user's due entry to the new idle
-// time, so no sweep has to re-arm it; the others (away → online, a device
-// of another owner, a user not held) take the full path, in order.
+// Touches go many users to a call: the common one (online, and staying
+// online by the owner's devices) only moves times; the others (away →
+// online, online → away at the idle time, a device of another owner, a
+// user not held) take the full path, in order.
 func TestTouchBatch(t *testing.T) {
 	s := leaseStore(t)
 	ctx := context.Background()
@@ -354,21 +360,22 @@ func TestTouchBatch(t *testing.T) {
 			t.Errorf("touch %d: %+v", i, tc)
 		}
 	}
-	// The fast path moved the due entry itself (the full one, for t5,
-	// leaves the old entry to fire early and be re-armed).
-	if _, due, _, err := s.Debug(ctx, "t1"); err != nil || due != 250_000+lIdle {
-		t.Errorf("t1's due entry after the touch: %d (%v), want %d", due, err, 250_000+lIdle)
+	// Nobody turns away by a sweep; everyone does when the owner touches
+	// them idle_after their activity.
+	if got := expireAll(t, s, 250_000+lIdle); len(got) != 0 {
+		t.Fatalf("sweep at the idle time of owned devices: %+v", got)
 	}
-	// Nobody turns away at the old idle time; everyone turns away
-	// idle_after the touched activity.
-	if got := expireAll(t, s, 1000+lIdle); len(got) != 0 {
-		t.Fatalf("sweep at the old idle time: %+v", got)
+	ts = ts[:0]
+	for _, u := range users {
+		ts = append(ts, tracker.Touch{User: u, Devices: []tracker.OwnedDevice{{ID: "phone", LastBeat: 250_000, LastActive: 250_000}}})
 	}
-	got := expireAll(t, s, 250_000+lIdle)
-	if len(got) != len(users) {
-		t.Fatalf("%d users away at the touched idle time, want %d", len(got), len(users))
+	s.Touch(ctx, 250_000+lIdle, 7, ts)
+	for _, tc := range ts {
+		if tc.Err != nil || !tc.Change.Changed || tc.Change.Event.Status != presence.Away {
+			t.Fatalf("touch at the idle time: %+v", tc)
+		}
 	}
-	if g := get(t, s, 250_000+lIdle, "t1"); g.Status != presence.Away || g.LastSeen != 250_000 {
+	if g := get(t, s, 250_000+lIdle, "t1"); g.Status != presence.Away || g.LastSeen != 250_000+lIdle {
 		t.Errorf("t1 after the touch: %+v", g)
 	}
 	// A touch of activity of away users brings them back (full path),

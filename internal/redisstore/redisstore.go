@@ -591,14 +591,36 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 		}
 		devs = u.Devices
 		u.Snapshot(&s.rules, now, &out[i])
+		for _, d := range u.Devices {
+			if d.Owner != 0 {
+				seenNow(&out[i], now)
+				break
+			}
+		}
 	}
 	return nil
 }
 
+// seenNow makes the last_seen of a user present through a device a node
+// owns now: Redis hears of such a device only when something visible
+// changes, its owner vouches for it while it renews its lease, and the
+// last_seen of a present user is the moment they are read. (An invisible
+// user's public last_seen stays frozen.)
+func seenNow(out *presence.Snapshot, now int64) {
+	if out.Status == presence.Offline {
+		return
+	}
+	out.LastSeen = max(out.LastSeen, now)
+	if out.Status != presence.Invisible {
+		out.PubLastSeen = max(out.PubLastSeen, now)
+	}
+}
+
 // readFields are what a read needs of a user, in the order
 // snapshotFromScalars expects them: r (see lua.go), last_seen and public
-// last_seen (which every heartbeat moves, so they are not in r).
-var readFields = []string{"r", "ls", "pls"}
+// last_seen (which every heartbeat moves, so they are not in r), and od,
+// the user's owned devices (seenNow).
+var readFields = []string{"r", "ls", "pls", "od"}
 
 // snapshotFromScalars fills out from a user's readFields. While the user's
 // due entry s is in the future nothing has changed since the last full
@@ -639,8 +661,8 @@ func snapshotFromScalars(id string, f []rueidis.RedisMessage, now int64, out *pr
 	if n[6] <= now {
 		return false, nil
 	}
-	var ls, pls int64
-	for i, p := range []*int64{&ls, &pls} {
+	var ls, pls, od int64
+	for i, p := range []*int64{&ls, &pls, &od} {
 		if f[i+1].IsNil() {
 			continue
 		}
@@ -668,6 +690,9 @@ func snapshotFromScalars(id string, f []rueidis.RedisMessage, now int64, out *pr
 		Devices:     nd,
 		Version:     uint64(n[0]),
 		Settings:    presence.Settings{Status: presence.Visibility(n[3]), LastSeen: presence.Visibility(n[4])},
+	}
+	if od > 0 {
+		seenNow(out, now)
 	}
 	return true, nil
 }

@@ -439,7 +439,7 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 // claim claims one device, loading the user first if the store does not
 // hold it.
 func (t *Tracker) claim(ctx context.Context, lease uint64, user string, d owned.Device) (presence.Change, error) {
-	od := OwnedDevice{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}
+	od := devices([]owned.Device{d})[0]
 	for try := 0; ; try++ {
 		b := t.bound(ctx)
 		ch, err := t.leaser.Claim(b.ctx, t.Now(), lease, user, od)
@@ -461,10 +461,16 @@ func (t *Tracker) ownedCall(ctx context.Context, call func(context.Context) (pre
 	return ch, lost, t.storeErr(ctx, err)
 }
 
+// devices is what the store is told of ds: a device the table says is
+// active is held active (presence.Forever) until the table says it
+// turned idle.
 func devices(ds []owned.Device) []OwnedDevice {
 	out := make([]OwnedDevice, len(ds))
 	for i, d := range ds {
 		out[i] = OwnedDevice{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}
+		if d.Active {
+			out[i].LastActive = presence.Forever
+		}
 	}
 	return out
 }

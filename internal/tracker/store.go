@@ -161,8 +161,10 @@ type Touch struct {
 
 // OwnedDevice is what an owner tells the store of one of its devices.
 type OwnedDevice struct {
-	ID         string
-	LastBeat   int64
+	ID       string
+	LastBeat int64
+	// LastActive is presence.Forever while the owner holds the device
+	// active (it says when that turns idle), else its last activity.
 	LastActive int64
 }
 

@@ -1,6 +1,8 @@
 -- KEYS: user hash, due, dirty, the owner's set of users in this shard.
 -- ARGV: user, now, device, owner (a lease), last beat, last activity (the
--- owner's readings, at or before now; activity 0 if none). A node takes
+-- owner's readings, at or before now; activity FOREVER while the device is
+-- active — the owner says when it turns idle — or its last activity, 0 if
+-- none). A node takes
 -- the device whose socket it holds: from then on the device is alive until
 -- that node releases it, hands it off, or loses its lease (lease.go), and
 -- its beats no longer reach Redis. Applied like a heartbeat, it returns
@@ -20,7 +22,7 @@ if not d then
   u.devs[#u.devs + 1] = d
 end
 if lb > d.lb then d.lb = lb end
-if la > d.la then d.la = la end
+d.la = la -- the owner's word: FOREVER while the device is active
 d.cl = 0
 d.own = own
 d.mod = true

@@ -13,7 +13,7 @@ for i = 4, #ARGV, 3 do
   if d and d.own == own then
     local lb, la = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
     if lb > d.lb then d.lb = lb end
-    if la > d.la then d.la = la end
+    d.la = la
     if lb > u.ls then u.ls = lb end
     d.own = 0
     d.cl = 0

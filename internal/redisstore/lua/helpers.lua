@@ -12,15 +12,18 @@
 -- without a bye, or "last_beat:last_active:closed:owner" for a device
 -- whose socket a node holds (owner is that node's lease: see lease.go;
 -- the device is alive until the owner releases it or its lease is taken
--- over, and last_beat and last_active are what the owner last reported),
--- s (the time of the user's entry in the due set, 0 = none, FOREVER = no
--- entry and nothing due: only owned devices and no away pending), nd (the devices the user had when a full script last saved the
--- hash; the fast heartbeat adds none) and r = "v:m:pub:ss:sl:nd:s:"
--- followed by the text, written by every full script. While s is in the
--- future no device has died and no away is due since, so a read needs only
--- r, ls and pls (Store.Get). The shard's sorted set "due" holds each
--- user's next deadline (member = user id) and the set "dirty" the users
--- changed since the last Dirty.
+-- over; last_beat is what the owner last reported, last_active FOREVER
+-- while the owner holds the device active, or its last activity once the
+-- owner said it turned idle), s (the time of the user's entry in the due
+-- set, 0 = none, FOREVER = no entry and nothing due: owned devices only),
+-- nd (the devices the user had when a full script last saved the hash;
+-- the fast heartbeat adds none), od (of those, the owned ones: a read
+-- shows such a user last seen now) and r = "v:m:pub:ss:sl:nd:s:" followed
+-- by the text, written by every full script. While s is in the future no
+-- device has died and no away is due since, so a read needs only r, ls,
+-- pls and od (Store.Get). The shard's sorted set "due" holds each user's
+-- next deadline (member = user id) and the set "dirty" the users changed
+-- since the last Dirty.
 --
 -- Statuses as presence numbers them: Offline 0, Online 1, Away 2, Busy 3,
 -- Invisible 4; manual: None 0, Away 1, Busy 2, Invisible 3.
@@ -30,7 +33,7 @@ local function fmt(n) return string.format('%d', n) end
 
 -- The scalar fields of a user's hash; text fields are strings, the others
 -- numbers.
-local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's', 'nd', 'r'}
+local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's', 'nd', 'od', 'r'}
 local TEXT = {t = true, pt = true, r = true}
 
 -- load reads the hash at key into a table, or nil when the user is not held.
@@ -38,7 +41,7 @@ local function load(key)
   local h = redis.call('HGETALL', key)
   if #h == 0 then return nil end
   local u = {key = key, m = 0, t = '', ls = 0, pls = 0, v = 0, ss = 0, sl = 0,
-    pub = 0, pt = '', ev = 0, s = 0, nd = -1, r = '', devs = {}, gone = {}}
+    pub = 0, pt = '', ev = 0, s = 0, nd = -1, od = 0, r = '', devs = {}, gone = {}}
   for i = 1, #h, 2 do
     local f, val = h[i], h[i + 1]
     if string.sub(f, 1, 2) == 'd:' then
@@ -73,6 +76,10 @@ end
 -- of the devices that were dropped.
 local function save(u)
   u.nd = #u.devs
+  u.od = 0
+  for _, d in ipairs(u.devs) do
+    if d.own ~= 0 then u.od = u.od + 1 end
+  end
   -- r: what a read needs but last_seen, in one field (Store.Get).
   u.r = string.format('%d:%d:%d:%d:%d:%d:%d:', u.v, u.m, u.pub, u.ss, u.sl, u.nd, u.s) .. u.t
   local args = {}
@@ -176,13 +183,16 @@ local function settle(u, now)
 end
 
 -- deadline is User.Deadline: the next moment the state may change without
--- input, 0 if none.
+-- input, 0 if none. Owned devices have none here: their owner ends them,
+-- and tells Redis when their activity is idle_after old (lease.go).
 local function deadline(u, now)
   local nxt, active = 0, 0
   for _, d in ipairs(u.devs) do
-    local e = device_end(d)
-    if e < FOREVER and (nxt == 0 or e < nxt) then nxt = e end
-    if e > now and d.la > active then active = d.la end
+    if d.own == 0 then
+      local e = device_end(d)
+      if nxt == 0 or e < nxt then nxt = e end
+      if e > now and d.la > active then active = d.la end
+    end
   end
   if u.m == 0 and active > 0 then
     local idle = active + IDLE
@@ -200,9 +210,12 @@ end
 local function schedule(due, id, u, now)
   local d = deadline(u, now)
   if d == 0 and #u.devs > 0 then
-    -- Owned devices only, no away pending: nothing is due here.
+    -- Owned devices only, no away pending: nothing is due here (an entry
+    -- of before, such as the eviction time of a user just loaded, would
+    -- only fire to be re-armed).
     u.ev = 0
-    if u.s == 0 then u.s = FOREVER end
+    if u.s ~= 0 and u.s ~= FOREVER then redis.call('ZREM', due, id) end
+    u.s = FOREVER
     return
   elseif d == 0 then
     if u.ev == 0 then u.ev = now + EVICT end

@@ -4,7 +4,8 @@
 -- went silent, newer than what Redis holds). The owner's lease ran out:
 -- every device it held in this shard goes back to the rules as if its
 -- last beat were the lease's last renewal (the owner vouched for it then),
--- so it dies a ttl later unless it reconnects; departures due already are
+-- so it dies a ttl later unless it reconnects (a device its owner held
+-- active was active then too); departures due already are
 -- returned, the others come due like any expiry. The set is deleted in
 -- the same script, so the devices are taken over exactly once. Returns the
 -- changes as {user, change…}.
@@ -19,6 +20,7 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     for _, d in ipairs(u.devs) do
       if d.own == own then
         if lb > d.lb then d.lb = lb end
+        if d.la >= FOREVER then d.la = lb end -- active when the lease was last renewed
         d.own = 0
         d.cl = 0
         d.mod = true

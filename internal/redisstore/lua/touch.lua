@@ -13,7 +13,7 @@ local function touch(key, due, dirty, id, a, n)
     if d and d.own == own then
       local lb, la = tonumber(ARGV[a + 3 * j + 1]), tonumber(ARGV[a + 3 * j + 2])
       if lb > d.lb then d.lb = lb end
-      if la > d.la then d.la = la end
+      d.la = la
       if lb > u.ls then u.ls = lb end
       d.mod = true
     else
@@ -29,7 +29,7 @@ end
 local i = B
 while A <= #ARGV do
   local id, n = ARGV[A], tonumber(ARGV[A + 1])
-  if i > B and fasttouch(KEYS[3 * i - 2], KEYS[3 * i - 1], id, A + 2, n) then
+  if i > B and fasttouch(KEYS[3 * i - 2], id, A + 2, n) then
     R[i] = {{0}, {}}
   else
     R[i] = touch(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], id, A + 2, n)
