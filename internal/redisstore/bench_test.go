@@ -273,3 +273,35 @@ func BenchmarkTouch(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/float64(b.N), "redis-µs/touch")
 }
+
+// BenchmarkMemoryPerOwnedUser is BenchmarkMemoryPerUser for users whose
+// device a node owns (a WebSocket held by a node, claimed under its
+// lease): their hash has no entry in a deadline set.
+func BenchmarkMemoryPerOwnedUser(b *testing.B) {
+	c := dial(b, testsvc.Redis(b).URL)
+	s := newStore(b, c, redisstore.Config{Prefix: "m:"})
+	ctx := context.Background()
+	base := usedMemory(b, c)
+	now := time.Now().UnixMilli()
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Go(func() {
+			for i := w; i < b.N; i += 64 {
+				id := fmt.Sprint("user-", i)
+				if err := s.Load(ctx, now, &presence.Profile{UserID: id}); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := s.Claim(ctx, now, 7, id, tracker.OwnedDevice{ID: "d", LastBeat: now, LastActive: presence.Forever}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := s.Dirty(ctx, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(usedMemory(b, c)-base)/float64(b.N), "B/user")
+}
