@@ -324,14 +324,30 @@ func TestCloseGraceAcrossNodes(t *testing.T) {
 	}
 
 	// fred's network changes: his socket on node 1 closes and the same
-	// device is back through node 2 within the grace.
-	fred := dial(t, n1, "fred", "laptop")
-	w.await(t, "w", "fred", wsclient.Online)
-	fred.Close()
-	dial(t, n2, "fred", "laptop")
-	time.Sleep(3 * grace) // room for a false offline to show up
-	if n := w.count("fred", wsclient.Offline); n != 0 || w.last("fred") != wsclient.Online {
-		t.Errorf("fred reconnected within the close grace but watchers saw %+v", w.of("fred"))
+	// device is back through node 2 within the grace. On this shared
+	// machine a dial can take longer than the grace; such a try proves
+	// nothing, and the next user tries again.
+	for try := 0; ; try++ {
+		user := fmt.Sprint("fred", try)
+		wf := watcher(t, n2, "w"+user, user)
+		wf.await(t, "w", user, wsclient.Offline) // the snapshot
+		fred := dial(t, n1, user, "laptop")
+		wf.await(t, "w", user, wsclient.Online)
+		fred.Close()
+		closed := time.Now()
+		dial(t, n2, user, "laptop")
+		if took := time.Since(closed); took > grace/2 {
+			t.Logf("%s's reconnect took %s, too close to the grace (%s) to judge", user, took, grace)
+			if try < 3 {
+				continue
+			}
+			t.Fatalf("no reconnect within half the grace in %d tries", try+1)
+		}
+		time.Sleep(3 * grace) // room for a false offline to show up
+		if n := wf.count(user, wsclient.Offline); n != 0 || wf.last(user) != wsclient.Online {
+			t.Errorf("%s reconnected within the close grace but watchers saw %+v", user, wf.of(user))
+		}
+		return
 	}
 }
 
