@@ -859,3 +859,89 @@ func TestNATSOutage(t *testing.T) {
 	}
 	w.await(t, "w", "pat", wsclient.Busy)
 }
+
+// The nodes run on a Redis Cluster of three masters with a replica each.
+// The master that holds the leases is killed (its replica is promoted a
+// few seconds later), then another master is handed over by a manual
+// failover, while 40 users beat over WebSockets on node 1 and a watcher on
+// node 2 watches them: nobody is shown offline (before issue 9's owned
+// devices the kill alone sent hundreds of false offlines), every user
+// reads online through node 2 afterwards, and no lease is taken over.
+func TestRedisClusterFailover(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	cl := testsvc.RedisClusterReplicas(t, 3, 1)
+	var n1, n2 *proc
+	var wg sync.WaitGroup
+	wg.Go(func() { n1 = b.node(t, 1, "-redis-url", cl.URL) })
+	wg.Go(func() { n2 = b.node(t, 2, "-redis-url", cl.URL) })
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	var users []string
+	for i := range 40 {
+		users = append(users, fmt.Sprint("c", i))
+	}
+	w := watcher(t, n2, "w", users...)
+	for _, u := range users {
+		dial(t, n1, u, "phone")
+	}
+	for _, u := range users {
+		w.await(t, "w", u, wsclient.Online)
+	}
+	leases, err := cl.MasterOf(b.prefix + "leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitReplicated(leases, waitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if err := leases.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.WaitPromoted(leases, waitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(clusterTTL + 2*time.Second) // a false offline would come by now
+	// A clean handover of another master (one that still has its replica:
+	// not the one just promoted).
+	var replica *testsvc.Server
+	for shard := 0; replica == nil && shard < 256; shard++ {
+		m, err := cl.MasterOf(fmt.Sprintf("%s{%d}due", b.prefix, shard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs, err := cl.ReplicasOf(m); err == nil && len(rs) > 0 {
+			replica = rs[0]
+		}
+	}
+	if replica == nil {
+		t.Fatal("no master with a replica left")
+	}
+	if err := cl.Failover(replica, waitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(clusterTTL + 2*time.Second)
+	for _, u := range users {
+		if n := w.count(u, wsclient.Offline); n != 0 || w.last(u) != wsclient.Online {
+			t.Errorf("%s kept beating but the watcher saw %+v", u, w.of(u))
+		}
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		_, body := n2.do("GET", "/presence/batch?user_ids="+strings.Join(users, ","), apiKey, nil)
+		if strings.Count(string(body), `"online"`) == len(users) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 2 reads after the failovers: %s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range []*proc{n1, n2} {
+		if got := metric(t, n.server, "presenced_lease_takeovers_total"); got != 0 {
+			t.Errorf("a node took over %v leases; both were alive", got)
+		}
+	}
+}
