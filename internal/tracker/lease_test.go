@@ -294,3 +294,53 @@ func TestDeadNodeIsTakenOver(t *testing.T) {
 }
 
 func (c *cluster) redisStats(n *node) tracker.Stats { return n.tr.Stats() }
+
+// A node that stops hands its devices off: each lives its ttl from its
+// real last beat, so a client that reconnects elsewhere within it shows
+// nothing, and one that does not is announced offline once, by another
+// node's sweep, at its last beat + ttl.
+func TestStoppingNodeHandsOff(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	a, b := c.add(1), c.add(2)
+	a.alive, b.alive = true, true
+	a.socketBeat("alice", "phone", true)
+	a.socketBeat("bob", "pc", true)
+	c.at(time.Second)
+	a.socketBeat("alice", "phone", true)
+	a.socketBeat("bob", "pc", true)
+	a.pub.take()
+	c.at(1500 * time.Millisecond)
+	if err := a.tr.Close(a.ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.alive = false
+	if a.tr.LeaseID() != 0 {
+		t.Errorf("a still holds its lease after Close")
+	}
+	if got := a.events(); len(got) != 0 {
+		t.Fatalf("the hand-off published %v", got)
+	}
+	// bob reconnects to b within the ttl: nothing shows.
+	c.at(2 * time.Second)
+	if ch := b.socketBeat("bob", "pc", true); ch.Changed {
+		t.Fatalf("bob's reconnect to b changed %+v", ch.Event)
+	}
+	var got []string
+	for at := 2100 * time.Millisecond; at <= 5*time.Second; at += 100 * time.Millisecond {
+		c.at(at)
+		if at%time.Second == 0 {
+			b.socketBeat("bob", "pc", true) // bob keeps beating on b
+		}
+		c.tick(b)
+		for _, e := range b.events() {
+			got = append(got, e+" at="+at.String())
+		}
+	}
+	if want := "alice online→offline seen=1s at=4s"; strings.Join(got, ";") != want {
+		t.Fatalf("after a's hand-off b published %v, want [%s]", got, want)
+	}
+	if n := b.tr.Stats().LeaseTakeovers; n != 0 {
+		t.Errorf("b took over %d leases; a handed off and ended its lease", n)
+	}
+}
