@@ -232,13 +232,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		ms := memstore.New(memstore.Config{Rules: rules})
 		a.store, users = ms, ms.Len
 	}
-	interest := &busInterest{}
 	a.hub, err = fanout.New(fanout.Config{
 		Relations:        durable,
 		MaxSubscriptions: cfg.MaxSubscriptions,
 		AsyncThreshold:   cfg.FanoutAsyncThreshold,
 		Logger:           cfg.Logger.With("component", "fanout"),
-		Interest:         interest,
 	})
 	if err != nil {
 		return nil, err
@@ -269,7 +267,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open the NATS bus: %w", err)
 		}
-		interest.bus = a.bus
+		a.hub.SetInterest(a.bus) // the bus subscribes to what the hub's watchers watch
 		pubs = append(pubs, a.bus)
 		if cfg.RedisURL != "" {
 			// Nodes cut off from Redis only keep their devices: their
@@ -465,22 +463,6 @@ func (a *App) closeBackends() error {
 		err = errors.Join(err, a.durable.Close())
 	}
 	return err
-}
-
-// busInterest forwards the hub's first/last-watcher calls to the bus, once
-// there is one (the hub is built before the bus, which delivers into it).
-type busInterest struct{ bus *natsbus.Bus }
-
-func (b *busInterest) Watch(users []string) {
-	if b.bus != nil {
-		b.bus.Watch(users)
-	}
-}
-
-func (b *busInterest) Unwatch(users []string) {
-	if b.bus != nil {
-		b.bus.Unwatch(users)
-	}
 }
 
 // routes sends GET /v1/ws to the WebSocket gateway and everything else to

@@ -100,7 +100,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Interest, when set, is told which users this hub starts and stops
 	// watching, so a cross-node bus subscribes only to those (nil: one
-	// node, nothing to tell).
+	// node, nothing to tell). A bus that is built after the hub (it
+	// delivers into it) registers with SetInterest instead.
 	Interest Interest
 }
 
@@ -893,6 +894,17 @@ type job struct {
 }
 
 var allClasses = [numClasses]bool{true, true, true}
+
+// SetInterest registers the Interest of a bus built after the hub (the
+// bus delivers into the hub, so it cannot exist when the hub is made).
+// It must be called before the hub takes its first subscription, and at
+// most once; Config.Interest must then be nil.
+func (h *Hub) SetInterest(i Interest) {
+	if h.interest != nil {
+		panic("fanout: SetInterest on a hub that has an Interest")
+	}
+	h.interest = i
+}
 
 // Run delivers the events of users above AsyncThreshold until ctx is done,
 // in batches of AsyncBatch watcher slots, taking turns between users and

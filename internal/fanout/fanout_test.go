@@ -953,6 +953,22 @@ func TestInterestFirstAndLastWatcher(t *testing.T) {
 	}
 }
 
+// A bus built after the hub registers with SetInterest and hears of the
+// first and last watchers as one given in the Config does.
+func TestSetInterest(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{})
+	in := &interest{watched: map[string]int{}}
+	h.SetInterest(in)
+	a := newSink("a")
+	subscribe(t, h, a, "x")
+	h.Remove(a)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if fmt.Sprint(in.log) != "[+x -x]" {
+		t.Errorf("calls = %v, want [+x -x]", in.log)
+	}
+}
+
 // Concurrent subscribers coming and going: at the end every user has had
 // as many Watch as Unwatch calls and nobody is watched.
 func TestInterestConcurrent(t *testing.T) {
