@@ -113,6 +113,7 @@ type dev struct {
 	// sentActive is what the work in flight tells the store: hold it
 	// active.
 	sentActive bool
+	ackAt      int64 // when the store last acknowledged a claim or touch of it
 }
 
 // Work in flight of a device.
@@ -141,12 +142,25 @@ type item struct {
 }
 
 type shard struct {
-	mu    sync.Mutex // guards the fields below and every *user in users
-	users map[string]*user
-	heap  []item
-	dirty []*user // users whose last beat moved since the last Dirty
-	n     int     // devices held
-	_     [64]byte
+	mu     sync.Mutex // guards the fields below and every *user in users
+	users  map[string]*user
+	heap   []item
+	dirty  []*user    // users whose last beat moved since the last Dirty
+	recent []Released // the latest releases the store acknowledged, oldest first (Redo)
+	n      int        // devices held
+	_      [64]byte
+}
+
+// maxRecent bounds the releases a shard remembers for Redo.
+const maxRecent = 1024
+
+// Released is a release the store acknowledged: its device, whether it
+// was a bye, and when.
+type Released struct {
+	User   string
+	Device Device
+	Bye    bool
+	At     int64
 }
 
 // Table is the set of devices this node holds. It is safe for concurrent use.
@@ -501,6 +515,7 @@ func (t *Table) Done(now int64, userID string, r Result) {
 			i--
 		case r.Failed:
 		case op == opRelease:
+			sh.rememberLocked(Released{User: u.id, Device: d.Device, Bye: d.bye, At: now})
 			t.dropLocked(sh, u, i)
 			i--
 		default:
@@ -509,6 +524,7 @@ func (t *Table) Done(now int64, userID string, r Result) {
 			// meanwhile is released by the next work.)
 			d.claimed = true
 			d.activeR = sentActive
+			d.ackAt = now
 		}
 	}
 	if len(u.devs) == 0 {
@@ -622,6 +638,73 @@ func (t *Table) Unclaim(now int64) {
 		}
 		sh.mu.Unlock()
 	}
+}
+
+func (sh *shard) rememberLocked(r Released) {
+	if len(sh.recent) == maxRecent {
+		n := copy(sh.recent, sh.recent[maxRecent/4:])
+		clear(sh.recent[n:])
+		sh.recent = sh.recent[:n]
+	}
+	sh.recent = append(sh.recent, r)
+}
+
+// Released records a release the caller made itself (a bye) and the store
+// acknowledged at now, for Redo.
+func (t *Table) Released(now int64, userID string, d Device, bye bool) {
+	sh := t.shard(userID)
+	sh.mu.Lock()
+	sh.rememberLocked(Released{User: userID, Device: d, Bye: bye, At: now})
+	sh.mu.Unlock()
+}
+
+// Redo answers a store that may have lost its last writes (Redis
+// replicates asynchronously: a failover loses what the old master had
+// acknowledged and not yet sent to its replica): every device whose claim
+// or touch the store acknowledged at or after since is claimed again (a
+// claim of a device the store still holds as this node's changes
+// nothing), and the releases acknowledged at or after since are returned
+// to be made again (a release of a device the store no longer holds as
+// this node's changes nothing), but those of devices back in the table.
+// The table forgets every release it remembered.
+func (t *Table) Redo(now, since int64) []Released {
+	var out []Released
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, u := range sh.users {
+			again := false
+			for j := range u.devs {
+				if d := &u.devs[j]; d.claimed && d.ackAt >= since {
+					d.claimed, d.activeR = false, false
+					again = true
+				}
+			}
+			if !again {
+				continue
+			}
+			if u.busy {
+				u.again = true
+			} else {
+				t.pushLocked(sh, u, now)
+			}
+		}
+		k := 0
+		for k < len(sh.recent) && sh.recent[k].At < since {
+			k++
+		}
+		for _, r := range sh.recent[k:] {
+			// A device that is back here since is this node's again: its
+			// claim is made again above, never its old release.
+			if u := sh.users[r.User]; u == nil || u.find(r.Device.ID) < 0 {
+				out = append(out, r)
+			}
+		}
+		clear(sh.recent)
+		sh.recent = sh.recent[:0]
+		sh.mu.Unlock()
+	}
+	return out
 }
 
 // Devices appends the devices of user alive at now to out.

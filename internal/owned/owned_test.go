@@ -381,3 +381,40 @@ func TestIdleUserIsSettledOnce(t *testing.T) {
 		t.Fatalf("active beat of an idle user: need %d, want a touch", need)
 	}
 }
+
+// After an outage the table makes again what the store acknowledged just
+// before it (a failover may have lost it): recent claims, and recent
+// releases of devices that did not come back.
+func TestRedoRecentWrites(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "old", "phone")   // acknowledged long before the outage
+	claim(t, tb, 50_000, "new", "phone") // just before it
+	claim(t, tb, 1000, "gone", "phone")
+	claim(t, tb, 1000, "back", "phone")
+	tb.Beat(45_000, "old", "phone", true) // alive, its claim old
+	for _, u := range []string{"gone", "back"} {
+		if _, how := tb.Remove(49_000, u, "phone"); how != Release {
+			t.Fatal("want a release")
+		}
+		tb.Released(49_000, u, Device{ID: "phone", LastBeat: 1000}, true)
+	}
+	claim(t, tb, 49_500, "back", "phone") // reconnected
+	redo := tb.Redo(60_000, 45_000)
+	if len(redo) != 1 || redo[0].User != "gone" || !redo[0].Bye {
+		t.Fatalf("releases to make again: %+v, want gone's bye only", redo)
+	}
+	var claims []string
+	for _, w := range due(tb, 60_000) {
+		for _, d := range w.Claim {
+			claims = append(claims, w.User+"/"+d.ID)
+		}
+		tb.Done(60_000, w.User, Result{})
+	}
+	slices.Sort(claims)
+	if !slices.Equal(claims, []string{"back/phone", "new/phone"}) {
+		t.Fatalf("claims made again: %v", claims)
+	}
+	if again := tb.Redo(61_000, 45_000); len(again) != 0 {
+		t.Fatalf("releases made again twice: %+v", again)
+	}
+}

@@ -523,6 +523,36 @@ func (t *Tracker) handOff(ctx context.Context) {
 	}
 }
 
+// redoWindow is how far before an outage was noticed the writes about
+// owned devices are made again after it (redoOwned): longer than a Redis
+// Cluster's failover takes to begin (cluster-node-timeout, 15 s by
+// default), during which a master that is cut off from its replicas may
+// still acknowledge writes that the failover then loses.
+const redoWindow = 30 * time.Second
+
+// redoOwned makes again, after the store came back, the claims, touches
+// and releases of owned devices that it acknowledged in the redoWindow
+// before the outage: Redis replicates asynchronously, and a failover may
+// have lost them (a lost claim would leave a device this node holds
+// unknown to the store; a lost release, a device online for ever). Made
+// again on a store that kept them, they change nothing.
+func (t *Tracker) redoOwned(ctx context.Context) {
+	lease := t.lease.Load()
+	if t.owned == nil || lease == 0 {
+		return
+	}
+	now := t.Now()
+	for _, r := range t.owned.Redo(now, t.downAt.Load()-redoWindow.Milliseconds()) {
+		ch, _, err := t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+			return t.leaser.Release(c, t.Now(), lease, r.User, devices([]owned.Device{r.Device}), r.Bye)
+		})
+		if err != nil {
+			return // down again: the claims wait in the table; these releases are given up
+		}
+		t.emit(ch)
+	}
+}
+
 // ownedOps appends the devices of user this node holds, alive at now, as
 // beats (for degraded reads).
 func (t *Tracker) ownedOps(now int64, user string, ops []op) []op {

@@ -68,6 +68,7 @@ func domainError(err error) bool {
 // back down without counting a new outage.
 func (t *Tracker) markDown(err error) {
 	if t.state.CompareAndSwap(stateUp, stateDown) {
+		t.downAt.Store(t.Now())
 		t.outages.Add(1)
 		t.log.Warn("state store unavailable; buffering operations and answering reads from the durable store", "err", err)
 		return
@@ -346,7 +347,10 @@ func (t *Tracker) recover(ctx context.Context) {
 	if t.state.CompareAndSwap(stateReplaying, stateUp) {
 		t.log.Info("state store is back; outage buffer replayed", "users", n)
 		// What the devices this node holds did meanwhile (claims,
-		// releases) goes to the store now, before anyone resyncs.
+		// releases) goes to the store now, before anyone resyncs; and
+		// what it wrote just before the outage, which a failover may
+		// have lost, again.
+		t.redoOwned(ctx)
 		t.syncOwned(ctx)
 		if t.onRecover != nil {
 			t.onRecover()

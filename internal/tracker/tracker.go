@@ -214,6 +214,7 @@ type Tracker struct {
 	onRecover     func()
 	state         atomic.Uint32 // stateUp, stateDown or stateReplaying
 	recoveredAt   atomic.Int64  // clock ms of the last recovery
+	downAt        atomic.Int64  // clock ms of the last outage's start
 	outages       atomic.Uint64
 	buffered      atomic.Int64 // users in buf
 	replayed      atomic.Uint64
@@ -516,6 +517,7 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 						[]OwnedDevice{{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}}, true)
 				})
 				if err == nil {
+					t.owned.Released(now, user, d, true)
 					t.emit(ch)
 					return ch, nil
 				}
