@@ -1,6 +1,9 @@
 package owned
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // idleClaimed claims alice's phone at 1000 and lets its activity turn
 // idle (inactive beats, the idle touch done): the store holds it idle.
@@ -110,5 +113,36 @@ func TestReviewBeatDuringReleaseIsNotLost(t *testing.T) {
 	}
 	if claims == 0 && len(tb.Devices(now+5_000, "alice", nil)) == 0 {
 		t.Fatalf("the device beat at %d over a new socket, yet after its release the table neither holds nor claims it", now+1)
+	}
+}
+
+// An idle touch that fails leaves the device held active in the store
+// (activeR) with its activity idle, and u.retryAt in the future:
+// workLocked does nothing before retryAt, and armLocked re-arms the user
+// at max(now, LastActive+idle) = now, so Due pops it again at once —
+// for ever, holding the shard lock. (In the tracker: a Redis blip that
+// fails one batch of idle touches, and a probe that finds Redis back
+// within Retry: the Run goroutine spins in Due, no sweep, no lease
+// renewal, and every SocketBeat of that shard blocks.)
+func TestReviewFailedIdleTouchDoesNotSpinDue(t *testing.T) {
+	tb := newTable()
+	claim(t, tb, 1000, "alice", "phone")
+	now := int64(1000)
+	for ; now < 1000+idle; now += 15_000 {
+		tb.Beat(now, "alice", "phone", false)
+		due(tb, now)
+	}
+	now = 1000 + idle
+	w := due(tb, now)
+	if len(w) != 1 || len(w[0].Touch) != 1 {
+		t.Fatalf("work when the activity turned idle: %+v, want the idle touch", w)
+	}
+	tb.Done(now, "alice", Result{Failed: true})
+	done := make(chan []Work, 1)
+	go func() { done <- due(tb, now+100) }() // within Retry (1 s)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Due after a failed idle touch did not return within 5 s (spins on the shard lock)")
 	}
 }

@@ -22,6 +22,17 @@ type faultyStore struct {
 	*redisstore.Store
 	failAcquire atomic.Bool
 	loseClaim   atomic.Bool
+	failTouch   atomic.Bool
+}
+
+func (s *faultyStore) Touch(ctx context.Context, now int64, lease uint64, touches []tracker.Touch) {
+	if s.failTouch.CompareAndSwap(true, false) {
+		for i := range touches {
+			touches[i].Err = errLostReply
+		}
+		return
+	}
+	s.Store.Touch(ctx, now, lease, touches)
 }
 
 var errLostReply = errors.New("review: reply lost (i/o timeout)")
@@ -207,5 +218,41 @@ func TestReviewLostClaimReplyLeavesGhost(t *testing.T) {
 	}
 	if s := b.read("alice")[0]; s.Status != presence.Offline {
 		t.Fatalf("alice left at 0.2 s (grace 1 s, ttl 3 s); at 30 s she reads %v with %d devices", s.Status, s.Devices)
+	}
+}
+
+// One batch of idle touches fails (a Redis blip); the probe finds Redis
+// back within Retry and recover's syncOwned calls Due, which spins for
+// ever on the shard lock (see owned.TestReviewFailedIdleTouchDoesNotSpinDue):
+// the Run goroutine hangs — no sweep, no lease renewal — and every
+// SocketBeat of that shard blocks.
+func TestReviewFailedIdleTouchHangsSweep(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	a, fa := c.addFaulty(1)
+	a.alive = true
+	a.socketBeat("alice", "phone", true)
+	for at := time.Second; at < time.Minute; at += time.Second {
+		c.at(at)
+		a.socketBeat("alice", "phone", false)
+		c.tick(a)
+	}
+	fa.failTouch.Store(true)
+	c.at(time.Minute + 100*time.Millisecond)
+	a.socketBeat("alice", "phone", false)
+	a.sweep() // the idle touch fails: the store is marked down
+	if !a.tr.StoreDown() {
+		t.Fatalf("the failed touch did not mark the store down")
+	}
+	done := make(chan struct{})
+	go func() {
+		a.tr.Recover(a.ctx) // Redis answers: replay, then syncOwned
+		_, _ = a.tr.Sweep(a.ctx)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("recover/sweep after one failed idle touch did not return within 5 s")
 	}
 }
