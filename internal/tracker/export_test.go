@@ -5,3 +5,7 @@ import "context"
 // TickLease renews the lease and takes over the leases that ran out, as
 // Run does every LeaseInterval.
 func (t *Tracker) TickLease(ctx context.Context) { t.tickLease(ctx) }
+
+// Recover replays the outage buffer once the store answers, as Run's
+// probe does (review tests).
+func (t *Tracker) Recover(ctx context.Context) { t.recover(ctx) }

@@ -1,0 +1,258 @@
+package tracker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// faultyStore is a Redis store whose next AcquireLease fails, or whose
+// next Claim is applied by Redis but answered with an error (a reply
+// lost to a timeout or a dropped connection).
+type faultyStore struct {
+	*redisstore.Store
+	failAcquire atomic.Bool
+	loseClaim   atomic.Bool
+	failTouch   atomic.Bool
+}
+
+func (s *faultyStore) Touch(ctx context.Context, now int64, lease uint64, touches []tracker.Touch) {
+	if s.failTouch.CompareAndSwap(true, false) {
+		for i := range touches {
+			touches[i].Err = errLostReply
+		}
+		return
+	}
+	s.Store.Touch(ctx, now, lease, touches)
+}
+
+var errLostReply = errors.New("review: reply lost (i/o timeout)")
+
+func (s *faultyStore) AcquireLease(ctx context.Context, lease uint64, now int64) error {
+	if s.failAcquire.CompareAndSwap(true, false) {
+		return errLostReply
+	}
+	return s.Store.AcquireLease(ctx, lease, now)
+}
+
+func (s *faultyStore) Claim(ctx context.Context, now int64, lease uint64, user string, d tracker.OwnedDevice) (presence.Change, error) {
+	ch, err := s.Store.Claim(ctx, now, lease, user, d)
+	if err == nil && s.loseClaim.CompareAndSwap(true, false) {
+		return presence.Change{}, errLostReply
+	}
+	return ch, err
+}
+
+// addFaulty is cluster.add with a faultyStore.
+func (c *cluster) addFaulty(epoch uint64) (*node, *faultyStore) {
+	t := c.t
+	t.Helper()
+	cl, err := redisstore.Dial(c.redis.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	r := leaseRules
+	r.Epoch = epoch
+	rs, err := redisstore.New(cl, redisstore.Config{Rules: r, Prefix: c.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.RaiseFloor(context.Background(), epoch<<32); err != nil {
+		t.Fatal(err)
+	}
+	fs := &faultyStore{Store: rs}
+	n := &node{t: t, ctx: context.Background(), clock: clock.NewFake(start), pub: &recorder{}}
+	n.tr, err = tracker.New(tracker.Config{
+		Store: fs, Durable: c.durable, Publisher: n.pub, Clock: n.clock, Rules: r,
+		LeaseInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
+		NodeAlive: func(lease uint64) bool {
+			for _, o := range c.nodes {
+				if o.tr.LeaseID() == lease {
+					return o.alive
+				}
+			}
+			return false
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.tr.TickLease(n.ctx)
+	if n.tr.LeaseID() == 0 {
+		t.Fatalf("node %d acquired no lease", epoch)
+	}
+	c.nodes = append(c.nodes, n)
+	return n, fs
+}
+
+// A device that moves A → B → A within its ttl (LB round robin, a
+// flaky mobile network): A's table still holds it as claimed, so A's
+// beats make no call; B's close grace then ends the device B owns in
+// Redis, and the user reads offline while A's socket keeps beating.
+func TestReviewReconnectToFormerOwner(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	a, b := c.add(1), c.add(2)
+	a.alive, b.alive = true, true
+
+	a.socketBeat("alice", "phone", true) // A claims
+	// 0.5 s: the phone's socket to A goes half-open (A sees no close);
+	// the phone reconnects and lands on B, which claims it.
+	c.at(500 * time.Millisecond)
+	b.socketBeat("alice", "phone", true)
+	// 1 s: the socket to B drops (B sees the close); the phone
+	// reconnects and lands on A again.
+	c.at(time.Second)
+	if err := b.tr.Disconnect(b.ctx, "alice", "phone", ms(500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	a.socketBeat("alice", "phone", true)
+	a.pub.take()
+	b.pub.take()
+	// The phone keeps beating on A every 500 ms for 10 s (> ttl 3 s).
+	for at := 1100 * time.Millisecond; at <= 11*time.Second; at += 100 * time.Millisecond {
+		c.at(at)
+		if at%(500*time.Millisecond) == 0 {
+			a.socketBeat("alice", "phone", true)
+		}
+		c.tick(a, b)
+	}
+	evs := append(a.events(), b.events()...)
+	if s := b.read("alice")[0]; s.Status != presence.Online || len(evs) != 0 {
+		t.Fatalf("alice beats on A all along, yet reads %v (devices %d); events %v", s.Status, s.Devices, evs)
+	}
+}
+
+// A node finds its lease taken over and fails to take a new one at
+// once (the store hiccups again); the next tick takes one but never
+// claims the devices again, so the devices that keep beating on it die
+// with the old lease's takeover.
+func TestReviewLeaseReacquiredAfterFailureReclaims(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	a, fa := c.addFaulty(1)
+	b := c.add(2)
+	a.alive, b.alive = true, true
+	a.socketBeat("alice", "phone", true)
+	for at := 100 * time.Millisecond; at <= time.Second; at += 100 * time.Millisecond {
+		c.at(at)
+		c.tick(a, b)
+	}
+	// a is cut off from everything for 2 s: b takes its lease over.
+	a.alive = false
+	for at := 1100 * time.Millisecond; at <= 3*time.Second; at += 100 * time.Millisecond {
+		c.at(at)
+		c.tick(b)
+	}
+	if b.tr.Stats().LeaseTakeovers != 1 {
+		t.Fatalf("b did not take a's lease over")
+	}
+	a.alive = true
+	// a is back: its renewal finds the lease taken; the new lease's
+	// acquisition fails once (the store goes down), the store answers
+	// again and the next tick acquires one.
+	fa.failAcquire.Store(os.Getenv("REVIEW_CONTROL") == "")
+	c.at(3100 * time.Millisecond)
+	a.socketBeat("alice", "phone", true)
+	c.tick(a, b)
+	a.tr.Recover(a.ctx)
+	for at := 3200 * time.Millisecond; at <= 12*time.Second; at += 100 * time.Millisecond {
+		c.at(at)
+		if at%(500*time.Millisecond) == 0 {
+			a.socketBeat("alice", "phone", true)
+		}
+		a.tr.Recover(a.ctx)
+		c.tick(a, b)
+	}
+	if a.tr.LeaseID() == 0 || a.tr.LeaseID() == 1<<16|1 {
+		t.Fatalf("a's lease: %d", a.tr.LeaseID())
+	}
+	if s := b.read("alice")[0]; s.Status != presence.Online {
+		t.Fatalf("alice kept beating on a (lease %d), yet reads %v; a published %v, b %v",
+			a.tr.LeaseID(), s.Status, a.events(), b.events())
+	}
+}
+
+// A claim Redis applied but whose reply was lost (timeout): the table
+// keeps the device unclaimed; if it ends before a claim succeeds it is
+// dropped as "never shown", and Redis holds it online under the node's
+// live lease for ever.
+func TestReviewLostClaimReplyLeavesGhost(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	a, fa := c.addFaulty(1)
+	b := c.add(2)
+	a.alive, b.alive = true, true
+	fa.loseClaim.Store(os.Getenv("REVIEW_CONTROL") == "")
+	if _, err := a.tr.SocketBeat(a.ctx, "alice", "phone", true); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("REVIEW_CONTROL") == "" && !a.tr.StoreDown() {
+		t.Fatalf("a lost claim reply did not count as an outage")
+	}
+	// The client leaves during the outage (socket closed, no bye).
+	c.at(200 * time.Millisecond)
+	if err := a.tr.Disconnect(a.ctx, "alice", "phone", ms(0)); err != nil {
+		t.Fatal(err)
+	}
+	// The store answers again after the close grace (1 s).
+	c.at(1500 * time.Millisecond)
+	a.tr.Recover(a.ctx)
+	for at := 1600 * time.Millisecond; at <= 30*time.Second; at += 100 * time.Millisecond {
+		c.at(at)
+		a.tr.Recover(a.ctx)
+		c.tick(a, b)
+	}
+	if n := a.tr.Stats().OwnedDevices; n != 0 {
+		t.Fatalf("a still holds %d devices", n)
+	}
+	if s := b.read("alice")[0]; s.Status != presence.Offline {
+		t.Fatalf("alice left at 0.2 s (grace 1 s, ttl 3 s); at 30 s she reads %v with %d devices", s.Status, s.Devices)
+	}
+}
+
+// One batch of idle touches fails (a Redis blip); the probe finds Redis
+// back within Retry and recover's syncOwned calls Due, which spins for
+// ever on the shard lock (see owned.TestReviewFailedIdleTouchDoesNotSpinDue):
+// the Run goroutine hangs — no sweep, no lease renewal — and every
+// SocketBeat of that shard blocks.
+func TestReviewFailedIdleTouchHangsSweep(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	a, fa := c.addFaulty(1)
+	a.alive = true
+	a.socketBeat("alice", "phone", true)
+	for at := time.Second; at < time.Minute; at += time.Second {
+		c.at(at)
+		a.socketBeat("alice", "phone", false)
+		c.tick(a)
+	}
+	fa.failTouch.Store(true)
+	c.at(time.Minute + 100*time.Millisecond)
+	a.socketBeat("alice", "phone", false)
+	a.sweep() // the idle touch fails: the store is marked down
+	if !a.tr.StoreDown() {
+		t.Fatalf("the failed touch did not mark the store down")
+	}
+	done := make(chan struct{})
+	go func() {
+		a.tr.Recover(a.ctx) // Redis answers: replay, then syncOwned
+		_, _ = a.tr.Sweep(a.ctx)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("recover/sweep after one failed idle touch did not return within 5 s")
+	}
+}
