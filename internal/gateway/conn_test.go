@@ -20,6 +20,10 @@ type nopTracker struct{}
 func (nopTracker) SocketBeat(context.Context, string, string, bool) (presence.Change, error) {
 	return presence.Change{}, nil
 }
+
+func (nopTracker) SocketConnect(context.Context, string, string) (presence.Change, error) {
+	return presence.Change{}, nil
+}
 func (nopTracker) SetStatus(context.Context, string, presence.Manual, string) (presence.Change, error) {
 	return presence.Change{}, nil
 }

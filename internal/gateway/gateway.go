@@ -43,6 +43,8 @@ type Tracker interface {
 	// SocketBeat is a heartbeat through a socket this node holds (with
 	// several nodes the node owns the device: tracker.SocketBeat).
 	SocketBeat(ctx context.Context, user, device string, active bool) (presence.Change, error)
+	// SocketConnect is the first heartbeat of a new socket.
+	SocketConnect(ctx context.Context, user, device string) (presence.Change, error)
 	SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error)
 	Bye(ctx context.Context, user, device string) (presence.Change, error)
 	// Disconnect tells that the connection of a device closed without a

@@ -110,7 +110,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		return refuse(http.StatusBadRequest, "bad_handshake", "%v", err)
 	}
 	// Connecting is a heartbeat.
-	if _, err := g.tracker.SocketBeat(r.Context(), user, dev, true); err != nil {
+	if _, err := g.tracker.SocketConnect(r.Context(), user, dev); err != nil {
 		if errors.Is(err, presence.ErrTooManyDevices) {
 			return refuse(http.StatusConflict, "too_many_devices", "%v: end one with a bye, or let it expire", presence.ErrTooManyDevices)
 		}

@@ -100,6 +100,9 @@ type Result struct {
 	// Reclaim: the store does not hold the user at all (it lost its
 	// data): every device of the user is to be claimed again.
 	Reclaim bool
+	// Unsent: with Failed, the work never reached the store (it was known
+	// down): a claim of it was not sent.
+	Unsent bool
 }
 
 type dev struct {
@@ -114,6 +117,16 @@ type dev struct {
 	// active.
 	sentActive bool
 	ackAt      int64 // when the store last acknowledged a claim or touch of it
+	// sent: a claim of it was sent and it was not released since: the
+	// store may hold it even when no claim was acknowledged (a reply
+	// lost), so its end is a release, never a silent drop.
+	sent    bool
+	wasSent bool // sent before the work in flight (Result.Unsent restores it)
+	// fresh: a new socket connected during the work in flight, which
+	// must not count as its claim (the device may have moved meanwhile).
+	fresh bool
+	// revived: it beat again during the release in flight.
+	revived bool
 }
 
 // Work in flight of a device.
@@ -218,11 +231,13 @@ func (u *user) find(id string) int {
 }
 
 // Beat records a heartbeat of a device whose socket this node holds and
-// says what the store needs at once. A beat of a device that ended here
-// but was not released yet starts it afresh. For NeedClaim and NeedTouch
-// the caller tells the store and then calls Done with the answer; until
-// then the user's other work waits.
-func (t *Table) Beat(now int64, userID, device string, active bool) Need {
+// says what the store needs at once. connect says the beat is a new
+// socket's first: the device is claimed again (another node may have
+// taken it since this node last claimed it). A beat of a device that
+// ended here but was not released yet starts it afresh. For NeedClaim and
+// NeedTouch the caller tells the store and then calls Done with the
+// answer; until then the user's other work waits.
+func (t *Table) Beat(now int64, userID, device string, active, connect bool) Need {
 	sh := t.shard(userID)
 	sh.mu.Lock()
 	u := sh.users[userID]
@@ -238,10 +253,17 @@ func (t *Table) Beat(now int64, userID, device string, active bool) Need {
 		sh.n++
 	}
 	d := &u.devs[i]
-	if d.dead && !d.inFlight {
+	switch {
+	case d.dead && !d.inFlight:
 		// Ended here but not yet released: it is back; the store still
 		// holds it (or will learn of it with a claim).
 		d.dead, d.bye = false, false
+	case d.dead:
+		d.revived = true // Done of the release in flight brings it back
+	}
+	if connect {
+		d.claimed = false
+		d.fresh = d.inFlight
 	}
 	if now > d.LastBeat {
 		d.LastBeat = now
@@ -260,7 +282,7 @@ func (t *Table) Beat(now int64, userID, device string, active bool) Need {
 	need := NeedNothing
 	switch {
 	case u.busy:
-		if !d.claimed || (active && !d.activeR) {
+		if !d.claimed || active {
 			u.again = true
 		}
 	case !d.claimed && now >= u.retryAt:
@@ -277,7 +299,7 @@ func (t *Table) Beat(now int64, userID, device string, active bool) Need {
 		u.gen = t.gen.Load()
 		d.inFlight, d.op, d.sentActive = true, opTouch, t.active(d, now)
 		if need == NeedClaim {
-			d.op = opClaim
+			d.op, d.wasSent, d.sent = opClaim, d.sent, true
 		}
 	}
 	sh.mu.Unlock()
@@ -439,7 +461,7 @@ func (t *Table) workLocked(sh *shard, u *user, now int64) Work {
 			d.dead = true
 		}
 		switch {
-		case d.dead && !d.claimed:
+		case d.dead && !d.claimed && !d.sent:
 			// Never shown to anyone: nothing to release.
 			t.dropLocked(sh, u, i)
 			i--
@@ -453,11 +475,12 @@ func (t *Table) workLocked(sh *shard, u *user, now int64) Work {
 			d.inFlight, d.op = true, opRelease
 		case !d.claimed:
 			w.Claim = append(w.Claim, t.sent(d, now))
-			d.inFlight, d.op, d.sentActive = true, opClaim, t.active(d, now)
-		case d.activeR && !t.active(d, now):
-			// Its activity turned idle: the store settles the user by it.
+			d.inFlight, d.op, d.sentActive, d.wasSent, d.sent = true, opClaim, t.active(d, now), d.sent, true
+		case d.activeR != t.active(d, now):
+			// Its activity turned idle, or it is active again since the
+			// store was told it was idle: the store settles the user.
 			w.Touch = append(w.Touch, t.sent(d, now))
-			d.inFlight, d.op, d.sentActive = true, opTouch, false
+			d.inFlight, d.op, d.sentActive = true, opTouch, !d.activeR
 		}
 	}
 	if len(u.devs) == 0 {
@@ -502,8 +525,20 @@ func (t *Table) Done(now int64, userID string, r Result) {
 		if !d.inFlight {
 			continue
 		}
-		op, sentActive := d.op, d.sentActive
-		d.inFlight, d.op = false, 0
+		op, sentActive, fresh, revived := d.op, d.sentActive, d.fresh, d.revived
+		d.inFlight, d.op, d.fresh, d.revived = false, 0, false, false
+		if op == opClaim && r.Unsent {
+			d.sent = d.wasSent
+		}
+		if revived {
+			// It beat again while its release was in flight: it lives;
+			// claimed again if the release went through.
+			d.dead, d.bye = false, false
+			if op == opRelease && !r.Failed && !r.Reclaim {
+				d.claimed, d.sent = false, false
+				continue
+			}
+		}
 		switch {
 		case r.Reclaim:
 			if d.dead {
@@ -521,8 +556,9 @@ func (t *Table) Done(now int64, userID string, r Result) {
 		default:
 			// A claim or a touch: the store has the device as this
 			// node's, active or not as sent. (A device that said bye
-			// meanwhile is released by the next work.)
-			d.claimed = true
+			// meanwhile is released by the next work; one whose new
+			// socket connected meanwhile is claimed again.)
+			d.claimed = !fresh
 			d.activeR = sentActive
 			d.ackAt = now
 		}
@@ -557,18 +593,21 @@ func (t *Table) armLocked(sh *shard, u *user, now int64) {
 		d := &u.devs[i]
 		var at int64
 		switch {
-		case d.dead || !d.claimed:
-			at = max(now, u.retryAt)
+		case d.dead || !d.claimed || d.activeR != t.active(d, now):
+			at = now
 		default:
 			at = t.end(d)
 			if d.activeR {
-				at = min(at, max(now, d.LastActive+t.idle))
+				at = min(at, d.LastActive+t.idle)
 			}
 		}
 		if next == 0 || at < next {
 			next = at
 		}
 	}
+	// Failed work waits for its retry; nothing is due before (Due would
+	// otherwise find the user due again at once, and again).
+	next = max(next, u.retryAt)
 	if next != 0 && (u.sched == 0 || next < u.sched) {
 		t.pushLocked(sh, u, next)
 	}

@@ -23,7 +23,7 @@ func newTable() *Table {
 // claim beats a new device and reports its claim done.
 func claim(t *testing.T, tb *Table, now int64, user, dev string) {
 	t.Helper()
-	if need := tb.Beat(now, user, dev, true); need != NeedClaim {
+	if need := tb.Beat(now, user, dev, true, false); need != NeedClaim {
 		t.Fatalf("first beat of %s/%s: need %d, want a claim", user, dev, need)
 	}
 	if got := tb.Pending(user, NeedClaim, nil); len(got) != 1 || got[0].ID != dev || !got[0].Active {
@@ -38,14 +38,14 @@ func TestBeatOfAClaimedDeviceNeedsNothing(t *testing.T) {
 	tb := newTable()
 	claim(t, tb, 1000, "alice", "phone")
 	for now := int64(2000); now < 200_000; now += 15_000 {
-		if need := tb.Beat(now, "alice", "phone", true); need != NeedNothing {
+		if need := tb.Beat(now, "alice", "phone", true, false); need != NeedNothing {
 			t.Fatalf("beat at %d: need %d, want nothing", now, need)
 		}
 		if w := due(tb, now); len(w) != 0 {
 			t.Fatalf("work due at %d: %+v", now, w)
 		}
 	}
-	allocs := testing.AllocsPerRun(1000, func() { tb.Beat(200_000, "alice", "phone", true) })
+	allocs := testing.AllocsPerRun(1000, func() { tb.Beat(200_000, "alice", "phone", true, false) })
 	if allocs != 0 {
 		t.Errorf("a beat that needs nothing allocates %v times", allocs)
 	}
@@ -54,7 +54,7 @@ func TestBeatOfAClaimedDeviceNeedsNothing(t *testing.T) {
 func TestDeviceThatStopsBeatingIsReleasedAtItsTTL(t *testing.T) {
 	tb := newTable()
 	claim(t, tb, 1000, "alice", "phone")
-	tb.Beat(4000, "alice", "phone", false)
+	tb.Beat(4000, "alice", "phone", false, false)
 	if w := due(tb, 4000+ttl-1); len(w) != 0 {
 		t.Fatalf("work before the ttl ran out: %+v", w)
 	}
@@ -81,7 +81,7 @@ func TestCloseShortensToTheGraceAndABeatReopens(t *testing.T) {
 		t.Fatalf("work within the grace: %+v", w)
 	}
 	// A reconnect within the grace: nothing is released.
-	tb.Beat(2000+grace-500, "alice", "phone", true)
+	tb.Beat(2000+grace-500, "alice", "phone", true, false)
 	if w := due(tb, 2000+grace+1000); len(w) != 0 {
 		t.Fatalf("work after a reconnect within the grace: %+v", w)
 	}
@@ -109,7 +109,7 @@ func TestActiveUserCostsTheStoreNothing(t *testing.T) {
 	// her device active, and nothing is due.
 	for now := int64(2000); now < 1000+3*idle; now += 500 {
 		if now%15_000 == 0 {
-			if need := tb.Beat(now, "alice", "phone", true); need != NeedNothing {
+			if need := tb.Beat(now, "alice", "phone", true, false); need != NeedNothing {
 				t.Fatalf("beat at %d: need %d", now, need)
 			}
 		}
@@ -121,15 +121,15 @@ func TestActiveUserCostsTheStoreNothing(t *testing.T) {
 
 func TestActiveBeatOfAUserTheStoreShowsIdleNeedsATouchNow(t *testing.T) {
 	tb := newTable()
-	if tb.Beat(1000, "alice", "phone", false) != NeedClaim {
+	if tb.Beat(1000, "alice", "phone", false, false) != NeedClaim {
 		t.Fatal("first beat needs a claim")
 	}
 	tb.Done(1000, "alice", Result{})
 	// Her claim carried no activity: the store shows her away.
-	if need := tb.Beat(2000, "alice", "phone", false); need != NeedNothing {
+	if need := tb.Beat(2000, "alice", "phone", false, false); need != NeedNothing {
 		t.Fatalf("background beat: need %d", need)
 	}
-	if need := tb.Beat(3000, "alice", "phone", true); need != NeedTouch {
+	if need := tb.Beat(3000, "alice", "phone", true, false); need != NeedTouch {
 		t.Fatalf("active beat of a user the store shows away: need %d, want a touch", need)
 	}
 	got := tb.Pending("alice", NeedTouch, nil)
@@ -137,19 +137,19 @@ func TestActiveBeatOfAUserTheStoreShowsIdleNeedsATouchNow(t *testing.T) {
 		t.Fatalf("pending touch: %+v", got)
 	}
 	tb.Done(3000, "alice", Result{})
-	if need := tb.Beat(4000, "alice", "phone", true); need != NeedNothing {
+	if need := tb.Beat(4000, "alice", "phone", true, false); need != NeedNothing {
 		t.Fatalf("active beat after the touch: need %d", need)
 	}
 }
 
 func TestFailedWorkIsRetriedAfterTheRetryTime(t *testing.T) {
 	tb := newTable()
-	if tb.Beat(1000, "alice", "phone", true) != NeedClaim {
+	if tb.Beat(1000, "alice", "phone", true, false) != NeedClaim {
 		t.Fatal("want a claim")
 	}
 	tb.Done(1000, "alice", Result{Failed: true}) // the store is down
 	// Beats during the back-off need nothing; the device is alive here.
-	if need := tb.Beat(1500, "alice", "phone", true); need != NeedNothing {
+	if need := tb.Beat(1500, "alice", "phone", true, false); need != NeedNothing {
 		t.Fatalf("beat during the back-off: need %d", need)
 	}
 	if got := tb.Devices(1500, "alice", nil); len(got) != 1 {
@@ -163,25 +163,31 @@ func TestFailedWorkIsRetriedAfterTheRetryTime(t *testing.T) {
 		t.Fatalf("work at the retry: %+v, want the claim with the latest beat", w)
 	}
 	tb.Done(2000, "alice", Result{})
-	if need := tb.Beat(3000, "alice", "phone", true); need != NeedNothing {
+	if need := tb.Beat(3000, "alice", "phone", true, false); need != NeedNothing {
 		t.Fatalf("beat after the claim: need %d", need)
 	}
 }
 
-func TestDeviceThatDiesUnclaimedIsNeverReleased(t *testing.T) {
+// A device whose claim was sent may be in the store even if no answer
+// came (a reply lost): its end is a release. One whose claim was never
+// sent (beaten while its user's work waited for a retry) ends here
+// without a word to the store.
+func TestDeviceThatDiesUnclaimed(t *testing.T) {
 	tb := newTable()
-	tb.Beat(1000, "alice", "phone", true)
+	tb.Beat(1000, "alice", "phone", true, false)
 	tb.Done(1000, "alice", Result{Failed: true})
-	// The store stays down past the ttl: the device was never shown, so
-	// it ends here without a word to the store.
+	tb.Beat(1100, "alice", "tab", true, false)
+	// The store is down past the ttl: the caller sends nothing.
 	for now := int64(2000); now <= 1000+ttl; now += 1000 {
 		for _, w := range due(tb, now) {
-			tb.Done(now, w.User, Result{Failed: true})
+			tb.Done(now, w.User, Result{Failed: true, Unsent: true})
 		}
 	}
-	if w := due(tb, 2000+ttl); len(w) != 0 {
-		t.Fatalf("work after the ttl of a device never claimed: %+v", w)
+	w := due(tb, 3000+ttl)
+	if len(w) != 1 || len(w[0].Release) != 1 || w[0].Release[0].ID != "phone" || len(w[0].Claim) != 0 {
+		t.Fatalf("work after the ttl: %+v, want phone's release only (tab was never sent)", w)
 	}
+	tb.Done(3000+ttl, "alice", Result{})
 	if tb.Len() != 0 {
 		t.Errorf("%d devices held", tb.Len())
 	}
@@ -209,12 +215,12 @@ func TestDeathDuringAnOutageIsReleasedWhenTheStoreAnswers(t *testing.T) {
 
 func TestLostAndRefusedDevicesAreForgotten(t *testing.T) {
 	tb := newTable()
-	tb.Beat(1000, "alice", "phone", true)
+	tb.Beat(1000, "alice", "phone", true, false)
 	tb.Done(1000, "alice", Result{Lost: []string{"phone"}})
 	if tb.Len() != 0 {
 		t.Fatal("a device another node holds is still held")
 	}
-	tb.Beat(1000, "bob", "d33", true)
+	tb.Beat(1000, "bob", "d33", true, false)
 	tb.Done(1000, "bob", Result{Refused: []string{"d33"}})
 	if tb.Len() != 0 {
 		t.Fatal("a refused device is still held")
@@ -238,7 +244,7 @@ func TestUnclaimClaimsEverythingAgain(t *testing.T) {
 		t.Fatalf("claimed again: %v", claimed)
 	}
 	// Work handed out before an Unclaim claims nothing when it is done.
-	if tb.Beat(3000, "carol", "tab", true) != NeedClaim {
+	if tb.Beat(3000, "carol", "tab", true, false) != NeedClaim {
 		t.Fatal("want a claim")
 	}
 	tb.Unclaim(3000)
@@ -255,14 +261,14 @@ func TestUnclaimClaimsEverythingAgain(t *testing.T) {
 func TestStoreThatLostTheUserGetsItsDevicesClaimedAgain(t *testing.T) {
 	tb := newTable()
 	claim(t, tb, 1000, "alice", "phone")
-	tb.Beat(1000, "alice", "tab", true)
+	tb.Beat(1000, "alice", "tab", true, false)
 	tb.Done(1000, "alice", Result{})
 	// Both devices keep beating in the background: their touch comes due
 	// when their activity turns idle.
 	var touched bool
 	for now := int64(15_000); now <= 1000+idle+15_000 && !touched; now += 15_000 {
-		tb.Beat(now, "alice", "phone", false)
-		tb.Beat(now, "alice", "tab", false)
+		tb.Beat(now, "alice", "phone", false, false)
+		tb.Beat(now, "alice", "tab", false, false)
 		for _, w := range due(tb, now) {
 			// The touch finds the user gone from the store (it lost
 			// its data).
@@ -288,7 +294,7 @@ func TestStoreThatLostTheUserGetsItsDevicesClaimedAgain(t *testing.T) {
 
 func TestByeWhileAClaimIsInFlightIsReleasedAfterIt(t *testing.T) {
 	tb := newTable()
-	if tb.Beat(1000, "alice", "phone", true) != NeedClaim {
+	if tb.Beat(1000, "alice", "phone", true, false) != NeedClaim {
 		t.Fatal("want a claim")
 	}
 	if _, how := tb.Remove(1100, "alice", "phone"); how != Deferred {
@@ -316,8 +322,8 @@ func TestByeWhileAClaimIsInFlightIsReleasedAfterIt(t *testing.T) {
 func TestDirtyNamesUsersWhoBeatOnce(t *testing.T) {
 	tb := newTable()
 	claim(t, tb, 1000, "alice", "phone")
-	tb.Beat(5000, "alice", "phone", true)
-	tb.Beat(4000, "alice", "tab", true) // older than phone's
+	tb.Beat(5000, "alice", "phone", true, false)
+	tb.Beat(4000, "alice", "tab", true, false) // older than phone's
 	got := tb.Dirty(nil)
 	if len(got) != 1 || got[0].UserID != "alice" || got[0].LastSeen != 5000 {
 		t.Fatalf("dirty: %+v", got)
@@ -326,7 +332,7 @@ func TestDirtyNamesUsersWhoBeatOnce(t *testing.T) {
 		t.Fatalf("dirty again without a beat: %+v", got)
 	}
 	// A user whose device said bye keeps its last beat for the checkpoint.
-	tb.Beat(6000, "alice", "phone", true)
+	tb.Beat(6000, "alice", "phone", true, false)
 	tb.Remove(6500, "alice", "phone")
 	tb.Remove(6500, "alice", "tab")
 	if got := tb.Dirty(nil); len(got) != 1 || got[0].LastSeen != 6000 {
@@ -340,7 +346,7 @@ func BenchmarkBeat(b *testing.B) {
 	ids := make([]string, users)
 	for i := range ids {
 		ids[i] = "u" + string(rune('a'+i%26)) + string(rune('0'+i/26%10)) + string(rune('a'+i/260%26)) + string(rune('0'+i/6760))
-		tb.Beat(1, ids[i], "d", true)
+		tb.Beat(1, ids[i], "d", true, false)
 		tb.Done(1, ids[i], Result{})
 	}
 	b.ReportAllocs()
@@ -348,7 +354,7 @@ func BenchmarkBeat(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			tb.Beat(2, ids[i%users], "d", true)
+			tb.Beat(2, ids[i%users], "d", true, false)
 			i++
 		}
 	})
@@ -363,7 +369,7 @@ func TestIdleUserIsSettledOnce(t *testing.T) {
 	claim(t, tb, 1000, "alice", "phone")
 	var touches []int64
 	for now := int64(15_000); now <= 1000+2*idle; now += 15_000 {
-		if need := tb.Beat(now, "alice", "phone", false); need != NeedNothing {
+		if need := tb.Beat(now, "alice", "phone", false, false); need != NeedNothing {
 			t.Fatalf("background beat at %d: need %d", now, need)
 		}
 		for _, w := range due(tb, now) {
@@ -377,7 +383,7 @@ func TestIdleUserIsSettledOnce(t *testing.T) {
 	if len(touches) != 1 || touches[0] < 1000+idle || touches[0] > 1000+idle+15_000 {
 		t.Fatalf("touches at %v, want one as her activity turned idle (%d)", touches, 1000+idle)
 	}
-	if need := tb.Beat(1000+2*idle+1, "alice", "phone", true); need != NeedTouch {
+	if need := tb.Beat(1000+2*idle+1, "alice", "phone", true, false); need != NeedTouch {
 		t.Fatalf("active beat of an idle user: need %d, want a touch", need)
 	}
 }
@@ -391,7 +397,7 @@ func TestRedoRecentWrites(t *testing.T) {
 	claim(t, tb, 50_000, "new", "phone") // just before it
 	claim(t, tb, 1000, "gone", "phone")
 	claim(t, tb, 1000, "back", "phone")
-	tb.Beat(45_000, "old", "phone", true) // alive, its claim old
+	tb.Beat(45_000, "old", "phone", true, false) // alive, its claim old
 	for _, u := range []string{"gone", "back"} {
 		if _, how := tb.Remove(49_000, u, "phone"); how != Release {
 			t.Fatal("want a release")

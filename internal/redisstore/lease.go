@@ -123,10 +123,10 @@ func (s *Store) TakeOver(ctx context.Context, now int64, lease uint64, renewed i
 	}
 	var seen map[string]int64
 	if lastSeen != nil {
-		var err error
-		if seen, err = lastSeen(ctx, all); err != nil {
-			return out, fmt.Errorf("redisstore: take over: last_seen of %d users: %w", len(all), err)
-		}
+		// Without the durable last_seen (PostgreSQL down) the takeover
+		// still happens, with the last_seen Redis holds: a dead node's
+		// devices must not stay online for as long as PostgreSQL is away.
+		seen, _ = lastSeen(ctx, all)
 	}
 	var execs []rueidis.LuaExec
 	for i, m := range members {

@@ -391,3 +391,29 @@ func TestTouchBatch(t *testing.T) {
 		}
 	}
 }
+
+// An owner's release of a device that beat since through another path
+// (an HTTP heartbeat with the same device id) leaves it to the rules from
+// that beat instead of ending it.
+func TestReleaseOfADeviceThatBeatElsewhere(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	load(t, s, 1000, "alice")
+	mustClaim(t, s, 1000, 7, "alice", "phone", 1000, presence.Forever)
+	if _, err := s.Beat(ctx, 5000, "alice", "phone", true); err != nil {
+		t.Fatal(err)
+	}
+	ch, lost, err := s.Release(ctx, 8000, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 3000, LastActive: 3000}}, false)
+	if err != nil || ch.Changed || len(lost) != 0 {
+		t.Fatalf("release: %+v, lost %v, %v; want no change", ch, lost, err)
+	}
+	if g := get(t, s, 8000, "alice"); g.Status != presence.Online || g.Devices != 1 {
+		t.Fatalf("after the release: %+v, want online by the HTTP beat", g)
+	}
+	if got := expireAll(t, s, 5000+lTTL-1); len(got) != 0 {
+		t.Fatalf("sweep before the HTTP beat's ttl: %+v", got)
+	}
+	if got := expireAll(t, s, 5000+lTTL); len(got) != 1 || got[0].Event.Status != presence.Offline {
+		t.Fatalf("sweep at the HTTP beat's ttl: %+v", got)
+	}
+}

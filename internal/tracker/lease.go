@@ -105,18 +105,29 @@ func (t *Tracker) LeaseID() uint64 { return t.lease.Load() }
 
 // acquireLease takes a new lease: the epoch of this run, above every
 // other node's and run's, and a generation counted in this run.
+// A lease taken after this node lost its first one (taken over, or gone
+// with the store's data) claims every device again: what the store holds
+// of them names the old lease.
 func (t *Tracker) acquireLease(ctx context.Context) error {
 	t.lz.mu.Lock()
 	defer t.lz.mu.Unlock()
-	t.lz.gen++
-	id := t.rules.Epoch<<16 | t.lz.gen
+	gen := t.lz.gen + 1
+	if gen >= 1<<16 {
+		// The next would be the id of this epoch + 1: another node's.
+		return errors.New("tracker: this run took 65,535 leases; restart the node for a new epoch")
+	}
+	id := t.rules.Epoch<<16 | gen
 	b := t.bound(ctx)
 	err := t.leaser.AcquireLease(b.ctx, id, t.Now())
 	t.release(b)
 	if err = t.storeErr(ctx, err); err != nil {
 		return err
 	}
+	t.lz.gen = gen
 	t.lease.Store(id)
+	if gen > 1 {
+		t.owned.Unclaim(t.Now())
+	}
 	return nil
 }
 
@@ -148,7 +159,7 @@ func (t *Tracker) tickLease(ctx context.Context) {
 	t.lz.buf = all
 	t.lz.mu.Unlock()
 	if errors.Is(err, ErrLeaseLost) {
-		t.leaseLost(ctx, now)
+		t.leaseLost(ctx)
 		return
 	}
 	if err = t.storeErr(ctx, err); err != nil {
@@ -160,15 +171,12 @@ func (t *Tracker) tickLease(ctx context.Context) {
 // leaseLost answers a lease that another node took over, or that the
 // store lost with its data: this node's devices are claimed again under a
 // new lease.
-func (t *Tracker) leaseLost(ctx context.Context, now int64) {
+func (t *Tracker) leaseLost(ctx context.Context) {
 	t.leaseLosses.Add(1)
 	t.log.Warn("this node's lease was taken over or lost; claiming its devices again under a new one",
 		"lease", t.lease.Load(), "devices", t.owned.Len())
 	t.lease.Store(0)
-	if err := t.acquireLease(ctx); err != nil {
-		return // retried on the next tick; claims wait for it
-	}
-	t.owned.Unclaim(now)
+	_ = t.acquireLease(ctx) // claims everything again; if it fails, the next tick retries
 }
 
 // observe takes over the leases in all that ran out (see the section
@@ -277,12 +285,23 @@ func (t *Tracker) durableLastSeen(ctx context.Context, users []string) (map[stri
 // the user cannot be loaded, succeeds with an empty Change: the device is
 // alive here and reaches the store when it answers.
 func (t *Tracker) SocketBeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	return t.socketBeat(ctx, user, device, active, false)
+}
+
+// SocketConnect is the first heartbeat of a new socket (active): with a
+// Leaser store the device is claimed again whatever this node knew of it,
+// since it may have been held by another node meanwhile.
+func (t *Tracker) SocketConnect(ctx context.Context, user, device string) (presence.Change, error) {
+	return t.socketBeat(ctx, user, device, true, true)
+}
+
+func (t *Tracker) socketBeat(ctx context.Context, user, device string, active, connect bool) (presence.Change, error) {
 	if t.owned == nil {
 		return t.Heartbeat(ctx, user, device, active)
 	}
 	t.beats.add()
 	now := t.Now()
-	need := t.owned.Beat(now, user, device, active)
+	need := t.owned.Beat(now, user, device, active, connect)
 	if need == owned.NeedNothing {
 		return presence.Change{}, nil
 	}
@@ -397,7 +416,7 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 		}
 	}
 	if lease == 0 || !t.up() {
-		r.Failed = true
+		r.Failed, r.Unsent = true, true
 		t.owned.Done(now, w.User, r)
 		return last, nil
 	}

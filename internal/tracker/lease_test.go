@@ -110,6 +110,16 @@ func (n *node) socketBeat(user, dev string, active bool) presence.Change {
 	return ch
 }
 
+// socketConnect is the first beat of a new socket.
+func (n *node) socketConnect(user, dev string) presence.Change {
+	n.t.Helper()
+	ch, err := n.tr.SocketConnect(n.ctx, user, dev)
+	if err != nil {
+		n.t.Fatalf("SocketConnect(%s, %s): %v", user, dev, err)
+	}
+	return ch
+}
+
 func (n *node) sweep() {
 	n.t.Helper()
 	if _, err := n.tr.Sweep(n.ctx); err != nil {

@@ -350,6 +350,7 @@ func (t *Tracker) recover(ctx context.Context) {
 		// releases) goes to the store now, before anyone resyncs; and
 		// what it wrote just before the outage, which a failover may
 		// have lost, again.
+		t.tickLease(ctx) // a lease taken over meanwhile is found before anything is claimed under it
 		t.redoOwned(ctx)
 		t.syncOwned(ctx)
 		if t.onRecover != nil {

@@ -18,7 +18,13 @@ for i = 5, #ARGV, 3 do
   for j, d in ipairs(u.devs) do
     if d.id == dev and d.own == own then at = j end
   end
-  if at then
+  if at and not bye and u.devs[at].lb > lb then
+    -- It beat since through another path (an HTTP heartbeat of the same
+    -- device): it lives by the rules from that beat, owned by nobody.
+    local d = u.devs[at]
+    d.own, d.cl, d.mod = 0, 0, true
+    if d.la >= FOREVER then d.la = la end
+  elseif at then
     local d = u.devs[at]
     if bye then lb = math.max(lb, now) end
     if lb > u.ls then u.ls = lb end

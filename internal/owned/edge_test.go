@@ -12,11 +12,11 @@ func idleClaimed(t *testing.T, tb *Table) int64 {
 	claim(t, tb, 1000, "alice", "phone")
 	now := int64(1000)
 	for ; now < 1000+idle; now += 15_000 {
-		tb.Beat(now, "alice", "phone", false)
+		tb.Beat(now, "alice", "phone", false, false)
 		due(tb, now)
 	}
 	now = 1000 + idle
-	tb.Beat(now, "alice", "phone", false)
+	tb.Beat(now, "alice", "phone", false, false)
 	w := due(tb, now)
 	if len(w) != 1 || len(w[0].Touch) != 1 || w[0].Touch[0].Active {
 		t.Fatalf("work when the activity turned idle: %+v, want the idle touch", w)
@@ -31,7 +31,7 @@ func activeTouches(tb *Table, from, to int64) int {
 	n := 0
 	for now := from; now <= to; now += 100 {
 		if (now-from)%15_000 == 0 {
-			tb.Beat(now, "alice", "phone", false)
+			tb.Beat(now, "alice", "phone", false, false)
 		}
 		for _, w := range due(tb, now) {
 			for _, d := range w.Touch {
@@ -52,7 +52,7 @@ func activeTouches(tb *Table, from, to int64) int {
 func TestReviewFailedActiveTouchIsRetried(t *testing.T) {
 	tb := newTable()
 	now := idleClaimed(t, tb) + 1000
-	if need := tb.Beat(now, "alice", "phone", true); need != NeedTouch {
+	if need := tb.Beat(now, "alice", "phone", true, false); need != NeedTouch {
 		t.Fatalf("active beat of an idle device: need %d, want a touch", need)
 	}
 	tb.Done(now, "alice", Result{Failed: true})
@@ -69,7 +69,7 @@ func TestReviewActiveBeatDuringIdleTouch(t *testing.T) {
 	claim(t, tb, 1000, "alice", "phone")
 	now := int64(1000)
 	for ; now < 1000+idle; now += 15_000 {
-		tb.Beat(now, "alice", "phone", false)
+		tb.Beat(now, "alice", "phone", false, false)
 		due(tb, now)
 	}
 	now = 1000 + idle
@@ -78,7 +78,7 @@ func TestReviewActiveBeatDuringIdleTouch(t *testing.T) {
 		t.Fatalf("work when the activity turned idle: %+v, want the idle touch", w)
 	}
 	// The user comes back while the idle touch is in flight.
-	if need := tb.Beat(now+5, "alice", "phone", true); need != NeedNothing {
+	if need := tb.Beat(now+5, "alice", "phone", true, false); need != NeedNothing {
 		t.Fatalf("beat while busy: need %d", need)
 	}
 	tb.Done(now+10, "alice", Result{})
@@ -102,7 +102,7 @@ func TestReviewBeatDuringReleaseIsNotLost(t *testing.T) {
 		t.Fatalf("work at the end of the grace: %+v, want a release", w)
 	}
 	// The reconnect's beat, while the release is in flight.
-	tb.Beat(now+1, "alice", "phone", true)
+	tb.Beat(now+1, "alice", "phone", true, false)
 	tb.Done(now+2, "alice", Result{})
 	claims := 0
 	for at := now + 100; at <= now+5_000; at += 100 {
@@ -129,7 +129,7 @@ func TestReviewFailedIdleTouchDoesNotSpinDue(t *testing.T) {
 	claim(t, tb, 1000, "alice", "phone")
 	now := int64(1000)
 	for ; now < 1000+idle; now += 15_000 {
-		tb.Beat(now, "alice", "phone", false)
+		tb.Beat(now, "alice", "phone", false, false)
 		due(tb, now)
 	}
 	now = 1000 + idle

@@ -109,14 +109,14 @@ func TestReviewReconnectToFormerOwner(t *testing.T) {
 	// 0.5 s: the phone's socket to A goes half-open (A sees no close);
 	// the phone reconnects and lands on B, which claims it.
 	c.at(500 * time.Millisecond)
-	b.socketBeat("alice", "phone", true)
+	b.socketConnect("alice", "phone")
 	// 1 s: the socket to B drops (B sees the close); the phone
 	// reconnects and lands on A again.
 	c.at(time.Second)
 	if err := b.tr.Disconnect(b.ctx, "alice", "phone", ms(500*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	a.socketBeat("alice", "phone", true)
+	a.socketConnect("alice", "phone") // a new socket: A claims it again
 	a.pub.take()
 	b.pub.take()
 	// The phone keeps beating on A every 500 ms for 10 s (> ttl 3 s).
