@@ -19,10 +19,13 @@ func HeartbeatInterval(ttl time.Duration) time.Duration { return ttl / 4 }
 type debugDevice struct {
 	DeviceID   string  `json:"device_id"`
 	LastBeat   string  `json:"last_beat"`
-	LastActive *string `json:"last_active"`
-	ExpiresAt  string  `json:"expires_at"`
+	LastActive *string `json:"last_active"` // null: never, or held active by its owner
+	ExpiresAt  *string `json:"expires_at"`  // null: owned (its owner ends it)
 	Alive      bool    `json:"alive"`
 	Active     bool    `json:"active"`
+	// Owner is the lease of the node that holds the device's socket and
+	// keeps its deadline (scale-out), omitted if none.
+	Owner uint64 `json:"owner,omitempty"`
 }
 
 type debugView struct {
@@ -114,12 +117,18 @@ func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
 	var newest int64
 	alive := 0
 	for _, d := range u.Devices {
+		end := rules.End(&d)
 		dd := debugDevice{
-			DeviceID:   d.ID,
-			LastBeat:   wire.FormatTime(d.LastBeat),
-			LastActive: optTime(d.LastActive),
-			ExpiresAt:  wire.FormatTime(d.LastBeat + rules.TTL.Milliseconds()),
-			Alive:      now < d.LastBeat+rules.TTL.Milliseconds(),
+			DeviceID: d.ID,
+			LastBeat: wire.FormatTime(d.LastBeat),
+			Alive:    now < end,
+			Owner:    d.Owner,
+		}
+		if d.LastActive < presence.Forever {
+			dd.LastActive = optTime(d.LastActive)
+		}
+		if end < presence.Forever {
+			dd.ExpiresAt = optTime(end)
 		}
 		dd.Active = dd.Alive && d.LastActive > 0 && now < d.LastActive+rules.IdleAfter.Milliseconds()
 		if dd.Alive {
