@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -321,6 +322,7 @@ func TestClusterFailoverKillMaster(t *testing.T) {
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	f.checkPartialRead(t, mine)
 	promoted, err := f.cl.WaitPromoted(victim, failoverWait)
 	if err != nil {
 		t.Fatal(err)
@@ -419,4 +421,48 @@ func TestClusterFailoverManual(t *testing.T) {
 	if noScriptErrors(t, replica) == 0 {
 		t.Errorf("the new master %s never answered NOSCRIPT: it knew the scripts, and the test proves nothing", replica.Addr)
 	}
+}
+
+// checkPartialRead reads every user in one Get while the killed master's
+// users (mine) cannot be read: the Get answers for the others and names
+// mine in a tracker.PartialError (the tracker then reads only those
+// degraded), until the client learns the new layout.
+func (f *failoverFixture) checkPartialRead(t *testing.T, mine []string) {
+	t.Helper()
+	out := make([]presence.Snapshot, len(f.users))
+	deadline := time.Now().Add(failoverWait)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err := f.s.Get(ctx, failoverNow, f.users, out)
+		cancel()
+		var pe *tracker.PartialError
+		if errors.As(err, &pe) {
+			var failed []string
+			for _, i := range pe.Failed {
+				failed = append(failed, f.users[i])
+			}
+			if !sameSet(failed, mine) {
+				t.Errorf("a read during the failover failed for %v, want the killed master's users %v", failed, mine)
+			}
+			for i, u := range f.users {
+				if !slices.Contains(failed, u) && out[i].Status != presence.Online {
+					t.Errorf("%s, on a master that is up, read %+v during the failover", u, out[i])
+				}
+			}
+			return
+		}
+		if err == nil || time.Now().After(deadline) {
+			// Promoted already (a fast failover): nothing partial to see.
+			t.Logf("no partial read seen (err %v)", err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

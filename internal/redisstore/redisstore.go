@@ -80,6 +80,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -458,6 +459,10 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 	probes := make(rueidis.Commands, len(s.shards))
 	var due []int
 	var execs []rueidis.LuaExec
+	// A shard whose node does not answer (a Cluster master down) is
+	// skipped, and the others swept: the error is then a PartialError.
+	var failed, answered int
+	var firstErr error
 	for len(out)-start < max {
 		for i := range s.shards {
 			sk := &s.shards[(first+i)%len(s.shards)]
@@ -467,8 +472,10 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 		for i, r := range s.c.DoMulti(ctx, probes...) {
 			m, err := r.AsStrSlice()
 			if err != nil {
-				return out, fmt.Errorf("redisstore: expire: %w", err)
+				failed, firstErr = failed+1, firstOf(firstErr, err)
+				continue
 			}
+			answered++
 			if len(m) > 0 {
 				due = append(due, (first+i)%len(s.shards))
 			}
@@ -490,11 +497,10 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 		}
 		// A failed shard does not drop the changes the others claimed:
 		// they are gone from Redis and must reach the caller.
-		var firstErr error
 		for _, r := range s.expire.execMulti(ctx, s.c, execs...) {
 			arr, err := r.ToArray()
 			if err != nil {
-				firstErr = firstOf(firstErr, s.expire.err(err))
+				failed, firstErr = failed+1, firstOf(firstErr, s.expire.err(err))
 				continue
 			}
 			if len(arr) == per {
@@ -503,22 +509,32 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 			for _, m := range arr {
 				c, err := decodeClaim(m, now)
 				if err != nil {
-					firstErr = firstOf(firstErr, err)
+					failed, firstErr = failed+1, firstOf(firstErr, err)
 					continue
 				}
 				out = append(out, c)
 			}
 		}
-		if firstErr != nil {
-			return out, fmt.Errorf("redisstore: expire: %w", firstErr)
-		}
-		if !more {
-			// Every due shard was drained; a new probe would find only
-			// what writers added meanwhile.
+		if !more || failed > 0 {
+			// Every due shard was drained (a new probe would find only
+			// what writers added meanwhile), or some shard failed.
 			break
 		}
 	}
-	return out, nil
+	return out, shardsErr("expire", failed, answered, firstErr)
+}
+
+// shardsErr is the error of a call made on every shard: nil, the error
+// of a store that answered for no shard, or a PartialError when some
+// shards answered (a Cluster master down: the others' work is done).
+func shardsErr(op string, failed, answered int, err error) error {
+	switch {
+	case failed == 0:
+		return nil
+	case answered == 0:
+		return fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+	return &tracker.PartialError{Err: fmt.Errorf("redisstore: %s: %d shards failed: %w", op, failed, err)}
 }
 
 // decodeClaim decodes a change returned by the expire script: {user,
@@ -549,11 +565,14 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 		cmds[i] = s.c.B().Hmget().Key(s.shardOf(id).users + id).Field(readFields...).Build()
 	}
 	res := s.c.DoMulti(ctx, cmds...)
-	var full []int // users whose scalars do not tell their state at now
+	var full []int   // users whose scalars do not tell their state at now
+	var failed []int // users whose Redis node did not answer (PartialError)
+	var firstErr error
 	for i, r := range res {
 		f, err := r.ToArray()
 		if err != nil {
-			return fmt.Errorf("redisstore: get: %w", err)
+			failed, firstErr = append(failed, i), firstOf(firstErr, err)
+			continue
 		}
 		ok, err := snapshotFromScalars(ids[i], f, now, &out[i])
 		if err != nil {
@@ -567,7 +586,7 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 		}
 	}
 	if len(full) == 0 {
-		return nil
+		return getErr(failed, len(ids), firstErr)
 	}
 	cmds = cmds[:0]
 	for _, i := range full {
@@ -579,7 +598,8 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 		i := full[j]
 		kv, err := r.ToArray()
 		if err != nil {
-			return fmt.Errorf("redisstore: get: %w", err)
+			failed, firstErr = append(failed, i), firstOf(firstErr, err)
+			continue
 		}
 		if len(kv) == 0 {
 			out[i] = presence.Snapshot{UserID: ids[i], Version: s.floors[s.shardIndex(ids[i])].Load()}
@@ -598,7 +618,21 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 			}
 		}
 	}
-	return nil
+	return getErr(failed, len(ids), firstErr)
+}
+
+// getErr is Get's error: nil, the error of a store that answered for
+// nobody, or a PartialError naming the users whose node did not answer
+// (a Cluster master down) when the others were read.
+func getErr(failed []int, n int, err error) error {
+	switch {
+	case len(failed) == 0:
+		return nil
+	case len(failed) == n:
+		return fmt.Errorf("redisstore: get: %w", err)
+	}
+	slices.Sort(failed)
+	return &tracker.PartialError{Failed: failed, Err: fmt.Errorf("redisstore: get: %w", err)}
 }
 
 // seenNow makes the last_seen of a user present through a device a node
@@ -808,39 +842,39 @@ func (s *Store) Dirty(ctx context.Context, out []presence.Profile) ([]presence.P
 		probes[i] = s.c.B().Exists().Key(s.shards[i].dirty).Build()
 	}
 	var execs []rueidis.LuaExec
+	var failed, answered int
+	var firstErr error
 	for i, r := range s.c.DoMulti(ctx, probes...) {
 		n, err := r.AsInt64()
 		if err != nil {
-			return out, fmt.Errorf("redisstore: dirty: %w", err)
+			failed, firstErr = failed+1, firstOf(firstErr, err)
+			continue
 		}
+		answered++
 		if n > 0 {
 			execs = append(execs, rueidis.LuaExec{Keys: []string{s.shards[i].dirty}, Args: []string{s.shards[i].users}})
 		}
 	}
 	if len(execs) == 0 {
-		return out, nil
+		return out, shardsErr("dirty", failed, answered, firstErr)
 	}
-	var firstErr error
 	for _, r := range s.dirty.execMulti(ctx, s.c, execs...) {
 		arr, err := r.ToArray()
 		if err != nil {
 			// Keep what other shards drained: it is gone from Redis.
-			firstErr = firstOf(firstErr, s.dirty.err(err))
+			failed, firstErr = failed+1, firstOf(firstErr, s.dirty.err(err))
 			continue
 		}
 		for _, m := range arr {
 			p, err := decodeProfile(m)
 			if err != nil {
-				firstErr = firstOf(firstErr, err)
+				failed, firstErr = failed+1, firstOf(firstErr, err)
 				continue
 			}
 			out = append(out, p)
 		}
 	}
-	if firstErr != nil {
-		return out, fmt.Errorf("redisstore: dirty: %w", firstErr)
-	}
-	return out, nil
+	return out, shardsErr("dirty", failed, answered, firstErr)
 }
 
 func firstOf(a, b error) error {

@@ -45,16 +45,25 @@ const (
 )
 
 // storeErr classifies the error of a store call made with the caller's
-// ctx. Anything but ErrNotLoaded, a domain error of package presence or
-// the caller's own cancellation means the store is unreachable (refused,
-// reset, or silent past StoreTimeout): the store is marked down and the
-// error is returned wrapped so that errors.Is(err, errOutage).
+// ctx. Anything but ErrNotLoaded, a domain error of package presence, a
+// PartialError (part of the store answered: a Cluster master is down, and
+// only its users are affected) or the caller's own cancellation means the
+// store is unreachable (refused, reset, or silent past StoreTimeout): the
+// store is marked down and the error is returned wrapped so that
+// errors.Is(err, errOutage).
 func (t *Tracker) storeErr(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, ErrNotLoaded) || errors.Is(err, ErrStoreReset) || domainError(err) || ctx.Err() != nil {
+	if err == nil || errors.Is(err, ErrNotLoaded) || errors.Is(err, ErrStoreReset) || domainError(err) || ctx.Err() != nil ||
+		partial(err) {
 		return err
 	}
 	t.markDown(err)
 	return &outageError{err}
+}
+
+// partial reports a PartialError: part of the store answered.
+func partial(err error) bool {
+	var pe *PartialError
+	return errors.As(err, &pe)
 }
 
 // domainError reports the errors of package presence, which say that the
@@ -517,6 +526,24 @@ func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presen
 		b := t.bound(ctx)
 		err := t.store.Get(b.ctx, now, ids, out)
 		t.release(b)
+		var pe *PartialError
+		if errors.As(err, &pe) && ctx.Err() == nil {
+			// Part of the store answered (a Cluster master is down):
+			// only the users it did not answer for are read degraded.
+			t.degradedReads.Add(1)
+			sub := make([]string, len(pe.Failed))
+			for j, i := range pe.Failed {
+				sub[j] = ids[i]
+			}
+			got := make([]presence.Snapshot, len(sub))
+			if err := t.degradedGet(ctx, now, sub, got); err != nil {
+				return err
+			}
+			for j, i := range pe.Failed {
+				out[i] = got[j]
+			}
+			return nil
+		}
 		if err = t.storeErr(ctx, err); !errors.Is(err, errOutage) {
 			return err
 		}

@@ -3,6 +3,7 @@ package tracker
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/presenced/presenced/internal/presence"
 )
@@ -18,6 +19,23 @@ var ErrNotLoaded = errors.New("tracker: user not loaded")
 // The tracker then raises the store's floor (Floorer) above every version
 // of before and loads again.
 var ErrStoreReset = errors.New("tracker: the state store lost its data")
+
+// PartialError is returned by a Store when a call failed for some of its
+// keys only — a Redis Cluster whose one master is down, the others
+// answering — and did the rest. For Get, Failed lists the indexes of the
+// ids whose snapshots are missing. The tracker does not take such a
+// failure for an outage of the whole store: only the users of the keys
+// that failed are affected.
+type PartialError struct {
+	Failed []int
+	Err    error
+}
+
+func (e *PartialError) Error() string {
+	return fmt.Sprintf("%d keys failed: %v", len(e.Failed), e.Err)
+}
+
+func (e *PartialError) Unwrap() error { return e.Err }
 
 // Floorer is an optional ability of a Store that lives apart from the node
 // and may lose its data (Redis): a version floor that every user loaded

@@ -874,13 +874,19 @@ func (t *Tracker) Run(ctx context.Context) error {
 		leaseTick = lt.C
 		t.tickLease(ctx)
 	}
+	var partialLogged time.Time // part of the store down: said at most every 10 s
 	for {
 		select {
 		case <-ctx.Done():
 			return t.Close(context.WithoutCancel(ctx))
 		case <-sweep.C:
 			if _, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
-				t.log.Warn("sweep failed", "err", err)
+				if !partial(err) || time.Since(partialLogged) >= 10*time.Second {
+					t.log.Warn("sweep failed", "err", err)
+					if partial(err) {
+						partialLogged = time.Now()
+					}
+				}
 			}
 		case <-leaseTick:
 			t.tickLease(ctx)
