@@ -139,7 +139,13 @@ func TestPostgresStopsUnderANode(t *testing.T) {
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if a := <-httpDone; a.code != 503 || errorCode(t, a.body) != "unavailable" {
+	switch a := <-httpDone; {
+	case a.code == 200:
+		// The shutdown ended the locking session first, and the write
+		// committed before its own session was ended (seen under load):
+		// a success, not a failure.
+		t.Logf("the HTTP status change committed before the shutdown ended its session: %s", a.body)
+	case a.code != 503 || errorCode(t, a.body) != "unavailable":
 		t.Errorf("HTTP status change in flight at the shutdown: %d %s, want 503 unavailable", a.code, a.body)
 	}
 	if m := w.msg("error"); m["code"] != "unavailable" {
