@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// idleClaimed claims alice's phone at 1000 and lets its activity turn
-// idle (inactive beats, the idle touch done): the store holds it idle.
-func idleClaimed(t *testing.T, tb *Table) int64 {
+// idleTouchDue claims alice's phone at 1000, beats it in the background
+// until its activity turned idle, and returns that time with the idle
+// touch handed out (in flight).
+func idleTouchDue(t *testing.T, tb *Table) int64 {
 	t.Helper()
 	claim(t, tb, 1000, "alice", "phone")
 	now := int64(1000)
@@ -21,6 +22,14 @@ func idleClaimed(t *testing.T, tb *Table) int64 {
 	if len(w) != 1 || len(w[0].Touch) != 1 || w[0].Touch[0].Active {
 		t.Fatalf("work when the activity turned idle: %+v, want the idle touch", w)
 	}
+	return now
+}
+
+// idleClaimed is idleTouchDue with the touch done: the store holds the
+// phone idle.
+func idleClaimed(t *testing.T, tb *Table) int64 {
+	t.Helper()
+	now := idleTouchDue(t, tb)
 	tb.Done(now, "alice", Result{})
 	return now
 }
@@ -49,7 +58,7 @@ func activeTouches(tb *Table, from, to int64) int {
 // touch fails (the store hiccups) nothing sends it again: Due has no
 // case for "claimed, held idle, active again", so the user reads away
 // although active, until another active beat.
-func TestReviewFailedActiveTouchIsRetried(t *testing.T) {
+func TestFailedActiveTouchIsRetried(t *testing.T) {
 	tb := newTable()
 	now := idleClaimed(t, tb) + 1000
 	if need := tb.Beat(now, "alice", "phone", true, false); need != NeedTouch {
@@ -64,19 +73,9 @@ func TestReviewFailedActiveTouchIsRetried(t *testing.T) {
 // An active beat that lands while the idle touch is in flight is lost:
 // Beat sees activeR still true (no again), Done then records the store
 // holds the device idle, and nothing sends the active touch.
-func TestReviewActiveBeatDuringIdleTouch(t *testing.T) {
+func TestActiveBeatDuringIdleTouch(t *testing.T) {
 	tb := newTable()
-	claim(t, tb, 1000, "alice", "phone")
-	now := int64(1000)
-	for ; now < 1000+idle; now += 15_000 {
-		tb.Beat(now, "alice", "phone", false, false)
-		due(tb, now)
-	}
-	now = 1000 + idle
-	w := due(tb, now)
-	if len(w) != 1 || len(w[0].Touch) != 1 || w[0].Touch[0].Active {
-		t.Fatalf("work when the activity turned idle: %+v, want the idle touch", w)
-	}
+	now := idleTouchDue(t, tb)
 	// The user comes back while the idle touch is in flight.
 	if need := tb.Beat(now+5, "alice", "phone", true, false); need != NeedNothing {
 		t.Fatalf("beat while busy: need %d", need)
@@ -92,7 +91,7 @@ func TestReviewActiveBeatDuringIdleTouch(t *testing.T) {
 // revive it (in flight), the release's Done drops it, and the device —
 // whose socket is open and just beat — is neither held nor claimed until
 // its next beat.
-func TestReviewBeatDuringReleaseIsNotLost(t *testing.T) {
+func TestBeatDuringReleaseIsNotLost(t *testing.T) {
 	tb := newTable()
 	claim(t, tb, 1000, "alice", "phone")
 	tb.Close(2000, "alice", "phone", 1000)
@@ -124,19 +123,9 @@ func TestReviewBeatDuringReleaseIsNotLost(t *testing.T) {
 // fails one batch of idle touches, and a probe that finds Redis back
 // within Retry: the Run goroutine spins in Due, no sweep, no lease
 // renewal, and every SocketBeat of that shard blocks.)
-func TestReviewFailedIdleTouchDoesNotSpinDue(t *testing.T) {
+func TestFailedIdleTouchDoesNotSpinDue(t *testing.T) {
 	tb := newTable()
-	claim(t, tb, 1000, "alice", "phone")
-	now := int64(1000)
-	for ; now < 1000+idle; now += 15_000 {
-		tb.Beat(now, "alice", "phone", false, false)
-		due(tb, now)
-	}
-	now = 1000 + idle
-	w := due(tb, now)
-	if len(w) != 1 || len(w[0].Touch) != 1 {
-		t.Fatalf("work when the activity turned idle: %+v, want the idle touch", w)
-	}
+	now := idleTouchDue(t, tb)
 	tb.Done(now, "alice", Result{Failed: true})
 	done := make(chan []Work, 1)
 	go func() { done <- due(tb, now+100) }() // within Retry (1 s)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/presenced/presenced/internal/benchfix"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -84,26 +85,14 @@ func BenchmarkBeat(b *testing.B) {
 	b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/float64(b.N), "redis-µs/beat")
 }
 
-// redisCPU returns the CPU seconds the Redis server c talks to has used
-// (INFO cpu: user + system), to report Redis's cost per operation.
+// redisCPU returns the CPU seconds the Redis server c talks to has used.
 func redisCPU(b *testing.B, c rueidis.Client) float64 {
 	b.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	cpu, err := benchfix.RedisCPU(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sum += f
-		}
-	}
-	return sum
+	return cpu
 }
 
 // BenchmarkGet1000: one read of 1,000 settled users (one pipelined round

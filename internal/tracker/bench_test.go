@@ -82,7 +82,12 @@ func BenchmarkHeartbeatNoChange(b *testing.B) {
 }
 
 func benchHeartbeat(b *testing.B, n int) {
-	tr := newBenchTracker(b, n)
+	benchBeats(b, n, newBenchTracker(b, n).Heartbeat)
+}
+
+// benchBeats drives beat from both cores with heartbeats of n users
+// picked at random, each of which must change nothing.
+func benchBeats(b *testing.B, n int, beat func(ctx context.Context, user, device string, active bool) (presence.Change, error)) {
 	all := ids()[:n]
 	ctx := context.Background()
 	var seq atomic.Uint64
@@ -94,7 +99,7 @@ func benchHeartbeat(b *testing.B, n int) {
 		for pb.Next() {
 			i = i*6364136223846793005 + 1442695040888963407
 			id := all[(i>>33)%uint64(n)]
-			if ch, err := tr.Heartbeat(ctx, id, "d", true); err != nil || ch.Changed {
+			if ch, err := beat(ctx, id, "d", true); err != nil || ch.Changed {
 				b.Fatalf("heartbeat changed=%v err=%v", ch.Changed, err)
 			}
 		}

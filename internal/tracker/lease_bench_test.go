@@ -2,9 +2,6 @@ package tracker_test
 
 import (
 	"context"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/presenced/presenced/internal/benchfix"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
@@ -70,23 +68,7 @@ func BenchmarkSocketBeatNoChange(b *testing.B) {
 		b.Run(size.name, func(b *testing.B) {
 			r := presence.Rules{TTL: time.Hour, IdleAfter: time.Hour}
 			tr, _, _ := newOwnedTracker(b, size.n, r, clock.Real{})
-			all := ids()[:size.n]
-			ctx := context.Background()
-			var seq atomic.Uint64
-			runtime.GC()
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := seq.Add(1) * 7919
-				for pb.Next() {
-					i = i*6364136223846793005 + 1442695040888963407
-					id := all[(i>>33)%uint64(size.n)]
-					if ch, err := tr.SocketBeat(ctx, id, "d", true); err != nil || ch.Changed {
-						b.Fatalf("heartbeat changed=%v err=%v", ch.Changed, err)
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "beats/s")
+			benchBeats(b, size.n, tr.SocketBeat)
 		})
 	}
 }
@@ -203,38 +185,18 @@ func BenchmarkSocketBeatRedisCPU(b *testing.B) {
 
 func redisCPUOf(b *testing.B, c rueidis.Client) float64 {
 	b.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	cpu, err := benchfix.RedisCPU(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sum += f
-		}
-	}
-	return sum
+	return cpu
 }
 
 func scriptCallsOf(b *testing.B, c rueidis.Client) int64 {
 	b.Helper()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	n, err := benchfix.RedisScripts(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			calls, _, _ := strings.Cut(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",")
-			v, _ := strconv.ParseInt(calls, 10, 64)
-			n += v
-		}
 	}
 	return n
 }

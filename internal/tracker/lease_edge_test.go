@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -35,7 +34,7 @@ func (s *faultyStore) Touch(ctx context.Context, now int64, lease uint64, touche
 	s.Store.Touch(ctx, now, lease, touches)
 }
 
-var errLostReply = errors.New("review: reply lost (i/o timeout)")
+var errLostReply = errors.New("reply lost (i/o timeout)")
 
 func (s *faultyStore) AcquireLease(ctx context.Context, lease uint64, now int64) error {
 	if s.failAcquire.CompareAndSwap(true, false) {
@@ -54,44 +53,11 @@ func (s *faultyStore) Claim(ctx context.Context, now int64, lease uint64, user s
 
 // addFaulty is cluster.add with a faultyStore.
 func (c *cluster) addFaulty(epoch uint64) (*node, *faultyStore) {
-	t := c.t
-	t.Helper()
-	cl, err := redisstore.Dial(c.redis.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	r := leaseRules
-	r.Epoch = epoch
-	rs, err := redisstore.New(cl, redisstore.Config{Rules: r, Prefix: c.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rs.RaiseFloor(context.Background(), epoch<<32); err != nil {
-		t.Fatal(err)
-	}
-	fs := &faultyStore{Store: rs}
-	n := &node{t: t, ctx: context.Background(), clock: clock.NewFake(start), pub: &recorder{}}
-	n.tr, err = tracker.New(tracker.Config{
-		Store: fs, Durable: c.durable, Publisher: n.pub, Clock: n.clock, Rules: r,
-		LeaseInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
-		NodeAlive: func(lease uint64) bool {
-			for _, o := range c.nodes {
-				if o.tr.LeaseID() == lease {
-					return o.alive
-				}
-			}
-			return false
-		},
+	var fs *faultyStore
+	n := c.addWith(epoch, func(rs *redisstore.Store) tracker.Store {
+		fs = &faultyStore{Store: rs}
+		return fs
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.tr.TickLease(n.ctx)
-	if n.tr.LeaseID() == 0 {
-		t.Fatalf("node %d acquired no lease", epoch)
-	}
-	c.nodes = append(c.nodes, n)
 	return n, fs
 }
 
@@ -99,7 +65,7 @@ func (c *cluster) addFaulty(epoch uint64) (*node, *faultyStore) {
 // flaky mobile network): A's table still holds it as claimed, so A's
 // beats make no call; B's close grace then ends the device B owns in
 // Redis, and the user reads offline while A's socket keeps beating.
-func TestReviewReconnectToFormerOwner(t *testing.T) {
+func TestReconnectToFormerOwner(t *testing.T) {
 	redis := testsvc.Redis(t)
 	c := newCluster(t, redis)
 	a, b := c.add(1), c.add(2)
@@ -137,7 +103,7 @@ func TestReviewReconnectToFormerOwner(t *testing.T) {
 // once (the store hiccups again); the next tick takes one but never
 // claims the devices again, so the devices that keep beating on it die
 // with the old lease's takeover.
-func TestReviewLeaseReacquiredAfterFailureReclaims(t *testing.T) {
+func TestLeaseReacquiredAfterFailureReclaims(t *testing.T) {
 	redis := testsvc.Redis(t)
 	c := newCluster(t, redis)
 	a, fa := c.addFaulty(1)
@@ -187,7 +153,7 @@ func TestReviewLeaseReacquiredAfterFailureReclaims(t *testing.T) {
 // keeps the device unclaimed; if it ends before a claim succeeds it is
 // dropped as "never shown", and Redis holds it online under the node's
 // live lease for ever.
-func TestReviewLostClaimReplyLeavesGhost(t *testing.T) {
+func TestLostClaimReplyLeavesGhost(t *testing.T) {
 	redis := testsvc.Redis(t)
 	c := newCluster(t, redis)
 	a, fa := c.addFaulty(1)
@@ -226,7 +192,7 @@ func TestReviewLostClaimReplyLeavesGhost(t *testing.T) {
 // ever on the shard lock (see owned.TestReviewFailedIdleTouchDoesNotSpinDue):
 // the Run goroutine hangs — no sweep, no lease renewal — and every
 // SocketBeat of that shard blocks.
-func TestReviewFailedIdleTouchHangsSweep(t *testing.T) {
+func TestFailedIdleTouchHangsSweep(t *testing.T) {
 	redis := testsvc.Redis(t)
 	c := newCluster(t, redis)
 	a, fa := c.addFaulty(1)

@@ -2,13 +2,13 @@ package tracker_test
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/presenced/presenced/internal/benchfix"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
@@ -44,7 +44,10 @@ func newCluster(t *testing.T, redis *testsvc.Server) *cluster {
 }
 
 // add starts node i (its epoch, so its lease, is i).
-func (c *cluster) add(epoch uint64) *node {
+func (c *cluster) add(epoch uint64) *node { return c.addWith(epoch, nil) }
+
+// addWith is add with the node's store wrapped by wrap (nil: as it is).
+func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Store) *node {
 	t := c.t
 	t.Helper()
 	cl, err := redisstore.Dial(c.redis.URL)
@@ -61,9 +64,13 @@ func (c *cluster) add(epoch uint64) *node {
 	if err := rs.RaiseFloor(context.Background(), epoch<<32); err != nil {
 		t.Fatal(err)
 	}
+	var store tracker.Store = rs
+	if wrap != nil {
+		store = wrap(rs)
+	}
 	n := &node{t: t, ctx: context.Background(), clock: clock.NewFake(start), pub: &recorder{}}
 	n.tr, err = tracker.New(tracker.Config{
-		Store: rs, Durable: c.durable, Publisher: n.pub, Clock: n.clock, Rules: r,
+		Store: store, Durable: c.durable, Publisher: n.pub, Clock: n.clock, Rules: r,
 		LeaseInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
 		NodeAlive: func(lease uint64) bool {
 			for _, o := range c.nodes {
@@ -146,17 +153,9 @@ func scriptCalls(t *testing.T, srv *testsvc.Server) int64 {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	n, err := benchfix.RedisScripts(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			calls, _, _ := strings.Cut(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",")
-			v, _ := strconv.ParseInt(calls, 10, 64)
-			n += v
-		}
 	}
 	return n
 }
