@@ -7,7 +7,7 @@ func (s *Store) HeapLen() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.heap)
+		n += sh.heap.Len()
 		sh.mu.Unlock()
 	}
 	return n

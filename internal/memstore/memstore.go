@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/deadline"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -49,15 +50,10 @@ type entry struct {
 	deleted bool
 }
 
-type item struct {
-	at int64
-	e  *entry
-}
-
 type shard struct {
 	mu    sync.Mutex // guards the fields below
 	users map[string]*entry
-	heap  []item   // min-heap by at
+	heap  deadline.Heap[*entry]
 	dirty []*entry // users whose last_seen changed since the last Dirty
 	beats uint64   // heartbeats applied (counted under the lock: no shared counter line)
 	_     [64]byte // keep neighbouring shards' locks off one cache line
@@ -204,10 +200,10 @@ func (s *Store) Expire(_ context.Context, now int64, max int, out []presence.Cha
 		}
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for len(sh.heap) > 0 && sh.heap[0].at <= now && len(out) < max {
-			it := sh.pop()
-			e := it.e
-			if e.deleted || it.at != e.sched {
+		for sh.heap.Due(now) && len(out) < max {
+			it := sh.heap.Pop()
+			e := it.V
+			if e.deleted || it.At != e.sched {
 				continue // superseded by a later schedule
 			}
 			e.sched = 0
@@ -394,47 +390,6 @@ func (s *Store) scheduleLocked(sh *shard, e *entry, now int64) {
 	}
 	if e.sched == 0 || d < e.sched {
 		e.sched = d
-		sh.push(item{at: d, e: e})
+		sh.heap.Push(d, e)
 	}
-}
-
-func (sh *shard) push(it item) {
-	h := append(sh.heap, it)
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if h[p].at <= h[i].at {
-			break
-		}
-		h[p], h[i] = h[i], h[p]
-		i = p
-	}
-	sh.heap = h
-}
-
-func (sh *shard) pop() item {
-	h := sh.heap
-	top := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	h[n] = item{}
-	h = h[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h[r].at < h[l].at {
-			m = r
-		}
-		if h[i].at <= h[m].at {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	sh.heap = h
-	return top
 }

@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/presenced/presenced/internal/deadline"
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -149,15 +150,10 @@ type user struct {
 	ls      int64  // the latest beat of any of its devices
 }
 
-type item struct {
-	at int64
-	u  *user
-}
-
 type shard struct {
 	mu     sync.Mutex // guards the fields below and every *user in users
 	users  map[string]*user
-	heap   []item
+	heap   deadline.Heap[*user]
 	dirty  []*user    // users whose last beat moved since the last Dirty
 	recent []Released // the latest releases the store acknowledged, oldest first (Redo)
 	n      int        // devices held
@@ -428,10 +424,10 @@ func (t *Table) Due(now int64, out []Work) []Work {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		for len(sh.heap) > 0 && sh.heap[0].at <= now {
-			it := sh.popLocked()
-			u := it.u
-			if it.at != u.sched {
+		for sh.heap.Due(now) {
+			it := sh.heap.Pop()
+			u := it.V
+			if it.At != u.sched {
 				continue // superseded
 			}
 			u.sched = 0
@@ -615,43 +611,7 @@ func (t *Table) armLocked(sh *shard, u *user, now int64) {
 
 func (t *Table) pushLocked(sh *shard, u *user, at int64) {
 	u.sched = at
-	sh.heap = append(sh.heap, item{at: at, u: u})
-	h := sh.heap
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if h[p].at <= h[i].at {
-			break
-		}
-		h[p], h[i] = h[i], h[p]
-		i = p
-	}
-}
-
-func (sh *shard) popLocked() item {
-	h := sh.heap
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h[last] = item{}
-	h = h[:last]
-	i := 0
-	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(h) && h[l].at < h[m].at {
-			m = l
-		}
-		if r < len(h) && h[r].at < h[m].at {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	sh.heap = h
-	return top
+	sh.heap.Push(at, u)
 }
 
 // Unclaim marks every device of the table unclaimed: the store lost them
