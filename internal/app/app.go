@@ -28,6 +28,7 @@ import (
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/metrics"
 	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/peers"
 	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
@@ -98,6 +99,7 @@ type App struct {
 	nats    *jsstream.Conn   // nil without NATS: the one connection of bus and ingest
 	bus     *natsbus.Bus     // nil without NATS
 	beacon  *beacon.Beacon   // nil without NATS or Redis: node liveness apart from Redis
+	peers   *peers.Peers     // nil without NATS or Redis: what other nodes hold of devices, for degraded reads
 	ingest  *ingest.Consumer // nil without NATS or with NoIngest
 	tracker *tracker.Tracker
 	api     *httpapi.Server
@@ -282,6 +284,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			}); err != nil {
 				return nil, fmt.Errorf("node beacon on NATS: %w", err)
 			}
+			// A degraded read asks the other nodes what they hold of
+			// its users' devices.
+			if a.peers, err = peers.New(peers.Config{
+				Conn:   a.nats,
+				Live:   a.beacon.Live,
+				Clock:  cfg.Clock,
+				Logger: cfg.Logger.With("component", "peers"),
+			}); err != nil {
+				return nil, err
+			}
 		}
 		onContacts = func(owner string) {
 			a.contacts.Changed(owner)
@@ -295,6 +307,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Rules:         rules,
 		OnRecover:     func() { a.resync.RequestAfter(tracker.DefaultRecoverGrace) },
 		NodeAlive:     nodeAlive(a.beacon),
+		Peers:         trackerPeers(a.peers),
 		ReloadMargin:  reloadMargin,
 		Clock:         cfg.Clock,
 		Logger:        cfg.Logger.With("component", "tracker"),
@@ -386,6 +399,14 @@ func nodeAlive(b *beacon.Beacon) func(uint64) bool {
 		return nil
 	}
 	return b.Alive
+}
+
+// trackerPeers is the tracker's Peers, nil without them.
+func trackerPeers(p *peers.Peers) tracker.Peers {
+	if p == nil {
+		return nil
+	}
+	return p
 }
 
 // readiness lists what GET /readyz checks (httpapi.Check): whether this
@@ -552,6 +573,13 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	if a.beacon != nil {
 		wg.Go(func() { _ = a.beacon.Run(busCtx) })
+	}
+	if a.peers != nil {
+		wg.Go(func() {
+			if err := a.peers.Serve(busCtx, a.tracker); err != nil {
+				a.log.Warn("answering other nodes' questions stopped", "err", err)
+			}
+		})
 	}
 	resyncCtx, stopResync := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopResync()

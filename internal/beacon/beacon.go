@@ -173,3 +173,18 @@ func (b *Beacon) Alive(lease uint64) bool {
 	}
 	return now.Sub(since) < b.cfg.Timeout
 }
+
+// Live returns the leases heard within Timeout (this node's own among
+// them once it hears itself): the nodes known alive now.
+func (b *Beacon) Live() []uint64 {
+	now := b.cfg.Clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]uint64, 0, len(b.heard))
+	for id, at := range b.heard {
+		if now.Sub(at) < b.cfg.Timeout {
+			out = append(out, id)
+		}
+	}
+	return out
+}

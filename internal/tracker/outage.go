@@ -305,14 +305,17 @@ func (t *Tracker) buffer(user string, o op) (bool, error) {
 }
 
 // bufferedOps returns a copy of the operations buffered for user, nil if none.
-func (t *Tracker) bufferedOps(user string) []op {
+func (t *Tracker) bufferedOps(user string) []op { return t.bufferedOpsTo(user, nil) }
+
+// bufferedOpsTo appends the operations buffered for user to out.
+func (t *Tracker) bufferedOpsTo(user string, out []op) []op {
 	sh := t.bufShard(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if p := sh.users[user]; p != nil {
-		return p.ops(nil)
+		return p.ops(out)
 	}
-	return nil
+	return out
 }
 
 // probe asks the store whether it answers, with Ping if it has one.
@@ -518,9 +521,13 @@ func (t *Tracker) replayOp(ctx context.Context, user string, o op) (presence.Cha
 // presence.User — so a user beating on this node is online (or shows their
 // manual status; invisible stays invisible), last_seen is the later of the
 // durable and the buffered one, and the settings are the durable ones or
-// the buffered ones. Users beating only on other nodes read as their
-// durable profile (offline). If the durable store fails too, Get fails:
-// it never answers with settings it does not know.
+// the buffered ones. What the other nodes hold of these users' devices
+// (Config.Peers: the sockets they own, their outage buffers) is applied
+// too, so a user beating only on another node reads online as well; a
+// user whose devices no node holds in memory (an HTTP device that has not
+// beaten since the store went down) reads as their durable profile. If the
+// durable store fails too, Get fails: it never answers with settings it
+// does not know.
 func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
 	if t.state.Load() != stateDown {
 		b := t.bound(ctx)
@@ -586,18 +593,21 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 		}
 	}
 	t.flushMu.RUnlock()
+	peers := t.peerOps(ctx, ids)
 	for i, id := range ids {
 		if j := first[id]; j != i {
 			out[i] = out[j]
 			continue
 		}
 		ops := t.ownedOps(now, id, t.bufferedOps(id))
+		ops = append(ops, peers[id]...)
 		if ops == nil {
 			if have[i] {
 				out[i] = presence.SnapshotFromProfile(&profiles[i])
 			}
 			continue
 		}
+		sortOps(ops) // this node's owned devices and the peers' signs came after the buffer's
 		profiles[i].UserID = id
 		u := presence.NewUser(profiles[i])
 		for _, o := range ops {

@@ -155,6 +155,9 @@ type Config struct {
 	// is cut off from the store only, keeps its devices, and is not taken
 	// over.
 	NodeAlive func(lease uint64) bool
+	// Peers, if set, are asked what they hold of users' devices when a
+	// read is degraded (peers.go).
+	Peers Peers
 	// NoLeases turns owned devices off even with a Store that implements
 	// Leaser: SocketBeat is then Heartbeat.
 	NoLeases bool
@@ -222,6 +225,9 @@ type Tracker struct {
 	resets        atomic.Uint64 // times the store was found to have lost its data (floor.go)
 	floorMu       sync.Mutex    // serialises resetFloor
 	degradedReads atomic.Uint64
+	peers         Peers
+	peerSigns     atomic.Uint64 // signs of devices the peers gave degraded reads
+	peerAskErrors atomic.Uint64 // degraded reads that could ask no peer
 	buf           [bufShards]bufShard
 
 	// Users whose profile could not be loaded (cold.go).
@@ -301,6 +307,7 @@ func New(cfg Config) (*Tracker, error) {
 		loadTimeout:   cfg.LoadTimeout,
 		remote:        isPinger(cfg.Store),
 		onRecover:     cfg.OnRecover,
+		peers:         cfg.Peers,
 	}
 	t.initLeases(&cfg)
 	return t, nil
@@ -943,6 +950,8 @@ type Stats struct {
 	StaleReplays  uint64 // of those, users whose last replayed change was over by the replay (not published)
 	StoreResets   uint64 // times the state store was found to have lost its data (versions moved to a new epoch)
 	DegradedReads uint64 // Get calls answered without the state store
+	PeerSigns     uint64 // signs of devices other nodes gave degraded reads (Config.Peers)
+	PeerAskErrors uint64 // degraded reads that could ask no other node
 
 	AwaitingProfile int64  // users whose heartbeats wait in this node for the durable store (cold.go)
 	ProfilesLoaded  uint64 // of those, users loaded once it answered
@@ -969,6 +978,8 @@ func (t *Tracker) Stats() Stats {
 		StaleReplays:  t.staleReplays.Load(),
 		StoreResets:   t.resets.Load(),
 		DegradedReads: t.degradedReads.Load(),
+		PeerSigns:     t.peerSigns.Load(),
+		PeerAskErrors: t.peerAskErrors.Load(),
 
 		AwaitingProfile: t.cold.n.Load(),
 		ProfilesLoaded:  t.cold.loaded.Load(),

@@ -1,0 +1,383 @@
+// Package peers lets the nodes of a deployment ask each other, over core
+// NATS, what they hold in memory of users' devices: the tracker's
+// Config.Peers. A node reads a user degraded when the state store (Redis)
+// cannot answer for them — it is down, the node is cut off from it, or the
+// Cluster master holding the user is — and what it knows of its own is
+// then only its own sockets and outage buffer. The devices that keep
+// beating on the other nodes are alive all the same (each node keeps the
+// devices whose sockets it holds alive, and buffers the HTTP beats it
+// takes); asked, those nodes say so, and nobody who kept beating reads
+// offline.
+//
+// A question is one request on "<subject>" with up to ChunkIDs ids; every
+// node subscribed answers from its tracker (tracker.Tracker.Signs) on the
+// asker's inbox, naming its lease. The asker waits until every other node
+// it knows alive (Config.Live: the beacons heard) answered every chunk, or
+// Config.Timeout: a slow or silent node is read without. Nothing is
+// stored; a question costs the answering nodes a look-up per id in memory.
+package peers
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/jsstream"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// ChunkIDs is the most ids one request carries: an answer for that many
+// users, each with up to presence.DefaultMaxDevices devices of ids of
+// presence.MaxIDLen bytes, stays under NATS's default 1 MB payload.
+const ChunkIDs = 100
+
+// DefaultTimeout is Config.Timeout's default.
+const DefaultTimeout = 250 * time.Millisecond
+
+// Source is what a node answers from: its tracker.
+type Source interface {
+	LeaseID() uint64
+	Signs(now int64, ids []string, out []tracker.DeviceSign) []tracker.DeviceSign
+}
+
+// Config configures Peers. Zero values take the documented defaults.
+type Config struct {
+	Conn *jsstream.Conn // required: the node's NATS connection
+	// Live returns the leases of the nodes known alive (the beacon's),
+	// this node's included or not: the nodes an asker waits for.
+	Live func() []uint64
+	// Subject of the questions. Default "presence.peers".
+	Subject string
+	// Timeout bounds how long a question waits for the answers. Default
+	// DefaultTimeout.
+	Timeout time.Duration
+	Clock   clock.Clock
+	Logger  *slog.Logger
+}
+
+// Peers asks the other nodes and answers them. Safe for concurrent use.
+type Peers struct {
+	cfg Config
+	src atomic.Pointer[Source] // what Serve answers from; its lease is not waited for
+	// stats
+	asked, answered, timeouts, bad atomic.Uint64
+}
+
+// Stats are counters since start.
+type Stats struct {
+	Asked    uint64 // questions this node asked (one per chunk)
+	Answered uint64 // questions of other nodes this node answered
+	Timeouts uint64 // questions that ended before every live node answered
+	Bad      uint64 // questions or answers that could not be decoded (dropped)
+}
+
+// New returns Peers that can ask; Serve answers.
+func New(cfg Config) (*Peers, error) {
+	if cfg.Conn == nil || cfg.Live == nil {
+		return nil, errors.New("peers: Conn and Live are required")
+	}
+	if cfg.Subject == "" {
+		cfg.Subject = "presence.peers"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Peers{cfg: cfg}, nil
+}
+
+// Stats returns the counters.
+func (p *Peers) Stats() Stats {
+	return Stats{Asked: p.asked.Load(), Answered: p.answered.Load(), Timeouts: p.timeouts.Load(), Bad: p.bad.Load()}
+}
+
+// Serve answers the other nodes' questions from src until ctx is done.
+// The answers are made on NATS's delivery goroutine of the subscription,
+// one at a time.
+func (p *Peers) Serve(ctx context.Context, src Source) error {
+	nc := p.cfg.Conn.NC
+	var signs []tracker.DeviceSign
+	var buf []byte
+	sub, err := nc.Subscribe(p.cfg.Subject, func(m *nats.Msg) {
+		asker, ids, err := decodeQuestion(m.Data)
+		if err != nil {
+			p.bad.Add(1)
+			return
+		}
+		if m.Reply == "" || asker == src.LeaseID() && asker != 0 {
+			return // its own question: it knows
+		}
+		signs = src.Signs(p.cfg.Clock.Now().UnixMilli(), ids, signs[:0])
+		buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs)
+		if len(buf) > int(nc.MaxPayload()) {
+			p.cfg.Logger.Warn("answer to a peer too large; not sent", "bytes", len(buf), "ids", len(ids))
+			return
+		}
+		if err := m.Respond(buf); err == nil {
+			p.answered.Add(1)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("peers: subscribe: %w", err)
+	}
+	p.src.Store(&src)
+	<-ctx.Done()
+	return sub.Unsubscribe()
+}
+
+// Ask asks every other node about ids (any number; sent ChunkIDs at a
+// time) and returns their signs, once every other live node answered every
+// chunk or Config.Timeout (or ctx) ended the wait. It fails only when the
+// question could not be sent.
+func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, error) {
+	var self uint64
+	if src := p.src.Load(); src != nil {
+		self = (*src).LeaseID()
+	}
+	expect := make(map[uint64]int) // lease → chunks still to answer
+	chunks := (len(ids) + ChunkIDs - 1) / ChunkIDs
+	for _, l := range p.cfg.Live() {
+		if l != self && l != 0 {
+			expect[l] = chunks
+		}
+	}
+	if len(expect) == 0 || len(ids) == 0 {
+		return nil, nil // nobody to ask
+	}
+	nc := p.cfg.Conn.NC
+	inbox := nc.NewRespInbox()
+	ch := make(chan *nats.Msg, 4*len(expect)*chunks)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, fmt.Errorf("peers: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	var q []byte
+	for c := range chunks {
+		part := ids[c*ChunkIDs : min(len(ids), (c+1)*ChunkIDs)]
+		q = encodeQuestion(q[:0], self, part)
+		if err := nc.PublishMsg(&nats.Msg{Subject: p.cfg.Subject, Reply: inbox, Data: q}); err != nil {
+			return nil, fmt.Errorf("peers: ask: %w", err)
+		}
+		p.asked.Add(1)
+	}
+	timer := time.NewTimer(p.cfg.Timeout)
+	defer timer.Stop()
+	var out []tracker.DeviceSign
+	waiting := len(expect)
+	for waiting > 0 {
+		select {
+		case m := <-ch:
+			lease, err := decodeAnswer(m.Data, ids, &out)
+			if err != nil {
+				p.bad.Add(1)
+				continue
+			}
+			if left, ok := expect[lease]; ok && left > 0 {
+				expect[lease] = left - 1
+				if left == 1 {
+					waiting--
+				}
+			}
+		case <-timer.C:
+			p.timeouts.Add(1)
+			return out, nil
+		case <-ctx.Done():
+			return out, nil
+		}
+	}
+	return out, nil
+}
+
+// The encodings. A question: version, the asker's lease, the ids. An
+// answer: version, the answerer's lease, the ids of the question again
+// (the asker keeps no state per chunk), and the signs, each naming its
+// user by its index among those ids.
+
+const version = 1
+
+var errBad = errors.New("peers: malformed message")
+
+func encodeQuestion(b []byte, lease uint64, ids []string) []byte {
+	b = append(b, version)
+	b = binary.AppendUvarint(b, lease)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.AppendUvarint(b, uint64(len(id)))
+		b = append(b, id...)
+	}
+	return b
+}
+
+func decodeQuestion(b []byte) (lease uint64, ids []string, err error) {
+	r := reader{b: b}
+	if r.byte() != version {
+		return 0, nil, errBad
+	}
+	lease = r.uvarint()
+	n := r.uvarint()
+	if r.err != nil || n > ChunkIDs {
+		return 0, nil, errBad
+	}
+	ids = make([]string, 0, n)
+	for range n {
+		id := r.str(presence.MaxIDLen)
+		if r.err != nil {
+			return 0, nil, errBad
+		}
+		ids = append(ids, id)
+	}
+	if len(r.b) != 0 {
+		return 0, nil, errBad
+	}
+	return lease, ids, nil
+}
+
+// encodeAnswer writes signs about ids (the chunk asked), each naming its
+// user by its index in ids.
+func encodeAnswer(b []byte, lease uint64, ids []string, signs []tracker.DeviceSign) []byte {
+	b = append(b, version)
+	b = binary.AppendUvarint(b, lease)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	// The chunk's ids again, so the asker matches the answer to its chunk
+	// without keeping state per request.
+	for _, id := range ids {
+		b = binary.AppendUvarint(b, uint64(len(id)))
+		b = append(b, id...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(signs)))
+	idx := make(map[string]int, len(ids))
+	for i, id := range ids {
+		idx[id] = i
+	}
+	for _, s := range signs {
+		b = binary.AppendUvarint(b, uint64(idx[s.User]))
+		b = binary.AppendUvarint(b, uint64(len(s.Device)))
+		b = append(b, s.Device...)
+		b = binary.AppendVarint(b, s.At)
+		var f byte
+		if s.Active {
+			f |= 1
+		}
+		if s.Bye {
+			f |= 2
+		}
+		b = append(b, f)
+	}
+	return b
+}
+
+// decodeAnswer appends the signs of an answer to *out, keeping only those
+// about users of asked (an answer cannot add users nobody asked about),
+// and returns the answerer's lease.
+func decodeAnswer(b []byte, asked []string, out *[]tracker.DeviceSign) (uint64, error) {
+	r := reader{b: b}
+	if r.byte() != version {
+		return 0, errBad
+	}
+	lease := r.uvarint()
+	n := r.uvarint()
+	if r.err != nil || n > ChunkIDs {
+		return 0, errBad
+	}
+	ids := make([]string, 0, n)
+	for range n {
+		ids = append(ids, r.str(presence.MaxIDLen))
+	}
+	ns := r.uvarint()
+	if r.err != nil || ns > uint64(len(r.b)) { // every sign takes bytes
+		return 0, errBad
+	}
+	known := make(map[string]bool, len(asked))
+	for _, id := range asked {
+		known[id] = true
+	}
+	start := len(*out)
+	for range ns {
+		i := r.uvarint()
+		dev := r.str(presence.MaxIDLen)
+		at := r.varint()
+		f := r.byte()
+		if r.err != nil || i >= uint64(len(ids)) || f > 3 || dev == "" {
+			*out = (*out)[:start]
+			return 0, errBad
+		}
+		if !known[ids[i]] {
+			continue
+		}
+		*out = append(*out, tracker.DeviceSign{User: ids[i], Device: dev, At: at, Active: f&1 != 0, Bye: f&2 != 0})
+	}
+	if len(r.b) != 0 {
+		*out = (*out)[:start]
+		return 0, errBad
+	}
+	return lease, nil
+}
+
+// reader decodes; the first error sticks and every later read is zero.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.err = errBad
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errBad
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errBad
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str(max int) string {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(max) || n > uint64(len(r.b)) {
+		r.err = errBad
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+var _ tracker.Peers = (*Peers)(nil)
