@@ -1,0 +1,221 @@
+package peers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/jsstream"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+// node is a fake tracker: a lease and the signs it holds per user.
+type node struct {
+	lease uint64
+	signs map[string][]tracker.DeviceSign
+	asked chan []string // the ids of each question, if not nil
+}
+
+func (n *node) LeaseID() uint64 { return n.lease }
+
+func (n *node) Signs(now int64, ids []string, out []tracker.DeviceSign) []tracker.DeviceSign {
+	if n.asked != nil {
+		n.asked <- slices.Clone(ids)
+	}
+	for _, id := range ids {
+		out = append(out, n.signs[id]...)
+	}
+	return out
+}
+
+func conn(t *testing.T, url string) *jsstream.Conn {
+	t.Helper()
+	c, err := jsstream.Dial(url, "peers-test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// serve starts Peers answering from src on its own connection.
+func serve(t *testing.T, url, subject string, live func() []uint64, src Source) *Peers {
+	t.Helper()
+	p, err := New(Config{Conn: conn(t, url), Live: live, Subject: subject, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Serve(ctx, src) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p
+}
+
+func sorted(s []tracker.DeviceSign) []tracker.DeviceSign {
+	slices.SortFunc(s, func(a, b tracker.DeviceSign) int {
+		return strings.Compare(a.User+"/"+a.Device+fmt.Sprint(a.At), b.User+"/"+b.Device+fmt.Sprint(b.At))
+	})
+	return s
+}
+
+// Three nodes: a question gets every other node's signs about the users
+// asked (not about others, not the asker's own), in one wait; a question
+// of more than ChunkIDs ids is answered in full.
+func TestAskGathersEveryNode(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2, 3} }
+	a := &node{lease: 1, signs: map[string][]tracker.DeviceSign{"u1": {{User: "u1", Device: "self", At: 1}}}}
+	b := &node{lease: 2, signs: map[string][]tracker.DeviceSign{
+		"u1": {{User: "u1", Device: "phone", At: 100, Active: true}, {User: "u1", Device: "phone", At: 150}},
+		"v9": {{User: "v9", Device: "x", At: 5}}, // not asked
+	}}
+	c := &node{lease: 3, signs: map[string][]tracker.DeviceSign{
+		"u2":   {{User: "u2", Device: "web", At: 200, Bye: true}},
+		"u250": {{User: "u250", Device: "tab", At: 7, Active: true}},
+	}}
+	pa := serve(t, srv.URL, "t.peers", live, a)
+	serve(t, srv.URL, "t.peers", live, b)
+	serve(t, srv.URL, "t.peers", live, c)
+	ids := []string{"u1", "u2"}
+	for i := 3; i <= 250; i++ {
+		ids = append(ids, fmt.Sprint("u", i))
+	}
+	var got []tracker.DeviceSign
+	waitFor(t, "every node serving", func() bool {
+		var err error
+		got, err = pa.Ask(context.Background(), ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got) == 4
+	})
+	want := []tracker.DeviceSign{
+		{User: "u1", Device: "phone", At: 100, Active: true},
+		{User: "u1", Device: "phone", At: 150},
+		{User: "u2", Device: "web", At: 200, Bye: true},
+		{User: "u250", Device: "tab", At: 7, Active: true},
+	}
+	if !slices.Equal(sorted(got), sorted(want)) {
+		t.Errorf("Ask = %+v, want %+v", got, want)
+	}
+	// Once everyone serves, a question ends when all answered.
+	before := pa.Stats()
+	start := time.Now()
+	got, _ = pa.Ask(context.Background(), ids)
+	if st := pa.Stats(); len(got) != 4 || st.Asked != before.Asked+3 || st.Timeouts != before.Timeouts || st.Bad != 0 {
+		t.Errorf("again: %d signs, stats %+v (before %+v) after %v: want 4 signs, 3 chunks asked, no timeout, nothing bad",
+			len(got), st, before, time.Since(start))
+	}
+}
+
+// A node known alive that does not answer costs the question Timeout, and
+// the answers of the others are kept; with no other node alive nothing is
+// sent at all.
+func TestAskWaitsForTheSilentOnlyUntilTimeout(t *testing.T) {
+	srv := testsvc.NATS(t)
+	leases := []uint64{1, 2, 99} // 99 never answers
+	live := func() []uint64 { return leases }
+	a := &node{lease: 1}
+	b := &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}}
+	p, err := New(Config{Conn: conn(t, srv.URL), Live: live, Subject: "t.silent", Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Serve(ctx, a) }()
+	serve(t, srv.URL, "t.silent", live, b)
+	var got []tracker.DeviceSign
+	waitFor(t, "b answers", func() bool {
+		got, _ = p.Ask(context.Background(), []string{"u"})
+		return len(got) == 1
+	})
+	start := time.Now()
+	got, _ = p.Ask(context.Background(), []string{"u"})
+	if took := time.Since(start); took < 250*time.Millisecond || len(got) != 1 {
+		t.Errorf("with a silent node: %+v after %v; want b's sign after about the 300ms timeout", got, took)
+	}
+	if p.Stats().Timeouts == 0 {
+		t.Error("no timeout counted")
+	}
+	leases = []uint64{1}
+	before := p.Stats().Asked
+	if got, err := p.Ask(context.Background(), []string{"u"}); err != nil || got != nil || p.Stats().Asked != before {
+		t.Errorf("alone: %+v, %v, asked %d more; want nothing asked", got, err, p.Stats().Asked-before)
+	}
+}
+
+// What a node sends cannot make another add users nobody asked about,
+// crash it, or hold its wait: malformed questions are not answered,
+// malformed answers are dropped.
+func TestMalformedMessages(t *testing.T) {
+	srv := testsvc.NATS(t)
+	asked := make(chan []string, 10)
+	b := &node{lease: 2, asked: asked, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}}
+	pb := serve(t, srv.URL, "t.bad", func() []uint64 { return nil }, b)
+	nc := conn(t, srv.URL).NC
+	for _, q := range [][]byte{
+		nil, {9}, {version}, {version, 1, 200}, // too many ids
+		append(encodeQuestion(nil, 1, []string{"u"}), 0), // trailing byte
+		{version, 1, 1, 100, 'u'},                        // length past the end
+		encodeQuestion(nil, 1, []string{strings.Repeat("x", presence.MaxIDLen+1)}),
+	} {
+		if _, err := nc.Request("t.bad", q, 200*time.Millisecond); err == nil {
+			t.Errorf("question %x answered", q)
+		}
+	}
+	if st := pb.Stats(); st.Bad != 7 || st.Answered != 0 || len(asked) != 0 {
+		t.Errorf("after 7 malformed questions: %+v, %d reached the tracker", st, len(asked))
+	}
+
+	ans := encodeAnswer(nil, 5, []string{"u", "other"}, []tracker.DeviceSign{
+		{User: "u", Device: "d", At: -4, Active: true}, {User: "other", Device: "e", At: 1, Bye: true}})
+	var out []tracker.DeviceSign
+	if l, err := decodeAnswer(ans, []string{"u"}, &out); err != nil || l != 5 ||
+		!slices.Equal(out, []tracker.DeviceSign{{User: "u", Device: "d", At: -4, Active: true}}) {
+		t.Errorf("decodeAnswer = %d, %+v, %v; want lease 5 and only u's sign", l, out, err)
+	}
+	for cut := range len(ans) - 1 {
+		out = out[:0]
+		if _, err := decodeAnswer(ans[:cut], []string{"u"}, &out); err == nil || len(out) != 0 {
+			t.Errorf("an answer cut at %d bytes was taken: %+v", cut, out)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(encodeQuestion(nil, 3, []string{"a", "b"}))
+	f.Add(encodeAnswer(nil, 3, []string{"a"}, []tracker.DeviceSign{{User: "a", Device: "d", At: 9, Active: true}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if _, ids, err := decodeQuestion(b); err == nil && len(ids) > ChunkIDs {
+			t.Fatalf("%d ids decoded", len(ids))
+		}
+		var out []tracker.DeviceSign
+		if _, err := decodeAnswer(b, []string{"a", "b"}, &out); err == nil {
+			for _, s := range out {
+				if s.User != "a" && s.User != "b" {
+					t.Fatalf("a sign about %q, not asked", s.User)
+				}
+			}
+		}
+	})
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

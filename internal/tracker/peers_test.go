@@ -1,0 +1,107 @@
+package tracker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// peersOf answers Ask with what the given trackers hold (Signs), as the
+// peers package does over NATS; err, if set, is returned instead.
+type peersOf struct {
+	nodes []*tracker.Tracker
+	err   error
+	asked int
+}
+
+func (p *peersOf) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, error) {
+	p.asked++
+	if p.err != nil {
+		return nil, p.err
+	}
+	var out []tracker.DeviceSign
+	for _, n := range p.nodes {
+		out = n.Signs(n.Now(), ids, out)
+	}
+	return out, nil
+}
+
+// Two nodes whose store is down: node A reads the users who beat only on
+// node B as B holds them — online while their devices live, with the
+// status they chose (from the durable store), offline after a bye or
+// once their last beat is a ttl old — and a failing question leaves A
+// with what it knows itself.
+func TestDegradedReadAsksPeers(t *testing.T) {
+	d := newMemDurable()
+	peers := &peersOf{}
+	a := newOutageFixture(t, d, tracker.Config{Peers: peers})
+	b := newOutageFixture(t, d, tracker.Config{})
+	peers.nodes = []*tracker.Tracker{b.tr}
+	b.beat("bob", "phone", true)
+	b.beat("bea", "web", true)
+	b.status("bea", presence.ManualBusy, "")
+	b.beat("ivy", "pc", true)
+	b.status("ivy", presence.ManualInvisible, "")
+	a.sw.off.Store(true)
+	b.sw.off.Store(true)
+	for _, f := range []*outageFixture{a, b} {
+		f.at(10 * time.Second)
+		f.read("x") // notices the outage
+	}
+	b.beat("bob", "phone", true) // buffered on B
+	b.beat("bea", "web", false)
+	b.beat("ivy", "pc", true)
+	b.beat("cal", "tab", true) // first seen during the outage
+	got := a.read("bob", "bea", "ivy", "cal", "nobody")
+	want := []presence.Status{presence.Online, presence.Busy, presence.Invisible, presence.Online, presence.Offline}
+	for i, s := range got {
+		if s.Status != want[i] {
+			t.Errorf("node A reads %s %v, want %v (as node B holds it)", s.UserID, s.Status, want[i])
+		}
+	}
+	if got[0].LastSeen != start.Add(10*time.Second).UnixMilli() {
+		t.Errorf("bob's last_seen %d, want his buffered beat at +10s", got[0].LastSeen)
+	}
+	if st := a.tr.Stats(); st.PeerSigns == 0 || st.PeerAskErrors != 0 {
+		t.Errorf("node A's stats %+v: want peer signs counted, no ask error", st)
+	}
+
+	// A bye on B ends the device for A's reads too; a ttl after his last
+	// beat cal is offline as well.
+	b.bye("bob", "phone")
+	if s := a.read("bob")[0]; s.Status != presence.Offline {
+		t.Errorf("after bob's bye on node B node A reads him %v", s.Status)
+	}
+	for _, f := range []*outageFixture{a, b} {
+		f.at(10*time.Second + rules.TTL + time.Second)
+	}
+	if s := a.read("cal")[0]; s.Status != presence.Offline {
+		t.Errorf("a ttl after cal's last beat node A reads him %v", s.Status)
+	}
+
+	// No peer answers: A reads what it holds itself, and counts it.
+	peers.err = errors.New("no NATS")
+	a.beat("dan", "phone", true)
+	b.beat("bob", "phone", true)
+	got = a.read("dan", "bob")
+	if got[0].Status != presence.Online || got[1].Status != presence.Offline {
+		t.Errorf("without peers node A reads dan %v (its own), bob %v (B's): want online, offline", got[0].Status, got[1].Status)
+	}
+	if st := a.tr.Stats(); st.PeerAskErrors == 0 {
+		t.Error("a failed question is not counted")
+	}
+}
+
+// While the store is up, reads do not ask the peers.
+func TestReadsAskPeersOnlyWhenDegraded(t *testing.T) {
+	peers := &peersOf{}
+	a := newOutageFixture(t, newMemDurable(), tracker.Config{Peers: peers})
+	a.beat("u", "d", true)
+	if s := a.read("u", "v"); s[0].Status != presence.Online || peers.asked != 0 {
+		t.Errorf("store up: read %v, peers asked %d times; want online, never asked", s[0].Status, peers.asked)
+	}
+}
