@@ -339,6 +339,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.bus != nil {
 		busStats = a.bus.Stats
 	}
+	var peerStats func() peers.Stats
+	if a.peers != nil {
+		peerStats = a.peers.Stats
+	}
 	var ingestStats func() ingest.Stats
 	if a.ingest != nil {
 		ingestStats = a.ingest.Stats
@@ -352,6 +356,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Hub:         a.hub.Stats,
 		Bus:         busStats,
 		Ingest:      ingestStats,
+		Peers:       peerStats,
 	})
 	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
 	a.api, err = httpapi.New(httpapi.Config{

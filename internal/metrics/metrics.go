@@ -15,6 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/ingest"
 	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/peers"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -40,6 +41,7 @@ type Sources struct {
 	Hub         func() fanout.Stats
 	Bus         func() natsbus.Stats // nil without NATS
 	Ingest      func() ingest.Stats  // nil without the ingest consumer
+	Peers       func() peers.Stats   // nil without peers (NATS and Redis)
 }
 
 // New returns a Registry with the Go runtime, process and presence metrics.
@@ -61,7 +63,7 @@ func New(src Sources) *Registry {
 	reg.MustRegister(r.latency, r.requests)
 	if src.Tracker != nil {
 		reg.MustRegister(&trackerCollector{src: src})
-		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest})
+		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest, peers: src.Peers})
 	}
 	if src.Gateway != nil || src.Hub != nil {
 		reg.MustRegister(&edgeCollector{gw: src.Gateway, hub: src.Hub})

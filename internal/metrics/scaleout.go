@@ -5,6 +5,7 @@ import (
 
 	"github.com/presenced/presenced/internal/ingest"
 	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/peers"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -24,6 +25,13 @@ var (
 	descOwned         = prometheus.NewDesc("presenced_owned_devices", "Devices whose sockets this node holds and whose liveness it keeps (the state store holds them alive under this node's lease).", nil, nil)
 	descLeaseLosses   = prometheus.NewDesc("presenced_lease_losses_total", "Times this node found its lease taken over or lost and claimed its devices again.", nil, nil)
 	descTakeovers     = prometheus.NewDesc("presenced_lease_takeovers_total", "Leases of other nodes that ran out and this node took over.", nil, nil)
+	descPeerSigns     = prometheus.NewDesc("presenced_peer_signs_total", "Signs of devices (beats, byes) other nodes gave this node's degraded reads.", nil, nil)
+	descPeerAskErrors = prometheus.NewDesc("presenced_peer_ask_errors_total", "Degraded reads that could not ask the other nodes (NATS unreachable).", nil, nil)
+
+	descPeerAsked    = prometheus.NewDesc("presenced_peer_questions_total", "Questions (of up to 100 users) this node asked the other nodes for degraded reads.", nil, nil)
+	descPeerAnswered = prometheus.NewDesc("presenced_peer_answers_total", "Questions of other nodes this node answered.", nil, nil)
+	descPeerTimeouts = prometheus.NewDesc("presenced_peer_timeouts_total", "Questions that ended before every live node answered (the read went on without the silent ones).", nil, nil)
+	descPeerBad      = prometheus.NewDesc("presenced_peer_malformed_total", "Questions or answers of other nodes that could not be decoded (dropped).", nil, nil)
 
 	descBusPublished = prometheus.NewDesc("presenced_bus_published_total", "Changes published to NATS (presence.changes), retries included.", nil, nil)
 	descBusAcked     = prometheus.NewDesc("presenced_bus_acked_total", "Changes acknowledged by the JetStream stream.", nil, nil)
@@ -41,11 +49,12 @@ type scaleOutCollector struct {
 	tracker func() tracker.Stats
 	bus     func() natsbus.Stats
 	ingest  func() ingest.Stats
+	peers   func() peers.Stats
 }
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descDegradedReads, descAwaiting, descProfiles,
-		descOwned, descLeaseLosses, descTakeovers, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
+		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
 		ch <- d
 	}
 }
@@ -69,6 +78,15 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(s.OwnedDevices))
 		ch <- prometheus.MustNewConstMetric(descLeaseLosses, prometheus.CounterValue, float64(s.LeaseLosses))
 		ch <- prometheus.MustNewConstMetric(descTakeovers, prometheus.CounterValue, float64(s.LeaseTakeovers))
+		ch <- prometheus.MustNewConstMetric(descPeerSigns, prometheus.CounterValue, float64(s.PeerSigns))
+		ch <- prometheus.MustNewConstMetric(descPeerAskErrors, prometheus.CounterValue, float64(s.PeerAskErrors))
+	}
+	if c.peers != nil {
+		s := c.peers()
+		ch <- prometheus.MustNewConstMetric(descPeerAsked, prometheus.CounterValue, float64(s.Asked))
+		ch <- prometheus.MustNewConstMetric(descPeerAnswered, prometheus.CounterValue, float64(s.Answered))
+		ch <- prometheus.MustNewConstMetric(descPeerTimeouts, prometheus.CounterValue, float64(s.Timeouts))
+		ch <- prometheus.MustNewConstMetric(descPeerBad, prometheus.CounterValue, float64(s.Bad))
 	}
 	if c.bus != nil {
 		s := c.bus()
