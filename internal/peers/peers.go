@@ -177,11 +177,15 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 	timer := time.NewTimer(p.cfg.Timeout)
 	defer timer.Stop()
 	var out []tracker.DeviceSign
+	asked := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		asked[id] = true
+	}
 	waiting := len(expect)
 	for waiting > 0 {
 		select {
 		case m := <-ch:
-			lease, err := decodeAnswer(m.Data, ids, &out)
+			lease, err := decodeAnswer(m.Data, asked, &out)
 			if err != nil {
 				p.bad.Add(1)
 				continue
@@ -283,7 +287,7 @@ func encodeAnswer(b []byte, lease uint64, ids []string, signs []tracker.DeviceSi
 // decodeAnswer appends the signs of an answer to *out, keeping only those
 // about users of asked (an answer cannot add users nobody asked about),
 // and returns the answerer's lease.
-func decodeAnswer(b []byte, asked []string, out *[]tracker.DeviceSign) (uint64, error) {
+func decodeAnswer(b []byte, asked map[string]bool, out *[]tracker.DeviceSign) (uint64, error) {
 	r := reader{b: b}
 	if r.byte() != version {
 		return 0, errBad
@@ -301,10 +305,6 @@ func decodeAnswer(b []byte, asked []string, out *[]tracker.DeviceSign) (uint64, 
 	if r.err != nil || ns > uint64(len(r.b)) { // every sign takes bytes
 		return 0, errBad
 	}
-	known := make(map[string]bool, len(asked))
-	for _, id := range asked {
-		known[id] = true
-	}
 	start := len(*out)
 	for range ns {
 		i := r.uvarint()
@@ -315,7 +315,7 @@ func decodeAnswer(b []byte, asked []string, out *[]tracker.DeviceSign) (uint64, 
 			*out = (*out)[:start]
 			return 0, errBad
 		}
-		if !known[ids[i]] {
+		if !asked[ids[i]] {
 			continue
 		}
 		*out = append(*out, tracker.DeviceSign{User: ids[i], Device: dev, At: at, Active: f&1 != 0, Bye: f&2 != 0})

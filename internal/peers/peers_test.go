@@ -179,13 +179,13 @@ func TestMalformedMessages(t *testing.T) {
 	ans := encodeAnswer(nil, 5, []string{"u", "other"}, []tracker.DeviceSign{
 		{User: "u", Device: "d", At: -4, Active: true}, {User: "other", Device: "e", At: 1, Bye: true}})
 	var out []tracker.DeviceSign
-	if l, err := decodeAnswer(ans, []string{"u"}, &out); err != nil || l != 5 ||
+	if l, err := decodeAnswer(ans, map[string]bool{"u": true}, &out); err != nil || l != 5 ||
 		!slices.Equal(out, []tracker.DeviceSign{{User: "u", Device: "d", At: -4, Active: true}}) {
 		t.Errorf("decodeAnswer = %d, %+v, %v; want lease 5 and only u's sign", l, out, err)
 	}
 	for cut := range len(ans) - 1 {
 		out = out[:0]
-		if _, err := decodeAnswer(ans[:cut], []string{"u"}, &out); err == nil || len(out) != 0 {
+		if _, err := decodeAnswer(ans[:cut], map[string]bool{"u": true}, &out); err == nil || len(out) != 0 {
 			t.Errorf("an answer cut at %d bytes was taken: %+v", cut, out)
 		}
 	}
@@ -199,7 +199,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("%d ids decoded", len(ids))
 		}
 		var out []tracker.DeviceSign
-		if _, err := decodeAnswer(b, []string{"a", "b"}, &out); err == nil {
+		if _, err := decodeAnswer(b, map[string]bool{"a": true, "b": true}, &out); err == nil {
 			for _, s := range out {
 				if s.User != "a" && s.User != "b" {
 					t.Fatalf("a sign about %q, not asked", s.User)
@@ -217,5 +217,60 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("%s: not within 10s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A degraded read's question of 1,000 users to two other nodes, each
+// holding one device of every user (a socket), over a real NATS server.
+func BenchmarkAsk1000(b *testing.B) {
+	srv := testsvc.NATS(b)
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = fmt.Sprint("user-", i)
+	}
+	live := func() []uint64 { return []uint64{1, 2, 3} }
+	nodes := make([]*node, 3)
+	ps := make([]*Peers, 3)
+	for i := range nodes {
+		nodes[i] = &node{lease: uint64(i + 1), signs: map[string][]tracker.DeviceSign{}}
+		if i > 0 {
+			for j, id := range ids {
+				if j%2 == i-1 {
+					nodes[i].signs[id] = []tracker.DeviceSign{{User: id, Device: "phone", At: 1_700_000_000_000, Active: true}}
+				}
+			}
+		}
+		c, err := jsstream.Dial(srv.URL, "peers-bench", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Close)
+		if ps[i], err = New(Config{Conn: c, Live: live, Timeout: 2 * time.Second}); err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		b.Cleanup(cancel)
+		go func() { _ = ps[i].Serve(ctx, nodes[i]) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := ps[0].Ask(context.Background(), ids)
+		if len(got) == len(ids) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d signs, want %d", len(got), len(ids))
+		}
+	}
+	before := ps[0].Stats().Timeouts
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if got, err := ps[0].Ask(context.Background(), ids); err != nil || len(got) != len(ids) {
+			b.Fatalf("%d signs, %v", len(got), err)
+		}
+	}
+	if ps[0].Stats().Timeouts != before {
+		b.Fatal("a question timed out")
 	}
 }
