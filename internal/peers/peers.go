@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -35,8 +36,11 @@ import (
 )
 
 // ChunkIDs is the most ids one request carries: an answer for that many
-// users, each with up to presence.DefaultMaxDevices devices of ids of
-// presence.MaxIDLen bytes, stays under NATS's default 1 MB payload.
+// users, each with a few devices, stays far under NATS's default 1 MB
+// payload. Not every user: 100 users of presence.DefaultMaxDevices devices
+// of ids of presence.MaxIDLen bytes, each device with its beats and a bye
+// both in the outage buffer and on a socket, already take more; an answer
+// too large leaves out the users with the most signs (Serve).
 const ChunkIDs = 100
 
 // DefaultTimeout is Config.Timeout's default.
@@ -122,9 +126,19 @@ func (p *Peers) Serve(ctx context.Context, src Source) error {
 		}
 		signs = src.Signs(p.cfg.Clock.Now().UnixMilli(), ids, signs[:0])
 		buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs)
-		if len(buf) > int(nc.MaxPayload()) {
-			p.cfg.Logger.Warn("answer to a peer too large; not sent", "bytes", len(buf), "ids", len(ids))
-			return
+		for len(buf) > int(nc.MaxPayload()) {
+			// One user can hold many signs (device ids cycled through
+			// over HTTP during an outage): leave out the user with the
+			// most, so that the others of the chunk are answered.
+			if len(signs) == 0 {
+				p.cfg.Logger.Warn("answer to a peer too large; not sent", "bytes", len(buf), "ids", len(ids))
+				return
+			}
+			var user string
+			var n int
+			signs, user, n = dropLargest(signs)
+			p.cfg.Logger.Warn("a user's signs too many to answer a peer; left out", "user", user, "signs", n)
+			buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs)
 		}
 		if err := m.Respond(buf); err == nil {
 			p.answered.Add(1)
@@ -136,6 +150,21 @@ func (p *Peers) Serve(ctx context.Context, src Source) error {
 	p.src.Store(&src)
 	<-ctx.Done()
 	return sub.Unsubscribe()
+}
+
+// dropLargest removes from signs those of the user with the most of them,
+// and returns what is left, that user and how many were removed.
+func dropLargest(signs []tracker.DeviceSign) ([]tracker.DeviceSign, string, int) {
+	count := make(map[string]int)
+	var user string
+	for _, s := range signs {
+		count[s.User]++
+		if count[s.User] > count[user] {
+			user = s.User
+		}
+	}
+	kept := slices.DeleteFunc(signs, func(s tracker.DeviceSign) bool { return s.User == user })
+	return kept, user, count[user]
 }
 
 // Ask asks every other node about ids (any number; sent ChunkIDs at a

@@ -274,3 +274,33 @@ func BenchmarkAsk1000(b *testing.B) {
 		b.Fatal("a question timed out")
 	}
 }
+
+// One user whose signs alone would make an answer larger than NATS takes
+// (a user cycling through device ids over HTTP during an outage) costs the
+// asker only that user's signs: the other users of the chunk are answered,
+// and the question does not wait for Timeout.
+func TestAnswerTooLargeDropsOnlyTheLargestUsers(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} }
+	var big []tracker.DeviceSign
+	for i := range 20000 { // ~1.5 MB of signs
+		big = append(big, tracker.DeviceSign{User: "big", Device: fmt.Sprintf("%064d", i), At: 1_700_000_000_000 + int64(i)})
+	}
+	b := &node{lease: 2, signs: map[string][]tracker.DeviceSign{
+		"big": big,
+		"u":   {{User: "u", Device: "phone", At: 1_700_000_000_000, Active: true}},
+	}}
+	pa := serve(t, srv.URL, "t.large", live, &node{lease: 1})
+	serve(t, srv.URL, "t.large", live, b)
+	var got []tracker.DeviceSign
+	waitFor(t, "b answers", func() bool {
+		got, _ = pa.Ask(context.Background(), []string{"u", "big"})
+		return len(got) > 0
+	})
+	before := pa.Stats().Timeouts
+	start := time.Now()
+	got, _ = pa.Ask(context.Background(), []string{"u", "big"})
+	if want := b.signs["u"]; !slices.Equal(got, want) || pa.Stats().Timeouts != before {
+		t.Errorf("Ask = %d signs (%v) after %v; want u's sign only, no timeout", len(got), got[:min(len(got), 2)], time.Since(start))
+	}
+}
