@@ -72,7 +72,7 @@ type Peers struct {
 	cfg Config
 	src atomic.Pointer[Source] // what Serve answers from; its lease is not waited for
 	// stats
-	asked, answered, timeouts, bad atomic.Uint64
+	asked, answered, timeouts, bad, late atomic.Uint64
 }
 
 // Stats are counters since start.
@@ -81,6 +81,7 @@ type Stats struct {
 	Answered uint64 // questions of other nodes this node answered
 	Timeouts uint64 // questions that ended before every live node answered
 	Bad      uint64 // questions or answers that could not be decoded (dropped)
+	Late     uint64 // questions of other nodes not answered: this node was too far behind (Serve)
 }
 
 // New returns Peers that can ask; Serve answers.
@@ -105,17 +106,28 @@ func New(cfg Config) (*Peers, error) {
 
 // Stats returns the counters.
 func (p *Peers) Stats() Stats {
-	return Stats{Asked: p.asked.Load(), Answered: p.answered.Load(), Timeouts: p.timeouts.Load(), Bad: p.bad.Load()}
+	return Stats{Asked: p.asked.Load(), Answered: p.answered.Load(), Timeouts: p.timeouts.Load(), Bad: p.bad.Load(), Late: p.late.Load()}
 }
 
 // Serve answers the other nodes' questions from src until ctx is done.
 // The answers are made on NATS's delivery goroutine of the subscription,
-// one at a time.
+// one at a time. A node more than Timeout/2 of answers behind (the
+// questions waiting times the time an answer takes of late) skips the
+// oldest questions until it caught up: their askers (whose Timeout is
+// this node's, the deployment's) stop waiting before they would be
+// answered, and answering them would only delay those still waiting.
 func (p *Peers) Serve(ctx context.Context, src Source) error {
 	nc := p.cfg.Conn.NC
 	var signs []tracker.DeviceSign
 	var buf []byte
+	var cost time.Duration // the time a message takes, a moving average
 	sub, err := nc.Subscribe(p.cfg.Subject, func(m *nats.Msg) {
+		if n, _, err := m.Sub.Pending(); err == nil && time.Duration(n)*cost > p.cfg.Timeout/2 {
+			p.late.Add(1)
+			return
+		}
+		start := time.Now()
+		defer func() { cost += (time.Since(start) - cost) / 8 }()
 		asker, ids, err := decodeQuestion(m.Data)
 		if err != nil {
 			p.bad.Add(1)

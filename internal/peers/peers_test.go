@@ -304,3 +304,59 @@ func TestAnswerTooLargeDropsOnlyTheLargestUsers(t *testing.T) {
 		t.Errorf("Ask = %d signs (%v) after %v; want u's sign only, no timeout", len(got), got[:min(len(got), 2)], time.Since(start))
 	}
 }
+
+// slow is a node that takes d per question.
+type slow struct {
+	node
+	d time.Duration
+}
+
+func (s *slow) Signs(now int64, ids []string, out []tracker.DeviceSign) []tracker.DeviceSign {
+	time.Sleep(s.d)
+	return s.node.Signs(now, ids, out)
+}
+
+// A node that fell behind (more questions than it can answer, each read
+// of a long outage asking) does not answer questions nobody waits for any
+// more: a question asked once it caught up is answered, not queued behind
+// seconds of stale ones.
+func TestServeSkipsQuestionsTooLate(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} }
+	b := &slow{node: node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}}, d: 5 * time.Millisecond}
+	pb, err := New(Config{Conn: conn(t, srv.URL), Live: live, Subject: "t.late", Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = pb.Serve(ctx, b) }()
+	pa, err := New(Config{Conn: conn(t, srv.URL), Live: live, Subject: "t.late", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b answers", func() bool {
+		got, _ := pa.Ask(context.Background(), []string{"u"})
+		return len(got) == 1
+	})
+	// 600 questions of askers gone: 3 s of b's time.
+	flood := conn(t, srv.URL).NC
+	q := encodeQuestion(nil, 7, []string{"u"})
+	for range 600 {
+		if err := flood.PublishRequest("t.late", "t.gone", q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := flood.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the flood is in b's queue
+	start := time.Now()
+	got, _ := pa.Ask(context.Background(), []string{"u"})
+	if len(got) != 1 {
+		t.Errorf("a question behind a stale backlog: %d signs after %v, want b's sign within a second", len(got), time.Since(start))
+	}
+	if st := pb.Stats(); st.Late == 0 || st.Answered+st.Late < 600 {
+		t.Errorf("b's stats %+v: want the stale questions counted late", st)
+	}
+}
