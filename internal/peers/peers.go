@@ -200,12 +200,26 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 	}
 	nc := p.cfg.Conn.NC
 	inbox := nc.NewRespInbox()
-	ch := make(chan *nats.Msg, 4*len(expect)*chunks)
-	sub, err := nc.ChanSubscribe(inbox, ch)
+	// Answers are handed over one by one, however many come (nodes not
+	// heard yet, nodes without a lease answer too): a channel
+	// subscription that fills up is a slow consumer, which natsbus takes
+	// for lost changes (it resyncs every watcher).
+	ch := make(chan *nats.Msg, len(expect))
+	done := make(chan struct{})
+	defer close(done)
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		select {
+		case ch <- m:
+		case <-done:
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("peers: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, fmt.Errorf("peers: %w", err)
+	}
 	var q []byte
 	for c := range chunks {
 		part := ids[c*ChunkIDs : min(len(ids), (c+1)*ChunkIDs)]

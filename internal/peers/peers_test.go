@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -358,5 +360,44 @@ func TestServeSkipsQuestionsTooLate(t *testing.T) {
 	}
 	if st := pb.Stats(); st.Late == 0 || st.Answered+st.Late < 600 {
 		t.Errorf("b's stats %+v: want the stale questions counted late", st)
+	}
+}
+
+// Answers beyond what the asker expects (nodes it has not heard yet, a
+// node without a lease) are no slow consumer on the asker's connection:
+// natsbus takes any as lost changes and resyncs every watcher of the node.
+func TestAskIsNoSlowConsumer(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} } // 3..32 not heard yet
+	c := conn(t, srv.URL)
+	slowErrs := make(chan error, 100)
+	c.OnAsyncError(func(_ *nats.Subscription, err error) { slowErrs <- err })
+	pa, err := New(Config{Conn: c, Live: live, Subject: "t.many", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = pa.Serve(ctx, &node{lease: 1}) }()
+	ids := make([]string, 1000)
+	signs := map[string][]tracker.DeviceSign{}
+	for i := range ids {
+		ids[i] = fmt.Sprint("u", i)
+		signs[ids[i]] = []tracker.DeviceSign{{User: ids[i], Device: "d", At: 5}}
+	}
+	serve(t, srv.URL, "t.many", live, &slow{node: node{lease: 2}, d: 100 * time.Millisecond})
+	for l := range 30 {
+		serve(t, srv.URL, "t.many", live, &node{lease: uint64(3 + l), signs: signs})
+	}
+	time.Sleep(200 * time.Millisecond) // every node subscribed
+	for range 3 {
+		if _, err := pa.Ask(context.Background(), ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-slowErrs:
+		t.Errorf("asking: %v", err)
+	default:
 	}
 }
