@@ -189,14 +189,27 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 		self = (*src).LeaseID()
 	}
 	expect := make(map[uint64]int) // lease → chunks still to answer
-	chunks := (len(ids) + ChunkIDs - 1) / ChunkIDs
 	for _, l := range p.cfg.Live() {
 		if l != self && l != 0 {
-			expect[l] = chunks
+			expect[l] = 0
 		}
 	}
 	if len(expect) == 0 || len(ids) == 0 {
 		return nil, nil // nobody to ask
+	}
+	// Each user once: a read may name one many times.
+	asked := make(map[string]bool, len(ids))
+	uniq := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !asked[id] {
+			asked[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	ids = uniq
+	chunks := (len(ids) + ChunkIDs - 1) / ChunkIDs
+	for l := range expect {
+		expect[l] = chunks
 	}
 	nc := p.cfg.Conn.NC
 	inbox := nc.NewRespInbox()
@@ -232,10 +245,6 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 	timer := time.NewTimer(p.cfg.Timeout)
 	defer timer.Stop()
 	var out []tracker.DeviceSign
-	asked := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		asked[id] = true
-	}
 	waiting := len(expect)
 	for waiting > 0 {
 		select {

@@ -401,3 +401,22 @@ func TestAskIsNoSlowConsumer(t *testing.T) {
 	default:
 	}
 }
+
+// A read that names a user many times (user_ids=u,u,u,…) asks about them
+// once: one question, their signs once.
+func TestAskOncePerUser(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} }
+	pa := serve(t, srv.URL, "t.dup", live, &node{lease: 1})
+	serve(t, srv.URL, "t.dup", live, &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}})
+	waitFor(t, "b answers", func() bool {
+		got, _ := pa.Ask(context.Background(), []string{"u"})
+		return len(got) == 1
+	})
+	ids := slices.Repeat([]string{"u"}, 250)
+	before := pa.Stats().Asked
+	got, err := pa.Ask(context.Background(), ids)
+	if err != nil || len(got) != 1 || pa.Stats().Asked != before+1 {
+		t.Errorf("250 × u: %d signs, %d questions, %v; want 1 sign, 1 question", len(got), pa.Stats().Asked-before, err)
+	}
+}
