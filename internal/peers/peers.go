@@ -182,8 +182,14 @@ func dropLargest(signs []tracker.DeviceSign) ([]tracker.DeviceSign, string, int)
 // Ask asks every other node about ids (any number; sent ChunkIDs at a
 // time) and returns their signs, once every other live node answered every
 // chunk or Config.Timeout (or ctx) ended the wait. It fails only when the
-// question could not be sent.
+// question could not be sent, or this node is not connected to NATS.
 func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, error) {
+	nc := p.cfg.Conn.NC
+	if !nc.IsConnected() {
+		// Said even when no node is known alive: cut off, this node
+		// hears no beacon either.
+		return nil, errors.New("peers: not connected to NATS")
+	}
 	var self uint64
 	if src := p.src.Load(); src != nil {
 		self = (*src).LeaseID()
@@ -211,7 +217,6 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 	for l := range expect {
 		expect[l] = chunks
 	}
-	nc := p.cfg.Conn.NC
 	inbox := nc.NewRespInbox()
 	// Answers are handed over one by one, however many come (nodes not
 	// heard yet, nodes without a lease answer too): a channel

@@ -420,3 +420,25 @@ func TestAskOncePerUser(t *testing.T) {
 		t.Errorf("250 × u: %d signs, %d questions, %v; want 1 sign, 1 question", len(got), pa.Stats().Asked-before, err)
 	}
 }
+
+// Cut off from NATS, Ask fails (the tracker counts the read in
+// presenced_peer_ask_errors_total) — also once the beacon, hearing
+// nobody, knows no node alive any more.
+func TestAskFailsWithoutNATS(t *testing.T) {
+	srv := testsvc.NATS(t)
+	var live []uint64
+	p, err := New(Config{Conn: conn(t, srv.URL), Live: func() []uint64 { return live }, Subject: "t.down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "disconnected", func() bool { return !p.cfg.Conn.NC.IsConnected() })
+	for _, l := range [][]uint64{{1, 2}, nil} {
+		live = l
+		if got, err := p.Ask(context.Background(), []string{"u"}); err == nil {
+			t.Errorf("disconnected, live %v: Ask = %v, nil; want an error", l, got)
+		}
+	}
+}
