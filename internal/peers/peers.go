@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,7 @@ type Config struct {
 // Peers asks the other nodes and answers them. Safe for concurrent use.
 type Peers struct {
 	cfg Config
+	id  uint64                 // names this node's questions (random): it does not answer them, with a lease or not
 	src atomic.Pointer[Source] // what Serve answers from; its lease is not waited for
 	// stats
 	asked, answered, timeouts, bad, late atomic.Uint64
@@ -101,7 +103,7 @@ func New(cfg Config) (*Peers, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Peers{cfg: cfg}, nil
+	return &Peers{cfg: cfg, id: rand.Uint64() | 1}, nil
 }
 
 // Stats returns the counters.
@@ -133,7 +135,7 @@ func (p *Peers) Serve(ctx context.Context, src Source) error {
 			p.bad.Add(1)
 			return
 		}
-		if m.Reply == "" || asker == src.LeaseID() && asker != 0 {
+		if m.Reply == "" || asker == p.id {
 			return // its own question: it knows
 		}
 		signs = src.Signs(p.cfg.Clock.Now().UnixMilli(), ids, signs[:0])
@@ -241,7 +243,7 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 	var q []byte
 	for c := range chunks {
 		part := ids[c*ChunkIDs : min(len(ids), (c+1)*ChunkIDs)]
-		q = encodeQuestion(q[:0], self, part)
+		q = encodeQuestion(q[:0], p.id, part)
 		if err := nc.PublishMsg(&nats.Msg{Subject: p.cfg.Subject, Reply: inbox, Data: q}); err != nil {
 			return nil, fmt.Errorf("peers: ask: %w", err)
 		}
@@ -275,7 +277,7 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 	return out, nil
 }
 
-// The encodings. A question: version, the asker's lease, the ids. An
+// The encodings. A question: version, the asker's id (Peers.id), the ids. An
 // answer: version, the answerer's lease, the ids of the question again
 // (the asker keeps no state per chunk), and the signs, each naming its
 // user by its index among those ids.
@@ -284,9 +286,9 @@ const version = 1
 
 var errBad = errors.New("peers: malformed message")
 
-func encodeQuestion(b []byte, lease uint64, ids []string) []byte {
+func encodeQuestion(b []byte, asker uint64, ids []string) []byte {
 	b = append(b, version)
-	b = binary.AppendUvarint(b, lease)
+	b = binary.AppendUvarint(b, asker)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, uint64(len(id)))
@@ -295,12 +297,12 @@ func encodeQuestion(b []byte, lease uint64, ids []string) []byte {
 	return b
 }
 
-func decodeQuestion(b []byte) (lease uint64, ids []string, err error) {
+func decodeQuestion(b []byte) (asker uint64, ids []string, err error) {
 	r := reader{b: b}
 	if r.byte() != version {
 		return 0, nil, errBad
 	}
-	lease = r.uvarint()
+	asker = r.uvarint()
 	n := r.uvarint()
 	if r.err != nil || n > ChunkIDs {
 		return 0, nil, errBad
@@ -316,7 +318,7 @@ func decodeQuestion(b []byte) (lease uint64, ids []string, err error) {
 	if len(r.b) != 0 {
 		return 0, nil, errBad
 	}
-	return lease, ids, nil
+	return asker, ids, nil
 }
 
 // encodeAnswer writes signs about ids (the chunk asked), each naming its

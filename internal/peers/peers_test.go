@@ -442,3 +442,23 @@ func TestAskFailsWithoutNATS(t *testing.T) {
 		}
 	}
 }
+
+// A node without a lease yet (started while Redis is down) does not
+// answer its own questions: it knows what it holds.
+func TestNoLeaseNodeDoesNotAnswerItself(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{2} }
+	self := make(chan []string, 10)
+	pa := serve(t, srv.URL, "t.nolease", live, &node{lease: 0, asked: self,
+		signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "mine", At: 1}}}})
+	serve(t, srv.URL, "t.nolease", live, &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}})
+	var got []tracker.DeviceSign
+	waitFor(t, "b answers", func() bool {
+		got, _ = pa.Ask(context.Background(), []string{"u"})
+		return len(got) > 0
+	})
+	time.Sleep(100 * time.Millisecond)
+	if len(self) != 0 || slices.ContainsFunc(got, func(s tracker.DeviceSign) bool { return s.Device == "mine" }) {
+		t.Errorf("the node answered %d of its own questions (signs %+v)", len(self), got)
+	}
+}
