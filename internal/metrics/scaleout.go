@@ -32,6 +32,7 @@ var (
 	descPeerAnswered = prometheus.NewDesc("presenced_peer_answers_total", "Questions of other nodes this node answered.", nil, nil)
 	descPeerTimeouts = prometheus.NewDesc("presenced_peer_timeouts_total", "Questions that ended before every live node answered (the read went on without the silent ones).", nil, nil)
 	descPeerBad      = prometheus.NewDesc("presenced_peer_malformed_total", "Questions or answers of other nodes that could not be decoded (dropped).", nil, nil)
+	descPeerLate     = prometheus.NewDesc("presenced_peer_late_total", "Questions of other nodes not answered: this node was too far behind to answer them in time (overloaded).", nil, nil)
 
 	descBusPublished = prometheus.NewDesc("presenced_bus_published_total", "Changes published to NATS (presence.changes), retries included.", nil, nil)
 	descBusAcked     = prometheus.NewDesc("presenced_bus_acked_total", "Changes acknowledged by the JetStream stream.", nil, nil)
@@ -54,7 +55,7 @@ type scaleOutCollector struct {
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descDegradedReads, descAwaiting, descProfiles,
-		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
+		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
 		ch <- d
 	}
 }
@@ -87,6 +88,7 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPeerAnswered, prometheus.CounterValue, float64(s.Answered))
 		ch <- prometheus.MustNewConstMetric(descPeerTimeouts, prometheus.CounterValue, float64(s.Timeouts))
 		ch <- prometheus.MustNewConstMetric(descPeerBad, prometheus.CounterValue, float64(s.Bad))
+		ch <- prometheus.MustNewConstMetric(descPeerLate, prometheus.CounterValue, float64(s.Late))
 	}
 	if c.bus != nil {
 		s := c.bus()

@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -35,8 +37,11 @@ import (
 )
 
 // ChunkIDs is the most ids one request carries: an answer for that many
-// users, each with up to presence.DefaultMaxDevices devices of ids of
-// presence.MaxIDLen bytes, stays under NATS's default 1 MB payload.
+// users, each with a few devices, stays far under NATS's default 1 MB
+// payload. Not every user: 100 users of presence.DefaultMaxDevices devices
+// of ids of presence.MaxIDLen bytes, each device with its beats and a bye
+// both in the outage buffer and on a socket, already take more; an answer
+// too large leaves out the users with the most signs (Serve).
 const ChunkIDs = 100
 
 // DefaultTimeout is Config.Timeout's default.
@@ -66,9 +71,10 @@ type Config struct {
 // Peers asks the other nodes and answers them. Safe for concurrent use.
 type Peers struct {
 	cfg Config
+	id  uint64                 // names this node's questions (random): it does not answer them, with a lease or not
 	src atomic.Pointer[Source] // what Serve answers from; its lease is not waited for
 	// stats
-	asked, answered, timeouts, bad atomic.Uint64
+	asked, answered, timeouts, bad, late atomic.Uint64
 }
 
 // Stats are counters since start.
@@ -77,6 +83,7 @@ type Stats struct {
 	Answered uint64 // questions of other nodes this node answered
 	Timeouts uint64 // questions that ended before every live node answered
 	Bad      uint64 // questions or answers that could not be decoded (dropped)
+	Late     uint64 // questions of other nodes not answered: this node was too far behind (Serve)
 }
 
 // New returns Peers that can ask; Serve answers.
@@ -96,35 +103,56 @@ func New(cfg Config) (*Peers, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Peers{cfg: cfg}, nil
+	return &Peers{cfg: cfg, id: rand.Uint64() | 1}, nil
 }
 
 // Stats returns the counters.
 func (p *Peers) Stats() Stats {
-	return Stats{Asked: p.asked.Load(), Answered: p.answered.Load(), Timeouts: p.timeouts.Load(), Bad: p.bad.Load()}
+	return Stats{Asked: p.asked.Load(), Answered: p.answered.Load(), Timeouts: p.timeouts.Load(), Bad: p.bad.Load(), Late: p.late.Load()}
 }
 
 // Serve answers the other nodes' questions from src until ctx is done.
 // The answers are made on NATS's delivery goroutine of the subscription,
-// one at a time.
+// one at a time. A node more than Timeout/2 of answers behind (the
+// questions waiting times the time an answer takes of late) skips the
+// oldest questions until it caught up: their askers (whose Timeout is
+// this node's, the deployment's) stop waiting before they would be
+// answered, and answering them would only delay those still waiting.
 func (p *Peers) Serve(ctx context.Context, src Source) error {
 	nc := p.cfg.Conn.NC
 	var signs []tracker.DeviceSign
 	var buf []byte
+	var cost time.Duration // the time a message takes, a moving average
 	sub, err := nc.Subscribe(p.cfg.Subject, func(m *nats.Msg) {
+		if n, _, err := m.Sub.Pending(); err == nil && time.Duration(n)*cost > p.cfg.Timeout/2 {
+			p.late.Add(1)
+			return
+		}
+		start := time.Now()
+		defer func() { cost += (time.Since(start) - cost) / 8 }()
 		asker, ids, err := decodeQuestion(m.Data)
 		if err != nil {
 			p.bad.Add(1)
 			return
 		}
-		if m.Reply == "" || asker == src.LeaseID() && asker != 0 {
+		if m.Reply == "" || asker == p.id {
 			return // its own question: it knows
 		}
 		signs = src.Signs(p.cfg.Clock.Now().UnixMilli(), ids, signs[:0])
 		buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs)
-		if len(buf) > int(nc.MaxPayload()) {
-			p.cfg.Logger.Warn("answer to a peer too large; not sent", "bytes", len(buf), "ids", len(ids))
-			return
+		for len(buf) > int(nc.MaxPayload()) {
+			// One user can hold many signs (device ids cycled through
+			// over HTTP during an outage): leave out the user with the
+			// most, so that the others of the chunk are answered.
+			if len(signs) == 0 {
+				p.cfg.Logger.Warn("answer to a peer too large; not sent", "bytes", len(buf), "ids", len(ids))
+				return
+			}
+			var user string
+			var n int
+			signs, user, n = dropLargest(signs)
+			p.cfg.Logger.Warn("a user's signs too many to answer a peer; left out", "user", user, "signs", n)
+			buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs)
 		}
 		if err := m.Respond(buf); err == nil {
 			p.answered.Add(1)
@@ -138,37 +166,84 @@ func (p *Peers) Serve(ctx context.Context, src Source) error {
 	return sub.Unsubscribe()
 }
 
+// dropLargest removes from signs those of the user with the most of them,
+// and returns what is left, that user and how many were removed.
+func dropLargest(signs []tracker.DeviceSign) ([]tracker.DeviceSign, string, int) {
+	count := make(map[string]int)
+	var user string
+	for _, s := range signs {
+		count[s.User]++
+		if count[s.User] > count[user] {
+			user = s.User
+		}
+	}
+	kept := slices.DeleteFunc(signs, func(s tracker.DeviceSign) bool { return s.User == user })
+	return kept, user, count[user]
+}
+
 // Ask asks every other node about ids (any number; sent ChunkIDs at a
 // time) and returns their signs, once every other live node answered every
 // chunk or Config.Timeout (or ctx) ended the wait. It fails only when the
-// question could not be sent.
+// question could not be sent, or this node is not connected to NATS.
 func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, error) {
+	nc := p.cfg.Conn.NC
+	if !nc.IsConnected() {
+		// Said even when no node is known alive: cut off, this node
+		// hears no beacon either.
+		return nil, errors.New("peers: not connected to NATS")
+	}
 	var self uint64
 	if src := p.src.Load(); src != nil {
 		self = (*src).LeaseID()
 	}
 	expect := make(map[uint64]int) // lease → chunks still to answer
-	chunks := (len(ids) + ChunkIDs - 1) / ChunkIDs
 	for _, l := range p.cfg.Live() {
 		if l != self && l != 0 {
-			expect[l] = chunks
+			expect[l] = 0
 		}
 	}
 	if len(expect) == 0 || len(ids) == 0 {
 		return nil, nil // nobody to ask
 	}
-	nc := p.cfg.Conn.NC
+	// Each user once: a read may name one many times.
+	asked := make(map[string]bool, len(ids))
+	uniq := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if !asked[id] {
+			asked[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	ids = uniq
+	chunks := (len(ids) + ChunkIDs - 1) / ChunkIDs
+	for l := range expect {
+		expect[l] = chunks
+	}
 	inbox := nc.NewRespInbox()
-	ch := make(chan *nats.Msg, 4*len(expect)*chunks)
-	sub, err := nc.ChanSubscribe(inbox, ch)
+	// Answers are handed over one by one, however many come (nodes not
+	// heard yet, nodes without a lease answer too): a channel
+	// subscription that fills up is a slow consumer, which natsbus takes
+	// for lost changes (it resyncs every watcher).
+	ch := make(chan *nats.Msg, len(expect))
+	done := make(chan struct{})
+	defer close(done)
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		select {
+		case ch <- m:
+		case <-done:
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("peers: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, fmt.Errorf("peers: %w", err)
+	}
 	var q []byte
 	for c := range chunks {
 		part := ids[c*ChunkIDs : min(len(ids), (c+1)*ChunkIDs)]
-		q = encodeQuestion(q[:0], self, part)
+		q = encodeQuestion(q[:0], p.id, part)
 		if err := nc.PublishMsg(&nats.Msg{Subject: p.cfg.Subject, Reply: inbox, Data: q}); err != nil {
 			return nil, fmt.Errorf("peers: ask: %w", err)
 		}
@@ -177,10 +252,6 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 	timer := time.NewTimer(p.cfg.Timeout)
 	defer timer.Stop()
 	var out []tracker.DeviceSign
-	asked := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		asked[id] = true
-	}
 	waiting := len(expect)
 	for waiting > 0 {
 		select {
@@ -206,7 +277,7 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 	return out, nil
 }
 
-// The encodings. A question: version, the asker's lease, the ids. An
+// The encodings. A question: version, the asker's id (Peers.id), the ids. An
 // answer: version, the answerer's lease, the ids of the question again
 // (the asker keeps no state per chunk), and the signs, each naming its
 // user by its index among those ids.
@@ -215,9 +286,9 @@ const version = 1
 
 var errBad = errors.New("peers: malformed message")
 
-func encodeQuestion(b []byte, lease uint64, ids []string) []byte {
+func encodeQuestion(b []byte, asker uint64, ids []string) []byte {
 	b = append(b, version)
-	b = binary.AppendUvarint(b, lease)
+	b = binary.AppendUvarint(b, asker)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, uint64(len(id)))
@@ -226,12 +297,12 @@ func encodeQuestion(b []byte, lease uint64, ids []string) []byte {
 	return b
 }
 
-func decodeQuestion(b []byte) (lease uint64, ids []string, err error) {
+func decodeQuestion(b []byte) (asker uint64, ids []string, err error) {
 	r := reader{b: b}
 	if r.byte() != version {
 		return 0, nil, errBad
 	}
-	lease = r.uvarint()
+	asker = r.uvarint()
 	n := r.uvarint()
 	if r.err != nil || n > ChunkIDs {
 		return 0, nil, errBad
@@ -247,7 +318,7 @@ func decodeQuestion(b []byte) (lease uint64, ids []string, err error) {
 	if len(r.b) != 0 {
 		return 0, nil, errBad
 	}
-	return lease, ids, nil
+	return asker, ids, nil
 }
 
 // encodeAnswer writes signs about ids (the chunk asked), each naming its

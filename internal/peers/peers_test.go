@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -272,5 +274,191 @@ func BenchmarkAsk1000(b *testing.B) {
 	}
 	if ps[0].Stats().Timeouts != before {
 		b.Fatal("a question timed out")
+	}
+}
+
+// One user whose signs alone would make an answer larger than NATS takes
+// (a user cycling through device ids over HTTP during an outage) costs the
+// asker only that user's signs: the other users of the chunk are answered,
+// and the question does not wait for Timeout.
+func TestAnswerTooLargeDropsOnlyTheLargestUsers(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} }
+	var big []tracker.DeviceSign
+	for i := range 20000 { // ~1.5 MB of signs
+		big = append(big, tracker.DeviceSign{User: "big", Device: fmt.Sprintf("%064d", i), At: 1_700_000_000_000 + int64(i)})
+	}
+	b := &node{lease: 2, signs: map[string][]tracker.DeviceSign{
+		"big": big,
+		"u":   {{User: "u", Device: "phone", At: 1_700_000_000_000, Active: true}},
+	}}
+	pa := serve(t, srv.URL, "t.large", live, &node{lease: 1})
+	serve(t, srv.URL, "t.large", live, b)
+	var got []tracker.DeviceSign
+	waitFor(t, "b answers", func() bool {
+		got, _ = pa.Ask(context.Background(), []string{"u", "big"})
+		return len(got) > 0
+	})
+	before := pa.Stats().Timeouts
+	start := time.Now()
+	got, _ = pa.Ask(context.Background(), []string{"u", "big"})
+	if want := b.signs["u"]; !slices.Equal(got, want) || pa.Stats().Timeouts != before {
+		t.Errorf("Ask = %d signs (%v) after %v; want u's sign only, no timeout", len(got), got[:min(len(got), 2)], time.Since(start))
+	}
+}
+
+// slow is a node that takes d per question.
+type slow struct {
+	node
+	d time.Duration
+}
+
+func (s *slow) Signs(now int64, ids []string, out []tracker.DeviceSign) []tracker.DeviceSign {
+	time.Sleep(s.d)
+	return s.node.Signs(now, ids, out)
+}
+
+// A node that fell behind (more questions than it can answer, each read
+// of a long outage asking) does not answer questions nobody waits for any
+// more: a question asked once it caught up is answered, not queued behind
+// seconds of stale ones.
+func TestServeSkipsQuestionsTooLate(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} }
+	b := &slow{node: node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}}, d: 5 * time.Millisecond}
+	pb, err := New(Config{Conn: conn(t, srv.URL), Live: live, Subject: "t.late", Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = pb.Serve(ctx, b) }()
+	pa, err := New(Config{Conn: conn(t, srv.URL), Live: live, Subject: "t.late", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b answers", func() bool {
+		got, _ := pa.Ask(context.Background(), []string{"u"})
+		return len(got) == 1
+	})
+	// 600 questions of askers gone: 3 s of b's time.
+	flood := conn(t, srv.URL).NC
+	q := encodeQuestion(nil, 7, []string{"u"})
+	for range 600 {
+		if err := flood.PublishRequest("t.late", "t.gone", q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := flood.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the flood is in b's queue
+	start := time.Now()
+	got, _ := pa.Ask(context.Background(), []string{"u"})
+	if len(got) != 1 {
+		t.Errorf("a question behind a stale backlog: %d signs after %v, want b's sign within a second", len(got), time.Since(start))
+	}
+	if st := pb.Stats(); st.Late == 0 || st.Answered+st.Late < 600 {
+		t.Errorf("b's stats %+v: want the stale questions counted late", st)
+	}
+}
+
+// Answers beyond what the asker expects (nodes it has not heard yet, a
+// node without a lease) are no slow consumer on the asker's connection:
+// natsbus takes any as lost changes and resyncs every watcher of the node.
+func TestAskIsNoSlowConsumer(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} } // 3..32 not heard yet
+	c := conn(t, srv.URL)
+	slowErrs := make(chan error, 100)
+	c.OnAsyncError(func(_ *nats.Subscription, err error) { slowErrs <- err })
+	pa, err := New(Config{Conn: c, Live: live, Subject: "t.many", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = pa.Serve(ctx, &node{lease: 1}) }()
+	ids := make([]string, 1000)
+	signs := map[string][]tracker.DeviceSign{}
+	for i := range ids {
+		ids[i] = fmt.Sprint("u", i)
+		signs[ids[i]] = []tracker.DeviceSign{{User: ids[i], Device: "d", At: 5}}
+	}
+	serve(t, srv.URL, "t.many", live, &slow{node: node{lease: 2}, d: 100 * time.Millisecond})
+	for l := range 30 {
+		serve(t, srv.URL, "t.many", live, &node{lease: uint64(3 + l), signs: signs})
+	}
+	time.Sleep(200 * time.Millisecond) // every node subscribed
+	for range 3 {
+		if _, err := pa.Ask(context.Background(), ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-slowErrs:
+		t.Errorf("asking: %v", err)
+	default:
+	}
+}
+
+// A read that names a user many times (user_ids=u,u,u,…) asks about them
+// once: one question, their signs once.
+func TestAskOncePerUser(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} }
+	pa := serve(t, srv.URL, "t.dup", live, &node{lease: 1})
+	serve(t, srv.URL, "t.dup", live, &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}})
+	waitFor(t, "b answers", func() bool {
+		got, _ := pa.Ask(context.Background(), []string{"u"})
+		return len(got) == 1
+	})
+	ids := slices.Repeat([]string{"u"}, 250)
+	before := pa.Stats().Asked
+	got, err := pa.Ask(context.Background(), ids)
+	if err != nil || len(got) != 1 || pa.Stats().Asked != before+1 {
+		t.Errorf("250 × u: %d signs, %d questions, %v; want 1 sign, 1 question", len(got), pa.Stats().Asked-before, err)
+	}
+}
+
+// Cut off from NATS, Ask fails (the tracker counts the read in
+// presenced_peer_ask_errors_total) — also once the beacon, hearing
+// nobody, knows no node alive any more.
+func TestAskFailsWithoutNATS(t *testing.T) {
+	srv := testsvc.NATS(t)
+	var live []uint64
+	p, err := New(Config{Conn: conn(t, srv.URL), Live: func() []uint64 { return live }, Subject: "t.down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "disconnected", func() bool { return !p.cfg.Conn.NC.IsConnected() })
+	for _, l := range [][]uint64{{1, 2}, nil} {
+		live = l
+		if got, err := p.Ask(context.Background(), []string{"u"}); err == nil {
+			t.Errorf("disconnected, live %v: Ask = %v, nil; want an error", l, got)
+		}
+	}
+}
+
+// A node without a lease yet (started while Redis is down) does not
+// answer its own questions: it knows what it holds.
+func TestNoLeaseNodeDoesNotAnswerItself(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{2} }
+	self := make(chan []string, 10)
+	pa := serve(t, srv.URL, "t.nolease", live, &node{lease: 0, asked: self,
+		signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "mine", At: 1}}}})
+	serve(t, srv.URL, "t.nolease", live, &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}})
+	var got []tracker.DeviceSign
+	waitFor(t, "b answers", func() bool {
+		got, _ = pa.Ask(context.Background(), []string{"u"})
+		return len(got) > 0
+	})
+	time.Sleep(100 * time.Millisecond)
+	if len(self) != 0 || slices.ContainsFunc(got, func(s tracker.DeviceSign) bool { return s.Device == "mine" }) {
+		t.Errorf("the node answered %d of its own questions (signs %+v)", len(self), got)
 	}
 }

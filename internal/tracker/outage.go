@@ -259,6 +259,26 @@ func (p *pending) ops(out []op) []op {
 	return out
 }
 
+// deviceOps appends to out each device's last active beat, last beat and
+// bye, unordered, without the bridging beats of ops: what a read of the
+// user ends with depends on these only (a bridging beat is older than its
+// device's last beat), and a user's bridges grow with the square of their
+// devices.
+func (p *pending) deviceOps(out []op) []op {
+	for _, d := range p.devices {
+		if d.active > 0 {
+			out = append(out, op{kind: opBeat, at: d.active, device: d.id, active: true})
+		}
+		if d.beat > d.active {
+			out = append(out, op{kind: opBeat, at: d.beat, device: d.id})
+		}
+		if d.bye > 0 {
+			out = append(out, op{kind: opBye, at: d.bye, device: d.id})
+		}
+	}
+	return out
+}
+
 // bridge appends a beat at T of every device that beat both at or before
 // T and after it (see ops).
 func (p *pending) bridge(out []op, at int64) []op {
@@ -305,15 +325,24 @@ func (t *Tracker) buffer(user string, o op) (bool, error) {
 }
 
 // bufferedOps returns a copy of the operations buffered for user, nil if none.
-func (t *Tracker) bufferedOps(user string) []op { return t.bufferedOpsTo(user, nil) }
-
-// bufferedOpsTo appends the operations buffered for user to out.
-func (t *Tracker) bufferedOpsTo(user string, out []op) []op {
+func (t *Tracker) bufferedOps(user string) []op {
 	sh := t.bufShard(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if p := sh.users[user]; p != nil {
-		return p.ops(out)
+		return p.ops(nil)
+	}
+	return nil
+}
+
+// bufferedDevices appends the last beats and byes of the devices buffered
+// for user to out (pending.deviceOps).
+func (t *Tracker) bufferedDevices(user string, out []op) []op {
+	sh := t.bufShard(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if p := sh.users[user]; p != nil {
+		return p.deviceOps(out)
 	}
 	return out
 }

@@ -39,7 +39,7 @@ type DeviceSign struct {
 func (t *Tracker) Signs(now int64, ids []string, out []DeviceSign) []DeviceSign {
 	var ops []op
 	for _, id := range ids {
-		ops = t.ownedOps(now, id, t.bufferedOpsTo(id, ops[:0]))
+		ops = t.ownedOps(now, id, t.bufferedDevices(id, ops[:0]))
 		for _, o := range ops {
 			switch o.kind {
 			case opBeat:

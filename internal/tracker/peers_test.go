@@ -3,6 +3,7 @@ package tracker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -103,5 +104,45 @@ func TestReadsAskPeersOnlyWhenDegraded(t *testing.T) {
 	a.beat("u", "d", true)
 	if s := a.read("u", "v"); s[0].Status != presence.Online || peers.asked != 0 {
 		t.Errorf("store up: read %v, peers asked %d times; want online, never asked", s[0].Status, peers.asked)
+	}
+}
+
+// What a node answers a peer is each device's last beats and bye, not the
+// beats the replay bridges a bye or a status with (one per device that
+// beat around it: quadratic in a user's devices, for nothing a read
+// needs), and the read from it is the same.
+func TestSignsAreEachDevicesLastOnly(t *testing.T) {
+	d := newMemDurable()
+	peers := &peersOf{}
+	a := newOutageFixture(t, d, tracker.Config{Peers: peers})
+	b := newOutageFixture(t, d, tracker.Config{})
+	peers.nodes = []*tracker.Tracker{b.tr}
+	a.sw.off.Store(true)
+	b.sw.off.Store(true)
+	for _, f := range []*outageFixture{a, b} {
+		f.read("x") // notices the outage
+	}
+	b.beat("u", "pc", true)
+	for i := range 20 {
+		b.at(time.Duration(i+1) * time.Second)
+		dev := fmt.Sprint("tab", i)
+		b.beat("u", dev, false)
+		b.bye("u", dev)
+		b.beat("u", "pc", true)
+	}
+	b.status("u", presence.ManualBusy, "")
+	b.at(21 * time.Second)
+	b.beat("u", "pc", false)
+	signs := b.tr.Signs(b.tr.Now(), []string{"u"}, nil)
+	perDevice := map[string]int{}
+	for _, s := range signs {
+		perDevice[s.Device]++
+	}
+	if perDevice["pc"] != 2 || len(signs) != 2+20*2 {
+		t.Errorf("%d signs, %d of pc: want pc's last active beat and last beat, each tab's beat and bye (42)", len(signs), perDevice["pc"])
+	}
+	a.at(21 * time.Second)
+	if s := a.read("u")[0]; s.Status != presence.Busy || s.LastSeen != start.Add(21*time.Second).UnixMilli() {
+		t.Errorf("node A reads u %v, last_seen %d: want busy at +21s", s.Status, s.LastSeen)
 	}
 }
