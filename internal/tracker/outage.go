@@ -558,6 +558,12 @@ func (t *Tracker) replayOp(ctx context.Context, user string, o op) (presence.Cha
 // durable store fails too, Get fails: it never answers with settings it
 // does not know.
 func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
+	return t.get(ctx, now, ids, out, true)
+}
+
+// get is Get; askPeers false reads degraded without asking the other
+// nodes (a read of settings, which never come from them).
+func (t *Tracker) get(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
 	if t.state.Load() != stateDown {
 		b := t.bound(ctx)
 		err := t.store.Get(b.ctx, now, ids, out)
@@ -572,7 +578,7 @@ func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presen
 				sub[j] = ids[i]
 			}
 			got := make([]presence.Snapshot, len(sub))
-			if err := t.degradedGet(ctx, now, sub, got); err != nil {
+			if err := t.degradedGet(ctx, now, sub, got, askPeers); err != nil {
 				return err
 			}
 			for j, i := range pe.Failed {
@@ -585,10 +591,10 @@ func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presen
 		}
 	}
 	t.degradedReads.Add(1)
-	return t.degradedGet(ctx, now, ids, out)
+	return t.degradedGet(ctx, now, ids, out, askPeers)
 }
 
-func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
+func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
 	first := make(map[string]int, len(ids)) // id → its first index
 	for i, id := range ids {
 		out[i] = presence.Snapshot{UserID: id}
@@ -622,7 +628,10 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 		}
 	}
 	t.flushMu.RUnlock()
-	peers := t.peerOps(ctx, ids)
+	var peers map[string][]op
+	if askPeers {
+		peers = t.peerOps(ctx, now, ids)
+	}
 	for i, id := range ids {
 		if j := first[id]; j != i {
 			out[i] = out[j]

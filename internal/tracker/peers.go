@@ -54,7 +54,7 @@ func (t *Tracker) Signs(now int64, ids []string, out []DeviceSign) []DeviceSign 
 
 // peerOps asks the peers about ids and returns their signs as operations
 // per id, each list in the order to apply. Nil without peers or answers.
-func (t *Tracker) peerOps(ctx context.Context, ids []string) map[string][]op {
+func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) map[string][]op {
 	if t.peers == nil || len(ids) == 0 {
 		return nil
 	}
@@ -68,9 +68,10 @@ func (t *Tracker) peerOps(ctx context.Context, ids []string) map[string][]op {
 	}
 	byUser := make(map[string][]op)
 	for _, s := range signs {
-		o := op{kind: opBeat, at: s.At, device: s.Device, active: s.Active}
+		at := min(s.At, now) // another node's clock ahead of ours shows no last_seen in the future
+		o := op{kind: opBeat, at: at, device: s.Device, active: s.Active}
 		if s.Bye {
-			o = op{kind: opBye, at: s.At, device: s.Device}
+			o = op{kind: opBye, at: at, device: s.Device}
 		}
 		byUser[s.User] = append(byUser[s.User], o)
 	}

@@ -146,3 +146,41 @@ func TestSignsAreEachDevicesLastOnly(t *testing.T) {
 		t.Errorf("node A reads u %v, last_seen %d: want busy at +21s", s.Status, s.LastSeen)
 	}
 }
+
+// futurePeer answers every question with one beat a minute ahead of the
+// asker's clock, as a node with a skewed clock (or a forged answer) would.
+type futurePeer struct {
+	at    int64
+	asked int
+}
+
+func (p *futurePeer) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, error) {
+	p.asked++
+	out := make([]tracker.DeviceSign, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, tracker.DeviceSign{User: id, Device: "d", At: p.at, Active: true})
+	}
+	return out, nil
+}
+
+// A sign from the future reads as now, never as a last_seen ahead of the
+// reader's clock; a read of settings while the store is down does not ask
+// the peers (settings never come from them).
+func TestPeerSignsClampedAndSettingsAskNobody(t *testing.T) {
+	peer := &futurePeer{}
+	f := newOutageFixture(t, newMemDurable(), tracker.Config{Peers: peer})
+	f.sw.off.Store(true)
+	f.at(10 * time.Second)
+	peer.at = f.tr.Now() + time.Minute.Milliseconds()
+	s := f.read("u")[0]
+	if s.Status != presence.Online || s.LastSeen != f.tr.Now() {
+		t.Errorf("read %v last_seen %d; want online, last seen now (%d), not in the future", s.Status, s.LastSeen, f.tr.Now())
+	}
+	asked := peer.asked
+	if _, err := f.tr.Settings(f.ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	if peer.asked != asked {
+		t.Error("a read of settings asked the peers")
+	}
+}

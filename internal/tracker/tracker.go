@@ -650,7 +650,7 @@ func (t *Tracker) Settings(ctx context.Context, user string) (presence.Settings,
 		}
 	}
 	var s [1]presence.Snapshot
-	if err := t.Get(ctx, t.Now(), []string{user}, s[:]); err != nil {
+	if err := t.get(ctx, t.Now(), []string{user}, s[:], false); err != nil {
 		return presence.Settings{}, err
 	}
 	return s[0].Settings, nil
