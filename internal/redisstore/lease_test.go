@@ -157,23 +157,34 @@ func TestReleaseEndsOnlyTheOwnersDevices(t *testing.T) {
 	}
 }
 
-// A device that moved to another node is that node's; the first owner's
-// late claim (its last beat is older than the move) is refused.
+// A device that moved to another node and that the first owner let go is
+// the new node's; the first owner's late claim (its last beat is older
+// than the move) is refused.
 func TestStaleClaimIsRefused(t *testing.T) {
 	s := leaseStore(t)
 	load(t, s, 1000, "alice")
+	ctx := context.Background()
 	mustClaim(t, s, 1000, 7, "alice", "phone", 1000, 1000)
-	mustClaim(t, s, 3000, 8, "alice", "phone", 3000, 3000)
-	_, err := s.Claim(context.Background(), 4000, 7, "alice", tracker.OwnedDevice{ID: "phone", LastBeat: 2000, LastActive: 2000})
+	mustClaim(t, s, 3000, 8, "alice", "phone", 3000, 3000) // the socket moved to 8; 7 holds it until it lets go
+	if _, lost, err := s.Release(ctx, 3500, 7, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 2000, LastActive: 2000}}, false); err != nil || len(lost) != 0 {
+		t.Fatalf("7 lets go: lost %v, %v", lost, err)
+	}
+	_, err := s.Claim(ctx, 4000, 7, "alice", tracker.OwnedDevice{ID: "phone", LastBeat: 2000, LastActive: 2000})
 	if !errors.Is(err, tracker.ErrClaimStale) {
 		t.Fatalf("late claim by the old owner: %v, want ErrClaimStale", err)
 	}
-	// With a beat newer than the move, the old owner's socket is the
-	// live one: it takes the device back.
+	// With a beat newer than the move, the old owner's socket is a live
+	// one: it holds the device again, with 8.
 	mustClaim(t, s, 5000, 7, "alice", "phone", 5000, 5000)
-	u, _, _, _ := s.Debug(context.Background(), "alice")
-	if len(u.Devices) != 1 || u.Devices[0].Owner != 7 {
+	u, _, _, _ := s.Debug(ctx, "alice")
+	if len(u.Devices) != 1 || u.Devices[0].Owner != 8 {
 		t.Fatalf("devices: %+v", u.Devices)
+	}
+	if _, lost, err := s.Release(ctx, 5500, 8, "alice", []tracker.OwnedDevice{{ID: "phone", LastBeat: 5000, LastActive: 5000}}, false); err != nil || len(lost) != 0 {
+		t.Fatalf("8 lets go: lost %v, %v", lost, err)
+	}
+	if u, _, _, _ = s.Debug(ctx, "alice"); len(u.Devices) != 1 || u.Devices[0].Owner != 7 {
+		t.Fatalf("after 8 let go, 7 should hold the device alone: %+v", u.Devices)
 	}
 	// Too many devices.
 	for i := range presence.DefaultMaxDevices - 1 {
@@ -415,5 +426,78 @@ func TestReleaseOfADeviceThatBeatElsewhere(t *testing.T) {
 	}
 	if got := expireAll(t, s, 5000+lTTL); len(got) != 1 || got[0].Event.Status != presence.Offline {
 		t.Fatalf("sweep at the HTTP beat's ttl: %+v", got)
+	}
+}
+
+// Two sockets of one device on two nodes (a browser tab duplicated with
+// its session storage, its copy connected to another node): both nodes
+// hold the device. It stays online while either does — the end of one
+// hold (release, bye, hand-off, its lease taken over) leaves it to the
+// other, idle only when no holder says it is active — and goes offline
+// once, when the last hold ends.
+func TestDuplicatedTabOnTwoNodes(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	load(t, s, 1000, "ann", "bea", "cid")
+	for _, u := range []string{"ann", "bea", "cid"} {
+		mustClaim(t, s, 1000, 7, u, "tab", 1000, presence.Forever)
+		mustClaim(t, s, 2000, 8, u, "tab", 2000, presence.Forever)
+	}
+	online := func(when string, now int64, u string) {
+		t.Helper()
+		if g := get(t, s, now, u); g.Status != presence.Online || g.Devices != 1 {
+			t.Fatalf("%s: %s reads %+v, want online with one device", when, u, g)
+		}
+	}
+	// ann: the first tab closes (its grace ran out on node 7), then the
+	// second; each node's release is its own.
+	ch, lost, err := s.Release(ctx, 10_000, 7, "ann", []tracker.OwnedDevice{{ID: "tab", LastBeat: 4000, LastActive: 4000}}, false)
+	if err != nil || ch.Changed || len(lost) != 0 {
+		t.Fatalf("release of one of two holds: %+v, lost %v, %v; want nothing visible", ch, lost, err)
+	}
+	online("one tab of two closed", 10_000, "ann")
+	if got := expireAll(t, s, 10_000+5*lTTL); len(got) != 0 {
+		t.Fatalf("the device still held by node 8 expired: %+v", got)
+	}
+	// Node 8 says the tab turned idle: node 7 no longer holds it, so it is idle.
+	if ch, lost, err := touch1(s, 700_000, 8, "ann", []tracker.OwnedDevice{{ID: "tab", LastBeat: 700_000, LastActive: 300_000}}); err != nil || len(lost) != 0 || !ch.Changed || ch.Event.Status != presence.Away {
+		t.Fatalf("idle touch by the last holder: %+v, lost %v, %v; want away", ch, lost, err)
+	}
+	ch, lost, err = s.Release(ctx, 710_000, 8, "ann", []tracker.OwnedDevice{{ID: "tab", LastBeat: 705_000, LastActive: 300_000}}, false)
+	if err != nil || len(lost) != 0 || !ch.Changed || ch.Event.Status != presence.Offline {
+		t.Fatalf("release of the last hold: %+v, lost %v, %v; want offline", ch, lost, err)
+	}
+
+	// bea: one holder turning idle does not make her idle while the other
+	// holds her active; a bye in one tab ends only that tab's hold.
+	if ch, lost, err := touch1(s, 400_000, 7, "bea", []tracker.OwnedDevice{{ID: "tab", LastBeat: 400_000, LastActive: 3000}}); err != nil || len(lost) != 0 || ch.Changed {
+		t.Fatalf("idle touch by one of two holders: %+v, lost %v, %v; want nothing visible", ch, lost, err)
+	}
+	online("one of two tabs idle", 400_000, "bea")
+	if ch, _, err := s.Release(ctx, 401_000, 8, "bea", []tracker.OwnedDevice{{ID: "tab", LastBeat: 401_000, LastActive: 401_000}}, true); err != nil || ch.Changed {
+		t.Fatalf("bye in one of two tabs: %+v, %v; want nothing visible", ch, err)
+	}
+	online("bye in one of two tabs", 401_000, "bea")
+
+	// cid: node 7 stops (hand-off) and node 8's lease is taken over
+	// later: the device lives a ttl from node 8's last renewal, then
+	// goes offline once.
+	if ch, lost, err := s.HandOff(ctx, 20_000, 7, "cid", []tracker.OwnedDevice{{ID: "tab", LastBeat: 19_000, LastActive: 19_000}}); err != nil || ch.Changed || len(lost) != 0 {
+		t.Fatalf("hand-off of one of two holds: %+v, lost %v, %v", ch, lost, err)
+	}
+	if got := expireAll(t, s, 19_000+2*lTTL); len(got) != 0 {
+		t.Fatalf("expired while node 8 holds it: %+v", got)
+	}
+	online("node 7 stopped", 19_000+2*lTTL, "cid")
+	if out, err := s.TakeOver(ctx, 200_000, 8, 100_000, nil, nil); err != nil {
+		t.Fatal(err)
+	} else if len(out) != 1 || out[0].Event.UserID != "cid" || out[0].Event.Status != presence.Offline {
+		t.Fatalf("take-over of node 8's lease a ttl after its last renewal: %+v, want cid offline once", out)
+	}
+	got := expireAll(t, s, 300_000)
+	for _, ch := range got {
+		if ch.Event.UserID == "cid" {
+			t.Fatalf("cid announced again after the take-over: %+v", got)
+		}
 	}
 }

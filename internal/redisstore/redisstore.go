@@ -819,6 +819,7 @@ func decodeUser(id string, kv []rueidis.RedisMessage, u *presence.User) error {
 				cl, e3 = strconv.ParseInt(closed, 10, 64)
 			}
 			if hasOwner {
+				owner, _, _ = strings.Cut(owner, ",") // its first holder (helpers.lua: holders)
 				own, e4 = strconv.ParseUint(owner, 10, 64)
 			}
 			if e := errors.Join(e1, e2, e3, e4); e != nil {

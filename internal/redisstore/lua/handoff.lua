@@ -10,7 +10,12 @@ local lost = {}
 if not u then return {{0}, lost} end
 for i = 4, #ARGV, 3 do
   local d = find(u, ARGV[i])
-  if d and d.own == own then
+  if d and holds(d, own) and shared(d) then
+    drop_holder(d, own) -- another node holds it too: it stays
+    local lb = tonumber(ARGV[i + 1])
+    if lb > d.lb then d.lb = lb end
+    d.mod = true
+  elseif d and d.own == own then
     local lb, la = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
     if lb > d.lb then d.lb = lb end
     d.la = la

@@ -14,7 +14,10 @@
 -- the device is alive until the owner releases it or its lease is taken
 -- over; last_beat is what the owner last reported, last_active FOREVER
 -- while the owner holds the device active, or its last activity once the
--- owner said it turned idle), s (the time of the user's entry in the due
+-- owner said it turned idle; "owner,other,…" when sockets of the same
+-- device are held by several nodes — a browser tab duplicated with its
+-- session storage, its copy connected to another node — each of which
+-- may end only its own hold: see add_holder), s (the time of the user's entry in the due
 -- set, 0 = none, FOREVER = no entry and nothing due: owned devices only),
 -- nd (the devices the user had when a full script last saved the hash;
 -- the fast heartbeat adds none), od (of those, the owned ones: a read
@@ -47,11 +50,19 @@ local function load(key)
     if string.sub(f, 1, 2) == 'd:' then
       local c = string.find(val, ':', 1, true)
       local c2 = string.find(val, ':', c + 1, true)
-      local cl, own = 0, 0
+      local cl, own, co = 0, 0, nil
       if c2 then
         local c3 = string.find(val, ':', c2 + 1, true)
         if c3 then
-          cl, own = tonumber(string.sub(val, c2 + 1, c3 - 1)), tonumber(string.sub(val, c3 + 1))
+          cl = tonumber(string.sub(val, c2 + 1, c3 - 1))
+          local owners = string.sub(val, c3 + 1)
+          local k = string.find(owners, ',', 1, true)
+          if k then
+            own, co = tonumber(string.sub(owners, 1, k - 1)), {}
+            for x in string.gmatch(string.sub(owners, k + 1), '[^,]+') do co[#co + 1] = tonumber(x) end
+          else
+            own = tonumber(owners)
+          end
         else
           cl = tonumber(string.sub(val, c2 + 1))
         end
@@ -59,7 +70,7 @@ local function load(key)
         c2 = #val + 1
       end
       u.devs[#u.devs + 1] = {id = string.sub(f, 3), lb = tonumber(string.sub(val, 1, c - 1)),
-        la = tonumber(string.sub(val, c + 1, c2 - 1)), cl = cl, own = own}
+        la = tonumber(string.sub(val, c + 1, c2 - 1)), cl = cl, own = own, co = co}
     elseif TEXT[f] then
       u[f] = val
     else
@@ -94,7 +105,11 @@ local function save(u)
     if d.mod then
       args[#args + 1] = 'd:' .. d.id
       if d.own ~= 0 then
-        args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la) .. ':' .. fmt(d.cl) .. ':' .. fmt(d.own)
+        local owners = fmt(d.own)
+        if d.co then
+          for _, x in ipairs(d.co) do owners = owners .. ',' .. fmt(x) end
+        end
+        args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la) .. ':' .. fmt(d.cl) .. ':' .. owners
       elseif d.cl ~= 0 then
         args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la) .. ':' .. fmt(d.cl)
       else
@@ -235,4 +250,55 @@ local function find(u, id)
     if d.id == id then return d end
   end
   return nil
+end
+
+-- Holders. A device whose sockets several nodes hold (a duplicated
+-- browser tab connected to another node) has all of them as owners: the
+-- first in d.own, the others in d.co. It lives while any of them holds it;
+-- each ends only its own hold (release, hand-off, takeover of its lease),
+-- and the device ends by the rules when the last one does. At most MAXCO
+-- others are kept (the oldest is forgotten: its later release finds the
+-- device lost).
+local MAXCO = 7
+
+local function co_index(d, own)
+  if d.co then
+    for i, x in ipairs(d.co) do
+      if x == own then return i end
+    end
+  end
+  return nil
+end
+
+-- holds reports whether lease own holds d.
+local function holds(d, own)
+  return own ~= 0 and (d.own == own or co_index(d, own) ~= nil)
+end
+
+-- shared reports whether d has more than one holder.
+local function shared(d)
+  return d.co ~= nil and #d.co > 0
+end
+
+-- add_holder makes lease own a holder of d (its owner if it has none).
+local function add_holder(d, own)
+  if d.own == 0 then
+    d.own, d.co = own, nil
+  elseif not holds(d, own) then
+    d.co = d.co or {}
+    if #d.co >= MAXCO then table.remove(d.co, 1) end
+    d.co[#d.co + 1] = own
+  end
+end
+
+-- drop_holder ends lease own's hold of d, which another lease holds too
+-- (shared): the device stays, owned by the others.
+local function drop_holder(d, own)
+  local i = co_index(d, own)
+  if i then
+    table.remove(d.co, i)
+  elseif d.own == own and d.co then
+    d.own = table.remove(d.co, 1)
+  end
+  if d.co and #d.co == 0 then d.co = nil end
 end

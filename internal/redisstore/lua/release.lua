@@ -2,9 +2,10 @@
 -- ARGV: user, now, owner, bye (1/0), then per device: device, last beat,
 -- last activity. The owner ends devices it holds: their ttl or close
 -- grace ran out on the owner (last_seen is then their last beat), or they
--- said bye (last_seen is now). Returns {change or {0}, the listed devices
--- this owner did not hold: another node claimed them, and they are left
--- alone}.
+-- said bye (last_seen is now). A device another node holds too (a
+-- duplicated browser tab) only loses this owner's hold: its other socket
+-- lives. Returns {change or {0}, the listed devices this owner did not
+-- hold: another node claimed them, and they are left alone}.
 local id, now, own, bye = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local u = load(KEYS[1])
 local lost = {}
@@ -16,9 +17,14 @@ for i = 5, #ARGV, 3 do
   local dev, lb, la = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local at = nil
   for j, d in ipairs(u.devs) do
-    if d.id == dev and d.own == own then at = j end
+    if d.id == dev and holds(d, own) then at = j end
   end
-  if at and not bye and u.devs[at].lb > lb then
+  if at and shared(u.devs[at]) then
+    local d = u.devs[at]
+    drop_holder(d, own)
+    if lb > d.lb then d.lb = lb end
+    d.mod = true
+  elseif at and not bye and u.devs[at].lb > lb then
     -- It beat since through another path (an HTTP heartbeat of the same
     -- device): it lives by the rules from that beat, owned by nobody.
     local d = u.devs[at]
@@ -37,7 +43,7 @@ for i = 5, #ARGV, 3 do
 end
 local mine = false
 for _, d in ipairs(u.devs) do
-  if d.own == own then mine = true end
+  if holds(d, own) then mine = true end
 end
 if not mine then redis.call('SREM', KEYS[4], id) end
 local ch = settle(u, now)

@@ -18,7 +18,11 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if u then
     local mine = false
     for _, d in ipairs(u.devs) do
-      if d.own == own then
+      if holds(d, own) and shared(d) then
+        drop_holder(d, own) -- another node holds it too: it stays
+        d.mod = true
+        mine = true
+      elseif d.own == own then
         if lb > d.lb then d.lb = lb end
         if d.la >= FOREVER then d.la = lb end -- active when the lease was last renewed
         d.own = 0

@@ -10,10 +10,12 @@ local function touch(key, due, dirty, id, a, n)
   end
   for j = 0, n - 1 do
     local d = find(u, ARGV[a + 3 * j])
-    if d and d.own == own then
+    if d and holds(d, own) then
       local lb, la = tonumber(ARGV[a + 3 * j + 1]), tonumber(ARGV[a + 3 * j + 2])
       if lb > d.lb then d.lb = lb end
-      d.la = la
+      -- Held by several nodes, the device is active while any says so:
+      -- one holder turning idle does not make it idle.
+      if not shared(d) or la > d.la then d.la = la end
       if lb > u.ls then u.ls = lb end
       d.mod = true
     else
