@@ -351,6 +351,62 @@ func TestCloseGraceAcrossNodes(t *testing.T) {
 	}
 }
 
+// A browser tab duplicated with its session storage connects to another
+// node with the same device id: both nodes hold the device. The first
+// tab closing shows nothing to anyone (the other still holds it); the
+// second closing shows offline once, within the close grace.
+func TestDuplicatedTabAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	const ttl, grace = 10 * time.Second, time.Second
+	more := []string{"-heartbeat-ttl", ttl.String(), "-close-grace", grace.String()}
+	var n1, n2 *proc
+	var wg sync.WaitGroup
+	wg.Go(func() { n1 = b.node(t, 1, more...) })
+	wg.Go(func() { n2 = b.node(t, 2, more...) })
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	// tess closes her first tab first, uma the copy (whose node claimed
+	// the device last).
+	for _, c := range []struct {
+		user       string
+		firstFirst bool
+	}{{"tess", true}, {"uma", false}} {
+		w := watcher(t, n2, "w"+c.user, c.user)
+		w.await(t, "w", c.user, wsclient.Offline) // the snapshot
+		tab1 := dial(t, n1, c.user, "tab")
+		w.await(t, "w", c.user, wsclient.Online)
+		tab2 := dial(t, n2, c.user, "tab")
+		time.Sleep(500 * time.Millisecond) // tab2's claim made
+		first, second := tab1, tab2
+		if !c.firstFirst {
+			first, second = tab2, tab1
+		}
+		first.Close()
+		time.Sleep(3 * grace) // room for a false offline to show up
+		if n := w.count(c.user, wsclient.Offline); n != 0 || w.last(c.user) != wsclient.Online {
+			t.Fatalf("one of %s's two tabs closed but the watcher saw %+v", c.user, w.of(c.user))
+		}
+		for i, n := range []*proc{n1, n2} {
+			if got := n.call("GET", "/v1/presence/"+c.user, apiKey, nil); got["status"] != "online" {
+				t.Errorf("node %d reads %s %v with a tab open", i+1, c.user, got)
+			}
+		}
+		second.Close()
+		closed := time.Now()
+		w.await(t, "w", c.user, wsclient.Offline)
+		if lag := time.Since(closed); lag > ttl/2 {
+			t.Errorf("%s offline %s after her last tab closed: the ttl (%s), not the close grace (%s)", c.user, lag, ttl, grace)
+		}
+		time.Sleep(grace)
+		if n := w.count(c.user, wsclient.Offline); n != 1 {
+			t.Errorf("%s announced offline %d times, want once: %+v", c.user, n, w.of(c.user))
+		}
+	}
+}
+
 // Redis hangs (SIGSTOP) or restarts empty for 10 s, longer than the ttl,
 // while users keep beating over WebSockets and set a status in the middle
 // of it: nobody is ever shown offline, and every watcher ends on the
