@@ -86,7 +86,7 @@ func (t *Tracker) hold(user string, o op, onlyIfHeld bool) (bool, error) {
 // already (so that o is applied after what it holds). It reports whether
 // it took o (recorded, or refused with the returned error).
 func (t *Tracker) held(user string, o op) (bool, error) {
-	if !t.up() {
+	if !t.upFor(user) {
 		if ok, err := t.buffer(user, o); ok {
 			return true, err
 		}

@@ -415,18 +415,18 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 			}
 		}
 	}
-	if lease == 0 || !t.up() {
+	if lease == 0 || !t.upFor(w.User) {
 		r.Failed, r.Unsent = true, true
 		t.owned.Done(now, w.User, r)
 		return last, nil
 	}
 	if len(w.Release) > 0 {
-		note(t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+		note(t.ownedCall(ctx, w.User, func(c context.Context) (presence.Change, []string, error) {
 			return t.leaser.Release(c, t.Now(), lease, w.User, devices(w.Release), false)
 		}))
 	}
 	if len(w.Bye) > 0 {
-		note(t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+		note(t.ownedCall(ctx, w.User, func(c context.Context) (presence.Change, []string, error) {
 			return t.leaser.Release(c, t.Now(), lease, w.User, devices(w.Bye), true)
 		}))
 	}
@@ -435,7 +435,7 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 		b := t.bound(ctx)
 		t.leaser.Touch(b.ctx, t.Now(), lease, ts)
 		t.release(b)
-		note(ts[0].Change, ts[0].Lost, t.storeErr(ctx, ts[0].Err))
+		note(ts[0].Change, ts[0].Lost, t.storeErrUser(ctx, w.User, ts[0].Err))
 	}
 	for _, d := range w.Claim {
 		if r.Failed {
@@ -463,7 +463,7 @@ func (t *Tracker) claim(ctx context.Context, lease uint64, user string, d owned.
 		b := t.bound(ctx)
 		ch, err := t.leaser.Claim(b.ctx, t.Now(), lease, user, od)
 		t.release(b)
-		err = t.storeErr(ctx, err)
+		err = t.storeErrUser(ctx, user, err)
 		if !errors.Is(err, ErrNotLoaded) || try > 0 {
 			return ch, err
 		}
@@ -473,11 +473,11 @@ func (t *Tracker) claim(ctx context.Context, lease uint64, user string, d owned.
 	}
 }
 
-func (t *Tracker) ownedCall(ctx context.Context, call func(context.Context) (presence.Change, []string, error)) (presence.Change, []string, error) {
+func (t *Tracker) ownedCall(ctx context.Context, user string, call func(context.Context) (presence.Change, []string, error)) (presence.Change, []string, error) {
 	b := t.bound(ctx)
 	ch, lost, err := call(b.ctx)
 	t.release(b)
-	return ch, lost, t.storeErr(ctx, err)
+	return ch, lost, t.storeErrUser(ctx, user, err)
 }
 
 // devices is what the store is told of ds: a device the table says is
@@ -519,7 +519,7 @@ func (t *Tracker) handOff(ctx context.Context) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ch, _, err := t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+			ch, _, err := t.ownedCall(ctx, h.user, func(c context.Context) (presence.Change, []string, error) {
 				return t.leaser.HandOff(c, t.Now(), lease, h.user, h.devs)
 			})
 			if err == nil {
@@ -555,14 +555,14 @@ const redoWindow = 30 * time.Second
 // have lost them (a lost claim would leave a device this node holds
 // unknown to the store; a lost release, a device online for ever). Made
 // again on a store that kept them, they change nothing.
-func (t *Tracker) redoOwned(ctx context.Context) {
+func (t *Tracker) redoOwned(ctx context.Context, downAt int64) {
 	lease := t.lease.Load()
 	if t.owned == nil || lease == 0 {
 		return
 	}
 	now := t.Now()
-	for _, r := range t.owned.Redo(now, t.downAt.Load()-redoWindow.Milliseconds()) {
-		ch, _, err := t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+	for _, r := range t.owned.Redo(now, downAt-redoWindow.Milliseconds()) {
+		ch, _, err := t.ownedCall(ctx, r.User, func(c context.Context) (presence.Change, []string, error) {
 			return t.leaser.Release(c, t.Now(), lease, r.User, devices([]owned.Device{r.Device}), r.Bye)
 		})
 		if err != nil {

@@ -302,7 +302,7 @@ func (t *Tracker) buffer(user string, o op) (bool, error) {
 	sh := t.bufShard(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	st := t.state.Load() // under the lock: see replay
+	st := t.stateFor(user) // under the lock: see replay
 	if st == stateUp {
 		return false, nil
 	}
@@ -376,7 +376,7 @@ func (t *Tracker) recover(ctx context.Context) {
 			return
 		}
 	}
-	if err := t.replay(ctx); err != nil {
+	if err := t.replay(ctx, -1); err != nil {
 		t.state.CompareAndSwap(stateReplaying, stateDown)
 		if ctx.Err() == nil {
 			t.log.Warn("replay of the outage buffer failed; will retry", "err", err)
@@ -392,7 +392,7 @@ func (t *Tracker) recover(ctx context.Context) {
 		// what it wrote just before the outage, which a failover may
 		// have lost, again.
 		t.tickLease(ctx) // a lease taken over meanwhile is found before anything is claimed under it
-		t.redoOwned(ctx)
+		t.redoOwned(ctx, t.downAt.Load())
 		t.syncOwned(ctx)
 		if t.onRecover != nil {
 			t.onRecover()
@@ -411,8 +411,10 @@ var errReplayAborted = errors.New("replay aborted: the store is down again")
 // operation's own time as now, and publishes the changes. A user stays in
 // the buffer while it is replayed: operations arriving meanwhile are added
 // there and replayed after the older ones. On a failure the user's
-// operations go back in front of the newer ones and replay stops.
-func (t *Tracker) replay(ctx context.Context) error {
+// operations go back in front of the newer ones and replay stops. part is
+// the part of a Partitioned store being replayed (its users only), or -1
+// for the whole store (the users of every part that is up).
+func (t *Tracker) replay(ctx context.Context, part int) error {
 	// The state is stateReplaying before any shard is read: buffer checks
 	// the state under the shard lock, so no new user can enter a shard
 	// after replay has listed it.
@@ -421,7 +423,7 @@ func (t *Tracker) replay(ctx context.Context) error {
 	for w := range replayWorkers {
 		wg.Go(func() {
 			for i := w; i < bufShards; i += replayWorkers {
-				if err := t.replayShard(ctx, &t.buf[i]); err != nil {
+				if err := t.replayShard(ctx, &t.buf[i], part); err != nil {
 					errs[w] = err
 					return
 				}
@@ -432,20 +434,34 @@ func (t *Tracker) replay(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (t *Tracker) replayShard(ctx context.Context, sh *bufShard) error {
+func (t *Tracker) replayShard(ctx context.Context, sh *bufShard, part int) error {
 	sh.mu.Lock()
 	users := make([]string, 0, len(sh.users))
 	for u := range sh.users {
-		users = append(users, u)
+		switch {
+		case part >= 0 && t.parts.of(u) != part:
+		case part < 0 && !t.partUp(u): // its part is down: replayed when it answers
+		default:
+			users = append(users, u)
+		}
 	}
 	sh.mu.Unlock()
+	replaying := func() bool {
+		if part >= 0 {
+			return t.parts.states[part].Load() == stateReplaying && t.up()
+		}
+		return t.state.Load() == stateReplaying
+	}
 	var ops []op
 	for _, u := range users {
-		if t.state.Load() != stateReplaying || ctx.Err() != nil {
+		if !replaying() || ctx.Err() != nil {
 			return errReplayAborted
 		}
 		var err error
 		if ops, err = t.replayUser(ctx, sh, u, ops[:0]); err != nil {
+			if part < 0 && !t.partUp(u) {
+				continue // its part went down: it stays buffered until that part answers
+			}
 			return err
 		}
 	}

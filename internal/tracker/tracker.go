@@ -216,6 +216,7 @@ type Tracker struct {
 	remote        bool // the store implements Pinger: calls are bounded
 	onRecover     func()
 	state         atomic.Uint32 // stateUp, stateDown or stateReplaying
+	parts         *partStates   // nil unless the store is Partitioned (parts.go)
 	recoveredAt   atomic.Int64  // clock ms of the last recovery
 	downAt        atomic.Int64  // clock ms of the last outage's start
 	outages       atomic.Uint64
@@ -308,6 +309,7 @@ func New(cfg Config) (*Tracker, error) {
 		remote:        isPinger(cfg.Store),
 		onRecover:     cfg.OnRecover,
 		peers:         cfg.Peers,
+		parts:         newPartStates(cfg.Store),
 	}
 	t.initLeases(&cfg)
 	return t, nil
@@ -327,7 +329,7 @@ func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active boo
 	}
 	now := t.Now()
 	for try := 0; ; try++ {
-		if !t.up() || t.cold.n.Load() > 0 {
+		if !t.upFor(user) || t.cold.n.Load() > 0 {
 			if ok, err := t.held(user, op{kind: opBeat, at: now, device: device, active: active}); ok {
 				return presence.Change{}, err
 			}
@@ -354,14 +356,14 @@ func (t *Tracker) applyBeat(ctx context.Context, now int64, user, device string,
 	b := t.bound(ctx)
 	ch, err := t.store.Beat(b.ctx, now, user, device, active)
 	t.release(b)
-	if err = t.storeErr(ctx, err); errors.Is(err, ErrNotLoaded) {
+	if err = t.storeErrUser(ctx, user, err); errors.Is(err, ErrNotLoaded) {
 		if err = t.load(ctx, user); err != nil {
 			return ch, err
 		}
 		b = t.bound(ctx)
 		ch, err = t.store.Beat(b.ctx, now, user, device, active)
 		t.release(b)
-		err = t.storeErr(ctx, err)
+		err = t.storeErrUser(ctx, user, err)
 	}
 	return ch, err
 }
@@ -384,7 +386,7 @@ func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual,
 	mu := t.writeLock(user)
 	mu.Lock()
 	defer mu.Unlock()
-	if t.up() {
+	if t.upFor(user) {
 		prior, err := t.ensure(ctx, user)
 		switch {
 		case err == nil && !t.durableFailing.Load():
@@ -449,7 +451,7 @@ func (t *Tracker) undoStatus(ctx context.Context, user string, prior manualStatu
 	ctx = context.WithoutCancel(ctx) // the caller's deadline may be what failed
 	for try := 0; ; try++ {
 		now := t.Now()
-		if !t.up() {
+		if !t.upFor(user) {
 			if ok, err := t.buffer(user, op{kind: opStatus, at: now, manual: prior.manual, text: prior.text}); ok {
 				if err != nil {
 					t.log.Error("could not undo a status that did not become durable", "user", user, "err", err)
@@ -475,7 +477,7 @@ func (t *Tracker) undoStatus(ctx context.Context, user string, prior manualStatu
 func (t *Tracker) applyStatusSaved(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
 	for try := 0; ; try++ {
 		now := t.Now()
-		if !t.up() {
+		if !t.upFor(user) {
 			if ok, err := t.buffer(user, op{kind: opStatus, at: now, manual: m, text: text}); ok {
 				return presence.Change{}, err
 			}
@@ -497,7 +499,7 @@ func (t *Tracker) applyStatus(ctx context.Context, now int64, user string, m pre
 		b := t.bound(ctx)
 		ch, err := t.store.SetStatus(b.ctx, now, user, m, text)
 		t.release(b)
-		err = t.storeErr(ctx, err)
+		err = t.storeErrUser(ctx, user, err)
 		if errors.Is(err, ErrNotLoaded) && try < 3 {
 			if err = t.load(ctx, user); err != nil {
 				return ch, err
@@ -518,8 +520,8 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 		case owned.Deferred:
 			return presence.Change{}, nil // released after the work in flight
 		case owned.Release:
-			if lease := t.lease.Load(); lease != 0 && t.up() {
-				ch, _, err := t.ownedCall(ctx, func(c context.Context) (presence.Change, []string, error) {
+			if lease := t.lease.Load(); lease != 0 && t.upFor(user) {
+				ch, _, err := t.ownedCall(ctx, user, func(c context.Context) (presence.Change, []string, error) {
 					return t.leaser.Release(c, now, lease, user,
 						[]OwnedDevice{{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}}, true)
 				})
@@ -537,7 +539,7 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 		}
 	}
 	for try := 0; ; try++ {
-		if !t.up() || t.cold.n.Load() > 0 {
+		if !t.upFor(user) || t.cold.n.Load() > 0 {
 			if ok, err := t.held(user, op{kind: opBye, at: now, device: device}); ok {
 				return presence.Change{}, err
 			}
@@ -558,7 +560,7 @@ func (t *Tracker) applyBye(ctx context.Context, now int64, user, device string) 
 	b := t.bound(ctx)
 	ch, err := t.store.Bye(b.ctx, now, user, device)
 	t.release(b)
-	return ch, t.storeErr(ctx, err)
+	return ch, t.storeErrUser(ctx, user, err)
 }
 
 // Disconnect tells the tracker that the connection of a device closed
@@ -574,13 +576,13 @@ func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int
 	if t.owned != nil && t.owned.Close(now, user, device, since) {
 		return nil // this node holds the device: its deadline is kept here
 	}
-	if !t.up() {
+	if !t.upFor(user) {
 		return nil
 	}
 	b := t.bound(ctx)
 	ch, err := t.store.Disconnect(b.ctx, now, user, device, since)
 	t.release(b)
-	if err = t.storeErr(ctx, err); err != nil {
+	if err = t.storeErrUser(ctx, user, err); err != nil {
 		if errors.Is(err, errOutage) {
 			return nil // the device lives its whole ttl
 		}
@@ -596,7 +598,7 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 	mu := t.writeLock(user)
 	mu.Lock()
 	defer mu.Unlock()
-	if t.up() {
+	if t.upFor(user) {
 		if _, err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
 			return err
 		}
@@ -605,7 +607,7 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 		return fmt.Errorf("set settings: %w", err)
 	}
 	for try := 0; ; try++ {
-		if !t.up() {
+		if !t.upFor(user) {
 			if ok, err := t.buffer(user, op{kind: opSettings, settings: s}); ok {
 				return err
 			}
@@ -626,7 +628,7 @@ func (t *Tracker) applySettings(ctx context.Context, user string, s presence.Set
 		b := t.bound(ctx)
 		err := t.store.SetSettings(b.ctx, user, s)
 		t.release(b)
-		err = t.storeErr(ctx, err)
+		err = t.storeErrUser(ctx, user, err)
 		if errors.Is(err, ErrNotLoaded) && try < 3 {
 			if err = t.load(ctx, user); err != nil {
 				return err
@@ -644,7 +646,7 @@ func (t *Tracker) writeLock(user string) *sync.Mutex {
 // Settings returns a user's privacy settings (while the store is down:
 // from the durable store and the outage buffer).
 func (t *Tracker) Settings(ctx context.Context, user string) (presence.Settings, error) {
-	if t.up() {
+	if t.upFor(user) {
 		if _, err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
 			return presence.Settings{}, err
 		}
@@ -678,7 +680,7 @@ func (t *Tracker) ensure(ctx context.Context, user string) (manualStatus, error)
 	b := t.bound(ctx)
 	err := t.store.Get(b.ctx, t.Now(), []string{user}, s[:])
 	t.release(b)
-	if err = t.storeErr(ctx, err); err != nil {
+	if err = t.storeErrUser(ctx, user, err); err != nil {
 		return manualStatus{}, err
 	}
 	if s[0].Known {
@@ -726,7 +728,7 @@ func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profil
 		b := t.bound(ctx)
 		err = t.store.Load(b.ctx, t.Now(), &p)
 		t.release(b)
-		if err = t.storeErr(ctx, err); !errors.Is(err, ErrStoreReset) || try > 0 {
+		if err = t.storeErrUser(ctx, user, err); !errors.Is(err, ErrStoreReset) || try > 0 {
 			return p, err
 		}
 		if err = t.resetFloor(ctx); err != nil {
@@ -899,6 +901,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 			t.tickLease(ctx)
 		case <-probe.C:
 			t.recover(ctx)
+			t.recoverParts(ctx)
 			t.retryCold(ctx)
 		case <-flush.C:
 			if err := t.Checkpoint(ctx); err != nil && ctx.Err() == nil {
@@ -950,6 +953,8 @@ type Stats struct {
 	StaleReplays  uint64 // of those, users whose last replayed change was over by the replay (not published)
 	StoreResets   uint64 // times the state store was found to have lost its data (versions moved to a new epoch)
 	DegradedReads uint64 // Get calls answered without the state store
+	PartsDown     int    // parts of a Partitioned store (Cluster masters' shards) down now, their users' writes buffered
+	PartOutages   uint64 // times a part was found down
 	PeerSigns     uint64 // signs of devices other nodes gave degraded reads (Config.Peers)
 	PeerAskErrors uint64 // degraded reads that could ask no other node
 
@@ -989,6 +994,10 @@ func (t *Tracker) Stats() Stats {
 	}
 	if t.owned != nil {
 		s.OwnedDevices = t.owned.Len()
+	}
+	if t.parts != nil {
+		s.PartsDown = int(t.parts.down.Load())
+		s.PartOutages = t.parts.outages.Load()
 	}
 	for p := range t.transitions {
 		for n := range t.transitions[p] {

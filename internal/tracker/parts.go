@@ -1,0 +1,153 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+)
+
+// Partitioned is an optional ability of a Store whose parts fail apart: a
+// Redis Cluster, where each master holds some shards. The users of one
+// part live there only (every key of a user is in its part). A store
+// that fails as a whole (one Redis) is not Partitioned, or says 1.
+//
+// With it an outage of one part is that part's users' alone: a write for
+// a user whose part does not answer puts that part down — the user's
+// operations, and those of every user of the part, are buffered as in an
+// outage of the whole store, reads of them are degraded — while the users
+// of the other parts go on as if nothing happened. Run probes each part
+// that is down with PingPart and replays its users' buffer when it
+// answers.
+type Partitioned interface {
+	Parts() int
+	Part(user string) int
+	PingPart(ctx context.Context, part int) error
+}
+
+// partStates are the states (stateUp, stateDown, stateReplaying) of a
+// Partitioned store's parts.
+type partStates struct {
+	of      func(user string) int
+	ping    func(ctx context.Context, part int) error
+	states  []atomic.Uint32
+	downAt  []atomic.Int64 // clock ms of each part's last outage's start
+	down    atomic.Int64   // parts down or replaying now
+	outages atomic.Uint64 // times a part was found down
+}
+
+func newPartStates(s Store) *partStates {
+	p, ok := s.(Partitioned)
+	if !ok || p.Parts() < 2 {
+		return nil
+	}
+	n := p.Parts()
+	return &partStates{of: p.Part, ping: p.PingPart, states: make([]atomic.Uint32, n), downAt: make([]atomic.Int64, n)}
+}
+
+// stateFor is the state of the store as user's operations see it: down if
+// the whole store or the user's part is, replaying if either is being
+// replayed, up otherwise.
+func (t *Tracker) stateFor(user string) uint32 {
+	g := t.state.Load()
+	if t.parts == nil || g == stateDown {
+		return g
+	}
+	p := t.parts.states[t.parts.of(user)].Load()
+	switch {
+	case p == stateDown:
+		return stateDown
+	case g == stateReplaying || p == stateReplaying:
+		return stateReplaying
+	}
+	return stateUp
+}
+
+// upFor reports whether user's operations go to the store.
+func (t *Tracker) upFor(user string) bool {
+	if t.parts == nil {
+		return t.up()
+	}
+	return t.stateFor(user) == stateUp
+}
+
+// partUp reports whether user's part is up (true without parts): the
+// whole store's state aside.
+func (t *Tracker) partUp(user string) bool {
+	return t.parts == nil || t.parts.states[t.parts.of(user)].Load() == stateUp
+}
+
+// storeErrUser is storeErr for a call about one user: with a Partitioned
+// store, an outage puts only the user's part down (a PartialError, which
+// a call about one user should not return, counts as one too).
+func (t *Tracker) storeErrUser(ctx context.Context, user string, err error) error {
+	if t.parts == nil || err == nil || errors.Is(err, ErrNotLoaded) || errors.Is(err, ErrStoreReset) ||
+		domainError(err) || ctx.Err() != nil {
+		return t.storeErr(ctx, err)
+	}
+	t.markPartDown(t.parts.of(user), err)
+	return &outageError{err}
+}
+
+// markPartDown records an outage of part p. A failure during its replay
+// sends it back down without counting a new outage.
+func (t *Tracker) markPartDown(p int, err error) {
+	s := &t.parts.states[p]
+	if s.CompareAndSwap(stateUp, stateDown) {
+		t.parts.downAt[p].Store(t.Now())
+		t.parts.down.Add(1)
+		t.parts.outages.Add(1)
+		t.log.Warn("part of the state store unavailable; buffering its users' operations", "part", p, "err", err)
+		return
+	}
+	s.CompareAndSwap(stateReplaying, stateDown)
+}
+
+// recoverParts probes every part that is down and, for each that answers,
+// replays its users' buffer and marks it up. Run calls it every
+// ProbeInterval while the store as a whole is up.
+func (t *Tracker) recoverParts(ctx context.Context) {
+	if t.parts == nil || t.parts.down.Load() == 0 || !t.up() {
+		return
+	}
+	recovered, since := false, int64(0)
+	for p := range t.parts.states {
+		s := &t.parts.states[p]
+		if s.Load() != stateDown {
+			continue
+		}
+		b := t.bound(ctx)
+		err := t.parts.ping(b.ctx, p)
+		t.release(b)
+		if err != nil || !s.CompareAndSwap(stateDown, stateReplaying) {
+			continue
+		}
+		if err := t.replay(ctx, p); err != nil {
+			s.CompareAndSwap(stateReplaying, stateDown)
+			if ctx.Err() == nil {
+				t.log.Warn("replay of a part's outage buffer failed; will retry", "part", p, "err", err)
+			}
+			continue
+		}
+		// Sweeps wait RecoverGrace, as after an outage of the whole store:
+		// other nodes may hold beats of this part's users in their buffers.
+		t.recoveredAt.Store(t.Now())
+		if s.CompareAndSwap(stateReplaying, stateUp) {
+			t.parts.down.Add(-1)
+			if at := t.parts.downAt[p].Load(); !recovered || at < since {
+				since = at
+			}
+			recovered = true
+			t.log.Info("part of the state store is back; its users' buffer replayed", "part", p)
+		}
+	}
+	if recovered {
+		// As after an outage of the whole store: what this node's devices
+		// did meanwhile, and what a failover may have lost, goes to the
+		// store again; watchers are resynced.
+		t.redoOwned(ctx, since)
+		t.syncOwned(ctx)
+		if t.onRecover != nil {
+			t.onRecover()
+		}
+	}
+}
