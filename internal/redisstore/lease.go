@@ -32,7 +32,10 @@ import (
 // hash is one key (one slot on a Cluster); the scripts that read it touch
 // nothing else.
 
-var _ tracker.Leaser = (*Store)(nil)
+var (
+	_ tracker.Leaser      = (*Store)(nil)
+	_ tracker.Partitioned = (*Store)(nil)
+)
 
 // ownedKey is the set of users in shard sk with a device lease owns.
 func (sk *shardKeys) ownedKey(lease uint64) string {

@@ -209,6 +209,29 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// Parts implements tracker.Partitioned. On a Redis Cluster every shard is
+// a part: its keys share one slot ({shard} hash tag), so one master holds
+// all of them and they fail together and only together. One Redis fails
+// as a whole: 1.
+func (s *Store) Parts() int {
+	if s.c.Mode() == rueidis.ClientModeCluster {
+		return len(s.shards)
+	}
+	return 1
+}
+
+// Part implements tracker.Partitioned: the shard of user.
+func (s *Store) Part(user string) int { return s.shardIndex(user) }
+
+// PingPart implements tracker.Partitioned: a round trip to the master of
+// shard part (an EXISTS of its floor key).
+func (s *Store) PingPart(ctx context.Context, part int) error {
+	if err := s.c.Do(ctx, s.c.B().Exists().Key(s.shards[part].floor).Build()).Error(); err != nil {
+		return fmt.Errorf("redisstore: ping shard %d: %w", part, err)
+	}
+	return nil
+}
+
 // Dial returns a rueidis client for a redis:// or rediss:// URL (for a
 // Cluster, list several addresses: redis://a:6379?addr=b:6379).
 func Dial(url string) (rueidis.Client, error) {

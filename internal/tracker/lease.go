@@ -120,7 +120,7 @@ func (t *Tracker) acquireLease(ctx context.Context) error {
 	b := t.bound(ctx)
 	err := t.leaser.AcquireLease(b.ctx, id, t.Now())
 	t.release(b)
-	if err = t.storeErr(ctx, err); err != nil {
+	if err = t.storeErrKey(ctx, err); err != nil {
 		return err
 	}
 	t.lz.gen = gen
@@ -162,7 +162,13 @@ func (t *Tracker) tickLease(ctx context.Context) {
 		t.leaseLost(ctx)
 		return
 	}
-	if err = t.storeErr(ctx, err); err != nil {
+	if err = t.storeErrKey(ctx, err); err != nil {
+		// What this node cannot see it does not judge (the leases' own
+		// master down, with a Partitioned store: the store is not marked
+		// down, so this is the only place that forgets).
+		t.lz.mu.Lock()
+		clear(t.lz.peers)
+		t.lz.mu.Unlock()
 		return
 	}
 	t.observe(ctx, now, all)
@@ -236,7 +242,7 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 			b := t.bound(ctx)
 			ok, err := t.leaser.TakeLease(b.ctx, w.id, w.renewed, now)
 			t.release(b)
-			if err = t.storeErr(ctx, err); err != nil || !ok {
+			if err = t.storeErrKey(ctx, err); err != nil || !ok {
 				continue
 			}
 			t.takeovers.Add(1)
@@ -253,7 +259,7 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 			b := t.bound(ctx)
 			err := t.leaser.EndLease(b.ctx, w.id)
 			t.release(b)
-			_ = t.storeErr(ctx, err)
+			_ = t.storeErrKey(ctx, err)
 		}
 	}
 }
@@ -370,7 +376,7 @@ func (t *Tracker) touchAll(ctx context.Context, now int64, touches []Touch) {
 		tc := &touches[i]
 		var r owned.Result
 		r.Lost = tc.Lost
-		switch err := t.storeErr(ctx, tc.Err); {
+		switch err := t.storeErrUser(ctx, tc.User, tc.Err); {
 		case err == nil:
 			t.emit(tc.Change)
 		case errors.Is(err, ErrNotLoaded):

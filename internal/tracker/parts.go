@@ -32,7 +32,7 @@ type partStates struct {
 	states  []atomic.Uint32
 	downAt  []atomic.Int64 // clock ms of each part's last outage's start
 	down    atomic.Int64   // parts down or replaying now
-	outages atomic.Uint64 // times a part was found down
+	outages atomic.Uint64  // times a part was found down
 }
 
 func newPartStates(s Store) *partStates {
@@ -85,6 +85,19 @@ func (t *Tracker) storeErrUser(ctx context.Context, user string, err error) erro
 		return t.storeErr(ctx, err)
 	}
 	t.markPartDown(t.parts.of(user), err)
+	return &outageError{err}
+}
+
+// storeErrKey is storeErr for a call about one key of no user (the leases
+// hash): with a Partitioned store its outage is that of the one master
+// holding the key, not of the store: the error is returned (wrapped as an
+// outage's) and nothing is marked down. The lease code retries at its
+// next tick; no node can renew or take a lease meanwhile, so nobody is
+// taken over for it.
+func (t *Tracker) storeErrKey(ctx context.Context, err error) error {
+	if t.parts == nil || err == nil || errors.Is(err, ErrLeaseLost) || domainError(err) || ctx.Err() != nil {
+		return t.storeErr(ctx, err)
+	}
 	return &outageError{err}
 }
 
