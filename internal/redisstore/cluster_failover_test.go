@@ -449,6 +449,14 @@ func (f *failoverFixture) checkPartialRead(t *testing.T, mine []string) {
 					t.Errorf("%s, on a master that is up, read %+v during the failover", u, out[i])
 				}
 			}
+			// The floors of the shards that answer are there: the
+			// tracker is neither told that the store lost its data nor
+			// that it is down (the killed master's shards, if it is not
+			// promoted yet, are named in a PartialError).
+			ok, err := f.s.CheckFloor(t.Context())
+			if !ok || err != nil && !errors.As(err, &pe) {
+				t.Errorf("CheckFloor during the failover: %v, %v; want true and nil or a PartialError", ok, err)
+			}
 			return
 		}
 		if err == nil || time.Now().After(deadline) {

@@ -428,6 +428,7 @@ func (s *Store) RaiseFloor(ctx context.Context, floor uint64) error {
 		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor}, Args: []string{strconv.FormatUint(floor, 10)}}
 	}
 	var firstErr error
+	var failed []int
 	for i, r := range s.raiseFloor.execMulti(ctx, s.c, execs...) {
 		v, err := r.ToString()
 		if err == nil {
@@ -436,22 +437,39 @@ func (s *Store) RaiseFloor(ctx context.Context, floor uint64) error {
 				s.floors[i].Store(uint64(f))
 			}
 		}
+		if err != nil {
+			failed = append(failed, i)
+		}
 		firstErr = firstOf(firstErr, err)
 	}
-	if firstErr != nil {
-		return fmt.Errorf("redisstore: raise floor: %w", s.raiseFloor.err(firstErr))
+	return floorErr("raise floor", len(s.shards), failed, s.raiseFloor.err(firstErr))
+}
+
+// floorErr is the error of a call on every shard's floor: nil, a
+// tracker.PartialError naming the shards that failed when others answered
+// (a Cluster master down), or the error.
+func floorErr(what string, shards int, failed []int, err error) error {
+	switch {
+	case len(failed) == 0:
+		return nil
+	case len(failed) < shards:
+		return &tracker.PartialError{Failed: failed, Err: fmt.Errorf("redisstore: %s: %w", what, err)}
 	}
-	return nil
+	return fmt.Errorf("redisstore: %s: %w", what, err)
 }
 
 // CheckFloor reads the version floor of every shard and reports whether
 // each has one: a shard without it lost its data (see the package doc).
+// Shards that do not answer (a Cluster master down) are named in a
+// tracker.PartialError, and the answer is about the others.
 func (s *Store) CheckFloor(ctx context.Context) (bool, error) {
 	cmds := make(rueidis.Commands, len(s.shards))
 	for i := range s.shards {
 		cmds[i] = s.c.B().Get().Key(s.shards[i].floor).Build()
 	}
 	ok := true
+	var failed []int
+	var firstErr error
 	for i, r := range s.c.DoMulti(ctx, cmds...) {
 		v, err := r.ToString()
 		if rueidis.IsRedisNil(err) {
@@ -459,7 +477,9 @@ func (s *Store) CheckFloor(ctx context.Context) (bool, error) {
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("redisstore: check floor: %w", err)
+			failed = append(failed, i)
+			firstErr = firstOf(firstErr, err)
+			continue
 		}
 		f, err := parseDec(v)
 		if err != nil {
@@ -467,7 +487,8 @@ func (s *Store) CheckFloor(ctx context.Context) (bool, error) {
 		}
 		s.floors[i].Store(uint64(f))
 	}
-	return ok, nil
+	// With a shard that did not answer, ok speaks of the others.
+	return ok, floorErr("check floor", len(s.shards), failed, firstErr)
 }
 
 // Expire implements tracker.Store. Each round is two pipelined round
@@ -475,32 +496,51 @@ func (s *Store) CheckFloor(ctx context.Context) (bool, error) {
 // script on the due shards, max shared between them; rounds repeat while
 // a shard may have more due and the budget allows.
 func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.Change) ([]presence.Change, error) {
+	return s.ExpireParts(ctx, now, max, nil, out)
+}
+
+// ExpireParts implements tracker.PartSweeper: Expire of the shards skip
+// does not name (nil: all).
+func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(part int) bool, out []presence.Change) ([]presence.Change, error) {
 	start := len(out)
 	// Start the probe at a rotating shard, so a small max does not always
 	// favour the first shards.
 	first := int(s.sweeps.Add(1) % uint64(len(s.shards)))
-	probes := make(rueidis.Commands, len(s.shards))
+	probes := make(rueidis.Commands, 0, len(s.shards))
+	probed := make([]int, 0, len(s.shards))
 	var due []int
 	var execs []rueidis.LuaExec
 	// A shard whose node does not answer (a Cluster master down) is
-	// skipped, and the others swept: the error is then a PartialError.
+	// skipped, and the others swept: the error is then a PartialError
+	// naming the shards that failed.
+	var failedShards []int
 	var failed, answered int
 	var firstErr error
 	for len(out)-start < max {
+		probes, probed = probes[:0], probed[:0]
 		for i := range s.shards {
-			sk := &s.shards[(first+i)%len(s.shards)]
-			probes[i] = s.c.B().Zrangebyscore().Key(sk.due).Min("-inf").Max(i64(now)).Limit(0, 1).Build()
+			k := (first + i) % len(s.shards)
+			if skip != nil && skip(k) {
+				continue
+			}
+			sk := &s.shards[k]
+			probes = append(probes, s.c.B().Zrangebyscore().Key(sk.due).Min("-inf").Max(i64(now)).Limit(0, 1).Build())
+			probed = append(probed, k)
+		}
+		if len(probes) == 0 {
+			break
 		}
 		due = due[:0]
 		for i, r := range s.c.DoMulti(ctx, probes...) {
 			m, err := r.AsStrSlice()
 			if err != nil {
 				failed, firstErr = failed+1, firstOf(firstErr, err)
+				failedShards = append(failedShards, probed[i])
 				continue
 			}
 			answered++
 			if len(m) > 0 {
-				due = append(due, (first+i)%len(s.shards))
+				due = append(due, probed[i])
 			}
 		}
 		if len(due) == 0 {
@@ -520,10 +560,11 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 		}
 		// A failed shard does not drop the changes the others claimed:
 		// they are gone from Redis and must reach the caller.
-		for _, r := range s.expire.execMulti(ctx, s.c, execs...) {
+		for j, r := range s.expire.execMulti(ctx, s.c, execs...) {
 			arr, err := r.ToArray()
 			if err != nil {
 				failed, firstErr = failed+1, firstOf(firstErr, s.expire.err(err))
+				failedShards = append(failedShards, due[j])
 				continue
 			}
 			if len(arr) == per {
@@ -544,7 +585,13 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 			break
 		}
 	}
-	return out, shardsErr("expire", failed, answered, firstErr)
+	err := shardsErr("expire", failed, answered, firstErr)
+	var pe *tracker.PartialError
+	if errors.As(err, &pe) {
+		slices.Sort(failedShards)
+		pe.Parts = slices.Compact(failedShards)
+	}
+	return out, err
 }
 
 // shardsErr is the error of a call made on every shard: nil, the error

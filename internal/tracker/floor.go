@@ -22,7 +22,9 @@ func (t *Tracker) resetFloor(ctx context.Context) error {
 	b := t.bound(ctx)
 	have, err := f.CheckFloor(b.ctx)
 	t.release(b)
-	if err = t.storeErr(ctx, err); err != nil {
+	// A part that does not answer (PartialError) keeps its floor for all
+	// we know; the others' answer stands.
+	if err = t.storeErr(ctx, err); err != nil && !partial(err) {
 		return err
 	}
 	if have {
@@ -37,7 +39,7 @@ func (t *Tracker) resetFloor(ctx context.Context) error {
 	b = t.bound(ctx)
 	err = f.RaiseFloor(b.ctx, epoch<<32)
 	t.release(b)
-	if err = t.storeErr(ctx, err); err != nil {
+	if err = t.storeErr(ctx, err); err != nil && !partial(err) {
 		return err
 	}
 	t.resets.Add(1)
@@ -61,7 +63,7 @@ func (t *Tracker) checkFloor(ctx context.Context) {
 	b := t.bound(ctx)
 	have, err := f.CheckFloor(b.ctx)
 	t.release(b)
-	if err = t.storeErr(ctx, err); err != nil || have {
+	if err = t.storeErr(ctx, err); err != nil && !partial(err) || have {
 		return
 	}
 	if err := t.resetFloor(ctx); err != nil {

@@ -31,6 +31,7 @@ type partStates struct {
 	ping    func(ctx context.Context, part int) error
 	states  []atomic.Uint32
 	downAt  []atomic.Int64 // clock ms of each part's last outage's start
+	upAt    []atomic.Int64 // clock ms of each part's last recovery
 	down    atomic.Int64   // parts down or replaying now
 	outages atomic.Uint64  // times a part was found down
 }
@@ -41,7 +42,8 @@ func newPartStates(s Store) *partStates {
 		return nil
 	}
 	n := p.Parts()
-	return &partStates{of: p.Part, ping: p.PingPart, states: make([]atomic.Uint32, n), downAt: make([]atomic.Int64, n)}
+	return &partStates{of: p.Part, ping: p.PingPart, states: make([]atomic.Uint32, n),
+		downAt: make([]atomic.Int64, n), upAt: make([]atomic.Int64, n)}
 }
 
 // stateFor is the state of the store as user's operations see it: down if
@@ -107,9 +109,10 @@ func (t *Tracker) markPartDown(p int, err error) {
 	s := &t.parts.states[p]
 	if s.CompareAndSwap(stateUp, stateDown) {
 		t.parts.downAt[p].Store(t.Now())
-		t.parts.down.Add(1)
 		t.parts.outages.Add(1)
-		t.log.Warn("part of the state store unavailable; buffering its users' operations", "part", p, "err", err)
+		if t.parts.down.Add(1) == 1 { // said once per outage, not per part
+			t.log.Warn("part of the state store unavailable; buffering its users' operations", "part", p, "err", err)
+		}
 		return
 	}
 	s.CompareAndSwap(stateReplaying, stateDown)
@@ -141,16 +144,18 @@ func (t *Tracker) recoverParts(ctx context.Context) {
 			}
 			continue
 		}
-		// Sweeps wait RecoverGrace, as after an outage of the whole store:
-		// other nodes may hold beats of this part's users in their buffers.
-		t.recoveredAt.Store(t.Now())
+		// The part's sweeps wait RecoverGrace, as after an outage of the
+		// whole store: other nodes may hold beats of its users in their
+		// buffers (sweepSkip).
+		t.parts.upAt[p].Store(t.Now())
 		if s.CompareAndSwap(stateReplaying, stateUp) {
-			t.parts.down.Add(-1)
+			if t.parts.down.Add(-1) == 0 {
+				t.log.Info("every part of the state store is back; their users' buffer replayed", "outages", t.parts.outages.Load())
+			}
 			if at := t.parts.downAt[p].Load(); !recovered || at < since {
 				since = at
 			}
 			recovered = true
-			t.log.Info("part of the state store is back; its users' buffer replayed", "part", p)
 		}
 	}
 	if recovered {
@@ -161,6 +166,45 @@ func (t *Tracker) recoverParts(ctx context.Context) {
 		t.syncOwned(ctx)
 		if t.onRecover != nil {
 			t.onRecover()
+		}
+	}
+}
+
+// sweepSkip returns which parts a sweep leaves alone now — those down or
+// being replayed, and those back for less than RecoverGrace — or nil if
+// it may sweep them all.
+func (t *Tracker) sweepSkip() func(part int) bool {
+	if t.parts == nil {
+		return nil
+	}
+	now, grace := t.Now(), t.recoverGrace.Milliseconds()
+	skip := false
+	for p := range t.parts.states {
+		if t.parts.states[p].Load() != stateUp || now < t.parts.upAt[p].Load()+grace {
+			skip = true
+			break
+		}
+	}
+	if !skip {
+		return nil
+	}
+	return func(p int) bool {
+		return t.parts.states[p].Load() != stateUp || now < t.parts.upAt[p].Load()+grace
+	}
+}
+
+// partsFailed marks down the parts a call on every part found silent
+// (PartialError.Parts), so that this node's writes for their users are
+// buffered and its sweeps leave them alone until they are back and
+// replayed — a node that only sweeps a part learns of its outage so.
+func (t *Tracker) partsFailed(err error) {
+	var pe *PartialError
+	if t.parts == nil || !errors.As(err, &pe) {
+		return
+	}
+	for _, p := range pe.Parts {
+		if p >= 0 && p < len(t.parts.states) {
+			t.markPartDown(p, pe.Err)
 		}
 	}
 }

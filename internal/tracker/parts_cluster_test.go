@@ -50,7 +50,9 @@ func TestClusterMasterDownAffectsOnlyItsUsers(t *testing.T) {
 	f.tr, err = tracker.New(tracker.Config{
 		Store: rs, Durable: db, Publisher: f.pub, Clock: f.clock, Rules: redisRules,
 		StoreTimeout: 500 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
-		SweepInterval: time.Hour, FlushInterval: time.Hour,
+		// Sweeps, checkpoints and the check of the floors run during the
+		// failover too: none may take the whole store down.
+		SweepInterval: 100 * time.Millisecond, FlushInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -23,11 +23,14 @@ var ErrStoreReset = errors.New("tracker: the state store lost its data")
 // PartialError is returned by a Store when a call failed for some of its
 // keys only — a Redis Cluster whose one master is down, the others
 // answering — and did the rest. For Get, Failed lists the indexes of the
-// ids whose snapshots are missing. The tracker does not take such a
-// failure for an outage of the whole store: only the users of the keys
-// that failed are affected.
+// ids whose snapshots are missing; for a call on every part (Expire,
+// Dirty, the floors) of a Partitioned store, Parts lists the parts that
+// did not answer (the tracker marks them down). The tracker does not take
+// such a failure for an outage of the whole store: only the users of the
+// keys that failed are affected.
 type PartialError struct {
 	Failed []int
+	Parts  []int
 	Err    error
 }
 
@@ -36,6 +39,15 @@ func (e *PartialError) Error() string {
 }
 
 func (e *PartialError) Unwrap() error { return e.Err }
+
+// PartSweeper is an optional ability of a Partitioned store: Expire
+// leaving alone the parts skip names. The tracker does not sweep a part
+// that is down or being replayed, nor one for RecoverGrace after it came
+// back: its users' beats of the outage may still wait in this node's
+// buffer, or in another node's.
+type PartSweeper interface {
+	ExpireParts(ctx context.Context, now int64, max int, skip func(part int) bool, out []presence.Change) ([]presence.Change, error)
+}
 
 // Floorer is an optional ability of a Store that lives apart from the node
 // and may lose its data (Redis): a version floor that every user loaded

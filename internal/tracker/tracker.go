@@ -774,10 +774,22 @@ func (t *Tracker) Sweep(ctx context.Context) (int, error) {
 	t.sweepMu.Lock()
 	defer t.sweepMu.Unlock()
 	total := 0
+	skip := t.sweepSkip()
+	ps, partSweeper := t.store.(PartSweeper)
+	if skip != nil && !partSweeper {
+		return 0, nil // a part is down or just back: no sweep until it is settled
+	}
 	for {
 		b := t.bound(ctx)
-		out, err := t.store.Expire(b.ctx, t.Now(), t.sweepBatch, t.sweepBuf[:0])
+		var out []presence.Change
+		var err error
+		if skip != nil {
+			out, err = ps.ExpireParts(b.ctx, t.Now(), t.sweepBatch, skip, t.sweepBuf[:0])
+		} else {
+			out, err = t.store.Expire(b.ctx, t.Now(), t.sweepBatch, t.sweepBuf[:0])
+		}
 		t.release(b)
+		t.partsFailed(err)
 		err = t.storeErr(ctx, err)
 		for i := range out {
 			t.emit(out[i])
