@@ -951,6 +951,26 @@ func TestRedisClusterFailover(t *testing.T) {
 	for _, u := range users {
 		w.await(t, "w", u, wsclient.Online)
 	}
+	// HTTP users beat through node 2 all along: a Redis write per beat,
+	// some to the masters taken away.
+	var hw []string
+	for i := range 20 {
+		hw = append(hw, fmt.Sprint("h", i))
+	}
+	httpBeats, stopBeats := context.WithCancel(context.Background())
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		for httpBeats.Err() == nil {
+			for _, u := range hw {
+				if code, body := n2.do("POST", "/v1/heartbeat", apiKey, map[string]any{"user_id": u, "device_id": "pc"}); code != 200 {
+					t.Errorf("HTTP heartbeat of %s during the failovers: %d %s", u, code, body)
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}()
+	defer func() { stopBeats(); <-beating }()
 	leases, err := cl.MasterOf(b.prefix + "leases")
 	if err != nil {
 		t.Fatal(err)
@@ -1000,9 +1020,21 @@ func TestRedisClusterFailover(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, n := range []*proc{n1, n2} {
+	stopBeats()
+	<-beating
+	_, body := n1.do("GET", "/presence/batch?user_ids="+strings.Join(hw, ","), apiKey, nil)
+	if strings.Count(string(body), `"online"`) != len(hw) {
+		t.Errorf("node 1 reads the HTTP users after the failovers: %s", body)
+	}
+	for i, n := range []*proc{n1, n2} {
 		if got := metric(t, n.server, "presenced_lease_takeovers_total"); got != 0 {
 			t.Errorf("a node took over %v leases; both were alive", got)
 		}
+		// One master's outage is its users' alone: the store as a whole
+		// is never found down.
+		if got := metric(t, n.server, "presenced_store_outages_total"); got != 0 {
+			t.Errorf("node %d took the whole store for down %v times", i+1, got)
+		}
+		t.Logf("node %d: parts found down %v times", i+1, metric(t, n.server, "presenced_store_part_outages_total"))
 	}
 }

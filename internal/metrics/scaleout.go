@@ -19,6 +19,8 @@ var (
 	descReplayed      = prometheus.NewDesc("presenced_store_replayed_total", "Buffered operations replayed when the state store came back.", nil, nil)
 	descStaleReplays  = prometheus.NewDesc("presenced_store_stale_replays_total", "Replayed users whose last change was over by the replay (not announced; the sweep settles them).", nil, nil)
 	descStoreResets   = prometheus.NewDesc("presenced_store_resets_total", "Times the state store was found to have lost its data (versions moved to a new epoch, watchers resynced).", nil, nil)
+	descPartsDown     = prometheus.NewDesc("presenced_store_parts_down", "Parts of the state store (a Redis Cluster's shards) this node finds down now: their users' writes are buffered, the others' go on.", nil, nil)
+	descPartOutages   = prometheus.NewDesc("presenced_store_part_outages_total", "Times a part of the state store (a shard of a Redis Cluster whose master did not answer) was found down.", nil, nil)
 	descDegradedReads = prometheus.NewDesc("presenced_degraded_reads_total", "Reads answered from the durable store and this node's buffer while the state store was down.", nil, nil)
 	descAwaiting      = prometheus.NewDesc("presenced_awaiting_profile_users", "Users whose heartbeats this node holds because their durable profile cannot be read (the durable store is down).", nil, nil)
 	descProfiles      = prometheus.NewDesc("presenced_awaiting_profile_loaded_total", "Users whose held heartbeats were applied once their durable profile could be read.", nil, nil)
@@ -54,7 +56,7 @@ type scaleOutCollector struct {
 }
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descDegradedReads, descAwaiting, descProfiles,
+	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descPartsDown, descPartOutages, descDegradedReads, descAwaiting, descProfiles,
 		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
 		ch <- d
 	}
@@ -73,6 +75,8 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReplayed, prometheus.CounterValue, float64(s.Replayed))
 		ch <- prometheus.MustNewConstMetric(descStaleReplays, prometheus.CounterValue, float64(s.StaleReplays))
 		ch <- prometheus.MustNewConstMetric(descStoreResets, prometheus.CounterValue, float64(s.StoreResets))
+		ch <- prometheus.MustNewConstMetric(descPartsDown, prometheus.GaugeValue, float64(s.PartsDown))
+		ch <- prometheus.MustNewConstMetric(descPartOutages, prometheus.CounterValue, float64(s.PartOutages))
 		ch <- prometheus.MustNewConstMetric(descDegradedReads, prometheus.CounterValue, float64(s.DegradedReads))
 		ch <- prometheus.MustNewConstMetric(descAwaiting, prometheus.GaugeValue, float64(s.AwaitingProfile))
 		ch <- prometheus.MustNewConstMetric(descProfiles, prometheus.CounterValue, float64(s.ProfilesLoaded))
