@@ -201,6 +201,19 @@ func (p *pending) add(o op, maxDevices int) error {
 		if live >= maxDevices {
 			return presence.ErrTooManyDevices
 		}
+		if len(p.devices) >= 2*maxDevices {
+			// Devices that said bye make room: the oldest bye is
+			// forgotten (that device, if the store holds it, lives out
+			// its ttl instead), so a client cycling through new device
+			// ids cannot grow one user's record without bound.
+			oldest := -1
+			for j, d := range p.devices {
+				if d.bye != 0 && (oldest < 0 || d.bye < p.devices[oldest].bye) {
+					oldest = j
+				}
+			}
+			p.devices = slices.Delete(p.devices, oldest, oldest+1) // live < maxDevices: one said bye
+		}
 		p.devices = append(p.devices, pendingDevice{id: o.device})
 		i = len(p.devices) - 1
 	}

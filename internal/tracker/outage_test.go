@@ -711,3 +711,27 @@ func TestOutageReplayWaitsForDurable(t *testing.T) {
 	f.waitUp()
 	f.wantEvents("replay", "u offline→busy seen=0s")
 }
+
+// A client that cycles through new device ids (a beat, then a bye, each
+// with a fresh id) while the store is down does not grow its user's
+// buffered record without bound: the oldest byes make room. The devices
+// it still has live are kept.
+func TestOutageBufferPerUserIsBounded(t *testing.T) {
+	f := newOutageFixture(t, newMemDurable(), tracker.Config{})
+	f.sw.off.Store(true)
+	f.at(time.Second)
+	f.beat("u", "keep", true)
+	for i := range 1000 {
+		d := fmt.Sprint("d", i)
+		f.beat("u", d, true)
+		f.bye("u", d)
+	}
+	signs := f.tr.Signs(f.tr.Now(), []string{"u"}, nil)
+	max := 3 * 2 * presence.DefaultMaxDevices // a beat, an active beat and a bye per record
+	if len(signs) > max {
+		t.Errorf("%d signs buffered for one user after 1,000 devices came and went; want at most %d", len(signs), max)
+	}
+	if s := f.read("u")[0]; s.Status != presence.Online || s.Devices != 1 {
+		t.Errorf("u reads %v with %d devices; want online with the one it kept", s.Status, s.Devices)
+	}
+}
