@@ -407,6 +407,39 @@ func TestDuplicatedTabAcrossNodes(t *testing.T) {
 	}
 }
 
+// On Redis an HTTP heartbeat's answer is read back by the beat's own
+// script (no second round trip): it is the user's own view, the same as a
+// read of it right after — a first beat, a second device, a beat that
+// changes nothing, an invisible user (who sees themself invisible), a
+// status text.
+func TestHeartbeatAnswerOnRedis(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	n := b.node(t, 1)
+	check := func(what string, hb map[string]any, status string, devices float64) {
+		t.Helper()
+		self := n.call("GET", "/v1/presence/hope?viewer_id=hope", apiKey, nil)
+		if hb["status"] != status || hb["devices"] != devices {
+			t.Errorf("%s: heartbeat answered %v, want %s with %v devices", what, hb, status, devices)
+		}
+		for _, k := range []string{"user_id", "status", "devices", "version", "status_text"} {
+			if hb[k] != self[k] {
+				t.Errorf("%s: the heartbeat answered %s %v, a read right after %v", what, k, hb[k], self[k])
+			}
+		}
+		if hb["last_seen"] == nil || hb["device_id"] == nil || hb["ttl_ms"] == nil {
+			t.Errorf("%s: heartbeat answer %v lacks last_seen, device_id or ttl_ms", what, hb)
+		}
+	}
+	check("first beat", n.heartbeat(apiKey, "hope", "phone"), "online", 1)
+	check("second device", n.heartbeat(apiKey, "hope", "tab"), "online", 2)
+	check("no change", n.heartbeat(apiKey, "hope", "phone"), "online", 2)
+	n.call("POST", "/v1/status", apiKey, map[string]any{"user_id": "hope", "status": "busy", "text": "on a call"})
+	check("busy", n.heartbeat(apiKey, "hope", "phone"), "busy", 2)
+	n.call("POST", "/v1/status", apiKey, map[string]any{"user_id": "hope", "status": "invisible"})
+	check("invisible", n.heartbeat(apiKey, "hope", "phone"), "invisible", 2)
+}
+
 // Redis hangs (SIGSTOP) or restarts empty for 10 s, longer than the ttl,
 // while users keep beating over WebSockets and set a status in the middle
 // of it: nobody is ever shown offline, and every watcher ends on the

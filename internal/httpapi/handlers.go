@@ -197,7 +197,18 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.tracker.Heartbeat(r.Context(), user, dev, active); err != nil {
+	if hr, ok := s.tracker.(HeartbeatReader); ok {
+		var snap presence.Snapshot
+		_, read, err := hr.HeartbeatRead(r.Context(), user, dev, active, &snap)
+		if err != nil {
+			return err
+		}
+		if read {
+			v := privacy.Filter(privacy.Relation{Self: true}, &snap)
+			s.writeView(w, &v, dev)
+			return nil
+		}
+	} else if _, err := s.tracker.Heartbeat(r.Context(), user, dev, active); err != nil {
 		return err
 	}
 	return s.writeRecorded(w, r, user, dev)

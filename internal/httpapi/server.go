@@ -34,6 +34,14 @@ type Tracker interface {
 	Debug(ctx context.Context, user string) (presence.User, int64, bool, error)
 }
 
+// HeartbeatReader is an optional ability of a Tracker: a heartbeat that
+// also reads the user back in the same store call (tracker.Tracker on
+// Redis), so the answer needs no second round trip. It reports whether
+// snap was filled.
+type HeartbeatReader interface {
+	HeartbeatRead(ctx context.Context, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error)
+}
+
 // Reader answers privacy-filtered reads.
 type Reader interface {
 	Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error

@@ -53,6 +53,9 @@ type beatReq struct {
 	shard        *shardKeys
 	deadline     time.Time // the caller's (zero: none)
 
+	snap   *presence.Snapshot // BeatRead: filled with the user after the beat
+	snapOK bool               // snap was filled
+
 	ch   presence.Change
 	err  error
 	done chan bool // true: send the next call of the group; false: ch and err are set
@@ -85,10 +88,21 @@ func (s *Store) shardIndex(user string) int {
 
 // Beat implements tracker.Store.
 func (s *Store) Beat(ctx context.Context, now int64, user, device string, active bool) (presence.Change, error) {
+	ch, _, err := s.BeatRead(ctx, now, user, device, active, nil)
+	return ch, err
+}
+
+// BeatRead implements tracker.BeatReader: Beat, and, if snap is not nil,
+// the user as Get would read it at now after the beat, filled in by the
+// same script call (the HTTP heartbeat's answer costs no second round
+// trip). It reports whether snap was filled; when it was not (the user's
+// fields do not tell their state without the whole hash: Get's rule), the
+// caller reads the user.
+func (s *Store) BeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error) {
 	k := s.shardIndex(user)
 	g := s.group(k)
 	r := beatReqPool.Get().(*beatReq)
-	r.user, r.device, r.now, r.active, r.shard = user, device, now, active, &s.shards[k]
+	r.user, r.device, r.now, r.active, r.shard, r.snap = user, device, now, active, &s.shards[k], snap
 	r.deadline, _ = ctx.Deadline()
 
 	g.mu.Lock()
@@ -102,10 +116,10 @@ func (s *Store) Beat(ctx context.Context, now int64, user, device string, active
 	if lead {
 		s.sendBeats(g, r)
 	}
-	ch, err := r.ch, r.err
+	ch, ok, err := r.ch, r.snapOK, r.err
 	*r = beatReq{done: r.done}
 	beatReqPool.Put(r)
-	return ch, err
+	return ch, ok, err
 }
 
 // sendBeats sends one call with the group's queued beats, the first of
@@ -179,8 +193,13 @@ func (s *Store) beatBatch(ctx context.Context, batch []*beatReq) {
 	keys := make([]string, 0, 3*len(batch))
 	args := make([]string, 0, 4*len(batch))
 	for _, r := range batch {
-		a := "0"
-		if r.active {
+		a := "0" // mode: active 1/0, + 2 to read the user back
+		switch {
+		case r.active && r.snap != nil:
+			a = "3"
+		case r.snap != nil:
+			a = "2"
+		case r.active:
 			a = "1"
 		}
 		keys = append(keys, r.shard.users+r.user, r.shard.due, r.shard.dirty)
@@ -202,6 +221,16 @@ func (s *Store) beatBatch(ctx context.Context, batch []*beatReq) {
 			r.err = wrapErr("beat", s.beat.err(err))
 			continue
 		}
-		r.ch, r.err = s.change(replies[i], r.user, r.now, "beat")
+		reply := replies[i]
+		if r.snap != nil {
+			// {the beat's reply, r, ls, pls, od} (beat_fast.lua), or a
+			// plain {-1} / {-2}.
+			if arr, err := reply.ToArray(); err == nil && len(arr) == 1+len(readFields) && arr[0].IsArray() {
+				reply = arr[0]
+				ok, err := snapshotFromScalars(r.user, arr[1:], r.now, r.snap)
+				r.snapOK = ok && err == nil
+			}
+		}
+		r.ch, r.err = s.change(reply, r.user, r.now, "beat")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/tracker"
 )
 
 // Many callers beating at once: every beat is applied and answered, and
@@ -211,5 +213,75 @@ func TestPanicInCallReleasesTheGroup(t *testing.T) {
 	}
 	if !released {
 		t.Error("the group is still held")
+	}
+}
+
+// BeatRead answers, in the beat's own call, what Get reads right after:
+// on the fast path and the full one (a new device, a status the beat
+// changes, a user whose away is due), alone and in batches of concurrent
+// callers, with and without a manual status and owned devices.
+func TestBeatReadIsGet(t *testing.T) {
+	s := newStore(t, client(t), redisstore.Config{Shards: 4})
+	ctx := context.Background()
+	const t0 = int64(1_700_000_000_000)
+	users := 60
+	for i := range users {
+		if err := s.Load(ctx, t0, &presence.Profile{UserID: fmt.Sprint("r", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.SetStatus(ctx, t0, "r1", presence.ManualBusy, "in a meeting"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetStatus(ctx, t0, "r2", presence.ManualInvisible, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, t0, 9, "r3", tracker.OwnedDevice{ID: "ws", LastBeat: t0, LastActive: presence.Forever}); err != nil {
+		t.Fatal(err)
+	}
+	var filled, total atomic.Int64
+	// Three rounds: first beats (full path: new devices), beats that
+	// change nothing (fast path), beats a while later from a second
+	// device, background beats (active false) after the idle time.
+	rounds := []struct {
+		at     int64
+		dev    string
+		active bool
+	}{{t0 + 1, "d", true}, {t0 + 2, "d", true}, {t0 + 1000, "e", true}, {t0 + 400_000, "d", false}}
+	for _, rd := range rounds {
+		// The sweeper's work up to now (it re-arms the due entries that
+		// a beat only moved later).
+		if _, err := s.Expire(ctx, rd.at, 100_000, nil); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range users {
+			wg.Go(func() {
+				u := fmt.Sprint("r", i)
+				var got presence.Snapshot
+				_, ok, err := s.BeatRead(ctx, rd.at, u, rd.dev, rd.active, &got)
+				if err != nil {
+					t.Errorf("BeatRead %s at %d: %v", u, rd.at, err)
+					return
+				}
+				total.Add(1)
+				if !ok {
+					return
+				}
+				filled.Add(1)
+				var want [1]presence.Snapshot
+				if err := s.Get(ctx, rd.at, []string{u}, want[:]); err != nil {
+					t.Errorf("Get %s: %v", u, err)
+					return
+				}
+				if got != want[0] {
+					t.Errorf("%s at %d: BeatRead read %+v, Get %+v", u, rd.at, got, want[0])
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if filled.Load() < total.Load()*9/10 {
+		t.Errorf("BeatRead filled the snapshot for %d of %d beats; want nearly all", filled.Load(), total.Load())
 	}
 }

@@ -40,6 +40,14 @@ func (e *PartialError) Error() string {
 
 func (e *PartialError) Unwrap() error { return e.Err }
 
+// BeatReader is an optional ability of a Store in another process: Beat
+// that also fills snap (when not nil) with the user at now after the
+// beat — what Get would answer — in the same round trip, and reports
+// whether it did.
+type BeatReader interface {
+	BeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error)
+}
+
 // PartSweeper is an optional ability of a Partitioned store: Expire
 // leaving alone the parts skip names. The tracker does not sweep a part
 // that is down or being replayed, nor one for RecoverGrace after it came

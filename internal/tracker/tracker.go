@@ -217,6 +217,7 @@ type Tracker struct {
 	onRecover     func()
 	state         atomic.Uint32 // stateUp, stateDown or stateReplaying
 	parts         *partStates   // nil unless the store is Partitioned (parts.go)
+	beatReader    BeatReader    // the store, if it is one
 	recoveredAt   atomic.Int64  // clock ms of the last recovery
 	downAt        atomic.Int64  // clock ms of the last outage's start
 	outages       atomic.Uint64
@@ -310,6 +311,7 @@ func New(cfg Config) (*Tracker, error) {
 		onRecover:     cfg.OnRecover,
 		peers:         cfg.Peers,
 		parts:         newPartStates(cfg.Store),
+		beatReader:    asBeatReader(cfg.Store),
 	}
 	t.initLeases(&cfg)
 	return t, nil
@@ -324,17 +326,31 @@ func (t *Tracker) Now() int64 { return t.clock.Now().UnixMilli() }
 // beat is buffered and an empty Change returned (ErrUnavailable if the
 // buffer is full).
 func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	ch, _, err := t.HeartbeatRead(ctx, user, device, active, nil)
+	return ch, err
+}
+
+// HeartbeatRead is Heartbeat that, if snap is not nil, also fills it with
+// the user's state after the beat — what Get would answer — when the
+// store can tell it in the beat's own call (a BeatReader: Redis), and
+// reports whether it did. Otherwise (an embedded store, a beat buffered
+// or held, a user whose state needs the whole record) the caller reads
+// the user.
+func (t *Tracker) HeartbeatRead(ctx context.Context, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error) {
 	if t.storeBeats == nil {
 		t.beats.add()
+	}
+	if t.beatReader == nil {
+		snap = nil
 	}
 	now := t.Now()
 	for try := 0; ; try++ {
 		if !t.upFor(user) || t.cold.n.Load() > 0 {
 			if ok, err := t.held(user, op{kind: opBeat, at: now, device: device, active: active}); ok {
-				return presence.Change{}, err
+				return presence.Change{}, false, err
 			}
 		}
-		ch, err := t.applyBeat(ctx, now, user, device, active)
+		ch, read, err := t.applyBeatRead(ctx, now, user, device, active, snap)
 		if try == 0 && errors.Is(err, errOutage) {
 			continue // the store is down now: buffer the beat
 		}
@@ -342,30 +358,47 @@ func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active boo
 			if profileUnavailable(err) {
 				// The durable store is down: wait for the profile (cold.go).
 				_, err = t.hold(user, op{kind: opBeat, at: now, device: device, active: active}, false)
-				return presence.Change{}, err
+				return presence.Change{}, false, err
 			}
-			return ch, fmt.Errorf("heartbeat: %w", err)
+			return ch, false, fmt.Errorf("heartbeat: %w", err)
 		}
 		t.emit(ch)
-		return ch, nil
+		return ch, read, nil
 	}
+}
+
+func asBeatReader(s Store) BeatReader {
+	br, _ := s.(BeatReader)
+	return br
 }
 
 // applyBeat applies a beat to the store, loading the user if needed.
 func (t *Tracker) applyBeat(ctx context.Context, now int64, user, device string, active bool) (presence.Change, error) {
-	b := t.bound(ctx)
-	ch, err := t.store.Beat(b.ctx, now, user, device, active)
-	t.release(b)
+	ch, _, err := t.applyBeatRead(ctx, now, user, device, active, nil)
+	return ch, err
+}
+
+// applyBeatRead is applyBeat that fills snap (if not nil: the store is a
+// BeatReader) in the same call, and reports whether it did.
+func (t *Tracker) applyBeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error) {
+	beat := func() (presence.Change, bool, error) {
+		b := t.bound(ctx)
+		defer t.release(b)
+		if snap != nil {
+			return t.beatReader.BeatRead(b.ctx, now, user, device, active, snap)
+		}
+		ch, err := t.store.Beat(b.ctx, now, user, device, active)
+		return ch, false, err
+	}
+	ch, read, err := beat()
 	if err = t.storeErrUser(ctx, user, err); errors.Is(err, ErrNotLoaded) {
 		if err = t.load(ctx, user); err != nil {
-			return ch, err
+			return ch, false, err
 		}
-		b = t.bound(ctx)
-		ch, err = t.store.Beat(b.ctx, now, user, device, active)
-		t.release(b)
+		ch, read, err = beat()
 		err = t.storeErrUser(ctx, user, err)
 	}
-	return ch, err
+	return ch, read && err == nil, err
 }
 
 // SetStatus sets a manual status (ManualNone clears it) and a status text.

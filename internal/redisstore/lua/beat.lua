@@ -1,6 +1,6 @@
 -- Follows beat_fast.lua and the helpers in the same script: applies beat B
 -- (which failed the fast path) and the rest of the batch.
-local function beat(key, due, dirty, id, now, dev, active)
+local function beat(key, due, dirty, id, now, dev, active, readback)
   local u = load(key)
   if not u then return {-1} end
   local d = find(u, dev)
@@ -18,14 +18,12 @@ local function beat(key, due, dirty, id, now, dev, active)
   schedule(due, id, u, now)
   save(u)
   redis.call('SADD', dirty, id)
+  if readback then return {ch or {0}, u.r, fmt(u.ls), fmt(u.pls), fmt(u.od)} end
   return ch or {0}
 end
 for i = B, N do
-  local key, dirty, id, now, dev, act = KEYS[3 * i - 2], KEYS[3 * i], ARGV[4 * i - 3], tonumber(ARGV[4 * i - 2]), ARGV[4 * i - 1], ARGV[4 * i] == '1'
-  if i > B and fastbeat(key, dirty, id, now, dev, act) then
-    R[i] = {0}
-  else
-    R[i] = beat(key, KEYS[3 * i - 1], dirty, id, now, dev, act)
-  end
+  local key, dirty, id, now, dev = KEYS[3 * i - 2], KEYS[3 * i], ARGV[4 * i - 3], tonumber(ARGV[4 * i - 2]), ARGV[4 * i - 1]
+  local act, readback = mode(i)
+  R[i] = i > B and fastbeat(key, dirty, id, now, dev, act, readback) or beat(key, KEYS[3 * i - 1], dirty, id, now, dev, act, readback)
 end
 return R

@@ -1,9 +1,12 @@
 -- A heartbeat is applied in batches: one script call carries the beats
 -- that queued while the previous call of their batch group was in flight
 -- (Store.Beat), in arrival order. KEYS: per beat, the user's hash, due and
--- dirty set; ARGV: per beat, user, now, device, active (1/0). It returns
--- one reply per beat: {0} (no change), the change, {-1} (not loaded) or
--- {-2} (too many devices).
+-- dirty set; ARGV: per beat, user, now, device, and a mode: active 1/0,
+-- plus 2 when the caller reads the user back (Store.BeatRead: an HTTP
+-- heartbeat answers with the user's own view). It returns one reply per
+-- beat: {0} (no change), the change, {-1} (not loaded) or {-2} (too many
+-- devices) — and for a beat read back, {that reply, r, ls, pls, od}: what
+-- Store.Get reads of the user after the beat, in the same call.
 --
 -- This part runs before the helpers are even defined, so a batch of
 -- common heartbeats — a device that is alive beating again, the user's
@@ -26,8 +29,8 @@
 local N = #ARGV / 4
 local R = {}
 local B = 1
-local function fastbeat(key, dirty, id, now, dev, act)
-  local F = redis.call('HMGET', key, 'd:' .. dev, 'm', 'pub', 't', 'pt', 'ev', 's', 'ls')
+local function fastbeat(key, dirty, id, now, dev, act, readback)
+  local F = redis.call('HMGET', key, 'd:' .. dev, 'm', 'pub', 't', 'pt', 'ev', 's', 'ls', 'r', 'pls', 'od')
   if not (F[1] and (F[4] or '') == (F[5] or '') and (F[6] or '0') == '0' and tonumber(F[7] or '0') > now) then
     return false
   end
@@ -43,16 +46,27 @@ local function fastbeat(key, dirty, id, now, dev, act)
   local ls = tonumber(F[8] or '0')
   if now > ls then ls = now end
   local dv, lsx = string.format('%d:%d', lb, la), string.format('%d', ls)
+  local pls = F[10] or false
   if pub ~= 0 then
     redis.call('HSET', key, 'd:' .. dev, dv, 'ls', lsx, 'pls', lsx)
+    pls = lsx
   else
     redis.call('HSET', key, 'd:' .. dev, dv, 'ls', lsx)
   end
   redis.call('SADD', dirty, id)
-  return true
+  if readback then return {{0}, F[9] or false, lsx, pls, F[11] or false} end
+  return {0}
 end
-while B <= N and fastbeat(KEYS[3 * B - 2], KEYS[3 * B], ARGV[4 * B - 3], tonumber(ARGV[4 * B - 2]), ARGV[4 * B - 1], ARGV[4 * B] == '1') do
-  R[B] = {0}
+-- mode: active (1/0) + 2 when the caller reads the user back.
+local function mode(i)
+  local m = tonumber(ARGV[4 * i])
+  return m % 2 == 1, m >= 2
+end
+while B <= N do
+  local act, readback = mode(B)
+  local r = fastbeat(KEYS[3 * B - 2], KEYS[3 * B], ARGV[4 * B - 3], tonumber(ARGV[4 * B - 2]), ARGV[4 * B - 1], act, readback)
+  if not r then break end
+  R[B] = r
   B = B + 1
 end
 if B > N then return R end
