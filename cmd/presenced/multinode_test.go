@@ -551,7 +551,20 @@ func TestNodePartitionedFromRedis(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			time.Sleep(9 * time.Second)
+			// Meanwhile quinn beats over HTTP through node 2 (into Redis):
+			// node 1, cut off, reads her online through node 2, which
+			// reads her in Redis for it (package peers), and its own
+			// users as they are.
+			n2.heartbeat(apiKey, "quinn", "pc")
+			for end := time.Now().Add(9 * time.Second); time.Now().Before(end); {
+				n2.heartbeat(apiKey, "quinn", "pc")
+				code, body := n1.do("GET", "/presence/batch?user_ids=p1,quinn", apiKey, nil)
+				if want := `{"p1":"busy","quinn":"online"}`; code != 200 || strings.TrimSpace(string(body)) != want {
+					t.Errorf("node 1 cut off from Redis reads %d %s, want %s", code, body, want)
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
 			proxy.Restore()
 			for _, u := range users {
 				w.await(t, "w", u, wsclient.Busy)

@@ -51,6 +51,7 @@ const DefaultTimeout = 250 * time.Millisecond
 type Source interface {
 	LeaseID() uint64
 	Signs(now int64, ids []string, out []tracker.DeviceSign) []tracker.DeviceSign
+	StoreSnapshots(ctx context.Context, now int64, ids []string, out []presence.Snapshot) []presence.Snapshot
 }
 
 // Config configures Peers. Zero values take the documented defaults.
@@ -121,6 +122,7 @@ func (p *Peers) Stats() Stats {
 func (p *Peers) Serve(ctx context.Context, src Source) error {
 	nc := p.cfg.Conn.NC
 	var signs []tracker.DeviceSign
+	var snaps []presence.Snapshot
 	var buf []byte
 	var cost time.Duration // the time a message takes, a moving average
 	sub, err := nc.Subscribe(p.cfg.Subject, func(m *nats.Msg) {
@@ -138,8 +140,11 @@ func (p *Peers) Serve(ctx context.Context, src Source) error {
 		if m.Reply == "" || asker == p.id {
 			return // its own question: it knows
 		}
-		signs = src.Signs(p.cfg.Clock.Now().UnixMilli(), ids, signs[:0])
-		buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs)
+		now := p.cfg.Clock.Now().UnixMilli()
+		signs = src.Signs(now, ids, signs[:0])
+		clear(snaps)
+		snaps = src.StoreSnapshots(ctx, now, ids, snaps[:0])
+		buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs, snaps)
 		for len(buf) > int(nc.MaxPayload()) {
 			// One user can hold many signs (device ids cycled through
 			// over HTTP during an outage): leave out the user with the
@@ -152,7 +157,7 @@ func (p *Peers) Serve(ctx context.Context, src Source) error {
 			var n int
 			signs, user, n = dropLargest(signs)
 			p.cfg.Logger.Warn("a user's signs too many to answer a peer; left out", "user", user, "signs", n)
-			buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs)
+			buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs, snaps)
 		}
 		if err := m.Respond(buf); err == nil {
 			p.answered.Add(1)
@@ -182,15 +187,17 @@ func dropLargest(signs []tracker.DeviceSign) ([]tracker.DeviceSign, string, int)
 }
 
 // Ask asks every other node about ids (any number; sent ChunkIDs at a
-// time) and returns their signs, once every other live node answered every
-// chunk or Config.Timeout (or ctx) ended the wait. It fails only when the
-// question could not be sent, or this node is not connected to NATS.
-func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, error) {
+// time) and returns their answers, once every other live node answered
+// every chunk or Config.Timeout (or ctx) ended the wait. It fails only
+// when the question could not be sent, or this node is not connected to
+// NATS.
+func (p *Peers) Ask(ctx context.Context, ids []string) (tracker.Answers, error) {
+	var out tracker.Answers
 	nc := p.cfg.Conn.NC
 	if !nc.IsConnected() {
 		// Said even when no node is known alive: cut off, this node
 		// hears no beacon either.
-		return nil, errors.New("peers: not connected to NATS")
+		return out, errors.New("peers: not connected to NATS")
 	}
 	var self uint64
 	if src := p.src.Load(); src != nil {
@@ -203,7 +210,7 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 		}
 	}
 	if len(expect) == 0 || len(ids) == 0 {
-		return nil, nil // nobody to ask
+		return out, nil // nobody to ask
 	}
 	// Each user once: a read may name one many times.
 	asked := make(map[string]bool, len(ids))
@@ -234,24 +241,23 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("peers: %w", err)
+		return out, fmt.Errorf("peers: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return nil, fmt.Errorf("peers: %w", err)
+		return out, fmt.Errorf("peers: %w", err)
 	}
 	var q []byte
 	for c := range chunks {
 		part := ids[c*ChunkIDs : min(len(ids), (c+1)*ChunkIDs)]
 		q = encodeQuestion(q[:0], p.id, part)
 		if err := nc.PublishMsg(&nats.Msg{Subject: p.cfg.Subject, Reply: inbox, Data: q}); err != nil {
-			return nil, fmt.Errorf("peers: ask: %w", err)
+			return out, fmt.Errorf("peers: ask: %w", err)
 		}
 		p.asked.Add(1)
 	}
 	timer := time.NewTimer(p.cfg.Timeout)
 	defer timer.Stop()
-	var out []tracker.DeviceSign
 	waiting := len(expect)
 	for waiting > 0 {
 		select {
@@ -278,11 +284,15 @@ func (p *Peers) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, er
 }
 
 // The encodings. A question: version, the asker's id (Peers.id), the ids. An
-// answer: version, the answerer's lease, the ids of the question again
-// (the asker keeps no state per chunk), and the signs, each naming its
-// user by its index among those ids.
+// answer: answerVersion, the answerer's lease, the ids of the question again
+// (the asker keeps no state per chunk), the signs, each naming its user by
+// its index among those ids, and the snapshots the answerer read in its
+// store, likewise.
 
-const version = 1
+const (
+	version       = 1 // of a question
+	answerVersion = 2 // of an answer: 1 had no snapshots
+)
 
 var errBad = errors.New("peers: malformed message")
 
@@ -323,8 +333,8 @@ func decodeQuestion(b []byte) (asker uint64, ids []string, err error) {
 
 // encodeAnswer writes signs about ids (the chunk asked), each naming its
 // user by its index in ids.
-func encodeAnswer(b []byte, lease uint64, ids []string, signs []tracker.DeviceSign) []byte {
-	b = append(b, version)
+func encodeAnswer(b []byte, lease uint64, ids []string, signs []tracker.DeviceSign, snaps []presence.Snapshot) []byte {
+	b = append(b, answerVersion)
 	b = binary.AppendUvarint(b, lease)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	// The chunk's ids again, so the asker matches the answer to its chunk
@@ -352,15 +362,28 @@ func encodeAnswer(b []byte, lease uint64, ids []string, signs []tracker.DeviceSi
 		}
 		b = append(b, f)
 	}
+	b = binary.AppendUvarint(b, uint64(len(snaps)))
+	for i := range snaps {
+		s := &snaps[i]
+		b = binary.AppendUvarint(b, uint64(idx[s.UserID]))
+		b = append(b, byte(s.Status), byte(s.Manual), byte(s.Settings.Status), byte(s.Settings.LastSeen))
+		b = binary.AppendUvarint(b, uint64(len(s.Text)))
+		b = append(b, s.Text...)
+		b = binary.AppendVarint(b, s.LastSeen)
+		b = binary.AppendVarint(b, s.PubLastSeen)
+		b = binary.AppendUvarint(b, uint64(s.Devices))
+		b = binary.AppendUvarint(b, s.Version)
+	}
 	return b
 }
 
-// decodeAnswer appends the signs of an answer to *out, keeping only those
-// about users of asked (an answer cannot add users nobody asked about),
-// and returns the answerer's lease.
-func decodeAnswer(b []byte, asked map[string]bool, out *[]tracker.DeviceSign) (uint64, error) {
+// decodeAnswer appends the signs and snapshots of an answer to *out,
+// keeping only those about users of asked (an answer cannot add users
+// nobody asked about), and returns the answerer's lease. A malformed
+// answer adds nothing.
+func decodeAnswer(b []byte, asked map[string]bool, out *tracker.Answers) (uint64, error) {
 	r := reader{b: b}
-	if r.byte() != version {
+	if r.byte() != answerVersion {
 		return 0, errBad
 	}
 	lease := r.uvarint()
@@ -376,24 +399,47 @@ func decodeAnswer(b []byte, asked map[string]bool, out *[]tracker.DeviceSign) (u
 	if r.err != nil || ns > uint64(len(r.b)) { // every sign takes bytes
 		return 0, errBad
 	}
-	start := len(*out)
+	start, startSnaps := len(out.Signs), len(out.Snapshots)
+	bad := func() (uint64, error) {
+		out.Signs, out.Snapshots = out.Signs[:start], out.Snapshots[:startSnaps]
+		return 0, errBad
+	}
 	for range ns {
 		i := r.uvarint()
 		dev := r.str(presence.MaxIDLen)
 		at := r.varint()
 		f := r.byte()
 		if r.err != nil || i >= uint64(len(ids)) || f > 3 || dev == "" {
-			*out = (*out)[:start]
-			return 0, errBad
+			return bad()
 		}
 		if !asked[ids[i]] {
 			continue
 		}
-		*out = append(*out, tracker.DeviceSign{User: ids[i], Device: dev, At: at, Active: f&1 != 0, Bye: f&2 != 0})
+		out.Signs = append(out.Signs, tracker.DeviceSign{User: ids[i], Device: dev, At: at, Active: f&1 != 0, Bye: f&2 != 0})
+	}
+	nn := r.uvarint()
+	if r.err != nil || nn > uint64(len(ids)) {
+		return bad()
+	}
+	for range nn {
+		i := r.uvarint()
+		st, m, ss, sl := r.byte(), r.byte(), r.byte(), r.byte()
+		text := r.str(4 * presence.MaxTextLen) // bytes: up to 4 a character
+		ls, pls := r.varint(), r.varint()
+		devs, v := r.uvarint(), r.uvarint()
+		if r.err != nil || i >= uint64(len(ids)) || st > byte(presence.Invisible) || m > byte(presence.ManualInvisible) ||
+			ss > byte(presence.Nobody) || sl > byte(presence.Nobody) || devs > 1<<16 {
+			return bad()
+		}
+		if !asked[ids[i]] {
+			continue
+		}
+		out.Snapshots = append(out.Snapshots, presence.Snapshot{UserID: ids[i], Known: true,
+			Status: presence.Status(st), Manual: presence.Manual(m), Text: text, LastSeen: ls, PubLastSeen: pls,
+			Devices: int(devs), Version: v, Settings: presence.Settings{Status: presence.Visibility(ss), LastSeen: presence.Visibility(sl)}})
 	}
 	if len(r.b) != 0 {
-		*out = (*out)[:start]
-		return 0, errBad
+		return bad()
 	}
 	return lease, nil
 }

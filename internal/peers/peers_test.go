@@ -22,10 +22,26 @@ func TestMain(m *testing.M) { testsvc.Main(m) }
 type node struct {
 	lease uint64
 	signs map[string][]tracker.DeviceSign
-	asked chan []string // the ids of each question, if not nil
+	snaps map[string]presence.Snapshot // what its store answers
+	asked chan []string                 // the ids of each question, if not nil
 }
 
 func (n *node) LeaseID() uint64 { return n.lease }
+
+func (n *node) StoreSnapshots(_ context.Context, now int64, ids []string, out []presence.Snapshot) []presence.Snapshot {
+	for _, id := range ids {
+		if s, ok := n.snaps[id]; ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// askSigns is Ask's signs.
+func askSigns(p *Peers, ids []string) ([]tracker.DeviceSign, error) {
+	ans, err := p.Ask(context.Background(), ids)
+	return ans.Signs, err
+}
 
 func (n *node) Signs(now int64, ids []string, out []tracker.DeviceSign) []tracker.DeviceSign {
 	if n.asked != nil {
@@ -93,7 +109,7 @@ func TestAskGathersEveryNode(t *testing.T) {
 	var got []tracker.DeviceSign
 	waitFor(t, "every node serving", func() bool {
 		var err error
-		got, err = pa.Ask(context.Background(), ids)
+		got, err = askSigns(pa, ids)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +127,7 @@ func TestAskGathersEveryNode(t *testing.T) {
 	// Once everyone serves, a question ends when all answered.
 	before := pa.Stats()
 	start := time.Now()
-	got, _ = pa.Ask(context.Background(), ids)
+	got, _ = askSigns(pa, ids)
 	if st := pa.Stats(); len(got) != 4 || st.Asked != before.Asked+3 || st.Timeouts != before.Timeouts || st.Bad != 0 {
 		t.Errorf("again: %d signs, stats %+v (before %+v) after %v: want 4 signs, 3 chunks asked, no timeout, nothing bad",
 			len(got), st, before, time.Since(start))
@@ -137,11 +153,11 @@ func TestAskWaitsForTheSilentOnlyUntilTimeout(t *testing.T) {
 	serve(t, srv.URL, "t.silent", live, b)
 	var got []tracker.DeviceSign
 	waitFor(t, "b answers", func() bool {
-		got, _ = p.Ask(context.Background(), []string{"u"})
+		got, _ = askSigns(p, []string{"u"})
 		return len(got) == 1
 	})
 	start := time.Now()
-	got, _ = p.Ask(context.Background(), []string{"u"})
+	got, _ = askSigns(p, []string{"u"})
 	if took := time.Since(start); took < 250*time.Millisecond || len(got) != 1 {
 		t.Errorf("with a silent node: %+v after %v; want b's sign after about the 300ms timeout", got, took)
 	}
@@ -150,7 +166,7 @@ func TestAskWaitsForTheSilentOnlyUntilTimeout(t *testing.T) {
 	}
 	leases = []uint64{1}
 	before := p.Stats().Asked
-	if got, err := p.Ask(context.Background(), []string{"u"}); err != nil || got != nil || p.Stats().Asked != before {
+	if got, err := askSigns(p, []string{"u"}); err != nil || got != nil || p.Stats().Asked != before {
 		t.Errorf("alone: %+v, %v, asked %d more; want nothing asked", got, err, p.Stats().Asked-before)
 	}
 }
@@ -178,16 +194,21 @@ func TestMalformedMessages(t *testing.T) {
 		t.Errorf("after 7 malformed questions: %+v, %d reached the tracker", st, len(asked))
 	}
 
+	uSnap := presence.Snapshot{UserID: "u", Known: true, Status: presence.Invisible, Manual: presence.ManualInvisible,
+		Text: "ünïcode", LastSeen: 9, PubLastSeen: 7, Devices: 2, Version: 1 << 40,
+		Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}}
 	ans := encodeAnswer(nil, 5, []string{"u", "other"}, []tracker.DeviceSign{
-		{User: "u", Device: "d", At: -4, Active: true}, {User: "other", Device: "e", At: 1, Bye: true}})
-	var out []tracker.DeviceSign
+		{User: "u", Device: "d", At: -4, Active: true}, {User: "other", Device: "e", At: 1, Bye: true}},
+		[]presence.Snapshot{uSnap, {UserID: "other", Known: true, Status: presence.Online}})
+	var out tracker.Answers
 	if l, err := decodeAnswer(ans, map[string]bool{"u": true}, &out); err != nil || l != 5 ||
-		!slices.Equal(out, []tracker.DeviceSign{{User: "u", Device: "d", At: -4, Active: true}}) {
-		t.Errorf("decodeAnswer = %d, %+v, %v; want lease 5 and only u's sign", l, out, err)
+		!slices.Equal(out.Signs, []tracker.DeviceSign{{User: "u", Device: "d", At: -4, Active: true}}) ||
+		!slices.Equal(out.Snapshots, []presence.Snapshot{uSnap}) {
+		t.Errorf("decodeAnswer = %d, %+v, %v; want lease 5 and only u's sign and snapshot", l, out, err)
 	}
 	for cut := range len(ans) - 1 {
-		out = out[:0]
-		if _, err := decodeAnswer(ans[:cut], map[string]bool{"u": true}, &out); err == nil || len(out) != 0 {
+		out = tracker.Answers{}
+		if _, err := decodeAnswer(ans[:cut], map[string]bool{"u": true}, &out); err == nil || len(out.Signs)+len(out.Snapshots) != 0 {
 			t.Errorf("an answer cut at %d bytes was taken: %+v", cut, out)
 		}
 	}
@@ -195,16 +216,22 @@ func TestMalformedMessages(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	f.Add(encodeQuestion(nil, 3, []string{"a", "b"}))
-	f.Add(encodeAnswer(nil, 3, []string{"a"}, []tracker.DeviceSign{{User: "a", Device: "d", At: 9, Active: true}}))
+	f.Add(encodeAnswer(nil, 3, []string{"a"}, []tracker.DeviceSign{{User: "a", Device: "d", At: 9, Active: true}},
+		[]presence.Snapshot{{UserID: "a", Known: true, Status: presence.Busy, Text: "x", Version: 3}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if _, ids, err := decodeQuestion(b); err == nil && len(ids) > ChunkIDs {
 			t.Fatalf("%d ids decoded", len(ids))
 		}
-		var out []tracker.DeviceSign
+		var out tracker.Answers
 		if _, err := decodeAnswer(b, map[string]bool{"a": true, "b": true}, &out); err == nil {
-			for _, s := range out {
+			for _, s := range out.Signs {
 				if s.User != "a" && s.User != "b" {
 					t.Fatalf("a sign about %q, not asked", s.User)
+				}
+			}
+			for _, s := range out.Snapshots {
+				if s.UserID != "a" && s.UserID != "b" {
+					t.Fatalf("a snapshot of %q, not asked", s.UserID)
 				}
 			}
 		}
@@ -256,7 +283,7 @@ func BenchmarkAsk1000(b *testing.B) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, _ := ps[0].Ask(context.Background(), ids)
+		got, _ := askSigns(ps[0], ids)
 		if len(got) == len(ids) {
 			break
 		}
@@ -268,7 +295,7 @@ func BenchmarkAsk1000(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if got, err := ps[0].Ask(context.Background(), ids); err != nil || len(got) != len(ids) {
+		if got, err := askSigns(ps[0], ids); err != nil || len(got) != len(ids) {
 			b.Fatalf("%d signs, %v", len(got), err)
 		}
 	}
@@ -296,12 +323,12 @@ func TestAnswerTooLargeDropsOnlyTheLargestUsers(t *testing.T) {
 	serve(t, srv.URL, "t.large", live, b)
 	var got []tracker.DeviceSign
 	waitFor(t, "b answers", func() bool {
-		got, _ = pa.Ask(context.Background(), []string{"u", "big"})
+		got, _ = askSigns(pa, []string{"u", "big"})
 		return len(got) > 0
 	})
 	before := pa.Stats().Timeouts
 	start := time.Now()
-	got, _ = pa.Ask(context.Background(), []string{"u", "big"})
+	got, _ = askSigns(pa, []string{"u", "big"})
 	if want := b.signs["u"]; !slices.Equal(got, want) || pa.Stats().Timeouts != before {
 		t.Errorf("Ask = %d signs (%v) after %v; want u's sign only, no timeout", len(got), got[:min(len(got), 2)], time.Since(start))
 	}
@@ -338,7 +365,7 @@ func TestServeSkipsQuestionsTooLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "b answers", func() bool {
-		got, _ := pa.Ask(context.Background(), []string{"u"})
+		got, _ := askSigns(pa, []string{"u"})
 		return len(got) == 1
 	})
 	// 600 questions of askers gone: 3 s of b's time.
@@ -354,7 +381,7 @@ func TestServeSkipsQuestionsTooLate(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond) // the flood is in b's queue
 	start := time.Now()
-	got, _ := pa.Ask(context.Background(), []string{"u"})
+	got, _ := askSigns(pa, []string{"u"})
 	if len(got) != 1 {
 		t.Errorf("a question behind a stale backlog: %d signs after %v, want b's sign within a second", len(got), time.Since(start))
 	}
@@ -391,7 +418,7 @@ func TestAskIsNoSlowConsumer(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // every node subscribed
 	for range 3 {
-		if _, err := pa.Ask(context.Background(), ids); err != nil {
+		if _, err := askSigns(pa, ids); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -410,12 +437,12 @@ func TestAskOncePerUser(t *testing.T) {
 	pa := serve(t, srv.URL, "t.dup", live, &node{lease: 1})
 	serve(t, srv.URL, "t.dup", live, &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}})
 	waitFor(t, "b answers", func() bool {
-		got, _ := pa.Ask(context.Background(), []string{"u"})
+		got, _ := askSigns(pa, []string{"u"})
 		return len(got) == 1
 	})
 	ids := slices.Repeat([]string{"u"}, 250)
 	before := pa.Stats().Asked
-	got, err := pa.Ask(context.Background(), ids)
+	got, err := askSigns(pa, ids)
 	if err != nil || len(got) != 1 || pa.Stats().Asked != before+1 {
 		t.Errorf("250 × u: %d signs, %d questions, %v; want 1 sign, 1 question", len(got), pa.Stats().Asked-before, err)
 	}
@@ -437,7 +464,7 @@ func TestAskFailsWithoutNATS(t *testing.T) {
 	waitFor(t, "disconnected", func() bool { return !p.cfg.Conn.NC.IsConnected() })
 	for _, l := range [][]uint64{{1, 2}, nil} {
 		live = l
-		if got, err := p.Ask(context.Background(), []string{"u"}); err == nil {
+		if got, err := askSigns(p, []string{"u"}); err == nil {
 			t.Errorf("disconnected, live %v: Ask = %v, nil; want an error", l, got)
 		}
 	}
@@ -454,7 +481,7 @@ func TestNoLeaseNodeDoesNotAnswerItself(t *testing.T) {
 	serve(t, srv.URL, "t.nolease", live, &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}})
 	var got []tracker.DeviceSign
 	waitFor(t, "b answers", func() bool {
-		got, _ = pa.Ask(context.Background(), []string{"u"})
+		got, _ = askSigns(pa, []string{"u"})
 		return len(got) > 0
 	})
 	time.Sleep(100 * time.Millisecond)

@@ -665,8 +665,9 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 	}
 	t.flushMu.RUnlock()
 	var peers map[string][]op
+	var peerSnaps map[string]presence.Snapshot
 	if askPeers {
-		peers = t.peerOps(ctx, now, ids)
+		peers, peerSnaps = t.peerOps(ctx, now, ids)
 	}
 	for i, id := range ids {
 		if j := first[id]; j != i {
@@ -674,6 +675,12 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 			continue
 		}
 		ops := t.ownedOps(now, id, t.bufferedOps(id))
+		if ps, ok := peerSnaps[id]; ok {
+			// A peer read the user in the store: that is the truth but
+			// for what this node holds of them (withPeerSnapshot).
+			local := len(ops) > 0
+			defer func() { out[i] = withPeerSnapshot(out[i], ps, local) }()
+		}
 		ops = append(ops, peers[id]...)
 		if ops == nil {
 			if have[i] {

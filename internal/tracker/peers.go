@@ -3,7 +3,11 @@ package tracker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
 )
 
 // Peers asks the other nodes of a deployment what they hold in memory of
@@ -13,11 +17,22 @@ import (
 // nodes that hold their sockets keep them alive; their HTTP beats wait in
 // those nodes' outage buffers).
 //
-// Ask returns the signs every node that answered in time gave. It must
-// bound its own wait: a node that does not answer is read without; an
-// error means no node could be asked (the read goes on without them).
+// Ask returns what every node that answered in time said. It must bound
+// its own wait: a node that does not answer is read without; an error
+// means no node could be asked (the read goes on without them).
 type Peers interface {
-	Ask(ctx context.Context, ids []string) ([]DeviceSign, error)
+	Ask(ctx context.Context, ids []string) (Answers, error)
+}
+
+// Answers are what the other nodes said of the users a degraded read
+// asked about.
+type Answers struct {
+	Signs []DeviceSign
+	// Snapshots are users as a node whose store answers for them read
+	// them there (StoreSnapshots): when only this node is cut off from
+	// Redis, the truth it cannot read itself — the HTTP beats that went
+	// to Redis through the other nodes included.
+	Snapshots []presence.Snapshot
 }
 
 // DeviceSign is one thing a node holds in memory of a user's device apart
@@ -52,19 +67,65 @@ func (t *Tracker) Signs(now int64, ids []string, out []DeviceSign) []DeviceSign 
 	return out
 }
 
-// peerOps asks the peers about ids and returns their signs as operations
-// per id, each list in the order to apply. Nil without peers or answers.
-func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) map[string][]op {
-	if t.peers == nil || len(ids) == 0 {
-		return nil
+// StoreSnapshots appends to out the users of ids that this node's store
+// holds and answers for now, as Get reads them (its outage buffer aside):
+// what it answers a peer that cannot read the store itself. Nothing while
+// the store, or a user's part, is down here too; the read is bounded by
+// peerStoreTimeout, so that it fits in the asker's wait.
+func (t *Tracker) StoreSnapshots(ctx context.Context, now int64, ids []string, out []presence.Snapshot) []presence.Snapshot {
+	if !t.up() || len(ids) == 0 {
+		return out
 	}
-	signs, err := t.peers.Ask(ctx, ids)
+	ctx, cancel := context.WithTimeout(ctx, min(t.storeTimeout, peerStoreTimeout))
+	defer cancel()
+	snaps := make([]presence.Snapshot, len(ids))
+	err := t.store.Get(ctx, now, ids, snaps)
+	var failed []int
+	var pe *PartialError
+	switch {
+	case errors.As(err, &pe):
+		failed = pe.Failed
+	case err != nil:
+		return out
+	}
+	for i := range snaps {
+		if snaps[i].Known && !slices.Contains(failed, i) && t.partUp(ids[i]) {
+			snaps[i].UserID = ids[i]
+			out = append(out, snaps[i])
+		}
+	}
+	return out
+}
+
+// peerStoreTimeout bounds a store read made for a peer (the peer waits
+// 250 ms in all).
+const peerStoreTimeout = 150 * time.Millisecond
+
+// peerOps asks the peers about ids and returns their signs as operations
+// per id, each list in the order to apply, and the newest snapshot a peer
+// read of each id in its store. Nil without peers or answers.
+func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) (map[string][]op, map[string]presence.Snapshot) {
+	if t.peers == nil || len(ids) == 0 {
+		return nil, nil
+	}
+	ans, err := t.peers.Ask(ctx, ids)
 	if err != nil {
 		t.peerAskErrors.Add(1)
-		return nil
+		return nil, nil
 	}
+	var snaps map[string]presence.Snapshot
+	for _, s := range ans.Snapshots {
+		if snaps == nil {
+			snaps = make(map[string]presence.Snapshot)
+		}
+		if have, ok := snaps[s.UserID]; !ok || s.Version > have.Version {
+			snaps[s.UserID] = s
+		}
+	}
+	t.peerSnapshots.Add(uint64(len(ans.Snapshots)))
+	signs := ans.Signs
 	if len(signs) == 0 {
-		return nil
+		return nil, snaps
 	}
 	byUser := make(map[string][]op)
 	for _, s := range signs {
@@ -76,7 +137,23 @@ func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) map[stri
 		byUser[s.User] = append(byUser[s.User], o)
 	}
 	t.peerSigns.Add(uint64(len(signs)))
-	return byUser
+	return byUser, snaps
+}
+
+// withPeerSnapshot returns what a degraded read answers of a user it
+// computed as s (durable profile, this node's and the peers' signs) when
+// a peer read the user in the store as ps: the store's truth, unless this
+// node holds operations of the user (local: its buffer, the sockets it
+// owns) that no store has seen — then s, unless s shows the user gone and
+// the store present. Never a version below either.
+func withPeerSnapshot(s, ps presence.Snapshot, local bool) presence.Snapshot {
+	if local && (s.Status != presence.Offline || ps.Status == presence.Offline) {
+		s.Version = max(s.Version, ps.Version)
+		return s
+	}
+	ps.Version = max(ps.Version, s.Version)
+	ps.LastSeen = max(ps.LastSeen, s.LastSeen)
+	return ps
 }
 
 // sortOps orders operations gathered from several nodes by time, settings

@@ -19,14 +19,15 @@ type peersOf struct {
 	asked int
 }
 
-func (p *peersOf) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, error) {
+func (p *peersOf) Ask(ctx context.Context, ids []string) (tracker.Answers, error) {
 	p.asked++
+	var out tracker.Answers
 	if p.err != nil {
-		return nil, p.err
+		return out, p.err
 	}
-	var out []tracker.DeviceSign
 	for _, n := range p.nodes {
-		out = n.Signs(n.Now(), ids, out)
+		out.Signs = n.Signs(n.Now(), ids, out.Signs)
+		out.Snapshots = n.StoreSnapshots(ctx, n.Now(), ids, out.Snapshots)
 	}
 	return out, nil
 }
@@ -154,11 +155,11 @@ type futurePeer struct {
 	asked int
 }
 
-func (p *futurePeer) Ask(ctx context.Context, ids []string) ([]tracker.DeviceSign, error) {
+func (p *futurePeer) Ask(ctx context.Context, ids []string) (tracker.Answers, error) {
 	p.asked++
-	out := make([]tracker.DeviceSign, 0, len(ids))
+	var out tracker.Answers
 	for _, id := range ids {
-		out = append(out, tracker.DeviceSign{User: id, Device: "d", At: p.at, Active: true})
+		out.Signs = append(out.Signs, tracker.DeviceSign{User: id, Device: "d", At: p.at, Active: true})
 	}
 	return out, nil
 }
@@ -182,5 +183,38 @@ func TestPeerSignsClampedAndSettingsAskNobody(t *testing.T) {
 	}
 	if peer.asked != asked {
 		t.Error("a read of settings asked the peers")
+	}
+}
+
+// Only node A is cut off from the store: node B, whose store answers,
+// tells A how the store holds the users A asks about — a user beating
+// over HTTP through B (no node holds them in memory) reads online on A,
+// with their status text — and A's own buffered beats still count for a
+// user the store shows gone.
+func TestDegradedReadGetsTheStoreThroughAPeer(t *testing.T) {
+	d := newMemDurable()
+	peers := &peersOf{}
+	a := newOutageFixture(t, d, tracker.Config{Peers: peers})
+	b := newOutageFixture(t, d, tracker.Config{})
+	peers.nodes = []*tracker.Tracker{b.tr}
+	b.beat("hal", "pc", true)
+	b.status("hal", presence.ManualNone, "at lunch")
+	a.sw.off.Store(true)
+	a.read("x")                  // A notices the outage
+	a.beat("ida", "phone", true) // buffered on A; B's store never saw her
+	got := a.read("hal", "ida")
+	if got[0].Status != presence.Online || got[0].Text != "at lunch" || got[1].Status != presence.Online {
+		t.Errorf("A cut off reads hal %v %q (B's store: online, at lunch) and ida %v (A's buffer: online)",
+			got[0].Status, got[0].Text, got[1].Status)
+	}
+	if st := a.tr.Stats(); st.PeerSnapshots == 0 {
+		t.Errorf("no snapshot from a peer counted: %+v", st)
+	}
+	// B cut off as well: it answers from memory only (hal's HTTP device
+	// is in no node's memory: read as his durable profile).
+	b.sw.off.Store(true)
+	b.read("x")
+	if s := a.read("hal")[0]; s.Status != presence.Offline {
+		t.Errorf("with every store down, A reads hal %v; want his durable profile (offline)", s.Status)
 	}
 }

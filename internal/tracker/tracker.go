@@ -229,6 +229,7 @@ type Tracker struct {
 	degradedReads atomic.Uint64
 	peers         Peers
 	peerSigns     atomic.Uint64 // signs of devices the peers gave degraded reads
+	peerSnapshots atomic.Uint64 // users the peers read in the store for degraded reads
 	peerAskErrors atomic.Uint64 // degraded reads that could ask no peer
 	buf           [bufShards]bufShard
 
@@ -1001,6 +1002,7 @@ type Stats struct {
 	PartsDown     int    // parts of a Partitioned store (Cluster masters' shards) down now, their users' writes buffered
 	PartOutages   uint64 // times a part was found down
 	PeerSigns     uint64 // signs of devices other nodes gave degraded reads (Config.Peers)
+	PeerSnapshots uint64 // users other nodes read in the store for degraded reads
 	PeerAskErrors uint64 // degraded reads that could ask no other node
 
 	AwaitingProfile int64  // users whose heartbeats wait in this node for the durable store (cold.go)
@@ -1029,6 +1031,7 @@ func (t *Tracker) Stats() Stats {
 		StoreResets:   t.resets.Load(),
 		DegradedReads: t.degradedReads.Load(),
 		PeerSigns:     t.peerSigns.Load(),
+		PeerSnapshots: t.peerSnapshots.Load(),
 		PeerAskErrors: t.peerAskErrors.Load(),
 
 		AwaitingProfile: t.cold.n.Load(),
