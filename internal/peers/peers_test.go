@@ -23,7 +23,7 @@ type node struct {
 	lease uint64
 	signs map[string][]tracker.DeviceSign
 	snaps map[string]presence.Snapshot // what its store answers
-	asked chan []string                 // the ids of each question, if not nil
+	asked chan []string                // the ids of each question, if not nil
 }
 
 func (n *node) LeaseID() uint64 { return n.lease }
