@@ -28,6 +28,7 @@ var (
 	descLeaseLosses   = prometheus.NewDesc("presenced_lease_losses_total", "Times this node found its lease taken over or lost and claimed its devices again.", nil, nil)
 	descTakeovers     = prometheus.NewDesc("presenced_lease_takeovers_total", "Leases of other nodes that ran out and this node took over.", nil, nil)
 	descPeerSigns     = prometheus.NewDesc("presenced_peer_signs_total", "Signs of devices (beats, byes) other nodes gave this node's degraded reads.", nil, nil)
+	descPeerSnapshots = prometheus.NewDesc("presenced_peer_snapshots_total", "Users other nodes read in the state store for this node's degraded reads (this node cut off from it).", nil, nil)
 	descPeerAskErrors = prometheus.NewDesc("presenced_peer_ask_errors_total", "Degraded reads that could not ask the other nodes (NATS unreachable).", nil, nil)
 
 	descPeerAsked    = prometheus.NewDesc("presenced_peer_questions_total", "Questions (of up to 100 users) this node asked the other nodes for degraded reads.", nil, nil)
@@ -57,7 +58,7 @@ type scaleOutCollector struct {
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descPartsDown, descPartOutages, descDegradedReads, descAwaiting, descProfiles,
-		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
+		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerSnapshots, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
 		ch <- d
 	}
 }
@@ -84,6 +85,7 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLeaseLosses, prometheus.CounterValue, float64(s.LeaseLosses))
 		ch <- prometheus.MustNewConstMetric(descTakeovers, prometheus.CounterValue, float64(s.LeaseTakeovers))
 		ch <- prometheus.MustNewConstMetric(descPeerSigns, prometheus.CounterValue, float64(s.PeerSigns))
+		ch <- prometheus.MustNewConstMetric(descPeerSnapshots, prometheus.CounterValue, float64(s.PeerSnapshots))
 		ch <- prometheus.MustNewConstMetric(descPeerAskErrors, prometheus.CounterValue, float64(s.PeerAskErrors))
 	}
 	if c.peers != nil {
