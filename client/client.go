@@ -100,7 +100,7 @@ const (
 	DefaultMaxBackoff       = 10 * time.Second
 	DefaultDialTimeout      = 10 * time.Second
 	DefaultWriteTimeout     = 10 * time.Second
-	DefaultMaxSubscriptions = 500
+	DefaultMaxSubscriptions = presence.DefaultMaxSubscriptions
 )
 
 func (cfg *Config) fill() error {

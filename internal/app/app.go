@@ -124,10 +124,10 @@ func (c *Config) defaults() error {
 		c.DataDir = "./data"
 	}
 	if c.TTL == 0 {
-		c.TTL = 30 * time.Second
+		c.TTL = presence.DefaultTTL
 	}
 	if c.IdleAfter == 0 {
-		c.IdleAfter = 5 * time.Minute
+		c.IdleAfter = presence.DefaultIdleAfter
 	}
 	if err := c.ValidateTiming(); err != nil {
 		return err
@@ -142,7 +142,7 @@ func (c *Config) defaults() error {
 		c.ShutdownTimeout = 10 * time.Second
 	}
 	if c.MaxSubscriptions <= 0 {
-		c.MaxSubscriptions = 500
+		c.MaxSubscriptions = presence.DefaultMaxSubscriptions
 	}
 	if c.FanoutAsyncThreshold <= 0 {
 		c.FanoutAsyncThreshold = 10000

@@ -78,7 +78,7 @@ type Relations interface {
 
 // Defaults of Config.
 const (
-	DefaultMaxSubscriptions = 500
+	DefaultMaxSubscriptions = presence.DefaultMaxSubscriptions
 	DefaultAsyncThreshold   = 10000
 	DefaultAsyncBatch       = 1024
 )

@@ -164,14 +164,14 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.TTL <= 0 {
-		cfg.TTL = 30 * time.Second
+		cfg.TTL = presence.DefaultTTL
 	}
 	if cfg.CloseGrace <= 0 {
 		cfg.CloseGrace = presence.DefaultCloseGrace
 	}
 	cfg.CloseGrace = min(cfg.CloseGrace, cfg.TTL)
 	if cfg.MaxSubscriptions <= 0 {
-		cfg.MaxSubscriptions = 500
+		cfg.MaxSubscriptions = presence.DefaultMaxSubscriptions
 	}
 	if cfg.MaxMessage <= 0 {
 		cfg.MaxMessage = 64 << 10

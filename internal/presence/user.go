@@ -34,6 +34,10 @@ const (
 	DefaultCloseGrace = 5 * time.Second
 )
 
+// DefaultMaxSubscriptions is the default cap of the users one connection
+// may watch: the server's (fanout, gateway) and the Go client's.
+const DefaultMaxSubscriptions = 500
+
 // WithDefaults returns r with its zero (or negative) TTL, IdleAfter,
 // MaxDevices and CloseGrace replaced by the defaults, and CloseGrace capped
 // at TTL.
