@@ -206,6 +206,15 @@ func (t *Tracker) sweepSkip() func(part int) bool {
 	}
 }
 
+// downParts returns which parts are down or being replayed now, or nil if
+// none is.
+func (t *Tracker) downParts() func(part int) bool {
+	if t.parts == nil || t.parts.down.Load() == 0 {
+		return nil
+	}
+	return func(p int) bool { return t.parts.states[p].Load() != stateUp }
+}
+
 // partsFailed marks down the parts a call on every part found silent
 // (PartialError.Parts), so that this node's writes for their users are
 // buffered and its sweeps leave them alone until they are back and

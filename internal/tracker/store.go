@@ -57,6 +57,17 @@ type PartSweeper interface {
 	ExpireParts(ctx context.Context, now int64, max int, skip func(part int) bool, out []presence.Change) ([]presence.Change, error)
 }
 
+// PartTakeOver is an optional ability of a Partitioned Leaser: TakeOver
+// leaving alone the parts skip names (those down: a Cluster master that
+// does not answer would use up the call's time, and the other parts'
+// devices would stay held by a dead lease until it is back). Parts that
+// did not answer are named in a PartialError's Parts.
+type PartTakeOver interface {
+	TakeOverParts(ctx context.Context, now int64, lease uint64, renewed int64,
+		lastSeen func(ctx context.Context, users []string) (map[string]int64, error), skip func(part int) bool,
+		out []presence.Change) ([]presence.Change, error)
+}
+
 // Floorer is an optional ability of a Store that lives apart from the node
 // and may lose its data (Redis): a version floor that every user loaded
 // counts on from. RaiseFloor raises it (never lowers it); CheckFloor
