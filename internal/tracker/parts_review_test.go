@@ -82,3 +82,40 @@ func TestProbeOfSilentPartsIsBounded(t *testing.T) {
 		t.Errorf("stats %+v after the parts answered: want none down, nothing buffered", st)
 	}
 }
+
+// A read of a user whose part is down does not go to the store: it is
+// degraded (durable profile + buffer), as every read is while the whole
+// store is down. Asking the store costs a StoreTimeout per read while the
+// master is silent, and once it answers again (its replica promoted) but
+// before the part is probed and replayed, the store's answer misses the
+// beats in the buffer: a user who kept beating read offline.
+func TestReadOfAPartDownIsDegraded(t *testing.T) {
+	d := newMemDurable()
+	ps := &partStore{s: memstore.New(memstore.Config{Rules: rules})}
+	f := &fixture{t: t, ctx: context.Background(), clock: clock.NewFake(start), durable: d, pub: &recorder{}}
+	tr, err := tracker.New(tracker.Config{Store: ps, Durable: d, Publisher: f.pub, Clock: f.clock, Rules: rules,
+		ProbeInterval: time.Hour, SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.tr = tr
+	f.beat("ann", "phone", true)
+	f.beat("bob", "phone", true)
+	ps.off[1].Store(true)
+	for s := 10; s <= 50; s += 10 {
+		f.at(time.Duration(s) * time.Second)
+		f.beat("bob", "phone", true)
+		f.beat("ann", "phone", true)
+	}
+	if st := tr.Stats(); st.PartsDown != 1 || st.Buffered != 1 {
+		t.Fatalf("stats %+v: want part 1 down, bob buffered", st)
+	}
+	ps.off[1].Store(false) // back, not probed yet
+	got := f.read("ann", "bob")
+	if got[0].Status != presence.Online || got[1].Status != presence.Online {
+		t.Errorf("ann %v, bob %v while bob's part is down (bob kept beating): want both online", got[0].Status, got[1].Status)
+	}
+	if f.read("bob")[0].Status != presence.Online {
+		t.Errorf("bob alone reads offline while his part is down")
+	}
+}
