@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,8 +35,9 @@ import (
 // nothing else.
 
 var (
-	_ tracker.Leaser      = (*Store)(nil)
-	_ tracker.Partitioned = (*Store)(nil)
+	_ tracker.Leaser       = (*Store)(nil)
+	_ tracker.Partitioned  = (*Store)(nil)
+	_ tracker.PartTakeOver = (*Store)(nil)
 )
 
 // ownedKey is the set of users in shard sk with a device lease owns.
@@ -104,25 +107,49 @@ func (s *Store) EndLease(ctx context.Context, lease uint64) error {
 // TakeOver implements tracker.Leaser: one pipelined round trip lists the
 // lease's users in every shard, the durable last_seen of those users is
 // asked for once, and a second round trip runs the takeover script on
-// every shard that had any.
+// every shard that had any. Shards whose node does not answer (a Cluster
+// master down) are left for a later call and the others taken over: the
+// error is then a tracker.PartialError naming them.
 func (s *Store) TakeOver(ctx context.Context, now int64, lease uint64, renewed int64,
 	lastSeen func(ctx context.Context, users []string) (map[string]int64, error), out []presence.Change) ([]presence.Change, error) {
-	cmds := make(rueidis.Commands, len(s.shards))
+	return s.TakeOverParts(ctx, now, lease, renewed, lastSeen, nil, out)
+}
+
+// TakeOverParts implements tracker.PartTakeOver: TakeOver of the shards
+// skip does not name (nil: all).
+func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, renewed int64,
+	lastSeen func(ctx context.Context, users []string) (map[string]int64, error), skip func(part int) bool,
+	out []presence.Change) ([]presence.Change, error) {
+	cmds := make(rueidis.Commands, 0, len(s.shards))
+	listed := make([]int, 0, len(s.shards))
 	for i := range s.shards {
-		cmds[i] = s.c.B().Smembers().Key(s.shards[i].ownedKey(lease)).Build()
+		if skip != nil && skip(i) {
+			continue
+		}
+		cmds = append(cmds, s.c.B().Smembers().Key(s.shards[i].ownedKey(lease)).Build())
+		listed = append(listed, i)
 	}
 	members := make([][]string, len(s.shards))
 	var all []string
-	for i, r := range s.c.DoMulti(ctx, cmds...) {
+	var failedShards []int
+	var failed, answered int
+	var firstErr error
+	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		m, err := r.AsStrSlice()
 		if err != nil {
-			return out, fmt.Errorf("redisstore: take over: %w", err)
+			failed, firstErr = failed+1, firstOf(firstErr, err)
+			failedShards = append(failedShards, listed[j])
+			continue
 		}
-		members[i] = m
+		answered++
+		members[listed[j]] = m
 		all = append(all, m...)
 	}
-	if len(all) == 0 {
-		return out, nil
+	if len(all) == 0 || ctx.Err() != nil {
+		// Nothing to take over, or the shards that did not answer used
+		// up the time: the others are taken over by a later call (their
+		// sets stay until then).
+		return out, takeOverErr(failed, answered, failedShards, firstErr, ctx.Err())
 	}
 	var seen map[string]int64
 	if lastSeen != nil {
@@ -132,6 +159,7 @@ func (s *Store) TakeOver(ctx context.Context, now int64, lease uint64, renewed i
 		seen, _ = lastSeen(ctx, all)
 	}
 	var execs []rueidis.LuaExec
+	var shards []int
 	for i, m := range members {
 		if len(m) == 0 {
 			continue
@@ -144,27 +172,41 @@ func (s *Store) TakeOver(ctx context.Context, now int64, lease uint64, renewed i
 			}
 		}
 		execs = append(execs, rueidis.LuaExec{Keys: []string{sk.ownedKey(lease), sk.due, sk.dirty}, Args: args})
+		shards = append(shards, i)
 	}
-	var firstErr error
-	for _, r := range s.takeover.execMulti(ctx, s.c, execs...) {
+	for j, r := range s.takeover.execMulti(ctx, s.c, execs...) {
 		arr, err := r.ToArray()
 		if err != nil {
-			firstErr = firstOf(firstErr, s.takeover.err(err))
+			failed, firstErr = failed+1, firstOf(firstErr, s.takeover.err(err))
+			failedShards = append(failedShards, shards[j])
 			continue
 		}
 		for _, m := range arr {
 			c, err := decodeClaim(m, now)
 			if err != nil {
-				firstErr = firstOf(firstErr, err)
+				failed, firstErr = failed+1, firstOf(firstErr, err)
 				continue
 			}
 			out = append(out, c)
 		}
 	}
-	if firstErr != nil {
-		return out, fmt.Errorf("redisstore: take over: %w", firstErr)
+	return out, takeOverErr(failed, answered, failedShards, firstErr, nil)
+}
+
+// takeOverErr is TakeOverParts' error: nil, the error of a store that
+// answered for no shard, or a PartialError naming the shards not taken
+// over (whose node did not answer; with late, those that had no time left).
+func takeOverErr(failed, answered int, shards []int, err, late error) error {
+	if late != nil && failed == 0 {
+		return fmt.Errorf("redisstore: take over: %w", late)
 	}
-	return out, nil
+	err = shardsErr("take over", failed, answered, err)
+	var pe *tracker.PartialError
+	if errors.As(err, &pe) {
+		slices.Sort(shards)
+		pe.Parts = slices.Compact(shards)
+	}
+	return err
 }
 
 // Claim implements tracker.Leaser.

@@ -543,7 +543,10 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 				due = append(due, probed[i])
 			}
 		}
-		if len(due) == 0 {
+		if len(due) == 0 || ctx.Err() != nil {
+			// Nothing due, or shards that did not answer used up the
+			// time: the due ones, which did, are not named as failed
+			// (they are swept by the next call).
 			break
 		}
 		left := max - (len(out) - start)

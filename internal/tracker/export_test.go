@@ -9,3 +9,7 @@ func (t *Tracker) TickLease(ctx context.Context) { t.tickLease(ctx) }
 // Recover replays the outage buffer once the store answers, as Run's
 // probe does (review tests).
 func (t *Tracker) Recover(ctx context.Context) { t.recover(ctx) }
+
+// RecoverParts probes the parts that are down and replays those that
+// answer, as Run's probe does (review tests).
+func (t *Tracker) RecoverParts(ctx context.Context) { t.recoverParts(ctx) }

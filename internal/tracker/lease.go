@@ -250,7 +250,7 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 				"silent_ms", now-w.renewed, "own", own)
 		}
 		if err := t.takeOver(ctx, now, w.id, w.renewed); err != nil {
-			if ctx.Err() == nil && !errors.Is(err, errOutage) {
+			if ctx.Err() == nil && !errors.Is(err, errOutage) && !partial(err) && !errors.Is(err, errPartsLeft) {
 				t.log.Warn("taking over a lease failed; will retry", "lease", w.id, "err", err)
 			}
 			continue
@@ -266,15 +266,40 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 
 // takeOver gives the devices of lease back to the rules and publishes the
 // departures that are due.
+//
+// With a Partitioned store the parts that are down are left for later
+// (PartTakeOver), and a part that does not answer is marked down: one
+// master's outage is not the whole store's. The takeover is over only
+// once every part was taken over (errPartsLeft until then: the lease is
+// not ended meanwhile, or the devices of those parts would stay held by
+// a lease nobody renews).
 func (t *Tracker) takeOver(ctx context.Context, now int64, lease uint64, renewed int64) error {
+	skip := t.downParts()
+	pt, _ := t.leaser.(PartTakeOver)
 	b := t.bound(ctx)
-	out, err := t.leaser.TakeOver(b.ctx, now, lease, renewed, t.durableLastSeen, nil)
+	var out []presence.Change
+	var err error
+	if skip != nil && pt != nil {
+		out, err = pt.TakeOverParts(b.ctx, now, lease, renewed, t.durableLastSeen, skip, nil)
+	} else {
+		out, err = t.leaser.TakeOver(b.ctx, now, lease, renewed, t.durableLastSeen, nil)
+	}
 	t.release(b)
 	for i := range out {
 		t.emit(out[i])
 	}
-	return t.storeErr(ctx, err)
+	t.partsFailed(err)
+	if err = t.storeErr(ctx, err); err != nil {
+		return err
+	}
+	if skip != nil && pt != nil {
+		return errPartsLeft
+	}
+	return nil
 }
+
+// errPartsLeft says that a takeover left the parts that are down for later.
+var errPartsLeft = errors.New("tracker: takeover of the parts that are down left for when they are back")
 
 // durableLastSeen returns the durable last_seen of users: what their
 // owner checkpointed before it went silent.

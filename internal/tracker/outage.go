@@ -593,6 +593,58 @@ func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presen
 // get is Get; askPeers false reads degraded without asking the other
 // nodes (a read of settings, which never come from them).
 func (t *Tracker) get(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
+	if t.parts != nil && t.parts.down.Load() > 0 && t.state.Load() != stateDown {
+		// The users of a part that is down are read degraded, as every
+		// user while the whole store is down: the store would make the
+		// read wait StoreTimeout, or — its master back, the part not
+		// replayed yet — miss their buffered operations.
+		var down, up []int
+		for i, id := range ids {
+			if t.parts.states[t.parts.of(id)].Load() == stateDown {
+				down = append(down, i)
+			} else {
+				up = append(up, i)
+			}
+		}
+		if len(down) > 0 {
+			return t.getSplit(ctx, now, ids, out, askPeers, down, up)
+		}
+	}
+	return t.getAll(ctx, now, ids, out, askPeers)
+}
+
+// getSplit is get of ids whose users at down have their part down: those
+// are read degraded, the users at up as get reads them.
+func (t *Tracker) getSplit(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool, down, up []int) error {
+	pick := func(idx []int) ([]string, []presence.Snapshot) {
+		sub := make([]string, len(idx))
+		for j, i := range idx {
+			sub[j] = ids[i]
+		}
+		return sub, make([]presence.Snapshot, len(idx))
+	}
+	if len(up) > 0 {
+		sub, got := pick(up)
+		if err := t.getAll(ctx, now, sub, got, askPeers); err != nil {
+			return err
+		}
+		for j, i := range up {
+			out[i] = got[j]
+		}
+	}
+	t.degradedReads.Add(1)
+	sub, got := pick(down)
+	if err := t.degradedGet(ctx, now, sub, got, askPeers); err != nil {
+		return err
+	}
+	for j, i := range down {
+		out[i] = got[j]
+	}
+	return nil
+}
+
+// getAll is get asking the store for every id (unless it is down).
+func (t *Tracker) getAll(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
 	if t.state.Load() != stateDown {
 		b := t.bound(ctx)
 		err := t.store.Get(b.ctx, now, ids, out)

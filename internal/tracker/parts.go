@@ -3,6 +3,7 @@ package tracker
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 )
 
@@ -125,16 +126,28 @@ func (t *Tracker) recoverParts(ctx context.Context) {
 	if t.parts == nil || t.parts.down.Load() == 0 || !t.up() {
 		return
 	}
-	recovered, since := false, int64(0)
+	// The parts down are pinged at once, within one StoreTimeout: one
+	// after the other, the shards of a silent master (a third of them,
+	// each waiting StoreTimeout) would hold Run — and the lease renewals
+	// it makes — for minutes.
+	var downs []int
 	for p := range t.parts.states {
-		s := &t.parts.states[p]
-		if s.Load() != stateDown {
-			continue
+		if t.parts.states[p].Load() == stateDown {
+			downs = append(downs, p)
 		}
-		b := t.bound(ctx)
-		err := t.parts.ping(b.ctx, p)
-		t.release(b)
-		if err != nil || !s.CompareAndSwap(stateDown, stateReplaying) {
+	}
+	answered := make([]bool, len(downs))
+	b := t.bound(ctx)
+	var wg sync.WaitGroup
+	for i, p := range downs {
+		wg.Go(func() { answered[i] = t.parts.ping(b.ctx, p) == nil })
+	}
+	wg.Wait()
+	t.release(b)
+	recovered, since := false, int64(0)
+	for i, p := range downs {
+		s := &t.parts.states[p]
+		if !answered[i] || !s.CompareAndSwap(stateDown, stateReplaying) {
 			continue
 		}
 		if err := t.replay(ctx, p); err != nil {
@@ -191,6 +204,15 @@ func (t *Tracker) sweepSkip() func(part int) bool {
 	return func(p int) bool {
 		return t.parts.states[p].Load() != stateUp || now < t.parts.upAt[p].Load()+grace
 	}
+}
+
+// downParts returns which parts are down or being replayed now, or nil if
+// none is.
+func (t *Tracker) downParts() func(part int) bool {
+	if t.parts == nil || t.parts.down.Load() == 0 {
+		return nil
+	}
+	return func(p int) bool { return t.parts.states[p].Load() != stateUp }
 }
 
 // partsFailed marks down the parts a call on every part found silent

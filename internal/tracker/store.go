@@ -23,9 +23,10 @@ var ErrStoreReset = errors.New("tracker: the state store lost its data")
 // PartialError is returned by a Store when a call failed for some of its
 // keys only — a Redis Cluster whose one master is down, the others
 // answering — and did the rest. For Get, Failed lists the indexes of the
-// ids whose snapshots are missing; for a call on every part (Expire,
-// Dirty, the floors) of a Partitioned store, Parts lists the parts that
-// did not answer (the tracker marks them down). The tracker does not take
+// ids whose snapshots are missing; for a sweep (Expire, ExpireParts) or a
+// takeover (TakeOver, TakeOverParts) of a Partitioned store, Parts lists
+// the parts that did not answer (the tracker marks them down; Dirty and
+// the floors do not name them, and mark nothing). The tracker does not take
 // such a failure for an outage of the whole store: only the users of the
 // keys that failed are affected.
 type PartialError struct {
@@ -55,6 +56,17 @@ type BeatReader interface {
 // buffer, or in another node's.
 type PartSweeper interface {
 	ExpireParts(ctx context.Context, now int64, max int, skip func(part int) bool, out []presence.Change) ([]presence.Change, error)
+}
+
+// PartTakeOver is an optional ability of a Partitioned Leaser: TakeOver
+// leaving alone the parts skip names (those down: a Cluster master that
+// does not answer would use up the call's time, and the other parts'
+// devices would stay held by a dead lease until it is back). Parts that
+// did not answer are named in a PartialError's Parts.
+type PartTakeOver interface {
+	TakeOverParts(ctx context.Context, now int64, lease uint64, renewed int64,
+		lastSeen func(ctx context.Context, users []string) (map[string]int64, error), skip func(part int) bool,
+		out []presence.Change) ([]presence.Change, error)
 }
 
 // Floorer is an optional ability of a Store that lives apart from the node
