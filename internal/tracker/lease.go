@@ -376,6 +376,12 @@ func (t *Tracker) syncOwned(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, w := range work {
 		if len(w.Claim) == 0 && len(w.Release) == 0 && len(w.Bye) == 0 {
+			if !t.upFor(w.User) {
+				// Its part is down: the touch waits, unsent, instead of
+				// holding every other touch of the batch for a timeout.
+				t.owned.Done(now, w.User, owned.Result{Failed: true, Unsent: true})
+				continue
+			}
 			touches = append(touches, Touch{User: w.User, Devices: devices(w.Touch)})
 			continue
 		}

@@ -22,6 +22,8 @@ type silentParts struct {
 	tracker.Store
 	n      int
 	silent atomic.Bool
+	// pings in flight now, and the most at once
+	inflight, most atomic.Int64
 }
 
 func (s *silentParts) Parts() int                 { return s.n }
@@ -33,6 +35,10 @@ func (s *silentParts) Part(user string) int {
 }
 
 func (s *silentParts) PingPart(ctx context.Context, p int) error {
+	n := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+	}
 	if s.silent.Load() {
 		<-ctx.Done()
 		return ctx.Err()
@@ -71,10 +77,11 @@ func TestProbeOfSilentPartsIsBounded(t *testing.T) {
 	if st := tr.Stats(); st.PartsDown != ps.n || st.Down {
 		t.Fatalf("stats %+v: want %d parts down, the store up", st, ps.n)
 	}
-	began := time.Now()
 	tr.RecoverParts(ctx)
-	if took := time.Since(began); took > 5*timeout {
-		t.Errorf("a probe of %d silent parts took %s (StoreTimeout %s)", ps.n, took.Round(time.Millisecond), timeout)
+	// One round: every silent part pinged at once (no timing assertion:
+	// this machine is shared), not one after the other.
+	if most := ps.most.Load(); most != int64(ps.n) {
+		t.Errorf("a probe of %d silent parts had at most %d pings in flight at once, want all of them", ps.n, most)
 	}
 	ps.silent.Store(false)
 	tr.RecoverParts(ctx)
