@@ -692,30 +692,13 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 	}
 	profiles := make([]presence.Profile, len(ids))
 	have := make([]bool, len(ids))
-	err := t.durable.LoadProfiles(ctx, ids, func(p *presence.Profile) {
-		if i, ok := first[p.UserID]; ok {
-			profiles[i], have[i] = *p, true
-		}
-	})
+	err := t.profiles(ctx, ids, func(p *presence.Profile) {
+		i := first[p.UserID]
+		profiles[i], have[i] = *p, true
+	}, false)
 	if err != nil {
 		return fmt.Errorf("tracker: state store down and durable profiles unavailable: %w", err)
 	}
-	// Checkpoints drained from the store but not yet durable are newer.
-	t.flushMu.RLock()
-	for _, q := range t.pending {
-		i, ok := first[q.UserID]
-		switch {
-		case !ok:
-		case !have[i]:
-			profiles[i], have[i] = q, true
-		default:
-			p := &profiles[i]
-			p.LastSeen = max(p.LastSeen, q.LastSeen)
-			p.PubLastSeen = max(p.PubLastSeen, q.PubLastSeen)
-			p.Version = max(p.Version, q.Version)
-		}
-	}
-	t.flushMu.RUnlock()
 	var peers map[string][]op
 	var peerSnaps map[string]presence.Snapshot
 	if askPeers {

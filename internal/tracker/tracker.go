@@ -729,6 +729,60 @@ func (t *Tracker) load(ctx context.Context, user string) error {
 	return err
 }
 
+// profiles calls fn with the profile of each of ids (each once) that the
+// durable store knows or that this node checkpointed: the durable one
+// with the checkpoints drained from the store but not yet durable (in
+// flight, or pending after a failed write) merged in — the one rule for a
+// user the store does not hold (a load, a degraded read). Versions count
+// up from a loaded one, so loading without them would stamp versions that
+// were already published. With wait, the durable read waits for a
+// checkpoint in flight (a load must not miss it); without, a checkpoint
+// in flight may be missed (a read, which must not queue behind a slow
+// durable write: the last second of last_seen at worst).
+func (t *Tracker) profiles(ctx context.Context, ids []string, fn func(*presence.Profile), wait bool) error {
+	first := make(map[string]int, len(ids)) // id → its index among the distinct
+	got := make([]presence.Profile, 0, len(ids))
+	have := make([]bool, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := first[id]; !ok {
+			first[id] = len(got)
+			got = append(got, presence.Profile{UserID: id})
+			have = append(have, false)
+		}
+	}
+	if wait {
+		t.flushMu.RLock()
+		defer t.flushMu.RUnlock()
+	}
+	err := t.durable.LoadProfiles(ctx, ids, func(p *presence.Profile) {
+		if i, ok := first[p.UserID]; ok {
+			got[i], have[i] = *p, true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if !wait {
+		t.flushMu.RLock()
+		defer t.flushMu.RUnlock()
+	}
+	for _, q := range t.pending {
+		if i, ok := first[q.UserID]; ok {
+			p := &got[i]
+			p.LastSeen = max(p.LastSeen, q.LastSeen)
+			p.PubLastSeen = max(p.PubLastSeen, q.PubLastSeen)
+			p.Version = max(p.Version, q.Version)
+			have[i] = true
+		}
+	}
+	for i := range got {
+		if have[i] {
+			fn(&got[i])
+		}
+	}
+	return nil
+}
+
 // loadProfile loads a user from the durable store into the store (unless
 // it is held already) and returns the durable profile.
 func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profile, error) {
@@ -736,22 +790,9 @@ func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profil
 		return presence.Profile{UserID: user}, &profileError{user: user, err: errDurableDown}
 	}
 	p := presence.Profile{UserID: user}
-	// A user the store evicted may have a checkpoint that is drained from
-	// the store but not yet durable (in flight, or pending after a failed
-	// write). Versions count up from the loaded one, so loading without it
-	// would stamp versions that were already published.
-	t.flushMu.RLock()
 	lctx, cancel := context.WithTimeout(ctx, t.loadTimeout)
-	err := t.durable.LoadProfiles(lctx, []string{user}, func(got *presence.Profile) { p = *got })
+	err := t.profiles(lctx, []string{user}, func(got *presence.Profile) { p = *got }, true)
 	cancel()
-	for i := range t.pending {
-		if q := &t.pending[i]; q.UserID == user {
-			p.LastSeen = max(p.LastSeen, q.LastSeen)
-			p.PubLastSeen = max(p.PubLastSeen, q.PubLastSeen)
-			p.Version = max(p.Version, q.Version)
-		}
-	}
-	t.flushMu.RUnlock()
 	if err != nil {
 		return p, t.loadFailed(ctx, user, err)
 	}
