@@ -132,7 +132,7 @@ func (p *Peers) Serve(ctx context.Context, src Source) error {
 		}
 		start := time.Now()
 		defer func() { cost += (time.Since(start) - cost) / 8 }()
-		asker, ids, err := decodeQuestion(m.Data)
+		asker, ids, withStore, err := decodeQuestion(m.Data)
 		if err != nil {
 			p.bad.Add(1)
 			return
@@ -143,7 +143,10 @@ func (p *Peers) Serve(ctx context.Context, src Source) error {
 		now := p.cfg.Clock.Now().UnixMilli()
 		signs = src.Signs(now, ids, signs[:0])
 		clear(snaps)
-		snaps = src.StoreSnapshots(ctx, now, ids, snaps[:0])
+		snaps = snaps[:0]
+		if withStore {
+			snaps = src.StoreSnapshots(ctx, now, ids, snaps)
+		}
 		buf = encodeAnswer(buf[:0], src.LeaseID(), ids, signs, snaps)
 		for len(buf) > int(nc.MaxPayload()) {
 			// One user can hold many signs (device ids cycled through
@@ -191,7 +194,7 @@ func dropLargest(signs []tracker.DeviceSign) ([]tracker.DeviceSign, string, int)
 // every chunk or Config.Timeout (or ctx) ended the wait. It fails only
 // when the question could not be sent, or this node is not connected to
 // NATS.
-func (p *Peers) Ask(ctx context.Context, ids []string) (tracker.Answers, error) {
+func (p *Peers) Ask(ctx context.Context, ids []string, withStore bool) (tracker.Answers, error) {
 	var out tracker.Answers
 	nc := p.cfg.Conn.NC
 	if !nc.IsConnected() {
@@ -250,7 +253,7 @@ func (p *Peers) Ask(ctx context.Context, ids []string) (tracker.Answers, error) 
 	var q []byte
 	for c := range chunks {
 		part := ids[c*ChunkIDs : min(len(ids), (c+1)*ChunkIDs)]
-		q = encodeQuestion(q[:0], p.id, part)
+		q = encodeQuestion(q[:0], p.id, part, withStore)
 		if err := nc.PublishMsg(&nats.Msg{Subject: p.cfg.Subject, Reply: inbox, Data: q}); err != nil {
 			return out, fmt.Errorf("peers: ask: %w", err)
 		}
@@ -283,22 +286,27 @@ func (p *Peers) Ask(ctx context.Context, ids []string) (tracker.Answers, error) 
 	return out, nil
 }
 
-// The encodings. A question: version, the asker's id (Peers.id), the ids. An
-// answer: answerVersion, the answerer's lease, the ids of the question again
-// (the asker keeps no state per chunk), the signs, each naming its user by
-// its index among those ids, and the snapshots the answerer read in its
-// store, likewise.
+// The encodings. A question: version, the asker's id (Peers.id), flags
+// (1: withStore), the ids. An answer: answerVersion, the answerer's lease,
+// the ids of the question again (the asker keeps no state per chunk), the
+// signs, each naming its user by its index among those ids, and the
+// snapshots the answerer read in its store, likewise.
 
 const (
-	version       = 1 // of a question
+	version       = 2 // of a question: 1 had no flags (withStore)
 	answerVersion = 2 // of an answer: 1 had no snapshots
 )
 
 var errBad = errors.New("peers: malformed message")
 
-func encodeQuestion(b []byte, asker uint64, ids []string) []byte {
+func encodeQuestion(b []byte, asker uint64, ids []string, withStore bool) []byte {
 	b = append(b, version)
 	b = binary.AppendUvarint(b, asker)
+	var flags byte
+	if withStore {
+		flags = 1
+	}
+	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, uint64(len(id)))
@@ -307,28 +315,29 @@ func encodeQuestion(b []byte, asker uint64, ids []string) []byte {
 	return b
 }
 
-func decodeQuestion(b []byte) (asker uint64, ids []string, err error) {
+func decodeQuestion(b []byte) (asker uint64, ids []string, withStore bool, err error) {
 	r := reader{b: b}
 	if r.byte() != version {
-		return 0, nil, errBad
+		return 0, nil, false, errBad
 	}
 	asker = r.uvarint()
+	flags := r.byte()
 	n := r.uvarint()
-	if r.err != nil || n > ChunkIDs {
-		return 0, nil, errBad
+	if r.err != nil || n > ChunkIDs || flags > 1 {
+		return 0, nil, false, errBad
 	}
 	ids = make([]string, 0, n)
 	for range n {
 		id := r.str(presence.MaxIDLen)
 		if r.err != nil {
-			return 0, nil, errBad
+			return 0, nil, false, errBad
 		}
 		ids = append(ids, id)
 	}
 	if len(r.b) != 0 {
-		return 0, nil, errBad
+		return 0, nil, false, errBad
 	}
-	return asker, ids, nil
+	return asker, ids, flags == 1, nil
 }
 
 // encodeAnswer writes signs about ids (the chunk asked), each naming its

@@ -39,7 +39,7 @@ func (n *node) StoreSnapshots(_ context.Context, now int64, ids []string, out []
 
 // askSigns is Ask's signs.
 func askSigns(p *Peers, ids []string) ([]tracker.DeviceSign, error) {
-	ans, err := p.Ask(context.Background(), ids)
+	ans, err := p.Ask(context.Background(), ids, false)
 	return ans.Signs, err
 }
 
@@ -182,9 +182,9 @@ func TestMalformedMessages(t *testing.T) {
 	nc := conn(t, srv.URL).NC
 	for _, q := range [][]byte{
 		nil, {9}, {version}, {version, 1, 200}, // too many ids
-		append(encodeQuestion(nil, 1, []string{"u"}), 0), // trailing byte
-		{version, 1, 1, 100, 'u'},                        // length past the end
-		encodeQuestion(nil, 1, []string{strings.Repeat("x", presence.MaxIDLen+1)}),
+		append(encodeQuestion(nil, 1, []string{"u"}, false), 0), // trailing byte
+		{version, 1, 1, 100, 'u'},                               // length past the end
+		encodeQuestion(nil, 1, []string{strings.Repeat("x", presence.MaxIDLen+1)}, false),
 	} {
 		if _, err := nc.Request("t.bad", q, 200*time.Millisecond); err == nil {
 			t.Errorf("question %x answered", q)
@@ -215,11 +215,11 @@ func TestMalformedMessages(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(encodeQuestion(nil, 3, []string{"a", "b"}))
+	f.Add(encodeQuestion(nil, 3, []string{"a", "b"}, true))
 	f.Add(encodeAnswer(nil, 3, []string{"a"}, []tracker.DeviceSign{{User: "a", Device: "d", At: 9, Active: true}},
 		[]presence.Snapshot{{UserID: "a", Known: true, Status: presence.Busy, Text: "x", Version: 3}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if _, ids, err := decodeQuestion(b); err == nil && len(ids) > ChunkIDs {
+		if _, ids, _, err := decodeQuestion(b); err == nil && len(ids) > ChunkIDs {
 			t.Fatalf("%d ids decoded", len(ids))
 		}
 		var out tracker.Answers
@@ -370,7 +370,7 @@ func TestServeSkipsQuestionsTooLate(t *testing.T) {
 	})
 	// 600 questions of askers gone: 3 s of b's time.
 	flood := conn(t, srv.URL).NC
-	q := encodeQuestion(nil, 7, []string{"u"})
+	q := encodeQuestion(nil, 7, []string{"u"}, false)
 	for range 600 {
 		if err := flood.PublishRequest("t.late", "t.gone", q); err != nil {
 			t.Fatal(err)

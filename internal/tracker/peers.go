@@ -20,8 +20,13 @@ import (
 // Ask returns what every node that answered in time said. It must bound
 // its own wait: a node that does not answer is read without; an error
 // means no node could be asked (the read goes on without them).
+//
+// withStore asks the nodes whose store answers to read the users there
+// too (Answers.Snapshots): a node that cannot reach the store at all asks
+// so; a read degraded for part of the store (a Cluster master down, for
+// every node alike) does not — that read would wait on the same master.
 type Peers interface {
-	Ask(ctx context.Context, ids []string) (Answers, error)
+	Ask(ctx context.Context, ids []string, withStore bool) (Answers, error)
 }
 
 // Answers are what the other nodes said of the users a degraded read
@@ -76,6 +81,12 @@ func (t *Tracker) StoreSnapshots(ctx context.Context, now int64, ids []string, o
 	if !t.up() || len(ids) == 0 {
 		return out
 	}
+	// Not the users of a part that is down here too: the read would wait
+	// on it.
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !t.partUp(id) })
+	if len(ids) == 0 {
+		return out
+	}
 	ctx, cancel := context.WithTimeout(ctx, min(t.storeTimeout, peerStoreTimeout))
 	defer cancel()
 	snaps := make([]presence.Snapshot, len(ids))
@@ -108,7 +119,7 @@ func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) (map[str
 	if t.peers == nil || len(ids) == 0 {
 		return nil, nil
 	}
-	ans, err := t.peers.Ask(ctx, ids)
+	ans, err := t.peers.Ask(ctx, ids, t.state.Load() != stateUp)
 	if err != nil {
 		t.peerAskErrors.Add(1)
 		return nil, nil

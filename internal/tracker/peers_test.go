@@ -19,7 +19,7 @@ type peersOf struct {
 	asked int
 }
 
-func (p *peersOf) Ask(ctx context.Context, ids []string) (tracker.Answers, error) {
+func (p *peersOf) Ask(ctx context.Context, ids []string, withStore bool) (tracker.Answers, error) {
 	p.asked++
 	var out tracker.Answers
 	if p.err != nil {
@@ -27,7 +27,9 @@ func (p *peersOf) Ask(ctx context.Context, ids []string) (tracker.Answers, error
 	}
 	for _, n := range p.nodes {
 		out.Signs = n.Signs(n.Now(), ids, out.Signs)
-		out.Snapshots = n.StoreSnapshots(ctx, n.Now(), ids, out.Snapshots)
+		if withStore {
+			out.Snapshots = n.StoreSnapshots(ctx, n.Now(), ids, out.Snapshots)
+		}
 	}
 	return out, nil
 }
@@ -155,7 +157,7 @@ type futurePeer struct {
 	asked int
 }
 
-func (p *futurePeer) Ask(ctx context.Context, ids []string) (tracker.Answers, error) {
+func (p *futurePeer) Ask(ctx context.Context, ids []string, _ bool) (tracker.Answers, error) {
 	p.asked++
 	var out tracker.Answers
 	for _, id := range ids {
