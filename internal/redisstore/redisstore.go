@@ -911,14 +911,29 @@ func decodeUser(id string, kv []rueidis.RedisMessage, u *presence.User) error {
 // clean most seconds), and a second drains the sets that do, each by its
 // own script.
 func (s *Store) Dirty(ctx context.Context, out []presence.Profile) ([]presence.Profile, error) {
-	probes := make(rueidis.Commands, len(s.shards))
+	return s.DirtyParts(ctx, nil, out)
+}
+
+// DirtyParts implements tracker.PartSweeper: Dirty of the shards skip
+// does not name (nil: all).
+func (s *Store) DirtyParts(ctx context.Context, skip func(part int) bool, out []presence.Profile) ([]presence.Profile, error) {
+	probes := make(rueidis.Commands, 0, len(s.shards))
+	probed := make([]int, 0, len(s.shards))
 	for i := range s.shards {
-		probes[i] = s.c.B().Exists().Key(s.shards[i].dirty).Build()
+		if skip != nil && skip(i) {
+			continue
+		}
+		probes = append(probes, s.c.B().Exists().Key(s.shards[i].dirty).Build())
+		probed = append(probed, i)
+	}
+	if len(probes) == 0 {
+		return out, nil
 	}
 	var execs []rueidis.LuaExec
 	var failed, answered int
 	var firstErr error
-	for i, r := range s.c.DoMulti(ctx, probes...) {
+	for j, r := range s.c.DoMulti(ctx, probes...) {
+		i := probed[j]
 		n, err := r.AsInt64()
 		if err != nil {
 			failed, firstErr = failed+1, firstOf(firstErr, err)

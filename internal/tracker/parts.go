@@ -215,6 +215,21 @@ func (t *Tracker) downParts() func(part int) bool {
 	return func(p int) bool { return t.parts.states[p].Load() != stateUp }
 }
 
+// downSkip returns which parts are down or being replayed now, or nil if
+// none is (a checkpoint leaves them alone).
+func (t *Tracker) downSkip() func(part int) bool {
+	if t.parts == nil || t.parts.down.Load() == 0 {
+		return nil
+	}
+	return func(p int) bool { return t.parts.states[p].Load() != stateUp }
+}
+
+// partSweeper is the store as a PartSweeper, nil if it is not one.
+func (t *Tracker) partSweeper() PartSweeper {
+	ps, _ := t.store.(PartSweeper)
+	return ps
+}
+
 // partsFailed marks down the parts a call on every part found silent
 // (PartialError.Parts), so that this node's writes for their users are
 // buffered and its sweeps leave them alone until they are back and

@@ -22,6 +22,23 @@ type partStore struct {
 	s     tracker.Store
 	off   [2]atomic.Bool
 	calls [2]atomic.Int64
+	// skipped[p]: a checkpoint (DirtyParts) left part p alone
+	skipped [2]atomic.Int64
+}
+
+// ExpireParts and DirtyParts make it a tracker.PartSweeper (over a
+// memstore, which has no parts: they record what was skipped).
+func (s *partStore) ExpireParts(ctx context.Context, now int64, max int, skip func(int) bool, out []presence.Change) ([]presence.Change, error) {
+	return s.s.Expire(ctx, now, max, out)
+}
+
+func (s *partStore) DirtyParts(ctx context.Context, skip func(int) bool, out []presence.Profile) ([]presence.Profile, error) {
+	for p := range s.skipped {
+		if skip(p) {
+			s.skipped[p].Add(1)
+		}
+	}
+	return s.s.Dirty(ctx, out)
 }
 
 func part(user string) int {
@@ -161,6 +178,14 @@ func TestOneOfTwoPartsDown(t *testing.T) {
 		t.Errorf("%d calls reached the part that is down after it was found down", n)
 	}
 	f.wantEvents("part 0 goes on", "ann online→busy seen=10s", "cal offline→online seen=10s")
+	// A checkpoint leaves the part that is down alone (it would wait on
+	// it), and does the other.
+	if err := tr.Checkpoint(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ps.skipped[1].Load() == 0 || ps.skipped[0].Load() != 0 {
+		t.Errorf("checkpoint skipped part 0 %d times, part 1 %d times; want part 1 only", ps.skipped[0].Load(), ps.skipped[1].Load())
+	}
 	got := f.read("ann", "bob", "cal")
 	for i, want := range []presence.Status{presence.Busy, presence.Busy, presence.Online} {
 		if got[i].Status != want {

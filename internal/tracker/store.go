@@ -54,8 +54,14 @@ type BeatReader interface {
 // that is down or being replayed, nor one for RecoverGrace after it came
 // back: its users' beats of the outage may still wait in this node's
 // buffer, or in another node's.
+//
+// DirtyParts is Dirty leaving alone the parts skip names: a checkpoint
+// does not wait on a part that is down (it holds back loads meanwhile);
+// its users' dirty set waits in the store for the next checkpoint after
+// the part is back.
 type PartSweeper interface {
 	ExpireParts(ctx context.Context, now int64, max int, skip func(part int) bool, out []presence.Change) ([]presence.Change, error)
+	DirtyParts(ctx context.Context, skip func(part int) bool, out []presence.Profile) ([]presence.Profile, error)
 }
 
 // PartTakeOver is an optional ability of a Partitioned Leaser: TakeOver

@@ -894,7 +894,11 @@ func (t *Tracker) Checkpoint(ctx context.Context) error {
 	if t.up() {
 		b := t.bound(ctx)
 		var err error
-		batch, err = t.store.Dirty(b.ctx, t.pending)
+		if skip, ps := t.downSkip(), t.partSweeper(); skip != nil && ps != nil {
+			batch, err = ps.DirtyParts(b.ctx, skip, t.pending)
+		} else {
+			batch, err = t.store.Dirty(b.ctx, t.pending)
+		}
 		t.release(b)
 		t.pending = batch
 		if err = t.storeErr(ctx, err); err != nil {
