@@ -453,7 +453,7 @@ func floorErr(what string, shards int, failed []int, err error) error {
 	case len(failed) == 0:
 		return nil
 	case len(failed) < shards:
-		return &tracker.PartialError{Failed: failed, Err: fmt.Errorf("redisstore: %s: %w", what, err)}
+		return &tracker.PartialError{Failed: failed, Parts: failed, Err: fmt.Errorf("redisstore: %s: %w", what, err)}
 	}
 	return fmt.Errorf("redisstore: %s: %w", what, err)
 }

@@ -13,3 +13,7 @@ func (t *Tracker) Recover(ctx context.Context) { t.recover(ctx) }
 // RecoverParts probes the parts that are down and replays those that
 // answer, as Run's probe does (review tests).
 func (t *Tracker) RecoverParts(ctx context.Context) { t.recoverParts(ctx) }
+
+// CheckFloor asks the store for its floors, as Run does every
+// FlushInterval.
+func (t *Tracker) CheckFloor(ctx context.Context) { t.checkFloor(ctx) }

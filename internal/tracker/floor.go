@@ -63,6 +63,7 @@ func (t *Tracker) checkFloor(ctx context.Context) {
 	b := t.bound(ctx)
 	have, err := f.CheckFloor(b.ctx)
 	t.release(b)
+	t.partsFailed(err) // a node that only checks floors learns of a part down so too
 	if err = t.storeErr(ctx, err); err != nil && !partial(err) || have {
 		return
 	}

@@ -210,3 +210,39 @@ func TestOneOfTwoPartsDown(t *testing.T) {
 		t.Errorf("bob reads %v after the replay, want busy", s.Status)
 	}
 }
+
+// floorParts is a partStore whose floors' check finds part 1 silent, as
+// redisstore's does with one Cluster master down.
+type floorParts struct{ *partStore }
+
+func (s floorParts) RaiseFloor(context.Context, uint64) error { return nil }
+
+func (s floorParts) CheckFloor(context.Context) (bool, error) {
+	if s.off[1].Load() {
+		return true, &tracker.PartialError{Failed: []int{1}, Parts: []int{1}, Err: errStoreGone}
+	}
+	return true, nil
+}
+
+// The check of the floors, which every node makes every second, marks a
+// part it finds silent down — a node whose users are all on other parts
+// learns of the outage so, and its sweeps and checkpoints leave the part
+// alone — and takes neither the store for down nor for reset.
+func TestFloorCheckMarksSilentPartsDown(t *testing.T) {
+	ps := &partStore{s: memstore.New(memstore.Config{Rules: rules})}
+	tr, err := tracker.New(tracker.Config{Store: floorParts{ps}, Durable: newMemDurable(), Publisher: &recorder{},
+		Clock: clock.NewFake(start), Rules: rules, ProbeInterval: time.Hour, SweepInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps.off[1].Store(true)
+	tr.CheckFloor(context.Background())
+	if st := tr.Stats(); st.PartsDown != 1 || st.Down || st.StoreResets != 0 {
+		t.Errorf("after a floors' check that found part 1 silent: %+v; want part 1 down, the store up, no reset", st)
+	}
+	ps.off[1].Store(false)
+	tr.RecoverParts(context.Background())
+	if st := tr.Stats(); st.PartsDown != 0 {
+		t.Errorf("part 1 answers again, but %d parts are down", st.PartsDown)
+	}
+}

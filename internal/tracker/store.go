@@ -23,10 +23,10 @@ var ErrStoreReset = errors.New("tracker: the state store lost its data")
 // PartialError is returned by a Store when a call failed for some of its
 // keys only — a Redis Cluster whose one master is down, the others
 // answering — and did the rest. For Get, Failed lists the indexes of the
-// ids whose snapshots are missing; for a sweep (Expire, ExpireParts) or a
-// takeover (TakeOver, TakeOverParts) of a Partitioned store, Parts lists
-// the parts that did not answer (the tracker marks them down; Dirty and
-// the floors do not name them, and mark nothing). The tracker does not take
+// ids whose snapshots are missing; for a sweep (Expire, ExpireParts), a
+// takeover (TakeOver, TakeOverParts) or the floors (CheckFloor,
+// RaiseFloor) of a Partitioned store, Parts lists the parts that did not
+// answer (the tracker marks them down; Dirty does not name them). The tracker does not take
 // such a failure for an outage of the whole store: only the users of the
 // keys that failed are affected.
 type PartialError struct {
