@@ -65,13 +65,14 @@ func (b *backends) node(t *testing.T, i int, more ...string) *proc {
 }
 
 // nodes starts nodes 1…n at once, as a deployment's nodes often start,
-// racing to declare the NATS streams. It stops the test if one fails.
-func (b *backends) nodes(t *testing.T, n int) []*proc {
+// racing to declare the NATS streams, each with the flags more. It stops
+// the test if one fails.
+func (b *backends) nodes(t *testing.T, n int, more ...string) []*proc {
 	t.Helper()
 	nodes := make([]*proc, n)
 	var wg sync.WaitGroup
 	for i := range nodes {
-		wg.Go(func() { nodes[i] = b.node(t, i+1) })
+		wg.Go(func() { nodes[i] = b.node(t, i+1, more...) })
 	}
 	wg.Wait()
 	if t.Failed() {
@@ -290,14 +291,8 @@ func TestCloseGraceAcrossNodes(t *testing.T) {
 	b := newBackends(t)
 	const ttl, grace = 10 * time.Second, time.Second
 	more := []string{"-heartbeat-ttl", ttl.String(), "-close-grace", grace.String()}
-	var n1, n2 *proc
-	var wg sync.WaitGroup
-	wg.Go(func() { n1 = b.node(t, 1, more...) })
-	wg.Go(func() { n2 = b.node(t, 2, more...) })
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	nodes := b.nodes(t, 2, more...)
+	n1, n2 := nodes[0], nodes[1]
 	w := watcher(t, n2, "w", "erin", "fred")
 	w.await(t, "w", "erin", wsclient.Offline) // the snapshot
 	w.await(t, "w", "fred", wsclient.Offline)
@@ -360,14 +355,8 @@ func TestDuplicatedTabAcrossNodes(t *testing.T) {
 	b := newBackends(t)
 	const ttl, grace = 10 * time.Second, time.Second
 	more := []string{"-heartbeat-ttl", ttl.String(), "-close-grace", grace.String()}
-	var n1, n2 *proc
-	var wg sync.WaitGroup
-	wg.Go(func() { n1 = b.node(t, 1, more...) })
-	wg.Go(func() { n2 = b.node(t, 2, more...) })
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	nodes := b.nodes(t, 2, more...)
+	n1, n2 := nodes[0], nodes[1]
 	// tess closes her first tab first, uma the copy (whose node claimed
 	// the device last).
 	for _, c := range []struct {
@@ -983,14 +972,8 @@ func TestRedisClusterFailover(t *testing.T) {
 	t.Parallel()
 	b := newBackends(t)
 	cl := testsvc.RedisClusterReplicas(t, 3, 1)
-	var n1, n2 *proc
-	var wg sync.WaitGroup
-	wg.Go(func() { n1 = b.node(t, 1, "-redis-url", cl.URL) })
-	wg.Go(func() { n2 = b.node(t, 2, "-redis-url", cl.URL) })
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	nodes := b.nodes(t, 2, "-redis-url", cl.URL)
+	n1, n2 := nodes[0], nodes[1]
 	var users []string
 	for i := range 40 {
 		users = append(users, fmt.Sprint("c", i))

@@ -616,28 +616,32 @@ func (t *Tracker) get(ctx context.Context, now int64, ids []string, out []presen
 // getSplit is get of ids whose users at down have their part down: those
 // are read degraded, the users at up as get reads them.
 func (t *Tracker) getSplit(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool, down, up []int) error {
-	pick := func(idx []int) ([]string, []presence.Snapshot) {
-		sub := make([]string, len(idx))
-		for j, i := range idx {
-			sub[j] = ids[i]
-		}
-		return sub, make([]presence.Snapshot, len(idx))
-	}
 	if len(up) > 0 {
-		sub, got := pick(up)
-		if err := t.getAll(ctx, now, sub, got, askPeers); err != nil {
+		err := readAt(ids, out, up, func(sub []string, got []presence.Snapshot) error {
+			return t.getAll(ctx, now, sub, got, askPeers)
+		})
+		if err != nil {
 			return err
-		}
-		for j, i := range up {
-			out[i] = got[j]
 		}
 	}
 	t.degradedReads.Add(1)
-	sub, got := pick(down)
-	if err := t.degradedGet(ctx, now, sub, got, askPeers); err != nil {
+	return readAt(ids, out, down, func(sub []string, got []presence.Snapshot) error {
+		return t.degradedGet(ctx, now, sub, got, askPeers)
+	})
+}
+
+// readAt calls read for the ids at the indexes idx and puts its answers at
+// those places of out.
+func readAt(ids []string, out []presence.Snapshot, idx []int, read func(sub []string, got []presence.Snapshot) error) error {
+	sub := make([]string, len(idx))
+	for j, i := range idx {
+		sub[j] = ids[i]
+	}
+	got := make([]presence.Snapshot, len(idx))
+	if err := read(sub, got); err != nil {
 		return err
 	}
-	for j, i := range down {
+	for j, i := range idx {
 		out[i] = got[j]
 	}
 	return nil
@@ -654,18 +658,9 @@ func (t *Tracker) getAll(ctx context.Context, now int64, ids []string, out []pre
 			// Part of the store answered (a Cluster master is down):
 			// only the users it did not answer for are read degraded.
 			t.degradedReads.Add(1)
-			sub := make([]string, len(pe.Failed))
-			for j, i := range pe.Failed {
-				sub[j] = ids[i]
-			}
-			got := make([]presence.Snapshot, len(sub))
-			if err := t.degradedGet(ctx, now, sub, got, askPeers); err != nil {
-				return err
-			}
-			for j, i := range pe.Failed {
-				out[i] = got[j]
-			}
-			return nil
+			return readAt(ids, out, pe.Failed, func(sub []string, got []presence.Snapshot) error {
+				return t.degradedGet(ctx, now, sub, got, askPeers)
+			})
 		}
 		if t.parts != nil && len(ids) > 0 && err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotLoaded) && !errors.Is(err, ErrStoreReset) {
 			// Nothing answered for these users: with a Partitioned store

@@ -66,12 +66,7 @@ func (t *Tracker) stateFor(user string) uint32 {
 }
 
 // upFor reports whether user's operations go to the store.
-func (t *Tracker) upFor(user string) bool {
-	if t.parts == nil {
-		return t.up()
-	}
-	return t.stateFor(user) == stateUp
-}
+func (t *Tracker) upFor(user string) bool { return t.stateFor(user) == stateUp }
 
 // partUp reports whether user's part is up (true without parts): the
 // whole store's state aside.
@@ -191,33 +186,20 @@ func (t *Tracker) sweepSkip() func(part int) bool {
 		return nil
 	}
 	now, grace := t.Now(), t.recoverGrace.Milliseconds()
-	skip := false
-	for p := range t.parts.states {
-		if t.parts.states[p].Load() != stateUp || now < t.parts.upAt[p].Load()+grace {
-			skip = true
-			break
-		}
-	}
-	if !skip {
-		return nil
-	}
-	return func(p int) bool {
+	skip := func(p int) bool {
 		return t.parts.states[p].Load() != stateUp || now < t.parts.upAt[p].Load()+grace
 	}
+	for p := range t.parts.states {
+		if skip(p) {
+			return skip
+		}
+	}
+	return nil
 }
 
 // downParts returns which parts are down or being replayed now, or nil if
-// none is.
+// none is (takeovers and checkpoints leave them alone).
 func (t *Tracker) downParts() func(part int) bool {
-	if t.parts == nil || t.parts.down.Load() == 0 {
-		return nil
-	}
-	return func(p int) bool { return t.parts.states[p].Load() != stateUp }
-}
-
-// downSkip returns which parts are down or being replayed now, or nil if
-// none is (a checkpoint leaves them alone).
-func (t *Tracker) downSkip() func(part int) bool {
 	if t.parts == nil || t.parts.down.Load() == 0 {
 		return nil
 	}

@@ -850,8 +850,8 @@ func (t *Tracker) Sweep(ctx context.Context) (int, error) {
 	defer t.sweepMu.Unlock()
 	total := 0
 	skip := t.sweepSkip()
-	ps, partSweeper := t.store.(PartSweeper)
-	if skip != nil && !partSweeper {
+	ps := t.partSweeper()
+	if skip != nil && ps == nil {
 		return 0, nil // a part is down or just back: no sweep until it is settled
 	}
 	for {
@@ -894,7 +894,7 @@ func (t *Tracker) Checkpoint(ctx context.Context) error {
 	if t.up() {
 		b := t.bound(ctx)
 		var err error
-		if skip, ps := t.downSkip(), t.partSweeper(); skip != nil && ps != nil {
+		if skip, ps := t.downParts(), t.partSweeper(); skip != nil && ps != nil {
 			batch, err = ps.DirtyParts(b.ctx, skip, t.pending)
 		} else {
 			batch, err = t.store.Dirty(b.ctx, t.pending)
