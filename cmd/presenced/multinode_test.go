@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -992,10 +993,11 @@ func TestRedisClusterFailover(t *testing.T) {
 		hw = append(hw, fmt.Sprint("h", i))
 	}
 	httpBeats, stopBeats := context.WithCancel(context.Background())
+	var beatRounds atomic.Int64 // rounds of the 20 HTTP beats done
 	beating := make(chan struct{})
 	go func() {
 		defer close(beating)
-		for httpBeats.Err() == nil {
+		for ; httpBeats.Err() == nil; beatRounds.Add(1) {
 			for _, u := range hw {
 				if code, body := n2.do("POST", "/v1/heartbeat", apiKey, map[string]any{"user_id": u, "device_id": "pc"}); code != 200 {
 					t.Errorf("HTTP heartbeat of %s during the failovers: %d %s", u, code, body)
@@ -1018,10 +1020,13 @@ func TestRedisClusterFailover(t *testing.T) {
 	// Until the replica is promoted, reads on node 2 show every user who
 	// keeps beating online: those of the killed master's slots read
 	// degraded (node 1 says which sockets it holds; node 2's buffer has
-	// the HTTP beats), the others from Redis.
+	// the HTTP beats), the others from Redis. An HTTP device whose last
+	// beat went to the killed master is in no node's memory until it
+	// beats again (docs/operations.md): the HTTP users are checked once a
+	// whole round of their beats followed the kill.
+	killedAt := beatRounds.Load()
 	promoted := make(chan error, 1)
 	go func() { _, err := cl.WaitPromoted(leases, waitTimeout); promoted <- err }()
-	all := strings.Join(append(append([]string(nil), users...), hw...), ",")
 	reads := 0
 	for waiting := true; waiting; {
 		select {
@@ -1031,9 +1036,13 @@ func TestRedisClusterFailover(t *testing.T) {
 			}
 			waiting = false
 		case <-time.After(200 * time.Millisecond):
-			code, body := n2.do("GET", "/presence/batch?user_ids="+all, apiKey, nil)
-			if n := strings.Count(string(body), `"online"`); code != 200 || n != len(users)+len(hw) {
-				t.Errorf("node 2 read %d of %d users online during the failover (%d): %s", n, len(users)+len(hw), code, body)
+			ids := users
+			if beatRounds.Load() > killedAt+1 {
+				ids = append(append([]string(nil), users...), hw...)
+			}
+			code, body := n2.do("GET", "/presence/batch?user_ids="+strings.Join(ids, ","), apiKey, nil)
+			if n := strings.Count(string(body), `"online"`); code != 200 || n != len(ids) {
+				t.Errorf("node 2 read %d of %d users online during the failover (%d): %s", n, len(ids), code, body)
 			}
 			reads++
 		}
