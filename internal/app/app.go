@@ -229,6 +229,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if err := rs.RaiseFloor(ctx, rules.Epoch<<32); err != nil {
 			return nil, err
 		}
+		// Data of a build before the read hash gets its read fields.
+		if n, err := rs.RebuildReads(ctx); err != nil {
+			return nil, err
+		} else if n > 0 {
+			cfg.Logger.Info("rebuilt the read hash of the users Redis holds", "users", n)
+		}
 		a.store = rs
 	} else {
 		ms := memstore.New(memstore.Config{Rules: rules})

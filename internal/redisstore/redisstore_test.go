@@ -47,6 +47,9 @@ func newStore(t testing.TB, c rueidis.Client, cfg redisstore.Config) *redisstore
 	if err := s.RaiseFloor(context.Background(), cfg.Rules.Epoch<<32); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.RebuildReads(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 

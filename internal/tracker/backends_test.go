@@ -43,6 +43,9 @@ func TestRedisOutage(t *testing.T) {
 			if err := rs.RaiseFloor(context.Background(), redisRules.Epoch<<32); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := rs.RebuildReads(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			db, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "p.db")})
 			if err != nil {
 				t.Fatal(err)

@@ -64,6 +64,9 @@ func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Sto
 	if err := rs.RaiseFloor(context.Background(), epoch<<32); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := rs.RebuildReads(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	var store tracker.Store = rs
 	if wrap != nil {
 		store = wrap(rs)

@@ -11,10 +11,10 @@
 -- This part runs before the helpers are even defined, so a batch of
 -- common heartbeats — a device that is alive beating again, the user's
 -- public status staying what it is — costs one HMGET, one HSET and one
--- SADD a beat and none of the work of loading the whole user. It applies
+-- SADD a beat (and the HSET of the read field) and none of the work of loading the whole user. It applies
 -- exactly what the full script would: the device's last beat (and last
 -- activity) move later, last_seen too (and public last_seen unless the
--- user is invisible); no status, text or version changes; the user's due
+-- user is invisible), in the hash and the user's read field; no status, text or version changes; the user's due
 -- entry stays (a heartbeat only moves deadlines later: the entry fires
 -- early and is re-armed, as in memstore). The user's due entry s is never
 -- later than any of its deadlines, so s > now means no device is dead and
@@ -53,6 +53,7 @@ local function fastbeat(key, dirty, id, now, dev, act, readback)
   else
     redis.call('HSET', key, 'd:' .. dev, dv, 'ls', lsx)
   end
+  if F[9] then put_read(key, lsx, pls or '0', F[11] or '0', F[9]) end
   redis.call('SADD', dirty, id)
   if readback then return {{0}, F[9] or false, lsx, pls, F[11] or false} end
   return {0}

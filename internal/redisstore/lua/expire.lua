@@ -28,6 +28,8 @@ while #out < max do
       end
       if evict then
         redis.call('DEL', u.key)
+        local rk = read_key(u.key)
+        redis.call('HDEL', rk, id)
       else
         schedule(KEYS[1], id, u, now)
         save(u)

@@ -24,7 +24,8 @@
 -- shows such a user last seen now) and r = "v:m:pub:ss:sl:nd:s:" followed
 -- by the text, written by every full script. While s is in the future no
 -- device has died and no away is due since, so a read needs only r, ls,
--- pls and od (Store.Get). The shard's sorted set "due" holds each user's
+-- pls and od, which save copies into the shard's read hash (read.lua) for
+-- Store.Get. The shard's sorted set "due" holds each user's
 -- next deadline (member = user id) and the set "dirty" the users changed
 -- since the last Dirty.
 --
@@ -83,8 +84,9 @@ local function load(key)
 end
 
 -- save writes u back: the scalars that changed since load (all of them
--- for a user made without load), the devices marked mod, and the removal
--- of the devices that were dropped.
+-- for a user made without load), the devices marked mod, the removal of
+-- the devices that were dropped, and the user's read field if what it
+-- holds changed (read.lua).
 local function save(u)
   u.nd = #u.devs
   u.od = 0
@@ -119,6 +121,9 @@ local function save(u)
   end
   if #args > 0 then
     redis.call('HSET', u.key, unpack(args))
+  end
+  if u.r ~= u.o.r or u.ls ~= u.o.ls or u.pls ~= u.o.pls or u.od ~= u.o.od then
+    put_read(u.key, fmt(u.ls), fmt(u.pls), fmt(u.od), u.r)
   end
   if #u.gone > 0 then
     redis.call('HDEL', u.key, unpack(u.gone))

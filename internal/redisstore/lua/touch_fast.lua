@@ -11,7 +11,9 @@
 -- This part runs before the helpers are defined: the common touch — of
 -- one device, this owner's, of a user who is online and stays online by
 -- it (or shows a manual status) — only moves the device's times and
--- last_seen: one HMGET and one HSET. Anything else stops the
+-- last_seen: one HMGET and one HSET. (The user's read field is left as
+-- it is: a read shows a user with an owned device last seen now, so the
+-- last_seen this moves is not read until a full script saves the user.) Anything else stops the
 -- fast loop, and that user and the rest go through touch.lua.
 local now, own = tonumber(ARGV[1]), tonumber(ARGV[2])
 local R = {}

@@ -1,0 +1,168 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/testsvc"
+)
+
+// readsPopulation makes users of every kind a read tells apart: beating
+// over HTTP (active, background, two devices), with a manual status and
+// text, invisible, owned by a node, gone offline, and one never seen.
+func readsPopulation(t *testing.T, s *redisstore.Store, now int64) []string {
+	t.Helper()
+	ctx := context.Background()
+	ids := []string{"active", "background", "two", "busy", "ghost", "owned", "gone", "never"}
+	load(t, s, now, ids[:len(ids)-1]...)
+	for _, b := range []struct {
+		user, dev string
+		active    bool
+	}{{"active", "d", true}, {"background", "d", false}, {"two", "a", true}, {"two", "b", false}, {"busy", "d", true}, {"ghost", "d", true}, {"gone", "d", true}} {
+		if _, err := s.Beat(ctx, now, b.user, b.dev, b.active); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.SetStatus(ctx, now+1, "busy", presence.ManualBusy, "in a meeting: 3 p.m.:ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetStatus(ctx, now+1, "ghost", presence.ManualInvisible, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetSettings(ctx, "busy", presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, now+2, 7, "owned", "phone", now+2, now+2)
+	if _, err := s.Bye(ctx, now+3, "gone", "d"); err != nil {
+		t.Fatal(err)
+	}
+	// Beats that take the fast path (they move last_seen only).
+	for _, b := range [][2]string{{"active", "d"}, {"two", "a"}, {"busy", "d"}} {
+		if _, err := s.Beat(ctx, now+500, b[0], b[1], true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+func getAll(t *testing.T, s *redisstore.Store, now int64, ids []string) []presence.Snapshot {
+	t.Helper()
+	out := make([]presence.Snapshot, len(ids))
+	if err := s.Get(context.Background(), now, ids, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Data written before the read hash existed (here: the read hash and the
+// layout key deleted) reads the same through the users' own hashes until
+// RebuildReads has rebuilt it, and the same after; RebuildReads is done
+// once.
+func TestReadsOfDataBeforeTheReadHash(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	prefix := testsvc.Unique(t) + ":"
+	const shards = 4
+	cfg := redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond, IdleAfter: time.Duration(lIdle) * time.Millisecond}, Prefix: prefix, Shards: shards}
+	s := newStore(t, c, cfg)
+	const now = 1_000_000
+	ids := readsPopulation(t, s, now)
+	at := int64(now + 1000)
+	want := getAll(t, s, at, ids)
+	if want[0].Status != presence.Online || want[3].Status != presence.Busy || want[4].Status != presence.Invisible || want[5].Status != presence.Online || want[6].Status != presence.Offline || want[7].Known {
+		t.Fatalf("population: %+v", want)
+	}
+
+	// The data of a build before the read hash.
+	for k := range shards {
+		if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("%s{%d}b", prefix, k)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Do(ctx, c.B().Del().Key(prefix+"layout").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := redisstore.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := getAll(t, old, at, ids); !slices.Equal(got, want) {
+		t.Fatalf("read before the rebuild:\n got %+v\nwant %+v", got, want)
+	}
+	n, err := old.RebuildReads(ctx)
+	if err != nil || n != len(ids)-1 {
+		t.Fatalf("rebuild: %d users, %v; want %d", n, err, len(ids)-1)
+	}
+	fields := 0
+	for k := range shards {
+		m, err := c.Do(ctx, c.B().Hlen().Key(fmt.Sprintf("%s{%d}b", prefix, k)).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields += int(m)
+	}
+	if fields != len(ids)-1 {
+		t.Fatalf("read hash: %d fields after the rebuild, want %d", fields, len(ids)-1)
+	}
+	if got := getAll(t, old, at, ids); !slices.Equal(got, want) {
+		t.Fatalf("read after the rebuild:\n got %+v\nwant %+v", got, want)
+	}
+	// Another node starting finds the layout done.
+	again, err := redisstore.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := again.RebuildReads(ctx); err != nil || n != 0 {
+		t.Fatalf("second rebuild: %d users, %v; want none", n, err)
+	}
+	if got := getAll(t, again, at, ids); !slices.Equal(got, want) {
+		t.Fatalf("read on another node:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A user evicted from Redis leaves the read hash with its hash: nothing
+// of a user gone stays behind, and a read finds it not held.
+func TestEvictionEmptiesTheReadHash(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	prefix := testsvc.Unique(t) + ":"
+	evict := 60 * time.Second
+	s := newStore(t, c, redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond}, Prefix: prefix, Shards: 1, EvictAfter: evict})
+	const now = 1_000_000
+	load(t, s, now, "a", "b")
+	for _, u := range []string{"a", "b"} {
+		if _, err := s.Beat(ctx, now, u, "d", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hlen := func() int64 {
+		t.Helper()
+		n, err := c.Do(ctx, c.B().Hlen().Key(prefix+"{0}b").Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := hlen(); n != 2 {
+		t.Fatalf("read hash of two users: %d fields", n)
+	}
+	if _, err := s.Bye(ctx, now+1, "a", "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Dirty(ctx, nil); err != nil { // checkpointed: may be evicted
+		t.Fatal(err)
+	}
+	end := now + 1 + evict.Milliseconds() + 1
+	expireAll(t, s, end)
+	if n := hlen(); n != 1 {
+		t.Fatalf("read hash after a's eviction: %d fields, want 1", n)
+	}
+	if g := get(t, s, end, "a"); g.Known {
+		t.Fatalf("evicted user read as held: %+v", g)
+	}
+}
