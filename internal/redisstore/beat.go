@@ -223,12 +223,14 @@ func (s *Store) beatBatch(ctx context.Context, batch []*beatReq) {
 		}
 		reply := replies[i]
 		if r.snap != nil {
-			// {the beat's reply, r, ls, pls, od} (beat_fast.lua), or a
-			// plain {-1} / {-2}.
-			if arr, err := reply.ToArray(); err == nil && len(arr) == 1+len(readFields) && arr[0].IsArray() {
+			// {the beat's reply, the user's read field} (beat_fast.lua),
+			// or a plain {-1} / {-2}.
+			if arr, err := reply.ToArray(); err == nil && len(arr) == 2 && arr[0].IsArray() {
 				reply = arr[0]
-				ok, err := snapshotFromScalars(r.user, arr[1:], r.now, r.snap)
-				r.snapOK = ok && err == nil
+				if v, err := arr[1].ToString(); err == nil {
+					ok, err := snapshotFromRead(r.user, v, r.now, r.snap)
+					r.snapOK = ok && err == nil
+				}
 			}
 		}
 		r.ch, r.err = s.change(reply, r.user, r.now, "beat")

@@ -784,15 +784,15 @@ func seenNow(out *presence.Snapshot, now int64) {
 	}
 }
 
-// readFields are what a read needs of a user, in the order
-// snapshotFromScalars expects them: r (see lua/helpers.lua), last_seen and public
-// last_seen (which every heartbeat moves, so they are not in r), and od,
-// the user's owned devices (seenNow).
+// readFields are what a read needed of a user's hash before the read hash
+// (lua/read.lua) held it, in the order snapshotFromScalars expects them:
+// r, last_seen and public last_seen (which every heartbeat moves, so they
+// were not in r), and od, the user's owned devices (seenNow).
 var readFields = []string{"r", "ls", "pls", "od"}
 
 // getScalars reads the users at idx of ids from their own hashes (the
-// readFields, as every build wrote them): for a user missing from the
-// read hash while data of a build before it may be in Redis. It returns
+// readFields, as builds before the read hash wrote them): for a user
+// missing from the read hash while data of such a build may be in Redis. It returns
 // the users whose fields do not tell their state at now, those whose node
 // did not answer and the first such error.
 func (s *Store) getScalars(ctx context.Context, now int64, ids []string, idx []int, out []presence.Snapshot) (full, failed []int, callErr, err error) {
@@ -859,7 +859,8 @@ func snapshotFromScalars(id string, f []rueidis.RedisMessage, now int64, out *pr
 }
 
 // snapshotFromRead fills out from a user's field of the read hash,
-// "ls:pls:od:" followed by r (lua/read.lua), as snapshotFromR.
+// "ls:pls:od:" followed by r (lua/read.lua; pls empty when it is ls), as
+// snapshotFromR.
 func snapshotFromRead(id, v string, now int64, out *presence.Snapshot) (bool, error) {
 	var n [3]int64 // ls, pls, od
 	rest := v
@@ -869,7 +870,9 @@ func snapshotFromRead(id, v string, now int64, out *presence.Snapshot) (bool, er
 			return false, fmt.Errorf("read field: malformed %q", v)
 		}
 		var err error
-		if n[i], err = parseDec(field); err != nil {
+		if i == 1 && field == "" {
+			n[1] = n[0]
+		} else if n[i], err = parseDec(field); err != nil {
 			return false, fmt.Errorf("read field: %w", err)
 		}
 		rest = tail

@@ -18,7 +18,7 @@ local function beat(key, due, dirty, id, now, dev, active, readback)
   schedule(due, id, u, now)
   save(u)
   redis.call('SADD', dirty, id)
-  if readback then return {ch or {0}, u.r, fmt(u.ls), fmt(u.pls), fmt(u.od)} end
+  if readback then return {ch or {0}, u.read} end
   return ch or {0}
 end
 for i = B, N do

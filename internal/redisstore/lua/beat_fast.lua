@@ -5,8 +5,9 @@
 -- plus 2 when the caller reads the user back (Store.BeatRead: an HTTP
 -- heartbeat answers with the user's own view). It returns one reply per
 -- beat: {0} (no change), the change, {-1} (not loaded) or {-2} (too many
--- devices) — and for a beat read back, {that reply, r, ls, pls, od}: what
--- Store.Get reads of the user after the beat, in the same call.
+-- devices) — and for a beat read back, {that reply, the user's read field
+-- (read.lua)}: what Store.Get reads of the user after the beat, in the
+-- same call.
 --
 -- This part runs before the helpers are even defined, so a batch of
 -- common heartbeats — a device that is alive beating again, the user's
@@ -30,7 +31,7 @@ local N = #ARGV / 4
 local R = {}
 local B = 1
 local function fastbeat(key, dirty, id, now, dev, act, readback)
-  local F = redis.call('HMGET', key, 'd:' .. dev, 'm', 'pub', 't', 'pt', 'ev', 's', 'ls', 'r', 'pls', 'od')
+  local F = redis.call('HMGET', key, 'd:' .. dev, 'm', 'pub', 't', 'pt', 'ev', 's', 'ls', 'pls', 'v', 'ss', 'sl', 'nd', 'od')
   if not (F[1] and (F[4] or '') == (F[5] or '') and (F[6] or '0') == '0' and tonumber(F[7] or '0') > now) then
     return false
   end
@@ -46,16 +47,20 @@ local function fastbeat(key, dirty, id, now, dev, act, readback)
   local ls = tonumber(F[8] or '0')
   if now > ls then ls = now end
   local dv, lsx = string.format('%d:%d', lb, la), string.format('%d', ls)
-  local pls = F[10] or false
+  local pls = F[9] or '0'
   if pub ~= 0 then
     redis.call('HSET', key, 'd:' .. dev, dv, 'ls', lsx, 'pls', lsx)
     pls = lsx
   else
     redis.call('HSET', key, 'd:' .. dev, dv, 'ls', lsx)
   end
-  if F[9] then put_read(key, lsx, pls or '0', F[11] or '0', F[9]) end
+  -- The read field, as save writes it (helpers.lua): only its last_seen
+  -- and public last_seen moved.
+  local rd = read_head(lsx, pls) .. (F[14] or '0') .. ':' .. (F[10] or '0') .. ':' .. (F[2] or '0') .. ':' ..
+    (F[3] or '0') .. ':' .. (F[11] or '0') .. ':' .. (F[12] or '0') .. ':' .. (F[13] or '0') .. ':' .. F[7] .. ':' .. (F[4] or '')
+  redis.call('HSET', read_key(key), id, rd)
   redis.call('SADD', dirty, id)
-  if readback then return {{0}, F[9] or false, lsx, pls, F[11] or false} end
+  if readback then return {{0}, rd} end
   return {0}
 end
 -- mode: active (1/0) + 2 when the caller reads the user back.

@@ -20,12 +20,12 @@
 -- may end only its own hold: see add_holder), s (the time of the user's entry in the due
 -- set, 0 = none, FOREVER = no entry and nothing due: owned devices only),
 -- nd (the devices the user had when a full script last saved the hash;
--- the fast heartbeat adds none), od (of those, the owned ones: a read
--- shows such a user last seen now) and r = "v:m:pub:ss:sl:nd:s:" followed
--- by the text, written by every full script. While s is in the future no
--- device has died and no away is due since, so a read needs only r, ls,
--- pls and od, which save copies into the shard's read hash (read.lua) for
--- Store.Get. The shard's sorted set "due" holds each user's
+-- the fast heartbeat adds none) and od (of those, the owned ones: a read
+-- shows such a user last seen now). What a read needs of all these is
+-- copied into the user's field of the shard's read hash (read.lua) by
+-- every full script and the fast heartbeat: while s is in the future no
+-- device has died and no away is due since, so a read needs only that
+-- field (Store.Get). The shard's sorted set "due" holds each user's
 -- next deadline (member = user id) and the set "dirty" the users changed
 -- since the last Dirty.
 --
@@ -37,15 +37,15 @@ local function fmt(n) return string.format('%d', n) end
 
 -- The scalar fields of a user's hash; text fields are strings, the others
 -- numbers.
-local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's', 'nd', 'od', 'r'}
-local TEXT = {t = true, pt = true, r = true}
+local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's', 'nd', 'od'}
+local TEXT = {t = true, pt = true}
 
 -- load reads the hash at key into a table, or nil when the user is not held.
 local function load(key)
   local h = redis.call('HGETALL', key)
   if #h == 0 then return nil end
   local u = {key = key, m = 0, t = '', ls = 0, pls = 0, v = 0, ss = 0, sl = 0,
-    pub = 0, pt = '', ev = 0, s = 0, nd = -1, od = 0, r = '', devs = {}, gone = {}}
+    pub = 0, pt = '', ev = 0, s = 0, nd = -1, od = 0, devs = {}, gone = {}}
   for i = 1, #h, 2 do
     local f, val = h[i], h[i + 1]
     if string.sub(f, 1, 2) == 'd:' then
@@ -85,16 +85,14 @@ end
 
 -- save writes u back: the scalars that changed since load (all of them
 -- for a user made without load), the devices marked mod, the removal of
--- the devices that were dropped, and the user's read field if what it
--- holds changed (read.lua).
+-- the devices that were dropped, and the user's read field (read.lua),
+-- which it leaves in u.read.
 local function save(u)
   u.nd = #u.devs
   u.od = 0
   for _, d in ipairs(u.devs) do
     if d.own ~= 0 then u.od = u.od + 1 end
   end
-  -- r: what a read needs but last_seen, in one field (Store.Get).
-  u.r = string.format('%d:%d:%d:%d:%d:%d:%d:', u.v, u.m, u.pub, u.ss, u.sl, u.nd, u.s) .. u.t
   local args = {}
   for _, f in ipairs(SCALARS) do
     local val = u[f]
@@ -122,9 +120,11 @@ local function save(u)
   if #args > 0 then
     redis.call('HSET', u.key, unpack(args))
   end
-  if u.r ~= u.o.r or u.ls ~= u.o.ls or u.pls ~= u.o.pls or u.od ~= u.o.od then
-    put_read(u.key, fmt(u.ls), fmt(u.pls), fmt(u.od), u.r)
-  end
+  -- What a read needs, in one field of the shard's read hash (Store.Get).
+  local rk, id = read_key(u.key)
+  u.read = read_head(fmt(u.ls), fmt(u.pls)) ..
+    string.format('%d:%d:%d:%d:%d:%d:%d:%d:', u.od, u.v, u.m, u.pub, u.ss, u.sl, u.nd, u.s) .. u.t
+  redis.call('HSET', rk, id, u.read)
   if #u.gone > 0 then
     redis.call('HDEL', u.key, unpack(u.gone))
   end

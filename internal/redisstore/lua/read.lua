@@ -1,7 +1,9 @@
 -- The shard's read hash, <prefix>{shard}b: one field per user held, named
--- by the user's id, whose value is everything a read needs of the user,
--- "ls:pls:od:" followed by r (see helpers.lua). Every script that changes
--- one of them rewrites it, so a batch read is one HMGET per shard touched
+-- by the user's id, whose value is everything a read needs of the user:
+-- "ls:pls:od:" followed by r = "v:m:pub:ss:sl:nd:s:" and the text (see
+-- helpers.lua; pls is empty when it equals ls, as it does for a user
+-- online). Every full script rewrites it when it saves the user, and the
+-- fast heartbeat when it moves last_seen, so a batch read is one HMGET per shard touched
 -- (Store.Get) instead of one call per user. Its key shares the user key's
 -- {shard} tag: the same slot of a Cluster.
 --
@@ -12,8 +14,9 @@ local function read_key(key)
   return string.sub(key, 1, b) .. 'b', string.sub(key, b + 3)
 end
 
--- put_read writes a user's read field; ls, pls and od are decimal strings.
-local function put_read(key, ls, pls, od, r)
-  local rk, id = read_key(key)
-  redis.call('HSET', rk, id, ls .. ':' .. pls .. ':' .. od .. ':' .. r)
+-- read_head is the start of a read field, "ls:pls:", from ls and pls as
+-- decimal strings.
+local function read_head(ls, pls)
+  if pls == ls then return ls .. '::' end
+  return ls .. ':' .. pls .. ':'
 end
