@@ -363,3 +363,39 @@ func BenchmarkReadLayouts(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkRebuildReads: what a node starting on data of a build before
+// the read hash spends per user held (RebuildReads: SCAN of the user keys,
+// one script per user), 200,000 users on a private Redis. Figures: time
+// per user.
+func BenchmarkRebuildReads(b *testing.B) {
+	srv := testsvc.Redis(b)
+	c := dial(b, srv.URL)
+	const shards = 256
+	s := newStore(b, c, redisstore.Config{Shards: shards, Prefix: "presenced:"})
+	const t0 = int64(1_700_000_000_000)
+	const n = 200_000
+	populate(b, s, n, t0)
+	ctx := context.Background()
+	for b.Loop() {
+		b.StopTimer()
+		for k := range shards {
+			if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("presenced:{%d}b", k)).Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.Do(ctx, c.B().Del().Key("presenced:layout").Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		fresh, err := redisstore.New(c, redisstore.Config{Shards: shards, Prefix: "presenced:"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		got, err := fresh.RebuildReads(ctx)
+		if err != nil || got != n {
+			b.Fatalf("rebuilt %d users, %v; want %d", got, err, n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/user")
+}

@@ -11,10 +11,12 @@
 // tag, so a user's hash and the shard's sets live in one slot and one
 // script may touch them all:
 //
-//	<prefix>{<shard>}u:<user>   hash: the user's profile and devices (see lua.go)
+//	<prefix>{<shard>}u:<user>   hash: the user's profile and devices (see lua/helpers.lua)
+//	<prefix>{<shard>}b          hash: user → what a read needs of the user (lua/read.lua)
 //	<prefix>{<shard>}due        sorted set: user → next deadline (Unix ms)
 //	<prefix>{<shard>}dirty      set: users changed since the last Dirty
 //	<prefix>{<shard>}floor      string: the version every user loaded into the shard starts from
+//	<prefix>layout              string: "2" once every user held has its read field (RebuildReads)
 //
 // # Versions when Redis loses its data
 //
