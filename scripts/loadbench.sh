@@ -11,7 +11,8 @@
 # PG_ADMIN_URL (a database the script may CREATE DATABASE from) and
 # NATS_URL. It creates a fresh database and Redis key prefix per run.
 # SCENARIOS (default "all") picks a subset: e.g. SCENARIOS="fanout churn";
-# MODES (default "embedded cluster") one of the two halves.
+# MODES (default "embedded cluster") one of the two halves. CLUSTER_USERS
+# (default 200000) is the population of the scale-out batch read.
 # The whole run takes about 20 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,7 @@ PG_ADMIN_URL=${PG_ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode
 NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
 SCENARIOS=${SCENARIOS:-all}
 MODES=${MODES:-embedded cluster}
+CLUSTER_USERS=${CLUSTER_USERS:-200000}
 KEY=bench-key
 SECRET=bench-secret-0123456789
 
@@ -146,8 +148,8 @@ if want heartbeats; then
 fi
 if want batch; then
 	cluster 3 -poll-interval 0 -heartbeat-ttl 10m
-	run cluster-batch batch -url http://127.0.0.1:18181 -api-key "$KEY" -users 200000 -duration 20s -baseline-redis "$REDIS_URL"
-	run cluster-batch-c1 batch -url http://127.0.0.1:18181 -api-key "$KEY" -users 200000 -seed=false -concurrency 1 -duration 20s
+	run cluster-batch batch -url http://127.0.0.1:18181 -api-key "$KEY" -users "$CLUSTER_USERS" -duration 20s -baseline-redis "$REDIS_URL"
+	run cluster-batch-c1 batch -url http://127.0.0.1:18181 -api-key "$KEY" -users "$CLUSTER_USERS" -seed=false -concurrency 1 -duration 20s
 	stop_nodes
 fi
 if want fanout; then
