@@ -182,3 +182,34 @@ func TestReadFieldMatchesHash(t *testing.T) {
 		})
 	}
 }
+
+// A touch that takes the fast path moves the user's last_seen in its hash;
+// the read field must follow it. A read on a node whose clock is a little
+// behind the owner's (the store allows clocks out of step) otherwise shows
+// the user last seen at the reader's now, before the last beat the hash
+// holds — and than what Get read before the read hash.
+func TestFastTouchMovesTheReadField(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	rules := leaseRules.WithDefaults()
+	const t0 = int64(1_000_000)
+	load(t, s, t0, "u", "inv")
+	mustClaim(t, s, t0, 7, "u", "tab", t0, presence.Forever)
+	mustClaim(t, s, t0, 7, "inv", "tab", t0, presence.Forever)
+	if _, err := s.SetStatus(ctx, t0, "inv", presence.ManualInvisible, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"u", "inv"} {
+		if _, _, err := touch1(s, t0+5000, 7, u, []tracker.OwnedDevice{{ID: "tab", LastBeat: t0 + 5000, LastActive: presence.Forever}}); err != nil {
+			t.Fatal(err)
+		}
+		at := int64(t0 + 4500) // a reader 500 ms behind the owner
+		want := truth(t, s, rules, at, u, 0)
+		if want.LastSeen != t0+5000 {
+			t.Fatalf("%s: the hash's last_seen %d, want the touch's beat %d", u, want.LastSeen, t0+5000)
+		}
+		if got := get(t, s, at, u); got != want {
+			t.Errorf("%s read at %d after a touch at %d:\n got  %+v\n want %+v", u, at, t0+5000, got, want)
+		}
+	}
+}
