@@ -384,9 +384,6 @@ func BenchmarkRebuildReads(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if err := c.Do(ctx, c.B().Del().Key("presenced:layout").Build()).Error(); err != nil {
-			b.Fatal(err)
-		}
 		fresh, err := redisstore.New(c, redisstore.Config{Shards: shards, Prefix: "presenced:"})
 		if err != nil {
 			b.Fatal(err)

@@ -8,30 +8,41 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// layoutReads is the value of the layout key once every user held has
-// its field in the read hash (lua/read.lua).
-const layoutReads = "2"
+// readsComplete names the marker field of a shard's read hash: present
+// once every user the shard holds has its read field. No user id can be
+// it (ids have no spaces). It lives with the fields it vouches for: a read
+// hash lost on its own (a failover that lost its last writes, an eviction)
+// loses it too, and a read then looks for a user missing from the read
+// hash in the user's own hash (Store.Get).
+const readsComplete = " complete"
 
 // RebuildReads makes sure every user Redis holds has its field in its
 // shard's read hash, which a build before the read hash did not write: a
-// node calls it at start, before it serves. If the layout key says the
-// data was written by this layout, it returns at once; otherwise it walks
-// every Redis node's user keys (SCAN), rebuilds each user's field from its
-// hash in one script per user (batched), and sets the key. Until it has
-// succeeded, a read looks for a user missing from the read hash in the
-// user's own hash (correct, one round trip more). It returns the number of
-// users rebuilt.
+// node calls it at start, before it serves. If every shard's read hash
+// has its marker (written when the shard got its floor with this build, or
+// by an earlier rebuild), it returns at once; otherwise it walks every
+// Redis node's user keys (SCAN), rebuilds each user's field from its hash
+// in one script per user (pipelined), and marks every shard. Reads are
+// right before it is done, slower by a round trip for users missing from
+// an unmarked shard. It returns the number of users rebuilt.
 //
 // Nodes of a build before the read hash must be stopped first: they keep
 // changing users' hashes without their read fields (docs/operations.md).
 func (s *Store) RebuildReads(ctx context.Context) (int, error) {
-	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.layout).Build()).ToString()
-	switch {
-	case err == nil && v == layoutReads:
-		s.readsComplete.Store(true)
+	cmds := make(rueidis.Commands, len(s.shards))
+	for i := range s.shards {
+		cmds[i] = s.c.B().Hexists().Key(s.shards[i].reads).Field(readsComplete).Build()
+	}
+	done := true
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		ok, err := r.AsBool()
+		if err != nil {
+			return 0, fmt.Errorf("redisstore: rebuild reads: %w", err)
+		}
+		done = done && ok
+	}
+	if done {
 		return 0, nil
-	case err != nil && !rueidis.IsRedisNil(err):
-		return 0, fmt.Errorf("redisstore: read the layout: %w", err)
 	}
 	pattern := globEscape(s.prefix) + "{*}u:*"
 	n := 0
@@ -60,10 +71,14 @@ func (s *Store) RebuildReads(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	if err := s.c.Do(ctx, s.c.B().Set().Key(s.layout).Value(layoutReads).Build()).Error(); err != nil {
-		return n, fmt.Errorf("redisstore: rebuild reads: set the layout: %w", err)
+	for i := range s.shards {
+		cmds[i] = s.c.B().Hset().Key(s.shards[i].reads).FieldValue().FieldValue(readsComplete, "1").Build()
 	}
-	s.readsComplete.Store(true)
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return n, fmt.Errorf("redisstore: rebuild reads: mark the read hashes: %w", err)
+		}
+	}
 	return n, nil
 }
 

@@ -84,9 +84,6 @@ func TestReadsOfDataBeforeTheReadHash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := c.Do(ctx, c.B().Del().Key(prefix+"layout").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
 	old, err := redisstore.New(c, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -106,8 +103,8 @@ func TestReadsOfDataBeforeTheReadHash(t *testing.T) {
 		}
 		fields += int(m)
 	}
-	if fields != len(ids)-1 {
-		t.Fatalf("read hash: %d fields after the rebuild, want %d", fields, len(ids)-1)
+	if fields != len(ids)-1+shards {
+		t.Fatalf("read hash: %d fields after the rebuild, want %d and a marker per shard", fields, len(ids)-1)
 	}
 	if got := getAll(t, old, at, ids); !slices.Equal(got, want) {
 		t.Fatalf("read after the rebuild:\n got %+v\nwant %+v", got, want)
@@ -122,6 +119,51 @@ func TestReadsOfDataBeforeTheReadHash(t *testing.T) {
 	}
 	if got := getAll(t, again, at, ids); !slices.Equal(got, want) {
 		t.Fatalf("read on another node:\n got %+v\nwant %+v", got, want)
+	}
+	// One shard's read hash lost on its own (a failover that lost its
+	// last writes, an eviction): its marker went with it, and its users
+	// are read from their hashes again — nobody reads offline.
+	for k := range shards {
+		if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("%s{%d}b", prefix, k)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if got := getAll(t, again, at, ids); !slices.Equal(got, want) {
+			t.Fatalf("read with shard %d's read hash lost:\n got %+v\nwant %+v", k, got, want)
+		}
+		if _, err := again.RebuildReads(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A Redis that lost its data lost the read hashes' markers with it; the
+// version floors raised again (the tracker's answer) mark the shards
+// complete, since everything they will hold is written by this build: a
+// node starting afterwards rebuilds nothing.
+func TestReadsCompleteAfterRedisLostItsData(t *testing.T) {
+	srv := testsvc.Redis(t)
+	c := dial(t, srv.URL)
+	ctx := context.Background()
+	cfg := redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond}, Shards: 8, Prefix: "p:"}
+	s := newStore(t, c, cfg)
+	const now = 1_000_000
+	ids := readsPopulation(t, s, now)
+	if err := c.Do(ctx, c.B().Flushall().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RaiseFloor(ctx, 5<<32); err != nil {
+		t.Fatal(err)
+	}
+	readsPopulation(t, s, now+10_000)
+	fresh, err := redisstore.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fresh.RebuildReads(ctx); err != nil || n != 0 {
+		t.Fatalf("a node starting after the loss rebuilt %d users (%v), want none", n, err)
+	}
+	if got := getAll(t, fresh, now+11_000, ids); got[0].Status != presence.Online || got[len(ids)-1].Known {
+		t.Fatalf("read after the loss: %+v", got)
 	}
 }
 
@@ -146,7 +188,7 @@ func TestEvictionEmptiesTheReadHash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		return n - 1 // the marker
 	}
 	if n := hlen(); n != 2 {
 		t.Fatalf("read hash of two users: %d fields", n)

@@ -12,11 +12,11 @@
 // script may touch them all:
 //
 //	<prefix>{<shard>}u:<user>   hash: the user's profile and devices (see lua/helpers.lua)
-//	<prefix>{<shard>}b          hash: user → what a read needs of the user (lua/read.lua)
+//	<prefix>{<shard>}b          hash: user → what a read needs of the user (lua/read.lua), and
+//	                            " complete" once every user the shard holds has its field (RebuildReads)
 //	<prefix>{<shard>}due        sorted set: user → next deadline (Unix ms)
 //	<prefix>{<shard>}dirty      set: users changed since the last Dirty
 //	<prefix>{<shard>}floor      string: the version every user loaded into the shard starts from
-//	<prefix>layout              string: "2" once every user held has its read field (RebuildReads)
 //
 // # Versions when Redis loses its data
 //
@@ -128,12 +128,6 @@ type Store struct {
 	rebuildRead                                                                    *script
 	floors                                                                         []atomic.Uint64 // per shard: the floor last read or raised (cold reads carry it)
 	leases                                                                         string          // the leases hash (lease.go)
-	layout                                                                         string          // the key naming the layout of the data (RebuildReads)
-
-	// readsComplete: every user held has its read field (RebuildReads
-	// found the data written by this layout, or rebuilt it). Until then a
-	// user missing from the read hash is looked for in its own hash.
-	readsComplete atomic.Bool
 
 	// Heartbeat batching, see beat.go.
 	shardGroups      []beatGroup   // one per shard
@@ -170,7 +164,7 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		cfg.EvictAfter = 10 * time.Minute
 	}
 	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards),
-		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases", layout: cfg.Prefix + "layout"}
+		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases"}
 	for i := range s.shards {
 		tag := cfg.Prefix + "{" + strconv.Itoa(i) + "}"
 		s.shards[i] = shardKeys{tag: tag, users: tag + "u:", due: tag + "due", dirty: tag + "dirty", floor: tag + "floor", reads: tag + "b"}
@@ -436,7 +430,7 @@ func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) error 
 func (s *Store) RaiseFloor(ctx context.Context, floor uint64) error {
 	execs := make([]rueidis.LuaExec, len(s.shards))
 	for i := range s.shards {
-		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor}, Args: []string{strconv.FormatUint(floor, 10)}}
+		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor, s.shards[i].reads}, Args: []string{strconv.FormatUint(floor, 10), readsComplete}}
 	}
 	var firstErr error
 	var failed []int
@@ -671,7 +665,7 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 	start := int32(0)
 	for k, end := range pos {
 		if end > start {
-			cmds = append(cmds, s.c.B().Hmget().Key(s.shards[k].reads).Field(names[start:end]...).Build())
+			cmds = append(cmds, s.c.B().Hmget().Key(s.shards[k].reads).Field(readsComplete).Field(names[start:end]...).Build())
 			runs = append(runs, order[start:end])
 			start = end
 		}
@@ -682,8 +676,8 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 	for c, r := range s.c.DoMulti(ctx, cmds...) {
 		run := runs[c]
 		f, err := r.ToArray()
-		if err == nil && len(f) != len(run) {
-			return fmt.Errorf("redisstore: get: HMGET answered %d fields, want %d", len(f), len(run))
+		if err == nil && len(f) != 1+len(run) {
+			return fmt.Errorf("redisstore: get: HMGET answered %d fields, want %d", len(f), 1+len(run))
 		}
 		if err != nil {
 			for _, i := range run {
@@ -692,11 +686,15 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 			firstErr = firstOf(firstErr, err)
 			continue
 		}
+		complete := !f[0].IsNil() // the shard's marker
+		f = f[1:]
 		for j, i := range run {
 			id := ids[i]
 			if f[j].IsNil() {
 				out[i] = presence.Snapshot{UserID: id, Version: s.floors[shard[i]].Load()}
-				missing = append(missing, int(i))
+				if !complete {
+					missing = append(missing, int(i))
+				}
 				continue
 			}
 			v, err := f[j].ToString()
@@ -712,9 +710,10 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 			}
 		}
 	}
-	if len(missing) > 0 && !s.readsComplete.Load() {
-		// Data of a build before the read hash, not rebuilt yet: the user's
-		// own hash says whether it is held.
+	if len(missing) > 0 {
+		// Users missing from a read hash without its marker (data of a
+		// build before the read hash, not rebuilt yet; a read hash lost on
+		// its own): the user's own hash says whether it is held.
 		f, fail, callErr, err := s.getScalars(ctx, now, ids, missing, out)
 		if err != nil {
 			return err

@@ -10,6 +10,11 @@ while #out < max do
   for _, id in ipairs(due) do
     redis.call('ZREM', KEYS[1], id)
     local u = load(kp .. id)
+    if not u then
+      -- A field without its user (the hash deleted from outside): gone too.
+      local rk = read_key(kp .. id)
+      redis.call('HDEL', rk, id)
+    end
     if u then
       u.s = 0
       local ch = settle(u, now)
