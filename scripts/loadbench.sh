@@ -94,7 +94,7 @@ if want heartbeats; then
 	stop_nodes
 fi
 if want batch; then
-	node embedded 18180 -dev -poll-interval 0 -heartbeat-ttl 10m
+	node embedded 18180 -dev -poll-interval 0 -heartbeat-ttl 20m -idle-after 1h # reads of a settled population (see below)
 	run embedded-batch batch -url http://127.0.0.1:18180 -api-key "$KEY" -users 1000000 -duration 20s -baseline-redis "$REDIS_URL"
 	# latency without queueing: one read in flight
 	run embedded-batch-c1 batch -url http://127.0.0.1:18180 -api-key "$KEY" -users 1000000 -seed=false -concurrency 1 -duration 20s
@@ -147,7 +147,9 @@ if want heartbeats; then
 	stop_nodes
 fi
 if want batch; then
-	cluster 3 -poll-interval 0 -heartbeat-ttl 10m
+	# Nobody expires or turns away while the reads run: seeding a million
+	# users takes ~5 min, and their idle times would all come due at once.
+	cluster 3 -poll-interval 0 -heartbeat-ttl 20m -idle-after 1h
 	run cluster-batch batch -url http://127.0.0.1:18181 -api-key "$KEY" -users "$CLUSTER_USERS" -duration 20s -baseline-redis "$REDIS_URL"
 	run cluster-batch-c1 batch -url http://127.0.0.1:18181 -api-key "$KEY" -users "$CLUSTER_USERS" -seed=false -concurrency 1 -duration 20s
 	stop_nodes
