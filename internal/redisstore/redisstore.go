@@ -866,17 +866,17 @@ func snapshotFromRead(id, v string, now int64, out *presence.Snapshot) (bool, er
 	var n [3]int64 // ls, pls, od
 	rest := v
 	for i := range n {
-		field, tail, ok := strings.Cut(rest, ":")
-		if !ok {
-			return false, fmt.Errorf("read field: malformed %q", v)
-		}
+		var empty bool
 		var err error
-		if i == 1 && field == "" {
+		n[i], rest, empty, err = cutDec(rest)
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("read field %q: %w", v, err)
+		case empty && i == 1:
 			n[1] = n[0]
-		} else if n[i], err = parseDec(field); err != nil {
-			return false, fmt.Errorf("read field: %w", err)
+		case empty:
+			return false, fmt.Errorf("read field %q: an empty number", v)
 		}
-		rest = tail
 	}
 	return snapshotFromR(id, rest, n[0], n[1], n[2], now, out)
 }
@@ -895,15 +895,14 @@ func snapshotFromR(id, r string, ls, pls, od, now int64, out *presence.Snapshot)
 	var n [7]int64 // v, m, pub, ss, sl, nd, s
 	rest := r
 	for i := range n {
-		field, tail, ok := strings.Cut(rest, ":")
-		if !ok {
-			return false, fmt.Errorf("field r: malformed %q", r)
-		}
+		var empty bool
 		var err error
-		if n[i], err = parseDec(field); err != nil {
-			return false, fmt.Errorf("field r: %w", err)
+		if n[i], rest, empty, err = cutDec(rest); err == nil && empty {
+			err = errors.New("an empty number")
 		}
-		rest = tail
+		if err != nil {
+			return false, fmt.Errorf("field r %q: %w", r, err)
+		}
 	}
 	if n[6] <= now {
 		return false, nil
@@ -929,6 +928,44 @@ func snapshotFromR(id, r string, ls, pls, od, now int64, out *presence.Snapshot)
 		seenNow(out, now)
 	}
 	return true, nil
+}
+
+// cutDec parses the decimal at the start of s, up to the first ':', as the
+// scripts write them, and returns it and what follows the ':'; empty
+// reports a field with nothing before its ':'. One pass over the bytes
+// (a read of 1,000 users parses 10,000 such fields; cutting first and
+// parsing after read each twice); anything but an optional '-' and up to
+// 18 digits is left to parseDec.
+func cutDec(s string) (n int64, rest string, empty bool, err error) {
+	i, start := 0, 0
+	if len(s) > 0 && s[0] == '-' {
+		i, start = 1, 1
+	}
+	for ; i < len(s) && s[i] != ':'; i++ {
+		if c := s[i] - '0'; c <= 9 && i-start < 18 {
+			n = n*10 + int64(c)
+			continue
+		}
+		j := strings.IndexByte(s, ':')
+		if j < 0 {
+			return 0, "", false, errors.New("no ':' after a number")
+		}
+		n, err = parseDec(s[:j])
+		return n, s[j+1:], false, err
+	}
+	switch {
+	case i == len(s):
+		return 0, "", false, errors.New("no ':' after a number")
+	case i == 0:
+		return 0, s[1:], true, nil
+	case i == start: // "-" alone
+		_, err = parseDec(s[:i])
+		return 0, "", false, err
+	}
+	if start == 1 {
+		n = -n
+	}
+	return n, s[i+1:], false, nil
 }
 
 // parseDec parses a decimal integer as the scripts write them (%d: an
