@@ -3,7 +3,7 @@
 -- "ls:pls:od:" followed by r = "v:m:pub:ss:sl:nd:s:" and the text (see
 -- helpers.lua; pls is empty when it equals ls, as it does for a user
 -- online). Every full script rewrites it when it saves the user, and the
--- fast heartbeat when it moves last_seen, so a batch read is one HMGET per shard touched
+-- fast heartbeat and the fast touch when they move last_seen, so a batch read is one HMGET per shard touched
 -- (Store.Get) instead of one call per user. Its key shares the user key's
 -- {shard} tag: the same slot of a Cluster.
 --
