@@ -792,10 +792,10 @@ func seenNow(out *presence.Snapshot, now int64) {
 var readFields = []string{"r", "ls", "pls", "od"}
 
 // getScalars reads the users at idx of ids from their own hashes (the
-// readFields, as builds before the read hash wrote them): for a user
-// missing from the read hash while data of such a build may be in Redis. It returns
-// the users whose fields do not tell their state at now, those whose node
-// did not answer and the first such error.
+// readFields, as builds before the read hash wrote them): for users
+// missing from a read hash without its completeness mark. It returns the
+// users whose fields do not tell their state at now, those whose node did
+// not answer and the first such error.
 func (s *Store) getScalars(ctx context.Context, now int64, ids []string, idx []int, out []presence.Snapshot) (full, failed []int, callErr, err error) {
 	cmds := make(rueidis.Commands, len(idx))
 	for j, i := range idx {
