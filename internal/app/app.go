@@ -220,19 +220,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		if a.redis, err = redisstore.Dial(cfg.RedisURL); err != nil {
 			return nil, err
 		}
-		rs, err := redisstore.New(a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix})
+		// Versions of this run start above every earlier run's, also for
+		// users loaded into Redis (see redisstore's package doc); data of
+		// a build before the read hash gets its read fields.
+		rs, n, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix})
 		if err != nil {
 			return nil, err
 		}
-		// Versions of this run start above every earlier run's, also for
-		// users loaded into Redis (see redisstore's package doc).
-		if err := rs.RaiseFloor(ctx, rules.Epoch<<32); err != nil {
-			return nil, err
-		}
-		// Data of a build before the read hash gets its read fields.
-		if n, err := rs.RebuildReads(ctx); err != nil {
-			return nil, err
-		} else if n > 0 {
+		if n > 0 {
 			cfg.Logger.Info("rebuilt the read hash of the users Redis holds", "users", n)
 		}
 		a.store = rs

@@ -17,8 +17,8 @@ import (
 const readsComplete = " complete"
 
 // RebuildReads makes sure every user Redis holds has its field in its
-// shard's read hash, which a build before the read hash did not write: a
-// node calls it at start, before it serves. If every shard's read hash
+// shard's read hash, which a build before the read hash did not write:
+// Open calls it, before the node serves. If every shard's read hash
 // has its marker (written when the shard got its floor with this build, or
 // by an earlier rebuild), it returns at once; otherwise it walks every
 // Redis node's user keys (SCAN), rebuilds each user's field from its hash

@@ -205,6 +205,25 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Open is what a node does with its store before it serves: New, the
+// version floors raised to this run's epoch (cfg.Rules.Epoch << 32: see
+// the package doc) and the read hash made complete (RebuildReads). It
+// returns the store and the number of users whose read field it rebuilt.
+func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error) {
+	s, err := New(c, cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.RaiseFloor(ctx, s.rules.Epoch<<32); err != nil {
+		return nil, 0, err
+	}
+	n, err := s.RebuildReads(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s, n, nil
+}
+
 // Ping sends a PING: the tracker's probe of whether Redis answers again
 // after an outage.
 func (s *Store) Ping(ctx context.Context) error {

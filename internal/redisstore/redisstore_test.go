@@ -40,14 +40,8 @@ func newStore(t testing.TB, c rueidis.Client, cfg redisstore.Config) *redisstore
 	if cfg.Prefix == "" {
 		cfg.Prefix = testsvc.Unique(t) + ":" // the tests share one server
 	}
-	s, err := redisstore.New(c, cfg)
+	s, _, err := redisstore.Open(context.Background(), c, cfg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RaiseFloor(context.Background(), cfg.Rules.Epoch<<32); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RebuildReads(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return s

@@ -36,14 +36,8 @@ func TestRedisOutage(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(c.Close)
-			rs, err := redisstore.New(c, redisstore.Config{Rules: redisRules})
+			rs, _, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules})
 			if err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.RaiseFloor(context.Background(), redisRules.Epoch<<32); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := rs.RebuildReads(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			db, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "p.db")})

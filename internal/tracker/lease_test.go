@@ -57,14 +57,8 @@ func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Sto
 	t.Cleanup(cl.Close)
 	r := leaseRules
 	r.Epoch = epoch
-	rs, err := redisstore.New(cl, redisstore.Config{Rules: r, Prefix: c.prefix})
+	rs, _, err := redisstore.Open(context.Background(), cl, redisstore.Config{Rules: r, Prefix: c.prefix})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rs.RaiseFloor(context.Background(), epoch<<32); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rs.RebuildReads(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var store tracker.Store = rs

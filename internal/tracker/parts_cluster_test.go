@@ -31,18 +31,12 @@ func TestClusterMasterDownAffectsOnlyItsUsers(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	prefix := testsvc.Unique(t) + ":"
-	rs, err := redisstore.New(c, redisstore.Config{Rules: redisRules, Prefix: prefix})
+	rs, _, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rs.Parts() < 2 {
 		t.Fatalf("a store on a Cluster has %d parts", rs.Parts())
-	}
-	if err := rs.RaiseFloor(context.Background(), redisRules.Epoch<<32); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rs.RebuildReads(context.Background()); err != nil {
-		t.Fatal(err)
 	}
 	db, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "p.db")})
 	if err != nil {
