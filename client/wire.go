@@ -88,8 +88,10 @@ type Update interface{ isUpdate() }
 // Event is the presence of one watched user as this viewer may see it.
 type Event struct {
 	UserID string
-	// Status is Hidden when the viewer may not see it (snapshots only: a
-	// hidden status produces no change events at all).
+	// Status is Hidden when the viewer may not see it: in a snapshot, or in
+	// the one live Event sent when the user's contact list or settings
+	// took the viewer's sight away (no change of a hidden status is sent).
+	// The user's own status is the true one (Invisible included).
 	Status Status
 	// LastSeen is zero when the viewer may not see it.
 	LastSeen time.Time

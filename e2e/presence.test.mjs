@@ -238,8 +238,9 @@ test("refuses ids the server would refuse", () => {
   const c = client();
   assert.throws(() => c.subscribe(["ok", "not ok"]), /not ok/);
   assert.equal(c.subscriptions.size, 0);
-  for (const bad of ["", "a,b", "x".repeat(65), "\u202e", "tab\t"]) assert.notEqual(idProblem(bad), "", JSON.stringify(bad));
-  for (const good of ["42", "550e8400-e29b-41d4-a716-446655440000", "jürgen", "x".repeat(64)]) {
+  const invisible = ["ali\u200bce", "a\u200db", "\ufeffa", "a\u00adb", "a\u3164", "a\u00a0b", "a\u3000b", "a\ufe0fb", "a\u{e0041}", "a\ufffd"];
+  for (const bad of ["", "a,b", "x".repeat(65), "\u202e", "tab\t", ...invisible]) assert.notEqual(idProblem(bad), "", JSON.stringify(bad));
+  for (const good of ["42", "550e8400-e29b-41d4-a716-446655440000", "jürgen", "x".repeat(64), "名前", "🙂", "a\u2027b"]) {
     assert.equal(idProblem(good), "", good);
   }
   assert.throws(() => c.setStatus("sleeping"), /unknown status/);

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -122,6 +123,18 @@ func watcher(t *testing.T, n *proc, user string, ids ...string) *seen {
 			}
 		}
 	}()
+	// Subscribe only sends the request: wait for each id's snapshot, so
+	// what the test does next is seen as a live event, not folded into a
+	// snapshot that came late.
+	deadline := time.Now().Add(waitTimeout)
+	for _, id := range ids {
+		for !slices.ContainsFunc(s.of(id), func(e seenEvent) bool { return e.snapshot }) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no snapshot of %s (events %+v)", user, id, s.of(id))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	return s
 }
 
@@ -689,6 +702,68 @@ func TestContactRemovedAcrossNodes(t *testing.T) {
 			t.Errorf("vera, no longer olga's contact, still sees her status: %+v", vera.of("olga"))
 		}
 	}
+}
+
+// Privacy changes are pushed across nodes: each watcher whose view of olga
+// changes — a contact removed or added, her settings changed — is sent its
+// new view at once (Hidden where sight is lost), nobody else anything;
+// olga's own socket on the other node sees her invisible.
+func TestPrivacyChangesPushedAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	nodes := b.nodes(t, 2)
+	n1, n2 := nodes[0], nodes[1]
+	n1.call("PUT", "/v1/users/olga/settings", apiKey, map[string]string{"status_visibility": "contacts", "last_seen_visibility": "contacts"})
+	n1.call("PUT", "/v1/users/olga/contacts", apiKey, map[string][]string{"contacts": {"vera"}})
+	vera := watcher(t, n2, "vera", "olga")
+	wendy := watcher(t, n2, "wendy", "olga")
+	own := watcher(t, n2, "olga", "olga") // her second device, on the other node
+	olga := dial(t, n1, "olga", "phone")
+	vera.await(t, "vera", "olga", wsclient.Online)
+	own.await(t, "olga's other device", "olga", wsclient.Online)
+	live := func(s *seen) int { // live events of olga
+		n := 0
+		for _, e := range s.of("olga") {
+			if !e.snapshot {
+				n++
+			}
+		}
+		return n
+	}
+	quiet := func(who string, s *seen, want int) {
+		t.Helper()
+		time.Sleep(300 * time.Millisecond)
+		if n := live(s); n != want {
+			t.Errorf("%s got %d live events of olga, want %d: %+v", who, n, want, s.of("olga"))
+		}
+	}
+
+	// vera removed: she loses sight at once.
+	n1.call("DELETE", "/v1/users/olga/contacts/vera", apiKey, nil)
+	vera.await(t, "vera, removed", "olga", wsclient.Hidden)
+	// wendy added: she gains it.
+	n1.call("POST", "/v1/users/olga/contacts", apiKey, map[string][]string{"contacts": {"wendy"}})
+	wendy.await(t, "wendy, added", "olga", wsclient.Online)
+	quiet("vera", vera, 2) // online on connect, then hidden
+	// Everyone may see: vera gains sight; wendy's view is unchanged and
+	// she hears nothing of the change.
+	wendyBefore := live(wendy)
+	n1.call("PUT", "/v1/users/olga/settings", apiKey, map[string]string{"status_visibility": "everyone", "last_seen_visibility": "everyone"})
+	vera.await(t, "vera, everyone", "olga", wsclient.Online)
+	quiet("wendy", wendy, wendyBefore)
+	// Nobody: both lose sight.
+	n1.call("PUT", "/v1/users/olga/settings", apiKey, map[string]string{"status_visibility": "nobody", "last_seen_visibility": "nobody"})
+	vera.await(t, "vera, nobody", "olga", wsclient.Hidden)
+	wendy.await(t, "wendy, nobody", "olga", wsclient.Hidden)
+	quiet("her own device", own, 0) // online since it connected itself, nothing since
+	// Her own other device sees her invisible; the others nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := olga.SetStatus(ctx, wsclient.Invisible, ""); err != nil {
+		t.Fatal(err)
+	}
+	own.await(t, "her own device", "olga", wsclient.Invisible)
+	quiet("vera", vera, 4)
 }
 
 // Redis stops for 10 s while clients beat: the nodes keep answering reads

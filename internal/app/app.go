@@ -244,8 +244,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.contacts = newContactRelay(durable, a.hub, cfg.Logger)
-	onContacts := a.contacts.Changed // a change made through this node's API
+	a.contacts = newContactRelay(durable, a.hub, a.userState, cfg.Logger) // a.tracker is set below, before Run
+	onContacts := a.contacts.Changed                                      // a change made through this node's API
 	var reloadMargin uint64
 	if cfg.RedisURL != "" {
 		reloadMargin = 1 << 16 // Redis may lose what the last checkpoint missed
@@ -374,7 +374,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Checks:            a.readiness(),
 		PollInterval:      cfg.PollInterval,
 		Static:            web.New(),
-		OnContactsChanged: onContacts,
+		OnContactsChanged: a.stampThen(onContacts),
 	})
 	if err != nil {
 		return nil, err
@@ -420,6 +420,29 @@ func trackerPeers(p *peers.Peers) tracker.Peers {
 // own; PostgreSQL, Redis and NATS are shared by every node, so their
 // outages are reported without failing readiness (docs/operations.md).
 // a.gw is set before Run serves a request.
+// stampThen returns announce preceded by the tracker's stamp of a new
+// version for the owner whose list changed (Tracker.ContactsChanged), so
+// the views the hubs then send are above everything their watchers had.
+func (a *App) stampThen(announce func(owner string)) func(owner string) {
+	return func(owner string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.tracker.ContactsChanged(ctx, owner); err != nil {
+			a.log.Warn("stamping a version for a changed contact list failed; watchers who lost sight may keep the last status they were sent",
+				"user_id", owner, "err", err)
+		}
+		announce(owner)
+	}
+}
+
+// userState reads one user's state now, for the hub's views of a user
+// whose contact list changed.
+func (a *App) userState(ctx context.Context, user string) (presence.Snapshot, error) {
+	var s [1]presence.Snapshot
+	err := a.tracker.Get(ctx, a.tracker.Now(), []string{user}, s[:])
+	return s[0], err
+}
+
 func (a *App) readiness() []httpapi.Check {
 	checks := []httpapi.Check{{Name: "gateway", Check: func(context.Context) error {
 		if a.gw == nil || !a.gw.Serving() {

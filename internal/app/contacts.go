@@ -20,16 +20,22 @@ type contactLister interface {
 // it is now durable, so watchers who stopped being contacts stop seeing a
 // contacts-only status. Changes of one owner are serialised, so the hub's
 // last word is the newest list. Changed is safe for concurrent use.
+//
+// Watchers whose view of the owner changed with the list are sent their
+// new view, read through state (the hub's ContactsChanged); the node that
+// made the change stamped the owner a new version before announcing it
+// (Tracker.ContactsChanged), so that view is above everything they had.
 type contactRelay struct {
 	lists contactLister
 	hub   *fanout.Hub
+	state fanout.StateFunc
 	log   *slog.Logger
 	seed  maphash.Seed
 	locks [64]sync.Mutex // by owner: one change of an owner at a time
 }
 
-func newContactRelay(lists contactLister, hub *fanout.Hub, log *slog.Logger) *contactRelay {
-	return &contactRelay{lists: lists, hub: hub, log: log, seed: maphash.MakeSeed()}
+func newContactRelay(lists contactLister, hub *fanout.Hub, state fanout.StateFunc, log *slog.Logger) *contactRelay {
+	return &contactRelay{lists: lists, hub: hub, state: state, log: log, seed: maphash.MakeSeed()}
 }
 
 // Changed reads owner's list and hands it to the hub.
@@ -48,5 +54,5 @@ func (c *contactRelay) Changed(owner string) {
 		c.log.Error("reading a changed contact list for the fan-out; treating every watcher as a non-contact", "user_id", owner, "err", err)
 		list = nil
 	}
-	c.hub.ContactsChanged(owner, list)
+	c.hub.ContactsChanged(ctx, owner, list, c.state)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,23 +18,8 @@ import (
 // runNode runs an app on 127.0.0.1 until the end of the test.
 func runNode(t *testing.T, cfg app.Config) string {
 	t.Helper()
-	a, err := app.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		<-done
-	})
-	addr := ln.Addr().String()
-	waitUntil(t, "the node ready", func() bool { code, _ := call(t, addr, "GET", "/readyz", ""); return code == 200 })
+	addr, stop := startNode(t, cfg)
+	t.Cleanup(func() { _ = stop() })
 	return addr
 }
 

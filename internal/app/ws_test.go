@@ -111,8 +111,12 @@ func TestWebSocketNode(t *testing.T) {
 	if u := w.msg("snapshot")["users"].(map[string]any)["2"].(map[string]any); u["status"] != nil {
 		t.Fatalf("a stranger sees %v", u)
 	}
-	// 2 adds 1 over HTTP: the hub learns it, and 1 sees the next change.
+	// 2 adds 1 over HTTP: 1 is sent 2's status at once (it gained sight),
+	// and sees the next change.
 	put("/v1/users/2/contacts/1", ``)
+	if m := w.msg("presence"); m["user_id"] != "2" || m["status"] != "online" {
+		t.Fatalf("presence on gaining sight %v", m)
+	}
 	target.send(`{"type":"set_status","status":"busy"}`)
 	if m := w.msg("presence"); m["user_id"] != "2" || m["status"] != "busy" {
 		t.Fatalf("presence %v", m)

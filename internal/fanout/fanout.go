@@ -224,7 +224,7 @@ type Hub struct {
 	sinks, subs, targets                                  atomic.Int64
 	published, delivered, skipped, frames, refused        atomic.Uint64
 	asyncQueued, asyncCoalesced, asyncBatches, relRetries atomic.Uint64
-	asyncDelivered, failClosed, resynced                  atomic.Uint64
+	asyncDelivered, failClosed, resynced, revealed        atomic.Uint64
 }
 
 var _ tracker.Publisher = (*Hub)(nil)
@@ -653,11 +653,22 @@ func (h *Hub) Remove(s Sink) {
 	h.unwatch(last)
 }
 
+// StateFunc reads a user's state now (the tracker's Get of one user).
+type StateFunc func(ctx context.Context, user string) (presence.Snapshot, error)
+
 // ContactsChanged tells the hub that owner's contact list is now contacts:
 // each watcher of owner becomes a contact or stops being one. Call it after
 // the change is durable (a Subscribe running meanwhile reads the relations
 // again from Relations). It costs O(watchers of owner + contacts).
-func (h *Hub) ContactsChanged(owner string, contacts []string) {
+//
+// With state not nil, each watcher whose view of owner changed with its
+// relation is sent its new view at once, read through state after the
+// change: the status where sight was gained, the status hidden (with the
+// version read) where it was lost; a watcher whose view is the same gets
+// nothing (privacy.Reveal). The caller stamps owner a new version before
+// (Tracker.ContactsChanged), so the view sent is above everything the
+// watcher was sent before.
+func (h *Hub) ContactsChanged(ctx context.Context, owner string, contacts []string, state StateFunc) {
 	sh := h.shardOf(owner)
 	sh.mu.RLock()
 	t := sh.targets[owner]
@@ -670,11 +681,16 @@ func (h *Hub) ContactsChanged(owner string, contacts []string) {
 			set[c] = struct{}{}
 		}
 	}
+	type flip struct {
+		w    *watch
+		from class
+	}
+	var flips []flip
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	sh.gen.Add(1)
 	t = sh.targets[owner]
 	if t == nil || t.live == t.n[classSelf] {
+		sh.mu.Unlock()
 		return
 	}
 	if set == nil { // the first watcher came while we looked
@@ -691,8 +707,43 @@ func (h *Hub) ContactsChanged(owner string, contacts []string) {
 		if _, ok := set[w.viewer]; ok {
 			c = classContact
 		}
+		if c != w.class && state != nil {
+			flips = append(flips, flip{w, w.class})
+		}
 		setClassLocked(w, c)
 	}
+	sh.mu.Unlock()
+	if len(flips) == 0 {
+		return
+	}
+	snap, err := state(ctx, owner)
+	if err != nil {
+		h.log.Warn("fanout: reading a user whose contact list changed failed; watchers who gained or lost sight keep their view until the next change",
+			"user_id", owner, "watchers", len(flips), "err", err)
+		return
+	}
+	snap.UserID = owner
+	// One frame per direction (other → contact, contact → other).
+	var fr [numClasses][]byte
+	var send [numClasses]bool
+	for c := classOther; c <= classContact; c++ {
+		v, ok := privacy.Reveal(privacy.Filter(relations[1-c], &snap), privacy.Filter(relations[c], &snap), snap.Version)
+		if ok {
+			fr[c], send[c] = wire.AppendPresence(nil, &v), true
+		}
+	}
+	delivered := 0
+	sh.mu.RLock()
+	for _, f := range flips {
+		// Still watching, and not flipped back by a later change.
+		if f.w.t != nil && f.w.class != f.from && send[f.w.class] {
+			f.w.sink.Deliver(owner, snap.Version, fr[f.w.class])
+			delivered++
+		}
+	}
+	sh.mu.RUnlock()
+	h.delivered.Add(uint64(delivered))
+	h.revealed.Add(uint64(delivered))
 }
 
 // frames are the encoded messages of one event, per class; nil: the class
@@ -716,7 +767,7 @@ func encode(ev *presence.Event, need *[numClasses]bool, fr *frames) int {
 		if !need[c] {
 			continue
 		}
-		views[c], visible[c] = privacy.FilterEvent(relations[c], &ev.Settings, ev)
+		views[c], visible[c] = privacy.Delivery(relations[c], ev)
 		if !visible[c] {
 			continue
 		}
@@ -817,6 +868,9 @@ type Stats struct {
 	RelationRetries uint64 // relations read again because a contact list changed during Subscribe
 	FailClosed      uint64 // subscriptions left as non-contacts after failed re-reads
 	Resynced        uint64 // sinks sent the current state by Resync
+	// Revealed counts watchers sent their new view because a contact list
+	// changed (ContactsChanged; included in Delivered).
+	Revealed uint64
 }
 
 // Stats returns the current counters.
@@ -841,6 +895,7 @@ func (h *Hub) Stats() Stats {
 		RelationRetries: h.relRetries.Load(),
 		FailClosed:      h.failClosed.Load(),
 		Resynced:        h.resynced.Load(),
+		Revealed:        h.revealed.Load(),
 	}
 }
 
@@ -866,9 +921,17 @@ func (h *Hub) enqueue(ev *presence.Event) {
 		q.pending[ev.UserID] = *ev
 		q.order = append(q.order, ev.UserID)
 	case ev.Version > old.Version:
-		q.pending[ev.UserID] = *ev
+		// Nobody was sent old: the merge keeps the settings before it,
+		// so a watcher who lost sight in it still hears so.
+		old.Merge(ev)
+		q.pending[ev.UserID] = old
 		h.asyncCoalesced.Add(1)
 	default:
+		if ev.SettingsChanged { // an older change of settings, late
+			m := *ev
+			m.Merge(&old)
+			q.pending[ev.UserID] = m
+		}
 		h.asyncCoalesced.Add(1)
 	}
 	q.mu.Unlock()
@@ -963,11 +1026,11 @@ func (h *Hub) takePending(jobs map[string]*job, order []*job) []*job {
 		}
 		delete(q.pending, user)
 		if j := jobs[user]; j != nil {
-			if ev.Version <= j.ev.Version {
+			if ev.Version <= j.ev.Version && !ev.SettingsChanged {
 				h.asyncCoalesced.Add(1)
 				continue
 			}
-			j.ev = ev
+			restart(&j.ev, &ev)
 			h.frames.Add(uint64(encode(&j.ev, &allClasses, &j.fr)))
 			j.start, j.wrapped = j.pos, false
 			continue
@@ -989,6 +1052,24 @@ func (h *Hub) takePending(jobs map[string]*job, order []*job) []*job {
 	clear(q.order)
 	q.order = q.order[:0]
 	return order
+}
+
+// restart makes cur, an event part of the watchers were sent, into one
+// that tells every watcher what next tells (next may be older than cur: a
+// late change of settings). Some watchers saw cur's settings, some those
+// before: a watcher who could see under either and may not now is sent
+// the status hidden; everyone who may see now is sent the newer state.
+func restart(cur, next *presence.Event) {
+	wide := privacy.Wider(cur.Before(), cur.Settings)
+	changed := cur.SettingsChanged || next.SettingsChanged
+	if next.Version > cur.Version {
+		*cur = *next
+	} else {
+		wide = privacy.Wider(wide, next.Before()) // cur is the newer state
+	}
+	if changed {
+		cur.SettingsChanged, cur.PrevSettings, cur.SettingsOnly = true, wide, false
+	}
 }
 
 // step delivers one batch of j and reports whether j is done.

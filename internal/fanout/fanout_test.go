@@ -446,18 +446,18 @@ func TestContactsChanged(t *testing.T) {
 		t.Fatalf("before: f %d, self %d; want 0, 1", f.count(), me.count())
 	}
 	r.set("t", "f")
-	h.ContactsChanged("t", []string{"f"}) // grant
+	h.ContactsChanged(context.Background(), "t", []string{"f"}, nil) // grant
 	h.Publish(event("t", presence.Away, 2, set))
 	if f.count() != 1 || me.count() != 2 {
 		t.Fatalf("after grant: f %d, self %d; want 1, 2", f.count(), me.count())
 	}
 	r.set("t")
-	h.ContactsChanged("t", nil) // revoke; self stays self
+	h.ContactsChanged(context.Background(), "t", nil, nil) // revoke; self stays self
 	h.Publish(event("t", presence.Online, 3, set))
 	if f.count() != 1 || me.count() != 3 {
 		t.Fatalf("after revoke: f %d, self %d; want 1, 3", f.count(), me.count())
 	}
-	h.ContactsChanged("nobody-watches", []string{"f"})
+	h.ContactsChanged(context.Background(), "nobody-watches", []string{"f"}, nil)
 }
 
 // TestContactsChangedDuringSubscribe: a contact list that changes while
@@ -481,7 +481,7 @@ func TestContactsChangedDuringSubscribe(t *testing.T) {
 			subscribe(t, h, other, "t") // so that "t" is watched already
 			r.hook = func() {
 				r.set("t", tc.after...)
-				h.ContactsChanged("t", tc.after)
+				h.ContactsChanged(context.Background(), "t", tc.after, nil)
 			}
 			f := newSink("f")
 			subscribe(t, h, f, "t", "u")
@@ -587,7 +587,7 @@ func TestConcurrency(t *testing.T) {
 				h.Unsubscribe(s, targets[g%7:g%7+5])
 				if round%3 == 0 {
 					r.set(targets[round%30], fmt.Sprintf("v%d", round%10))
-					h.ContactsChanged(targets[round%30], []string{fmt.Sprintf("v%d", round%10)})
+					h.ContactsChanged(context.Background(), targets[round%30], []string{fmt.Sprintf("v%d", round%10)}, nil)
 				}
 				h.Remove(s)
 			}
@@ -1166,5 +1166,207 @@ func TestResyncRereadsRelations(t *testing.T) {
 	h.Publish(event("o", presence.Away, 3, contactsOnly))
 	if w.count() != 1 || v.count() != 1 || self.count() != 3 {
 		t.Errorf("relations unreadable: w %d, v %d, self %d frames, want 1, 1, 3 (fail closed)", w.count(), v.count(), self.count())
+	}
+}
+
+// settingsEvent is a change of target's settings from before to after at
+// version, its state as published last.
+func settingsEvent(user string, version uint64, before, after presence.Settings) *presence.Event {
+	ev := event(user, presence.Busy, version, after)
+	ev.Self, ev.SettingsOnly, ev.SettingsChanged, ev.PrevSettings = presence.Busy, true, true, before
+	return ev
+}
+
+// lastOf returns the status ("" for null) and version of s's last frame,
+// and how many frames it got.
+func lastOf(t *testing.T, s *sink) (status string, version uint64, n int) {
+	t.Helper()
+	got := s.frames()
+	if len(got) == 0 {
+		return "", 0, 0
+	}
+	m := decode(t, got[len(got)-1].b)
+	if m.Version == nil {
+		t.Fatalf("%s: frame without a version: %s", s.viewer, got[len(got)-1].b)
+	}
+	if m.Status != nil {
+		status = *m.Status
+	}
+	return status, *m.Version, len(got)
+}
+
+// TestSettingsChangePushed: a change of settings reaches every watcher
+// whose view changed — the status hidden, at the new version, for one who
+// lost sight; the status for one who gained it — and nobody else.
+func TestSettingsChangePushed(t *testing.T) {
+	r := newRels()
+	r.set("target", "friend")
+	h := newHub(t, r, fanout.Config{})
+	self, friend, stranger := newSink("target"), newSink("friend"), newSink("stranger")
+	for _, s := range []*sink{self, friend, stranger} {
+		subscribe(t, h, s, "target")
+	}
+	everyone, contacts, nobody := presence.Settings{}, presence.Settings{Status: presence.Contacts, LastSeen: presence.Contacts}, presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	ev := event("target", presence.Busy, 1, everyone)
+	ev.Self = presence.Busy
+	h.Publish(ev)
+	steps := []struct {
+		name          string
+		ev            *presence.Event
+		self          int // frames after the step
+		friend        string
+		friendFrames  int
+		stranger      string
+		strangerCount int
+	}{
+		{"everyone→contacts", settingsEvent("target", 2, everyone, contacts), 1, "busy", 1, "", 2},
+		{"contacts→contacts (a contact list changed)", settingsEvent("target", 3, contacts, contacts), 1, "busy", 1, "", 2},
+		{"contacts→nobody", settingsEvent("target", 4, contacts, nobody), 1, "", 2, "", 2},
+		{"nobody→everyone", settingsEvent("target", 5, nobody, everyone), 1, "busy", 3, "busy", 3},
+		{"last_seen only: everyone→nobody", settingsEvent("target", 6, everyone, presence.Settings{LastSeen: presence.Nobody}), 1, "busy", 4, "busy", 4},
+	}
+	for _, st := range steps {
+		h.Publish(st.ev)
+		if _, _, n := lastOf(t, self); n != st.self {
+			t.Errorf("%s: the user's own socket got %d frames, want %d (its view never depends on settings)", st.name, n, st.self)
+		}
+		status, v, n := lastOf(t, friend)
+		if n != st.friendFrames || status != st.friend || (n > 1 && v != st.ev.Version && n != 1) {
+			t.Errorf("%s: friend's last frame %q v%d (%d frames), want %q (%d frames)", st.name, status, v, n, st.friend, st.friendFrames)
+		}
+		status, v, n = lastOf(t, stranger)
+		if n != st.strangerCount || status != st.stranger {
+			t.Errorf("%s: stranger's last frame %q v%d (%d frames), want %q (%d frames)", st.name, status, v, n, st.stranger, st.strangerCount)
+		}
+	}
+	// The frame of a lost sight: every field null but the version, which
+	// is the change's (above everything the watcher was sent).
+	got := stranger.frames()
+	m := decode(t, got[1].b)
+	if m.Status != nil || m.LastSeen != nil || m.StatusText != nil || m.Version == nil || *m.Version != 2 || got[1].version != 2 {
+		t.Errorf("lost sight: %s (version %d), want all null but version 2", got[1].b, got[1].version)
+	}
+	// The last step hid last_seen only: the watchers were sent the status
+	// with last_seen null.
+	if m := decode(t, stranger.frames()[3].b); m.LastSeen != nil || m.Status == nil {
+		t.Errorf("last_seen hidden: %s", stranger.frames()[3].b)
+	}
+}
+
+// TestSelfSeesInvisible: the user's own sockets are sent their true
+// status, everyone else the public one.
+func TestSelfSeesInvisible(t *testing.T) {
+	h := newHub(t, newRels(), fanout.Config{})
+	self, other := newSink("target"), newSink("other")
+	subscribe(t, h, self, "target")
+	subscribe(t, h, other, "target")
+	ev := event("target", presence.Offline, 3, presence.Settings{})
+	ev.Self = presence.Invisible
+	h.Publish(ev)
+	if st, _, _ := lastOf(t, self); st != "invisible" {
+		t.Errorf("own socket: %q, want invisible", st)
+	}
+	if st, _, _ := lastOf(t, other); st != "offline" {
+		t.Errorf("other: %q, want offline", st)
+	}
+}
+
+// TestContactsChangedReveals: a watcher added to or removed from a
+// contacts-only user's list is sent its new view at once, read after the
+// change; a watcher whose view did not change gets nothing.
+func TestContactsChangedReveals(t *testing.T) {
+	r := newRels()
+	r.set("target", "friend")
+	h := newHub(t, r, fanout.Config{})
+	friend, stranger, self := newSink("friend"), newSink("stranger"), newSink("target")
+	for _, s := range []*sink{friend, stranger, self} {
+		subscribe(t, h, s, "target")
+	}
+	snap := presence.Snapshot{UserID: "target", Known: true, Status: presence.Busy, Text: "t", Devices: 1,
+		LastSeen: ms, PubLastSeen: ms, Version: 10, Settings: presence.Settings{Status: presence.Contacts}}
+	reads := 0
+	state := func(_ context.Context, user string) (presence.Snapshot, error) {
+		reads++
+		if user != "target" {
+			t.Errorf("state read of %q", user)
+		}
+		return snap, nil
+	}
+	ctx := context.Background()
+	r.set("target", "friend", "stranger")
+	h.ContactsChanged(ctx, "target", []string{"friend", "stranger"}, state)
+	if st, v, n := lastOf(t, stranger); n != 1 || st != "busy" || v != 10 {
+		t.Errorf("added: stranger got %q v%d (%d frames), want busy v10", st, v, n)
+	}
+	if friend.count() != 0 || self.count() != 0 {
+		t.Errorf("friend %d, self %d frames; want none (their views did not change)", friend.count(), self.count())
+	}
+	snap.Version = 11
+	r.set("target")
+	h.ContactsChanged(ctx, "target", nil, state)
+	if st, v, n := lastOf(t, stranger); n != 2 || st != "" || v != 11 {
+		t.Errorf("removed: stranger's last frame %q v%d (%d frames), want null v11", st, v, n)
+	}
+	if st, v, n := lastOf(t, friend); n != 1 || st != "" || v != 11 {
+		t.Errorf("removed: friend's last frame %q v%d (%d frames), want null v11", st, v, n)
+	}
+	// A list that changes nothing anyone sees reads nothing.
+	before := reads
+	h.ContactsChanged(ctx, "target", nil, state)
+	if reads != before || h.Stats().Revealed != 3 {
+		t.Errorf("a change of nobody's view: %d more reads, stats %+v", reads-before, h.Stats())
+	}
+	// Once everyone may see, the list changes no view: nothing is sent.
+	snap.Settings = presence.Settings{}
+	r.set("target", "friend")
+	h.ContactsChanged(ctx, "target", []string{"friend"}, state)
+	if friend.count() != 1 {
+		t.Errorf("a list that decides nothing sent the friend %d frames", friend.count()-1)
+	}
+}
+
+// TestAsyncKeepsALostSight: a celebrity's change of settings that waits in
+// the batched path's queue and is then overtaken by a newer change (or
+// arrives after it, late) still tells the watchers who lost sight.
+func TestAsyncKeepsALostSight(t *testing.T) {
+	everyone, contacts := presence.Settings{}, presence.Settings{Status: presence.Contacts}
+	later := event("celeb", presence.Away, 3, contacts) // hidden from all but fan1
+	later.Self = presence.Away
+	for _, tc := range []struct {
+		name   string
+		events []*presence.Event
+	}{
+		{"overtaken", []*presence.Event{settingsEvent("celeb", 2, everyone, contacts), later}},
+		{"late", []*presence.Event{later, settingsEvent("celeb", 2, everyone, contacts)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRels()
+			r.set("celeb", "fan1")
+			h := newHub(t, r, fanout.Config{AsyncThreshold: 10, AsyncBatch: 3})
+			fans := celebrity(t, h, 12)
+			for _, ev := range tc.events {
+				h.Publish(ev)
+			}
+			runHub(t, h)
+			waitFor(t, "every fan to hear", func() bool {
+				for _, s := range fans {
+					if s.count() == 0 {
+						return false
+					}
+				}
+				return true
+			})
+			waitFor(t, "the queue to drain", func() bool { return h.Stats().AsyncPending == 0 })
+			for i, s := range fans {
+				st, v, n := lastOf(t, s)
+				want := ""
+				if i == 1 {
+					want = "away"
+				}
+				if n != 1 || st != want || v != 3 {
+					t.Errorf("%s: %q v%d (%d frames), want %q v3 once", s.viewer, st, v, n, want)
+				}
+			}
+		})
 	}
 }

@@ -160,16 +160,21 @@ func (s *Store) Disconnect(_ context.Context, now int64, user, device string, si
 }
 
 // SetSettings implements tracker.Store.
-func (s *Store) SetSettings(_ context.Context, user string, set presence.Settings) error {
+func (s *Store) SetSettings(_ context.Context, now int64, user string, set *presence.Settings) (presence.Change, error) {
 	sh := s.shard(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.users[user]
 	if e == nil {
-		return tracker.ErrNotLoaded
+		return presence.Change{}, tracker.ErrNotLoaded
 	}
-	e.u.Settings = set
-	return nil
+	next := e.u.Settings
+	if set != nil {
+		next = *set
+	}
+	ch := e.u.SetSettings(&s.rules, now, next)
+	sh.touchLocked(e)
+	return ch, nil
 }
 
 // Load implements tracker.Store.

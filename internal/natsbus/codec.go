@@ -67,26 +67,59 @@ func appendEvent(b []byte, ev *presence.Event) []byte {
 	b = strconv.AppendUint(b, ev.Version, 10)
 	b = append(b, `,"at":`...)
 	b = wire.AppendTime(b, ev.At)
-	b = append(b, `,"settings":{"status":"`...)
-	b = append(b, ev.Settings.Status.String()...)
+	b = appendSettings(b, `,"settings":`, &ev.Settings)
+	if ev.Self == presence.Invisible && ev.Status == presence.Offline {
+		b = append(b, `,"self_status":"`...)
+		b = append(b, ev.Self.String()...)
+		b = append(b, '"')
+	}
+	if ev.SettingsChanged {
+		b = appendSettings(b, `,"prev_settings":`, &ev.PrevSettings)
+	}
+	if ev.SettingsOnly {
+		b = append(b, `,"settings_only":true`...)
+	}
+	return append(b, '}')
+}
+
+func appendSettings(b []byte, key string, s *presence.Settings) []byte {
+	b = append(b, key...)
+	b = append(b, `{"status":"`...)
+	b = append(b, s.Status.String()...)
 	b = append(b, `","last_seen":"`...)
-	b = append(b, ev.Settings.LastSeen.String()...)
-	return append(b, `"}}`...)
+	b = append(b, s.LastSeen.String()...)
+	return append(b, `"}`...)
+}
+
+// settings is the JSON of a user's privacy settings.
+type settings struct {
+	Status   string `json:"status"`
+	LastSeen string `json:"last_seen"`
+}
+
+func (s *settings) parse(out *presence.Settings) (err error) {
+	if out.Status, err = presence.ParseVisibility(s.Status); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if out.LastSeen, err = presence.ParseVisibility(s.LastSeen); err != nil {
+		return fmt.Errorf("last_seen: %w", err)
+	}
+	return nil
 }
 
 // payload is the decoded JSON of a message.
 type payload struct {
-	UserID   *string `json:"user_id"`
-	Status   string  `json:"status"`
-	Prev     string  `json:"prev"`
-	Text     string  `json:"text"`
-	LastSeen *string `json:"last_seen"`
-	Version  uint64  `json:"version"`
-	At       string  `json:"at"`
-	Settings struct {
-		Status   string `json:"status"`
-		LastSeen string `json:"last_seen"`
-	} `json:"settings"`
+	UserID       *string   `json:"user_id"`
+	Status       string    `json:"status"`
+	Prev         string    `json:"prev"`
+	Text         string    `json:"text"`
+	LastSeen     *string   `json:"last_seen"`
+	Version      uint64    `json:"version"`
+	At           string    `json:"at"`
+	Settings     settings  `json:"settings"`
+	SelfStatus   *string   `json:"self_status"`
+	PrevSettings *settings `json:"prev_settings"`
+	SettingsOnly bool      `json:"settings_only"`
 }
 
 // decodeEvent parses a payload into ev. Anything missing or malformed is an
@@ -115,13 +148,31 @@ func decodeEvent(data []byte, ev *presence.Event) error {
 	if ev.At, err = parseTime(p.At); err != nil {
 		return fmt.Errorf("at: %w", err)
 	}
-	if ev.Settings.Status, err = presence.ParseVisibility(p.Settings.Status); err != nil {
-		return fmt.Errorf("settings.status: %w", err)
+	if err = p.Settings.parse(&ev.Settings); err != nil {
+		return fmt.Errorf("settings.%w", err)
 	}
-	if ev.Settings.LastSeen, err = presence.ParseVisibility(p.Settings.LastSeen); err != nil {
-		return fmt.Errorf("settings.last_seen: %w", err)
+	ev.Self = ev.Status
+	if p.SelfStatus != nil {
+		if ev.Self, err = parseSelf(*p.SelfStatus); err != nil || ev.Self.Public() != ev.Status {
+			return fmt.Errorf("self_status %q does not go with status %q", *p.SelfStatus, p.Status)
+		}
 	}
+	if p.PrevSettings != nil {
+		ev.SettingsChanged = true
+		if err = p.PrevSettings.parse(&ev.PrevSettings); err != nil {
+			return fmt.Errorf("prev_settings.%w", err)
+		}
+	}
+	ev.SettingsOnly = p.SettingsOnly && ev.SettingsChanged
 	return nil
+}
+
+// parseSelf parses a status as the user sees it (invisible included).
+func parseSelf(s string) (presence.Status, error) {
+	if s == presence.Invisible.String() {
+		return presence.Invisible, nil
+	}
+	return parseStatus(s)
 }
 
 // parseStatus parses a public status ("offline", "online", "away", "busy").

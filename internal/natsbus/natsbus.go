@@ -52,6 +52,14 @@
 //     "contacts" or "nobody" for each of status and last_seen). The payload
 //     is the unfiltered view: a consumer that shows it to people must apply
 //     them.
+//   - self_status (only when it differs from status: "invisible"): the
+//     status as the user themselves see it, for the user's own devices.
+//     A consumer must never show it to anyone else.
+//   - prev_settings (only on a change of settings): the settings before;
+//     settings_only: true when nothing but the settings changed (status,
+//     text and last_seen are as last published, the version is new). A
+//     consumer sends each viewer whose view changed with the settings its
+//     new view, and nothing to the others.
 //
 // Times are RFC 3339 in UTC with milliseconds (wire.TimeLayout). Unknown
 // fields may be added later; consumers must ignore them.

@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -205,7 +206,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func event(user string, version uint64) *presence.Event {
 	return &presence.Event{
-		UserID: user, Status: presence.Busy, Prev: presence.Online,
+		UserID: user, Status: presence.Busy, Prev: presence.Online, Self: presence.Busy,
 		Text: "in a meeting", LastSeen: 1795000000123, Version: version,
 		At:       1795000001000,
 		Settings: presence.Settings{Status: presence.Everyone, LastSeen: presence.Contacts},
@@ -967,11 +968,52 @@ func TestSlowConsumerCounted(t *testing.T) {
 	}
 }
 
+// privacyEvents are events whose privacy fields cross the bus: an
+// invisible user's (the user's own devices see invisible) and a change of
+// settings (the watchers who lost sight are told).
+func privacyEvents() []presence.Event {
+	inv := *event("u", 3)
+	inv.Status, inv.Self = presence.Offline, presence.Invisible
+	set := *event("u", 4)
+	set.Self = set.Status
+	set.SettingsOnly, set.SettingsChanged = true, true
+	set.PrevSettings = presence.Settings{Status: presence.Nobody, LastSeen: presence.Everyone}
+	merged := set
+	merged.SettingsOnly = false
+	return []presence.Event{inv, set, merged}
+}
+
+func TestCodecPrivacyFields(t *testing.T) {
+	for _, ev := range privacyEvents() {
+		data := appendEvent(nil, &ev)
+		var got presence.Event
+		if err := decodeEvent(data, &got); err != nil {
+			t.Fatalf("decode %s: %v", data, err)
+		}
+		if got != ev {
+			t.Errorf("%s decoded to %+v, want %+v", data, got, ev)
+		}
+	}
+	// The true status is on the bus only where it is not the public one.
+	if data := appendEvent(nil, event("u", 1)); bytes.Contains(data, []byte("self_status")) {
+		t.Errorf("%s names a true status that is the public one", data)
+	}
+	// A true status that does not go with the public one is refused.
+	bad := []byte(`{"user_id":"u","status":"online","prev":"online","text":"","last_seen":null,"version":1,"at":"2026-11-18T11:06:41.000Z","settings":{"status":"everyone","last_seen":"everyone"},"self_status":"invisible"}`)
+	var ev presence.Event
+	if err := decodeEvent(bad, &ev); err == nil {
+		t.Errorf("%s decoded: %+v", bad, ev)
+	}
+}
+
 // FuzzDecode: decoding never panics, and what decodes encodes back to an
 // event that decodes the same.
 func FuzzDecode(f *testing.F) {
 	f.Add(appendEvent(nil, event("4.2 ü", 7)))
 	f.Add(appendEvent(nil, &presence.Event{UserID: "x"}))
+	for _, ev := range privacyEvents() {
+		f.Add(appendEvent(nil, &ev))
+	}
 	f.Add([]byte(`{"user_id":"","last_seen":null}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var ev, again presence.Event

@@ -11,6 +11,7 @@ package presence
 import (
 	"errors"
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -145,15 +146,33 @@ func ValidateID(s string) error {
 	return nil
 }
 
-// forbiddenRune reports the non-ASCII runes ids and texts may not hold.
+// forbiddenRune reports the non-ASCII runes an id may not hold: the
+// invisible ones, spaces of any width and variation selectors.
 func forbiddenRune(r rune) bool {
-	return (r >= 0x80 && r <= 0x9f) || // C1 controls
-		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || // bidi overrides
-		r == 0x200e || r == 0x200f || r == 0x061c || // bidi marks
-		r == 0x2028 || r == 0x2029 || r == utf8.RuneError
+	return r == ',' || unicode.Is(unicode.Zs, r) || invisibleRune(r) ||
+		(r >= 0xfe00 && r <= 0xfe0f) || (r >= 0xe0100 && r <= 0xe01ef) // variation selectors
 }
 
-// ValidateText reports whether s may be used as a status text.
+// invisibleRune reports the characters that neither an id nor a status
+// text may hold: controls (C0, DEL, C1), format characters (bidi
+// embeddings, overrides, isolates and marks, zero-width space, joiner and
+// non-joiner, word joiner, byte order mark, soft hyphen, tags…), line and
+// paragraph separators, the fillers that render as nothing (U+034F,
+// U+115F, U+1160, U+17B4, U+17B5, U+3164, U+FFA0), and U+FFFD, what
+// invalid bytes decode to. (presence.js's idProblem and textProblem say
+// the same.)
+func invisibleRune(r rune) bool {
+	switch r {
+	case 0x034f, 0x115f, 0x1160, 0x17b4, 0x17b5, 0x3164, 0xffa0, utf8.RuneError:
+		return true
+	}
+	return unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r)
+}
+
+// ValidateText reports whether s may be used as a status text: valid
+// UTF-8, at most MaxTextLen characters, none of them invisible
+// (invisibleRune) but a zero-width joiner inside an emoji sequence
+// (👩‍💻: between two characters that are not letters or digits).
 func ValidateText(s string) error {
 	if !utf8.ValidString(s) {
 		return errors.New("status text is not valid UTF-8")
@@ -161,10 +180,21 @@ func ValidateText(s string) error {
 	if n := utf8.RuneCountInString(s); n > MaxTextLen {
 		return fmt.Errorf("status text is %d characters long, the limit is %d", n, MaxTextLen)
 	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
-			return fmt.Errorf("status text contains a control character %U", r)
+	prev := rune(-1)
+	for i, r := range s {
+		if r == 0x200d && prev >= 0x80 && !unicode.IsLetter(prev) && !unicode.IsDigit(prev) {
+			if next, _ := utf8.DecodeRuneInString(s[i+3:]); i+3 < len(s) && next >= 0x80 && !unicode.IsLetter(next) && !unicode.IsDigit(next) {
+				prev = r
+				continue
+			}
 		}
+		if invisibleRune(r) {
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
+				return fmt.Errorf("status text contains a control character %U at byte %d", r, i)
+			}
+			return fmt.Errorf("status text contains an invisible character %U at byte %d (format, separator or filler)", r, i)
+		}
+		prev = r
 	}
 	return nil
 }
@@ -272,4 +302,37 @@ type Event struct {
 	// Settings are the user's privacy settings when the change was made,
 	// so every exit can filter the event without another look-up.
 	Settings Settings
+	// Self is the status as the user themselves sees it (Invisible
+	// included): what the user's own sockets are shown.
+	Self Status
+	// SettingsOnly marks a change of who may see the user, not of their
+	// state (User.SetSettings): Status, Text and LastSeen are what was
+	// published last, the version is new, and PrevSettings are the
+	// settings before. An exit sends each watcher its new view only where
+	// it differs from its view under PrevSettings (a null status where
+	// sight was lost), and nothing to anyone else. Merge folds a later
+	// event into one not yet sent.
+	SettingsOnly bool
+	// PrevSettings are the settings before the event when SettingsChanged
+	// is set (Before reads them either way).
+	PrevSettings    Settings
+	SettingsChanged bool
+}
+
+// Before returns the settings watchers saw the user under before ev.
+func (ev *Event) Before() Settings {
+	if ev.SettingsChanged {
+		return ev.PrevSettings
+	}
+	return ev.Settings
+}
+
+// Merge folds next, a later event of the same user, into ev, an event not
+// delivered yet, so that delivering the result alone tells every watcher
+// what delivering both would have: next's state and settings, the
+// settings before ev, a state change if either changed the state.
+func (ev *Event) Merge(next *Event) {
+	before, changed, only := ev.Before(), ev.SettingsChanged || next.SettingsChanged, ev.SettingsOnly && next.SettingsOnly
+	*ev = *next
+	ev.PrevSettings, ev.SettingsChanged, ev.SettingsOnly = before, changed, only
 }

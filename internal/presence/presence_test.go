@@ -52,6 +52,20 @@ func TestValidateID(t *testing.T) {
 		// What invalid bytes in a JSON body decode to.
 		{"a\ufffdb", "U+FFFD"},
 		{"\ufffd", "U+FFFD"},
+		// Invisible: ali\u200bce must not pass for alice.
+		{"ali\u200bce", "U+200B"}, // zero-width space
+		{"a\u200cb", "U+200C"},    // zero-width non-joiner
+		{"a\u200db", "U+200D"},    // zero-width joiner
+		{"a\u2060b", "U+2060"},    // word joiner
+		{"\ufeffa", "U+FEFF"},     // byte order mark
+		{"a\u00adb", "U+00AD"},    // soft hyphen
+		{"a\u3164", "U+3164"},     // Hangul filler
+		{"a\u115fb", "U+115F"},
+		{"a\ufe0fb", "U+FE0F"},     // variation selector
+		{"a\U000e0041", "U+E0041"}, // tag
+		{"a\u00a0b", "U+00A0"},     // no-break space
+		{"a\u3000b", "U+3000"},     // ideographic space
+		{"a\u2007b", "U+2007"},
 	}
 	for _, tc := range bad {
 		err := presence.ValidateID(tc.id)
@@ -67,8 +81,8 @@ func TestValidateID(t *testing.T) {
 
 func TestValidateText(t *testing.T) {
 	good := []string{
-		"", "in a meeting", strings.Repeat("🙂", 140), "line\u2028para\u2029", "\u202eright to left",
-		"\ufffd", "\u00a0no-break", `quote " backslash \`,
+		"", "in a meeting", strings.Repeat("🙂", 140), "\u00a0no-break", `quote " backslash \`,
+		"שלום עולם", "coding 👩\u200d💻", "🏳\ufe0f\u200d🌈 pride", "👨\u200d👩\u200d👧", "❤️",
 	}
 	for _, s := range good {
 		if err := presence.ValidateText(s); err != nil {
@@ -84,6 +98,19 @@ func TestValidateText(t *testing.T) {
 		{"\u0080", "U+0080"},
 		{"\u009b31m", "U+009B"},
 		{"a\xffb", "UTF-8"},
+		// Format, separator and invisible characters, like ids.
+		{"\u202eright to left", "U+202E"},
+		{"a\u2066b", "U+2066"},
+		{"a\u200fb", "U+200F"},
+		{"line\u2028para", "U+2028"},
+		{"para\u2029", "U+2029"},
+		{"\ufffd", "U+FFFD"}, // what invalid bytes in JSON decode to
+		{"a\u200bb", "U+200B"},
+		{"ali\u200dce", "U+200D"}, // a joiner between letters is no emoji
+		{"\u200d🙂", "U+200D"},
+		{"🙂\u200d", "U+200D"},
+		{"\ufeff", "U+FEFF"},
+		{"a\u3164", "U+3164"},
 	}
 	for _, tc := range bad {
 		err := presence.ValidateText(tc.text)

@@ -304,7 +304,8 @@ func (u *User) settle(r *Rules, now int64) Change {
 	}
 	u.Devices = live
 
-	pub := u.Status(r, now).Public()
+	self := u.Status(r, now)
+	pub := self.Public()
 	prev := u.Pub
 	// While the user is publicly present, the public last_seen follows the
 	// true one. When they vanish it freezes: at their last sign of life if
@@ -314,7 +315,7 @@ func (u *User) settle(r *Rules, now int64) Change {
 	switch {
 	case pub != Offline:
 		u.PubLastSeen = u.LastSeen
-	case prev != Offline && u.Status(r, now) == Invisible:
+	case prev != Offline && self == Invisible:
 		u.PubLastSeen = max(u.LastSeen, now)
 	case prev != Offline:
 		u.PubLastSeen = u.LastSeen
@@ -324,19 +325,44 @@ func (u *User) settle(r *Rules, now int64) Change {
 	}
 	u.Pub = pub
 	u.PubText = u.Text
+	return Change{Changed: true, Event: u.event(r, now, prev, self)}
+}
+
+// event stamps a new version and returns the event of the published
+// state, whose public status was prev before.
+func (u *User) event(r *Rules, now int64, prev, self Status) Event {
 	v := u.Version + 1
 	if floor := r.Epoch << 32; v <= floor {
 		v = floor + 1
 	}
 	u.Version = v
-	return Change{Changed: true, Event: Event{
+	return Event{
 		UserID:   u.UserID,
-		Status:   pub,
+		Status:   u.Pub,
 		Prev:     prev,
-		Text:     u.Text,
+		Text:     u.PubText,
 		LastSeen: u.PubLastSeen,
 		Version:  v,
 		At:       now,
 		Settings: u.Settings,
-	}}
+		Self:     self,
+	}
+}
+
+// SetSettings replaces the privacy settings. It always stamps a new
+// version and returns the change (SettingsOnly, with the settings before):
+// a watcher who loses or gains sight of the user is sent its new view
+// with a version above everything it was sent, and a caller marks a
+// change of who may see the user that is not in the settings (a contact
+// list) by setting the same settings again.
+func (u *User) SetSettings(r *Rules, now int64, s Settings) Change {
+	prev := u.Settings
+	u.Settings = s
+	self := u.Status(r, now)
+	if self.Public() != u.Pub {
+		self = u.Pub // a change the next sweep publishes: not yet
+	}
+	ev := u.event(r, now, u.Pub, self)
+	ev.SettingsOnly, ev.SettingsChanged, ev.PrevSettings = true, true, prev
+	return Change{Changed: true, Event: ev}
 }

@@ -79,7 +79,9 @@ func NeedsContact(s *presence.Settings) bool {
 
 // FilterEvent returns what a viewer in relation rel may see of a change
 // event, and false if the viewer may see nothing of it (the status is
-// hidden from them). The settings are the target's.
+// hidden from them). The settings are the target's. The user themselves
+// see their own status as it is (ev.Self: invisible included) and the
+// public last_seen.
 func FilterEvent(rel Relation, set *presence.Settings, ev *presence.Event) (View, bool) {
 	s := presence.Snapshot{
 		UserID:      ev.UserID,
@@ -91,10 +93,51 @@ func FilterEvent(rel Relation, set *presence.Settings, ev *presence.Event) (View
 		Version:     ev.Version,
 		Settings:    *set,
 	}
-	if rel.Self {
-		rel = Relation{Contact: true} // events carry the public view only
-		s.Settings = presence.Settings{}
+	if rel.Self && ev.Self.Public() == ev.Status {
+		// (An event that does not say, or says something its public
+		// status contradicts, shows the public status.)
+		s.Status = ev.Self
 	}
 	v := Filter(rel, &s)
 	return v, v.StatusVisible
+}
+
+// Delivery is what one watcher in relation rel is sent of ev: the view,
+// and whether anything at all is sent. A watcher who may see the status
+// gets the new view — for an event that changed only the settings, only
+// if its view under the settings before differs; one who could see the
+// status before a change of settings and no longer can gets a view with
+// the status hidden (its Version still set); anyone else gets
+// nothing.
+func Delivery(rel Relation, ev *presence.Event) (View, bool) {
+	v, ok := FilterEvent(rel, &ev.Settings, ev)
+	if !ev.SettingsChanged {
+		return v, ok
+	}
+	if ok && !ev.SettingsOnly {
+		return v, true // the state changed too
+	}
+	before := ev.Before()
+	old, _ := FilterEvent(rel, &before, ev)
+	return Reveal(old, v, ev.Version)
+}
+
+// Reveal is what a watcher is sent when only who may see the user changed
+// (settings, a contact list), its view going from old to now: now if the
+// status is visible and the view differs, the status hidden at version if
+// it was visible and no longer is, nothing otherwise.
+func Reveal(old, now View, version uint64) (View, bool) {
+	switch {
+	case now.StatusVisible:
+		return now, old != now
+	case old.StatusVisible:
+		return View{UserID: now.UserID, Version: version}, true
+	}
+	return now, false
+}
+
+// Wider returns, field by field, the settings of a and b that let more
+// viewers see: a viewer who may see under either may see under it.
+func Wider(a, b presence.Settings) presence.Settings {
+	return presence.Settings{Status: min(a.Status, b.Status), LastSeen: min(a.LastSeen, b.LastSeen)}
 }

@@ -222,12 +222,86 @@ func TestFilterEvent(t *testing.T) {
 			}
 		}
 	}
-	// An event never carries invisible, not even to the user: events are
-	// the public view.
-	ev := presence.Event{UserID: "u", Status: presence.Offline, Prev: presence.Online, LastSeen: 1, Version: 2}
+	// The user themselves see their true status (invisible), whatever
+	// their settings; everyone else sees offline.
+	ev := presence.Event{UserID: "u", Status: presence.Offline, Prev: presence.Online, LastSeen: 1, Version: 2, Self: presence.Invisible}
 	set := presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
 	got, ok := privacy.FilterEvent(privacy.Relation{Self: true}, &set, &ev)
-	if !ok || got.Status != presence.Offline || !got.LastSeenVisible {
+	if !ok || got.Status != presence.Invisible || !got.LastSeenVisible {
 		t.Errorf("self event: got %+v, %v", got, ok)
 	}
+	set = presence.Settings{}
+	if got, _ := privacy.FilterEvent(privacy.Relation{Contact: true}, &set, &ev); got.Status != presence.Offline {
+		t.Errorf("a contact sees %v of an invisible user, want offline", got.Status)
+	}
+	// An event whose true status contradicts its public one (or does not
+	// say: an older node's) shows the public status to the user too.
+	ev = presence.Event{UserID: "u", Status: presence.Busy, Prev: presence.Online, LastSeen: 1, Version: 2}
+	if got, _ := privacy.FilterEvent(privacy.Relation{Self: true}, &set, &ev); got.Status != presence.Busy {
+		t.Errorf("self event without Self: got %v, want busy", got.Status)
+	}
+}
+
+// TestDelivery: a change of settings sends each watcher its new view only
+// where it changed — the status where sight was gained, a hidden view with
+// the new version where it was lost — and nothing to anyone else, so
+// nobody whose view stays learns that a setting changed.
+func TestDelivery(t *testing.T) {
+	state := presence.Event{UserID: "u", Status: presence.Busy, Prev: presence.Busy, Text: "t", LastSeen: 5000, Version: 20, Self: presence.Busy}
+	for _, before := range settingsAll() {
+		for _, after := range settingsAll() {
+			for _, r := range relations {
+				ev := state
+				ev.Settings, ev.PrevSettings, ev.SettingsChanged, ev.SettingsOnly = after, before, true, true
+				name := fmt.Sprintf("%+v→%+v/%s", before, after, r.name)
+				got, send := privacy.Delivery(r.rel, &ev)
+				old, oldOK := privacy.FilterEvent(r.rel, &before, &ev)
+				now, nowOK := privacy.FilterEvent(r.rel, &after, &ev)
+				switch {
+				case nowOK && (!oldOK || old != now):
+					if !send || got != now {
+						t.Errorf("%s: got %+v, %v; want the new view %+v", name, got, send, now)
+					}
+				case !nowOK && oldOK:
+					if !send || got.StatusVisible || got.LastSeenVisible || got.Version != 20 {
+						t.Errorf("%s: got %+v, %v; want the status hidden at version 20", name, got, send)
+					}
+				default:
+					if send {
+						t.Errorf("%s: sent %+v to a watcher whose view did not change", name, got)
+					}
+				}
+				// The same settings change merged with a change of state
+				// (a queue that coalesced them): everyone who sees the
+				// status gets it.
+				ev.SettingsOnly = false
+				got, send = privacy.Delivery(r.rel, &ev)
+				if nowOK && (!send || got != now) {
+					t.Errorf("%s with a state change: got %+v, %v; want %+v", name, got, send, now)
+				}
+				if !nowOK && send != oldOK {
+					t.Errorf("%s with a state change: sent %v, want %v", name, send, oldOK)
+				}
+			}
+		}
+	}
+	// An event that changed no setting is delivered as ever.
+	ev := state
+	ev.Settings = presence.Settings{Status: presence.Contacts}
+	if _, send := privacy.Delivery(privacy.Relation{}, &ev); send {
+		t.Error("a state change was sent to a stranger of a contacts-only user")
+	}
+	if v, send := privacy.Delivery(privacy.Relation{Contact: true}, &ev); !send || v.Status != presence.Busy {
+		t.Errorf("a state change to a contact: got %+v, %v", v, send)
+	}
+}
+
+func settingsAll() []presence.Settings {
+	var out []presence.Settings
+	for _, sv := range visibilities {
+		for _, lv := range visibilities {
+			out = append(out, presence.Settings{Status: sv, LastSeen: lv})
+		}
+	}
+	return out
 }

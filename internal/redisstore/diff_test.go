@@ -132,10 +132,13 @@ func (d *differ) step(i int) {
 			return presence.Change{}, s.Load(ctx, now, &q)
 		})
 	case k < 76:
-		set := presence.Settings{Status: presence.Visibility(r.IntN(3)), LastSeen: presence.Visibility(r.IntN(3))}
-		what = fmt.Sprintf("SetSettings(%s, %+v)", user, set)
+		set := &presence.Settings{Status: presence.Visibility(r.IntN(3)), LastSeen: presence.Visibility(r.IntN(3))}
+		if r.IntN(4) == 0 {
+			set = nil // keep them: a contact list changed
+		}
+		what = fmt.Sprintf("SetSettings(%d, %s, %+v)", now, user, set)
 		d.same(what, func(s tracker.Store) (presence.Change, error) {
-			return presence.Change{}, s.SetSettings(ctx, user, set)
+			return s.SetSettings(ctx, now, user, set)
 		})
 	case k < 92:
 		what = fmt.Sprintf("Expire(%d)", now)

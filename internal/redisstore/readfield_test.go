@@ -98,7 +98,7 @@ func TestReadFieldMatchesHash(t *testing.T) {
 					_, err = s.Disconnect(ctx, now, u, d, now-int64(r.IntN(2000)))
 				case 6:
 					what = fmt.Sprintf("settings %s", u)
-					err = s.SetSettings(ctx, u, presence.Settings{Status: presence.Visibility(r.IntN(3)), LastSeen: presence.Visibility(r.IntN(3))})
+					_, err = s.SetSettings(ctx, now, u, &presence.Settings{Status: presence.Visibility(r.IntN(3)), LastSeen: presence.Visibility(r.IntN(3))})
 				case 7:
 					l, d := leases[r.IntN(2)], owned[r.IntN(2)]
 					// Active, or idle_after old: the owner tells Redis when

@@ -34,7 +34,7 @@ func readsPopulation(t *testing.T, s *redisstore.Store, now int64) []string {
 	if _, err := s.SetStatus(ctx, now+1, "ghost", presence.ManualInvisible, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetSettings(ctx, "busy", presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}); err != nil {
+	if _, err := s.SetSettings(ctx, now+1, "busy", &presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}); err != nil {
 		t.Fatal(err)
 	}
 	mustClaim(t, s, now+2, 7, "owned", "phone", now+2, now+2)

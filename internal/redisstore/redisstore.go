@@ -385,13 +385,17 @@ func (s *Store) change(m rueidis.RedisMessage, user string, now int64, op string
 }
 
 // decodeChange decodes {_, status, prev, text, public last_seen, version,
-// settings status, settings last_seen}.
+// settings status, settings last_seen, true status}, and a change of
+// settings (set_settings.lua), which adds the settings before.
 func decodeChange(arr []rueidis.RedisMessage, now int64) (presence.Change, error) {
-	if len(arr) != 8 {
+	if len(arr) != 9 && len(arr) != 11 {
 		return presence.Change{}, fmt.Errorf("unexpected reply of %d elements", len(arr))
 	}
-	var n [8]int64
-	for _, i := range []int{1, 2, 4, 5, 6, 7} {
+	var n [11]int64
+	for i := 1; i < len(arr); i++ {
+		if i == 3 {
+			continue
+		}
 		v, err := arr[i].AsInt64()
 		if err != nil {
 			return presence.Change{}, err
@@ -402,7 +406,7 @@ func decodeChange(arr []rueidis.RedisMessage, now int64) (presence.Change, error
 	if err != nil {
 		return presence.Change{}, err
 	}
-	return presence.Change{Changed: true, Event: presence.Event{
+	ch := presence.Change{Changed: true, Event: presence.Event{
 		Status:   presence.Status(n[1]),
 		Prev:     presence.Status(n[2]),
 		Text:     text,
@@ -410,20 +414,22 @@ func decodeChange(arr []rueidis.RedisMessage, now int64) (presence.Change, error
 		Version:  uint64(n[5]),
 		At:       now,
 		Settings: presence.Settings{Status: presence.Visibility(n[6]), LastSeen: presence.Visibility(n[7])},
-	}}, nil
+		Self:     presence.Status(n[8]),
+	}}
+	if len(arr) == 11 {
+		ch.Event.SettingsOnly, ch.Event.SettingsChanged = true, true
+		ch.Event.PrevSettings = presence.Settings{Status: presence.Visibility(n[9]), LastSeen: presence.Visibility(n[10])}
+	}
+	return ch, nil
 }
 
 // SetSettings implements tracker.Store.
-func (s *Store) SetSettings(ctx context.Context, user string, set presence.Settings) error {
-	n, err := s.setSettings.Exec(ctx, s.c, s.userKeys(user)[:1],
-		[]string{strconv.Itoa(int(set.Status)), strconv.Itoa(int(set.LastSeen))}).AsInt64()
-	if err != nil {
-		return fmt.Errorf("redisstore: set settings: %w", s.setSettings.err(err))
+func (s *Store) SetSettings(ctx context.Context, now int64, user string, set *presence.Settings) (presence.Change, error) {
+	args := []string{user, i64(now), "", ""} // keep them
+	if set != nil {
+		args[2], args[3] = strconv.Itoa(int(set.Status)), strconv.Itoa(int(set.LastSeen))
 	}
-	if n < 0 {
-		return tracker.ErrNotLoaded
-	}
-	return nil
+	return s.changeOf(s.setSettings.Exec(ctx, s.c, s.userKeys(user), args), s.setSettings, user, now, "set settings")
 }
 
 // Load implements tracker.Store.

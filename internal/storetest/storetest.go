@@ -238,6 +238,9 @@ func (h *h) wantEvent(what string, ch presence.Change, want ev) presence.Event {
 	if e.Version == 0 {
 		h.t.Errorf("%s: event %s has version 0", what, gotEv(e))
 	}
+	if e.Self.Public() != e.Status {
+		h.t.Errorf("%s: event %s has the true status %v, whose public one is not the event's", what, gotEv(e), e.Self)
+	}
 	return e
 }
 
@@ -277,7 +280,7 @@ func testNotLoaded(t *testing.T, f Factory) {
 			return h.s.SetStatus(h.ctx, t0, "u", presence.ManualBusy, "x")
 		}},
 		{"SetSettings", func() (presence.Change, error) {
-			return presence.Change{}, h.s.SetSettings(h.ctx, "u", presence.Settings{Status: presence.Nobody})
+			return h.s.SetSettings(h.ctx, t0, "u", &presence.Settings{Status: presence.Nobody})
 		}},
 	}
 	for _, op := range ops {
@@ -944,6 +947,10 @@ func testInvisibleLikeBye(t *testing.T, f Factory) {
 				for j := range events[0] {
 					a, b := events[0][j], events[1][j]
 					a.UserID, b.UserID = "", ""
+					// Only the user's own sockets see Self: invisible.
+					if b.Self == presence.Invisible {
+						b.Self = a.Self
+					}
 					if a != b {
 						t.Errorf("%s: event %d of the bye user %s, of the invisible user %s", what, j, gotEv(events[0][j]), gotEv(events[1][j]))
 					}
@@ -1477,26 +1484,70 @@ func testSetSettings(t *testing.T, f Factory) {
 	if got := h.get(t0, "u").Settings; got != (presence.Settings{LastSeen: presence.Contacts}) {
 		t.Errorf("Settings after Load: got %+v", got)
 	}
-	for _, want := range []presence.Settings{
+	h.beat(t0, "u", "d", true)
+	h.dirty()
+	prev := presence.Settings{LastSeen: presence.Contacts}
+	version := h.get(t0, "u").Version
+	for i, want := range []presence.Settings{
 		{Status: presence.Nobody, LastSeen: presence.Contacts},
 		{Status: presence.Contacts, LastSeen: presence.Nobody},
+		{Status: presence.Contacts, LastSeen: presence.Nobody}, // the same again: a change all the same
 		{},
 	} {
-		if err := h.s.SetSettings(h.ctx, "u", want); err != nil {
+		now := t0 + int64(i+1)*sec
+		ch, err := h.s.SetSettings(h.ctx, now, "u", &want)
+		if err != nil {
 			t.Fatalf("SetSettings(%+v): %v", want, err)
 		}
-		if got := h.get(t0, "u").Settings; got != want {
-			t.Errorf("Settings: got %+v, want %+v", got, want)
+		// A change of settings is an event of its own: the state as last
+		// published, a new version, the settings before and after.
+		e := h.wantEvent(fmt.Sprintf("SetSettings(%+v)", want), ch, ev{user: "u", prev: presence.Online, status: presence.Online, at: now})
+		if !e.SettingsOnly || !e.SettingsChanged || e.PrevSettings != prev || e.Settings != want || e.Self != presence.Online {
+			t.Errorf("SetSettings(%+v): got event %+v, want SettingsOnly, PrevSettings %+v, Self online", want, e, prev)
 		}
+		if e.Version <= version {
+			t.Errorf("SetSettings(%+v): version %d, want above %d", want, e.Version, version)
+		}
+		snap := h.get(now, "u")
+		if snap.Settings != want || snap.Version != e.Version {
+			t.Errorf("after SetSettings(%+v): got settings %+v version %d, want version %d", want, snap.Settings, snap.Version, e.Version)
+		}
+		// The new version is checkpointed like any other.
+		if d := h.dirty(); len(d) != 1 || d[0].Version != e.Version {
+			t.Errorf("Dirty after SetSettings: got %+v, want u at version %d", d, e.Version)
+		}
+		prev, version = want, e.Version
 	}
-	// Settings are not presence: they survive beats and publish nothing.
-	want := presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
-	if err := h.s.SetSettings(h.ctx, "u", want); err != nil {
+	// nil keeps the settings and still stamps a version: the mark of a
+	// change of who may see the user that is not in the settings.
+	ch, err := h.s.SetSettings(h.ctx, t0+9*sec, "u", nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	h.beat(t0+sec, "u", "d", true)
-	h.expire(t0 + sec + h.ttl())
-	if got := h.get(t0+sec+h.ttl(), "u").Settings; got != want {
+	if e := ch.Event; !ch.Changed || e.Version <= version || e.Settings != prev || e.PrevSettings != prev || !e.SettingsOnly {
+		t.Errorf("SetSettings(nil): got %+v, want the settings %+v kept and a version above %d", ch, prev, version)
+	}
+	if got := h.get(t0+9*sec, "u").Settings; got != prev {
+		t.Errorf("SetSettings(nil) changed the settings to %+v", got)
+	}
+	// An invisible user's change shows the public status, offline, and
+	// the true one apart (what only the user's own sockets are shown).
+	h.status(t0+10*sec, "u", presence.ManualInvisible, "")
+	ch, err = h.s.SetSettings(h.ctx, t0+11*sec, "u", &presence.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := ch.Event; e.Status != presence.Offline || e.Prev != presence.Offline || e.Self != presence.Invisible {
+		t.Errorf("SetSettings of an invisible user: got status %v prev %v self %v, want offline offline invisible", e.Status, e.Prev, e.Self)
+	}
+	// Settings are not presence: they survive beats and expiry.
+	want := presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	if _, err := h.s.SetSettings(h.ctx, t0+12*sec, "u", &want); err != nil {
+		t.Fatal(err)
+	}
+	h.beat(t0+13*sec, "u", "d", true)
+	h.expire(t0 + 13*sec + h.ttl())
+	if got := h.get(t0+13*sec+h.ttl(), "u").Settings; got != want {
 		t.Errorf("Settings after beat and expiry: got %+v, want %+v", got, want)
 	}
 }

@@ -553,7 +553,7 @@ func (t *Tracker) replayOp(ctx context.Context, user string, o op) (presence.Cha
 	var err error
 	switch o.kind {
 	case opSettings:
-		err = t.applySettings(ctx, user, o.settings)
+		ch, err = t.applySettings(ctx, t.Now(), user, &o.settings)
 	case opBeat:
 		ch, err = t.applyBeat(ctx, o.at, user, o.device, o.active)
 	case opBye:

@@ -87,11 +87,11 @@ func (s *switchStore) Disconnect(ctx context.Context, now int64, user, device st
 	return s.s.Disconnect(ctx, now, user, device, since)
 }
 
-func (s *switchStore) SetSettings(ctx context.Context, user string, set presence.Settings) error {
+func (s *switchStore) SetSettings(ctx context.Context, now int64, user string, set *presence.Settings) (presence.Change, error) {
 	if err := s.call(); err != nil {
-		return err
+		return presence.Change{}, err
 	}
-	return s.s.SetSettings(ctx, user, set)
+	return s.s.SetSettings(ctx, now, user, set)
 }
 
 func (s *switchStore) Load(ctx context.Context, now int64, p *presence.Profile) error {

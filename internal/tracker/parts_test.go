@@ -96,11 +96,11 @@ func (s *partStore) Disconnect(ctx context.Context, now int64, user, device stri
 	return s.s.Disconnect(ctx, now, user, device, since)
 }
 
-func (s *partStore) SetSettings(ctx context.Context, user string, set presence.Settings) error {
+func (s *partStore) SetSettings(ctx context.Context, now int64, user string, set *presence.Settings) (presence.Change, error) {
 	if err := s.user(user); err != nil {
-		return err
+		return presence.Change{}, err
 	}
-	return s.s.SetSettings(ctx, user, set)
+	return s.s.SetSettings(ctx, now, user, set)
 }
 
 func (s *partStore) Load(ctx context.Context, now int64, p *presence.Profile) error {

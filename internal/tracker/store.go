@@ -106,8 +106,12 @@ type Store interface {
 	// bye, its last beat through that connection at since
 	// (presence.User.Disconnect); a user who is not held has no device.
 	Disconnect(ctx context.Context, now int64, user, device string, since int64) (presence.Change, error)
-	// SetSettings replaces the privacy settings of a held user (ErrNotLoaded if not held).
-	SetSettings(ctx context.Context, user string, s presence.Settings) error
+	// SetSettings replaces the privacy settings of a held user
+	// (ErrNotLoaded if not held), or with s nil keeps them, and returns
+	// the change it always makes (presence.User.SetSettings: a new
+	// version, SettingsOnly) — with s nil, the mark of a change of who
+	// may see the user that is not in the settings (a contact list).
+	SetSettings(ctx context.Context, now int64, user string, s *presence.Settings) (presence.Change, error)
 	// Load inserts a user from its durable profile unless it is held already.
 	Load(ctx context.Context, now int64, p *presence.Profile) error
 	// Expire applies every deadline due by now, up to max changes, and

@@ -646,30 +646,64 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 				return err
 			}
 		}
-		err := t.applySettings(ctx, user, s)
+		ch, err := t.applySettings(ctx, t.Now(), user, &s)
 		if try == 0 && errors.Is(err, errOutage) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("set settings: %w", err)
 		}
+		t.emit(ch) // each watcher whose view changed is sent the new one
 		return nil
 	}
 }
 
-func (t *Tracker) applySettings(ctx context.Context, user string, s presence.Settings) error {
+// ContactsChanged marks a change of user's contact list (durable before
+// the call). When the user's settings show anything to contacts only, it
+// stamps the user a new version and publishes it (a change of settings
+// that keeps them: nobody is sent anything for it), so that watchers who
+// gained or lost sight with the list — the hubs tell them, after it — are
+// sent a view above everything they were sent before. While the store is
+// down nothing is stamped (the resync after the outage reads every
+// watcher's relations again).
+func (t *Tracker) ContactsChanged(ctx context.Context, user string) error {
+	mu := t.writeLock(user)
+	mu.Lock()
+	defer mu.Unlock()
+	if !t.upFor(user) {
+		return nil
+	}
+	var s [1]presence.Snapshot
+	if err := t.get(ctx, t.Now(), []string{user}, s[:], false); err != nil {
+		return fmt.Errorf("contacts changed: %w", err)
+	}
+	if set := s[0].Settings; set.Status != presence.Contacts && set.LastSeen != presence.Contacts {
+		return nil // the list decides nothing anybody sees
+	}
+	if _, err := t.ensure(ctx, user); err != nil {
+		return fmt.Errorf("contacts changed: %w", err)
+	}
+	ch, err := t.applySettings(ctx, t.Now(), user, nil)
+	if err != nil {
+		return fmt.Errorf("contacts changed: %w", err)
+	}
+	t.emit(ch)
+	return nil
+}
+
+func (t *Tracker) applySettings(ctx context.Context, now int64, user string, s *presence.Settings) (presence.Change, error) {
 	for try := 0; ; try++ {
 		b := t.bound(ctx)
-		err := t.store.SetSettings(b.ctx, user, s)
+		ch, err := t.store.SetSettings(b.ctx, now, user, s)
 		t.release(b)
 		err = t.storeErrUser(ctx, user, err)
 		if errors.Is(err, ErrNotLoaded) && try < 3 {
 			if err = t.load(ctx, user); err != nil {
-				return err
+				return ch, err
 			}
 			continue
 		}
-		return err
+		return ch, err
 	}
 }
 

@@ -713,7 +713,12 @@ func TestSetSettings(t *testing.T) {
 	if got := f.get("u").Settings; got != want {
 		t.Errorf("settings after failed SetSettings: got %+v, want %+v", got, want)
 	}
-	f.wantEvents("settings")
+	// The change that was made is published (so watchers who lost sight
+	// are told), the one refused is not.
+	evs := f.pub.take()
+	if len(evs) != 1 || !evs[0].SettingsOnly || evs[0].Settings != want || evs[0].PrevSettings != (presence.Settings{}) || evs[0].Version == 0 {
+		t.Errorf("settings: published %+v, want one settings-only event to %+v", evs, want)
+	}
 }
 
 func TestSweepPublishesOffline(t *testing.T) {

@@ -114,10 +114,12 @@ func AppendText(b []byte, v *privacy.View) []byte {
 	return AppendString(b, v.Text)
 }
 
-// AppendVersion appends the version of v, or null when the status is hidden
-// or the user has no version yet.
+// AppendVersion appends the version of v, or null when the user has no
+// version yet or the status is hidden (privacy.Filter leaves Version 0
+// then; only the view of a watcher who just lost sight of the status,
+// privacy.Delivery and Reveal, has one: the version it was hidden at).
 func AppendVersion(b []byte, v *privacy.View) []byte {
-	if !v.StatusVisible || v.Version == 0 {
+	if v.Version == 0 {
 		return append(b, "null"...)
 	}
 	return strconv.AppendUint(b, v.Version, 10)

@@ -54,8 +54,10 @@ func TestAppendPresence(t *testing.T) {
 			"last_seen": nil, "status_text": nil, "version": nil}},
 		{"never seen", never, map[string]any{"type": "presence", "user_id": "5", "status": "offline",
 			"last_seen": nil, "status_text": nil, "version": nil}},
-		{"hidden text", privacy.View{UserID: "6", Text: "secret", Version: 9, LastSeen: ms},
-			map[string]any{"type": "presence", "user_id": "6", "status": nil, "last_seen": nil, "status_text": nil, "version": nil}},
+		// A watcher who just lost sight (privacy.Delivery): everything
+		// null but the version it was hidden at.
+		{"sight lost", privacy.View{UserID: "6", Text: "secret", Version: 9, LastSeen: ms},
+			map[string]any{"type": "presence", "user_id": "6", "status": nil, "last_seen": nil, "status_text": nil, "version": json.Number("9")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := wire.AppendPresence([]byte("xx"), &tc.v)

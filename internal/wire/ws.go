@@ -27,9 +27,10 @@ func appendState(b []byte, v *privacy.View) []byte {
 
 // AppendPresence appends the live change message of one user:
 // {"type":"presence","user_id":…,"status":…,"last_seen":…,"status_text":…,"version":…}.
-// The fan-out sends it only for views whose status is visible (a watcher
-// who may not see the status gets no message at all); a hidden field still
-// encodes as null, so the message is always well-formed.
+// The fan-out sends it for views whose status is visible, and once to a
+// watcher who just lost sight of the status (a privacy change: status,
+// last_seen and text null, the version new); a hidden field encodes as
+// null, so the message is always well-formed.
 func AppendPresence(b []byte, v *privacy.View) []byte {
 	b = append(b, `{"type":"presence","user_id":`...)
 	b = AppendString(b, v.UserID)

@@ -168,10 +168,18 @@ local function status(u, now)
   return 2
 end
 
+-- stamp gives u a new version (above the floor) and returns it.
+local function stamp(u)
+  local v = u.v + 1
+  if v <= FLOOR then v = FLOOR + 1 end
+  u.v = v
+  return v
+end
+
 -- settle is User.settle: drop dead devices, derive the public status and,
 -- if it or the text changed, stamp a version and return the change as
 -- {1, status, prev, text, public last_seen, version, settings status,
--- settings last_seen}; nil if nothing visible changed.
+-- settings last_seen, true status}; nil if nothing visible changed.
 local function settle(u, now)
   local live = {}
   for _, d in ipairs(u.devs) do
@@ -196,10 +204,7 @@ local function settle(u, now)
   if pub == prev and u.t == u.pt then return nil end
   u.pub = pub
   u.pt = u.t
-  local v = u.v + 1
-  if v <= FLOOR then v = FLOOR + 1 end
-  u.v = v
-  return {1, pub, prev, u.t, fmt(u.pls), fmt(v), u.ss, u.sl}
+  return {1, pub, prev, u.t, fmt(u.pls), fmt(stamp(u)), u.ss, u.sl, st}
 end
 
 -- deadline is User.Deadline: the next moment the state may change without

@@ -107,11 +107,9 @@ function showConnection({ state, retryInMs }) {
 }
 
 function showMe(view) {
-  let status = view.status ?? "unknown";
-  // The snapshot of oneself is the true view (invisible included), but live
-  // events carry the public view even to the user themself. While this tab
-  // is connected the user cannot really be offline: offline means invisible.
-  if (status === "offline" && client?.state === "open") status = "invisible";
+  // The server sends the user their own status as it is (invisible
+  // included), in the snapshot and in every live change.
+  const status = view.status ?? "unknown";
   $("#me-dot").dataset.status = status;
   $("#me-label").textContent = `· ${LABELS[status] ?? status}`;
   const radio = document.querySelector(`input[name=status][value="${status}"]`);

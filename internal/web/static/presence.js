@@ -47,6 +47,9 @@
 //   "presence"  {user_id, status, last_seen, status_text, version} — applied
 //               state of a watched user (from a snapshot or a live change);
 //               status is null when that user hides it from this viewer
+//               (live too: a contact list or setting of theirs that took
+//               this viewer's sight away); the user's own status is the
+//               true one, "invisible" included
 //   "welcome"   the welcome message (user_id, device_id, intervals)
 //   "state"     {state: "connecting"|"open"|"waiting"|"closed", retryInMs}
 //   "servererror" {code, message} — an `error` message of the server; a
@@ -398,17 +401,25 @@ export class PresenceClient extends EventTarget {
   }
 }
 
+// The characters neither an id nor a status text may hold (the server's
+// presence.invisibleRune): controls, format characters (bidi marks,
+// zero-width characters, tags…), line and paragraph separators, fillers
+// that render as nothing, and U+FFFD.
+const INVISIBLE = "\\p{Cc}\\p{Cf}\\p{Zl}\\p{Zp}\\u034f\\u115f\\u1160\\u17b4\\u17b5\\u3164\\uffa0\\ufffd";
+const ID_FORBIDDEN = new RegExp(`[${INVISIBLE}\\p{Zs},\\ufe00-\\ufe0f\\u{e0100}-\\u{e01ef}]`, "u");
+
 /**
  * Why the server would refuse id as a user id, or "" if it is fine: ids are
- * 1–64 bytes of UTF-8 without spaces, controls, commas or bidi marks.
+ * 1–64 bytes of UTF-8 without spaces of any width, controls, commas, bidi
+ * marks, zero-width or other invisible characters.
  */
 export function idProblem(id) {
   if (typeof id !== "string" || id === "") return "empty";
-  if (new TextEncoder().encode(id).length > 64) return "longer than 64 bytes";
-  if (/[\u0000-\u0020,\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffd]/u.test(id)) {
-    return "contains a space, a control character, a comma or a bidi mark";
-  }
   if (/[\ud800-\udfff]/u.test(id)) return "not valid Unicode";
+  if (new TextEncoder().encode(id).length > 64) return "longer than 64 bytes";
+  if (ID_FORBIDDEN.test(id)) {
+    return "contains a space, a control character, a comma, a bidi mark or an invisible character";
+  }
   return "";
 }
 
