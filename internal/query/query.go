@@ -102,16 +102,24 @@ func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []pr
 	}
 
 	// Users the hot state does not hold: one durable read for all of them.
+	// Users it holds who may read as absent to this viewer — publicly
+	// offline (invisible, or gone a moment ago), or with a status that may
+	// be hidden from them — are read along and the answer ignored: an
+	// invisible user must take as long to answer as one who logged out
+	// long ago, a hidden user online as long as a hidden user offline, or
+	// a stopwatch would tell them apart (the views are the same bytes).
+	// Only users everyone sees present skip the read, and they show that.
 	b.misses = b.misses[:0]
 	for i := range snaps {
-		if !snaps[i].Known {
+		s := &snaps[i]
+		if !s.Known || s.Status.Public() == presence.Offline || s.Settings.Status != presence.Everyone {
 			b.misses = append(b.misses, ids[i])
 			b.index[ids[i]] = i
 		}
 	}
 	if len(b.misses) > 0 {
 		err := r.profiles.LoadProfiles(ctx, b.misses, func(p *presence.Profile) {
-			if i, ok := b.index[p.UserID]; ok {
+			if i, ok := b.index[p.UserID]; ok && !snaps[i].Known {
 				// A store that may lose its data gives the version its
 				// users are loaded from at least (its floor) as the
 				// version of a user it does not hold: the cold read is
