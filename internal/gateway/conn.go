@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -45,6 +46,8 @@ type conn struct {
 	fedBeat uint8     // the kind of heartbeat the current read applied (beatKind), 0 none
 	msg     []byte    // a fragmented message being assembled
 	msgOp   ws.OpCode // opcode of the message in msg; 0: none
+	msgAt   int64     // Unix ms of the message's first fragment
+	frags   int       // fragments of the message so far
 	rate    bucket    // messages per second
 	strikes bucket    // refused messages: when it runs dry, close 1008
 	// statusRate bounds set_status (each one a durable write).
@@ -487,6 +490,19 @@ func (c *conn) frame(h ws.Header, p []byte) bool {
 			c.close(closeTooBig, "message too big")
 			return false
 		}
+		// Only a complete message is speaking: fragments (empty ones
+		// too) that never end a message do not keep a socket alive past
+		// one ttl, and a message has at most maxFragments of them.
+		if c.frags++; c.frags > maxFragments {
+			c.g.stats.closedSize.Add(1)
+			c.close(closeTooBig, fmt.Sprintf("a message of more than %d fragments", maxFragments))
+			return false
+		}
+		if c.g.now() >= c.msgAt+c.g.ttlMs {
+			c.g.stats.closedIdle.Add(1)
+			c.close(closeIdle, "a fragmented message unfinished for a ttl")
+			return false
+		}
 		c.msg = append(c.msg, p...)
 		if !h.Fin {
 			return true
@@ -501,12 +517,15 @@ func (c *conn) frame(h ws.Header, p []byte) bool {
 		return false
 	}
 	if !h.Fin {
-		c.msgOp = h.OpCode
+		c.msgOp, c.msgAt, c.frags = h.OpCode, c.g.now(), 1
 		c.msg = append([]byte(nil), p...)
 		return true
 	}
 	return c.message(h.OpCode, p)
 }
+
+// maxFragments bounds the frames of one fragmented message.
+const maxFragments = 64
 
 func validCloseCode(code ws.StatusCode) bool {
 	switch {

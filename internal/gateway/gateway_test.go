@@ -336,6 +336,51 @@ func TestIdleClose(t *testing.T) {
 	}
 }
 
+// TestFragmentsAreNotSpeaking: a fragmented message that never ends does
+// not keep a socket alive past one ttl, however many empty continuations
+// come, and a message has at most 64 fragments.
+func TestFragmentsAreNotSpeaking(t *testing.T) {
+	n := newNode(t, opts{ttl: 10 * time.Second})
+	c := n.dial("1", "")
+	c.msgType("welcome")
+	// A ping after each fragment (control frames may come between
+	// fragments) says the server read it before the clock moves on.
+	seen := func() {
+		t.Helper()
+		c.sendFrame(ws.OpPing, true, []byte("p"))
+		if f, err := c.frame(5 * time.Second); err != nil || f.Header.OpCode != ws.OpPong {
+			t.Fatalf("pong: %v %v", f.Header, err)
+		}
+	}
+	c.sendFrame(ws.OpText, false, []byte(`{"type":`))
+	seen()
+	for range 2 {
+		n.clk.Advance(4 * time.Second)
+		c.sendFrame(ws.OpContinuation, false, nil)
+		seen()
+	}
+	n.clk.Advance(4 * time.Second)
+	c.sendFrame(ws.OpContinuation, false, nil)
+	c.closed(4001) // 12 s after its first fragment
+	// Fragments per message are bounded, whatever their size.
+	c = n.dial("1", "")
+	c.msgType("welcome")
+	c.sendFrame(ws.OpText, false, []byte(`{"type":`))
+	for range 64 {
+		c.sendFrame(ws.OpContinuation, false, []byte(" "))
+	}
+	c.closed(1009)
+	// A message in a few fragments is still a message, and speaks.
+	c = n.dial("1", "")
+	c.msgType("welcome")
+	n.clk.Advance(6 * time.Second)
+	c.sendFrame(ws.OpText, false, []byte(`{"type":`))
+	c.sendFrame(ws.OpContinuation, true, []byte(`"heartbeat"}`))
+	n.clk.Advance(6 * time.Second) // 12 s after connecting, 6 s after the message
+	c.send(`{"type":"heartbeat"}`)
+	c.silent(30 * time.Millisecond)
+}
+
 func TestDropDoesNothing(t *testing.T) {
 	n := newNode(t, opts{})
 	rec := n.record()

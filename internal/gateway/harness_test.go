@@ -19,6 +19,7 @@ import (
 
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/presence"
@@ -81,7 +82,7 @@ type node struct {
 type hubRunner interface {
 	gateway.Hub
 	Publish(*presence.Event)
-	ContactsChanged(owner string, contacts []string)
+	ContactsChanged(ctx context.Context, owner string, contacts []string, state fanout.StateFunc)
 	Run(ctx context.Context) error
 }
 

@@ -106,6 +106,10 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	}
 	// Check the rest of the handshake here, with a JSON answer, so that a
 	// handshake the upgrader would refuse never counts as a heartbeat.
+	if r.ProtoMajor != 1 || r.ProtoMinor < 1 {
+		return refuse(http.StatusHTTPVersionNotSupported, "http_version_not_supported",
+			"%s: a WebSocket is opened by an HTTP/1.1 GET (RFC 6455)", r.Proto)
+	}
 	if err := checkHandshake(r); err != nil {
 		return refuse(http.StatusBadRequest, "bad_handshake", "%v", err)
 	}
@@ -206,8 +210,12 @@ var _ net.Conn = (*net.TCPConn)(nil)
 // checkHandshake checks what RFC 6455 requires of the opening handshake
 // beyond the Upgrade header.
 func checkHandshake(r *http.Request) error {
-	if !headerHasToken(r.Header, "Connection", "upgrade") {
-		return errors.New(`the Connection header must include "Upgrade"`)
+	// The upgrader reads the first Connection field only: so do we.
+	if c := r.Header.Values("Connection"); len(c) == 0 || !headerHasToken(http.Header{"Connection": c[:1]}, "Connection", "upgrade") {
+		return errors.New(`the (first) Connection header must include "Upgrade"`)
+	}
+	if r.Host == "" {
+		return errors.New("the Host header is missing")
 	}
 	if v := r.Header.Get("Sec-WebSocket-Version"); v != "13" {
 		return fmt.Errorf("Sec-WebSocket-Version %q: only 13 is supported", v)

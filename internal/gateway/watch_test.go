@@ -193,7 +193,7 @@ func TestPrivacyContactsOnly(t *testing.T) {
 	if err := n.durable.SetContacts(ctx, "2", []string{"friend", "stranger"}); err != nil {
 		t.Fatal(err)
 	}
-	n.hub.ContactsChanged("2", []string{"friend", "stranger"})
+	n.hub.ContactsChanged(ctx, "2", []string{"friend", "stranger"}, nil)
 	target.send(`{"type":"set_status","status":"busy"}`)
 	friend.presenceOf("2", "busy")
 	stranger.presenceOf("2", "busy")

@@ -239,8 +239,10 @@ func TestV1BatchValidation(t *testing.T) {
 		{"C1 control in id", `{"user_ids":["a\u0085b"]}`, "invalid_id", []string{"U+0085"}},
 		{"U+FFFD in id", `{"user_ids":["a\ufffd"]}`, "invalid_id", []string{"U+FFFD"}},
 		// JSON decoding turns invalid bytes into U+FFFD, so "a\xffb" and
-		// "a\xfeb" would otherwise both become the id "a\ufffdb".
-		{"invalid bytes in id", "{\"user_ids\":[\"a\xffb\"]}", "invalid_id", []string{"U+FFFD"}},
+		// "a\xfeb" would otherwise both become the id "a\ufffdb": the body
+		// is refused first.
+		{"invalid bytes in id", "{\"user_ids\":[\"a\xffb\"]}", "invalid_json", []string{"UTF-8"}},
+		{"zero-width space in id", `{"user_ids":["ali\u200bce"]}`, "invalid_id", []string{"U+200B"}},
 		{"line separator in viewer", `{"user_ids":["1"],"viewer_id":"v\u2028"}`, "invalid_id", []string{"viewer_id", "U+2028"}},
 		{"bad viewer", `{"user_ids":["1"],"viewer_id":" "}`, "invalid_id", []string{"viewer_id"}},
 		{"ids not strings", `{"user_ids":[1,2]}`, "invalid_json", nil},
@@ -917,7 +919,13 @@ func TestCleanPathRedirect(t *testing.T) {
 		if strings.Contains(string(b), "not_found") {
 			t.Errorf("%s: a redirect carries an error body: %s", tc.path, b)
 		}
+		// Its body is JSON like everything else (the mux writes HTML).
+		if want := `{"location":"` + tc.location + `"}`; string(b) != want || res.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s: body %q (%s), want %s as JSON", tc.path, b, res.Header.Get("Content-Type"), want)
+		}
 	}
+	// A file the demo page does not have is a JSON 404 too.
+	wantError(t, e.do("GET", "/static/nope.js", "", ""), http.StatusNotFound, "not_found", "/static/nope.js")
 	// Followed, the unknown path ends in a JSON 404.
 	wantError(t, e.do("GET", "/nope//x", keyHdr, ""), http.StatusNotFound, "not_found", "/nope/x")
 }
@@ -997,14 +1005,65 @@ func TestTTLBoundary(t *testing.T) {
 	}
 }
 
+// TestInvisibleTextRefused: a status text with a character that renders
+// as nothing or reorders what follows is refused with 400, like an id with
+// one, and changes nothing; invalid UTF-8 in the body too (the JSON
+// decoder would have made it U+FFFD silently).
+func TestInvisibleTextRefused(t *testing.T) {
+	e := newEnv(t, opts{})
+	e.beat("1", "d", true)
+	e.setStatus("1", "busy", "before")
+	for _, body := range []string{
+		`{"user_id":"1","status":"busy","text":"\u202eright to left"}`,
+		`{"user_id":"1","status":"busy","text":"line\u2028para"}`,
+		`{"user_id":"1","status":"busy","text":"a\u200bb"}`,
+		`{"user_id":"1","status":"busy","text":"\ufffd"}`,
+	} {
+		wantError(t, e.do("POST", "/v1/status", keyHdr, body), http.StatusBadRequest, "invalid_text")
+	}
+	wantError(t, e.do("POST", "/v1/status", keyHdr, "{\"user_id\":\"1\",\"status\":\"busy\",\"text\":\"a\xffb\"}"),
+		http.StatusBadRequest, "invalid_json", "UTF-8")
+	if v := e.getView("1", keyHdr, ""); show(v.StatusText) != `"before"` {
+		t.Errorf("after refused texts: %s", fmtView(v))
+	}
+}
+
+// TestJSONKeysExact: a field name that differs in case, or a field given
+// twice, is refused (encoding/json would take the one and keep the last
+// of the other), so a proxy in front reads a body as the server does.
+func TestJSONKeysExact(t *testing.T) {
+	e := newEnv(t, opts{})
+	e.beat("1", "d", true)
+	e.setStatus("1", "busy", "before")
+	for _, tc := range []struct{ body, word string }{
+		{`{"User_ID":"1","status":"away"}`, "User_ID"},
+		{`{"user_id":"1","STATUS":"away"}`, "STATUS"},
+		{`{"user_id":"1","status":"online","status":"away"}`, "twice"},
+		{`{"user_id":"2","user_id":"1","status":"away"}`, "twice"},
+		{`{"user_id":"1","status":"away","text":"x","text":"y"}`, "twice"},
+	} {
+		wantError(t, e.do("POST", "/v1/status", keyHdr, tc.body), http.StatusBadRequest, "invalid_json", tc.word)
+	}
+	if v := e.getView("1", keyHdr, ""); show(v.Status) != `"busy"` || show(v.StatusText) != `"before"` {
+		t.Errorf("after refused bodies: %s", fmtView(v))
+	}
+	// An escaped key that decodes to the exact name is that name.
+	e.ok("POST", "/v1/status", keyHdr, `{"user\u005fid":"1","status":"away","text":"a, \"quoted\" [text]"}`)
+	if v := e.getView("1", keyHdr, ""); show(v.Status) != `"away"` {
+		t.Errorf("escaped key: %s", fmtView(v))
+	}
+	// Strings holding quotes and brackets are no keys.
+	e.ok("POST", "/v1/presence/batch", keyHdr, `{"user_ids":["1","x]\"{y:"],"viewer_id":"1"}`)
+}
+
 // TestStatusTextRoundTrips checks that any valid text comes back exactly,
 // through the hand-written encoder, on every path that shows it.
 func TestStatusTextRoundTrips(t *testing.T) {
 	e := newEnv(t, opts{})
 	e.beat("1", "d", true)
 	for _, text := range []string{
-		`quote " backslash \ slash /`, "line\u2028para\u2029", "</script><b>&amp;</b>",
-		"👩‍👩‍👧 family", "é", "\u00a0no-break", "\ufffd", "\u202eright to left", strings.Repeat("🙂", 140),
+		`quote " backslash \ slash /`, "</script><b>&amp;</b>",
+		"👩‍👩‍👧 family", "é", "\u00a0no-break", "שלום", strings.Repeat("🙂", 140),
 	} {
 		e.setStatus("1", "busy", text)
 		if v := e.getView("1", keyHdr, ""); !eq(v.StatusText, &text) {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -274,4 +276,39 @@ func FuzzParseIDList(f *testing.F) {
 			t.Fatalf("parseIDList(%q) = %q, want %q", s, ids, want)
 		}
 	})
+}
+
+// BenchmarkDecodeBatch1000 decodes the body of a batch read of 1,000 ids,
+// the exact-key check included (it walks the body once more).
+func BenchmarkDecodeBatch1000(b *testing.B) {
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = strconv.Itoa(100000000 + i*7919)
+	}
+	body, _ := json.Marshal(map[string]any{"user_ids": ids, "viewer_id": "42"})
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		sc := getIDScratch()
+		if _, err := decodeBatch(body, sc); err != nil {
+			b.Fatal(err)
+		}
+		putIDScratch(sc)
+	}
+}
+
+func BenchmarkCheckKeys1000(b *testing.B) {
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = strconv.Itoa(100000000 + i*7919)
+	}
+	body, _ := json.Marshal(map[string]any{"user_ids": ids, "viewer_id": "42"})
+	fields := jsonFields(reflect.TypeOf(batchReq{}))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := checkKeys(body, fields); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

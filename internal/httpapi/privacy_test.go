@@ -121,6 +121,9 @@ func TestPrivacyMatrix(t *testing.T) {
 			for _, id := range ids {
 				e.setSettings(id, sv, lv)
 			}
+			for _, tr := range targets { // a change of settings stamps a version
+				tr.version = *e.getView(tr.id, keyHdr, tr.id).Version
+			}
 			t.Run("status="+sv+",last_seen="+lv, func(t *testing.T) {
 				for _, rd := range readers {
 					seed := e.seed(ids, rd.authz, rd.claim)

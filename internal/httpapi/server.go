@@ -12,7 +12,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,8 +157,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.routes(cfg.MetricsHandler)
 	if cfg.Static != nil {
-		s.mux.Handle("GET /{$}", cfg.Static)
-		s.mux.Handle("GET /static/", cfg.Static)
+		static := jsonErrors(cfg.Static) // a missing file is a JSON 404 too
+		s.mux.Handle("GET /{$}", static)
+		s.mux.Handle("GET /static/", static)
 	}
 	return s, nil
 }
@@ -206,7 +209,7 @@ func (s *Server) routes(metrics http.Handler) {
 // ServeHTTP implements http.Handler. Unknown paths and wrong methods get
 // JSON errors like everything else.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := s.mux.Handler(r); pattern == "" {
+	if _, pattern := s.mux.Handler(r); pattern == "" || !clean(r.URL.Path) {
 		s.mux.ServeHTTP(&jsonFallback{ResponseWriter: w, method: r.Method, path: r.URL.Path}, r)
 		return
 	}
@@ -270,11 +273,35 @@ type jsonFallback struct {
 	done, pass   bool
 }
 
+// clean reports whether p is a path the mux serves without redirecting
+// (its own cleaning: no //, no . or .. elements, a trailing slash kept).
+func clean(p string) bool {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
+
+// jsonErrors answers the 404s and 405s of h (a file server) as JSON.
+func jsonErrors(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&jsonFallback{ResponseWriter: w, method: r.Method, path: r.URL.Path}, r)
+	})
+}
+
 func (w *jsonFallback) WriteHeader(code int) {
 	if w.done {
 		return
 	}
 	w.done = true
+	if code >= 300 && code < 400 {
+		// The mux's redirect of a path that is not clean (/v1//x): a
+		// redirect still, with a JSON body instead of the mux's HTML.
+		body := wire.AppendString([]byte(`{"location":`), w.Header().Get("Location"))
+		writeJSON(w.ResponseWriter, code, append(body, '}'))
+		return
+	}
 	if code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
 		w.pass = true
 		w.ResponseWriter.WriteHeader(code)
