@@ -1,0 +1,70 @@
+package connbudget
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// jsonResponse is a complete HTTP/1.1 answer that closes the connection,
+// with the body every error of the service has: {"error":{code,message}}.
+func jsonResponse(status int, code, message string) []byte {
+	body, _ := json.Marshal(struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{Error: struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}{code, message}})
+	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(body), body)
+}
+
+// cannedHeaders follow the status line of the plain-text answers net/http
+// writes itself to a request it cannot read (no handler writes them: a
+// handler's answer has a Date header, and headers are written sorted).
+const cannedHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+// rewrite turns such an answer, written in one call, into JSON; ok is
+// false for anything else.
+func rewrite(b []byte, maxHeaderBytes int) (out []byte, ok bool) {
+	if !bytes.HasPrefix(b, []byte("HTTP/1.1 ")) {
+		return nil, false
+	}
+	end := bytes.Index(b, []byte("\r\n"))
+	if end < 12 || !bytes.HasPrefix(b[end:], []byte(cannedHeaders)) {
+		return nil, false
+	}
+	line := string(b[len("HTTP/1.1 "):end]) // "431 Request Header Fields Too Large", "400 Bad Request: missing required Host header"
+	status, err := strconv.Atoi(line[:3])
+	if err != nil || status < 400 || status > 599 {
+		return nil, false
+	}
+	detail := ""
+	if i := bytes.Index([]byte(line), []byte(": ")); i >= 0 {
+		detail = line[i+2:]
+	}
+	var code, message string
+	switch status {
+	case http.StatusRequestHeaderFieldsTooLarge:
+		code = "headers_too_large"
+		message = "the request line and headers are over the limit"
+		if maxHeaderBytes > 0 {
+			message = fmt.Sprintf("the request line and headers are over the limit of %d bytes (read many ids with POST /v1/presence/batch)", maxHeaderBytes)
+		}
+	case http.StatusHTTPVersionNotSupported:
+		code, message = "http_version_not_supported", "only HTTP/1.x is served"
+	case http.StatusNotImplemented:
+		code, message = "not_implemented", "unsupported transfer encoding"
+	default:
+		code, message = "bad_request", "the request could not be read as HTTP/1.1"
+	}
+	if detail != "" && status != http.StatusRequestHeaderFieldsTooLarge {
+		message += ": " + detail
+	}
+	return jsonResponse(status, code, message), true
+}

@@ -1,0 +1,439 @@
+// Package connbudget keeps clients from using up a node's connections: a
+// net.Listener that caps the open connections overall, per source address
+// and, among them, those that have not finished sending a request's headers
+// (pending), so that a flood of idle or slow connections can neither exhaust
+// the process's file limit nor hold the node's memory.
+//
+// When a cap is reached, a new connection first takes the place of the
+// cheapest one of its kind to lose: the oldest pending connection, then the
+// oldest idle keep-alive connection (between two requests). Only when every
+// connection in the way is busy (a request in flight, or a WebSocket) is the
+// new one refused, with a short JSON answer: 429 too_many_connections for a
+// source address at its cap, 503 too_many_connections for the node at its
+// cap. A client that behaves — sends its request and reads the answer — so
+// still gets through a flood of connections that only hold a place.
+//
+// The listener learns each connection's state from net/http through
+// ConnState (set it as the http.Server's ConnState). Its connections also
+// turn net/http's own plain-text answers to unreadable requests (400, 431,
+// 501, 505) into the JSON errors of every other answer.
+package connbudget
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Config sets the caps. A cap of 0 is no cap.
+type Config struct {
+	// Max caps the open connections: HTTP and WebSocket.
+	Max int
+	// PerAddr caps the open connections of one source address (an IPv4
+	// address, an IPv6 /64).
+	PerAddr int
+	// Pending caps the connections that have not finished sending a
+	// request's headers: new ones, and idle ones that began the next.
+	Pending int
+	// MaxHeaderBytes is the server's header limit, named by the 431.
+	MaxHeaderBytes int
+	Logger         *slog.Logger
+}
+
+// Defaults derives the caps from the process's file limit: a reserve of
+// one sixteenth (at least 100) stays for the node's own files and backend
+// connections; one source address may hold a quarter of the rest, and
+// pending connections an eighth of it (at most 1,024).
+func Defaults(fileLimit uint64) Config {
+	limit := int(min(fileLimit, 1<<30))
+	reserve := max(100, limit/16)
+	total := max(64, limit-reserve)
+	return Config{
+		Max:     total,
+		PerAddr: max(16, total/4),
+		Pending: min(1024, max(16, total/8)),
+	}
+}
+
+// FileLimit is the process's limit of open files (RLIMIT_NOFILE, which the
+// Go runtime raised to the hard limit at start), or 1,024 if it cannot be
+// read.
+func FileLimit() uint64 {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == 0 {
+		return 1024
+	}
+	return rl.Cur
+}
+
+// Stats are the listener's counters.
+type Stats struct {
+	Open    int // connections open now
+	Pending int // of them, not done sending a request's headers
+	Idle    int // of them, idle keep-alive connections
+	Refused uint64
+	Evicted uint64 // closed to make room for a new connection
+}
+
+// Listener is a net.Listener with the caps of Config.
+type Listener struct {
+	net.Listener
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	open    int
+	addrs   map[netip.Prefix]*addr
+	pending ring // all pending connections, oldest first
+	idle    ring // all idle connections, oldest first
+
+	refused atomic.Uint64
+	evicted atomic.Uint64
+	// answering bounds the goroutines that answer refused connections.
+	answering chan struct{}
+}
+
+// addr is what one source address holds.
+type addr struct {
+	n       int
+	pending ring
+	idle    ring
+}
+
+// New wraps ln.
+func New(ln net.Listener, cfg Config) *Listener {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Listener{
+		Listener:  ln,
+		cfg:       cfg,
+		log:       log,
+		addrs:     make(map[netip.Prefix]*addr),
+		answering: make(chan struct{}, 32),
+	}
+}
+
+// Stats returns the counters.
+func (l *Listener) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Stats{Open: l.open, Pending: l.pending.n, Idle: l.idle.n,
+		Refused: l.refused.Load(), Evicted: l.evicted.Load()}
+}
+
+// Accept returns the next connection the caps admit; connections refused
+// meanwhile are answered and closed.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		nc, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		c, victims, refusal := l.admit(nc)
+		for _, v := range victims {
+			l.evicted.Add(1)
+			_ = v.Close()
+		}
+		if refusal != nil {
+			l.refused.Add(1)
+			l.answer(nc, refusal)
+			continue
+		}
+		return c, nil
+	}
+}
+
+// refusal is the answer to a connection the caps leave no room for.
+type refusal struct {
+	status  int
+	message string
+}
+
+// admit registers nc as a pending connection, choosing the connections to
+// close to make room for it, or refuses it.
+func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
+	key := prefixOf(nc.RemoteAddr())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.addrs[key]
+	if a == nil {
+		a = &addr{}
+	}
+	var victims []*Conn
+	if l.cfg.PerAddr > 0 && a.n >= l.cfg.PerAddr {
+		v := a.pending.head
+		if v == nil {
+			v = a.idle.head
+		}
+		if v == nil {
+			return nil, nil, &refusal{http.StatusTooManyRequests,
+				fmt.Sprintf("this address holds %d connections, the most one address may hold; close one first", a.n)}
+		}
+		victims = append(victims, l.releaseLocked(v))
+	}
+	if l.cfg.Max > 0 && l.open >= l.cfg.Max {
+		v := l.pending.head
+		if v == nil {
+			v = l.idle.head
+		}
+		if v == nil {
+			return nil, nil, &refusal{http.StatusServiceUnavailable,
+				fmt.Sprintf("the node holds %d connections, the most it takes; retry later", l.open)}
+		}
+		victims = append(victims, l.releaseLocked(v))
+	}
+	if l.cfg.Pending > 0 && l.pending.n >= l.cfg.Pending {
+		victims = append(victims, l.releaseLocked(l.pending.head))
+	}
+	if a.n == 0 {
+		l.addrs[key] = a
+	}
+	c := &Conn{Conn: nc, l: l, key: key, a: a}
+	l.open++
+	a.n++
+	l.setLocked(c, statePending)
+	return c, victims, nil
+}
+
+// answer writes r to a refused connection and closes it. The answer is
+// written at once (a new connection's send buffer takes it); a bounded
+// number of goroutines then read what the client sent for up to a second,
+// so that closing does not reset the connection before the client read the
+// answer.
+func (l *Listener) answer(nc net.Conn, r *refusal) {
+	_ = nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	_, _ = nc.Write(jsonResponse(r.status, "too_many_connections", r.message))
+	select {
+	case l.answering <- struct{}{}:
+	default:
+		_ = nc.Close()
+		return
+	}
+	go func() {
+		defer func() { <-l.answering }()
+		if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_ = nc.SetReadDeadline(time.Now().Add(time.Second))
+		var buf [4096]byte
+		for range 16 {
+			if _, err := nc.Read(buf[:]); err != nil {
+				break
+			}
+		}
+		_ = nc.Close()
+	}()
+}
+
+// ConnState is the http.Server's ConnState hook: it moves a connection
+// between pending, busy and idle as net/http serves it.
+func (l *Listener) ConnState(nc net.Conn, s http.ConnState) {
+	c, ok := nc.(*Conn)
+	if !ok || c.l != l {
+		return
+	}
+	switch s {
+	case http.StateActive:
+		l.set(c, stateBusy)
+	case http.StateIdle:
+		l.set(c, stateIdle)
+	case http.StateHijacked:
+		l.set(c, stateHijacked)
+	}
+}
+
+func (l *Listener) set(c *Conn, st state) {
+	l.mu.Lock()
+	l.setLocked(c, st)
+	l.mu.Unlock()
+}
+
+// setLocked moves c to st (a closed connection stays closed).
+func (l *Listener) setLocked(c *Conn, st state) {
+	if c.st == stateClosed || c.st == st {
+		return
+	}
+	switch c.st {
+	case statePending:
+		l.pending.remove(c, global)
+		c.a.pending.remove(c, local)
+	case stateIdle:
+		l.idle.remove(c, global)
+		c.a.idle.remove(c, local)
+	}
+	c.st = st
+	c.reading.Store(st == stateIdle)
+	switch st {
+	case statePending:
+		l.pending.push(c, global)
+		c.a.pending.push(c, local)
+	case stateIdle:
+		l.idle.push(c, global)
+		c.a.idle.push(c, local)
+	}
+}
+
+// releaseLocked takes c out of the counts (once) and returns it, to be
+// closed outside the lock.
+func (l *Listener) releaseLocked(c *Conn) *Conn {
+	if c.st == stateClosed {
+		return c
+	}
+	l.setLocked(c, stateClosed)
+	l.open--
+	c.a.n--
+	if c.a.n == 0 {
+		delete(l.addrs, c.key)
+	}
+	return c
+}
+
+// prefixOf is the source address a connection counts against: the IPv4
+// address, or the /64 of an IPv6 address (one host's share of a network).
+func prefixOf(a net.Addr) netip.Prefix {
+	var ip netip.Addr
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	default:
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			ip = ap.Addr()
+		}
+	}
+	ip = ip.Unmap()
+	bits := 32
+	if ip.Is6() {
+		bits = 64
+	}
+	p, err := ip.Prefix(bits)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	return p
+}
+
+type state uint8
+
+const (
+	stateNone     state = iota // not yet admitted
+	statePending               // accepted, or idle and sending the next request
+	stateBusy                  // a request in flight
+	stateIdle                  // keep-alive, between two requests
+	stateHijacked              // a WebSocket
+	stateClosed
+)
+
+// Conn is a connection the Listener admitted. Closing it gives its place
+// back.
+type Conn struct {
+	net.Conn
+	l   *Listener
+	key netip.Prefix
+	a   *addr
+	st  state // guarded by l.mu
+	// reading is set while the connection is idle: its next read with
+	// bytes makes it pending again (a request begun).
+	reading atomic.Bool
+	links   [2]link // in the Listener's ring of its state, and its address's
+	closed  atomic.Bool
+}
+
+// Read reads from the connection; bytes of a new request on an idle
+// connection make it pending until its headers are read.
+func (c *Conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.reading.Load() {
+		c.l.set(c, statePending)
+	}
+	return n, err
+}
+
+// Write writes to the connection, turning net/http's plain-text answer to
+// an unreadable request into JSON.
+func (c *Conn) Write(b []byte) (int, error) {
+	if len(b) > 12 && b[0] == 'H' {
+		if j, ok := rewrite(b, c.l.cfg.MaxHeaderBytes); ok {
+			if _, err := c.Conn.Write(j); err != nil {
+				return 0, err
+			}
+			return len(b), nil
+		}
+	}
+	return c.Conn.Write(b)
+}
+
+// Close closes the connection and gives its place back.
+func (c *Conn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.l.mu.Lock()
+		c.l.releaseLocked(c)
+		c.l.mu.Unlock()
+	}
+	return c.Conn.Close()
+}
+
+// SyscallConn lets the WebSocket gateway poll the socket itself.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.New("connbudget: the connection has no file descriptor")
+}
+
+// CloseWrite half-closes a TCP connection (net/http uses it after a 431).
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// A ring is an intrusive doubly linked list of connections, oldest first;
+// a connection is in at most one global and one local ring at a time.
+type ring struct {
+	head, tail *Conn
+	n          int
+}
+
+type link struct{ prev, next *Conn }
+
+const (
+	global = 0 // the Listener's ring
+	local  = 1 // the address's ring
+)
+
+func (r *ring) push(c *Conn, which int) {
+	c.links[which] = link{prev: r.tail}
+	if r.tail != nil {
+		r.tail.links[which].next = c
+	} else {
+		r.head = c
+	}
+	r.tail = c
+	r.n++
+}
+
+func (r *ring) remove(c *Conn, which int) {
+	lk := c.links[which]
+	if lk.prev != nil {
+		lk.prev.links[which].next = lk.next
+	} else {
+		r.head = lk.next
+	}
+	if lk.next != nil {
+		lk.next.links[which].prev = lk.prev
+	} else {
+		r.tail = lk.prev
+	}
+	c.links[which] = link{}
+	r.n--
+}
