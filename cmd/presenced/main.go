@@ -25,6 +25,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -54,6 +55,7 @@ func envName(flagName string) string {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("presenced", flag.ContinueOnError)
 	fset.SetOutput(stderr)
+	budget := connbudget.Defaults(connbudget.FileLimit())
 	var (
 		addr         = fset.String("addr", ":8080", "listen address (with -dev and no -addr: 127.0.0.1:8080)")
 		dataDir      = fset.String("data", "./data", "directory of the embedded state (SQLite file, generated keys)")
@@ -75,6 +77,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		natsURL      = fset.String("nats-url", "", "scale-out: NATS JetStream for changes across nodes, the presence.changes stream and the ingest consumer (nats://host:4222)")
 		nodeID       = fset.String("node-id", "", "this node's name on the NATS bus (default: host name and a random suffix)")
 		noIngest     = fset.Bool("no-ingest", false, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
+		maxConns     = fset.Int("max-conns", budget.Max, "open client connections (HTTP and WebSocket); by default the file limit less a reserve; 0: no cap")
+		maxConnsIP   = fset.Int("max-conns-per-ip", budget.PerAddr, "open connections of one source address (IPv6: one /64); by default a quarter of -max-conns; 0: no cap (behind a proxy, all clients share its address)")
+		maxPending   = fset.Int("max-pending-conns", budget.Pending, "connections that have not finished sending a request's headers (the oldest makes room for a new one); by default an eighth of -max-conns, at most 1024; 0: no cap")
+		headerTO     = fset.Duration("header-timeout", 5*time.Second, "a request's line and headers must arrive within this")
+		maxHeader    = fset.Int("max-header-bytes", app.DefaultMaxHeaderBytes, "request line and headers, in bytes; beyond it 431")
+		healthAddr   = fset.String("health-addr", "", "also serve /healthz, /readyz and /metrics on this address, outside the clients' connection caps (e.g. :8081 for a load balancer's probes)")
 		pprofAddr    = fset.String("pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	)
 	fset.Usage = func() {
@@ -136,6 +144,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *asyncFanout < 1 {
 		return fmt.Errorf("-fanout-async-threshold %d: at least 1", *asyncFanout)
 	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"max-conns", maxConns}, {"max-conns-per-ip", maxConnsIP}, {"max-pending-conns", maxPending}} {
+		switch {
+		case *f.v < 0:
+			return fmt.Errorf("-%s %d: 0 (no cap) or more", f.name, *f.v)
+		case *f.v == 0:
+			*f.v = -1 // app: no cap
+		}
+	}
+	if *headerTO < 100*time.Millisecond {
+		return fmt.Errorf("-header-timeout %s: at least 100ms", *headerTO)
+	}
+	if *maxHeader < 4096 {
+		return fmt.Errorf("-max-header-bytes %d: at least 4096", *maxHeader)
+	}
 	cfg := app.Config{
 		MaxDevices:           *maxDevices,
 		MaxSubscriptions:     *maxSubs,
@@ -154,6 +179,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		NATSURL:              *natsURL,
 		NodeID:               *nodeID,
 		NoIngest:             *noIngest,
+		MaxConns:             *maxConns,
+		MaxConnsPerAddr:      *maxConnsIP,
+		MaxPendingConns:      *maxPending,
+		HeaderTimeout:        *headerTO,
+		MaxHeaderBytes:       *maxHeader,
+		HealthAddr:           *healthAddr,
 	}
 	if *redisURL != "" && !*dev && (*apiKey == "" || *jwtSecret == "") && *printToken == "" {
 		return errors.New("-redis-url: give -api-key and -jwt-secret (or their environment variables): every node must accept the same credentials")

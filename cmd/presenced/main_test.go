@@ -266,7 +266,13 @@ func start(t *testing.T, env []string, args ...string) *proc {
 
 func startNoWait(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary(t), args...)
+	return startCmd(t, exec.Command(binary(t), args...), env)
+}
+
+// startCmd starts cmd (the binary, perhaps through a shell) with env added
+// to a clean environment; it is killed when the test ends.
+func startCmd(t *testing.T, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
 	cmd.Env = cleanEnv(env...)
 	p := &proc{cmd: cmd, stdout: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout = p.stdout

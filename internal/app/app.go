@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -20,6 +21,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/beacon"
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/httpapi"
@@ -75,7 +77,27 @@ type Config struct {
 	// NoIngest turns the JetStream ingest consumer off (it runs by default
 	// when NATSURL is set).
 	NoIngest bool
+
+	// Connections (package connbudget): caps on the open connections
+	// overall, per source address, and of those not done sending a
+	// request's headers. Zero takes connbudget.Defaults of the process's
+	// file limit; a negative value is no cap.
+	MaxConns        int
+	MaxConnsPerAddr int
+	MaxPendingConns int
+	// HeaderTimeout bounds reading a request's line and headers (default
+	// 5s); MaxHeaderBytes their size (default 32 KiB; beyond it, 431).
+	HeaderTimeout  time.Duration
+	MaxHeaderBytes int
+	// HealthAddr, when set, serves /healthz, /readyz and /metrics on a
+	// listener of their own, outside the clients' connection budget.
+	HealthAddr string
 }
+
+// DefaultMaxHeaderBytes bounds a request's line and headers: a GET
+// /presence/batch of 1,000 ids of up to 31 bytes; more ids, or longer, go
+// in the body of POST /v1/presence/batch.
+const DefaultMaxHeaderBytes = 32 << 10
 
 // durableStore is what a node needs of its durable store (sqlitestore or
 // pgstore).
@@ -107,6 +129,7 @@ type App struct {
 	hub     *fanout.Hub
 	handler http.Handler
 	metrics *metrics.Registry
+	budget  atomic.Pointer[connbudget.Listener] // set by Run before it serves
 
 	reader   *query.Reader
 	resync   *resyncer     // sends watchers the current state when asked
@@ -146,6 +169,24 @@ func (c *Config) defaults() error {
 	}
 	if c.FanoutAsyncThreshold <= 0 {
 		c.FanoutAsyncThreshold = 10000
+	}
+	def := connbudget.Defaults(connbudget.FileLimit())
+	for _, lim := range []struct {
+		v   *int
+		def int
+	}{{&c.MaxConns, def.Max}, {&c.MaxConnsPerAddr, def.PerAddr}, {&c.MaxPendingConns, def.Pending}} {
+		switch {
+		case *lim.v == 0:
+			*lim.v = lim.def
+		case *lim.v < 0:
+			*lim.v = 0 // no cap
+		}
+	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = 5 * time.Second
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if c.APIKey == "" && len(c.JWTSecret) == 0 && !c.Dev {
 		return errors.New("no way to authenticate: set an API key, a JWT secret, or development mode")
@@ -358,6 +399,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Bus:         busStats,
 		Ingest:      ingestStats,
 		Peers:       peerStats,
+		Connections: func() connbudget.Stats {
+			if b := a.budget.Load(); b != nil {
+				return b.Stats()
+			}
+			return connbudget.Stats{}
+		},
 	})
 	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
 	a.api, err = httpapi.New(httpapi.Config{
@@ -574,14 +621,30 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	a.log.Info("presenced listening", "addr", ln.Addr().String(), "mode", a.cfg.Mode(), "data", a.cfg.DataDir,
 		"ttl", a.cfg.TTL, "idle_after", a.cfg.IdleAfter, "close_grace", a.rules.CloseGrace)
 
-	srv := &http.Server{
-		Handler:           a.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    256 << 10, // 1,000 ids of 64 bytes, percent-encoded
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	budget := connbudget.New(ln, connbudget.Config{Max: a.cfg.MaxConns, PerAddr: a.cfg.MaxConnsPerAddr,
+		Pending: a.cfg.MaxPendingConns, MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log})
+	a.log.Info("connection budget", "max", a.cfg.MaxConns, "per_address", a.cfg.MaxConnsPerAddr,
+		"pending", a.cfg.MaxPendingConns, "file_limit", connbudget.FileLimit())
+	a.budget.Store(budget)
+	srv := a.httpServer(a.handler, budget)
+	var healthSrv *http.Server
+	if a.cfg.HealthAddr != "" {
+		hln, err := net.Listen("tcp", a.cfg.HealthAddr)
+		if err != nil {
+			ln.Close()
+			a.Close()
+			return fmt.Errorf("listen for health checks: %w", err)
+		}
+		// Its own small budget: probes are few.
+		hb := connbudget.New(hln, connbudget.Config{Max: 128, Pending: 32, MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log})
+		healthSrv = a.httpServer(healthOnly(a.handler), hb)
+		a.log.Info("health checks listening", "addr", hln.Addr().String())
+		go func() {
+			if err := healthSrv.Serve(hb); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Warn("health listener stopped", "err", err)
+			}
+		}()
+		defer healthSrv.Close() // probes are answered (/readyz: draining) until the end
 	}
 	trackerCtx, stopTracker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopTracker()
@@ -644,7 +707,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	serveErr := make(chan error, 1)
 	go func() {
 		defer wg.Done()
-		serveErr <- srv.Serve(ln)
+		serveErr <- srv.Serve(budget)
 	}()
 
 	var err error
@@ -655,6 +718,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	a.log.Info("presenced shutting down")
 	a.api.Drain()
+
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if serr := srv.Shutdown(sctx); serr != nil {
@@ -691,6 +755,36 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	a.log.Info("presenced stopped")
 	return err
+}
+
+// httpServer serves h on a budgeted listener: short deadlines for a
+// request's headers, a small cap on their size.
+func (a *App) httpServer(h http.Handler, b *connbudget.Listener) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ConnState:         b.ConnState,
+		ReadHeaderTimeout: a.cfg.HeaderTimeout,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// healthOnly serves the health, readiness and metrics endpoints of h and a
+// JSON 404 for anything else.
+func healthOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			h.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"code":"not_found","message":"this listener serves /healthz, /readyz and /metrics only"}}`))
+		}
+	})
 }
 
 // Close writes the last checkpoint and closes the durable store. It is

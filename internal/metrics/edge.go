@@ -3,6 +3,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 )
@@ -21,15 +22,19 @@ var (
 	descFrames     = prometheus.NewDesc("presenced_fanout_frames_total", "Distinct presence messages encoded (one per view per change).", nil, nil)
 	descAsync      = prometheus.NewDesc("presenced_fanout_async_batches_total", "Batches of the path for users with very many watchers.", nil, nil)
 	descAsyncQueue = prometheus.NewDesc("presenced_fanout_async_pending", "Users with a change waiting on the batched path.", nil, nil)
+	descOpen       = prometheus.NewDesc("presenced_connections", "Open client connections (HTTP and WebSocket) by state: pending (headers not yet read), idle (keep-alive), other (a request in flight, or a WebSocket).", []string{"state"}, nil)
+	descRefused    = prometheus.NewDesc("presenced_connections_refused_total", "Connections refused at a cap (overall or per source address).", nil, nil)
+	descEvicted    = prometheus.NewDesc("presenced_connections_evicted_total", "Pending or idle connections closed to make room for a new one.", nil, nil)
 )
 
 type edgeCollector struct {
-	gw  func() gateway.Stats
-	hub func() fanout.Stats
+	gw    func() gateway.Stats
+	hub   func() fanout.Stats
+	conns func() connbudget.Stats
 }
 
 func (c *edgeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue} {
+	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue, descOpen, descRefused, descEvicted} {
 		ch <- d
 	}
 }
@@ -45,6 +50,14 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descRateLimit, prometheus.CounterValue, float64(s.RateLimited))
 		ch <- prometheus.MustNewConstMetric(descCoalesced, prometheus.CounterValue, float64(s.CoalescedBeats))
+	}
+	if c.conns != nil {
+		s := c.conns()
+		ch <- prometheus.MustNewConstMetric(descOpen, prometheus.GaugeValue, float64(s.Pending), "pending")
+		ch <- prometheus.MustNewConstMetric(descOpen, prometheus.GaugeValue, float64(s.Idle), "idle")
+		ch <- prometheus.MustNewConstMetric(descOpen, prometheus.GaugeValue, float64(s.Open-s.Pending-s.Idle), "other")
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.Refused))
+		ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(s.Evicted))
 	}
 	if c.hub != nil {
 		s := c.hub()

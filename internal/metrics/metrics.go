@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/ingest"
@@ -42,6 +43,7 @@ type Sources struct {
 	Bus         func() natsbus.Stats // nil without NATS
 	Ingest      func() ingest.Stats  // nil without the ingest consumer
 	Peers       func() peers.Stats   // nil without peers (NATS and Redis)
+	Connections func() connbudget.Stats
 }
 
 // New returns a Registry with the Go runtime, process and presence metrics.
@@ -65,8 +67,8 @@ func New(src Sources) *Registry {
 		reg.MustRegister(&trackerCollector{src: src})
 		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest, peers: src.Peers})
 	}
-	if src.Gateway != nil || src.Hub != nil {
-		reg.MustRegister(&edgeCollector{gw: src.Gateway, hub: src.Hub})
+	if src.Gateway != nil || src.Hub != nil || src.Connections != nil {
+		reg.MustRegister(&edgeCollector{gw: src.Gateway, hub: src.Hub, conns: src.Connections})
 	}
 	return r
 }
