@@ -64,6 +64,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		closeGrace   = fset.Duration("close-grace", 5*time.Second, "a device whose WebSocket closed without a bye goes offline this long after, unless it reconnects (cut to -heartbeat-ttl, which turns it off)")
 		maxDevices   = fset.Int("max-devices", 32, "alive devices per user; a heartbeat of one more is refused")
 		maxSubs      = fset.Int("max-subscriptions", presence.DefaultMaxSubscriptions, "users one WebSocket connection may watch")
+		maxUserSubs  = fset.Int("max-user-subscriptions", 0, "users one user may watch across all their WebSockets to this node (default 10 × -max-subscriptions)")
+		maxUserSocks = fset.Int("max-sockets-per-user", 64, "WebSockets one user may hold open to this node")
+		maxDevSocks  = fset.Int("max-sockets-per-device", 8, "WebSockets one device (e.g. the tabs of one browser) may hold open to this node")
 		asyncFanout  = fset.Int("fanout-async-threshold", 10000, "users with more watchers than this are delivered by the batched, coalescing fan-out path")
 		pollInterval = fset.Duration("poll-interval", 30*time.Second, "clients reading presence over HTTP with their own token may read once per interval (0 disables)")
 		apiKey       = fset.String("api-key", "", "API key of app backends (default: generated once into <data>/api-key)")
@@ -78,7 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		nodeID       = fset.String("node-id", "", "this node's name on the NATS bus (default: host name and a random suffix)")
 		noIngest     = fset.Bool("no-ingest", false, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
 		maxConns     = fset.Int("max-conns", budget.Max, "open client connections (HTTP and WebSocket); by default the file limit less a reserve; 0: no cap")
-		maxConnsIP   = fset.Int("max-conns-per-ip", budget.PerAddr, "open connections of one source address (IPv6: one /64); by default a quarter of -max-conns; 0: no cap (behind a proxy, all clients share its address)")
+		maxConnsIP   = fset.Int("max-conns-per-ip", budget.PerAddr, "open connections of one source address (IPv6: one /64); by default a quarter of -max-conns (with -dev: no cap); 0: no cap (behind a proxy, all clients share its address)")
 		maxPending   = fset.Int("max-pending-conns", budget.Pending, "connections that have not finished sending a request's headers (the oldest makes room for a new one); by default an eighth of -max-conns, at most 1024; 0: no cap")
 		headerTO     = fset.Duration("header-timeout", 5*time.Second, "a request's line and headers must arrive within this")
 		maxHeader    = fset.Int("max-header-bytes", app.DefaultMaxHeaderBytes, "request line and headers, in bytes; beyond it 431")
@@ -141,8 +144,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *maxSubs < 1 {
 		return fmt.Errorf("-max-subscriptions %d: at least 1", *maxSubs)
 	}
+	if *maxUserSubs == 0 {
+		*maxUserSubs = 10 * *maxSubs
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-user-subscriptions", *maxUserSubs}, {"max-sockets-per-user", *maxUserSocks}, {"max-sockets-per-device", *maxDevSocks}} {
+		if f.v < 1 {
+			return fmt.Errorf("-%s %d: at least 1", f.name, f.v)
+		}
+	}
+	if *maxUserSubs < *maxSubs {
+		return fmt.Errorf("-max-user-subscriptions %d is below -max-subscriptions %d: one connection could not use its own cap", *maxUserSubs, *maxSubs)
+	}
 	if *asyncFanout < 1 {
 		return fmt.Errorf("-fanout-async-threshold %d: at least 1", *asyncFanout)
+	}
+	if *dev && !given["max-conns-per-ip"] && getenv(envName("max-conns-per-ip")) == "" {
+		*maxConnsIP = 0 // development: every client is this machine
 	}
 	for _, f := range []struct {
 		name string
@@ -164,6 +184,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg := app.Config{
 		MaxDevices:           *maxDevices,
 		MaxSubscriptions:     *maxSubs,
+		MaxUserSubscriptions: *maxUserSubs,
+		MaxSocketsPerUser:    *maxUserSocks,
+		MaxSocketsPerDevice:  *maxDevSocks,
 		FanoutAsyncThreshold: *asyncFanout,
 		Addr:                 *addr,
 		DataDir:              *dataDir,

@@ -62,6 +62,13 @@ type Config struct {
 	FlushInterval time.Duration
 	// MaxSubscriptions caps the users one WebSocket watches. Default 500.
 	MaxSubscriptions int
+	// MaxUserSubscriptions caps the users one user watches across all
+	// their WebSockets to this node (default 10 × MaxSubscriptions);
+	// MaxSocketsPerUser and MaxSocketsPerDevice their open WebSockets
+	// (defaults 64 and 8).
+	MaxUserSubscriptions int
+	MaxSocketsPerUser    int
+	MaxSocketsPerDevice  int
 	// FanoutAsyncThreshold is the number of watchers above which a user's
 	// changes take the batched fan-out path. Default 10,000.
 	FanoutAsyncThreshold int
@@ -435,8 +442,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		TTL:              cfg.TTL,
 		CloseGrace:       rules.CloseGrace,
 		MaxSubscriptions: cfg.MaxSubscriptions,
-		Hub:              a.hub,
-		Workers:          gatewayWorkers(cfg),
+		// The gateway's defaults where zero.
+		MaxUserSubscriptions: cfg.MaxUserSubscriptions,
+		MaxSocketsPerUser:    cfg.MaxSocketsPerUser,
+		MaxSocketsPerDevice:  cfg.MaxSocketsPerDevice,
+		Hub:                  a.hub,
+		Workers:              gatewayWorkers(cfg),
 	})
 	if err != nil {
 		return nil, err

@@ -578,12 +578,13 @@ func (t *target) maybeCompact() {
 	t.slots = t.slots[:j]
 }
 
-// Unsubscribe stops s watching ids; ids it does not watch are ignored.
-// When it returns, s gets no more frames of those users.
-func (h *Hub) Unsubscribe(s Sink, ids []string) {
+// Unsubscribe stops s watching ids and returns how many it watched; ids it
+// does not watch are ignored. When it returns, s gets no more frames of
+// those users.
+func (h *Hub) Unsubscribe(s Sink, ids []string) (removed int) {
 	st := h.state(s, s.Viewer(), false)
 	if st == nil {
-		return
+		return 0
 	}
 	st.mu.Lock()
 	n := 0
@@ -605,6 +606,7 @@ func (h *Hub) Unsubscribe(s Sink, ids []string) {
 	st.mu.Unlock()
 	h.subs.Add(-int64(n))
 	h.unwatch(last)
+	return n
 }
 
 // unwatch tells the Interest about users that lost their last watcher.

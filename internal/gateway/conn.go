@@ -37,6 +37,7 @@ type conn struct {
 	g      *Gateway
 	nc     net.Conn
 	raw    syscall.RawConn // nil on the portable path
+	subs   int32           // subscriptions counted for the user; guarded by g.mu
 	id     uint64
 	user   string
 	device string

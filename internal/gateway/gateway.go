@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,14 @@ type Config struct {
 	// it; the gateway refuses a larger request before asking and sizes
 	// the send queue by it). Default 500.
 	MaxSubscriptions int
+	// MaxUserSubscriptions caps the users one user watches across all
+	// their connections to this node. Default 10 × MaxSubscriptions.
+	MaxUserSubscriptions int
+	// MaxSocketsPerUser and MaxSocketsPerDevice cap one user's open
+	// connections to this node, and those of one of their devices (tabs
+	// of one browser share its device). Defaults 64 and 8.
+	MaxSocketsPerUser   int
+	MaxSocketsPerDevice int
 	// MaxMessage is the largest client message in bytes. Default 64 KiB.
 	MaxMessage int
 	// Rate and Burst limit client messages per second. Defaults 20 and 40.
@@ -124,7 +133,7 @@ type Gateway struct {
 	running bool         // taking connections
 	closing bool
 	conns   map[*conn]struct{}
-	users   map[string]int32 // user → its connections in conns
+	users   map[string]userConns // user → its connections, counted from the upgrade on
 
 	wg sync.WaitGroup // every goroutine the gateway starts
 
@@ -173,6 +182,15 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.MaxSubscriptions <= 0 {
 		cfg.MaxSubscriptions = presence.DefaultMaxSubscriptions
 	}
+	if cfg.MaxUserSubscriptions <= 0 {
+		cfg.MaxUserSubscriptions = 10 * cfg.MaxSubscriptions
+	}
+	if cfg.MaxSocketsPerUser <= 0 {
+		cfg.MaxSocketsPerUser = 64
+	}
+	if cfg.MaxSocketsPerDevice <= 0 {
+		cfg.MaxSocketsPerDevice = 8
+	}
 	if cfg.MaxMessage <= 0 {
 		cfg.MaxMessage = 64 << 10
 	}
@@ -205,7 +223,7 @@ func New(cfg Config) (*Gateway, error) {
 		log:     cfg.Logger,
 		ttlMs:   cfg.TTL.Milliseconds(),
 		conns:   make(map[*conn]struct{}),
-		users:   make(map[string]int32),
+		users:   make(map[string]userConns),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil
@@ -367,11 +385,11 @@ func (g *Gateway) register(c *conn) (poller, bool) {
 		return nil, false
 	}
 	g.conns[c] = struct{}{}
-	g.users[c.user]++
 	return g.poll, true
 }
 
-// unregister removes c from the open connections, if it is one.
+// unregister removes c from the open connections, if it is one, and gives
+// back its place and its subscriptions in its user's counts.
 func (g *Gateway) unregister(c *conn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -379,11 +397,108 @@ func (g *Gateway) unregister(c *conn) {
 		return
 	}
 	delete(g.conns, c)
-	if n := g.users[c.user]; n > 1 {
-		g.users[c.user] = n - 1
-	} else {
-		delete(g.users, c.user)
+	u := g.users[c.user]
+	u.subs -= c.subs
+	c.subs = 0
+	g.users[c.user] = u
+	g.releaseLocked(c.user, c.device)
+}
+
+// userConns is what one user holds on this node.
+type userConns struct {
+	n    int32 // connections, counted from the upgrade on
+	subs int32 // subscriptions across them
+	devs []devConns
+}
+
+type devConns struct {
+	device string
+	n      int32
+}
+
+// reserve counts a connection of user's device, before its upgrade, or
+// refuses it when the user or the device holds the most it may.
+func (g *Gateway) reserve(user, device string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	u := g.users[user]
+	if int(u.n) >= g.cfg.MaxSocketsPerUser {
+		return refuse(http.StatusTooManyRequests, "too_many_sockets",
+			"this user holds %d connections to this node, the most one user may hold; close one first", u.n)
 	}
+	i := slices.IndexFunc(u.devs, func(d devConns) bool { return d.device == device })
+	if i >= 0 && int(u.devs[i].n) >= g.cfg.MaxSocketsPerDevice {
+		return refuse(http.StatusTooManyRequests, "too_many_sockets",
+			"device %q holds %d connections to this node, the most one device may hold; close one first", device, u.devs[i].n)
+	}
+	if i < 0 {
+		u.devs = append(u.devs, devConns{device: device})
+		i = len(u.devs) - 1
+	}
+	u.devs[i].n++
+	u.n++
+	g.users[user] = u
+	return nil
+}
+
+// release gives back a place reserve counted, for an upgrade that failed.
+func (g *Gateway) release(user, device string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.releaseLocked(user, device)
+}
+
+func (g *Gateway) releaseLocked(user, device string) {
+	u, ok := g.users[user]
+	if !ok {
+		return
+	}
+	if i := slices.IndexFunc(u.devs, func(d devConns) bool { return d.device == device }); i >= 0 {
+		if u.devs[i].n--; u.devs[i].n == 0 {
+			u.devs = slices.Delete(u.devs, i, i+1)
+		}
+	}
+	if u.n--; u.n <= 0 {
+		delete(g.users, user)
+		return
+	}
+	g.users[user] = u
+}
+
+// reserveSubs counts n more subscriptions of c (an upper bound of what a
+// request adds), or reports that they would take its user past
+// MaxUserSubscriptions. A connection no longer registered counts nothing.
+func (g *Gateway) reserveSubs(c *conn, n int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.conns[c]; !ok {
+		return true // torn down: the hub forgets it
+	}
+	u := g.users[c.user]
+	if int(u.subs)+n > g.cfg.MaxUserSubscriptions {
+		return false
+	}
+	u.subs += int32(n)
+	c.subs += int32(n)
+	g.users[c.user] = u
+	return true
+}
+
+// addSubs changes c's count of subscriptions by delta (negative: given
+// back), if c is still registered.
+func (g *Gateway) addSubs(c *conn, delta int) {
+	if delta == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.conns[c]; !ok {
+		return
+	}
+	u := g.users[c.user]
+	u.subs += int32(delta)
+	c.subs += int32(delta)
+	g.users[c.user] = u
 }
 
 func (g *Gateway) now() int64 { return g.clock.Now().UnixMilli() }

@@ -21,7 +21,7 @@ type Sink = fanout.Sink
 // Hub is the fan-out as the gateway uses it (*fanout.Hub).
 type Hub interface {
 	Subscribe(ctx context.Context, s Sink, ids []string) ([]string, error)
-	Unsubscribe(s Sink, ids []string)
+	Unsubscribe(s Sink, ids []string) (removed int)
 	Remove(s Sink)
 }
 
@@ -58,7 +58,7 @@ func (c *conn) handle(m *clientMsg) bool {
 		c.subscribe(ctx, m.userIDs)
 	case msgUnsubscribe:
 		if c.g.hub != nil {
-			c.g.hub.Unsubscribe(c, m.userIDs)
+			c.g.addSubs(c, -c.g.hub.Unsubscribe(c, m.userIDs))
 		}
 	case msgBye:
 		if _, err := c.g.tracker.Bye(ctx, c.user, c.device); err != nil {
@@ -81,7 +81,12 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 		c.sendError("unavailable", "subscriptions are not available on this node")
 		return
 	}
+	if !c.g.reserveSubs(c, len(ids)) {
+		c.sendError("too_many_subscriptions", "a user may watch at most %d users across all their connections to this node; none of these were added", c.g.cfg.MaxUserSubscriptions)
+		return
+	}
 	added, err := c.g.hub.Subscribe(ctx, c, ids)
+	c.g.addSubs(c, len(added)-len(ids)) // what the request did not add
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()

@@ -113,6 +113,16 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if err := checkHandshake(r); err != nil {
 		return refuse(http.StatusBadRequest, "bad_handshake", "%v", err)
 	}
+	// Counted before the heartbeat, so a connection over a cap is none.
+	if err := g.reserve(user, dev); err != nil {
+		return err
+	}
+	registered := false
+	defer func() {
+		if !registered {
+			g.release(user, dev)
+		}
+	}()
 	// Connecting is a heartbeat.
 	if _, err := g.tracker.SocketConnect(r.Context(), user, dev); err != nil {
 		if errors.Is(err, presence.ErrTooManyDevices) {
@@ -159,6 +169,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		nc.Close()
 		return nil
 	}
+	registered = true // unregister gives the place back
 	g.stats.accepted.Add(1)
 	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, g.cfg.TTL/4, g.cfg.TTL, g.cfg.CloseGrace)})
 	g.idle.push(c.idleAt.Load(), c)
