@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -110,5 +111,56 @@ func TestFullStorage(t *testing.T) {
 	var probes int
 	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM meta WHERE key = 'ping'`).Scan(&probes); err != nil || probes != 0 {
 		t.Errorf("Ping's probe left %d rows (%v)", probes, err)
+	}
+}
+
+// TestDamagedFileRefused: a file whose pages were overwritten is refused at
+// Open with a message that says what to do, instead of failing reads and
+// writes later.
+func TestDamagedFileRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		contacts := make([]string, 20)
+		for j := range contacts {
+			contacts[j] = fmt.Sprintf("contact-%03d-%02d-%s", i, j, strings.Repeat("x", 40))
+		}
+		if err := s.SetContacts(t.Context(), fmt.Sprintf("owner-%03d", i), contacts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A clean file opens.
+	s, err = Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatalf("a sound file: %v", err)
+	}
+	s.Close()
+
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const page = 4096
+	if st.Size() < 20*page {
+		t.Fatalf("the file has only %d bytes", st.Size())
+	}
+	junk := []byte(strings.Repeat("\xde\xad\xbe\xef", 2*page/4))
+	if _, err := f.WriteAt(junk, st.Size()/2/page*page); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = Open(t.Context(), Config{Path: path})
+	if err == nil || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "restore it from a backup") {
+		t.Fatalf("Open of a damaged file: %v, want it refused as damaged", err)
 	}
 }

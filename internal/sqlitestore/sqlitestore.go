@@ -38,6 +38,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -166,6 +167,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		w.Close()
 		return nil, err
 	}
+	if err := s.check(ctx, path); err != nil {
+		w.Close()
+		return nil, err
+	}
 
 	r, err := sql.Open("sqlite", dsn(path, "_pragma=query_only(1)"))
 	if err != nil {
@@ -234,6 +239,41 @@ func (s *Store) migrate(ctx context.Context, path string) error {
 	}
 	s.log.Info("durable store schema migrated", "path", path, "from", have, "to", want)
 	return nil
+}
+
+// check runs SQLite's quick integrity check (every page and record
+// readable and well formed; not the contents of indexes): a node refuses to
+// start on a damaged file rather than fail every read and write later.
+func (s *Store) check(ctx context.Context, path string) error {
+	start := time.Now()
+	rows, err := s.w.QueryContext(ctx, "PRAGMA quick_check(5)")
+	if err != nil {
+		return damaged(path, err.Error())
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return damaged(path, err.Error())
+		}
+		if line != "ok" {
+			problems = append(problems, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return damaged(path, err.Error())
+	}
+	if len(problems) > 0 {
+		return damaged(path, strings.Join(problems, "; "))
+	}
+	s.log.Info("durable store checked", "path", path, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func damaged(path, what string) error {
+	return fmt.Errorf("sqlitestore: %s is damaged (%s): restore it from a backup, or move it and its -wal file away to start empty "+
+		"(last_seen, manual statuses, settings and contact lists would be lost)", path, what)
 }
 
 // Close commits the status and settings writes already queued and closes
