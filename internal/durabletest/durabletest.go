@@ -1091,3 +1091,43 @@ func BenchStatus(b *testing.B, open func(b *testing.B) Store) {
 		})
 	}
 }
+
+// BenchSetContacts measures SetContacts of a 10,000-entry list: "swap"
+// alternates between two disjoint lists, so every replacement removes and
+// inserts 10,000 rows (the worst case), "same" sends the list the user
+// has already (a backend that re-sends its whole list). open must return
+// a fresh, empty store.
+func BenchSetContacts(b *testing.B, open func(b *testing.B) Store) {
+	const n = 10_000
+	var lists [2][]string
+	for i := range n {
+		lists[0] = append(lists[0], fmt.Sprintf("a%d", i))
+		lists[1] = append(lists[1], fmt.Sprintf("b%d", i))
+	}
+	for _, swap := range []bool{true, false} {
+		name := "same"
+		if swap {
+			name = "swap"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := open(b)
+			b.Cleanup(func() { s.Close() })
+			ctx := context.Background()
+			if err := s.SetContacts(ctx, "owner", lists[0]); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				l := lists[0]
+				if swap {
+					l = lists[i%2]
+				}
+				if err := s.SetContacts(ctx, "owner", l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -28,6 +28,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -533,13 +535,20 @@ func checkContactCount(ctx context.Context, tx *sql.Tx, user string) error {
 
 // SetContacts replaces the contact list of user — the users user lets see
 // them when a visibility is Contacts — with contacts, atomically.
-// Duplicates are ignored. It is safe for concurrent use.
+// Duplicates are ignored. Only what changes is written: contacts no
+// longer listed are deleted, new ones inserted, the others left alone. It
+// is safe for concurrent use.
 func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?`, user); err != nil {
+	list, err := jsonList(contacts)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: set contacts of %q: %w", user, err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?1
+			AND contact_id NOT IN (SELECT value FROM json_each(?2))`, user, list); err != nil {
 			return err
 		}
-		if err := execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts); err != nil {
+		if _, err := tx.ExecContext(ctx, insertContacts, user, list); err != nil {
 			return err
 		}
 		return checkContactCount(ctx, tx, user)
@@ -550,6 +559,25 @@ func (s *Store) SetContacts(ctx context.Context, user string, contacts []string)
 	return nil
 }
 
+// insertContacts inserts the contacts of a JSON array (?2) into the list
+// of user ?1 in one statement; listed ones are left alone.
+const insertContacts = `INSERT OR IGNORE INTO contacts (user_id, contact_id)
+	SELECT ?1, value FROM json_each(?2)`
+
+// jsonList encodes ids, sorted and without duplicates, as a JSON array:
+// the one variable a statement of a whole list binds (json_each), so
+// there is no statement per entry and no limit on the variables of one
+// statement. In order, the rows of a list are written where the last one
+// went (both indexes are in contact order within a user).
+func jsonList(ids []string) (string, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	if ids == nil {
+		ids = []string{}
+	}
+	b, err := json.Marshal(ids)
+	return string(b), err
+}
+
 // AddContacts adds contacts to the contact list of user, in one
 // transaction. Contacts already listed are left alone. It is safe for
 // concurrent use.
@@ -557,8 +585,12 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 	if len(contacts) == 0 {
 		return nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts); err != nil {
+	list, err := jsonList(contacts)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: add contacts of %q: %w", user, err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, insertContacts, user, list); err != nil {
 			return err
 		}
 		return checkContactCount(ctx, tx, user)
@@ -576,8 +608,14 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 	if len(contacts) == 0 {
 		return nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		return execEach(ctx, tx, `DELETE FROM contacts WHERE user_id = ? AND contact_id = ?`, user, contacts)
+	list, err := jsonList(contacts)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: remove contacts of %q: %w", user, err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?1
+			AND contact_id IN (SELECT value FROM json_each(?2))`, user, list)
+		return err
 	})
 	if err != nil {
 		return s.fail(err, "remove contacts of %q", user)
