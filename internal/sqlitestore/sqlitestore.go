@@ -46,6 +46,7 @@ import (
 	"github.com/presenced/presenced/internal/groupcommit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/writegate"
 )
 
 var _ tracker.Durable = (*Store)(nil)
@@ -67,13 +68,20 @@ type Config struct {
 	// Logger receives the store's few log lines (schema migrations). nil
 	// discards them.
 	Logger *slog.Logger
+	// MaxQueuedContactWrites bounds the contact-list writes waiting for
+	// the writer connection; one more fails at once with
+	// writegate.ErrBusy. Default 16.
+	MaxQueuedContactWrites int
 }
 
 // Store is the SQLite durable store. It is safe for concurrent use.
 type Store struct {
 	log *slog.Logger
-	w   *sql.DB // the one writer connection
+	w   *sql.DB // the one writer connection, used only by the holder of gate
 	r   *sql.DB // read-only pool
+	// gate admits writes to w: statuses, settings and checkpoints before
+	// contact lists, whose queue is bounded (internal/writegate).
+	gate *writegate.Gate
 
 	// fault is the last failure of the storage (see kind) since the last
 	// write that succeeded; nil while writes succeed. Ping reports it.
@@ -161,7 +169,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 
-	s := &Store{log: cfg.Logger, w: w}
+	s := &Store{log: cfg.Logger, w: w, gate: writegate.New(writegate.Config{Slots: 1, MaxQueued: cfg.MaxQueuedContactWrites})}
 	// The writer connection sets WAL mode and creates the file, so it goes
 	// first; read-only connections cannot do either.
 	if err := s.migrate(ctx, path); err != nil {
@@ -268,13 +276,18 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch); err != nil {
 		return s.fail(err, "ping")
 	}
-	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch); err != nil {
+	if err := s.gate.Enter(ctx, writegate.Urgent); err != nil {
+		return s.fail(err, "ping")
+	}
+	err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch)
+	s.gate.Leave()
+	if err != nil {
 		return s.fail(err, "ping")
 	}
 	if f := s.fault.Load(); f != nil {
 		// A write that needs a page more and a commit, undone within the
 		// same transaction: the file keeps its content.
-		err := s.write(ctx, func(tx *sql.Tx) error {
+		err := s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('ping', zeroblob(8192))`); err != nil {
 				return err
 			}
@@ -387,6 +400,10 @@ const (
 // transaction.
 func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
 	if len(group) == 1 {
+		if err := s.gate.Enter(ctx, writegate.Urgent); err != nil {
+			return err
+		}
+		defer s.gate.Leave()
 		// A lone write is its own transaction: no BEGIN and COMMIT of
 		// ours around it.
 		w := &group[0]
@@ -398,7 +415,7 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
 		}
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 		// The statements are prepared on the writer connection, the one
 		// the transaction runs on: Stmt reuses them.
 		status := tx.StmtContext(ctx, s.saveStatus)
@@ -463,7 +480,7 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 	if len(batch) == 0 {
 		return nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 		args := make([]any, 0, 4*min(len(batch), lastSeenRows))
 		rest := batch
 		if len(rest) >= lastSeenRows {
@@ -511,7 +528,7 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 // It is safe for concurrent use.
 func (s *Store) NextEpoch(ctx context.Context) (uint64, error) {
 	var epoch int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
 	})
 	if err != nil {
@@ -543,7 +560,7 @@ func (s *Store) SetContacts(ctx context.Context, user string, contacts []string)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: set contacts of %q: %w", user, err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, writegate.Bulk, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?1
 			AND contact_id NOT IN (SELECT value FROM json_each(?2))`, user, list); err != nil {
 			return err
@@ -589,7 +606,7 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: add contacts of %q: %w", user, err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, writegate.Bulk, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, insertContacts, user, list); err != nil {
 			return err
 		}
@@ -612,7 +629,7 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 	if err != nil {
 		return fmt.Errorf("sqlitestore: remove contacts of %q: %w", user, err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, writegate.Bulk, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?1
 			AND contact_id IN (SELECT value FROM json_each(?2))`, user, list)
 		return err
@@ -687,9 +704,14 @@ func (s *Store) listedBy(ctx context.Context, n int, args []any, fn func(string)
 }
 
 // write runs fn in a transaction on the writer connection (BEGIN
-// IMMEDIATE) and commits it, or rolls it back if fn fails. A commit clears
-// a recorded storage failure.
-func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
+// IMMEDIATE) and commits it, or rolls it back if fn fails. It first waits
+// for the gate as a write of kind k (a bulk write may get
+// writegate.ErrBusy). A commit clears a recorded storage failure.
+func (s *Store) write(ctx context.Context, k writegate.Kind, fn func(*sql.Tx) error) error {
+	if err := s.gate.Enter(ctx, k); err != nil {
+		return err
+	}
+	defer s.gate.Leave()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
