@@ -17,3 +17,8 @@ go test -run '^$' -bench 'SaveLastSeen' -benchtime 2s -count "$count" "$@" ./int
 go test -run '^$' -bench 'SaveStatus' -benchtime 2s -count "$count" "$@" ./internal/sqlitestore/ ./internal/pgstore/
 go test -run '^$' -bench 'SetStatus' -benchtime 2s -count "$count" "$@" ./internal/tracker/
 go test -run '^$' -bench 'Status500|Fanout500' -benchtime 2s -count "$count" "$@" ./internal/gateway/
+# Writes under a flood (issue 10): replacing a 10,000-entry contact list,
+# and one user's status change on an embedded node while 8 backend
+# connections replace such lists in a loop (p50/p99/max as metrics).
+go test -run '^$' -bench 'SetContacts' -benchtime 20x -count "$count" "$@" ./internal/sqlitestore/ ./internal/pgstore/
+go test -run '^$' -bench 'BystanderStatus' -benchtime 200x -count "$count" "$@" ./internal/app/

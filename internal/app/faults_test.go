@@ -16,7 +16,7 @@ import (
 )
 
 // runNode runs an app on 127.0.0.1 until the end of the test.
-func runNode(t *testing.T, cfg app.Config) string {
+func runNode(t testing.TB, cfg app.Config) string {
 	t.Helper()
 	addr, stop := startNode(t, cfg)
 	t.Cleanup(func() { _ = stop() })
@@ -24,7 +24,7 @@ func runNode(t *testing.T, cfg app.Config) string {
 }
 
 // call sends a request with the API key "k" and returns the status and body.
-func call(t *testing.T, addr, method, path, body string) (int, string) {
+func call(t testing.TB, addr, method, path, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 	if err != nil {
@@ -43,7 +43,7 @@ func call(t *testing.T, addr, method, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {

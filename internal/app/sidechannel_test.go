@@ -173,7 +173,7 @@ func TestNoTimingSideChannel(t *testing.T) {
 
 // startNode runs an app on 127.0.0.1 until stop is called; stop returns
 // what Run returned (nil after the first call).
-func startNode(t *testing.T, cfg app.Config) (addr string, stop func() error) {
+func startNode(t testing.TB, cfg app.Config) (addr string, stop func() error) {
 	t.Helper()
 	a, err := app.New(context.Background(), cfg)
 	if err != nil {
@@ -199,7 +199,7 @@ func startNode(t *testing.T, cfg app.Config) (addr string, stop func() error) {
 	}
 }
 
-func mustCall(t *testing.T, addr, method, path, body string) {
+func mustCall(t testing.TB, addr, method, path, body string) {
 	t.Helper()
 	if code, out := call(t, addr, method, path, body); code != 200 {
 		t.Fatalf("%s %s: %d %s", method, path, code, out)

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gobwas/ws"
+
+	"github.com/presenced/presenced/internal/ratelimit"
 )
 
 // Close codes of the protocol.
@@ -43,19 +45,20 @@ type conn struct {
 	device string
 
 	// read side
-	in      []byte    // an incomplete frame carried over to the next read
-	fedBeat uint8     // the kind of heartbeat the current read applied (beatKind), 0 none
-	msg     []byte    // a fragmented message being assembled
-	msgOp   ws.OpCode // opcode of the message in msg; 0: none
-	msgAt   int64     // Unix ms of the message's first fragment
-	frags   int       // fragments of the message so far
-	rate    bucket    // messages per second
-	strikes bucket    // refused messages: when it runs dry, close 1008
-	// statusRate bounds set_status (each one a durable write).
-	statusRate bucket
+	in      []byte           // an incomplete frame carried over to the next read
+	fedBeat uint8            // the kind of heartbeat the current read applied (beatKind), 0 none
+	msg     []byte           // a fragmented message being assembled
+	msgOp   ws.OpCode        // opcode of the message in msg; 0: none
+	msgAt   int64            // Unix ms of the message's first fragment
+	frags   int              // fragments of the message so far
+	rate    ratelimit.Bucket // messages (Gateway.msgLimit)
+	strikes ratelimit.Bucket // refused messages (Gateway.strikeLimit): when it runs dry, close 1008
+	// statusRate bounds set_status (each one a durable write):
+	// ratelimit.Status, as over HTTP.
+	statusRate ratelimit.Bucket
 	// pingRate bounds pings, apart from messages: a keepalive ping is
 	// answered even when the client just spent its message burst.
-	pingRate bucket
+	pingRate ratelimit.Bucket
 
 	idleAt atomic.Int64 // Unix ms: closed 4001 at this time unless a message comes
 	// lastBeat is when the last heartbeat through this connection was
@@ -466,11 +469,11 @@ func (c *conn) frame(h ws.Header, p []byte) bool {
 			return false
 		}
 		now := c.g.now()
-		if !c.pingRate.take(now, pingRate) {
+		if ok, _ := c.pingRate.Take(now, pingLimit); !ok {
 			// A flood of pings gets no pongs and, if it goes on, is
 			// closed like a flood of messages.
 			c.g.stats.rateLimited.Add(1)
-			if !c.strikes.take(now, (c.g.cfg.Rate+1)/2) {
+			if ok, _ := c.strikes.Take(now, c.g.strikeLimit); !ok {
 				c.g.stats.closedRate.Add(1)
 				c.close(closePolicy, "too many pings")
 				return false
@@ -552,11 +555,11 @@ func (c *conn) message(op ws.OpCode, p []byte) bool {
 		}
 		c.fedBeat = k
 	}
-	if !c.rate.take(now, c.g.cfg.Rate) {
+	if ok, _ := c.rate.Take(now, c.g.msgLimit); !ok {
 		c.g.stats.rateLimited.Add(1)
 		// Refused messages drain a second bucket that refills at half the
 		// rate: a client that keeps pushing past the limit is closed.
-		if !c.strikes.take(now, (c.g.cfg.Rate+1)/2) {
+		if ok, _ := c.strikes.Take(now, c.g.strikeLimit); !ok {
 			c.g.stats.closedRate.Add(1)
 			c.close(closePolicy, "rate limit exceeded")
 			return false
@@ -593,36 +596,5 @@ func (c *conn) opContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.g.ctx, opTimeout)
 }
 
-// bucket is a token bucket in milli-tokens over Unix-ms time.
-type bucket struct {
-	tokens int64 // milli-tokens
-	last   int64 // Unix ms of the last refill
-	cap    int64 // milli-tokens
-}
-
-func (b *bucket) init(burst int, now int64) {
-	b.cap = int64(burst) * 1000
-	b.tokens = b.cap
-	b.last = now
-}
-
-// Limits of set_status and of pings per connection.
-const (
-	statusRate  = 1 // per second
-	statusBurst = 5
-	pingRate    = 2 // per second
-	pingBurst   = 5
-)
-
-// take refills at rate tokens per second and takes one token.
-func (b *bucket) take(now int64, rate int) bool {
-	if d := now - b.last; d > 0 {
-		b.tokens = min(b.cap, b.tokens+d*int64(rate))
-		b.last = now
-	}
-	if b.tokens < 1000 {
-		return false
-	}
-	b.tokens -= 1000
-	return true
-}
+// pingLimit bounds a connection's pings, apart from its messages.
+var pingLimit = ratelimit.PerSecond(2, 5)

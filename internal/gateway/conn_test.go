@@ -49,9 +49,6 @@ func pipeConn(t *testing.T, queueLen int) (*Gateway, *conn, *bufio.Reader) {
 	a, b := net.Pipe()
 	t.Cleanup(func() { a.Close(); b.Close(); g.shutdown() })
 	c := &conn{g: g, nc: a, user: "1", device: "d", id: 1}
-	c.rate.init(g.cfg.Burst, g.now())
-	c.strikes.init(g.cfg.Burst, g.now())
-	c.pingRate.init(pingBurst, g.now())
 	if _, ok := g.register(c); !ok {
 		t.Fatal("register")
 	}

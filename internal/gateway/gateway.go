@@ -36,6 +36,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/ratelimit"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -121,7 +122,10 @@ type Gateway struct {
 	clock   clock.Clock
 	log     *slog.Logger
 	ttlMs   int64
-	poll    poller // set by Run before it takes connections; nil: a goroutine per connection
+	// msgLimit bounds a connection's messages (Rate, Burst); strikeLimit
+	// its refused messages, at half the rate, before it is closed 1008.
+	msgLimit, strikeLimit ratelimit.Limit
+	poll                  poller // set by Run before it takes connections; nil: a goroutine per connection
 
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
@@ -213,17 +217,19 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.IdleCheck = time.Second
 	}
 	g := &Gateway{
-		ready:   make(chan struct{}),
-		cfg:     cfg,
-		tracker: cfg.Tracker,
-		reader:  cfg.Reader,
-		hub:     cfg.Hub,
-		auth:    cfg.Auth,
-		clock:   cfg.Clock,
-		log:     cfg.Logger,
-		ttlMs:   cfg.TTL.Milliseconds(),
-		conns:   make(map[*conn]struct{}),
-		users:   make(map[string]userConns),
+		ready:       make(chan struct{}),
+		cfg:         cfg,
+		msgLimit:    ratelimit.PerSecond(cfg.Rate, cfg.Burst),
+		strikeLimit: ratelimit.PerSecond((cfg.Rate+1)/2, cfg.Burst),
+		tracker:     cfg.Tracker,
+		reader:      cfg.Reader,
+		hub:         cfg.Hub,
+		auth:        cfg.Auth,
+		clock:       cfg.Clock,
+		log:         cfg.Logger,
+		ttlMs:       cfg.TTL.Milliseconds(),
+		conns:       make(map[*conn]struct{}),
+		users:       make(map[string]userConns),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil

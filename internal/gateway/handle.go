@@ -11,6 +11,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/query"
+	"github.com/presenced/presenced/internal/ratelimit"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
@@ -46,9 +47,9 @@ func (c *conn) handle(m *clientMsg) bool {
 	case msgSetStatus:
 		// A status change is a durable write before it applies: people
 		// change status at human speed, so one connection gets a few.
-		if !c.statusRate.take(c.g.now(), statusRate) {
+		if ok, _ := c.statusRate.Take(c.g.now(), ratelimit.Status); !ok {
 			c.g.stats.rateLimited.Add(1)
-			c.sendError("rate_limited", "too many status changes: at most %d per second, bursts of %d", statusRate, statusBurst)
+			c.sendError("rate_limited", "too many status changes: %s", ratelimit.Status)
 			return true
 		}
 		if _, err := c.g.tracker.SetStatus(ctx, c.user, m.manual, m.text); err != nil {

@@ -147,10 +147,6 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	c := &conn{g: g, nc: nc, user: user, device: dev, id: g.nextID.Add(1), heapIdx: -1}
 	c.idleAt.Store(g.now() + g.ttlMs)
 	c.lastBeat.Store(g.now()) // the connect heartbeat
-	c.rate.init(g.cfg.Burst, g.now())
-	c.strikes.init(g.cfg.Burst, g.now())
-	c.statusRate.init(statusBurst, g.now())
-	c.pingRate.init(pingBurst, g.now())
 	// What the client sent right after its handshake is already buffered.
 	var early []byte
 	if n := rw.Reader.Buffered(); n > 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
+	"github.com/presenced/presenced/internal/writegate"
 )
 
 // Error is an error with its HTTP status and a stable machine-readable code.
@@ -56,6 +57,8 @@ func classify(err error) *Error {
 		return &Error{Status: http.StatusBadRequest, Code: "too_many_contacts", Message: presence.ErrTooManyContacts.Error()}
 	case errors.Is(err, context.Canceled):
 		return &Error{Status: 499, Code: "canceled", Message: "the request was canceled"}
+	case errors.Is(err, writegate.ErrBusy):
+		return errBusy
 	case tracker.Unavailable(err):
 		return errUnavailable
 	}
@@ -67,6 +70,11 @@ func classify(err error) *Error {
 // while Redis is down): nothing was changed, try again.
 var errUnavailable = &Error{Status: http.StatusServiceUnavailable, Code: "unavailable",
 	Message: "a backend of the service is unavailable; nothing was changed, retry later"}
+
+// errBusy is the answer to a write refused because too many writes of its
+// kind wait for the durable store (contact lists: internal/writegate).
+var errBusy = &Error{Status: http.StatusServiceUnavailable, Code: "busy",
+	Message: "too many writes are waiting for the durable store; nothing was changed, retry after Retry-After"}
 
 // writeError writes err as JSON. Errors that are not *Error are 500s.
 func writeError(w http.ResponseWriter, err error) {

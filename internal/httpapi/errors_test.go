@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/writegate"
 )
 
 type unavailableErr struct{}
@@ -45,6 +46,8 @@ func TestWriteError(t *testing.T) {
 		{"a backend refuses connections", fmt.Errorf("pgstore: save status: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}),
 			503, "unavailable", "", []string{"unavailable"}},
 		{"an error that says it is temporary", fmt.Errorf("heartbeat: %w", unavailableErr{}), 503, "unavailable", "", nil},
+		{"too many contact-list writes waiting", fmt.Errorf("sqlitestore: set contacts of %q: %w", "u", writegate.ErrBusy),
+			503, "busy", "too many writes are waiting for the durable store; nothing was changed, retry after Retry-After", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

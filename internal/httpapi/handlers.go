@@ -300,6 +300,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.limit(w, p, s.statuses, "status changes"); err != nil {
+		return err
+	}
 	text := ""
 	if req.Text != nil {
 		text = *req.Text
@@ -325,17 +328,18 @@ func (s *Server) bye(w http.ResponseWriter, r *http.Request) error {
 	return s.writeRecorded(w, r, user, dev)
 }
 
-// account authenticates a call on /v1/users/{user_id}/… .
-func (s *Server) account(r *http.Request) (string, error) {
+// account authenticates a call on /v1/users/{user_id}/… and returns the
+// user and who is calling.
+func (s *Server) account(r *http.Request) (string, auth.Principal, error) {
 	user := r.PathValue("user_id")
 	if err := checkID("user_id", user); err != nil {
-		return "", err
+		return "", auth.Principal{}, err
 	}
 	p, err := s.principal(r)
 	if err != nil {
-		return "", err
+		return "", p, err
 	}
-	return user, s.self(r, p, user)
+	return user, p, s.self(r, p, user)
 }
 
 func writeSettings(w http.ResponseWriter, set presence.Settings) {
@@ -344,7 +348,7 @@ func writeSettings(w http.ResponseWriter, set presence.Settings) {
 }
 
 func (s *Server) settingsGet(w http.ResponseWriter, r *http.Request) error {
-	user, err := s.account(r)
+	user, _, err := s.account(r)
 	if err != nil {
 		return err
 	}
@@ -357,7 +361,7 @@ func (s *Server) settingsGet(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) settingsPut(w http.ResponseWriter, r *http.Request) error {
-	user, err := s.account(r)
+	user, p, err := s.account(r)
 	if err != nil {
 		return err
 	}
@@ -367,6 +371,9 @@ func (s *Server) settingsPut(w http.ResponseWriter, r *http.Request) error {
 	}
 	set, err := decodeSettings(body)
 	if err != nil {
+		return err
+	}
+	if err := s.limit(w, p, s.settings, "changes of settings"); err != nil {
 		return err
 	}
 	if err := s.tracker.SetSettings(r.Context(), user, set); err != nil {
@@ -394,7 +401,7 @@ func (s *Server) writeContacts(w http.ResponseWriter, r *http.Request, user stri
 }
 
 func (s *Server) contactsGet(w http.ResponseWriter, r *http.Request) error {
-	user, err := s.account(r)
+	user, _, err := s.account(r)
 	if err != nil {
 		return err
 	}
@@ -410,7 +417,7 @@ func (s *Server) contactsAdd(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) contactsWrite(w http.ResponseWriter, r *http.Request, add bool) error {
-	user, err := s.account(r)
+	user, p, err := s.account(r)
 	if err != nil {
 		return err
 	}
@@ -420,6 +427,9 @@ func (s *Server) contactsWrite(w http.ResponseWriter, r *http.Request, add bool)
 	}
 	list, err := decodeContacts(body)
 	if err != nil {
+		return err
+	}
+	if err := s.limit(w, p, s.contactLists, "changes of the contact list"); err != nil {
 		return err
 	}
 	if add {
@@ -443,12 +453,15 @@ func (s *Server) contactRemove(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) contactOne(w http.ResponseWriter, r *http.Request, add bool) error {
-	user, err := s.account(r)
+	user, p, err := s.account(r)
 	if err != nil {
 		return err
 	}
 	c := r.PathValue("contact_id")
 	if err := checkID("contact_id", c); err != nil {
+		return err
+	}
+	if err := s.limit(w, p, s.contactLists, "changes of the contact list"); err != nil {
 		return err
 	}
 	if add {

@@ -23,6 +23,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/ratelimit"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -108,10 +109,13 @@ type Server struct {
 	metrics  Observer
 	checks   []Check
 	checkOK  []atomic.Bool // per check: it passed last time (for the log)
-	throttle *throttle
 	maxBody  int64
-	mux      *http.ServeMux
-	draining atomic.Bool
+	// Per user of a client token: reads (one per PollInterval) and the
+	// durable writes (ratelimit.Status, Settings, Contacts, as over
+	// WebSocket). Backends and -dev requests are not limited.
+	polls, statuses, settings, contactLists *ratelimit.Keyed
+	mux                                     *http.ServeMux
+	draining                                atomic.Bool
 
 	onContactsChanged func(owner string)
 }
@@ -146,9 +150,13 @@ func New(cfg Config) (*Server, error) {
 		metrics:  cfg.Metrics,
 		checks:   cfg.Checks,
 		checkOK:  make([]atomic.Bool, len(cfg.Checks)),
-		throttle: newThrottle(cfg.PollInterval.Milliseconds()),
 		maxBody:  cfg.MaxBody,
-		mux:      http.NewServeMux(),
+
+		polls:        ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
+		statuses:     ratelimit.NewKeyed(ratelimit.Status),
+		settings:     ratelimit.NewKeyed(ratelimit.Settings),
+		contactLists: ratelimit.NewKeyed(ratelimit.Contacts),
+		mux:          http.NewServeMux(),
 
 		onContactsChanged: cfg.OnContactsChanged,
 	}
@@ -472,17 +480,36 @@ func (s *Server) viewer(w http.ResponseWriter, r *http.Request, p auth.Principal
 		if claimed != "" && claimed != p.UserID {
 			return "", forbidden("a client token may only read as its own user")
 		}
-		now := s.clock.Now().UnixMilli()
-		if ok, wait := s.throttle.allow(p.UserID, now); !ok {
-			secs := (wait + 999) / 1000
-			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-			return "", &Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
-				Message: fmt.Sprintf("clients may read presence over HTTP once per %s; retry in %ds", time.Duration(s.throttle.interval)*time.Millisecond, secs)}
+		if ok, wait := s.polls.Take(p.UserID, s.clock.Now().UnixMilli()); !ok {
+			return "", tooMany(w, wait, fmt.Sprintf("clients may read presence over HTTP once per %s", s.polls.Limit().Every))
 		}
 		return p.UserID, nil
 	}
 	s.warnDev(r, claimed)
 	return claimed, nil
+}
+
+// limit takes a token for a durable write of p from lim, the buckets of
+// one kind of write (what names it in the message): a client token's user
+// beyond its limit gets 429 with Retry-After. Backends (the API key) and
+// -dev requests are not limited.
+func (s *Server) limit(w http.ResponseWriter, p auth.Principal, lim *ratelimit.Keyed, what string) error {
+	if p.Kind != auth.Client {
+		return nil
+	}
+	if ok, wait := lim.Take(p.UserID, s.clock.Now().UnixMilli()); !ok {
+		return tooMany(w, wait, fmt.Sprintf("too many %s for this user: %s", what, lim.Limit()))
+	}
+	return nil
+}
+
+// tooMany is the 429 of a client beyond a limit (why: the limit), with
+// Retry-After set to waitMS in whole seconds, rounded up.
+func tooMany(w http.ResponseWriter, waitMS int64, why string) *Error {
+	secs := ratelimit.RetryAfter(waitMS)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	return &Error{Status: http.StatusTooManyRequests, Code: "rate_limited",
+		Message: fmt.Sprintf("%s; retry in %ds", why, secs)}
 }
 
 // self checks that p may manage the account of user (settings, contacts).

@@ -42,6 +42,7 @@ import (
 	"github.com/presenced/presenced/internal/groupcommit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/writegate"
 )
 
 var _ tracker.Durable = (*Store)(nil)
@@ -66,6 +67,12 @@ type Config struct {
 	// pool_max_conns, or pgxpool's default (the larger of 4 and the number
 	// of CPUs).
 	MaxConns int
+	// MaxQueuedContactWrites bounds the contact-list writes waiting for a
+	// connection of their own; one more fails at once with
+	// writegate.ErrBusy. Default 16. Contact-list writes hold at most
+	// half the pool's connections at once, so the rest is always there
+	// for statuses, settings, checkpoints and reads.
+	MaxQueuedContactWrites int
 }
 
 // Store is the PostgreSQL durable store. It is safe for concurrent use.
@@ -73,6 +80,9 @@ type Store struct {
 	log       *slog.Logger
 	pool      *pgxpool.Pool
 	committer *groupcommit.Committer[profileWrite] // statuses and settings; closed by Close
+	// lists admits contact-list writes: half the pool's connections at
+	// most, a bounded queue (internal/writegate).
+	lists *writegate.Gate
 
 	closeOnce sync.Once
 }
@@ -140,7 +150,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fail(err, "open")
 	}
-	s := &Store{log: cfg.Logger, pool: pool}
+	s := &Store{log: cfg.Logger, pool: pool, lists: writegate.New(writegate.Config{
+		Slots:     max(1, int(pc.MaxConns)/2),
+		MaxQueued: cfg.MaxQueuedContactWrites,
+	})}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -477,6 +490,16 @@ func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return err
 }
 
+// listTx runs fn as tx does, once the gate of contact-list writes let it
+// in (writegate.ErrBusy if its queue is full).
+func (s *Store) listTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	if err := s.lists.Enter(ctx, writegate.Bulk); err != nil {
+		return err
+	}
+	defer s.lists.Leave()
+	return s.tx(ctx, fn)
+}
+
 // lockContactList takes the row lock on user's contact list for the rest of
 // the transaction, creating the list's row if needed. Changes of one list
 // run one after the other; the count they check cannot change under them.
@@ -507,11 +530,11 @@ func checkContactCount(ctx context.Context, tx pgx.Tx, user string) error {
 // them when a visibility is Contacts — with contacts, atomically.
 // Duplicates are ignored. It is safe for concurrent use.
 func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) error {
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.listTx(ctx, func(tx pgx.Tx) error {
 		if err := lockContactList(ctx, tx, user); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM contacts WHERE user_id = $1`, user); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM contacts WHERE user_id = $1 AND contact_id NOT IN (SELECT unnest($2::text[]))`, user, contacts); err != nil {
 			return err
 		}
 		if len(contacts) == 0 {
@@ -535,7 +558,7 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 	if len(contacts) == 0 {
 		return nil
 	}
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.listTx(ctx, func(tx pgx.Tx) error {
 		if err := lockContactList(ctx, tx, user); err != nil {
 			return err
 		}
@@ -557,7 +580,11 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 	if len(contacts) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, `DELETE FROM contacts WHERE user_id = $1 AND contact_id = ANY($2)`, user, contacts)
+	err := s.lists.Enter(ctx, writegate.Bulk)
+	if err == nil {
+		_, err = s.pool.Exec(ctx, `DELETE FROM contacts WHERE user_id = $1 AND contact_id = ANY($2)`, user, contacts)
+		s.lists.Leave()
+	}
 	if err != nil {
 		return fail(err, "remove contacts of %q", user)
 	}

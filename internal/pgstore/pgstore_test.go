@@ -362,3 +362,11 @@ func BenchmarkSaveStatus(b *testing.B) {
 		return open(b, newDatabase(b))
 	})
 }
+
+// BenchmarkSetContacts: replacing a 10,000-entry contact list
+// (internal/durabletest.BenchSetContacts).
+func BenchmarkSetContacts(b *testing.B) {
+	durabletest.BenchSetContacts(b, func(b *testing.B) durabletest.Store {
+		return open(b, newDatabase(b))
+	})
+}

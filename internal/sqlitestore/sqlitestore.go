@@ -28,6 +28,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +47,7 @@ import (
 	"github.com/presenced/presenced/internal/groupcommit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/writegate"
 )
 
 var _ tracker.Durable = (*Store)(nil)
@@ -66,13 +69,20 @@ type Config struct {
 	// Logger receives the store's few log lines (schema migrations). nil
 	// discards them.
 	Logger *slog.Logger
+	// MaxQueuedContactWrites bounds the contact-list writes waiting for
+	// the writer connection; one more fails at once with
+	// writegate.ErrBusy. Default 16.
+	MaxQueuedContactWrites int
 }
 
 // Store is the SQLite durable store. It is safe for concurrent use.
 type Store struct {
 	log *slog.Logger
-	w   *sql.DB // the one writer connection
+	w   *sql.DB // the one writer connection, used only by the holder of gate
 	r   *sql.DB // read-only pool
+	// gate admits writes to w: statuses, settings and checkpoints before
+	// contact lists, whose queue is bounded (internal/writegate).
+	gate *writegate.Gate
 
 	// fault is the last failure of the storage (see kind) since the last
 	// write that succeeded; nil while writes succeed. Ping reports it.
@@ -160,7 +170,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 
-	s := &Store{log: cfg.Logger, w: w}
+	s := &Store{log: cfg.Logger, w: w, gate: writegate.New(writegate.Config{Slots: 1, MaxQueued: cfg.MaxQueuedContactWrites})}
 	// The writer connection sets WAL mode and creates the file, so it goes
 	// first; read-only connections cannot do either.
 	if err := s.migrate(ctx, path); err != nil {
@@ -306,13 +316,18 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch); err != nil {
 		return s.fail(err, "ping")
 	}
-	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch); err != nil {
+	if err := s.gate.Enter(ctx, writegate.Urgent); err != nil {
+		return s.fail(err, "ping")
+	}
+	err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch)
+	s.gate.Leave()
+	if err != nil {
 		return s.fail(err, "ping")
 	}
 	if f := s.fault.Load(); f != nil {
 		// A write that needs a page more and a commit, undone within the
 		// same transaction: the file keeps its content.
-		err := s.write(ctx, func(tx *sql.Tx) error {
+		err := s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('ping', zeroblob(8192))`); err != nil {
 				return err
 			}
@@ -425,6 +440,10 @@ const (
 // transaction.
 func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
 	if len(group) == 1 {
+		if err := s.gate.Enter(ctx, writegate.Urgent); err != nil {
+			return err
+		}
+		defer s.gate.Leave()
 		// A lone write is its own transaction: no BEGIN and COMMIT of
 		// ours around it.
 		w := &group[0]
@@ -436,7 +455,7 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
 		}
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 		// The statements are prepared on the writer connection, the one
 		// the transaction runs on: Stmt reuses them.
 		status := tx.StmtContext(ctx, s.saveStatus)
@@ -501,7 +520,7 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 	if len(batch) == 0 {
 		return nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 		args := make([]any, 0, 4*min(len(batch), lastSeenRows))
 		rest := batch
 		if len(rest) >= lastSeenRows {
@@ -549,7 +568,7 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 // It is safe for concurrent use.
 func (s *Store) NextEpoch(ctx context.Context) (uint64, error) {
 	var epoch int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
 	})
 	if err != nil {
@@ -573,13 +592,20 @@ func checkContactCount(ctx context.Context, tx *sql.Tx, user string) error {
 
 // SetContacts replaces the contact list of user — the users user lets see
 // them when a visibility is Contacts — with contacts, atomically.
-// Duplicates are ignored. It is safe for concurrent use.
+// Duplicates are ignored. Only what changes is written: contacts no
+// longer listed are deleted, new ones inserted, the others left alone. It
+// is safe for concurrent use.
 func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?`, user); err != nil {
+	list, err := jsonList(contacts)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: set contacts of %q: %w", user, err)
+	}
+	err = s.write(ctx, writegate.Bulk, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?1
+			AND contact_id NOT IN (SELECT value FROM json_each(?2))`, user, list); err != nil {
 			return err
 		}
-		if err := execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts); err != nil {
+		if _, err := tx.ExecContext(ctx, insertContacts, user, list); err != nil {
 			return err
 		}
 		return checkContactCount(ctx, tx, user)
@@ -590,6 +616,25 @@ func (s *Store) SetContacts(ctx context.Context, user string, contacts []string)
 	return nil
 }
 
+// insertContacts inserts the contacts of a JSON array (?2) into the list
+// of user ?1 in one statement; listed ones are left alone.
+const insertContacts = `INSERT OR IGNORE INTO contacts (user_id, contact_id)
+	SELECT ?1, value FROM json_each(?2)`
+
+// jsonList encodes ids, sorted and without duplicates, as a JSON array:
+// the one variable a statement of a whole list binds (json_each), so
+// there is no statement per entry and no limit on the variables of one
+// statement. In order, the rows of a list are written where the last one
+// went (both indexes are in contact order within a user).
+func jsonList(ids []string) (string, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	if ids == nil {
+		ids = []string{}
+	}
+	b, err := json.Marshal(ids)
+	return string(b), err
+}
+
 // AddContacts adds contacts to the contact list of user, in one
 // transaction. Contacts already listed are left alone. It is safe for
 // concurrent use.
@@ -597,8 +642,12 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 	if len(contacts) == 0 {
 		return nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		if err := execEach(ctx, tx, `INSERT OR IGNORE INTO contacts (user_id, contact_id) VALUES (?, ?)`, user, contacts); err != nil {
+	list, err := jsonList(contacts)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: add contacts of %q: %w", user, err)
+	}
+	err = s.write(ctx, writegate.Bulk, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, insertContacts, user, list); err != nil {
 			return err
 		}
 		return checkContactCount(ctx, tx, user)
@@ -616,8 +665,14 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 	if len(contacts) == 0 {
 		return nil
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		return execEach(ctx, tx, `DELETE FROM contacts WHERE user_id = ? AND contact_id = ?`, user, contacts)
+	list, err := jsonList(contacts)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: remove contacts of %q: %w", user, err)
+	}
+	err = s.write(ctx, writegate.Bulk, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM contacts WHERE user_id = ?1
+			AND contact_id IN (SELECT value FROM json_each(?2))`, user, list)
+		return err
 	})
 	if err != nil {
 		return s.fail(err, "remove contacts of %q", user)
@@ -689,9 +744,14 @@ func (s *Store) listedBy(ctx context.Context, n int, args []any, fn func(string)
 }
 
 // write runs fn in a transaction on the writer connection (BEGIN
-// IMMEDIATE) and commits it, or rolls it back if fn fails. A commit clears
-// a recorded storage failure.
-func (s *Store) write(ctx context.Context, fn func(*sql.Tx) error) error {
+// IMMEDIATE) and commits it, or rolls it back if fn fails. It first waits
+// for the gate as a write of kind k (a bulk write may get
+// writegate.ErrBusy). A commit clears a recorded storage failure.
+func (s *Store) write(ctx context.Context, k writegate.Kind, fn func(*sql.Tx) error) error {
+	if err := s.gate.Enter(ctx, k); err != nil {
+		return err
+	}
+	defer s.gate.Leave()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err

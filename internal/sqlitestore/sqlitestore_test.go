@@ -278,3 +278,11 @@ func BenchmarkSaveStatus(b *testing.B) {
 		return open(b, filepath.Join(b.TempDir(), "presenced.db"))
 	})
 }
+
+// BenchmarkSetContacts: replacing a 10,000-entry contact list
+// (internal/durabletest.BenchSetContacts).
+func BenchmarkSetContacts(b *testing.B) {
+	durabletest.BenchSetContacts(b, func(b *testing.B) durabletest.Store {
+		return open(b, filepath.Join(b.TempDir(), "presenced.db"))
+	})
+}

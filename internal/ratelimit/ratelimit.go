@@ -1,0 +1,173 @@
+// Package ratelimit says how often a client may do what, once for every
+// entry point, and enforces it with token buckets.
+//
+// Status, Settings and Contacts are the limits of a client's durable
+// writes: the WebSocket gateway applies Status to each connection's
+// set_status, the HTTP API applies all three to each user of a client
+// token (backends with the API key are not limited). A Bucket belongs to
+// one owner (a connection's read side); Keyed holds a bucket per key (a
+// user) for callers that share it, sharded, its memory bounded by the keys
+// that took a token within the last burst's worth of time.
+//
+// Times are Unix milliseconds, as the gateway and the HTTP API read their
+// clocks.
+package ratelimit
+
+import (
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// Limit allows one operation every Every on average, and Burst at once
+// after a quiet spell. A Limit whose Every or Burst is not positive allows
+// everything.
+type Limit struct {
+	Every time.Duration
+	Burst int
+}
+
+// The limits of a client's durable writes. People change their status,
+// privacy settings and contacts at human speed; each change is a durable
+// write (and a fan-out), so a client gets a few at once and then one a
+// second. The same numbers hold over HTTP and WebSocket.
+var (
+	// Status limits status changes: POST /v1/status, set_status.
+	Status = Limit{Every: time.Second, Burst: 5}
+	// Settings limits changes of privacy settings: PUT /v1/users/{id}/settings.
+	Settings = Limit{Every: time.Second, Burst: 5}
+	// Contacts limits changes of a contact list (replace, add, remove).
+	Contacts = Limit{Every: time.Second, Burst: 5}
+)
+
+// PerSecond returns the Limit of n operations a second, bursts of burst.
+func PerSecond(n, burst int) Limit {
+	if n <= 0 {
+		return Limit{}
+	}
+	return Limit{Every: time.Second / time.Duration(n), Burst: burst}
+}
+
+// String says the limit the way error messages put it: "at most 1 per
+// second, bursts of 5", "at most 1 per 30s".
+func (l Limit) String() string {
+	if l.off() {
+		return "unlimited"
+	}
+	var s string
+	if l.Every <= time.Second {
+		s = fmt.Sprintf("at most %.3g per second", float64(time.Second)/float64(l.Every))
+	} else {
+		s = "at most 1 per " + l.Every.String()
+	}
+	if l.Burst > 1 {
+		s += fmt.Sprintf(", bursts of %d", l.Burst)
+	}
+	return s
+}
+
+func (l Limit) off() bool { return l.Every <= 0 || l.Burst <= 0 }
+
+// every is l.Every in whole milliseconds, at least 1.
+func (l Limit) every() int64 { return max(1, l.Every.Milliseconds()) }
+
+// take admits one operation at now (Unix ms) against full, the time at
+// which the bucket is full again (a full bucket has full <= now). It
+// returns the new full time and 0, or full unchanged and how many ms to
+// wait for a token.
+func (l Limit) take(full, now int64) (int64, int64) {
+	if l.off() {
+		return full, 0
+	}
+	every := l.every()
+	next := max(full, now) + every
+	if over := next - now - int64(l.Burst)*every; over > 0 {
+		return full, over
+	}
+	return next, 0
+}
+
+// RetryAfter is a wait in ms as the whole seconds of a Retry-After header:
+// rounded up, at least 1.
+func RetryAfter(waitMS int64) int64 { return max(1, (waitMS+999)/1000) }
+
+// Bucket is one owner's token bucket. Its zero value is full. It is not
+// safe for concurrent use.
+type Bucket struct {
+	full int64 // Unix ms at which the bucket is full again
+}
+
+// Take takes a token at now (Unix ms) under l. It reports whether one was
+// there and, if not, how many ms until one is.
+func (b *Bucket) Take(now int64, l Limit) (ok bool, waitMS int64) {
+	var wait int64
+	b.full, wait = l.take(b.full, now)
+	return wait == 0, wait
+}
+
+// Keyed is a token bucket per key under one Limit. It is safe for
+// concurrent use. Its memory is bounded by the keys that took a token
+// within the last Burst × Every: a bucket that has filled up again is the
+// same as none, and such buckets are dropped as their shard grows.
+type Keyed struct {
+	limit  Limit
+	seed   maphash.Seed
+	shards [64]keyedShard
+}
+
+type keyedShard struct {
+	mu    sync.Mutex       // guards the fields below
+	full  map[string]int64 // key → Unix ms at which its bucket is full again
+	prune int              // drop full buckets when full grows to this
+}
+
+// NewKeyed returns empty buckets under l.
+func NewKeyed(l Limit) *Keyed {
+	k := &Keyed{limit: l, seed: maphash.MakeSeed()}
+	for i := range k.shards {
+		k.shards[i].full = make(map[string]int64)
+		k.shards[i].prune = 1024
+	}
+	return k
+}
+
+// Limit returns the limit k enforces.
+func (k *Keyed) Limit() Limit { return k.limit }
+
+// Take takes a token from key's bucket at now (Unix ms). It reports
+// whether one was there and, if not, how many ms until one is.
+func (k *Keyed) Take(key string, now int64) (ok bool, waitMS int64) {
+	if k.limit.off() {
+		return true, 0
+	}
+	sh := &k.shards[maphash.String(k.seed, key)%uint64(len(k.shards))]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	full, wait := k.limit.take(sh.full[key], now)
+	if wait > 0 {
+		return false, wait
+	}
+	if len(sh.full) >= sh.prune {
+		for key, f := range sh.full {
+			if f <= now {
+				delete(sh.full, key)
+			}
+		}
+		sh.prune = max(1024, 2*len(sh.full))
+	}
+	sh.full[key] = full
+	return true, 0
+}
+
+// Len returns the number of buckets held (for tests of the memory bound).
+func (k *Keyed) Len() int {
+	n := 0
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		n += len(sh.full)
+		sh.mu.Unlock()
+	}
+	return n
+}
