@@ -20,9 +20,10 @@ import (
 
 // The client against the real server, in process on a loopback port.
 
-var secret = []byte("s")
+// The node's credentials, as long as it requires outside -dev.
+var secret = []byte("client-test-jwt-secret-0123456789abcdef")
 
-const apiKey = "k"
+const apiKey = "client-test-api-key-0123456789abcdef"
 
 // node is one running presenced.
 type node struct {
