@@ -31,9 +31,9 @@ import (
 )
 
 const (
-	apiKey      = "presenced-test-api-key-of-32-bytes"
+	apiKey = "presenced-test-api-key-of-32-bytes"
 	// testSecret is the JWT secret of tests that sign their own tokens.
-	testSecret = "presenced-test-jwt-secret-of-32-bytes"
+	testSecret  = "presenced-test-jwt-secret-of-32-bytes"
 	waitTimeout = 15 * time.Second // generous: -race and loaded CI machines
 )
 
