@@ -53,8 +53,12 @@ type Config struct {
 
 	// Token is the user's HS256 client token, sent as
 	// "Authorization: Bearer <token>". TokenFunc, when set, is asked for the
-	// token before every connection attempt instead (to refresh it before it
-	// expires). Under a -dev server DevUserID may stand in for both.
+	// token before every connection attempt instead: the server closes a
+	// socket whose token expires (CloseTokenExpired), and the client then
+	// reconnects with a fresh one as the same device, within the close
+	// grace, so nobody watching sees a change. With a fixed Token the
+	// client stops when its token expires. Under a -dev server DevUserID
+	// may stand in for both.
 	Token     string
 	TokenFunc func(context.Context) (string, error)
 	DevUserID string

@@ -227,7 +227,19 @@ func (c *Client) run(cn *conn) {
 			c.finish(nil)
 			return
 		}
-		c.log.Warn("presence connection lost, reconnecting", "err", err)
+		var ce *CloseError
+		expired := errors.As(err, &ce) && ce.Code == CloseTokenExpired
+		switch {
+		case expired && c.cfg.TokenFunc == nil:
+			// The same token would be refused: nothing can renew it.
+			c.log.Error("presence token expired and no TokenFunc renews it; stopping", "err", err)
+			c.finish(err)
+			return
+		case expired:
+			c.log.Info("presence token expired, reconnecting with a fresh one")
+		default:
+			c.log.Warn("presence connection lost, reconnecting", "err", err)
+		}
 		c.setDisconnected(err)
 		if cn, err = c.reconnect(); cn == nil {
 			c.finish(err)
@@ -239,6 +251,8 @@ func (c *Client) run(cn *conn) {
 
 // reconnect dials with backoff until it succeeds (the connection), the
 // client closes (nil, nil) or the server refuses for good (nil, the error).
+// The first wait, MinBackoff/2 to MinBackoff, also spreads the renewals of
+// many tokens that expire at once.
 func (c *Client) reconnect() (*conn, error) {
 	for attempt := 0; ; attempt++ {
 		t := time.NewTimer(backoff(attempt, c.cfg.MinBackoff, c.cfg.MaxBackoff, rand.Float64()))

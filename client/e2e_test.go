@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,9 +21,10 @@ import (
 
 // The client against the real server, in process on a loopback port.
 
-var secret = []byte("s")
+// The node's credentials, as long as it requires outside -dev.
+var secret = []byte("client-test-jwt-secret-0123456789abcdef")
 
-const apiKey = "k"
+const apiKey = "client-test-api-key-0123456789abcdef"
 
 // node is one running presenced.
 type node struct {
@@ -333,5 +335,98 @@ func TestE2ECloseStopsEverything(t *testing.T) {
 	// Close leaves the device alive until its ttl, like a lost connection.
 	if status, devices := debugUser(t, n, "2"); status != "online" || len(devices) != 1 {
 		t.Fatalf("after Close: %s with devices %v, want still online", status, devices)
+	}
+}
+
+// TestE2ETokenRenewal: the server closes a socket whose token expires
+// (4003); a client with a TokenFunc reconnects with a fresh token as the
+// same device, and a watcher of the user sees nothing of it.
+func TestE2ETokenRenewal(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	watcher := dial(t, n, "w", "")
+	ctx := context.Background()
+	if err := watcher.Subscribe(ctx, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, watcher); ev.Status != client.Offline {
+		t.Fatalf("snapshot %+v, want offline", ev)
+	}
+
+	// Tokens of 2 s: exp is in whole seconds, so each lives 1-2 s.
+	var minted atomic.Int32
+	c, err := client.Dial(ctx, client.Config{
+		URL: n.url(), DeviceID: "phone",
+		TokenFunc: func(context.Context) (string, error) {
+			minted.Add(1)
+			return auth.Sign(secret, "1", "", time.Now(), 2*time.Second)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if ev := nextEvent(t, watcher); ev.Status != client.Online {
+		t.Fatalf("event %+v, want online", ev)
+	}
+	// Two renewals, each a 4003 close and a reconnect as the same device.
+	renewals := 0
+	for renewals < 2 {
+		switch u := next(t, c).(type) {
+		case client.StateChange:
+			var ce *client.CloseError
+			if u.State == client.Disconnected && (!errors.As(u.Err, &ce) || ce.Code != client.CloseTokenExpired) {
+				t.Fatalf("disconnected by %v, want a close %d", u.Err, client.CloseTokenExpired)
+			}
+			if u.State == client.Closed {
+				t.Fatalf("closed: %v", u.Err)
+			}
+			if u.State == client.Connected && minted.Load() > 1 {
+				renewals++
+			}
+		}
+	}
+	if got := c.Welcome().DeviceID; got != "phone" {
+		t.Fatalf("device after renewals %q, want phone", got)
+	}
+	// A change after the renewals reaches the watcher after anything they
+	// caused: the watcher's next event is that change, no offline before.
+	if err := c.SetStatus(ctx, client.Busy, ""); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, watcher); ev.Status != client.Busy {
+		t.Fatalf("watcher's event after the renewals %+v, want busy (nothing else)", ev)
+	}
+	if status, devices := debugUser(t, n, "1"); status != "busy" || fmt.Sprint(devices) != "[phone]" {
+		t.Fatalf("after renewals: %s with devices %v, want busy with only phone", status, devices)
+	}
+}
+
+// TestE2ETokenExpiresWithoutTokenFunc: with a fixed token the client stops
+// when the server closes for its expiry; the device is left to its close
+// grace, as after a lost connection, not ended.
+func TestE2ETokenExpiresWithoutTokenFunc(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	tok, err := auth.Sign(secret, "1", "", time.Now(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(context.Background(), client.Config{URL: n.url(), Token: tok, DeviceID: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if u := next(t, c); u != (client.StateChange{State: client.Connected}) {
+		t.Fatalf("first update %#v, want Connected", u)
+	}
+	u, _ := next(t, c).(client.StateChange)
+	var ce *client.CloseError
+	if u.State != client.Closed || !errors.As(u.Err, &ce) || ce.Code != client.CloseTokenExpired {
+		t.Fatalf("update %+v, want Closed by %d (no reconnect with the expired token)", u, client.CloseTokenExpired)
+	}
+	if ce := new(client.CloseError); !errors.As(c.Err(), &ce) {
+		t.Fatalf("Err() = %v, want the CloseError", c.Err())
+	}
+	if status, devices := debugUser(t, n, "1"); status != "online" || fmt.Sprint(devices) != "[phone]" {
+		t.Fatalf("after the expiry: %s with devices %v, want phone alive in its close grace", status, devices)
 	}
 }

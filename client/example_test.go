@@ -8,14 +8,22 @@ import (
 	"github.com/presenced/presenced/client"
 )
 
+// fetchToken stands for a request to the app's backend, which mints client
+// tokens: HS256, sub = the user id, exp within the server's
+// -max-token-lifetime.
+func fetchToken(context.Context) (string, error) { return "eyJ…", nil }
+
 // ExampleDial shows a device that watches two users and reports what it
 // sees until the context ends.
 func ExampleDial() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := client.Dial(ctx, client.Config{
-		URL:   "http://127.0.0.1:8080",
-		Token: "eyJ…", // minted by your backend: HS256, sub = the user id, exp set
+		URL: "http://127.0.0.1:8080",
+		// Asked before every connection: the server closes a socket when
+		// its token expires, and the client comes back with a fresh one
+		// as the same device, unseen by anyone watching.
+		TokenFunc: fetchToken,
 	})
 	if err != nil {
 		fmt.Println("connect:", err)

@@ -163,11 +163,20 @@ func (e *HandshakeError) Error() string {
 }
 
 // CloseError is a connection closed by the server with a close frame, e.g.
-// 1001 (shutting down), 4001 (idle) or 4002 (slow consumer).
+// 1001 (shutting down), 4001 (idle), 4002 (slow consumer) or
+// CloseTokenExpired.
 type CloseError struct {
 	Code   int
 	Reason string
 }
+
+// CloseTokenExpired is the close code of a connection whose token expired
+// (docs/protocol.md). The server keeps the device for its close grace: with
+// Config.TokenFunc the client reconnects with a fresh token (after its
+// first backoff step), as the same device, and nobody watching sees a
+// change; without it the client
+// stops, its Err the *CloseError.
+const CloseTokenExpired = 4003
 
 func (e *CloseError) Error() string {
 	return fmt.Sprintf("presenced closed the connection: %d %s", e.Code, e.Reason)

@@ -8,6 +8,8 @@
 // a false offline, and bob offline within the ttl (PRESENCED_TTL_MS) of
 // closing the tab. Then, given a control URL, the server restarts: alice's
 // page must reconnect and re-subscribe by itself, and see carol sign in.
+// Last, erin's client renews her 2 s tokens through a token function
+// while alice watches: alice must see no change.
 // Every wait polls the DOM with a deadline; nothing sleeps. Chromium is
 // Debian's (PRESENCED_CHROMIUM, default /usr/bin/chromium); playwright-core
 // never downloads a browser.
@@ -144,6 +146,73 @@ try {
     await alice.press("#add-id", "Enter");
     await see(alice, '#contact-list li[data-user-id="dave"][data-status="online"]', STEP, "alice sees dave online");
     await dave.close();
+  }
+
+  // Tokens that expire: erin's client asks a function for a token before
+  // every connection (the control URL mints 2 s tokens, as an app's
+  // backend would); the server closes her socket at each expiry (4003) and
+  // she comes back with a fresh token as the same device, which alice
+  // never sees.
+  if (control) {
+    const erinRow = '#contact-list li[data-user-id="erin"]';
+    await alice.fill("#add-id", "erin");
+    await alice.press("#add-id", "Enter");
+    await see(alice, `${erinRow}[data-status="offline"]`, STEP, "alice sees erin (never seen) offline");
+    await alice.evaluate((sel) => {
+      const li = document.querySelector(sel);
+      window.__erinStatuses = [li.dataset.status];
+      new MutationObserver(() => {
+        const s = li.dataset.status;
+        if (window.__erinStatuses.at(-1) !== s) window.__erinStatuses.push(s);
+      }).observe(li, { attributes: true, attributeFilter: ["data-status"] });
+    }, erinRow);
+    const erin = await openPage("erin");
+    // The page's backend: a function of the page that this script answers
+    // (the demo page's CSP lets it connect to its own origin only).
+    await erin.exposeFunction("mintToken", async () => {
+      const res = await fetch(`${control}/token?user=erin&ttl=2s`);
+      if (!res.ok) throw new Error(`token: HTTP ${res.status} ${await res.text()}`);
+      return (await res.text()).trim();
+    });
+    await erin.goto(base + "/");
+    await erin.evaluate(async () => {
+      const { PresenceClient } = await import("/static/presence.js");
+      const e = (window.__erin = { tokens: 0, expiries: 0, devices: [], state: "" });
+      const client = new PresenceClient({
+        token: async () => {
+          e.tokens++;
+          return window.mintToken();
+        },
+      });
+      client.addEventListener("welcome", (ev) => e.devices.push(ev.detail.device_id));
+      client.addEventListener("state", (ev) => {
+        e.state = ev.detail.state;
+        if (ev.detail.code === 4003) e.expiries++;
+      });
+      window.__erinClient = client;
+      client.start();
+    });
+    await see(alice, `${erinRow}[data-status="online"]`, STEP, "erin connects with a token from a function → alice sees online");
+    await until(
+      () => erin.evaluate(() => window.__erin.expiries >= 2 && window.__erin.state === "open"),
+      15000,
+      "erin's socket is closed at its token's expiry (4003) twice, and renewed each time",
+    );
+    const erinState = await erin.evaluate(() => window.__erin);
+    if (erinState.tokens < 3 || new Set(erinState.devices).size !== 1 || erinState.devices.length < 3) {
+      problems.push(`erin's renewals: ${JSON.stringify(erinState)}; want 3 tokens or more and one device throughout`);
+    }
+    await erin.evaluate(() => window.__erinClient.setStatus("busy"));
+    await see(alice, `${erinRow}[data-status="busy"]`, STEP, "erin sets busy after the renewals → alice sees busy");
+    // busy is causally after the renewals: a false offline would be in the list.
+    const seenErin = await alice.evaluate(() => window.__erinStatuses);
+    const wantErin = ["offline", "online", "busy"];
+    if (JSON.stringify(seenErin) !== JSON.stringify(wantErin)) {
+      problems.push(`alice's page showed erin as ${seenErin.join(" → ")} while she renewed her token; want ${wantErin.join(" → ")}`);
+    } else {
+      log(`alice saw erin ${seenErin.join(" → ")} through ${erinState.expiries} token renewals`);
+    }
+    await erin.close();
   }
 
   await alice.screenshot({ path: path.join(outDir, "watcher.png"), fullPage: true });

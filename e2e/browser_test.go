@@ -22,11 +22,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/auth"
 )
 
 // TestBrowser runs e2e/browser.mjs against a fresh presenced started with
 // -dev and a 3 s heartbeat ttl; the script can restart the server through
-// a control URL to check that pages reconnect. Without node, playwright-core
+// a control URL to check that pages reconnect, and get short-lived tokens
+// from it to check that presence.js renews them. Without node, playwright-core
 // or chromium the test fails under CI=true (scripts/test.sh installs them)
 // and skips elsewhere.
 func TestBrowser(t *testing.T) {
@@ -54,7 +57,19 @@ func TestBrowser(t *testing.T) {
 
 	// POST /restart stops presenced gracefully and starts it again on the
 	// same address and data; it answers once the new process is healthy.
+	// GET /token?user=U&ttl=D mints a client token for U that expires
+	// after D, signed with the server's JWT secret: the backend that the
+	// browser script asks for a page's fresh tokens.
 	control := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/token" {
+			tok, err := mint(srv.data, r.URL.Query().Get("user"), r.URL.Query().Get("ttl"))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			fmt.Fprintln(w, tok)
+			return
+		}
 		if r.Method != http.MethodPost || r.URL.Path != "/restart" {
 			http.NotFound(w, r)
 			return
@@ -104,6 +119,20 @@ func TestBrowser(t *testing.T) {
 	if logs := srv.logs.String(); strings.Contains(logs, "DATA RACE") || strings.Contains(logs, "panic") {
 		t.Errorf("presenced reported a data race or a panic")
 	}
+}
+
+// mint signs a client token for user, valid for ttl (a Go duration), with
+// the JWT secret presenced generated into its data directory.
+func mint(data, user, ttl string) (string, error) {
+	life, err := time.ParseDuration(ttl)
+	if err != nil {
+		return "", fmt.Errorf("ttl: %w", err)
+	}
+	secret, err := os.ReadFile(filepath.Join(data, "jwt-secret"))
+	if err != nil {
+		return "", err
+	}
+	return auth.Token{User: user}.Sign(bytes.TrimSpace(secret), time.Now(), life)
 }
 
 // tools finds node, playwright-core and chromium, or ends the test.

@@ -101,6 +101,106 @@ test("a token goes in the query instead of the user id", () => {
   assert.equal(last().url.searchParams.get("user_id"), null);
 });
 
+// flush lets pending promises (a token function's answer) settle; timers
+// are mocked, setImmediate is not.
+const flush = () => new Promise((resolve) => setImmediate(resolve));
+
+test("a token function is asked before every connection; an expiry close (4003) comes back with a fresh token as the same device", async () => {
+  let n = 0;
+  const states = [];
+  const c = new PresenceClient({ token: async () => `t${++n}`, url: "ws://presence.test/v1/ws", storage: new MemoryStorage() });
+  c.addEventListener("state", (e) => states.push(e.detail));
+  c.start();
+  await flush();
+  assert.equal(FakeSocket.all.length, 1);
+  assert.equal(last().url.searchParams.get("token"), "t1");
+  last().open({ device_id: "d-7" });
+  c.subscribe(["2"]);
+  last().drop(4003);
+  assert.deepEqual(states.at(-1), { state: "waiting", retryInMs: states.at(-1).retryInMs, code: 4003 });
+  assert.ok(states.at(-1).retryInMs <= 500, `first retry in ${states.at(-1).retryInMs} ms`);
+  mock.timers.tick(500);
+  await flush();
+  assert.equal(FakeSocket.all.length, 2);
+  assert.equal(last().url.searchParams.get("token"), "t2", "a fresh token");
+  assert.equal(last().url.searchParams.get("device_id"), "d-7", "the same device");
+  last().open({ device_id: "d-7" });
+  assert.deepEqual(last().ofType("subscribe"), [{ type: "subscribe", user_ids: ["2"] }]);
+  assert.equal(c.token, "t2");
+});
+
+test("a fixed token stops at its expiry close instead of retrying a token the server refuses", () => {
+  const states = [];
+  const c = new PresenceClient({ token: "t.o.k", url: "ws://presence.test/v1/ws", storage: new MemoryStorage() });
+  c.addEventListener("state", (e) => states.push(e.detail));
+  c.start();
+  last().open();
+  last().drop(4003);
+  assert.deepEqual(states.at(-1), { state: "closed", code: 4003 });
+  mock.timers.tick(60_000);
+  assert.equal(FakeSocket.all.length, 1, "no reconnect");
+  // Any other drop is retried, as before.
+  const d = new PresenceClient({ token: "t.o.k", url: "ws://presence.test/v1/ws", storage: new MemoryStorage() });
+  d.start();
+  last().open();
+  last().drop(4001);
+  mock.timers.tick(1000);
+  assert.equal(FakeSocket.all.length, 3);
+});
+
+test("a token function that fails is retried with backoff; stopping during a fetch opens nothing", async () => {
+  let fail = true;
+  const c = new PresenceClient({
+    token: async () => {
+      if (fail) throw new Error("backend down");
+      return "t.o.k";
+    },
+    url: "ws://presence.test/v1/ws",
+    storage: new MemoryStorage(),
+  });
+  const states = [];
+  c.addEventListener("state", (e) => states.push(e.detail.state));
+  c.start();
+  await flush();
+  assert.equal(FakeSocket.all.length, 0);
+  assert.equal(states.at(-1), "waiting");
+  fail = false;
+  mock.timers.tick(500);
+  await flush();
+  assert.equal(FakeSocket.all.length, 1);
+  assert.equal(last().url.searchParams.get("token"), "t.o.k");
+
+  let release;
+  const d = new PresenceClient({
+    token: () => new Promise((resolve) => (release = resolve)),
+    url: "ws://presence.test/v1/ws",
+    storage: new MemoryStorage(),
+  });
+  d.start();
+  d.close();
+  release("late");
+  await flush();
+  assert.equal(FakeSocket.all.length, 1, "a token that arrives after close opens no socket");
+  assert.equal(d.state, "closed");
+});
+
+test("bye over HTTP with a token function sends a fresh token", async () => {
+  const calls = [];
+  mock.method(globalThis, "fetch", async (url, init) => {
+    calls.push([url, init.headers.Authorization, JSON.parse(init.body)]);
+    return new Response("{}");
+  });
+  let n = 0;
+  const c = new PresenceClient({ token: () => `t${++n}`, url: "ws://presence.test/v1/ws", storage: new MemoryStorage() });
+  c.start();
+  await flush();
+  last().open({ device_id: "d-9" });
+  last().drop();
+  c.bye();
+  await flush();
+  assert.deepEqual(calls, [["http://presence.test/v1/bye", "Bearer t2", { device_id: "d-9" }]]);
+});
+
 test("applies presence only above the last version, snapshots included", () => {
   const c = client();
   const got = [];

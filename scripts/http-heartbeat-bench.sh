@@ -15,9 +15,10 @@ n=${2:-5000}
 pb=${PB:-presence-bench}
 data=$(mktemp -d)
 trap 'rm -rf "$data"' EXIT
+KEY=bench-key-0123456789abcdef0123456789 # 32 bytes at least outside -dev
 ulimit -n 20000
 psql -h 127.0.0.1 -U postgres -c 'CREATE DATABASE bench_hb' >/dev/null 2>&1 || true
-"$bin" -addr 127.0.0.1:18180 -api-key bench-key -jwt-secret bench-secret \
+"$bin" -addr 127.0.0.1:18180 -api-key "$KEY" -jwt-secret bench-secret-0123456789abcdef0123456789 \
 	-redis-url redis://127.0.0.1:6379/0 -redis-prefix "hb$RANDOM$RANDOM:" \
 	-postgres-url 'postgres://postgres@127.0.0.1:5432/bench_hb?sslmode=disable' \
 	-nats-url nats://127.0.0.1:4222 -data "$data/node" >"$data/node.log" 2>&1 &
@@ -26,9 +27,9 @@ for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18180/readyz && bre
 rcpu() { redis-cli INFO cpu | awk -F: '/used_cpu_(sys|user):/{s+=$2} END{printf "%.3f", s}'; }
 calls() { redis-cli INFO commandstats | awk -F'[:=,]' '/^cmdstat_(evalsha|eval|hmget|hgetall):/{s+=$3} END{print s+0}'; }
 ncpu() { awk '{print ($14+$15)/100}' "/proc/$pid/stat"; }
-"$pb" heartbeats -url http://127.0.0.1:18180 -transport http -api-key bench-key -n "$n" -interval 500ms -duration 5s >/dev/null 2>&1
+"$pb" heartbeats -url http://127.0.0.1:18180 -transport http -api-key "$KEY" -n "$n" -interval 500ms -duration 5s >/dev/null 2>&1
 r0=$(rcpu); n0=$(ncpu); k0=$(calls)
-"$pb" heartbeats -url http://127.0.0.1:18180 -transport http -api-key bench-key -n "$n" -interval 500ms -duration 20s | tee "$data/pb.out"
+"$pb" heartbeats -url http://127.0.0.1:18180 -transport http -api-key "$KEY" -n "$n" -interval 500ms -duration 20s | tee "$data/pb.out"
 r1=$(rcpu); n1=$(ncpu); k1=$(calls)
 kill "$pid"; wait "$pid" 2>/dev/null || true
 acc=$(awk '/accepted\/s/{print $2}' "$data/pb.out")

@@ -25,8 +25,8 @@ NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
 SCENARIOS=${SCENARIOS:-all}
 MODES=${MODES:-embedded cluster}
 CLUSTER_USERS=${CLUSTER_USERS:-200000}
-KEY=bench-key
-SECRET=bench-secret-0123456789
+KEY=bench-key-0123456789abcdef0123456789
+SECRET=bench-secret-0123456789abcdef0123456789
 
 bin=$(mktemp -d)
 pids=()

@@ -18,19 +18,26 @@ import (
 // TestMain stops the shared Redis of the baseline test.
 func TestMain(m *testing.M) { testsvc.Main(m) }
 
+// The credentials of the test nodes: as long as a node outside -dev
+// requires (auth.MinSecretLen), although the nodes run under -dev.
+const (
+	testAPIKey    = "presence-bench-test-api-key-0123456789"
+	testJWTSecret = "presence-bench-test-jwt-secret-0123456789"
+)
+
 // startNode runs one presenced node in-process on a loopback port, in
-// development mode with API key "k" and JWT secret "s" and the given ttl
+// development mode with testAPIKey and testJWTSecret and the given ttl
 // (0: the default), and returns its ws:// URL.
 func startNode(t *testing.T, ttl time.Duration) string {
 	t.Helper()
 	return startNodeWith(t, app.Config{TTL: ttl})
 }
 
-// startNodeWith starts an embedded node with cfg (under -dev, API key "k")
+// startNodeWith starts an embedded node with cfg (under -dev, testAPIKey)
 // on a free loopback port and returns its ws:// URL.
 func startNodeWith(t *testing.T, cfg app.Config) string {
 	t.Helper()
-	cfg.DataDir, cfg.APIKey, cfg.Dev, cfg.JWTSecret, cfg.PollInterval = t.TempDir(), "k", true, []byte("s"), -1
+	cfg.DataDir, cfg.APIKey, cfg.Dev, cfg.JWTSecret, cfg.PollInterval = t.TempDir(), testAPIKey, true, []byte(testJWTSecret), -1
 	a, err := app.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +144,7 @@ func TestFanoutCommandJSONAndBaseline(t *testing.T) {
 // Signed tokens instead of -dev, the secret from the environment.
 func TestFanoutTokens(t *testing.T) {
 	url := startNode(t, 0)
-	t.Setenv(jwtSecretEnv, "s")
+	t.Setenv(jwtSecretEnv, testJWTSecret)
 	var out, errb bytes.Buffer
 	if code := runFanoutCmd([]string{"-url", url, "-watchers", "3", "-changes", "2", "-interval", "300ms"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())

@@ -55,7 +55,7 @@ func TestHeartbeatsWebSocketWithBaseline(t *testing.T) {
 	url := startNode(t, 0)
 	rd := testsvc.SharedRedis(t)
 	var r hbResult
-	runJSON(t, &r, "heartbeats", "-url", url, "-dev", "-api-key", "k", "-n", "200", "-interval", "200ms",
+	runJSON(t, &r, "heartbeats", "-url", url, "-dev", "-api-key", testAPIKey, "-n", "200", "-interval", "200ms",
 		"-warmup", "500ms", "-duration", "2s", "-prefix", "hb-",
 		"-baseline-redis", "redis://"+rd.Addr+"/0", "-baseline-conns", "20")
 	checkBeats(t, &r, 200)
@@ -77,7 +77,7 @@ func TestHeartbeatsWebSocketWithBaseline(t *testing.T) {
 func TestHeartbeatsTokensAndHTTP(t *testing.T) {
 	url := startNode(t, 0)
 	var r hbResult
-	runJSON(t, &r, "heartbeats", "-url", url, "-jwt-secret", "s", "-api-key", "k", "-n", "50",
+	runJSON(t, &r, "heartbeats", "-url", url, "-jwt-secret", testJWTSecret, "-api-key", testAPIKey, "-n", "50",
 		"-interval", "200ms", "-warmup", "0s", "-duration", "1500ms")
 	checkBeats(t, &r, 50)
 	if r.Connected != 50 {
@@ -85,7 +85,7 @@ func TestHeartbeatsTokensAndHTTP(t *testing.T) {
 	}
 	var h hbResult
 	runJSON(t, &h, "heartbeats", "-transport", "http", "-url", strings.Replace(url, "ws:", "http:", 1),
-		"-api-key", "k", "-n", "100", "-concurrency", "4", "-interval", "200ms", "-warmup", "0s", "-duration", "1500ms")
+		"-api-key", testAPIKey, "-n", "100", "-concurrency", "4", "-interval", "200ms", "-warmup", "0s", "-duration", "1500ms")
 	checkBeats(t, &h, 100)
 	if h.Transport != "http" || h.Baseline != nil {
 		t.Errorf("transport %s, baseline %v", h.Transport, h.Baseline)
@@ -96,7 +96,7 @@ func TestBatchWithBaseline(t *testing.T) {
 	url := startNode(t, 0)
 	rd := testsvc.SharedRedis(t)
 	var r batchResult
-	runJSON(t, &r, "batch", "-url", url, "-api-key", "k", "-users", "500", "-ids", "100", "-concurrency", "2",
+	runJSON(t, &r, "batch", "-url", url, "-api-key", testAPIKey, "-users", "500", "-ids", "100", "-concurrency", "2",
 		"-seed-concurrency", "8", "-duration", "1200ms", "-prefix", "batch_",
 		"-baseline-redis", "redis://"+rd.Addr)
 	if r.Seeded != 500 || r.SeedErrors != 0 {
@@ -122,7 +122,7 @@ func TestBatchWithBaseline(t *testing.T) {
 
 	// Without seeding, the same population is read again.
 	var again batchResult
-	runJSON(t, &again, "batch", "-url", url, "-api-key", "k", "-users", "500", "-ids", "500", "-seed=false", "-prefix", "batch_",
+	runJSON(t, &again, "batch", "-url", url, "-api-key", testAPIKey, "-users", "500", "-ids", "500", "-seed=false", "-prefix", "batch_",
 		"-concurrency", "1", "-duration", "1s")
 	if again.Seeded != 0 || again.Get.Reads == 0 || again.Get.Errors != 0 {
 		t.Errorf("-seed=false: %+v", again)

@@ -71,9 +71,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		pollInterval = fset.Duration("poll-interval", 30*time.Second, "clients reading presence over HTTP with their own token may read once per interval (0 disables)")
 		apiKey       = fset.String("api-key", "", "API key of app backends (default: generated once into <data>/api-key)")
 		jwtSecret    = fset.String("jwt-secret", "", "HS256 secret of client tokens (default: generated once into <data>/jwt-secret)")
+		maxTokenLife = fset.Duration("max-token-lifetime", auth.DefaultMaxLifetime, "client tokens whose exp is more than this after now, or after their iat, are refused")
+		tokenAud     = fset.String("token-audience", "", "client tokens must carry this value in aud (empty: aud is not checked)")
+		tokenIss     = fset.String("token-issuer", "", "client tokens must carry this iss (empty: iss is not checked)")
 		dev          = fset.Bool("dev", false, "INSECURE development mode: accept requests without credentials")
 		logLevel     = fset.String("log-level", "info", "debug, info, warn or error")
-		printToken   = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid 24h) and exit")
+		printToken   = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
 		redisURL     = fset.String("redis-url", "", "scale-out: hot state in this Redis (redis://host:6379/0; a Cluster: redis://a:6379?addr=b:6379); needs -postgres-url")
 		redisPrefix  = fset.String("redis-prefix", "presenced:", "scale-out: prefix of every Redis key (deployments sharing a Redis differ by it)")
 		postgresURL  = fset.String("postgres-url", "", "scale-out: durable store in this PostgreSQL database (postgres://user@host:5432/db) instead of SQLite")
@@ -181,6 +184,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *maxHeader < 4096 {
 		return fmt.Errorf("-max-header-bytes %d: at least 4096", *maxHeader)
 	}
+	if *maxTokenLife < time.Second {
+		return fmt.Errorf("-max-token-lifetime %s: at least 1s", *maxTokenLife)
+	}
 	cfg := app.Config{
 		MaxDevices:           *maxDevices,
 		MaxSubscriptions:     *maxSubs,
@@ -195,6 +201,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		CloseGrace:           *closeGrace,
 		PollInterval:         poll,
 		Dev:                  *dev,
+		MaxTokenLifetime:     *maxTokenLife,
+		TokenAudience:        *tokenAud,
+		TokenIssuer:          *tokenIss,
 		Logger:               log,
 		RedisURL:             *redisURL,
 		RedisPrefix:          *redisPrefix,
@@ -215,6 +224,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := cfg.ValidateTiming(); err != nil {
 		return err // before anything is written to the data directory
 	}
+	if !*dev {
+		// Given credentials are checked before anything is written to the
+		// data directory, stored ones once they are read.
+		for _, f := range [...]struct{ name, value string }{{"api-key", *apiKey}, {"jwt-secret", *jwtSecret}} {
+			if f.value != "" {
+				if err := checkSecret(f.name, f.value, f.value, *dataDir); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -226,8 +246,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if !*dev {
+		// A short key is guessable and a short HS256 secret below the
+		// algorithm's strength (RFC 7518 §3.2); generated ones are 48 bytes.
+		if err := checkSecret("api-key", *apiKey, key, *dataDir); err != nil {
+			return err
+		}
+		if err := checkSecret("jwt-secret", *jwtSecret, jwtKey, *dataDir); err != nil {
+			return err
+		}
+	}
 	if *printToken != "" {
-		tok, err := auth.Sign([]byte(jwtKey), *printToken, "", time.Now(), 24*time.Hour)
+		t := auth.Token{User: *printToken, Audience: *tokenAud, Issuer: *tokenIss}
+		tok, err := t.Sign([]byte(jwtKey), time.Now(), *maxTokenLife)
 		if err != nil {
 			return err
 		}
@@ -277,6 +308,20 @@ func secret(given, path string, log *slog.Logger) (string, error) {
 	}
 	log.Info("generated a new secret", "file", path)
 	return s, nil
+}
+
+// checkSecret refuses a credential shorter than auth.MinSecretLen, naming
+// where it came from: the flag or its environment variable (given), or
+// the file under the data directory.
+func checkSecret(flagName, given, value, dataDir string) error {
+	err := auth.CheckSecret([]byte(value))
+	if err == nil {
+		return nil
+	}
+	if given != "" {
+		return fmt.Errorf("-%s (%s) is %w", flagName, envName(flagName), err)
+	}
+	return fmt.Errorf("%s (the stored -%s) is %w; give a longer one with -%s, or remove the file to have one generated", filepath.Join(dataDir, flagName), flagName, err, flagName)
 }
 
 // servePprof serves net/http/pprof on addr, which must be a loopback

@@ -25,12 +25,15 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/presenced/presenced/internal/auth"
 )
 
 const (
-	apiKey      = "k"
+	apiKey = "presenced-test-api-key-of-32-bytes"
+	// testSecret is the JWT secret of tests that sign their own tokens.
+	testSecret  = "presenced-test-jwt-secret-of-32-bytes"
 	waitTimeout = 15 * time.Second // generous: -race and loaded CI machines
 )
 
@@ -522,13 +525,14 @@ func TestSIGINTExitsCleanly(t *testing.T) {
 
 func TestEnvironment(t *testing.T) {
 	t.Parallel()
-	env := []string{envName("api-key") + "=envkey", envName("heartbeat-ttl") + "=7s"}
+	const envKey, flagKey = "presenced-test-key-from-the-environment", "presenced-test-key-from-the-flag-0123"
+	env := []string{envName("api-key") + "=" + envKey, envName("heartbeat-ttl") + "=7s"}
 
 	t.Run("binary", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		p := start(t, env, baseArgs(dir)...)
-		if hb := p.heartbeat("envkey", "u1", "d1"); hb["ttl_ms"] != 7000.0 {
+		if hb := p.heartbeat(envKey, "u1", "d1"); hb["ttl_ms"] != 7000.0 {
 			t.Errorf("ttl_ms %v, want 7000 from %s", hb["ttl_ms"], env[1])
 		}
 		if code, b := p.do("POST", "/v1/heartbeat", apiKey, map[string]any{"user_id": "u1", "device_id": "d1"}); code != http.StatusUnauthorized {
@@ -542,11 +546,11 @@ func TestEnvironment(t *testing.T) {
 	t.Run("flags win", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		p := start(t, env, baseArgs(dir, "-api-key", "flagkey", "-heartbeat-ttl", "3s")...)
-		if hb := p.heartbeat("flagkey", "u1", "d1"); hb["ttl_ms"] != 3000.0 {
+		p := start(t, env, baseArgs(dir, "-api-key", flagKey, "-heartbeat-ttl", "3s")...)
+		if hb := p.heartbeat(flagKey, "u1", "d1"); hb["ttl_ms"] != 3000.0 {
 			t.Errorf("ttl_ms %v, want 3000 from the flag", hb["ttl_ms"])
 		}
-		if code, b := p.do("POST", "/v1/heartbeat", "envkey", map[string]any{"user_id": "u1", "device_id": "d1"}); code != http.StatusUnauthorized {
+		if code, b := p.do("POST", "/v1/heartbeat", envKey, map[string]any{"user_id": "u1", "device_id": "d1"}); code != http.StatusUnauthorized {
 			t.Errorf("key from the environment beside a flag: %d %s, want 401", code, b)
 		}
 	})
@@ -555,17 +559,17 @@ func TestEnvironment(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		env := map[string]string{
-			envName("api-key"):       "envkey",
+			envName("api-key"):       envKey,
 			envName("heartbeat-ttl"): "7s",
 			envName("idle-after"):    "1m",
 			envName("addr"):          "127.0.0.1:1", // the flag wins
 			envName("data"):          dir,
 		}
 		s := startInProcess(t, env, "-addr", "127.0.0.1:0", "-heartbeat-ttl", "4s")
-		if hb := s.heartbeat("envkey", "u1", "d1"); hb["ttl_ms"] != 4000.0 {
+		if hb := s.heartbeat(envKey, "u1", "d1"); hb["ttl_ms"] != 4000.0 {
 			t.Errorf("ttl_ms %v, want 4000 from the flag", hb["ttl_ms"])
 		}
-		dbg := s.call("GET", "/v1/debug/users/u1", "envkey", nil)
+		dbg := s.call("GET", "/v1/debug/users/u1", envKey, nil)
 		rules, _ := dbg["rules"].(map[string]any)
 		if rules["idle_after_ms"] != 60000.0 {
 			t.Errorf("idle_after_ms %v, want 60000 from %s", rules["idle_after_ms"], envName("idle-after"))
@@ -695,14 +699,14 @@ func TestDevMode(t *testing.T) {
 func TestMetricsNeedTheKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s := startInProcess(t, nil, baseArgs(dir, "-api-key", apiKey, "-jwt-secret", "s3cret")...)
+	s := startInProcess(t, nil, baseArgs(dir, "-api-key", apiKey, "-jwt-secret", testSecret)...)
 	if code, b := s.do("GET", "/metrics", "", nil); code != http.StatusUnauthorized {
 		t.Errorf("without credentials: %d %s, want 401", code, b)
 	}
 	if code, b := s.do("GET", "/metrics", "wrong", nil); code != http.StatusUnauthorized {
 		t.Errorf("with a wrong key: %d %s, want 401", code, b)
 	}
-	tok, _, err := runQuick(t, nil, "-data", dir, "-jwt-secret", "s3cret", "-print-token", "alice")
+	tok, _, err := runQuick(t, nil, "-data", dir, "-jwt-secret", testSecret, "-print-token", "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -746,8 +750,8 @@ func TestMaxDevicesFlag(t *testing.T) {
 func TestMaxSubscriptionsFlag(t *testing.T) {
 	t.Parallel()
 	s := startInProcess(t, map[string]string{envName("max-subscriptions"): "2"},
-		baseArgs(t.TempDir(), "-api-key", apiKey, "-jwt-secret", "s")...)
-	tok, err := auth.Sign([]byte("s"), "1", "", time.Now(), time.Hour)
+		baseArgs(t.TempDir(), "-api-key", apiKey, "-jwt-secret", testSecret)...)
+	tok, err := auth.Sign([]byte(testSecret), "1", "", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -882,6 +886,14 @@ func TestRunConfigErrors(t *testing.T) {
 		{"no subscription allowed", nil, []string{"-max-subscriptions", "0"}, "-max-subscriptions 0: at least 1", true},
 		{"bad subscription cap from env", map[string]string{envName("max-subscriptions"): "many"}, nil, envName("max-subscriptions"), true},
 		{"no async threshold", map[string]string{envName("fanout-async-threshold"): "0"}, nil, "-fanout-async-threshold 0: at least 1", true},
+		{"no token lifetime", nil, []string{"-max-token-lifetime", "0s"}, "-max-token-lifetime 0s: at least 1s", true},
+		{"negative token lifetime from env", map[string]string{envName("max-token-lifetime"): "-1h"}, nil, "-max-token-lifetime -1h0m0s", true},
+		// Credentials shorter than 32 bytes, named with where they came from.
+		{"short api key", nil, []string{"-api-key", "k"}, "-api-key (PRESENCE_API_KEY) is 1 bytes long; at least 32 bytes are required outside -dev", true},
+		{"api key of 31 bytes", nil, []string{"-api-key", strings.Repeat("k", 31)}, "-api-key (PRESENCE_API_KEY) is 31 bytes long", true},
+		{"short jwt secret", nil, []string{"-jwt-secret", "s3cret"}, "-jwt-secret (PRESENCE_JWT_SECRET) is 6 bytes long; at least 32 bytes are required outside -dev", true},
+		{"short jwt secret from env", map[string]string{envName("jwt-secret"): "s"}, nil, "-jwt-secret (PRESENCE_JWT_SECRET) is 1 bytes long", true},
+		{"short jwt secret, printing a token", nil, []string{"-jwt-secret", "s", "-print-token", "alice"}, "-jwt-secret (PRESENCE_JWT_SECRET) is 1 bytes long", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -906,6 +918,94 @@ func TestRunConfigErrors(t *testing.T) {
 	}
 }
 
+// TestShortStoredSecret: a key under the data directory (written by hand,
+// or by an old build) is held to the same minimum and named by its file.
+func TestShortStoredSecret(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"api-key", "jwt-secret"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, name), []byte("short\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := runQuick(t, nil, baseArgs(dir)...)
+			want := filepath.Join(dir, name) + " (the stored -" + name + ") is 5 bytes long; at least 32 bytes"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("err %v, want one saying %q", err, want)
+			}
+		})
+	}
+}
+
+// TestShortSecretsUnderDev: -dev takes any key (it accepts no credentials
+// at all anyway) and still checks it.
+func TestShortSecretsUnderDev(t *testing.T) {
+	t.Parallel()
+	s := startInProcess(t, nil, baseArgs(t.TempDir(), "-dev", "-api-key", "k", "-jwt-secret", "s")...)
+	if code, b := s.do("GET", "/metrics", "k", nil); code != http.StatusOK {
+		t.Errorf("the short key under -dev: %d %s, want 200", code, b)
+	}
+	if code, b := s.do("GET", "/metrics", "wrong", nil); code != http.StatusUnauthorized {
+		t.Errorf("a wrong key under -dev: %d %s, want 401", code, b)
+	}
+}
+
+// TestTokenFlags: -max-token-lifetime, -token-audience and -token-issuer
+// reach the server's token checks and -print-token's tokens.
+func TestTokenFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	flags := []string{"-jwt-secret", testSecret, "-max-token-lifetime", "1h", "-token-audience", "presenced", "-token-issuer", "https://app.example"}
+	s := startInProcess(t, nil, baseArgs(dir, append([]string{"-api-key", apiKey}, flags...)...)...)
+	beat := func(tok string) (int, []byte) {
+		return s.do("POST", "/v1/heartbeat", tok, map[string]any{"device_id": "d1"})
+	}
+	sign := func(tk auth.Token, ttl time.Duration) string {
+		t.Helper()
+		tok, err := tk.Sign([]byte(testSecret), time.Now(), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	full := auth.Token{User: "alice", Audience: "presenced", Issuer: "https://app.example"}
+	if code, b := beat(sign(full, time.Hour)); code != http.StatusOK {
+		t.Errorf("a 1h token with aud and iss: %d %s, want 200", code, b)
+	}
+	for _, tc := range []struct {
+		name string
+		tok  string
+		want string
+	}{
+		{"a 2h token", sign(full, 2*time.Hour), "maximum token lifetime of 1h0m0s"},
+		{"no aud", sign(auth.Token{User: "alice", Issuer: full.Issuer}, time.Hour), `audience must include \"presenced\"`},
+		{"no iss", sign(auth.Token{User: "alice", Audience: full.Audience}, time.Hour), `issuer must be \"https://app.example\"`},
+	} {
+		code, b := beat(tc.tok)
+		if code != http.StatusUnauthorized || !strings.Contains(string(b), tc.want) || !strings.Contains(string(b), `"code":"unauthorized"`) {
+			t.Errorf("%s: %d %s, want 401 unauthorized saying %q", tc.name, code, b, tc.want)
+		}
+	}
+
+	// -print-token signs for the lifetime, audience and issuer in force.
+	stdout, _, err := runQuick(t, nil, append([]string{"-data", dir, "-print-token", "carol"}, flags...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(stdout)
+	if hb := s.heartbeat(tok, "", "d1"); hb["user_id"] != "carol" {
+		t.Errorf("heartbeat with the printed token: %v", hb)
+	}
+	var c jwt.RegisteredClaims
+	if _, _, err := jwt.NewParser().ParseUnverified(tok, &c); err != nil {
+		t.Fatal(err)
+	}
+	if life := c.ExpiresAt.Sub(c.IssuedAt.Time); life != time.Hour {
+		t.Errorf("printed token lives %s, want the -max-token-lifetime of 1h", life)
+	}
+}
+
 func TestRunHelp(t *testing.T) {
 	t.Parallel()
 	_, stderr, err := runQuick(t, nil, "-h")
@@ -922,12 +1022,12 @@ func TestRunHelp(t *testing.T) {
 func TestRunPrintToken(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	stdout, _, err := runQuick(t, nil, "-data", dir, "-jwt-secret", "s3cret", "-print-token", "carol")
+	stdout, _, err := runQuick(t, nil, "-data", dir, "-jwt-secret", testSecret, "-print-token", "carol")
 	if err != nil {
 		t.Fatal(err)
 	}
 	token := strings.TrimSpace(stdout)
-	s := startInProcess(t, nil, baseArgs(dir, "-jwt-secret", "s3cret")...)
+	s := startInProcess(t, nil, baseArgs(dir, "-jwt-secret", testSecret)...)
 	if hb := s.heartbeat(token, "", "d1"); hb["user_id"] != "carol" {
 		t.Errorf("heartbeat with the printed token: %v", hb)
 	}

@@ -27,7 +27,7 @@ import (
 )
 
 const (
-	clusterSecret = "multinode-test-secret"
+	clusterSecret = "multinode-test-secret-of-32-bytes-or-more"
 	clusterTTL    = 3 * time.Second
 )
 

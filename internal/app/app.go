@@ -50,11 +50,20 @@ type Config struct {
 	CloseGrace   time.Duration // a WebSocket closed without bye: offline after this unless it reconnects; default 5s, cut to TTL (= off)
 	PollInterval time.Duration // client HTTP read throttle, default 30s; negative disables
 	MaxDevices   int           // alive devices per user, default 32
-	APIKey       string
-	JWTSecret    []byte
-	Dev          bool
-	Logger       *slog.Logger
-	Clock        clock.Clock
+	// APIKey and JWTSecret are the credentials (auth.Config); outside Dev
+	// each set one must be at least auth.MinSecretLen (32) bytes long.
+	APIKey    string
+	JWTSecret []byte
+	Dev       bool
+	// MaxTokenLifetime refuses client tokens valid for longer
+	// (auth.Config.MaxLifetime). Default 24h.
+	MaxTokenLifetime time.Duration
+	// TokenAudience and TokenIssuer, when set, are required of client
+	// tokens' aud and iss (auth.Config). Empty: not checked.
+	TokenAudience string
+	TokenIssuer   string
+	Logger        *slog.Logger
+	Clock         clock.Clock
 	// ShutdownTimeout bounds the graceful stop of HTTP requests. Default 10s.
 	ShutdownTimeout time.Duration
 	// SweepInterval and FlushInterval tune the tracker (defaults 100ms, 1s).
@@ -197,6 +206,24 @@ func (c *Config) defaults() error {
 	}
 	if c.APIKey == "" && len(c.JWTSecret) == 0 && !c.Dev {
 		return errors.New("no way to authenticate: set an API key, a JWT secret, or development mode")
+	}
+	if !c.Dev {
+		if c.APIKey != "" {
+			if err := auth.CheckSecret([]byte(c.APIKey)); err != nil {
+				return fmt.Errorf("API key: %w", err)
+			}
+		}
+		if len(c.JWTSecret) > 0 {
+			if err := auth.CheckSecret(c.JWTSecret); err != nil {
+				return fmt.Errorf("JWT secret: %w", err)
+			}
+		}
+	}
+	if c.MaxTokenLifetime < 0 {
+		return fmt.Errorf("maximum token lifetime %s is negative", c.MaxTokenLifetime)
+	}
+	if c.MaxTokenLifetime == 0 {
+		c.MaxTokenLifetime = auth.DefaultMaxLifetime
 	}
 	if c.RedisURL != "" && c.PostgresURL == "" {
 		return errors.New("a Redis URL needs a PostgreSQL URL too: nodes that share hot state must share their durable store")
@@ -413,7 +440,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return connbudget.Stats{}
 		},
 	})
-	authn := auth.New(auth.Config{APIKey: cfg.APIKey, JWTSecret: cfg.JWTSecret, Dev: cfg.Dev, Clock: cfg.Clock})
+	authn := auth.New(auth.Config{
+		APIKey:      cfg.APIKey,
+		JWTSecret:   cfg.JWTSecret,
+		Dev:         cfg.Dev,
+		Clock:       cfg.Clock,
+		MaxLifetime: cfg.MaxTokenLifetime,
+		Audience:    cfg.TokenAudience,
+		Issuer:      cfg.TokenIssuer,
+	})
 	a.api, err = httpapi.New(httpapi.Config{
 		Tracker:           a.tracker,
 		Reader:            reader,

@@ -23,14 +23,14 @@ func runNode(t testing.TB, cfg app.Config) string {
 	return addr
 }
 
-// call sends a request with the API key "k" and returns the status and body.
+// call sends a request with the API key testKey and returns the status and body.
 func call(t testing.TB, addr, method, path, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Authorization", "Bearer "+testKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -74,7 +74,7 @@ func TestPostgresStopsUnderANode(t *testing.T) {
 	pg := testsvc.Postgres(t)
 	url := pg.NewDatabase(t)
 	addr := runNode(t, app.Config{
-		DataDir: t.TempDir(), APIKey: "k", JWTSecret: []byte("s"), PollInterval: -1, PostgresURL: url,
+		DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1, PostgresURL: url,
 	})
 	for _, u := range []string{"held", "ws"} {
 		if code, body := call(t, addr, "POST", "/v1/status", `{"user_id":"`+u+`","status":"away"}`); code != 200 {

@@ -31,7 +31,7 @@ func TestNoTimingSideChannel(t *testing.T) {
 		t.Skip("-short: thousands of timed requests")
 	}
 	dir := t.TempDir()
-	cfg := app.Config{DataDir: dir, APIKey: "k", JWTSecret: []byte("s"), PollInterval: -1}
+	cfg := app.Config{DataDir: dir, APIKey: testKey, JWTSecret: testSecret, PollInterval: -1}
 
 	// Run 1: gon1 and hof1 are seen, then leave; the node stops, so the
 	// next run holds nothing of them in memory.
@@ -63,7 +63,7 @@ func TestNoTimingSideChannel(t *testing.T) {
 	hon := dialWS(t, addr, "hon1")
 	hon.msg("welcome")
 
-	tok, err := auth.Sign([]byte("s"), "stranger", "", time.Now(), time.Hour)
+	tok, err := auth.Sign(testSecret, "stranger", "", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

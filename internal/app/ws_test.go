@@ -19,6 +19,12 @@ import (
 // The whole node on a real listener: the WebSocket route, the hub wired
 // to the tracker and to contact-list changes, and the shutdown order.
 
+// The credentials of the test nodes: as long as a node requires outside
+// -dev (auth.MinSecretLen).
+const testKey = "app-test-api-key-0123456789abcdef"
+
+var testSecret = []byte("app-test-jwt-secret-0123456789abcdef")
+
 type wsClient struct {
 	t  *testing.T
 	nc net.Conn
@@ -27,7 +33,7 @@ type wsClient struct {
 
 func dialWS(t *testing.T, addr, user string) *wsClient {
 	t.Helper()
-	tok, err := auth.Sign([]byte("s"), user, "", time.Now(), time.Hour)
+	tok, err := auth.Sign(testSecret, user, "", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +79,7 @@ func (c *wsClient) msg(typ string) map[string]any {
 
 func TestWebSocketNode(t *testing.T) {
 	a, err := app.New(context.Background(), app.Config{
-		DataDir: t.TempDir(), APIKey: "k", JWTSecret: []byte("s"), PollInterval: -1,
+		DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +97,7 @@ func TestWebSocketNode(t *testing.T) {
 	put := func(path, body string) {
 		t.Helper()
 		req, _ := http.NewRequest("PUT", "http://"+addr+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer k")
+		req.Header.Set("Authorization", "Bearer "+testKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,13 @@
 // Package auth tells who is calling: an app backend proving itself with the
 // API key, a client proving its user with an HS256 JWT, or — only under the
 // explicit development mode — anybody at all.
+//
+// A client token is accepted only if it is HS256 with the configured
+// secret, carries a valid subject and an exp, is within its exp and nbf
+// (give or take the leeway), expires no later than MaxLifetime after now
+// and — when it carries iat — no later than MaxLifetime after its iat, has
+// the configured audience and issuer when those are set, and has no crit
+// header (this server understands no extensions, RFC 7515 §4.1.11).
 package auth
 
 import (
@@ -8,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +40,10 @@ type Principal struct {
 	Kind   Kind
 	UserID string // Client: the token's subject
 	Device string // Client: the token's optional device claim
+	// Expires is when a Client's token expires (its exp); zero for the
+	// other kinds, whose credentials do not expire. A WebSocket opened
+	// with the token is closed then.
+	Expires time.Time
 }
 
 // Errors callers branch on. Both mean 401.
@@ -40,22 +52,59 @@ var (
 	ErrInvalid = errors.New("invalid credentials")
 )
 
+// DefaultMaxLifetime is the longest a client token may be valid for,
+// unless Config.MaxLifetime says otherwise.
+const DefaultMaxLifetime = 24 * time.Hour
+
+// MinSecretLen is the shortest API key or JWT secret, in bytes, that a
+// node accepts outside development mode: HS256 needs a key at least as
+// long as its hash output (RFC 7518 §3.2), and a shorter API key is
+// guessable. The node (internal/app, cmd/presenced) enforces it; New does
+// not, so tests may use short ones.
+const MinSecretLen = 32
+
+// CheckSecret returns an error saying why secret (an API key or a JWT
+// secret) is too short outside development mode, or nil.
+func CheckSecret(secret []byte) error {
+	if len(secret) < MinSecretLen {
+		return fmt.Errorf("%d bytes long; at least %d bytes are required outside -dev (e.g. openssl rand -hex 32)", len(secret), MinSecretLen)
+	}
+	return nil
+}
+
 // Config configures an Authenticator.
 type Config struct {
 	APIKey    string      // the backends' key; empty: no backend can authenticate
 	JWTSecret []byte      // the HS256 secret of client tokens; empty: no client can
 	Dev       bool        // accept requests without credentials as Anonymous
 	Clock     clock.Clock // for token expiry; default the wall clock
-	// Leeway tolerates clock skew on exp/nbf/iat. Default 30s.
+	// Leeway tolerates clock skew on exp/nbf/iat and on MaxLifetime
+	// counted from now. Default 30s.
 	Leeway time.Duration
+	// MaxLifetime refuses a token whose exp is more than this after now
+	// (plus Leeway, for a minter whose clock is ahead) or, when it carries
+	// iat, more than this after its iat: a token good for a year is
+	// refused for its whole life, not only while young. Default
+	// DefaultMaxLifetime (24h).
+	MaxLifetime time.Duration
+	// Audience, when set, must be one of the token's aud values (a string
+	// or an array of strings, RFC 7519 §4.1.3); empty: aud is not checked.
+	Audience string
+	// Issuer, when set, must equal the token's iss; empty: not checked.
+	Issuer string
 }
 
 // Authenticator checks credentials. It is safe for concurrent use.
 type Authenticator struct {
-	apiKey []byte
-	secret []byte
-	dev    bool
-	parser *jwt.Parser
+	apiKey      []byte
+	secret      []byte
+	dev         bool
+	clock       clock.Clock
+	leeway      time.Duration
+	maxLifetime time.Duration
+	audience    string
+	issuer      string
+	parser      *jwt.Parser
 }
 
 // New returns an Authenticator.
@@ -66,10 +115,18 @@ func New(cfg Config) *Authenticator {
 	if cfg.Leeway <= 0 {
 		cfg.Leeway = 30 * time.Second
 	}
+	if cfg.MaxLifetime <= 0 {
+		cfg.MaxLifetime = DefaultMaxLifetime
+	}
 	return &Authenticator{
-		apiKey: []byte(cfg.APIKey),
-		secret: cfg.JWTSecret,
-		dev:    cfg.Dev,
+		apiKey:      []byte(cfg.APIKey),
+		secret:      cfg.JWTSecret,
+		dev:         cfg.Dev,
+		clock:       cfg.Clock,
+		leeway:      cfg.Leeway,
+		maxLifetime: cfg.MaxLifetime,
+		audience:    cfg.Audience,
+		issuer:      cfg.Issuer,
 		parser: jwt.NewParser(
 			jwt.WithValidMethods([]string{"HS256"}),
 			jwt.WithTimeFunc(cfg.Clock.Now),
@@ -113,8 +170,11 @@ func (a *Authenticator) Credential(cred string) (Principal, error) {
 		return Principal{}, ErrInvalid
 	}
 	var c claims
-	_, err := a.parser.ParseWithClaims(cred, &c, func(*jwt.Token) (any, error) { return a.secret, nil })
+	tok, err := a.parser.ParseWithClaims(cred, &c, func(*jwt.Token) (any, error) { return a.secret, nil })
 	if err != nil {
+		return Principal{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := a.checkToken(tok.Header, &c); err != nil {
 		return Principal{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if err := presence.ValidateID(c.Subject); err != nil {
@@ -125,7 +185,31 @@ func (a *Authenticator) Credential(cred string) (Principal, error) {
 			return Principal{}, fmt.Errorf("%w: token device: %v", ErrInvalid, err)
 		}
 	}
-	return Principal{Kind: Client, UserID: c.Subject, Device: c.Device}, nil
+	return Principal{Kind: Client, UserID: c.Subject, Device: c.Device, Expires: c.ExpiresAt.Time}, nil
+}
+
+// checkToken applies the rules the parser does not know of to a token
+// whose signature, exp and nbf it has checked.
+func (a *Authenticator) checkToken(header map[string]any, c *claims) error {
+	if crit, ok := header["crit"]; ok {
+		return fmt.Errorf("token header crit %v: this server understands no JWS extensions", crit)
+	}
+	exp := c.ExpiresAt.Time // the parser requires exp
+	if left := exp.Sub(a.clock.Now()); left > a.maxLifetime+a.leeway {
+		return fmt.Errorf("token expires in %s, more than the maximum token lifetime of %s", left.Round(time.Second), a.maxLifetime)
+	}
+	if c.IssuedAt != nil {
+		if life := exp.Sub(c.IssuedAt.Time); life > a.maxLifetime {
+			return fmt.Errorf("token lives %s from iat to exp, more than the maximum token lifetime of %s", life.Round(time.Second), a.maxLifetime)
+		}
+	}
+	if a.audience != "" && !slices.Contains(c.Audience, a.audience) {
+		return fmt.Errorf("token audience must include %q", a.audience)
+	}
+	if a.issuer != "" && c.Issuer != a.issuer {
+		return fmt.Errorf("token issuer must be %q", a.issuer)
+	}
+	return nil
 }
 
 type claims struct {
@@ -137,11 +221,28 @@ type claims struct {
 // expires after ttl. Backends do this in their own language; Sign serves
 // tests, tools and the -print-token flag.
 func Sign(secret []byte, user, device string, now time.Time, ttl time.Duration) (string, error) {
+	return Token{User: user, Device: device}.Sign(secret, now, ttl)
+}
+
+// Token is the content of a client token that Sign makes.
+type Token struct {
+	User     string // sub
+	Device   string // device, optional
+	Audience string // aud, optional
+	Issuer   string // iss, optional
+}
+
+// Sign returns the HS256 token issued at now that expires after ttl.
+func (t Token) Sign(secret []byte, now time.Time, ttl time.Duration) (string, error) {
 	if ttl <= 0 {
 		return "", errors.New("auth: a token needs a positive lifetime (tokens without exp are refused)")
 	}
-	c := claims{Device: device}
-	c.Subject = user
+	c := claims{Device: t.Device}
+	c.Subject = t.User
+	c.Issuer = t.Issuer
+	if t.Audience != "" {
+		c.Audience = jwt.ClaimStrings{t.Audience}
+	}
 	c.IssuedAt = jwt.NewNumericDate(now)
 	c.ExpiresAt = jwt.NewNumericDate(now.Add(ttl))
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)

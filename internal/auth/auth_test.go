@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	secret = []byte("s3cret")
+	secret = []byte("auth-test-secret-of-32-bytes-ok!")
 	t0     = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 )
 
@@ -56,6 +56,7 @@ func TestCredential(t *testing.T) {
 	// Hand-made tokens carry a valid exp, so that each is refused for the
 	// reason its case names and not for a missing exp.
 	exp := t0.Add(time.Hour).Unix()
+	expires := time.Unix(exp, 0)
 	tests := []struct {
 		name    string
 		cred    string
@@ -63,14 +64,14 @@ func TestCredential(t *testing.T) {
 		wantErr error
 	}{
 		{"api key", "key", auth.Principal{Kind: auth.Backend}, nil},
-		{"token", good, auth.Principal{Kind: auth.Client, UserID: "alice"}, nil},
-		{"token with device", mustSign(t, "alice", "phone", t0, time.Hour), auth.Principal{Kind: auth.Client, UserID: "alice", Device: "phone"}, nil},
+		{"token", good, auth.Principal{Kind: auth.Client, UserID: "alice", Expires: expires}, nil},
+		{"token with device", mustSign(t, "alice", "phone", t0, time.Hour), auth.Principal{Kind: auth.Client, UserID: "alice", Device: "phone", Expires: expires}, nil},
 		// A token that never expires could never be revoked.
 		{"token without expiry", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob"}), auth.Principal{}, auth.ErrInvalid},
 		{"token with iat but no exp", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob", "iat": t0.Unix()}), auth.Principal{}, auth.ErrInvalid},
 		{"token with a null exp", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob", "exp": nil}), auth.Principal{}, auth.ErrInvalid},
-		{"hand-made token with exp", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob", "exp": exp}), auth.Principal{Kind: auth.Client, UserID: "bob"}, nil},
-		{"expired within leeway", mustSign(t, "bob", "", t0.Add(-time.Hour-20*time.Second), time.Hour), auth.Principal{Kind: auth.Client, UserID: "bob"}, nil},
+		{"hand-made token with exp", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "bob", "exp": exp}), auth.Principal{Kind: auth.Client, UserID: "bob", Expires: expires}, nil},
+		{"expired within leeway", mustSign(t, "bob", "", t0.Add(-time.Hour-20*time.Second), time.Hour), auth.Principal{Kind: auth.Client, UserID: "bob", Expires: t0.Add(-20 * time.Second)}, nil},
 		{"empty", "", auth.Principal{}, auth.ErrMissing},
 		{"wrong key", "kay", auth.Principal{}, auth.ErrInvalid},
 		{"key prefix", "ke", auth.Principal{}, auth.ErrInvalid},
@@ -98,10 +99,159 @@ func TestCredential(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
 				t.Fatalf("err: got %v, want %v", err, tc.wantErr)
 			}
-			if got != tc.want {
+			if !samePrincipal(got, tc.want) {
 				t.Errorf("principal: got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+func samePrincipal(a, b auth.Principal) bool {
+	return a.Kind == b.Kind && a.UserID == b.UserID && a.Device == b.Device && a.Expires.Equal(b.Expires)
+}
+
+// signHeader signs claims with HS256 and the test secret, with extra
+// header fields.
+func signHeader(t *testing.T, header map[string]any, c jwt.MapClaims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, c)
+	for k, v := range header {
+		tok.Header[k] = v
+	}
+	s, err := tok.SignedString(secret)
+	if err != nil {
+		t.Fatalf("signing: %v", err)
+	}
+	return s
+}
+
+// TestTokenRules: the rules beyond signature and expiry — the maximum
+// lifetime (from now and from iat), aud, iss and crit — each refuse what
+// they must and nothing else.
+func TestTokenRules(t *testing.T) {
+	now := t0.Unix()
+	h := int64(time.Hour / time.Second)
+	day := 24 * h
+	claims := func(kv ...any) jwt.MapClaims {
+		c := jwt.MapClaims{"sub": "alice"}
+		for i := 0; i < len(kv); i += 2 {
+			c[kv[i].(string)] = kv[i+1]
+		}
+		return c
+	}
+	hs := func(c jwt.MapClaims) string { return sign(t, jwt.SigningMethodHS256, secret, c) }
+	def := auth.Config{}
+	short := auth.Config{MaxLifetime: time.Hour}
+	aud := auth.Config{Audience: "presenced"}
+	iss := auth.Config{Issuer: "https://app.example"}
+	tests := []struct {
+		name string
+		cfg  auth.Config
+		cred string
+		ok   bool
+	}{
+		// The maximum lifetime, counted from now (with the leeway).
+		{"exp in 24h", def, hs(claims("exp", now+day)), true},
+		{"exp in 24h and 20s: within the leeway", def, hs(claims("exp", now+day+20)), true},
+		{"exp in 24h and 31s", def, hs(claims("exp", now+day+31)), false},
+		{"exp in 100 years", def, hs(claims("exp", now+100*365*day)), false},
+		{"exp in the year 3000", def, hs(claims("exp", time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC).Unix())), false},
+		{"exp of 1e300", def, hs(claims("exp", 1e300)), false},
+		{"exp in 2h, maximum 1h", short, hs(claims("exp", now+2*h)), false},
+		{"exp in 1h, maximum 1h", short, hs(claims("exp", now+h)), true},
+		// And from iat, exactly (both ends are the minter's clock).
+		{"iat now, exp in 24h", def, hs(claims("iat", now, "exp", now+day)), true},
+		{"iat now, exp in 24h and 1s", def, hs(claims("iat", now, "exp", now+day+1)), false},
+		{"a 25h token with 2h left", def, hs(claims("iat", now-23*h, "exp", now+2*h)), false},
+		{"a 24h token with 2h left", def, hs(claims("iat", now-22*h, "exp", now+2*h)), true},
+		{"Sign's 24h token", def, mustSign(t, "alice", "", t0, 24*time.Hour), true},
+		{"Sign's 24h token, maximum 1h", short, mustSign(t, "alice", "", t0, 24*time.Hour), false},
+		// crit: no extension is understood, so any crit is refused.
+		{"crit", def, signHeader(t, map[string]any{"crit": []string{"exp"}}, claims("exp", now+h)), false},
+		{"empty crit", def, signHeader(t, map[string]any{"crit": []string{}}, claims("exp", now+h)), false},
+		{"null crit", def, signHeader(t, map[string]any{"crit": nil}, claims("exp", now+h)), false},
+		{"other header fields", def, signHeader(t, map[string]any{"kid": "k1", "cty": "x"}, claims("exp", now+h)), true},
+		// aud, when required: a string or an array holding it.
+		{"aud not required", def, hs(claims("exp", now+h, "aud", "other")), true},
+		{"aud required, none", aud, hs(claims("exp", now+h)), false},
+		{"aud string", aud, hs(claims("exp", now+h, "aud", "presenced")), true},
+		{"aud array", aud, hs(claims("exp", now+h, "aud", []string{"other", "presenced"})), true},
+		{"aud other", aud, hs(claims("exp", now+h, "aud", "other")), false},
+		{"aud array without it", aud, hs(claims("exp", now+h, "aud", []string{"other", "Presenced"})), false},
+		{"aud empty array", aud, hs(claims("exp", now+h, "aud", []string{})), false},
+		{"aud not a string", aud, hs(claims("exp", now+h, "aud", 7)), false},
+		// iss, when required: exactly.
+		{"iss not required", def, hs(claims("exp", now+h, "iss", "anyone")), true},
+		{"iss required, none", iss, hs(claims("exp", now+h)), false},
+		{"iss", iss, hs(claims("exp", now+h, "iss", "https://app.example")), true},
+		{"iss other", iss, hs(claims("exp", now+h, "iss", "https://app.example/")), false},
+		{"Token.Sign with aud and iss", auth.Config{Audience: "presenced", Issuer: "https://app.example"},
+			func() string {
+				s, err := auth.Token{User: "alice", Audience: "presenced", Issuer: "https://app.example"}.Sign(secret, t0, time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}(), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.JWTSecret, tc.cfg.Clock = secret, clock.NewFake(t0)
+			got, err := auth.New(tc.cfg).Credential(tc.cred)
+			if tc.ok {
+				if err != nil || got.Kind != auth.Client || got.UserID != "alice" {
+					t.Fatalf("got %+v, %v; want alice's token accepted", got, err)
+				}
+				return
+			}
+			if !errors.Is(err, auth.ErrInvalid) {
+				t.Fatalf("got %+v, %v; want ErrInvalid", got, err)
+			}
+			if got != (auth.Principal{}) {
+				t.Errorf("a refused token gave principal %+v", got)
+			}
+		})
+	}
+}
+
+// TestTokenRuleMessages: each refusal says which rule it is.
+func TestTokenRuleMessages(t *testing.T) {
+	a := auth.New(auth.Config{JWTSecret: secret, Clock: clock.NewFake(t0), Audience: "presenced", Issuer: "app"})
+	exp := t0.Add(time.Hour).Unix()
+	tests := []struct {
+		name, cred, want string
+	}{
+		{"lifetime", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "aud": "presenced", "iss": "app", "exp": t0.Add(48 * time.Hour).Unix()}), "maximum token lifetime of 24h0m0s"},
+		{"crit", signHeader(t, map[string]any{"crit": []string{"x"}}, jwt.MapClaims{"sub": "a", "aud": "presenced", "iss": "app", "exp": exp}), "crit"},
+		{"aud", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "iss": "app", "exp": exp}), `audience must include "presenced"`},
+		{"iss", sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "aud": "presenced", "exp": exp}), `issuer must be "app"`},
+	}
+	for _, tc := range tests {
+		_, err := a.Credential(tc.cred)
+		if !errors.Is(err, auth.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want ErrInvalid saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCheckSecret(t *testing.T) {
+	for _, tc := range []struct {
+		secret string
+		ok     bool
+	}{
+		{"", false},
+		{"k", false},
+		{strings.Repeat("x", auth.MinSecretLen-1), false},
+		{strings.Repeat("x", auth.MinSecretLen), true},
+		{strings.Repeat("x", 64), true},
+	} {
+		err := auth.CheckSecret([]byte(tc.secret))
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckSecret(%d bytes): %v, want ok %v", len(tc.secret), err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "at least 32 bytes") {
+			t.Errorf("CheckSecret(%d bytes): %q does not name the minimum", len(tc.secret), err)
+		}
 	}
 }
 

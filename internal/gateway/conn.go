@@ -29,6 +29,7 @@ const (
 	closeTooBig      ws.StatusCode = 1009
 	closeIdle        ws.StatusCode = 4001
 	closeSlow        ws.StatusCode = 4002
+	closeExpired     ws.StatusCode = 4003
 )
 
 // conn is one WebSocket connection. Its read side (in, msg, rate, strikes)
@@ -43,6 +44,9 @@ type conn struct {
 	id     uint64
 	user   string
 	device string
+	// expAt is when the connection's client token expires (Unix ms), 0:
+	// never (dev mode). The connection is closed 4003 then.
+	expAt int64
 
 	// read side
 	in      []byte           // an incomplete frame carried over to the next read
@@ -543,6 +547,13 @@ func validCloseCode(code ws.StatusCode) bool {
 // connection is closing.
 func (c *conn) message(op ws.OpCode, p []byte) bool {
 	now := c.g.now()
+	if c.expired(now) {
+		// Not one message acts on an expired token, even before the
+		// sweep closes the connection.
+		c.g.stats.closedExpired.Add(1)
+		c.close(closeExpired, "token expired")
+		return false
+	}
 	c.idleAt.Store(now + c.g.ttlMs)
 	// Heartbeats that arrive together in one read say the same thing: the
 	// server was behind, not the client too fast. The first is applied;
@@ -587,6 +598,19 @@ func (c *conn) message(op ws.OpCode, p []byte) bool {
 		return true
 	}
 	return c.handle(&m)
+}
+
+// expired reports whether the connection's token has expired at now.
+func (c *conn) expired(now int64) bool { return c.expAt != 0 && now >= c.expAt }
+
+// deadline is when the connection is next due in the idle index: at its
+// idle deadline, or when its token expires if that comes first.
+func (c *conn) deadline() int64 {
+	at := c.idleAt.Load()
+	if c.expAt != 0 && c.expAt < at {
+		return c.expAt
+	}
+	return at
 }
 
 // opTimeout bounds the tracker and hub calls of one message.

@@ -230,3 +230,41 @@ func TestIdleIndex(t *testing.T) {
 		t.Fatalf("heap %+v after teardown, want empty", g.idle.h)
 	}
 }
+
+// TestIdleIndexTokenExpiry: a connection's item sits at the earlier of its
+// idle deadline and its token's expiry; speaking moves the first, never the
+// second, and a connection without a token has no expiry.
+func TestIdleIndexTokenExpiry(t *testing.T) {
+	g, _, _ := pipeConn(t, 8)
+	mk := func(id uint64, idleAt, expAt int64) *conn {
+		c := &conn{g: g, user: fmt.Sprint(id), device: "d", id: id, heapIdx: -1, expAt: expAt}
+		c.idleAt.Store(idleAt)
+		g.idle.push(c.deadline(), c)
+		return c
+	}
+	soon := mk(10, 5000, 3000)     // expires before it would be idle
+	spoke := mk(11, 1000, 4000)    // idle first, then speaks
+	dev := mk(12, 1000, 0)         // no token, then speaks
+	later := mk(13, 2000, 100_000) // idle long before it expires
+	spoke.idleAt.Store(9000)
+	dev.idleAt.Store(9000)
+
+	if due := g.idle.due(1999, nil); len(due) != 0 {
+		t.Fatalf("due at 1999: %d connections, want none (the two that spoke are pushed back)", len(due))
+	}
+	if due := g.idle.due(2000, nil); len(due) != 1 || due[0] != later {
+		t.Fatalf("due at 2000: %v, want the silent one", due)
+	}
+	if due := g.idle.due(3000, nil); len(due) != 1 || due[0] != soon || !soon.expired(3000) || soon.expired(2999) {
+		t.Fatalf("due at 3000: %v, want the one whose token expires", due)
+	}
+	if due := g.idle.due(4000, nil); len(due) != 1 || due[0] != spoke || !spoke.expired(4000) {
+		t.Fatalf("due at 4000: %v, want the one that spoke but whose token expires", due)
+	}
+	if due := g.idle.due(8999, nil); len(due) != 0 {
+		t.Fatalf("due at 8999: %d connections, want none", len(due))
+	}
+	if due := g.idle.due(9000, nil); len(due) != 1 || due[0] != dev || dev.expired(1<<60) {
+		t.Fatalf("due at 9000: %v, want the tokenless one, idle and never expired", due)
+	}
+}

@@ -18,7 +18,8 @@
 // Close codes: 1000 after bye (or echoing the client's close), 1001
 // shutdown, 1002 protocol error, 1007 invalid UTF-8, 1008 persistent rate
 // abuse, 1009 message over 64 KiB, 4001 idle for one ttl, 4002 slow
-// consumer.
+// consumer, 4003 the client token expired (not a bye: the device keeps its
+// close grace, for the client to reconnect with a fresh token).
 package gateway
 
 import (
@@ -103,7 +104,9 @@ type Config struct {
 	// Workers is the number of goroutines reading readable sockets.
 	// Default 16.
 	Workers int
-	// IdleCheck is how often idle connections are looked for. Default 1s.
+	// IdleCheck is how often idle connections and expired tokens are
+	// looked for: a socket is closed at most this long after its token
+	// expires (at once if it sends a message). Default 1s.
 	IdleCheck time.Duration
 	// NoEpoll serves every connection with its own reading goroutine (the
 	// portable path; always used where epoll is not available).
@@ -146,7 +149,7 @@ type Gateway struct {
 	devWarned atomic.Bool // the -dev warning was logged
 
 	stats struct {
-		accepted, closedIdle, closedSlow, closedRate, closedSize, rateLimited, coalescedBeats atomic.Uint64
+		accepted, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats atomic.Uint64
 	}
 	nextID atomic.Uint64
 }
@@ -160,6 +163,7 @@ type Stats struct {
 	ClosedSlow     uint64 // 4002
 	ClosedRate     uint64 // 1008
 	ClosedTooBig   uint64 // 1009
+	ClosedExpired  uint64 // 4003: the client token expired
 	RateLimited    uint64 // messages refused with rate_limited
 	CoalescedBeats uint64 // heartbeats read together with an identical one and applied once
 	EpollDisabled  bool
@@ -249,6 +253,7 @@ func (g *Gateway) Stats() Stats {
 		ClosedSlow:     g.stats.closedSlow.Load(),
 		ClosedRate:     g.stats.closedRate.Load(),
 		ClosedTooBig:   g.stats.closedSize.Load(),
+		ClosedExpired:  g.stats.closedExpired.Load(),
 		RateLimited:    g.stats.rateLimited.Load(),
 		CoalescedBeats: g.stats.coalescedBeats.Load(),
 		EpollDisabled:  noEpoll,

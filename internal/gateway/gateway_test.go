@@ -14,6 +14,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/presence"
 )
@@ -562,4 +563,103 @@ func TestUsersGauge(t *testing.T) {
 	again := n.dial("2", "phone")
 	again.msgType("welcome")
 	want("user 2 back", 1, 1)
+}
+
+// dialToken connects with the given token as device.
+func (n *node) dialToken(tok, device string) *client {
+	n.t.Helper()
+	return n.dialQuery("?token="+tok+"&device_id="+device, nil)
+}
+
+// TestTokenExpiryCloses: a socket is closed 4003 when its token expires,
+// silent or not, and that is no bye: the device keeps its close grace, so
+// coming back with a fresh token within it shows nothing to anyone.
+func TestTokenExpiryCloses(t *testing.T) {
+	n := newNode(t, opts{})
+	rec := n.record()
+	// exp is in whole seconds: t0 is 03:04:05.678, so this token expires
+	// at 03:04:15, 9.322 s from now.
+	tok, err := auth.Sign(secret, "1", "", n.clk.Now(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := n.dialToken(tok, "phone")
+	c.msgType("welcome")
+	n.clk.Advance(9 * time.Second)
+	c.send(`{"type":"heartbeat"}`) // a message does not put the expiry off
+	c.silent(30 * time.Millisecond)
+	n.clk.Advance(time.Second)
+	c.closed(4003)
+	if s := n.gw.Stats(); s.ClosedExpired != 1 || s.ClosedIdle != 0 {
+		t.Fatalf("stats %+v, want one 4003", s)
+	}
+	waitFor(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
+	n.clk.Advance(presence.DefaultCloseGrace - time.Millisecond)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c = n.dialToken(n.token("1", ""), "phone")
+	c.msgType("welcome")
+	n.clk.Advance(29 * time.Second)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if evs := rec.of("1"); len(evs) != 1 || evs[0].Status != presence.Online {
+		t.Fatalf("events %+v, want only the first online: the expiry close is not a bye", evs)
+	}
+	// Not back within the grace: offline at its end, as after any drop.
+	c.nc.Close()
+	waitFor(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
+	n.clk.Advance(presence.DefaultCloseGrace)
+	if _, err := n.tr.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if evs := rec.of("1"); len(evs) != 2 || evs[1].Status != presence.Offline {
+		t.Fatalf("events %+v, want online, then offline after the grace", evs)
+	}
+}
+
+// TestExpiredTokenActsNoMore: a message on a socket whose token has
+// expired closes it 4003 and changes nothing, even before a sweep; an
+// upgrade with a token past its exp is refused although HTTP would still
+// take it within the leeway.
+func TestExpiredTokenActsNoMore(t *testing.T) {
+	n := newNode(t, opts{tweak: func(c *gateway.Config) { c.IdleCheck = time.Hour }})
+	tok, err := auth.Sign(secret, "1", "", n.clk.Now(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := n.dialToken(tok, "phone")
+	c.msgType("welcome")
+	n.clk.Advance(10 * time.Second)
+	c.send(`{"type":"set_status","status":"busy"}`)
+	c.closed(4003)
+	var s [1]presence.Snapshot
+	if err := n.tr.Get(context.Background(), n.tr.Now(), []string{"1"}, s[:]); err != nil {
+		t.Fatal(err)
+	}
+	if s[0].Status != presence.Online {
+		t.Fatalf("status %q after a set_status on an expired token, want online", s[0].Status)
+	}
+	code, m := upgradeReq(t, n, "?token="+tok, nil)
+	msg, _ := m["error"].(map[string]any)["message"].(string)
+	if code != http.StatusUnauthorized || !strings.Contains(msg, "the token expired at 2026-01-02T03:04:15Z") {
+		t.Fatalf("upgrade with the expired token: %d %v, want 401 saying when it expired", code, m)
+	}
+}
+
+// TestDevSocketsNeverExpire: a socket without a token (dev mode) has no
+// expiry: beating, it stays up however long.
+func TestDevSocketsNeverExpire(t *testing.T) {
+	n := newNode(t, opts{dev: true, ttl: 10 * time.Hour})
+	c := n.dialQuery("?user_id=1", nil)
+	c.msgType("welcome")
+	for range 3 {
+		n.clk.Advance(9 * time.Hour)
+		c.send(`{"type":"heartbeat"}`)
+		c.silent(30 * time.Millisecond)
+	}
+	if s := n.gw.Stats(); s.ClosedExpired != 0 || s.Connections != 1 {
+		t.Fatalf("stats %+v", s)
+	}
 }

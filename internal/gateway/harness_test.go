@@ -32,10 +32,10 @@ import (
 // gateway — behind an httptest server on 127.0.0.1, on a fake clock, and
 // talk to it over real sockets with a small raw WebSocket client.
 
-const apiKey = "k"
+const apiKey = "gateway-test-api-key-0123456789abcdef" // as long as a node requires
 
 var (
-	secret = []byte("s")
+	secret = []byte("gateway-test-jwt-secret-0123456789abcdef")
 	t0     = time.Date(2026, 1, 2, 3, 4, 5, 678e6, time.UTC)
 )
 

@@ -5,13 +5,15 @@ import (
 	"sync"
 )
 
-// idleIndex is the deadline index of silent connections: a min-heap of
-// (deadline, conn), one item per open connection. A message only moves the
-// connection's idleAt forward; the heap item is corrected lazily when it
-// comes due, so a message costs one atomic store and each connection is
-// re-pushed at most once per ttl. A closed connection's item is removed at
-// once (conn.heapIdx), so closed connections are not kept until their
-// deadline.
+// idleIndex is the deadline index of silent connections and expiring
+// tokens: a min-heap of (deadline, conn), one item per open connection,
+// at the earlier of the connection's idle deadline and its token's
+// expiry (conn.deadline). A message only moves the connection's idleAt
+// forward (a token's expiry never moves); the heap item is corrected
+// lazily when it comes due, so a message costs one atomic store and each
+// connection is re-pushed at most once per ttl. A closed connection's item
+// is removed at once (conn.heapIdx), so closed connections are not kept
+// until their deadline.
 type idleIndex struct {
 	mu sync.Mutex // guards h
 	h  idleHeap
@@ -60,7 +62,8 @@ func (x *idleIndex) remove(c *conn) {
 }
 
 // due pops the connections whose item is due at now into out: closed ones
-// are dropped, ones that spoke since are pushed back at their new deadline.
+// are dropped, ones that spoke since (and whose token has not expired) are
+// pushed back at their new deadline.
 func (x *idleIndex) due(now int64, out []*conn) []*conn {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -73,7 +76,7 @@ func (x *idleIndex) due(now int64, out []*conn) []*conn {
 		if gone {
 			continue
 		}
-		if at := c.idleAt.Load(); at > now {
+		if at := c.deadline(); at > now {
 			heap.Push(&x.h, idleItem{at: at, c: c})
 			continue
 		}
@@ -82,16 +85,23 @@ func (x *idleIndex) due(now int64, out []*conn) []*conn {
 	return out
 }
 
-// sweepIdle closes, with 4001, every connection silent for one ttl. A
-// connection whose socket holds unread bytes is not silent — the server is
-// behind, not the client — and is given another ttl.
+// sweepIdle closes every connection whose token has expired, with 4003,
+// and every connection silent for one ttl, with 4001. A connection whose
+// socket holds unread bytes is not silent — the server is behind, not the
+// client — and is given another ttl (but not past its token's expiry).
+// A 4003 is not a bye: the device keeps its close grace for the client to
+// come back with a fresh token.
 func (g *Gateway) sweepIdle() {
 	now := g.now()
 	for _, c := range g.idle.due(now, nil) {
+		if c.expired(now) {
+			g.stats.closedExpired.Add(1)
+			c.close(closeExpired, "token expired")
+			continue
+		}
 		if unread(c) {
-			at := now + g.ttlMs
-			c.idleAt.Store(at)
-			g.idle.push(at, c)
+			c.idleAt.Store(now + g.ttlMs)
+			g.idle.push(c.deadline(), c)
 			continue
 		}
 		g.stats.closedIdle.Add(1)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gobwas/ws"
 
@@ -68,6 +69,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		return refuse(http.StatusUnauthorized, "unauthorized", "%v", err)
 	}
 	var user string
+	var expAt int64 // the token's exp, Unix ms; 0: the credential does not expire
 	switch p.Kind {
 	case auth.Backend:
 		return refuse(http.StatusForbidden, "forbidden", "the API key is not accepted on a WebSocket: a socket is one user's device; connect with the user's token")
@@ -76,6 +78,16 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 			return refuse(http.StatusForbidden, "forbidden", "a client token may only connect as its own user")
 		}
 		user = p.UserID
+		if !p.Expires.IsZero() {
+			// On a socket exp is exact: the socket would be closed 4003
+			// at once, so a token within the leeway after its exp (still
+			// taken by HTTP requests) opens none.
+			expAt = p.Expires.UnixMilli()
+			if g.now() >= expAt {
+				return refuse(http.StatusUnauthorized, "unauthorized", "%v: the token expired at %s; connect with a fresh one",
+					auth.ErrInvalid, p.Expires.UTC().Format(time.RFC3339))
+			}
+		}
 	default: // Anonymous: only under -dev
 		if claimedUser == "" {
 			return refuse(http.StatusBadRequest, "invalid_id", "user_id is required (development mode without a token)")
@@ -144,7 +156,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		}
 		return nil
 	}
-	c := &conn{g: g, nc: nc, user: user, device: dev, id: g.nextID.Add(1), heapIdx: -1}
+	c := &conn{g: g, nc: nc, user: user, device: dev, expAt: expAt, id: g.nextID.Add(1), heapIdx: -1}
 	c.idleAt.Store(g.now() + g.ttlMs)
 	c.lastBeat.Store(g.now()) // the connect heartbeat
 	// What the client sent right after its handshake is already buffered.
@@ -168,7 +180,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	registered = true // unregister gives the place back
 	g.stats.accepted.Add(1)
 	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, g.cfg.TTL/4, g.cfg.TTL, g.cfg.CloseGrace)})
-	g.idle.push(c.idleAt.Load(), c)
+	g.idle.push(c.deadline(), c)
 	if len(early) > 0 && !c.feed(early) {
 		return nil
 	}

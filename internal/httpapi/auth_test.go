@@ -54,12 +54,12 @@ func TestAuthRequired(t *testing.T) {
 	}{
 		{"no header", ""},
 		{"empty bearer", "Bearer "},
-		{"bad key", "Bearer kk"},
+		{"bad key", "Bearer " + apiKey + "k"},
 		{"other key", "Bearer x"},
-		{"basic scheme", "Basic " + b64([]byte("k:k"))},
+		{"basic scheme", "Basic " + b64([]byte(apiKey+":"))},
 		{"key without scheme", apiKey},
 		{"garbage token", "Bearer a.b.c"},
-		{"other secret", "Bearer " + signClaims(t, jwt.SigningMethodHS256, []byte("not-s"), claims("1"))},
+		{"other secret", "Bearer " + signClaims(t, jwt.SigningMethodHS256, []byte("not-the-secret-of-the-node-0123456789"), claims("1"))},
 		{"expired", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
 			jwt.MapClaims{"sub": "1", "exp": now.Add(-time.Minute).Unix()})},
 		{"not yet valid", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
@@ -81,6 +81,23 @@ func TestAuthRequired(t *testing.T) {
 		{"device claim with an override", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
 			jwt.MapClaims{"sub": "1", "device": "d\u202e", "exp": exp})},
 		{"subject with a C1 control", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret, claims("1\u0085"))},
+		// Longer than the maximum token lifetime (24h by default), from now
+		// or from iat, and extensions this server does not understand.
+		{"exp in 100 years", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
+			jwt.MapClaims{"sub": "1", "exp": now.AddDate(100, 0, 0).Unix()})},
+		{"exp in the year 3000", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
+			jwt.MapClaims{"sub": "1", "exp": time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC).Unix()})},
+		{"a 48h token with an hour left", "Bearer " + signClaims(t, jwt.SigningMethodHS256, secret,
+			jwt.MapClaims{"sub": "1", "iat": now.Add(-47 * time.Hour).Unix(), "exp": exp})},
+		{"crit header", "Bearer " + func() string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims("1"))
+			tok.Header["crit"] = []string{"exp"}
+			s, err := tok.SignedString(secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}()},
 	}
 	endpoints := []struct{ method, path, body string }{
 		{"GET", "/presence/batch?user_ids=1", ""},

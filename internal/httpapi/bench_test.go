@@ -34,7 +34,7 @@ func benchServer(b *testing.B) (http.Handler, [][]string) {
 	}
 	srv, err := httpapi.New(httpapi.Config{
 		Tracker: tr, Reader: r, Contacts: benchfix.Nop{}, Profiles: benchfix.Nop{},
-		Auth: auth.New(auth.Config{APIKey: "bench"}), Clock: clk,
+		Auth: auth.New(auth.Config{APIKey: apiKey}), Clock: clk,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -63,7 +63,7 @@ func BenchmarkHTTPBatch1000(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			req := httptest.NewRequest("GET", seed[i%len(seed)], nil)
-			req.Header.Set("Authorization", "Bearer bench")
+			req.Header.Set("Authorization", keyHdr)
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req)
 			if w.Code != 200 {
@@ -78,7 +78,7 @@ func BenchmarkHTTPBatch1000(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			req := httptest.NewRequest("POST", "/v1/presence/batch", bytes.NewReader(post[i%len(post)]))
-			req.Header.Set("Authorization", "Bearer bench")
+			req.Header.Set("Authorization", keyHdr)
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req)
 			if w.Code != 200 {
@@ -96,7 +96,7 @@ func BenchmarkHTTPBatch1000(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			req, _ := http.NewRequest("GET", ts.URL+seed[i%len(seed)], nil)
-			req.Header.Set("Authorization", "Bearer bench")
+			req.Header.Set("Authorization", keyHdr)
 			resp, err := client.Do(req)
 			if err != nil {
 				b.Fatal(err)

@@ -22,12 +22,12 @@ import (
 // with sleeps.
 
 const (
-	apiKey = "k"
+	apiKey = "httpapi-test-api-key-0123456789abcdef" // as long as a node requires
 	keyHdr = "Bearer " + apiKey
 )
 
 var (
-	secret = []byte("s")
+	secret = []byte("httpapi-test-jwt-secret-0123456789abcdef")
 	// t0 has milliseconds, so every last_seen shows the wire format in full.
 	t0 = time.Date(2026, 1, 2, 3, 4, 5, 678e6, time.UTC)
 )

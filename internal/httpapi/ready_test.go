@@ -39,7 +39,7 @@ func TestReadiness(t *testing.T) {
 	}
 	var d deps
 	srv, err := httpapi.New(httpapi.Config{
-		Tracker: d, Reader: d, Contacts: d, Profiles: d, Auth: auth.New(auth.Config{APIKey: "k"}),
+		Tracker: d, Reader: d, Contacts: d, Profiles: d, Auth: auth.New(auth.Config{APIKey: apiKey}),
 		Checks: []httpapi.Check{
 			{Name: "gateway", Check: check(&gatewayDown)},
 			{Name: "sqlite", Check: check(&sqliteDown)},

@@ -45,7 +45,7 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(s.Connections))
 		ch <- prometheus.MustNewConstMetric(descWSUsers, prometheus.GaugeValue, float64(s.Users))
 		ch <- prometheus.MustNewConstMetric(descAccepted, prometheus.CounterValue, float64(s.Accepted))
-		for reason, n := range map[string]uint64{"idle": s.ClosedIdle, "slow_consumer": s.ClosedSlow, "rate": s.ClosedRate, "too_big": s.ClosedTooBig} {
+		for reason, n := range map[string]uint64{"idle": s.ClosedIdle, "slow_consumer": s.ClosedSlow, "rate": s.ClosedRate, "too_big": s.ClosedTooBig, "token_expired": s.ClosedExpired} {
 			ch <- prometheus.MustNewConstMetric(descClosed, prometheus.CounterValue, float64(n), reason)
 		}
 		ch <- prometheus.MustNewConstMetric(descRateLimit, prometheus.CounterValue, float64(s.RateLimited))

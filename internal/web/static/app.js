@@ -83,7 +83,7 @@ function signOut() {
   $("#user-id").focus();
 }
 
-function showConnection({ state, retryInMs }) {
+function showConnection({ state, retryInMs, code }) {
   const conn = $("#conn");
   conn.dataset.state = state;
   switch (state) {
@@ -101,7 +101,9 @@ function showConnection({ state, retryInMs }) {
       }
       break;
     case "closed":
-      conn.textContent = "Not connected";
+      // A pasted token cannot be renewed (an app passes presence.js a
+      // function that fetches fresh ones from its backend).
+      conn.textContent = code === 4003 ? "Your token expired — sign out and in with a fresh one" : "Not connected";
       break;
   }
 }

@@ -3,6 +3,7 @@
 //
 //   import { PresenceClient } from "/static/presence.js";
 //   const client = new PresenceClient({ userId: "42" });      // -dev only
+//   // or: new PresenceClient({ token: async () => (await fetch("/my-backend/presence-token")).text() })
 //   // or: new PresenceClient({ token: "<HS256 token from your backend>" })
 //   client.addEventListener("presence", (e) => render(e.detail));
 //   client.start();
@@ -28,6 +29,12 @@
 //   30 s) and jitter (each wait is 50–100% of the step); the `online` event
 //   of the window retries at once. After every reconnect it subscribes
 //   again to everything subscribed and re-sends a status set while offline.
+// - Tokens expire: the server closes a socket when its token's exp passes
+//   (close code 4003) and keeps the device for its close grace. With
+//   `token` a function (sync or async) the client asks it for a token
+//   before every connection, so it comes back with a fresh one as the same
+//   device and watchers see nothing; with a fixed token string it stops
+//   (state "closed", code 4003), as the same token would be refused.
 // - Applies a `presence` message, and each user of a `snapshot`, only if
 //   its version is above the last one applied for that user; duplicates and
 //   stale replays are dropped.
@@ -51,7 +58,9 @@
 //               this viewer's sight away); the user's own status is the
 //               true one, "invisible" included
 //   "welcome"   the welcome message (user_id, device_id, intervals)
-//   "state"     {state: "connecting"|"open"|"waiting"|"closed", retryInMs}
+//   "state"     {state: "connecting"|"open"|"waiting"|"closed", retryInMs,
+//               code} — code: the close code of the socket that ended, when
+//               one did (4003: the token expired)
 //   "servererror" {code, message} — an `error` message of the server; a
 //               refused subscribe (too_many_subscriptions) leaves its ids in
 //               `subscriptions`, so unsubscribe() them to stay under the cap
@@ -64,13 +73,16 @@
 // at once.
 
 const STATUSES = new Set(["online", "away", "busy", "invisible"]);
+const TOKEN_EXPIRED = 4003; // the close code of a socket whose token expired
 const INPUT_EVENTS = ["keydown", "pointerdown", "pointermove", "wheel", "touchstart", "focus"];
 
 export class PresenceClient extends EventTarget {
   /**
    * @param {object} opts
    * @param {string} [opts.userId]   development mode (-dev): act as this user
-   * @param {string} [opts.token]    a client token (HS256, `sub` = user id)
+   * @param {string|function(): (string|Promise<string>)} [opts.token] a client
+   *   token (HS256, `sub` = user id), or a function that returns a fresh one
+   *   (asked before every connection: how an expired token is renewed)
    * @param {string} [opts.url]      WebSocket URL; default /v1/ws of the page
    * @param {number} [opts.inactiveAfterMs] no input this long → not active
    * @param {Storage} [opts.storage] where the device id lives (sessionStorage)
@@ -81,7 +93,9 @@ export class PresenceClient extends EventTarget {
     super();
     if (!opts.userId && !opts.token) throw new Error("PresenceClient: userId or token is required");
     this.userId = opts.userId || null;
-    this.token = opts.token || null;
+    this._tokenFn = typeof opts.token === "function" ? opts.token : null;
+    this.token = this._tokenFn ? null : opts.token || null; // the last token used
+    this._gen = 0; // counts connection attempts and stops, so a stale token fetch opens nothing
     this.url = opts.url || defaultURL();
     this.inactiveAfterMs = opts.inactiveAfterMs ?? 60_000;
     this.storage = opts.storage ?? safeSessionStorage();
@@ -173,11 +187,24 @@ export class PresenceClient extends EventTarget {
       setTimeout(() => ws.close(1000), 2000);
     } else if (device) {
       // The socket is down but the device may still be alive: end it over HTTP.
-      const headers = { "Content-Type": "application/json" };
-      const body = { device_id: device };
-      if (this.token) headers.Authorization = `Bearer ${this.token}`;
-      else body.user_id = this.userId;
-      fetch(httpURL(this.url, "/v1/bye"), { method: "POST", headers, body: JSON.stringify(body), keepalive: true }).catch(() => {});
+      const url = httpURL(this.url, "/v1/bye");
+      const userId = this.userId;
+      const send = (token) => {
+        const headers = { "Content-Type": "application/json" };
+        const body = { device_id: device };
+        if (token) headers.Authorization = `Bearer ${token}`;
+        else body.user_id = userId;
+        return fetch(url, { method: "POST", headers, body: JSON.stringify(body), keepalive: true });
+      };
+      if (this._tokenFn) {
+        // The last token may have expired: ask for a fresh one.
+        Promise.resolve()
+          .then(this._tokenFn)
+          .then(send)
+          .catch(() => {});
+      } else {
+        send(this.token).catch(() => {}); // at once: the page may be going away
+      }
     }
     this._forget();
   }
@@ -199,12 +226,27 @@ export class PresenceClient extends EventTarget {
 
   // --- connection ---
 
-  _connect() {
+  async _connect() {
+    const gen = ++this._gen;
+    this._setState("connecting");
+    if (this._tokenFn) {
+      let token;
+      try {
+        token = await this._tokenFn();
+      } catch {
+        token = null;
+      }
+      if (this._stopped || gen !== this._gen) return; // stopped or superseded meanwhile
+      if (typeof token !== "string" || token === "") {
+        this._scheduleReconnect();
+        return;
+      }
+      this.token = token;
+    }
     const u = new URL(this.url);
     if (this.token) u.searchParams.set("token", this.token);
     else u.searchParams.set("user_id", this.userId);
     if (this.deviceId) u.searchParams.set("device_id", this.deviceId);
-    this._setState("connecting");
     let ws;
     try {
       ws = new WebSocket(u.toString());
@@ -229,7 +271,13 @@ export class PresenceClient extends EventTarget {
       this._cancelBeat();
       if (this._stopped) return;
       // 1000 after our bye is handled by _stop; anything else is a drop:
-      // the server keeps the device alive for its ttl, we come back.
+      // the server keeps the device alive for its close grace, we come back
+      // — after a token expiry with a fresh token, which only a token
+      // function can give.
+      if (ev.code === TOKEN_EXPIRED && !this._tokenFn) {
+        this._stop({ code: ev.code });
+        return;
+      }
       this._scheduleReconnect(ev.code);
     };
     ws.onerror = () => {}; // a close follows
@@ -299,8 +347,9 @@ export class PresenceClient extends EventTarget {
     this._connect();
   }
 
-  _stop() {
+  _stop(extra = {}) {
     this._stopped = true;
+    this._gen++;
     this._cancelBeat();
     this._cancelRetry();
     if (typeof window !== "undefined") {
@@ -311,7 +360,7 @@ export class PresenceClient extends EventTarget {
     const ws = this._ws;
     this._ws = null;
     if (ws && ws.readyState === WebSocket.CONNECTING) ws.close();
-    this._setState("closed");
+    this._setState("closed", extra);
   }
 
   _isOpen() {

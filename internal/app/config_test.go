@@ -1,0 +1,46 @@
+package app_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/app"
+)
+
+// TestCredentialRules: outside development mode a node refuses an API key
+// or JWT secret shorter than 32 bytes, and a negative token lifetime;
+// under -dev short ones are taken.
+func TestCredentialRules(t *testing.T) {
+	short := strings.Repeat("x", 31)
+	for _, tc := range []struct {
+		name string
+		cfg  app.Config
+		want string // "" : starts
+	}{
+		{"short API key", app.Config{APIKey: short, JWTSecret: testSecret}, "API key: 31 bytes long; at least 32 bytes are required outside -dev"},
+		{"short JWT secret", app.Config{APIKey: testKey, JWTSecret: []byte("s")}, "JWT secret: 1 bytes long; at least 32 bytes"},
+		{"no JWT secret, a long key", app.Config{APIKey: testKey}, ""},
+		{"no API key, a long secret", app.Config{JWTSecret: testSecret}, ""},
+		{"short ones under dev", app.Config{APIKey: "k", JWTSecret: []byte("s"), Dev: true}, ""},
+		{"negative token lifetime", app.Config{APIKey: testKey, MaxTokenLifetime: -time.Hour}, "maximum token lifetime -1h0m0s is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir, tc.cfg.PollInterval = t.TempDir(), -1
+			a, err := app.New(context.Background(), tc.cfg)
+			if err == nil {
+				a.Close()
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v, want a node", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
