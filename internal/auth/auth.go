@@ -247,3 +247,66 @@ func (t Token) Sign(secret []byte, now time.Time, ttl time.Duration) (string, er
 	c.ExpiresAt = jwt.NewNumericDate(now.Add(ttl))
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }
+
+// --- what a principal may do: decided here for every entry point ---
+
+// Denied is a request its principal may not make (HTTP 403).
+type Denied struct{ Reason string }
+
+func (d *Denied) Error() string { return d.Reason }
+
+// ErrNoUser: neither the credentials nor the request name the user acted
+// for (HTTP 400 invalid_id).
+var ErrNoUser = errors.New("user_id is required")
+
+// ActFor returns the user p acts for when a request names claimed (empty
+// if it names none): a backend acts for the named user, a client for its
+// own only, and the anonymous caller of development mode for the named
+// user.
+func (p Principal) ActFor(claimed string) (string, error) {
+	if p.Kind == Client {
+		if claimed != "" && claimed != p.UserID {
+			return "", &Denied{"a client token may only act for its own user"}
+		}
+		return p.UserID, nil
+	}
+	if claimed == "" {
+		return "", ErrNoUser
+	}
+	return claimed, nil
+}
+
+// ReadAs returns who p reads as when a request names the viewer claimed:
+// a backend reads as anyone it names (empty: the anonymous everyone-view),
+// a client as its own user only.
+func (p Principal) ReadAs(claimed string) (string, error) {
+	if p.Kind == Client {
+		if claimed != "" && claimed != p.UserID {
+			return "", &Denied{"a client token may only read as its own user"}
+		}
+		return p.UserID, nil
+	}
+	return claimed, nil
+}
+
+// Manages reports whether p may manage user's account (settings,
+// contacts): a client its own only.
+func (p Principal) Manages(user string) error {
+	if p.Kind == Client && p.UserID != user {
+		return &Denied{"a client token may only manage its own user"}
+	}
+	return nil
+}
+
+// DeviceFor returns the device p acts as when a request names claimed: a
+// client token bound to a device acts as that device only; otherwise the
+// named one (empty if none).
+func (p Principal) DeviceFor(claimed string) (string, error) {
+	if p.Kind == Client && p.Device != "" {
+		if claimed != "" && claimed != p.Device {
+			return "", &Denied{"the token is bound to another device"}
+		}
+		return p.Device, nil
+	}
+	return claimed, nil
+}

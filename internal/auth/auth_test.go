@@ -383,3 +383,66 @@ func TestSignRefusesNoExpiry(t *testing.T) {
 		}
 	}
 }
+
+// TestPrincipalDecisions: what each kind of caller may act, read, manage
+// and connect as — the decisions the HTTP API and the gateway share.
+func TestPrincipalDecisions(t *testing.T) {
+	backend := auth.Principal{Kind: auth.Backend}
+	client := auth.Principal{Kind: auth.Client, UserID: "alice"}
+	bound := auth.Principal{Kind: auth.Client, UserID: "alice", Device: "phone"}
+	anon := auth.Principal{Kind: auth.Anonymous}
+	denied := func(err error) bool {
+		var d *auth.Denied
+		return errors.As(err, &d)
+	}
+	for _, tc := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"backend acts for the named user", must(backend.ActFor("bob")), "bob"},
+		{"client acts for itself", must(client.ActFor("")), "alice"},
+		{"client names itself", must(client.ActFor("alice")), "alice"},
+		{"anonymous acts for the named user", must(anon.ActFor("bob")), "bob"},
+		{"client reads as itself", must(client.ReadAs("")), "alice"},
+		{"backend reads anonymously", must(backend.ReadAs("")), ""},
+		{"backend reads as a viewer", must(backend.ReadAs("bob")), "bob"},
+		{"bound token's device", must(bound.DeviceFor("")), "phone"},
+		{"unbound token names a device", must(client.DeviceFor("tablet")), "tablet"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, tc.got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		ok   func(error) bool
+	}{
+		{"client acts for another", second(client.ActFor("bob")), denied},
+		{"client reads as another", second(client.ReadAs("bob")), denied},
+		{"client manages another", client.Manages("bob"), denied},
+		{"bound token names another device", second(bound.DeviceFor("tablet")), denied},
+		{"backend names no user", second(backend.ActFor("")), func(err error) bool { return errors.Is(err, auth.ErrNoUser) }},
+		{"anonymous names no user", second(anon.ActFor("")), func(err error) bool { return errors.Is(err, auth.ErrNoUser) }},
+	} {
+		if !tc.ok(tc.err) {
+			t.Errorf("%s: %v", tc.name, tc.err)
+		}
+	}
+	if err := client.Manages("alice"); err != nil {
+		t.Errorf("client manages itself: %v", err)
+	}
+	if err := backend.Manages("bob"); err != nil {
+		t.Errorf("backend manages anyone: %v", err)
+	}
+}
+
+func must(s string, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return s
+}
+
+func second(_ string, err error) error { return err }

@@ -25,7 +25,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -33,12 +32,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/ratelimit"
-	"github.com/presenced/presenced/internal/wire"
 )
 
 // Tracker is the write side the gateway drives.
@@ -521,38 +520,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// httpError is a refused upgrade, written as the API's JSON error.
-type httpError struct {
-	status        int
-	code, message string
-}
-
-func (e *httpError) Error() string { return e.code + ": " + e.message }
-
-func refuse(status int, code, format string, args ...any) *httpError {
-	return &httpError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+// refuse is a refused upgrade, written as the API's JSON error.
+func refuse(status int, code, format string, args ...any) *apierr.Error {
+	return apierr.New(status, code, format, args...)
 }
 
 func writeHTTPError(w http.ResponseWriter, err error) {
-	var e *httpError
-	if !errors.As(err, &e) {
-		e = &httpError{status: http.StatusInternalServerError, code: "internal", message: "internal error (details are in the server log)"}
+	if e := apierr.Classify(err); e.Status == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", "GET")
 	}
-	b := make([]byte, 0, 64+len(e.message))
-	b = append(b, `{"error":{"code":`...)
-	b = wire.AppendString(b, e.code)
-	b = append(b, `,"message":`...)
-	b = wire.AppendString(b, e.message)
-	b = append(b, "}}\n"...)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	switch e.status {
-	case http.StatusMethodNotAllowed:
-		h.Set("Allow", "GET")
-	case http.StatusServiceUnavailable:
-		h.Set("Retry-After", "1")
-	}
-	w.WriteHeader(e.status)
-	_, _ = w.Write(b)
+	apierr.Write(w, err)
 }

@@ -7,12 +7,11 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/fanout"
-	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/ratelimit"
-	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -122,21 +121,20 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshot(nil, views)})
 }
 
-// opError answers a failed operation: limits of the domain get their own
-// code, anything else is internal and logged.
+// opError answers a failed operation as apierr decides for every entry
+// point; a failure of the server is logged.
 func (c *conn) opError(op string, err error) {
-	switch {
-	case errors.Is(err, presence.ErrTooManyDevices):
-		c.sendError("too_many_devices", "%v: end one with a bye, or let it expire", presence.ErrTooManyDevices)
-	case errors.Is(err, context.Canceled) && c.g.ctx.Err() != nil:
-		// Shutting down.
-	case tracker.Unavailable(err):
-		c.g.log.Warn("websocket operation failed: a backend is unavailable", "op", op, "user_id", c.user, "err", err)
-		c.sendError("unavailable", "a backend of the service is unavailable; nothing was changed, retry later")
-	default:
-		c.g.log.Error("websocket operation failed", "op", op, "user_id", c.user, "err", err)
-		c.sendError("internal", "internal error (details are in the server log)")
+	if errors.Is(err, context.Canceled) && c.g.ctx.Err() != nil {
+		return // shutting down
 	}
+	e := apierr.Classify(err)
+	switch {
+	case e == apierr.Internal:
+		c.g.log.Error("websocket operation failed", "op", op, "user_id", c.user, "err", err)
+	case e.Status >= 500:
+		c.g.log.Warn("websocket operation failed: a backend is unavailable", "op", op, "user_id", c.user, "err", err)
+	}
+	c.sendError(e.Code, "%s", e.Message)
 }
 
 func (c *conn) sendError(code, format string, args ...any) {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/presence"
-	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -66,18 +66,21 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		p, err = g.auth.Request(r)
 	}
 	if err != nil {
-		return refuse(http.StatusUnauthorized, "unauthorized", "%v", err)
+		return err // a 401 (apierr)
 	}
-	var user string
+	if p.Kind == auth.Backend {
+		return refuse(http.StatusForbidden, "forbidden", "the API key is not accepted on a WebSocket: a socket is one user's device; connect with the user's token")
+	}
+	user, err := p.ActFor(claimedUser)
+	if errors.Is(err, auth.ErrNoUser) {
+		return refuse(http.StatusBadRequest, "invalid_id", "user_id is required (development mode without a token)")
+	}
+	if err != nil {
+		return err
+	}
 	var expAt int64 // the token's exp, Unix ms; 0: the credential does not expire
 	switch p.Kind {
-	case auth.Backend:
-		return refuse(http.StatusForbidden, "forbidden", "the API key is not accepted on a WebSocket: a socket is one user's device; connect with the user's token")
 	case auth.Client:
-		if claimedUser != "" && claimedUser != p.UserID {
-			return refuse(http.StatusForbidden, "forbidden", "a client token may only connect as its own user")
-		}
-		user = p.UserID
 		if !p.Expires.IsZero() {
 			// On a socket exp is exact: the socket would be closed 4003
 			// at once, so a token within the leeway after its exp (still
@@ -89,9 +92,6 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	default: // Anonymous: only under -dev
-		if claimedUser == "" {
-			return refuse(http.StatusBadRequest, "invalid_id", "user_id is required (development mode without a token)")
-		}
 		if err := presence.ValidateID(claimedUser); err != nil {
 			return refuse(http.StatusBadRequest, "invalid_id", "user_id: %v", err)
 		}
@@ -99,14 +99,10 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 			g.log.Warn("INSECURE development mode: accepting WebSockets without credentials (logged once)",
 				"path", r.URL.Path, "user_id", claimedUser, "remote", r.RemoteAddr)
 		}
-		user = claimedUser
 	}
-	dev := claimedDev
-	if p.Kind == auth.Client && p.Device != "" {
-		if dev != "" && dev != p.Device {
-			return refuse(http.StatusForbidden, "forbidden", "the token is bound to another device")
-		}
-		dev = p.Device
+	dev, err := p.DeviceFor(claimedDev)
+	if err != nil {
+		return err
 	}
 	if dev == "" {
 		dev = newDeviceID()
@@ -137,14 +133,12 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	}()
 	// Connecting is a heartbeat.
 	if _, err := g.tracker.SocketConnect(r.Context(), user, dev); err != nil {
-		if errors.Is(err, presence.ErrTooManyDevices) {
-			return refuse(http.StatusConflict, "too_many_devices", "%v: end one with a bye, or let it expire", presence.ErrTooManyDevices)
-		}
-		if tracker.Unavailable(err) {
+		switch e := apierr.Classify(err); {
+		case e == apierr.Internal:
+			g.log.Error("connect heartbeat failed", "user_id", user, "err", err)
+		case e.Status >= 500:
 			g.log.Warn("connect heartbeat failed: a backend is unavailable", "user_id", user, "err", err)
-			return refuse(http.StatusServiceUnavailable, "unavailable", "a backend of the service is unavailable; nothing was changed, retry later")
 		}
-		g.log.Error("connect heartbeat failed", "user_id", user, "err", err)
 		return err
 	}
 

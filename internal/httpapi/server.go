@@ -440,53 +440,38 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // principal authenticates r.
 func (s *Server) principal(r *http.Request) (auth.Principal, error) {
-	p, err := s.auth.Request(r)
-	if err != nil {
-		return p, unauthorized(err)
-	}
-	return p, nil
+	return s.auth.Request(r) // its errors are 401s (apierr)
 }
 
 // actor resolves the user a write acts for: backends name any user,
 // clients act only for the user of their token, and in development mode a
 // bare user id is trusted (loudly).
 func (s *Server) actor(r *http.Request, p auth.Principal, claimed string) (string, error) {
-	switch p.Kind {
-	case auth.Backend:
-		if claimed == "" {
-			return "", badRequest("invalid_id", "user_id is required")
-		}
-		return claimed, nil
-	case auth.Client:
-		if claimed != "" && claimed != p.UserID {
-			return "", forbidden("a client token may only act for its own user")
-		}
-		return p.UserID, nil
+	user, err := p.ActFor(claimed)
+	if err == nil && p.Kind == auth.Anonymous {
+		s.warnDev(r, user)
 	}
-	if claimed == "" {
-		return "", badRequest("invalid_id", "user_id is required")
-	}
-	s.warnDev(r, claimed)
-	return claimed, nil
+	return user, err
 }
 
 // viewer resolves who is looking for a read and applies the client poll
 // throttle. An empty result is the anonymous everyone-view.
 func (s *Server) viewer(w http.ResponseWriter, r *http.Request, p auth.Principal, claimed string) (string, error) {
+	viewer, err := p.ReadAs(claimed)
+	if err != nil {
+		return "", err
+	}
 	switch p.Kind {
 	case auth.Backend:
-		return claimed, nil
+		return viewer, nil
 	case auth.Client:
-		if claimed != "" && claimed != p.UserID {
-			return "", forbidden("a client token may only read as its own user")
-		}
 		if ok, wait := s.polls.Take(p.UserID, s.clock.Now().UnixMilli()); !ok {
 			return "", tooMany(w, wait, fmt.Sprintf("clients may read presence over HTTP once per %s", s.polls.Limit().Every))
 		}
-		return p.UserID, nil
+		return viewer, nil
 	}
-	s.warnDev(r, claimed)
-	return claimed, nil
+	s.warnDev(r, viewer)
+	return viewer, nil
 }
 
 // limit takes a token for a durable write of p from lim, the buckets of
@@ -514,17 +499,10 @@ func tooMany(w http.ResponseWriter, waitMS int64, why string) *Error {
 
 // self checks that p may manage the account of user (settings, contacts).
 func (s *Server) self(r *http.Request, p auth.Principal, user string) error {
-	switch p.Kind {
-	case auth.Backend:
-		return nil
-	case auth.Client:
-		if p.UserID != user {
-			return forbidden("a client token may only manage its own user")
-		}
-		return nil
+	if p.Kind == auth.Anonymous {
+		s.warnDev(r, user)
 	}
-	s.warnDev(r, user)
-	return nil
+	return p.Manages(user)
 }
 
 func (s *Server) backendOnly(r *http.Request, p auth.Principal) error {
@@ -545,14 +523,9 @@ func (s *Server) warnDev(r *http.Request, user string) {
 
 // device resolves the device of a client request.
 func device(p auth.Principal, claimed string) (string, error) {
-	if p.Kind == auth.Client && p.Device != "" {
-		if claimed != "" && claimed != p.Device {
-			return "", forbidden("the token is bound to another device")
-		}
-		return p.Device, nil
-	}
-	if claimed == "" {
+	dev, err := p.DeviceFor(claimed)
+	if err == nil && dev == "" {
 		return "", badRequest("invalid_id", "device_id is required")
 	}
-	return claimed, nil
+	return dev, err
 }
