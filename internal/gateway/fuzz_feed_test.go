@@ -41,8 +41,8 @@ func FuzzFeed(f *testing.F) {
 		frame(ws.OpBinary, true, "\x00\x01"),
 		frame(ws.OpContinuation, true, "orphan"),
 		{0x81, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, // a 2^63 length
-		{0x81, 0x05, 'h', 'e', 'l', 'l', 'o'},                         // unmasked
-		{0xf1, 0x80, 0, 0, 0, 0},                                       // reserved bits
+		{0x81, 0x05, 'h', 'e', 'l', 'l', 'o'},                        // unmasked
+		{0xf1, 0x80, 0, 0, 0, 0},                                     // reserved bits
 	} {
 		f.Add(seed, uint16(len(seed)/2))
 	}
