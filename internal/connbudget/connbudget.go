@@ -360,7 +360,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 // Write writes to the connection, turning net/http's plain-text answer to
 // an unreadable request into JSON.
 func (c *Conn) Write(b []byte) (int, error) {
-	if len(b) > 12 && b[0] == 'H' {
+	if len(b) > 12 && b[0] == 'H' && (b[9] == '4' || b[9] == '5') {
 		if j, ok := rewrite(b, c.l.cfg.MaxHeaderBytes); ok {
 			if _, err := c.Conn.Write(j); err != nil {
 				return 0, err

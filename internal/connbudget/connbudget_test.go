@@ -303,3 +303,80 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRequestCycle is the listener's bookkeeping of one keep-alive
+// request: its first bytes make the idle connection pending, its headers
+// read make it busy, its answer idle again (1,000 other connections open).
+func BenchmarkRequestCycle(b *testing.B) {
+	bl := New(nil, Config{Max: 100000, PerAddr: 100000, Pending: 100000})
+	conns := make([]*Conn, 1001)
+	for i := range conns {
+		c, _, r := bl.admit(fakeConn{addr: &net.TCPAddr{IP: net.IPv4(10, 0, byte(i>>8), byte(i))}})
+		if r != nil {
+			b.Fatal(r.message)
+		}
+		bl.ConnState(c, http.StateActive)
+		bl.ConnState(c, http.StateIdle)
+		conns[i] = c
+	}
+	c := conns[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		c.l.set(c, statePending) // what Read does on an idle connection's first bytes
+		bl.ConnState(c, http.StateActive)
+		bl.ConnState(c, http.StateIdle)
+	}
+}
+
+type fakeConn struct {
+	net.Conn
+	addr net.Addr
+}
+
+func (f fakeConn) RemoteAddr() net.Addr { return f.addr }
+
+// BenchmarkKeepAliveRequest compares one keep-alive request over loopback
+// on a plain listener and on a budgeted one, in one run.
+func BenchmarkKeepAliveRequest(b *testing.B) {
+	for _, budgeted := range []bool{false, true} {
+		name := "plain"
+		if budgeted {
+			name = "budgeted"
+		}
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+			var serve net.Listener = ln
+			if budgeted {
+				bl := New(ln, Defaults(FileLimit()))
+				srv.ConnState = bl.ConnState
+				serve = bl
+			}
+			go srv.Serve(serve)
+			defer srv.Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req := []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+}
