@@ -47,49 +47,9 @@ func msgID(user string, version uint64) string {
 	return user + ":" + strconv.FormatUint(version, 10)
 }
 
-// appendEvent appends the JSON payload of ev (see the package doc).
-func appendEvent(b []byte, ev *presence.Event) []byte {
-	b = append(b, `{"user_id":`...)
-	b = wire.AppendString(b, ev.UserID)
-	b = append(b, `,"status":"`...)
-	b = append(b, ev.Status.String()...)
-	b = append(b, `","prev":"`...)
-	b = append(b, ev.Prev.String()...)
-	b = append(b, `","text":`...)
-	b = wire.AppendString(b, ev.Text)
-	b = append(b, `,"last_seen":`...)
-	if ev.LastSeen == 0 {
-		b = append(b, "null"...)
-	} else {
-		b = wire.AppendTime(b, ev.LastSeen)
-	}
-	b = append(b, `,"version":`...)
-	b = strconv.AppendUint(b, ev.Version, 10)
-	b = append(b, `,"at":`...)
-	b = wire.AppendTime(b, ev.At)
-	b = appendSettings(b, `,"settings":`, &ev.Settings)
-	if ev.Self == presence.Invisible && ev.Status == presence.Offline {
-		b = append(b, `,"self_status":"`...)
-		b = append(b, ev.Self.String()...)
-		b = append(b, '"')
-	}
-	if ev.SettingsChanged {
-		b = appendSettings(b, `,"prev_settings":`, &ev.PrevSettings)
-	}
-	if ev.SettingsOnly {
-		b = append(b, `,"settings_only":true`...)
-	}
-	return append(b, '}')
-}
-
-func appendSettings(b []byte, key string, s *presence.Settings) []byte {
-	b = append(b, key...)
-	b = append(b, `{"status":"`...)
-	b = append(b, s.Status.String()...)
-	b = append(b, `","last_seen":"`...)
-	b = append(b, s.LastSeen.String()...)
-	return append(b, `"}`...)
-}
+// appendEvent appends the JSON payload of ev (wire.AppendChange: the same
+// message webhooks and Kafka carry).
+func appendEvent(b []byte, ev *presence.Event) []byte { return wire.AppendChange(b, ev) }
 
 // settings is the JSON of a user's privacy settings.
 type settings struct {
