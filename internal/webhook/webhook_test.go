@@ -1,0 +1,317 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/presence"
+)
+
+var secret = []byte("webhook-test-secret-0123456789abcdef")
+
+// receiver is a real HTTP endpoint that can fail (500), stall (answer
+// after the sender's timeout) or be gone (its port closed), and records
+// every event of every request it answered 200, checking the signature.
+type receiver struct {
+	t    *testing.T
+	addr string
+	mode atomic.Int32 // modeOK, modeFail, modeStall
+
+	mu       sync.Mutex
+	srv      *http.Server
+	got      map[string][]uint64 // user → versions in the order received
+	requests int
+	badSig   int
+}
+
+const (
+	modeOK int32 = iota
+	modeFail
+	modeStall
+)
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{t: t, got: map[string][]uint64{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addr = ln.Addr().String()
+	r.serve(ln)
+	t.Cleanup(func() { r.down() })
+	return r
+}
+
+func (r *receiver) serve(ln net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(r.handle)}
+	r.mu.Lock()
+	r.srv = srv
+	r.mu.Unlock()
+	go srv.Serve(ln)
+}
+
+// down closes the port: connections are refused.
+func (r *receiver) down() {
+	r.mu.Lock()
+	srv := r.srv
+	r.srv = nil
+	r.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// up listens on the same port again.
+func (r *receiver) up() {
+	var ln net.Listener
+	var err error
+	for range 100 {
+		if ln, err = net.Listen("tcp", r.addr); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.serve(ln)
+}
+
+func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return
+	}
+	switch r.mode.Load() {
+	case modeFail:
+		http.Error(w, "down for maintenance", http.StatusInternalServerError)
+		return
+	case modeStall:
+		time.Sleep(300 * time.Millisecond) // past the sender's timeout
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests++
+	if err := client.VerifyWebhook(secret, req.Header, body, time.Now(), time.Minute); err != nil {
+		r.badSig++
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	var b struct {
+		Events []struct {
+			UserID  string `json:"user_id"`
+			Status  string `json:"status"`
+			Version uint64 `json:"version"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		r.t.Errorf("body is not the documented JSON: %v: %s", err, body)
+		return
+	}
+	for _, ev := range b.Events {
+		r.got[ev.UserID] = append(r.got[ev.UserID], ev.Version)
+	}
+}
+
+func (r *receiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, vs := range r.got {
+		n += len(vs)
+	}
+	return n
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func start(t *testing.T, cfg Config) *Sender {
+	t.Helper()
+	cfg.Secret = secret
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+func event(user string, version uint64) *presence.Event {
+	st := presence.Online
+	if version%2 == 0 {
+		st = presence.Offline
+	}
+	return &presence.Event{UserID: user, Status: st, Prev: presence.Offline, Version: version, At: 1}
+}
+
+// TestDeliveryThroughFailures: while the endpoint answers 500, stalls past
+// the timeout and is gone altogether, every event still arrives at least
+// once, each user's in version order, every request signed.
+func TestDeliveryThroughFailures(t *testing.T) {
+	r := newReceiver(t)
+	s := start(t, Config{URLs: []string{"http://" + r.addr + "/hook"}, MaxBatch: 16, Linger: 5 * time.Millisecond,
+		Timeout: 150 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	const users, perUser = 10, 40
+	next := make([]uint64, users)
+	publish := func(n int) {
+		for range n {
+			for u := range users {
+				next[u]++
+				s.Publish(event(fmt.Sprintf("u%d", u), next[u]))
+			}
+		}
+	}
+	publish(10)
+	waitFor(t, "the first events", func() bool { return r.count() >= 10*users })
+	r.mode.Store(modeFail)
+	publish(10)
+	waitFor(t, "retries against a failing endpoint", func() bool { return s.Stats().Retried >= 3 })
+	r.mode.Store(modeStall)
+	publish(5)
+	waitFor(t, "retries against a stalled endpoint", func() bool { return s.Stats().Retried >= 6 })
+	r.mode.Store(modeOK)
+	r.down()
+	publish(5)
+	waitFor(t, "retries against a closed port", func() bool { return s.Stats().Retried >= 9 })
+	r.up()
+	publish(10)
+	waitFor(t, "every event", func() bool {
+		st := s.Stats()
+		return st.Queued == 0 && st.Delivered == users*perUser
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.badSig != 0 {
+		t.Errorf("%d requests with a bad signature", r.badSig)
+	}
+	for u := range users {
+		vs := r.got[fmt.Sprintf("u%d", u)]
+		seen := map[uint64]bool{}
+		for _, v := range vs {
+			seen[v] = true
+		}
+		for v := uint64(1); v <= perUser; v++ {
+			if !seen[v] {
+				t.Errorf("u%d: version %d never arrived (got %v)", u, v, vs)
+			}
+		}
+		// Retries may repeat a batch, never reorder: the versions, without
+		// repeats of what came before, rise.
+		last := uint64(0)
+		for _, v := range vs {
+			if v > last {
+				if v != last+1 {
+					t.Errorf("u%d: %d after %d: a version skipped", u, v, last)
+				}
+				last = v
+			}
+		}
+	}
+	if st := s.Stats(); st.Dropped != 0 || st.Rejected != 0 {
+		t.Errorf("stats %+v: nothing should be dropped or rejected", st)
+	}
+}
+
+// TestBoundedQueue: a dead endpoint never holds more than QueueLen events,
+// and Publish drops and counts the rest at once.
+func TestBoundedQueue(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: refused
+	s := start(t, Config{URLs: []string{"http://" + addr}, QueueLen: 10, MaxBatch: 5, Linger: time.Millisecond,
+		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	for i := range 1000 {
+		s.Publish(event("u", uint64(i+1)))
+	}
+	st := s.Stats()
+	if st.Queued > 10 || st.Dropped < 985 {
+		t.Fatalf("stats %+v: want at most 10 queued and the rest dropped", st)
+	}
+}
+
+// TestRejected: an endpoint that refuses a request for good (400) is not
+// retried; the events are counted, and later ones still go.
+func TestRejected(t *testing.T) {
+	var calls, bad atomic.Int32
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		calls.Add(1)
+		if req.Header.Get(client.WebhookSignatureHeader) == "" {
+			bad.Add(1)
+		}
+		if calls.Load() == 1 {
+			http.Error(w, "no", http.StatusBadRequest)
+		}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	s := start(t, Config{URLs: []string{"http://" + ln.Addr().String()}, Linger: time.Millisecond})
+	s.Publish(event("u", 1))
+	waitFor(t, "the refusal", func() bool { return s.Stats().Rejected == 1 })
+	s.Publish(event("u", 2))
+	waitFor(t, "the next event", func() bool { return s.Stats().Delivered == 1 })
+	if st := s.Stats(); st.Retried != 0 || calls.Load() != 2 || bad.Load() != 0 {
+		t.Fatalf("stats %+v, %d calls: a refused request is not retried", st, calls.Load())
+	}
+}
+
+// TestSettingsOnlyNotSent: a change of settings alone is not a transition.
+func TestSettingsOnlyNotSent(t *testing.T) {
+	s, err := New(Config{URLs: []string{"http://127.0.0.1:1"}, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Publish(&presence.Event{UserID: "u", SettingsOnly: true, Version: 3})
+	if st := s.Stats(); st.Queued != 0 {
+		t.Fatalf("a settings-only change was queued: %+v", st)
+	}
+}
+
+func TestVerifyWebhook(t *testing.T) {
+	body := []byte(`{"events":[]}`)
+	now := time.Unix(1_800_000_000, 0)
+	h := http.Header{}
+	h.Set(client.WebhookTimestampHeader, "1800000000")
+	h.Set(client.WebhookSignatureHeader, client.WebhookSignature(secret, now.Unix(), body))
+	if err := client.VerifyWebhook(secret, h, body, now.Add(10*time.Second), time.Minute); err != nil {
+		t.Fatalf("a good signature: %v", err)
+	}
+	for name, check := range map[string]func() error{
+		"another body":   func() error { return client.VerifyWebhook(secret, h, []byte(`{"events":[1]}`), now, time.Minute) },
+		"another secret": func() error { return client.VerifyWebhook([]byte("x"), h, body, now, time.Minute) },
+		"too old":        func() error { return client.VerifyWebhook(secret, h, body, now.Add(time.Hour), time.Minute) },
+	} {
+		if err := check(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
