@@ -57,40 +57,43 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fset.SetOutput(stderr)
 	budget := connbudget.Defaults(connbudget.FileLimit())
 	var (
-		addr         = fset.String("addr", ":8080", "listen address (with -dev and no -addr: 127.0.0.1:8080)")
-		dataDir      = fset.String("data", "./data", "directory of the embedded state (SQLite file, generated keys)")
-		ttl          = fset.Duration("heartbeat-ttl", presence.DefaultTTL, "a device is online until this long after its last heartbeat")
-		idleAfter    = fset.Duration("idle-after", presence.DefaultIdleAfter, "online turns away after this long without activity")
-		closeGrace   = fset.Duration("close-grace", 5*time.Second, "a device whose WebSocket closed without a bye goes offline this long after, unless it reconnects (cut to -heartbeat-ttl, which turns it off)")
-		maxDevices   = fset.Int("max-devices", 32, "alive devices per user; a heartbeat of one more is refused")
-		maxSubs      = fset.Int("max-subscriptions", presence.DefaultMaxSubscriptions, "users one WebSocket connection may watch")
-		maxUserSubs  = fset.Int("max-user-subscriptions", 0, "users one user may watch across all their WebSockets to this node (default 10 × -max-subscriptions)")
-		maxUserSocks = fset.Int("max-sockets-per-user", 64, "WebSockets one user may hold open to this node")
-		maxDevSocks  = fset.Int("max-sockets-per-device", 8, "WebSockets one device (e.g. the tabs of one browser) may hold open to this node")
-		asyncFanout  = fset.Int("fanout-async-threshold", 10000, "users with more watchers than this are delivered by the batched, coalescing fan-out path")
-		pollInterval = fset.Duration("poll-interval", 30*time.Second, "clients reading presence over HTTP with their own token may read once per interval (0 disables)")
-		apiKey       = fset.String("api-key", "", "API key of app backends (default: generated once into <data>/api-key)")
-		jwtSecret    = fset.String("jwt-secret", "", "HS256 secret of client tokens (default: generated once into <data>/jwt-secret)")
-		maxTokenLife = fset.Duration("max-token-lifetime", auth.DefaultMaxLifetime, "client tokens whose exp is more than this after now, or after their iat, are refused")
-		tokenAud     = fset.String("token-audience", "", "client tokens must carry this value in aud (empty: aud is not checked)")
-		tokenIss     = fset.String("token-issuer", "", "client tokens must carry this iss (empty: iss is not checked)")
-		dev          = fset.Bool("dev", false, "INSECURE development mode: accept requests without credentials")
-		logLevel     = fset.String("log-level", "info", "debug, info, warn or error")
-		printToken   = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
-		redisURL     = fset.String("redis-url", "", "scale-out: hot state in this Redis (redis://host:6379/0; a Cluster: redis://a:6379?addr=b:6379); needs -postgres-url")
-		redisPrefix  = fset.String("redis-prefix", "presenced:", "scale-out: prefix of every Redis key (deployments sharing a Redis differ by it)")
-		postgresURL  = fset.String("postgres-url", "", "scale-out: durable store in this PostgreSQL database (postgres://user@host:5432/db) instead of SQLite")
-		natsURL      = fset.String("nats-url", "", "scale-out: NATS JetStream for changes across nodes, the presence.changes stream and the ingest consumer (nats://host:4222)")
-		nodeID       = fset.String("node-id", "", "this node's name on the NATS bus (default: host name and a random suffix)")
-		noIngest     = fset.Bool("no-ingest", false, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
-		maxConns     = fset.Int("max-conns", budget.Max, "open client connections (HTTP and WebSocket); by default the file limit less a reserve; 0: no cap")
-		maxConnsIP   = fset.Int("max-conns-per-ip", budget.PerAddr, "open connections of one source address (IPv6: one /64); by default a quarter of -max-conns (with -dev: no cap); 0: no cap (behind a proxy, all clients share its address)")
-		maxPending   = fset.Int("max-pending-conns", budget.Pending, "connections that have not finished sending a request's headers (the oldest makes room for a new one); by default an eighth of -max-conns, at most 1024; 0: no cap")
-		headerTO     = fset.Duration("header-timeout", 5*time.Second, "a request's line and headers must arrive within this")
-		maxHeader    = fset.Int("max-header-bytes", app.DefaultMaxHeaderBytes, "request line and headers, in bytes; beyond it 431")
-		healthAddr   = fset.String("health-addr", "", "also serve /healthz, /readyz and /metrics on this address, outside the clients' connection caps (e.g. :8081 for a load balancer's probes)")
-		pprofAddr    = fset.String("pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
+		addr          = fset.String("addr", ":8080", "listen address (with -dev and no -addr: 127.0.0.1:8080)")
+		dataDir       = fset.String("data", "./data", "directory of the embedded state (SQLite file, generated keys)")
+		ttl           = fset.Duration("heartbeat-ttl", presence.DefaultTTL, "a device is online until this long after its last heartbeat")
+		idleAfter     = fset.Duration("idle-after", presence.DefaultIdleAfter, "online turns away after this long without activity")
+		closeGrace    = fset.Duration("close-grace", 5*time.Second, "a device whose WebSocket closed without a bye goes offline this long after, unless it reconnects (cut to -heartbeat-ttl, which turns it off)")
+		maxDevices    = fset.Int("max-devices", 32, "alive devices per user; a heartbeat of one more is refused")
+		maxSubs       = fset.Int("max-subscriptions", presence.DefaultMaxSubscriptions, "users one WebSocket connection may watch")
+		maxUserSubs   = fset.Int("max-user-subscriptions", 0, "users one user may watch across all their WebSockets to this node (default 10 × -max-subscriptions)")
+		maxUserSocks  = fset.Int("max-sockets-per-user", 64, "WebSockets one user may hold open to this node")
+		maxDevSocks   = fset.Int("max-sockets-per-device", 8, "WebSockets one device (e.g. the tabs of one browser) may hold open to this node")
+		asyncFanout   = fset.Int("fanout-async-threshold", 10000, "users with more watchers than this are delivered by the batched, coalescing fan-out path")
+		pollInterval  = fset.Duration("poll-interval", 30*time.Second, "clients reading presence over HTTP with their own token may read once per interval (0 disables)")
+		apiKey        = fset.String("api-key", "", "API key of app backends (default: generated once into <data>/api-key)")
+		jwtSecret     = fset.String("jwt-secret", "", "HS256 secret of client tokens (default: generated once into <data>/jwt-secret)")
+		maxTokenLife  = fset.Duration("max-token-lifetime", auth.DefaultMaxLifetime, "client tokens whose exp is more than this after now, or after their iat, are refused")
+		tokenAud      = fset.String("token-audience", "", "client tokens must carry this value in aud (empty: aud is not checked)")
+		tokenIss      = fset.String("token-issuer", "", "client tokens must carry this iss (empty: iss is not checked)")
+		dev           = fset.Bool("dev", false, "INSECURE development mode: accept requests without credentials")
+		logLevel      = fset.String("log-level", "info", "debug, info, warn or error")
+		printToken    = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
+		redisURL      = fset.String("redis-url", "", "scale-out: hot state in this Redis (redis://host:6379/0; a Cluster: redis://a:6379?addr=b:6379); needs -postgres-url")
+		redisPrefix   = fset.String("redis-prefix", "presenced:", "scale-out: prefix of every Redis key (deployments sharing a Redis differ by it)")
+		postgresURL   = fset.String("postgres-url", "", "scale-out: durable store in this PostgreSQL database (postgres://user@host:5432/db) instead of SQLite")
+		natsURL       = fset.String("nats-url", "", "scale-out: NATS JetStream for changes across nodes, the presence.changes stream and the ingest consumer (nats://host:4222)")
+		nodeID        = fset.String("node-id", "", "this node's name on the NATS bus (default: host name and a random suffix)")
+		noIngest      = fset.Bool("no-ingest", false, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
+		maxConns      = fset.Int("max-conns", budget.Max, "open client connections (HTTP and WebSocket); by default the file limit less a reserve; 0: no cap")
+		maxConnsIP    = fset.Int("max-conns-per-ip", budget.PerAddr, "open connections of one source address (IPv6: one /64); by default a quarter of -max-conns (with -dev: no cap); 0: no cap (behind a proxy, all clients share its address)")
+		maxPending    = fset.Int("max-pending-conns", budget.Pending, "connections that have not finished sending a request's headers (the oldest makes room for a new one); by default an eighth of -max-conns, at most 1024; 0: no cap")
+		headerTO      = fset.Duration("header-timeout", 5*time.Second, "a request's line and headers must arrive within this")
+		maxHeader     = fset.Int("max-header-bytes", app.DefaultMaxHeaderBytes, "request line and headers, in bytes; beyond it 431")
+		healthAddr    = fset.String("health-addr", "", "also serve /healthz, /readyz and /metrics on this address, outside the clients' connection caps (e.g. :8081 for a load balancer's probes)")
+		webhookSecret = fset.String("webhook-secret", "", "HMAC-SHA256 key that signs webhook requests (required with -webhook-url; 32 bytes or more)")
+		pprofAddr     = fset.String("pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	)
+	var webhookURLs urlList
+	fset.Var(&webhookURLs, "webhook-url", "POST every change this node makes to this URL (repeat the flag, or separate URLs with commas)")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: presenced [flags]\n\nEvery flag can also be set by its environment variable, e.g. -heartbeat-ttl by %s.\n\n", envName("heartbeat-ttl"))
 		fset.PrintDefaults()
@@ -217,6 +220,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		HeaderTimeout:        *headerTO,
 		MaxHeaderBytes:       *maxHeader,
 		HealthAddr:           *healthAddr,
+		WebhookURLs:          webhookURLs,
+		WebhookSecret:        []byte(*webhookSecret),
 	}
 	if *redisURL != "" && !*dev && (*apiKey == "" || *jwtSecret == "") && *printToken == "" {
 		return errors.New("-redis-url: give -api-key and -jwt-secret (or their environment variables): every node must accept the same credentials")
@@ -355,4 +360,18 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 		srv.Close()
 		<-done
 	}, nil
+}
+
+// urlList is a flag of URLs: repeated, or separated by commas.
+type urlList []string
+
+func (l *urlList) String() string { return strings.Join(*l, ",") }
+
+func (l *urlList) Set(v string) error {
+	for _, u := range strings.Split(v, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			*l = append(*l, u)
+		}
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ import (
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/web"
+	"github.com/presenced/presenced/internal/webhook"
 )
 
 // Config is the configuration of one node. Zero values take the documented
@@ -105,6 +107,11 @@ type Config struct {
 	// 5s); MaxHeaderBytes their size (default 32 KiB; beyond it, 431).
 	HeaderTimeout  time.Duration
 	MaxHeaderBytes int
+	// WebhookURLs receive every change this node makes (package webhook),
+	// signed with WebhookSecret (required with them; 32 bytes or more
+	// outside -dev).
+	WebhookURLs   []string
+	WebhookSecret []byte
 	// HealthAddr, when set, serves /healthz, /readyz and /metrics on a
 	// listener of their own, outside the clients' connection budget.
 	HealthAddr string
@@ -128,24 +135,25 @@ type durableStore interface {
 
 // App is one running node.
 type App struct {
-	cfg     Config
-	rules   presence.Rules
-	log     *slog.Logger
-	durable durableStore
-	store   tracker.Store
-	redis   rueidis.Client   // nil: embedded hot state
-	nats    *jsstream.Conn   // nil without NATS: the one connection of bus and ingest
-	bus     *natsbus.Bus     // nil without NATS
-	beacon  *beacon.Beacon   // nil without NATS or Redis: node liveness apart from Redis
-	peers   *peers.Peers     // nil without NATS or Redis: what other nodes hold of devices, for degraded reads
-	ingest  *ingest.Consumer // nil without NATS or with NoIngest
-	tracker *tracker.Tracker
-	api     *httpapi.Server
-	gw      *gateway.Gateway
-	hub     *fanout.Hub
-	handler http.Handler
-	metrics *metrics.Registry
-	budget  atomic.Pointer[connbudget.Listener] // set by Run before it serves
+	cfg      Config
+	rules    presence.Rules
+	log      *slog.Logger
+	durable  durableStore
+	store    tracker.Store
+	redis    rueidis.Client   // nil: embedded hot state
+	nats     *jsstream.Conn   // nil without NATS: the one connection of bus and ingest
+	bus      *natsbus.Bus     // nil without NATS
+	beacon   *beacon.Beacon   // nil without NATS or Redis: node liveness apart from Redis
+	peers    *peers.Peers     // nil without NATS or Redis: what other nodes hold of devices, for degraded reads
+	ingest   *ingest.Consumer // nil without NATS or with NoIngest
+	webhooks *webhook.Sender  // nil without webhook URLs
+	tracker  *tracker.Tracker
+	api      *httpapi.Server
+	gw       *gateway.Gateway
+	hub      *fanout.Hub
+	handler  http.Handler
+	metrics  *metrics.Registry
+	budget   atomic.Pointer[connbudget.Listener] // set by Run before it serves
 
 	reader   *query.Reader
 	resync   *resyncer     // sends watchers the current state when asked
@@ -217,6 +225,19 @@ func (c *Config) defaults() error {
 			if err := auth.CheckSecret(c.JWTSecret); err != nil {
 				return fmt.Errorf("JWT secret: %w", err)
 			}
+		}
+	}
+	for _, u := range c.WebhookURLs {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return fmt.Errorf("webhook URL %q: want http(s)://host/path", u)
+		}
+	}
+	if len(c.WebhookURLs) > 0 {
+		if len(c.WebhookSecret) == 0 {
+			return errors.New("webhook URLs need a webhook secret to sign with")
+		}
+		if err := auth.CheckSecret(c.WebhookSecret); err != nil && !c.Dev {
+			return fmt.Errorf("webhook secret: %w", err)
 		}
 	}
 	if c.MaxTokenLifetime < 0 {
@@ -326,6 +347,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		reloadMargin = 1 << 16 // Redis may lose what the last checkpoint missed
 	}
 	pubs := publishers{logPublisher{cfg.Logger.With("component", "events")}, a.hub}
+	if len(cfg.WebhookURLs) > 0 {
+		if a.webhooks, err = webhook.New(webhook.Config{URLs: cfg.WebhookURLs, Secret: cfg.WebhookSecret,
+			Clock: cfg.Clock, Logger: cfg.Logger.With("component", "webhook")}); err != nil {
+			return nil, err
+		}
+		pubs = append(pubs, a.webhooks) // this node's changes only: each change is sent by one node
+	}
 	if cfg.NATSURL != "" {
 		name := "presenced"
 		if cfg.NodeID != "" {
@@ -411,6 +439,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	var webhookStats func() webhook.Stats
+	if a.webhooks != nil {
+		webhookStats = a.webhooks.Stats
+	}
 	var busStats func() natsbus.Stats
 	if a.bus != nil {
 		busStats = a.bus.Stats
@@ -431,6 +463,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Gateway:     func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
 		Hub:         a.hub.Stats,
 		Bus:         busStats,
+		Webhooks:    webhookStats,
 		Ingest:      ingestStats,
 		Peers:       peerStats,
 		Connections: func() connbudget.Stats {
@@ -711,6 +744,10 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	if a.beacon != nil {
 		wg.Go(func() { _ = a.beacon.Run(busCtx) })
+	}
+	if a.webhooks != nil {
+		// Like the bus, it outlives the tracker: its last changes go out.
+		wg.Go(func() { _ = a.webhooks.Run(busCtx) })
 	}
 	if a.peers != nil {
 		wg.Go(func() {

@@ -19,6 +19,7 @@ import (
 	"github.com/presenced/presenced/internal/peers"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/webhook"
 )
 
 // Registry holds every metric of one node. It is safe for concurrent use.
@@ -44,6 +45,7 @@ type Sources struct {
 	Ingest      func() ingest.Stats  // nil without the ingest consumer
 	Peers       func() peers.Stats   // nil without peers (NATS and Redis)
 	Connections func() connbudget.Stats
+	Webhooks    func() webhook.Stats // nil without webhooks
 }
 
 // New returns a Registry with the Go runtime, process and presence metrics.
@@ -66,6 +68,9 @@ func New(src Sources) *Registry {
 	if src.Tracker != nil {
 		reg.MustRegister(&trackerCollector{src: src})
 		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest, peers: src.Peers})
+		if src.Webhooks != nil {
+			reg.MustRegister(&webhookCollector{src.Webhooks})
+		}
 	}
 	if src.Gateway != nil || src.Hub != nil || src.Connections != nil {
 		reg.MustRegister(&edgeCollector{gw: src.Gateway, hub: src.Hub, conns: src.Connections})
