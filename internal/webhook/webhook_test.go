@@ -315,3 +315,64 @@ func TestVerifyWebhook(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPublish is what a change costs the tracker that makes it, with
+// one endpoint: a lock and a copy into the queue (nothing is sent: Run is
+// not running, and the queue is emptied as it fills).
+func BenchmarkPublish(b *testing.B) {
+	s, err := New(Config{URLs: []string{"http://127.0.0.1:1"}, Secret: secret, QueueLen: 1 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev := event("user-123456", 1)
+	ev.Text = "in a meeting"
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s.Publish(ev)
+		if i%(1<<19) == 0 {
+			s.endpoints[0].take(nil, 1<<20)
+		}
+	}
+}
+
+// BenchmarkDelivery is the throughput to a local receiver that accepts
+// everything: events a second, batches of 256.
+func BenchmarkDelivery(b *testing.B) {
+	var n atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n.Add(int64(bytesCount(body, `"user_id"`)))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	s, err := New(Config{URLs: []string{"http://" + ln.Addr().String()}, Secret: secret, QueueLen: b.N + 1, Linger: time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ResetTimer()
+	go s.Run(ctx)
+	for i := range b.N {
+		s.Publish(event(fmt.Sprintf("u%d", i%1000), uint64(i+1)))
+	}
+	for n.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+func bytesCount(b []byte, sub string) int {
+	n := 0
+	for i := 0; i+len(sub) <= len(b); i++ {
+		if string(b[i:i+len(sub)]) == sub {
+			n++
+		}
+	}
+	return n
+}
