@@ -107,4 +107,9 @@ nats_server() {
 backend_servers
 
 echo "== go test -race"
-go test -race -count=1 -timeout 20m ./...
+# The summary tool prints what go test prints without -v, then how many
+# tests passed, failed and were skipped, naming each skipped one.
+summary="$(mktemp -d)"
+trap 'rm -rf "$summary"' EXIT
+go build -o "$summary/testsummary" ./scripts/testsummary
+go test -race -count=1 -timeout 20m -json ./... | "$summary/testsummary"
