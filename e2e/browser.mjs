@@ -65,14 +65,17 @@ try {
   await signIn(bob, "bob");
   await see(alice, `${row}[data-status="online"]`, STEP, "bob signs in → alice sees online");
 
+  await see(bob, "#status-hint[hidden]", STEP, "the invisible hint is hidden while bob is online");
   await bob.fill("#status-text", "in a meeting");
   await bob.check('input[name=status][value="busy"]');
   await see(alice, `${row}[data-status="busy"]`, STEP, "bob sets busy → alice sees busy");
+  await see(bob, "#status-hint[hidden]", STEP, "the invisible hint stays hidden when bob is busy");
   await expectText(alice, `${row} .text`, "in a meeting");
 
   await bob.check('input[name=status][value="invisible"]');
   await see(alice, `${row}[data-status="offline"]`, STEP, "bob goes invisible → alice sees offline");
   await see(bob, '#me-dot[data-status="invisible"]', STEP, "bob sees himself invisible");
+  await see(bob, "#status-hint:not([hidden])", STEP, "the invisible hint shows while bob is invisible");
   await expectText(alice, `${row} .seen`, "last seen just now");
 
   await bob.fill("#status-text", "");
@@ -142,10 +145,23 @@ try {
     await dave.click('#signin-form button[type="submit"]');
     await see(dave, '#conn[data-state="open"]', STEP, "dave signs in with a token");
     await expectText(dave, "#me-name", "dave");
+    await expectText(dave, "#conn", "Connected as dave");
     await alice.fill("#add-id", "dave");
     await alice.press("#add-id", "Enter");
     await see(alice, '#contact-list li[data-user-id="dave"][data-status="online"]', STEP, "alice sees dave online");
     await dave.close();
+  }
+
+  // A token the server refuses: the page stops retrying and says why.
+  {
+    const mallory = await openPage("mallory");
+    await mallory.goto(base + "/");
+    await mallory.click("details summary");
+    await mallory.fill("#token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJtYWxsb3J5In0.forged");
+    await mallory.click('#signin-form button[type="submit"]');
+    await expectText(mallory, "#signin-error", "refused the token");
+    await see(mallory, '#conn[data-state="closed"]', STEP, "a refused token stops the retries");
+    await mallory.close();
   }
 
   // Tokens that expire: erin's client asks a function for a token before

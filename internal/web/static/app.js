@@ -24,6 +24,7 @@ const dtf = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle:
 
 let client = null;
 let me = null; // user id signed in
+let signInToken = null; // the token pasted at sign-in, if any
 let contacts = []; // ids, in the order added
 
 // --- session ---
@@ -32,9 +33,12 @@ function signIn({ userId, token }) {
   client?.close();
   client = new PresenceClient(token ? { token } : { userId });
   me = userId || null;
+  signInToken = token || null;
   client.addEventListener("welcome", (e) => {
     me = e.detail.user_id;
     sessionStorage.setItem(SESSION_KEY, JSON.stringify({ userId: me, token: token || null }));
+    // A token names its user only now: the header said "Connected".
+    if ($("#conn").dataset.state === "open") $("#conn").textContent = `Connected as ${me}`;
     showSignedIn();
   });
   client.addEventListener("state", (e) => showConnection(e.detail));
@@ -91,13 +95,14 @@ function showConnection({ state, retryInMs, code }) {
       conn.textContent = "Connecting…";
       break;
     case "open":
-      conn.textContent = `Connected as ${me}`;
+      conn.textContent = me ? `Connected as ${me}` : "Connected";
       $("#signin-error").textContent = "";
       break;
     case "waiting":
       conn.textContent = `Connection lost — retrying in ${Math.ceil(retryInMs / 1000)} s`;
       if (!$("#signin").hidden) {
         $("#signin-error").textContent = "Could not connect. Is presenced running with -dev (or is the token valid)?";
+        explainRefusal();
       }
       break;
     case "closed":
@@ -108,6 +113,30 @@ function showConnection({ state, retryInMs, code }) {
   }
 }
 
+// explainRefusal runs when a sign-in has not connected yet. A browser is
+// not told why an upgrade failed, so ask the API the same question: if it
+// refuses a request without credentials, the server is not running with
+// -dev (or the token is bad) and retrying cannot help: stop and say so.
+async function explainRefusal() {
+  const tried = client;
+  let status = 0;
+  try {
+    const path = me ? `/v1/presence/${encodeURIComponent(me)}` : "/v1/presence/probe";
+    const res = await fetch(path, signInToken ? { headers: { Authorization: `Bearer ${signInToken}` } } : {});
+    status = res.status;
+  } catch {
+    return; // the server is unreachable: keep retrying
+  }
+  if (status !== 401 || client !== tried || $("#signin").hidden) return;
+  client?.close();
+  client = null;
+  $("#conn").dataset.state = "closed";
+  $("#conn").textContent = "Not connected";
+  $("#signin-error").textContent = me
+    ? "The server refused to sign in without a token: it is not running with -dev. Paste a token (presenced -print-token " + me + ")."
+    : "The server refused the token (expired, or signed with another secret). Paste a fresh one.";
+}
+
 function showMe(view) {
   // The server sends the user their own status as it is (invisible
   // included), in the snapshot and in every live change.
@@ -116,6 +145,7 @@ function showMe(view) {
   $("#me-label").textContent = `· ${LABELS[status] ?? status}`;
   const radio = document.querySelector(`input[name=status][value="${status}"]`);
   if (radio) radio.checked = true;
+  updateHint();
   if (document.activeElement !== $("#status-text")) $("#status-text").value = view.status_text ?? "";
 }
 
@@ -271,7 +301,13 @@ for (const radio of document.querySelectorAll("input[name=status]")) {
   radio.addEventListener("change", sendStatus);
 }
 
+// The hint explains invisible, and shows only while it is chosen.
+function updateHint() {
+  $("#status-hint").hidden = !document.querySelector('input[name=status][value="invisible"]')?.checked;
+}
+
 function sendStatus() {
+  updateHint();
   const status = document.querySelector("input[name=status]:checked")?.value ?? "online";
   client?.setStatus(status, $("#status-text").value.trim());
 }
