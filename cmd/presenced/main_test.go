@@ -794,7 +794,22 @@ func TestDevListensOnLoopback(t *testing.T) {
 	// Not parallel: it needs the port 8080 of the loopback to itself.
 	ln, err := net.Listen("tcp", "127.0.0.1:8080")
 	if err != nil {
-		t.Skipf("127.0.0.1:8080 is busy: %v", err)
+		// Taken (a node the README told to leave running): a node in
+		// -dev mode must then fail to listen on exactly that address.
+		for name, env := range map[string]map[string]string{
+			"flag":        {envName("data"): t.TempDir()},
+			"environment": {envName("dev"): "true", envName("data"): t.TempDir()},
+		} {
+			args := []string{}
+			if name == "flag" {
+				args = append(args, "-dev")
+			}
+			_, _, err := runQuick(t, env, args...)
+			if err == nil || !strings.Contains(err.Error(), "127.0.0.1:8080") {
+				t.Errorf("%s: -dev without an address, 127.0.0.1:8080 taken: %v, want a failure to listen there", name, err)
+			}
+		}
+		return
 	}
 	ln.Close()
 	t.Run("flag", func(t *testing.T) {
