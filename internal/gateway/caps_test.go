@@ -2,7 +2,10 @@ package gateway_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/presenced/presenced/internal/fanout"
@@ -84,4 +87,36 @@ func TestUserSubscriptionCap(t *testing.T) {
 	c.watch("7", "8")
 	c.send(`{"type":"subscribe","user_ids":["9"]}`)
 	c.errorCode("too_many_subscriptions")
+}
+
+// TestDevConnectionsLogged: under -dev every WebSocket opened without
+// credentials is logged, as every such HTTP request is.
+func TestDevConnectionsLogged(t *testing.T) {
+	var logs syncLog
+	n := newNode(t, opts{dev: true, tweak: func(c *gateway.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}})
+	for _, user := range []string{"a", "b", "a"} {
+		n.dialQuery("?user_id="+user, nil).msgType("welcome")
+	}
+	if got := strings.Count(logs.String(), "INSECURE development mode: accepted a request without credentials"); got != 3 {
+		t.Fatalf("%d warnings for 3 connections without credentials:\n%s", got, logs.String())
+	}
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

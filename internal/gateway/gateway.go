@@ -145,8 +145,6 @@ type Gateway struct {
 
 	idle idleIndex
 
-	devWarned atomic.Bool // the -dev warning was logged
-
 	stats struct {
 		accepted, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats atomic.Uint64
 	}

@@ -95,10 +95,9 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		if err := presence.ValidateID(claimedUser); err != nil {
 			return refuse(http.StatusBadRequest, "invalid_id", "user_id: %v", err)
 		}
-		if g.devWarned.CompareAndSwap(false, true) {
-			g.log.Warn("INSECURE development mode: accepting WebSockets without credentials (logged once)",
-				"path", r.URL.Path, "user_id", claimedUser, "remote", r.RemoteAddr)
-		}
+		// Every such connection, as every such HTTP request, is logged.
+		g.log.Warn("INSECURE development mode: accepted a request without credentials",
+			"method", r.Method, "path", r.URL.Path, "user_id", claimedUser, "remote", r.RemoteAddr)
 	}
 	dev, err := p.DeviceFor(claimedDev)
 	if err != nil {
