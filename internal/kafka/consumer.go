@@ -400,7 +400,7 @@ func (c *Consumer) part(id int32) *partition {
 func (c *Consumer) fold(st *partition, r *kgo.Record, now, opened time.Time) {
 	c.consumed.Add(1)
 	if st.win == nil {
-		st.win = newWindow(r.Offset, opened)
+		st.win = newWindow(r.Offset, opened, st.target != 0)
 		if st.pos < 0 {
 			st.pos = r.Offset
 		}
@@ -428,11 +428,11 @@ func (c *Consumer) fold(st *partition, r *kgo.Record, now, opened time.Time) {
 	}
 }
 
-// job is the ops of one user in one window, applied in order.
-type job []*op
+// job is the actions of one user in one window, applied in order.
+type job []action
 
-// work applies the windows that are due: every op not done, each user's in
-// order, users in parallel, until they are done, one fails, MaxHold has
+// work applies the windows that are due: every action not done, each
+// user's in order, users in parallel, until they are done, one fails, MaxHold has
 // passed, a rebalance waits or ctx is done. Windows left with ops not done
 // stay; after a failure they and every window waiting are paused until
 // the retry is due.
@@ -463,14 +463,14 @@ func (c *Consumer) work(ctx context.Context) {
 	var jobs []job
 	for _, st := range run {
 		users := make(map[string]int)
-		for _, o := range st.win.undone() {
-			i, ok := users[o.user]
+		for _, a := range st.win.actions() {
+			i, ok := users[a.op.user]
 			if !ok {
 				i = len(jobs)
-				users[o.user] = i
+				users[a.op.user] = i
 				jobs = append(jobs, nil)
 			}
-			jobs[i] = append(jobs[i], o)
+			jobs[i] = append(jobs[i], a)
 		}
 	}
 	c.failing.Store(false)
@@ -481,11 +481,11 @@ func (c *Consumer) work(ctx context.Context) {
 	for range min(c.cfg.Workers, len(jobs)) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(jobs); i = int(next.Add(1)) - 1 {
-				for _, o := range jobs[i] {
+				for _, a := range jobs[i] {
 					if ctx.Err() != nil || c.failing.Load() || c.hurry.Load() || time.Now().After(deadline) {
 						break
 					}
-					if !c.apply(ctx, o) {
+					if !c.apply(ctx, a) {
 						break // the user's later events wait for this one
 					}
 				}
@@ -513,17 +513,25 @@ func (c *Consumer) work(ctx context.Context) {
 	}
 }
 
-// apply makes one tracker call for o. It reports false when the call
+// apply makes one tracker call of an op. It reports false when the call
 // failed and will be tried again.
-func (c *Consumer) apply(ctx context.Context, o *op) bool {
-	if !o.bye && o.at.Before(c.cfg.Clock.Now().Add(-c.cfg.TTL)) {
-		o.done = true // went stale while it waited
-		c.stale.Add(1)
+func (c *Consumer) apply(ctx context.Context, a action) bool {
+	o := a.op
+	if o.done {
+		return true // refused or given up at its beat
+	}
+	if !a.bye && o.beatAt.Before(c.cfg.Clock.Now().Add(-c.cfg.TTL)) {
+		// Went stale while it waited: the device would be dead by now.
+		o.beatDone = true
+		if !o.bye {
+			o.done = true
+			c.stale.Add(1)
+		}
 		return true
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ApplyTimeout)
 	var err error
-	if o.bye {
+	if a.bye {
 		_, err = c.cfg.Tracker.Bye(actx, o.user, o.device)
 	} else {
 		_, err = c.cfg.Tracker.Heartbeat(actx, o.user, o.device, o.active)
@@ -531,8 +539,15 @@ func (c *Consumer) apply(ctx context.Context, o *op) bool {
 	cancel()
 	switch {
 	case err == nil:
-		o.done = true
-		c.applied.Add(1)
+		if a.bye {
+			o.byeDone = true
+		} else {
+			o.beatDone = true
+		}
+		if (!o.beat || o.beatDone) && (!o.bye || o.byeDone) {
+			o.done = true
+			c.applied.Add(1)
+		}
 		return true
 	case ingest.Refused(err):
 		o.done = true
