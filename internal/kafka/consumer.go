@@ -186,7 +186,8 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.WithLogger(kgoLogger{cfg.Logger, &c.logs}),
 	}
-	cl, err := kgo.NewClient(append(opts, cfg.ClientOptions...)...)
+	opts = append(append(opts, recoveryOpts()...), cfg.ClientOptions...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: ingest consumer: %w", err)
 	}
@@ -659,6 +660,9 @@ func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, m map[string][]int
 		delete(c.parts, id) // a stale state of an earlier assignment
 		c.part(id)
 	}
+	if ids := m[c.cfg.Topic]; len(ids) > 0 {
+		c.log.Info("kafka partitions assigned", "topic", c.cfg.Topic, "partitions", ids)
+	}
 	c.updateLag()
 }
 
@@ -675,6 +679,9 @@ func (c *Consumer) revoked(ctx context.Context, _ *kgo.Client, m map[string][]in
 		}
 	}
 	c.commit(ctx, offs)
+	if len(ids) > 0 {
+		c.log.Info("kafka partitions revoked", "topic", c.cfg.Topic, "partitions", ids)
+	}
 	c.forget(ids)
 }
 
@@ -683,6 +690,9 @@ func (c *Consumer) revoked(ctx context.Context, _ *kgo.Client, m map[string][]in
 func (c *Consumer) lost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if ids := m[c.cfg.Topic]; len(ids) > 0 {
+		c.log.Warn("kafka partitions lost (the session expired): their next owner reads them from the last commit", "topic", c.cfg.Topic, "partitions", ids)
+	}
 	c.forget(m[c.cfg.Topic])
 }
 

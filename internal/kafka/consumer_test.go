@@ -279,3 +279,66 @@ func TestPartitionMoves(t *testing.T) {
 	}
 	checkTransitions(t, w.rec.transitions(), want)
 }
+
+// TestBrokersUnreachable: every broker is unreachable for 10 s. The
+// changes this node makes meanwhile wait in the producer's queue and are
+// produced, in order, when the brokers are back; the consumer, whose
+// session expired meanwhile, joins the group again and goes on.
+func TestBrokersUnreachable(t *testing.T) {
+	w := newWorld(t)
+	p := w.producer(0)
+	w.pubs.add(p)
+	c := w.node("n1", nil)
+
+	u := users("u", 0, 10)
+	var recs []*kgo.Record
+	for _, x := range u {
+		recs = append(recs, w.event("session_connected", x, "d1", -time.Second))
+	}
+	w.produce(recs...)
+	waitFor(t, "the connects applied and committed", w.committedAll)
+	waitFor(t, "their changes produced", func() bool { return p.Stats().Produced == uint64(len(u)) })
+
+	w.gate.close()
+	// Clients of this node's own WebSocket come and change their status
+	// while Kafka is away: nothing blocks, the changes wait.
+	v := users("v", 0, 10)
+	for _, x := range v {
+		if _, err := w.tr.Heartbeat(w.ctx, x, "ws", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := p.Stats(); s.Queued != len(v) || s.Produced != uint64(len(u)) {
+		t.Errorf("brokers away: producer stats %+v, want %d queued", s, len(v))
+	}
+	time.Sleep(10 * time.Second) // the outage
+	if s := p.Stats(); s.Queued != len(v) || s.Dropped != 0 || s.Failed != 0 {
+		t.Errorf("after 10 s away: producer stats %+v, want %d queued, none lost", s, len(v))
+	}
+	w.gate.open()
+	back := time.Now()
+
+	waitFor(t, "the queued changes produced", func() bool { s := p.Stats(); return s.Queued == 0 && s.Produced == uint64(len(u)+len(v)) })
+	t.Logf("the queued changes were produced %v after the brokers were back", time.Since(back).Round(time.Millisecond))
+	recs = recs[:0]
+	for _, x := range u {
+		recs = append(recs, w.event("session_disconnected", x, "d1", 0))
+	}
+	w.produce(recs...)
+	t.Logf("the connection layer produced again %v after the brokers were back", time.Since(back).Round(time.Millisecond))
+	waitFor(t, "the consumer applying again", func() bool { return w.committedAll() && len(w.rec.events()) == 2*len(u)+len(v) })
+	t.Logf("the consumer applied new events %v after the brokers were back", time.Since(back).Round(time.Millisecond))
+
+	want := map[string][]string{}
+	for _, x := range u {
+		want[x] = []string{"offline>online", "online>offline"}
+	}
+	for _, x := range v {
+		want[x] = []string{"offline>online"}
+	}
+	checkTransitions(t, w.rec.transitions(), want)
+	evs := w.rec.events()
+	waitFor(t, "every change produced", func() bool { return p.Stats().Produced == uint64(len(evs)) })
+	checkChanges(t, w.readChanges(len(evs)), evs)
+	t.Logf("consumer after the outage: %+v", c.Stats())
+}

@@ -80,6 +80,7 @@ func newWorld(t *testing.T) *world {
 		kgo.SeedBrokers(cluster.ListenAddrs()...),
 		kgo.DefaultProduceTopic(ingestT),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -71,6 +71,7 @@ package kafka
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -83,6 +84,22 @@ const (
 	DefaultChangesTopic = "presence.changes"
 	DefaultGroup        = "presenced"
 )
+
+// recoveryOpts make a client find the brokers again within about a second
+// of their return (franz-go's defaults take up to 5 s twice: the backoff
+// of a request and the minimum age of the metadata a reconnect needs).
+// Presence is worth it, and a node has only two clients.
+func recoveryOpts() []kgo.Opt {
+	return []kgo.Opt{kgo.RetryBackoffFn(backoff), kgo.MetadataMinAge(time.Second)}
+}
+
+// backoff is the wait before a request is tried again after the n-th
+// failure in a row: from 100 ms, doubling, at most 1 s, with jitter (the
+// upper half of it).
+func backoff(n int) time.Duration {
+	d := min(100*time.Millisecond<<min(max(n-1, 0), 4), time.Second)
+	return d/2 + rand.N(d/2+1)
+}
 
 // kgoLogger hands franz-go's warnings and errors to slog, at most one line
 // per message a second.

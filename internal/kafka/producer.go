@@ -100,7 +100,8 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 		kgo.MaxBufferedRecords(cfg.QueueLen + 1024),
 		kgo.WithLogger(kgoLogger{cfg.Logger, &p.logs}),
 	}
-	cl, err := kgo.NewClient(append(opts, cfg.ClientOptions...)...)
+	opts = append(append(opts, recoveryOpts()...), cfg.ClientOptions...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: changes producer: %w", err)
 	}
