@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -341,4 +343,88 @@ func TestBrokersUnreachable(t *testing.T) {
 	waitFor(t, "every change produced", func() bool { return p.Stats().Produced == uint64(len(evs)) })
 	checkChanges(t, w.readChanges(len(evs)), evs)
 	t.Logf("consumer after the outage: %+v", c.Stats())
+}
+
+// flaky is a tracker that fails every call while down, always for the
+// user doomed, and refuses the user crowded (too many devices).
+type flaky struct {
+	tr       ingest.Tracker
+	down     atomic.Bool
+	failures atomic.Int64
+}
+
+var errStoreDown = errors.New("the store is down")
+
+func (f *flaky) fail(user string) error {
+	switch {
+	case user == "crowded":
+		return fmt.Errorf("beat: %w", presence.ErrTooManyDevices)
+	case user == "doomed" || f.down.Load():
+		f.failures.Add(1)
+		return errStoreDown
+	}
+	return nil
+}
+
+func (f *flaky) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	if err := f.fail(user); err != nil {
+		return presence.Change{}, err
+	}
+	return f.tr.Heartbeat(ctx, user, device, active)
+}
+
+func (f *flaky) Bye(ctx context.Context, user, device string) (presence.Change, error) {
+	if err := f.fail(user); err != nil {
+		return presence.Change{}, err
+	}
+	return f.tr.Bye(ctx, user, device)
+}
+
+// TestTrackerErrors: while the tracker fails, the events are tried again
+// and their offsets not committed; afterwards they are applied and
+// committed. An event the tracker refuses is skipped, one that keeps
+// failing is given up after MaxAttempts; neither stops the others.
+func TestTrackerErrors(t *testing.T) {
+	w := newWorld(t)
+	f := &flaky{tr: w.tr}
+	c, _ := w.startNodeWith("n1", f, func(cfg *kafka.ConsumerConfig) {
+		cfg.MaxAttempts = 10
+		cfg.RetryDelay, cfg.RetryMaxDelay = 20*time.Millisecond, 100*time.Millisecond
+	})
+	u := users("u", 0, 10)
+	var recs []*kgo.Record
+	for _, x := range u[:5] {
+		recs = append(recs, w.event("session_connected", x, "d1", -time.Second))
+	}
+	w.produce(recs...)
+	waitFor(t, "the first batch applied and committed", w.committedAll)
+
+	f.down.Store(true)
+	recs = recs[:0]
+	for _, x := range append(u[5:], "doomed", "crowded") {
+		recs = append(recs, w.event("session_connected", x, "d1", 0))
+	}
+	w.produce(recs...)
+	waitFor(t, "tracker calls failing", func() bool { return f.failures.Load() >= 3 })
+	if w.committedAll() {
+		t.Error("offsets committed past events that failed")
+	}
+	lag := int64(0)
+	for _, n := range c.Stats().Lag {
+		lag += n
+	}
+	if lag == 0 {
+		t.Errorf("no lag while events wait: %+v", c.Stats())
+	}
+	f.down.Store(false)
+
+	waitFor(t, "everything applied or skipped, and committed", w.committedAll)
+	want := map[string][]string{}
+	for _, x := range u {
+		want[x] = []string{"offline>online"}
+	}
+	checkTransitions(t, w.rec.transitions(), want)
+	if s := c.Stats(); s.Refused != 1 || s.GivenUp != 1 || s.Retried == 0 {
+		t.Errorf("stats %+v, want 1 refused, 1 given up, some retried", s)
+	}
 }

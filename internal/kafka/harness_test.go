@@ -110,10 +110,16 @@ func (w *world) stoppableNode(name string) (*kafka.Consumer, func()) {
 
 func (w *world) startNode(name string, tr ingest.Tracker, opts ...kgo.Opt) (*kafka.Consumer, func()) {
 	w.t.Helper()
+	return w.startNodeWith(name, tr, nil, opts...)
+}
+
+// startNodeWith is startNode with the consumer's config changed by edit.
+func (w *world) startNodeWith(name string, tr ingest.Tracker, edit func(*kafka.ConsumerConfig), opts ...kgo.Opt) (*kafka.Consumer, func()) {
+	w.t.Helper()
 	if tr == nil {
 		tr = w.tr
 	}
-	c, err := kafka.NewConsumer(kafka.ConsumerConfig{
+	cfg := kafka.ConsumerConfig{
 		Brokers:       w.cluster.ListenAddrs(),
 		Topic:         ingestT,
 		Group:         group,
@@ -125,7 +131,11 @@ func (w *world) startNode(name string, tr ingest.Tracker, opts ...kgo.Opt) (*kaf
 		RetryDelay:    50 * time.Millisecond,
 		CommitTimeout: time.Second,
 		ClientOptions: append(append([]kgo.Opt(nil), w.extra...), opts...),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := kafka.NewConsumer(cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}
