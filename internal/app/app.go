@@ -489,6 +489,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			TTL:      cfg.TTL,
 			Clock:    cfg.Clock,
 			Logger:   cfg.Logger.With("component", "kafka-ingest"),
+			// A dead node's partitions move within a third of the ttl
+			// (at least the brokers' default minimum, 6s), before the
+			// devices of its users expire.
+			SessionTimeout: min(max(cfg.TTL/3, 6*time.Second), 10*time.Second),
 		})
 		if err != nil {
 			return nil, err

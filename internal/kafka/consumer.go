@@ -68,6 +68,12 @@ type ConsumerConfig struct {
 	// CommitTimeout bounds an offset commit and leaving the group
 	// (default 5s).
 	CommitTimeout time.Duration
+	// SessionTimeout is how long the group waits for a silent member
+	// before its partitions move (default 10s; the brokers allow 6s to
+	// 30m by default). A node that dies leaves its users' events waiting
+	// that long: keep it well below the heartbeat ttl, or their devices
+	// expire meanwhile. The member heartbeats every quarter of it.
+	SessionTimeout time.Duration
 	// ClientOptions are more franz-go options (TLS, SASL, a dialer,
 	// session timeouts, …), applied after the Consumer's own.
 	ClientOptions []kgo.Opt
@@ -171,6 +177,8 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		kgo.ClientID(cfg.ClientID),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(cfg.SessionTimeout / 4),
 		// Partitions that stay with a node are not revoked when another
 		// node joins or leaves.
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -243,6 +251,7 @@ func (cfg *ConsumerConfig) fill() error {
 	def(&cfg.CatchUpWait, 5*time.Second)
 	defInt(&cfg.MaxWindow, 65536)
 	def(&cfg.CommitTimeout, 5*time.Second)
+	def(&cfg.SessionTimeout, 10*time.Second)
 	return nil
 }
 

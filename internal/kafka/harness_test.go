@@ -49,7 +49,6 @@ type world struct {
 	rec     *recorder
 	pubs    *publishers
 	gw      *kgo.Client // the connection layer: produces session events
-	extra   []kgo.Opt   // options of every node's clients
 }
 
 func newWorld(t *testing.T) *world {
@@ -88,8 +87,6 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(gw.Close)
 	return &world{
 		t: t, ctx: ctx, cluster: cluster, gate: g, clk: clk, store: store, tr: tr, rec: rec, pubs: pubs, gw: gw,
-		// Short sessions, so that a killed node is noticed within the test.
-		extra: []kgo.Opt{kgo.SessionTimeout(2 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond)},
 	}
 }
 
@@ -130,7 +127,9 @@ func (w *world) startNodeWith(name string, tr ingest.Tracker, edit func(*kafka.C
 		Logger:        slog.New(slog.NewTextHandler(w.t.Output(), nil)).With("node", name),
 		RetryDelay:    50 * time.Millisecond,
 		CommitTimeout: time.Second,
-		ClientOptions: append(append([]kgo.Opt(nil), w.extra...), opts...),
+		// Short sessions, so that a killed node is noticed within the test.
+		SessionTimeout: 2 * time.Second,
+		ClientOptions:  opts,
 	}
 	if edit != nil {
 		edit(&cfg)
