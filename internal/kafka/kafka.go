@@ -26,21 +26,29 @@
 // failures. A node that dies leaves what it did not commit to the next
 // owner of the partition, which reads it again.
 //
-// Applying again must change nothing anyone sees, so the records a node
-// polls from one partition form a window that is applied per device, not
-// per record (window.go): the device's last event decides — a beat (with
-// activity if any of its beats since the last disconnect was active) or a
-// disconnect — and the events before it are coalesced away. A device that
-// connected and disconnected within the window is therefore never brought
-// back, even for a moment, when the window is read again. After a
-// partition is assigned, its first window reaches from the committed
-// offset to the partition's end at assignment (every record the previous
-// owner could have applied), so a partition taken over from a node killed
-// mid-batch is applied again as one window (up to MaxWindow devices; after
-// CatchUpWait without reaching that end it is applied as it stands). Across
-// windows the rules of ingest.Memory hold: a heartbeat or connect at or
-// before a disconnect the node applied is skipped, and an older disconnect
-// after a reconnect is skipped; beats older than the ttl are stale.
+// Applying again must show nothing twice, so the records a node polls
+// from one partition form a window that is applied per device, not per
+// record (window.go): each device's events come down to at most a beat
+// (at the place of its first beat; active if one of its beats since its
+// last disconnect was) and then a disconnect (at the place of its last),
+// so that a device that disconnected and reconnected within the window
+// stays alive throughout, repeated beats are one call, and the devices of
+// a user still come and go in the order of their events. A session that
+// began and ended within the window is shown coming and going.
+//
+// After a partition is assigned, its first window is a replay: it reaches
+// from the committed offset to the partition's end at assignment (every
+// record the previous owner could have applied; up to MaxWindow devices,
+// or what arrived within CatchUpWait), and it is applied so that whatever
+// part of it the previous owner applied before it died, nothing is shown
+// twice: a device whose last event is a disconnect is only disconnected
+// (a session within the replay is not shown, and its last_seen not
+// moved), and the beats of the devices that stay alive go before every
+// disconnect. window_test.go checks both on random event sequences against
+// every prefix the dead node may have applied. Across windows the rules of
+// ingest.Memory hold: a heartbeat or connect at or before a disconnect the
+// node applied is skipped, and an older disconnect after a reconnect; beats
+// older than the ttl are stale.
 //
 // Malformed records (not JSON, unknown type, bad ids, no or bad at, too far
 // in the future, larger than ingest.MaxMessageSize) are counted and
@@ -54,7 +62,14 @@
 // BlockRebalanceOnPoll): a poll's work is bounded by MaxHold and cut short
 // when a rebalance is waiting, whatever was not applied then being left
 // uncommitted; a revoked partition's applied offsets are committed before
-// it moves.
+// it moves. A node that stops leaves the group at once; one that dies is
+// noticed after SessionTimeout. What is not handled: a node cut off from
+// the brokers but not from the tracker's store may still apply the poll in
+// its hands while the new owner replays it (a zombie, for at most MaxHold);
+// and the disconnect memory is per node, so a connect the connection layer
+// publishes again after its disconnect, read by another node than the one
+// that applied the disconnect, keeps that device alive for at most one
+// ttl.
 //
 // # Changes out
 //
