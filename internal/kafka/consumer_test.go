@@ -428,3 +428,22 @@ func TestTrackerErrors(t *testing.T) {
 		t.Errorf("stats %+v, want 1 refused, 1 given up, some retried", s)
 	}
 }
+
+// TestIngestTopicCreatedLater: a node started before its ingest topic
+// exists consumes it once it is created.
+func TestIngestTopicCreatedLater(t *testing.T) {
+	w := newWorld(t)
+	const topic = "presence.updates.later"
+	w.startNodeWith("n1", nil, func(cfg *kafka.ConsumerConfig) { cfg.Topic = topic })
+	time.Sleep(2 * time.Second) // the node looks for its topic, finds none, and waits
+	if g := w.cluster.GroupInfo(group); g != nil && len(g.Members) > 0 {
+		t.Fatalf("the node joined its group before its topic existed: %+v", g)
+	}
+	if err := w.cluster.CreateTopic(topic, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := w.event("session_connected", "kim", "d1", 0)
+	r.Topic = topic
+	w.produce(r)
+	waitFor(t, "kim online", func() bool { return w.devices("kim") == 1 })
+}

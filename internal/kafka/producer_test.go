@@ -185,3 +185,21 @@ func TestProducerQueueBound(t *testing.T) {
 	waitFor(t, "the queue produced", func() bool { s := p.Stats(); return s.Produced == 5 && s.Queued == 0 })
 	checkChanges(t, w.readChanges(5), evs[:5])
 }
+
+// TestProducerTopicMissing: changes for a topic that does not exist fail,
+// counted, and are not kept forever.
+func TestProducerTopicMissing(t *testing.T) {
+	w := newWorld(t)
+	p, err := kafka.NewProducer(kafka.ProducerConfig{Brokers: w.cluster.ListenAddrs(), Topic: "no.such.topic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 3 {
+		p.Publish(&presence.Event{UserID: "u", Status: presence.Online, Version: uint64(i + 1), At: epoch.UnixMilli()})
+	}
+	waitFor(t, "the changes failed", func() bool { s := p.Stats(); return s.Failed == 3 && s.Queued == 0 })
+	if s := p.Stats(); s.Produced != 0 || s.Dropped != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
