@@ -15,7 +15,10 @@ import (
 
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/tracker"
 )
+
+var _ ingest.Tracker = (*tracker.Tracker)(nil) // what NewConsumer is given
 
 // ErrClosed is returned by Run after Close.
 var ErrClosed = errors.New("kafka: consumer closed")

@@ -12,8 +12,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
+
+var _ tracker.Publisher = (*Producer)(nil)
 
 // ProducerConfig configures a Producer. Zero values take the documented
 // defaults.
