@@ -26,6 +26,7 @@ import (
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/connbudget"
+	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -92,8 +93,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		webhookSecret = fset.String("webhook-secret", "", "HMAC-SHA256 key that signs webhook requests (required with -webhook-url; 32 bytes or more)")
 		pprofAddr     = fset.String("pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	)
-	var webhookURLs urlList
+	var webhookURLs, kafkaBrokers listFlag
 	fset.Var(&webhookURLs, "webhook-url", "POST every change this node makes to this URL (repeat the flag, or separate URLs with commas)")
+	fset.Var(&kafkaBrokers, "kafka-brokers", "Kafka brokers, host:port (repeat the flag, or separate them with commas): consume session events from -kafka-ingest-topic, produce every change this node makes to -kafka-changes-topic")
+	kafkaIngest := fset.String("kafka-ingest-topic", kafka.DefaultIngestTopic, "with -kafka-brokers: the topic of session events (as on presence.ingest.>, keyed by user id) the nodes consume in the group -kafka-group; empty (-kafka-ingest-topic=): no consumer")
+	kafkaGroup := fset.String("kafka-group", kafka.DefaultGroup, "with -kafka-brokers: the consumer group every node joins")
+	kafkaChanges := fset.String("kafka-changes-topic", kafka.DefaultChangesTopic, "with -kafka-brokers: the topic every change this node makes is produced to, keyed by user id; empty (-kafka-changes-topic=): no producer")
 	fset.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: presenced [flags]\n\nEvery flag can also be set by its environment variable, e.g. -heartbeat-ttl by %s.\n\n", envName("heartbeat-ttl"))
 		fset.PrintDefaults()
@@ -222,6 +227,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		HealthAddr:           *healthAddr,
 		WebhookURLs:          webhookURLs,
 		WebhookSecret:        []byte(*webhookSecret),
+		KafkaBrokers:         kafkaBrokers,
+		KafkaIngestTopic:     *kafkaIngest,
+		KafkaGroup:           *kafkaGroup,
+		KafkaChangesTopic:    *kafkaChanges,
+		NoKafkaIngest:        *kafkaIngest == "",
+		NoKafkaChanges:       *kafkaChanges == "",
+	}
+	if len(kafkaBrokers) > 0 && *kafkaGroup == "" {
+		return errors.New("-kafka-group: give the consumer group's name")
 	}
 	if *redisURL != "" && !*dev && (*apiKey == "" || *jwtSecret == "") && *printToken == "" {
 		return errors.New("-redis-url: give -api-key and -jwt-secret (or their environment variables): every node must accept the same credentials")
@@ -362,12 +376,13 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	}, nil
 }
 
-// urlList is a flag of URLs: repeated, or separated by commas.
-type urlList []string
+// listFlag is a flag of a list (URLs, addresses): repeated, or separated
+// by commas.
+type listFlag []string
 
-func (l *urlList) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
 
-func (l *urlList) Set(v string) error {
+func (l *listFlag) Set(v string) error {
 	for _, u := range strings.Split(v, ",") {
 		if u = strings.TrimSpace(u); u != "" {
 			*l = append(*l, u)

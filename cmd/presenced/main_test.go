@@ -903,6 +903,9 @@ func TestRunConfigErrors(t *testing.T) {
 		{"no async threshold", map[string]string{envName("fanout-async-threshold"): "0"}, nil, "-fanout-async-threshold 0: at least 1", true},
 		{"no token lifetime", nil, []string{"-max-token-lifetime", "0s"}, "-max-token-lifetime 0s: at least 1s", true},
 		{"negative token lifetime from env", map[string]string{envName("max-token-lifetime"): "-1h"}, nil, "-max-token-lifetime -1h0m0s", true},
+		{"kafka broker without a port", nil, []string{"-kafka-brokers", "kafka1"}, `kafka broker "kafka1": want host:port`, false},
+		{"kafka brokers from env, one without a port", map[string]string{envName("kafka-brokers"): "kafka1:9092,kafka2"}, nil, `kafka broker "kafka2": want host:port`, false},
+		{"kafka without a group", nil, []string{"-kafka-brokers", "kafka1:9092", "-kafka-group="}, "-kafka-group", true},
 		// Credentials shorter than 32 bytes, named with where they came from.
 		{"short api key", nil, []string{"-api-key", "k"}, "-api-key (PRESENCE_API_KEY) is 1 bytes long; at least 32 bytes are required outside -dev", true},
 		{"api key of 31 bytes", nil, []string{"-api-key", strings.Repeat("k", 31)}, "-api-key (PRESENCE_API_KEY) is 31 bytes long", true},

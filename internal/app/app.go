@@ -28,6 +28,7 @@ import (
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/ingest"
 	"github.com/presenced/presenced/internal/jsstream"
+	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/metrics"
 	"github.com/presenced/presenced/internal/natsbus"
@@ -112,6 +113,18 @@ type Config struct {
 	// outside -dev).
 	WebhookURLs   []string
 	WebhookSecret []byte
+	// KafkaBrokers (host:port, one or more) turn Kafka on (package
+	// kafka), independently of NATS: the consumer of session events on
+	// KafkaIngestTopic (default "presence.updates") in the consumer group
+	// KafkaGroup (default "presenced"), and the producer of every change
+	// this node makes to KafkaChangesTopic (default "presence.changes").
+	// NoKafkaIngest and NoKafkaChanges turn either off.
+	KafkaBrokers      []string
+	KafkaIngestTopic  string
+	KafkaGroup        string
+	KafkaChangesTopic string
+	NoKafkaIngest     bool
+	NoKafkaChanges    bool
 	// HealthAddr, when set, serves /healthz, /readyz and /metrics on a
 	// listener of their own, outside the clients' connection budget.
 	HealthAddr string
@@ -147,6 +160,8 @@ type App struct {
 	peers    *peers.Peers     // nil without NATS or Redis: what other nodes hold of devices, for degraded reads
 	ingest   *ingest.Consumer // nil without NATS or with NoIngest
 	webhooks *webhook.Sender  // nil without webhook URLs
+	kafkaIn  *kafka.Consumer  // nil without Kafka or with NoKafkaIngest
+	kafkaOut *kafka.Producer  // nil without Kafka or with NoKafkaChanges
 	tracker  *tracker.Tracker
 	api      *httpapi.Server
 	gw       *gateway.Gateway
@@ -240,6 +255,20 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("webhook secret: %w", err)
 		}
 	}
+	for _, b := range c.KafkaBrokers {
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			return fmt.Errorf("kafka broker %q: want host:port", b)
+		}
+	}
+	if c.KafkaIngestTopic == "" {
+		c.KafkaIngestTopic = kafka.DefaultIngestTopic
+	}
+	if c.KafkaGroup == "" {
+		c.KafkaGroup = kafka.DefaultGroup
+	}
+	if c.KafkaChangesTopic == "" {
+		c.KafkaChangesTopic = kafka.DefaultChangesTopic
+	}
 	if c.MaxTokenLifetime < 0 {
 		return fmt.Errorf("maximum token lifetime %s is negative", c.MaxTokenLifetime)
 	}
@@ -255,6 +284,9 @@ func (c *Config) defaults() error {
 // Mode names the backends of the node, for its logs.
 func (c *Config) Mode() string {
 	if c.RedisURL == "" && c.PostgresURL == "" && c.NATSURL == "" {
+		if len(c.KafkaBrokers) > 0 {
+			return "embedded+kafka"
+		}
 		return "embedded"
 	}
 	m := "memory"
@@ -268,6 +300,9 @@ func (c *Config) Mode() string {
 	}
 	if c.NATSURL != "" {
 		m += "+nats"
+	}
+	if len(c.KafkaBrokers) > 0 {
+		m += "+kafka"
 	}
 	return m
 }
@@ -354,6 +389,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		pubs = append(pubs, a.webhooks) // this node's changes only: each change is sent by one node
 	}
+	kafkaClient := "presenced"
+	if cfg.NodeID != "" {
+		kafkaClient += "-" + cfg.NodeID
+	}
+	if len(cfg.KafkaBrokers) > 0 && !cfg.NoKafkaChanges {
+		if a.kafkaOut, err = kafka.NewProducer(kafka.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaChangesTopic,
+			ClientID: kafkaClient, Logger: cfg.Logger.With("component", "kafka-changes")}); err != nil {
+			return nil, err
+		}
+		pubs = append(pubs, a.kafkaOut) // this node's changes only: each change is produced by one node
+	}
 	if cfg.NATSURL != "" {
 		name := "presenced"
 		if cfg.NodeID != "" {
@@ -433,6 +479,25 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, fmt.Errorf("open the ingest consumer: %w", err)
 		}
 	}
+	if len(cfg.KafkaBrokers) > 0 && !cfg.NoKafkaIngest {
+		a.kafkaIn, err = kafka.NewConsumer(kafka.ConsumerConfig{
+			Brokers:  cfg.KafkaBrokers,
+			Topic:    cfg.KafkaIngestTopic,
+			Group:    cfg.KafkaGroup,
+			ClientID: kafkaClient,
+			Tracker:  a.tracker,
+			TTL:      cfg.TTL,
+			Clock:    cfg.Clock,
+			Logger:   cfg.Logger.With("component", "kafka-ingest"),
+			// A dead node's partitions move within a third of the ttl
+			// (at least the brokers' default minimum, 6s), before the
+			// devices of its users expire.
+			SessionTimeout: min(max(cfg.TTL/3, 6*time.Second), 10*time.Second),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	// The tracker reads the store, or what the node knows while Redis is down.
 	reader, err := query.New(query.Config{States: a.tracker, Profiles: durable, Contacts: durable, Clock: cfg.Clock,
 		ColdVersionMargin: reloadMargin})
@@ -455,17 +520,28 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.ingest != nil {
 		ingestStats = a.ingest.Stats
 	}
+	var kafkaInStats func() kafka.ConsumerStats
+	if a.kafkaIn != nil {
+		kafkaInStats = a.kafkaIn.Stats
+	}
+	var kafkaOutStats func() kafka.ProducerStats
+	if a.kafkaOut != nil {
+		kafkaOutStats = a.kafkaOut.Stats
+	}
 	a.reader = reader
 	a.metrics = metrics.New(metrics.Sources{
-		Tracker:     a.tracker.Stats,
-		SharedState: cfg.RedisURL != "",
-		Users:       users,
-		Gateway:     func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
-		Hub:         a.hub.Stats,
-		Bus:         busStats,
-		Webhooks:    webhookStats,
-		Ingest:      ingestStats,
-		Peers:       peerStats,
+		Tracker:          a.tracker.Stats,
+		SharedState:      cfg.RedisURL != "",
+		Users:            users,
+		Gateway:          func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
+		Hub:              a.hub.Stats,
+		Bus:              busStats,
+		Webhooks:         webhookStats,
+		Ingest:           ingestStats,
+		Peers:            peerStats,
+		KafkaIngest:      kafkaInStats,
+		KafkaIngestTopic: cfg.KafkaIngestTopic,
+		KafkaChanges:     kafkaOutStats,
 		Connections: func() connbudget.Stats {
 			if b := a.budget.Load(); b != nil {
 				return b.Stats()
@@ -592,6 +668,12 @@ func (a *App) readiness() []httpapi.Check {
 	if a.bus != nil {
 		checks = append(checks, httpapi.Check{Name: "nats", Shared: true, Check: a.bus.Ping})
 	}
+	switch {
+	case a.kafkaOut != nil:
+		checks = append(checks, httpapi.Check{Name: "kafka", Shared: true, Check: a.kafkaOut.Ping})
+	case a.kafkaIn != nil:
+		checks = append(checks, httpapi.Check{Name: "kafka", Shared: true, Check: a.kafkaIn.Ping})
+	}
 	return checks
 }
 
@@ -623,8 +705,14 @@ func openDurable(ctx context.Context, cfg Config) (durableStore, error) {
 // closeBackends closes what New opened, in reverse order.
 func (a *App) closeBackends() error {
 	var err error
+	if a.kafkaIn != nil {
+		err = errors.Join(err, a.kafkaIn.Close())
+	}
 	if a.ingest != nil {
 		err = errors.Join(err, a.ingest.Close())
+	}
+	if a.kafkaOut != nil {
+		a.kafkaOut.Close()
 	}
 	if a.bus != nil {
 		err = errors.Join(err, a.bus.Close())
@@ -749,6 +837,9 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		// Like the bus, it outlives the tracker: its last changes go out.
 		wg.Go(func() { _ = a.webhooks.Run(busCtx) })
 	}
+	if a.kafkaOut != nil {
+		wg.Go(func() { _ = a.kafkaOut.Run(busCtx) }) // likewise
+	}
 	if a.peers != nil {
 		wg.Go(func() {
 			if err := a.peers.Serve(busCtx, a.tracker); err != nil {
@@ -766,6 +857,14 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		wg.Go(func() { ingestDone <- a.ingest.Run(ingestCtx) })
 	} else {
 		ingestDone <- nil
+	}
+	kafkaInDone := make(chan error, 1)
+	if a.kafkaIn != nil {
+		// Like the JetStream ingest it stops before the tracker, leaving
+		// the group: its partitions move to the other nodes at once.
+		wg.Go(func() { kafkaInDone <- a.kafkaIn.Run(ingestCtx) })
+	} else {
+		kafkaInDone <- nil
 	}
 	wg.Add(4)
 	go func() {
@@ -820,6 +919,9 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	stopIngest()
 	if ierr := <-ingestDone; ierr != nil {
 		err = errors.Join(err, ierr)
+	}
+	if kerr := <-kafkaInDone; kerr != nil {
+		err = errors.Join(err, kerr)
 	}
 	stopTracker()
 	if terr := <-trackerDone; terr != nil {

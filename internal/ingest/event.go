@@ -20,21 +20,17 @@ const (
 	TypeDisconnected = "session_disconnected"
 )
 
-// kind is a decoded event type.
-type kind uint8
-
-const (
-	kindBeat kind = iota + 1 // session_connected or heartbeat
-	kindBye                  // session_disconnected
-)
-
-// event is one validated message.
-type event struct {
-	kind   kind
-	user   string
-	device string
-	at     time.Time
-	active bool
+// Event is one valid session event, as Decode returns it. Every transport
+// of session events (JetStream here, Kafka in package kafka) applies the
+// same events by the same rules.
+type Event struct {
+	// Bye is true for session_disconnected; false for session_connected
+	// and heartbeat, which both keep the device alive.
+	Bye    bool
+	User   string
+	Device string
+	At     time.Time // when it happened at the connection layer
+	Active bool      // a beat that is user activity (default true)
 }
 
 // rawEvent is the JSON form of a message. Unknown fields are ignored, so
@@ -47,49 +43,48 @@ type rawEvent struct {
 	Active *bool  `json:"active"`
 }
 
-// errInvalid marks a message that can never be applied.
-var errInvalid = errors.New("invalid event")
+// ErrInvalid marks a message that can never be applied.
+var ErrInvalid = errors.New("invalid event")
 
-// decode parses and validates one message payload against now. maxSkew
-// bounds how far in the future `at` may be. Every error wraps errInvalid.
-func decode(data []byte, now time.Time, maxSkew time.Duration) (event, error) {
+// Decode parses and validates one message payload against now. maxSkew
+// bounds how far in the future `at` may be. Every error wraps ErrInvalid.
+func Decode(data []byte, now time.Time, maxSkew time.Duration) (Event, error) {
 	if len(data) > MaxMessageSize {
-		return event{}, fmt.Errorf("%w: %d bytes, the limit is %d", errInvalid, len(data), MaxMessageSize)
+		return Event{}, fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalid, len(data), MaxMessageSize)
 	}
 	var r rawEvent
 	if err := json.Unmarshal(data, &r); err != nil {
-		return event{}, fmt.Errorf("%w: not a JSON object: %v", errInvalid, err)
+		return Event{}, fmt.Errorf("%w: not a JSON object: %v", ErrInvalid, err)
 	}
-	var ev event
+	var ev Event
 	switch r.Type {
 	case TypeConnected, TypeHeartbeat:
-		ev.kind = kindBeat
 	case TypeDisconnected:
-		ev.kind = kindBye
+		ev.Bye = true
 	case "":
-		return event{}, fmt.Errorf("%w: no type", errInvalid)
+		return Event{}, fmt.Errorf("%w: no type", ErrInvalid)
 	default:
-		return event{}, fmt.Errorf("%w: unknown type %.64q: want %s, %s or %s", errInvalid, r.Type, TypeConnected, TypeHeartbeat, TypeDisconnected)
+		return Event{}, fmt.Errorf("%w: unknown type %.64q: want %s, %s or %s", ErrInvalid, r.Type, TypeConnected, TypeHeartbeat, TypeDisconnected)
 	}
 	if err := presence.ValidateID(r.User); err != nil {
-		return event{}, fmt.Errorf("%w: user_id: %v", errInvalid, err)
+		return Event{}, fmt.Errorf("%w: user_id: %v", ErrInvalid, err)
 	}
 	if err := presence.ValidateID(r.Device); err != nil {
-		return event{}, fmt.Errorf("%w: device_id: %v", errInvalid, err)
+		return Event{}, fmt.Errorf("%w: device_id: %v", ErrInvalid, err)
 	}
 	if r.At == "" {
-		return event{}, fmt.Errorf("%w: no at", errInvalid)
+		return Event{}, fmt.Errorf("%w: no at", ErrInvalid)
 	}
 	// RFC 3339 with any number of fractional digits (wire.TimeLayout, with
 	// exactly three, is what we recommend).
 	at, err := time.Parse(time.RFC3339Nano, r.At)
 	if err != nil {
-		return event{}, fmt.Errorf("%w: at %.64q is not an RFC 3339 time", errInvalid, r.At)
+		return Event{}, fmt.Errorf("%w: at %.64q is not an RFC 3339 time", ErrInvalid, r.At)
 	}
 	if at.After(now.Add(maxSkew)) {
-		return event{}, fmt.Errorf("%w: at %s is %v in the future (allowed skew %v)", errInvalid, r.At, at.Sub(now).Round(time.Millisecond), maxSkew)
+		return Event{}, fmt.Errorf("%w: at %s is %v in the future (allowed skew %v)", ErrInvalid, r.At, at.Sub(now).Round(time.Millisecond), maxSkew)
 	}
-	ev.user, ev.device, ev.at = r.User, r.Device, at
-	ev.active = r.Active == nil || *r.Active
+	ev.User, ev.Device, ev.At = r.User, r.Device, at
+	ev.Active = r.Active == nil || *r.Active
 	return ev, nil
 }

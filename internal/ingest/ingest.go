@@ -441,7 +441,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for i := range workers {
 		jobs := make(chan job, c.cfg.Batch)
 		workers[i] = jobs
-		mem := newByeMemory(c.cfg.TTL+c.cfg.AckWait, max(c.cfg.MaxRemembered/c.cfg.Workers, 1))
+		mem := NewMemory(c.cfg.TTL+c.cfg.AckWait, max(c.cfg.MaxRemembered/c.cfg.Workers, 1))
 		wg.Go(func() { c.work(ctx, jobs, mem) })
 	}
 	defer func() {
@@ -499,7 +499,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // job is one valid message for a worker.
 type job struct {
 	msg jetstream.Msg
-	ev  event
+	ev  Event
 }
 
 // fetchOnce pulls one batch and hands its messages to the workers (the
@@ -528,7 +528,7 @@ func (c *Consumer) fetchOnce(ctx context.Context, workers []chan job) (time.Dura
 			_ = msg.Nak()
 			continue
 		}
-		ev, err := decode(msg.Data(), c.cfg.Clock.Now(), c.cfg.MaxSkew)
+		ev, err := Decode(msg.Data(), c.cfg.Clock.Now(), c.cfg.MaxSkew)
 		if err != nil {
 			c.invalid.Add(1)
 			c.logs.warn(c.log, "invalid", "invalid event terminated", "subject", msg.Subject(), "err", err)
@@ -538,7 +538,7 @@ func (c *Consumer) fetchOnce(ctx context.Context, workers []chan job) (time.Dura
 		if wait := c.retryWait(); wait > 0 && c.deferMsg(msg, wait) {
 			continue
 		}
-		i := maphash.Comparable(c.seed, devKey{ev.user, ev.device}) % uint64(len(workers))
+		i := maphash.Comparable(c.seed, devKey{ev.User, ev.Device}) % uint64(len(workers))
 		workers[i] <- job{msg, ev} // the workers drain their queues until Run ends
 	}
 	err = batch.Error()
@@ -556,7 +556,7 @@ func (c *Consumer) retryWait() time.Duration {
 
 // work applies the jobs of one worker until its queue is closed. mem is
 // the worker's own memory of disconnects.
-func (c *Consumer) work(ctx context.Context, jobs <-chan job, mem *byeMemory) {
+func (c *Consumer) work(ctx context.Context, jobs <-chan job, mem *Memory) {
 	for j := range jobs {
 		if ctx.Err() != nil {
 			_ = j.msg.Nak() // stopping: hand it to another node at once
@@ -585,24 +585,24 @@ func (c *Consumer) deferMsg(msg jetstream.Msg, delay time.Duration) bool {
 // apply applies one valid event and acknowledges, terminates or
 // negatively acknowledges its message. After a tracker error that will be
 // retried, it returns the delay of the redelivery; otherwise 0.
-func (c *Consumer) apply(ctx context.Context, mem *byeMemory, msg jetstream.Msg, ev event) time.Duration {
+func (c *Consumer) apply(ctx context.Context, mem *Memory, msg jetstream.Msg, ev Event) time.Duration {
 	now := c.cfg.Clock.Now()
 	var err error
-	key := devKey{ev.user, ev.device}
-	switch ev.kind {
-	case kindBeat:
-		if ev.at.Before(now.Add(-c.cfg.TTL)) {
+	key := devKey{ev.User, ev.Device}
+	switch {
+	case !ev.Bye:
+		if ev.At.Before(now.Add(-c.cfg.TTL)) {
 			c.stale.Add(1)
 			_ = msg.Ack()
 			return 0
 		}
-		if !mem.beatAllowed(key, ev.at, now) {
+		if !mem.beatAllowed(key, ev.At, now) {
 			c.ignored.Add(1)
 			_ = msg.Ack()
 			return 0
 		}
-	case kindBye:
-		if !mem.byeAllowed(key, ev.at, now) {
+	default:
+		if !mem.byeAllowed(key, ev.At, now) {
 			c.ignored.Add(1)
 			_ = msg.Ack()
 			return 0
@@ -610,23 +610,23 @@ func (c *Consumer) apply(ctx context.Context, mem *byeMemory, msg jetstream.Msg,
 	}
 
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ApplyTimeout)
-	if ev.kind == kindBye {
-		_, err = c.cfg.Tracker.Bye(actx, ev.user, ev.device)
+	if ev.Bye {
+		_, err = c.cfg.Tracker.Bye(actx, ev.User, ev.Device)
 	} else {
-		_, err = c.cfg.Tracker.Heartbeat(actx, ev.user, ev.device, ev.active)
+		_, err = c.cfg.Tracker.Heartbeat(actx, ev.User, ev.Device, ev.Active)
 	}
 	cancel()
 
 	switch {
 	case err == nil:
-		if ev.kind == kindBye {
-			mem.recordBye(key, ev.at, now)
+		if ev.Bye {
+			mem.recordBye(key, ev.At, now)
 		}
 		c.applied.Add(1)
 		_ = msg.Ack()
-	case clientError(err):
+	case Refused(err):
 		c.refused.Add(1)
-		c.logs.warn(c.log, "refused", "event refused by the tracker; terminated", "user", ev.user, "device", ev.device, "err", err)
+		c.logs.warn(c.log, "refused", "event refused by the tracker; terminated", "user", ev.User, "device", ev.Device, "err", err)
 		_ = msg.Term()
 	default:
 		delivered := uint64(1)
@@ -635,12 +635,12 @@ func (c *Consumer) apply(ctx context.Context, mem *byeMemory, msg jetstream.Msg,
 		}
 		if delivered >= uint64(c.cfg.MaxDeliver) {
 			c.givenUp.Add(1)
-			c.logs.warn(c.log, "givenup", "event failed on its last delivery; given up", "user", ev.user, "device", ev.device, "deliveries", delivered, "err", err)
+			c.logs.warn(c.log, "givenup", "event failed on its last delivery; given up", "user", ev.User, "device", ev.Device, "deliveries", delivered, "err", err)
 			_ = msg.Term()
 			return 0
 		}
 		c.retried.Add(1)
-		c.logs.warn(c.log, "retry", "tracker error; event will be redelivered", "user", ev.user, "device", ev.device, "deliveries", delivered, "err", err)
+		c.logs.warn(c.log, "retry", "tracker error; event will be redelivered", "user", ev.User, "device", ev.Device, "deliveries", delivered, "err", err)
 		d := c.retryDelay(delivered)
 		_ = msg.NakWithDelay(d)
 		return d
@@ -670,9 +670,9 @@ func (c *Consumer) retryDelay(n uint64) time.Duration {
 	return min(d, c.cfg.RetryMaxDelay)
 }
 
-// clientError reports whether a tracker error is about the event itself,
-// so that retrying cannot help.
-func clientError(err error) bool {
+// Refused reports whether a tracker error is about the event itself (too
+// many devices, …), so that retrying cannot help.
+func Refused(err error) bool {
 	return errors.Is(err, presence.ErrTooManyDevices) ||
 		errors.Is(err, presence.ErrTooManyContacts) ||
 		errors.Is(err, presence.ErrUnknownStatus)

@@ -16,28 +16,35 @@ type byeEntry struct {
 	expires time.Time // node clock time after which the entry is useless
 }
 
-// byeMemory remembers, per device, the latest session_disconnected `at`
+// Memory remembers, per device, the latest session_disconnected `at`
 // this node applied, for a bounded time and a bounded number of devices,
 // so that an older connect or heartbeat redelivered after it does not bring
 // the device back. Entries are kept in a list ordered by expiry (every
 // insert and update sets expiry to now+life and moves the entry to the
 // back); the oldest is dropped when the memory is full.
 //
-// A byeMemory is used by one goroutine only (Run's); it is not safe for
-// concurrent use.
-type byeMemory struct {
+// These are the rules that make applying session events idempotent: a
+// connect or heartbeat redelivered after its device's disconnect does not
+// bring the device back, and an older disconnect redelivered after a
+// reconnect does not end the new session.
+//
+// A Memory is not safe for concurrent use: its user keeps the events of one
+// device in one goroutine (a Consumer's worker, a Kafka consumer's loop).
+type Memory struct {
 	life  time.Duration
 	max   int
 	m     map[devKey]*list.Element // of *byeEntry
 	order list.List                // front: expires first
 }
 
-func newByeMemory(life time.Duration, max int) *byeMemory {
-	return &byeMemory{life: life, max: max, m: make(map[devKey]*list.Element)}
+// NewMemory returns a Memory whose entries live for life after their last
+// update and that holds at most max devices (the oldest dropped first).
+func NewMemory(life time.Duration, size int) *Memory {
+	return &Memory{life: life, max: max(size, 1), m: make(map[devKey]*list.Element)}
 }
 
 // expire drops the entries that expired by now.
-func (b *byeMemory) expire(now time.Time) {
+func (b *Memory) expire(now time.Time) {
 	for e := b.order.Front(); e != nil; e = b.order.Front() {
 		be := e.Value.(*byeEntry)
 		if be.expires.After(now) {
@@ -48,12 +55,16 @@ func (b *byeMemory) expire(now time.Time) {
 	}
 }
 
-// beatAllowed reports whether a beat of k at `at` may be applied, that is
-// whether no disconnect of k at or after `at` is remembered. When it is
-// allowed and k disconnected before, the beat is remembered too, so that
-// the older disconnect, if redelivered, does not end the reconnected
-// device.
-func (b *byeMemory) beatAllowed(k devKey, at, now time.Time) bool {
+// BeatAllowed reports whether a beat (or connect) of the device at `at`
+// may be applied, that is whether no disconnect of it at or after `at` is
+// remembered. When it is allowed and the device disconnected before, the
+// beat is remembered too, so that the older disconnect, if redelivered,
+// does not end the reconnected device.
+func (b *Memory) BeatAllowed(user, device string, at, now time.Time) bool {
+	return b.beatAllowed(devKey{user, device}, at, now)
+}
+
+func (b *Memory) beatAllowed(k devKey, at, now time.Time) bool {
 	b.expire(now)
 	e, ok := b.m[k]
 	if !ok {
@@ -71,9 +82,13 @@ func (b *byeMemory) beatAllowed(k devKey, at, now time.Time) bool {
 	return true
 }
 
-// byeAllowed reports whether a disconnect of k at `at` may be applied: not
-// when a beat after it (a reconnect) is remembered.
-func (b *byeMemory) byeAllowed(k devKey, at, now time.Time) bool {
+// ByeAllowed reports whether a disconnect of the device at `at` may be
+// applied: not when a beat after it (a reconnect) is remembered.
+func (b *Memory) ByeAllowed(user, device string, at, now time.Time) bool {
+	return b.byeAllowed(devKey{user, device}, at, now)
+}
+
+func (b *Memory) byeAllowed(k devKey, at, now time.Time) bool {
 	b.expire(now)
 	e, ok := b.m[k]
 	if !ok {
@@ -82,8 +97,13 @@ func (b *byeMemory) byeAllowed(k devKey, at, now time.Time) bool {
 	return !e.Value.(*byeEntry).beat.After(at)
 }
 
-// recordBye remembers a disconnect of k at `at` that was applied.
-func (b *byeMemory) recordBye(k devKey, at, now time.Time) {
+// RecordBye remembers a disconnect of the device at `at` that was (or is
+// being) applied.
+func (b *Memory) RecordBye(user, device string, at, now time.Time) {
+	b.recordBye(devKey{user, device}, at, now)
+}
+
+func (b *Memory) recordBye(k devKey, at, now time.Time) {
 	b.expire(now)
 	if e, ok := b.m[k]; ok {
 		be := e.Value.(*byeEntry)
@@ -102,5 +122,5 @@ func (b *byeMemory) recordBye(k devKey, at, now time.Time) {
 	b.m[k] = b.order.PushBack(&byeEntry{key: k, bye: at, expires: now.Add(b.life)})
 }
 
-// len returns the number of devices remembered.
-func (b *byeMemory) len() int { return len(b.m) }
+// Len returns the number of devices remembered.
+func (b *Memory) Len() int { return len(b.m) }

@@ -9,7 +9,7 @@ func TestByeMemory(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 1, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	k := devKey{"u", "d"}
-	m := newByeMemory(time.Minute, 3)
+	m := NewMemory(time.Minute, 3)
 
 	if !m.beatAllowed(k, ms(0), t0) || !m.byeAllowed(k, ms(0), t0) {
 		t.Fatal("an unknown device is refused")
@@ -40,16 +40,16 @@ func TestByeMemory(t *testing.T) {
 	if m.beatAllowed(k, ms(100), t0.Add(59*time.Second)) {
 		t.Error("a beat at 100 allowed before the entry expired")
 	}
-	if !m.beatAllowed(k, ms(100), t0.Add(time.Minute)) || m.len() != 0 {
-		t.Errorf("entry not expired after its life (len %d)", m.len())
+	if !m.beatAllowed(k, ms(100), t0.Add(time.Minute)) || m.Len() != 0 {
+		t.Errorf("entry not expired after its life (len %d)", m.Len())
 	}
 
 	// Bounded: the oldest is dropped first.
 	for i, u := range []string{"a", "b", "c", "d"} {
 		m.recordBye(devKey{u, "d"}, ms(100), t0.Add(time.Duration(i)*time.Millisecond))
 	}
-	if m.len() != 3 {
-		t.Errorf("len %d, want 3", m.len())
+	if m.Len() != 3 {
+		t.Errorf("len %d, want 3", m.Len())
 	}
 	if !m.beatAllowed(devKey{"a", "d"}, ms(50), t0) || m.beatAllowed(devKey{"d", "d"}, ms(50), t0) {
 		t.Error("not the oldest entry dropped when full")
@@ -68,16 +68,16 @@ func TestRetryDelay(t *testing.T) {
 
 func TestDecode(t *testing.T) {
 	now := time.Date(2026, 11, 23, 1, 2, 3, 456e6, time.UTC)
-	ev, err := decode([]byte(`{"type":"heartbeat","user_id":"42","device_id":"tab-1","at":"2026-11-23T01:02:03.456Z","active":false,"extra":1}`), now, 5*time.Second)
-	if err != nil || ev.kind != kindBeat || ev.user != "42" || ev.device != "tab-1" || !ev.at.Equal(now) || ev.active {
+	ev, err := Decode([]byte(`{"type":"heartbeat","user_id":"42","device_id":"tab-1","at":"2026-11-23T01:02:03.456Z","active":false,"extra":1}`), now, 5*time.Second)
+	if err != nil || ev.Bye || ev.User != "42" || ev.Device != "tab-1" || !ev.At.Equal(now) || ev.Active {
 		t.Errorf("decode = %+v, %v", ev, err)
 	}
-	ev, err = decode([]byte(`{"type":"session_connected","user_id":"42","device_id":"d","at":"2026-11-23T01:02:07Z"}`), now, 5*time.Second)
-	if err != nil || !ev.active || ev.kind != kindBeat {
+	ev, err = Decode([]byte(`{"type":"session_connected","user_id":"42","device_id":"d","at":"2026-11-23T01:02:07Z"}`), now, 5*time.Second)
+	if err != nil || !ev.Active || ev.Bye {
 		t.Errorf("connect without active: %+v, %v; want active", ev, err)
 	}
-	ev, err = decode([]byte(`{"type":"session_disconnected","user_id":"42","device_id":"d","at":"2026-11-23T02:02:03.456+01:00"}`), now, 5*time.Second)
-	if err != nil || ev.kind != kindBye || !ev.at.Equal(now) {
+	ev, err = Decode([]byte(`{"type":"session_disconnected","user_id":"42","device_id":"d","at":"2026-11-23T02:02:03.456+01:00"}`), now, 5*time.Second)
+	if err != nil || !ev.Bye || !ev.At.Equal(now) {
 		t.Errorf("disconnect with an offset: %+v, %v", ev, err)
 	}
 }
@@ -88,12 +88,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"session_disconnected","user_id":"ü","device_id":"x","at":"2026-11-23T01:02:03Z"}`))
 	f.Add([]byte(`{"type":1}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ev, err := decode(data, now, 5*time.Second)
+		ev, err := Decode(data, now, 5*time.Second)
 		if err != nil {
 			return
 		}
-		if ev.kind != kindBeat && ev.kind != kindBye || ev.user == "" || ev.device == "" || ev.at.After(now.Add(5*time.Second)) || len(data) > MaxMessageSize {
-			t.Errorf("decode(%q) accepted %+v", data, ev)
+		if ev.User == "" || ev.Device == "" || ev.At.After(now.Add(5*time.Second)) || len(data) > MaxMessageSize {
+			t.Errorf("Decode(%q) accepted %+v", data, ev)
 		}
 	})
 }

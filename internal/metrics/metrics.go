@@ -15,6 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/peers"
 	"github.com/presenced/presenced/internal/presence"
@@ -46,6 +47,11 @@ type Sources struct {
 	Peers       func() peers.Stats   // nil without peers (NATS and Redis)
 	Connections func() connbudget.Stats
 	Webhooks    func() webhook.Stats // nil without webhooks
+	// KafkaIngest and KafkaChanges are the Kafka consumer's and
+	// producer's, nil without them; KafkaIngestTopic labels the lag.
+	KafkaIngest      func() kafka.ConsumerStats
+	KafkaIngestTopic string
+	KafkaChanges     func() kafka.ProducerStats
 }
 
 // New returns a Registry with the Go runtime, process and presence metrics.
@@ -70,6 +76,9 @@ func New(src Sources) *Registry {
 		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest, peers: src.Peers})
 		if src.Webhooks != nil {
 			reg.MustRegister(&webhookCollector{src.Webhooks})
+		}
+		if src.KafkaIngest != nil || src.KafkaChanges != nil {
+			reg.MustRegister(&kafkaCollector{ingest: src.KafkaIngest, topic: src.KafkaIngestTopic, changes: src.KafkaChanges})
 		}
 	}
 	if src.Gateway != nil || src.Hub != nil || src.Connections != nil {

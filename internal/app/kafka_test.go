@@ -1,0 +1,160 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// TestKafka: a node with Kafka brokers applies the session events of the
+// ingest topic and produces each change it makes to the changes topic,
+// keyed by user, with rising versions — on the embedded node, and on a
+// node with NATS too, where both ingests run at once.
+func TestKafka(t *testing.T) {
+	for _, withNATS := range []bool{false, true} {
+		name := "embedded"
+		if withNATS {
+			name = "with NATS"
+		}
+		t.Run(name, func(t *testing.T) { testKafka(t, withNATS) })
+	}
+}
+
+func testKafka(t *testing.T, withNATS bool) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "presence.updates", "presence.changes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	cfg := app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1,
+		KafkaBrokers: cluster.ListenAddrs(), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	var nsrv *testsvc.Server
+	if withNATS {
+		nsrv = testsvc.NATS(t)
+		cfg.NATSURL = nsrv.URL
+	}
+	addr := runNode(t, cfg)
+
+	gw, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("presence.updates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	produce := func(typ, user string) {
+		t.Helper()
+		v := fmt.Appendf(nil, `{"type":%q,"user_id":%q,"device_id":"tab","at":%q}`, typ, user, time.Now().UTC().Format(wire.TimeLayout))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := gw.ProduceSync(ctx, &kgo.Record{Key: []byte(user), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := func(user, want string) func() bool {
+		return func() bool {
+			_, body := call(t, addr, "GET", "/presence/batch?user_ids="+user, "")
+			return strings.TrimSpace(body) == fmt.Sprintf(`{%q:%q}`, user, want)
+		}
+	}
+
+	produce("session_connected", "kim")
+	waitUntil(t, "kim online through Kafka", reads("kim", "online"))
+	if code, body := call(t, addr, "POST", "/v1/status", `{"user_id":"kim","status":"busy"}`); code != 200 {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	produce("session_disconnected", "kim")
+	waitUntil(t, "kim offline through Kafka", reads("kim", "offline"))
+	want := map[string][]string{"kim": {"online", "busy", "offline"}}
+
+	if withNATS {
+		nc, err := nats.Connect(nsrv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		v := fmt.Sprintf(`{"type":"session_connected","user_id":"lee","device_id":"tab","at":%q}`, time.Now().UTC().Format(wire.TimeLayout))
+		if _, err := js.Publish(ctx, "presence.ingest.gw1", []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "lee online through NATS", reads("lee", "online"))
+		want["lee"] = []string{"online"}
+	}
+
+	// The changes topic: each change of this node once, keyed by user,
+	// versions rising.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics("presence.changes"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var mu sync.Mutex
+	got := map[string][]string{}
+	last := map[string]uint64{}
+	n := 0
+	for u := range want {
+		n += len(want[u])
+	}
+	waitUntil(t, "the changes on Kafka", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			var c struct {
+				UserID  string `json:"user_id"`
+				Status  string `json:"status"`
+				Version uint64 `json:"version"`
+			}
+			if err := json.Unmarshal(r.Value, &c); err != nil || string(r.Key) != c.UserID || c.Version <= last[c.UserID] {
+				t.Errorf("change %s keyed %q (err %v; last version %d)", r.Value, r.Key, err, last[c.UserID])
+			}
+			mu.Lock()
+			got[c.UserID] = append(got[c.UserID], c.Status)
+			last[c.UserID] = c.Version
+			mu.Unlock()
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		m := 0
+		for _, s := range got {
+			m += len(s)
+		}
+		return m >= n
+	})
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("changes on Kafka %v, want %v", got, want)
+	}
+
+	_, metrics := call(t, addr, "GET", "/metrics", "")
+	for _, s := range []string{
+		`presenced_kafka_ingest_events_total{outcome="applied"} 2`,
+		"presenced_kafka_ingest_partitions 2",
+		fmt.Sprintf("presenced_kafka_changes_produced_total %d", n),
+		"presenced_kafka_changes_queued 0",
+	} {
+		if !strings.Contains(metrics, s) {
+			t.Errorf("/metrics lacks %q", s)
+		}
+	}
+	if _, body := call(t, addr, "GET", "/readyz", ""); !strings.Contains(body, `"kafka":"ok"`) {
+		t.Errorf("/readyz %s, want kafka ok", body)
+	}
+}
