@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -77,6 +79,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		tokenIss      = fset.String("token-issuer", "", "client tokens must carry this iss (empty: iss is not checked)")
 		dev           = fset.Bool("dev", false, "INSECURE development mode: accept requests without credentials")
 		logLevel      = fset.String("log-level", "info", "debug, info, warn or error")
+		logFormat     = fset.String("log-format", "text", "text (logfmt) or json (one object a line)")
+		showVersion   = fset.Bool("version", false, "print the version and exit")
 		printToken    = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
 		redisURL      = fset.String("redis-url", "", "scale-out: hot state in this Redis (redis://host:6379/0; a Cluster: redis://a:6379?addr=b:6379); needs -postgres-url")
 		redisPrefix   = fset.String("redis-prefix", "presenced:", "scale-out: prefix of every Redis key (deployments sharing a Redis differ by it)")
@@ -117,7 +121,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var envErr error
 	fset.VisitAll(func(f *flag.Flag) {
-		if f.Name == "print-token" {
+		if f.Name == "print-token" || f.Name == "version" {
 			return // an action, not a setting
 		}
 		if v := getenv(envName(f.Name)); v != "" && !given[f.Name] {
@@ -130,6 +134,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return envErr
 	}
 
+	if *showVersion {
+		fmt.Fprintln(stdout, "presenced", version())
+		return nil
+	}
 	if *printToken != "" {
 		if err := presence.ValidateID(*printToken); err != nil {
 			return fmt.Errorf("-print-token %q: %v", *printToken, err)
@@ -140,7 +148,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("-log-level: %v", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler
+	switch *logFormat {
+	case "text":
+		handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	case "json":
+		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
+	default:
+		return fmt.Errorf("-log-format %q: text or json", *logFormat)
+	}
+	log := slog.New(handler)
+	log.Info("presenced", "version", version())
 
 	poll := *pollInterval
 	if poll == 0 {
@@ -389,4 +407,37 @@ func (l *listFlag) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// version is the module version the binary was built from (or "devel"),
+// its VCS revision and time when known, and the Go release.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown (" + runtime.Version() + ")"
+	}
+	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" {
+		v += " (" + rev + dirty + " " + at + ")"
+	}
+	return v + " " + bi.GoVersion
 }

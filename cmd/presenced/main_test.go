@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -1059,5 +1060,36 @@ func TestPprofAddrMustBeLoopback(t *testing.T) {
 	_, _, err := runQuick(t, nil, baseArgs(t.TempDir(), "-api-key", apiKey, "-pprof-addr", "0.0.0.0:0")...)
 	if err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("-pprof-addr 0.0.0.0:0: err %v, want a refusal naming loopback", err)
+	}
+}
+
+func TestRunVersion(t *testing.T) {
+	t.Parallel()
+	stdout, _, err := runQuick(t, nil, "-version")
+	if err != nil || !strings.HasPrefix(stdout, "presenced ") || !strings.Contains(stdout, runtime.Version()) {
+		t.Fatalf("-version: %q %v, want presenced, the version and the Go release", stdout, err)
+	}
+}
+
+// TestLogFormat: -log-format json writes one JSON object a line; an
+// unknown format is refused.
+func TestLogFormat(t *testing.T) {
+	t.Parallel()
+	_, stderr, err := runQuick(t, nil, "-log-format", "json", "-data", t.TempDir(), "-print-token", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for _, line := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["msg"] == nil || m["level"] == nil {
+			t.Errorf("not a JSON log line: %q (%v)", line, err)
+		}
+	}
+	if len(lines) == 0 || !strings.Contains(stderr, `"version"`) {
+		t.Errorf("no version logged at start:\n%s", stderr)
+	}
+	if _, _, err := runQuick(t, nil, "-log-format", "yaml", "-data", t.TempDir()); err == nil || !strings.Contains(err.Error(), "-log-format") {
+		t.Errorf("-log-format yaml: %v, want it refused", err)
 	}
 }
