@@ -137,9 +137,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/presenced/presenced/internal/jsstream"
 
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/jsstream"
+	"github.com/presenced/presenced/internal/loglimit"
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -222,7 +223,7 @@ type Consumer struct {
 	ownConn bool           // dialled by Open: Close closes it
 	nc      *nats.Conn
 	js      jetstream.JetStream
-	logs    logLimiter
+	logs    loglimit.Limiter
 	seed    maphash.Seed // picks a device's worker
 
 	// retryAt is when to try the tracker again after an error (Unix ns,
@@ -462,7 +463,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					break
 				}
-				c.logs.warn(c.log, "ensure", "cannot create stream or consumer after a reconnect", "err", err)
+				c.logs.Warn(c.log, "ensure", "cannot create stream or consumer after a reconnect", "err", err)
 				backoff = min(max(2*backoff, 100*time.Millisecond), 2*time.Second)
 				sleep(ctx, backoff)
 				continue
@@ -480,12 +481,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		c.fetchErrors.Add(1)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			c.logs.warn(c.log, "fetch", "stream or consumer gone; creating them again", "err", err)
+			c.logs.Warn(c.log, "fetch", "stream or consumer gone; creating them again", "err", err)
 			if err := c.ensure(ctx); err != nil {
-				c.logs.warn(c.log, "ensure", "cannot create stream or consumer", "err", err)
+				c.logs.Warn(c.log, "ensure", "cannot create stream or consumer", "err", err)
 			}
 		} else {
-			c.logs.warn(c.log, "fetch", "fetch failed; retrying", "err", err)
+			c.logs.Warn(c.log, "fetch", "fetch failed; retrying", "err", err)
 		}
 		backoff = min(max(2*backoff, 100*time.Millisecond), 2*time.Second)
 		sleep(ctx, max(backoff, pause))
@@ -531,7 +532,7 @@ func (c *Consumer) fetchOnce(ctx context.Context, workers []chan job) (time.Dura
 		ev, err := Decode(msg.Data(), c.cfg.Clock.Now(), c.cfg.MaxSkew)
 		if err != nil {
 			c.invalid.Add(1)
-			c.logs.warn(c.log, "invalid", "invalid event terminated", "subject", msg.Subject(), "err", err)
+			c.logs.Warn(c.log, "invalid", "invalid event terminated", "subject", msg.Subject(), "err", err)
 			_ = msg.Term()
 			continue
 		}
@@ -626,7 +627,7 @@ func (c *Consumer) apply(ctx context.Context, mem *Memory, msg jetstream.Msg, ev
 		_ = msg.Ack()
 	case Refused(err):
 		c.refused.Add(1)
-		c.logs.warn(c.log, "refused", "event refused by the tracker; terminated", "user", ev.User, "device", ev.Device, "err", err)
+		c.logs.Warn(c.log, "refused", "event refused by the tracker; terminated", "user", ev.User, "device", ev.Device, "err", err)
 		_ = msg.Term()
 	default:
 		delivered := uint64(1)
@@ -635,12 +636,12 @@ func (c *Consumer) apply(ctx context.Context, mem *Memory, msg jetstream.Msg, ev
 		}
 		if delivered >= uint64(c.cfg.MaxDeliver) {
 			c.givenUp.Add(1)
-			c.logs.warn(c.log, "givenup", "event failed on its last delivery; given up", "user", ev.User, "device", ev.Device, "deliveries", delivered, "err", err)
+			c.logs.Warn(c.log, "givenup", "event failed on its last delivery; given up", "user", ev.User, "device", ev.Device, "deliveries", delivered, "err", err)
 			_ = msg.Term()
 			return 0
 		}
 		c.retried.Add(1)
-		c.logs.warn(c.log, "retry", "tracker error; event will be redelivered", "user", ev.User, "device", ev.Device, "deliveries", delivered, "err", err)
+		c.logs.Warn(c.log, "retry", "tracker error; event will be redelivered", "user", ev.User, "device", ev.Device, "deliveries", delivered, "err", err)
 		d := c.retryDelay(delivered)
 		_ = msg.NakWithDelay(d)
 		return d
@@ -676,32 +677,4 @@ func Refused(err error) bool {
 	return errors.Is(err, presence.ErrTooManyDevices) ||
 		errors.Is(err, presence.ErrTooManyContacts) ||
 		errors.Is(err, presence.ErrUnknownStatus)
-}
-
-// logLimiter lets one log line per kind through per second and counts the
-// ones it held back. It is safe for concurrent use.
-type logLimiter struct {
-	mu   sync.Mutex // guards the fields below
-	last map[string]time.Time
-	held map[string]int
-}
-
-func (l *logLimiter) warn(log *slog.Logger, kind, msg string, args ...any) {
-	now := time.Now()
-	l.mu.Lock()
-	if l.last == nil {
-		l.last, l.held = map[string]time.Time{}, map[string]int{}
-	}
-	if now.Sub(l.last[kind]) < time.Second {
-		l.held[kind]++
-		l.mu.Unlock()
-		return
-	}
-	held := l.held[kind]
-	l.last[kind], l.held[kind] = now, 0
-	l.mu.Unlock()
-	if held > 0 {
-		args = append(args, "suppressed", held)
-	}
-	log.Warn(msg, args...)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/loglimit"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -116,7 +117,7 @@ type Consumer struct {
 	cfg  ConsumerConfig
 	cl   *kgo.Client
 	log  *slog.Logger
-	logs logLimiter
+	logs loglimit.Limiter
 
 	// Used by Run's goroutine only.
 	mem *ingest.Memory
@@ -371,7 +372,7 @@ func (c *Consumer) poll(ctx context.Context, fetches kgo.Fetches) {
 			return // the poll's own wait ended
 		}
 		c.fetchErrors.Add(1)
-		c.logs.warn(c.log, "fetch", "kafka fetch failed; the client retries", "topic", topic, "partition", p, "err", err)
+		c.logs.Warn(c.log, "fetch", "kafka fetch failed; the client retries", "topic", topic, "partition", p, "err", err)
 	})
 	now := c.cfg.Clock.Now()
 	opened := time.Now()
@@ -423,11 +424,11 @@ func (c *Consumer) fold(st *partition, r *kgo.Record, now, opened time.Time) {
 	ev, err := ingest.Decode(r.Value, now, c.cfg.MaxSkew)
 	if err != nil {
 		c.invalid.Add(1)
-		c.logs.warn(c.log, "invalid", "invalid session event skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		c.logs.Warn(c.log, "invalid", "invalid session event skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 		return
 	}
 	if len(r.Key) > 0 && string(r.Key) != ev.User {
-		c.logs.warn(c.log, "key", "session event not keyed by its user_id: that user's events may be applied out of order",
+		c.logs.Warn(c.log, "key", "session event not keyed by its user_id: that user's events may be applied out of order",
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "user_id", ev.User)
 	}
 	c.seq++
@@ -565,14 +566,14 @@ func (c *Consumer) apply(ctx context.Context, a action) bool {
 	case ingest.Refused(err):
 		o.done = true
 		c.refused.Add(1)
-		c.logs.warn(c.log, "refused", "session event refused by the tracker; skipped", "user_id", o.user, "device_id", o.device, "err", err)
+		c.logs.Warn(c.log, "refused", "session event refused by the tracker; skipped", "user_id", o.user, "device_id", o.device, "err", err)
 		return true
 	}
 	o.failures++
 	if o.failures >= c.cfg.MaxAttempts {
 		o.done = true
 		c.givenUp.Add(1)
-		c.logs.warn(c.log, "givenup", "session event failed its last attempt; given up", "user_id", o.user, "device_id", o.device, "attempts", o.failures, "err", err)
+		c.logs.Warn(c.log, "givenup", "session event failed its last attempt; given up", "user_id", o.user, "device_id", o.device, "attempts", o.failures, "err", err)
 		return true
 	}
 	c.retried.Add(1)
@@ -580,7 +581,7 @@ func (c *Consumer) apply(ctx context.Context, a action) bool {
 	d := int64(c.retryDelay(o.failures))
 	for cur := c.delay.Load(); d > cur && !c.delay.CompareAndSwap(cur, d); cur = c.delay.Load() {
 	}
-	c.logs.warn(c.log, "retry", "tracker error; session event will be tried again", "user_id", o.user, "device_id", o.device, "attempts", o.failures, "err", err)
+	c.logs.Warn(c.log, "retry", "tracker error; session event will be tried again", "user_id", o.user, "device_id", o.device, "attempts", o.failures, "err", err)
 	return false
 }
 
@@ -659,7 +660,7 @@ func (c *Consumer) commit(ctx context.Context, offs map[int32]kgo.EpochOffset) {
 	}
 	if failed != nil {
 		c.commitErrors.Add(1)
-		c.logs.warn(c.log, "commit", "kafka offset commit failed; tried again later (the events are applied)", "topic", c.cfg.Topic, "err", failed)
+		c.logs.Warn(c.log, "commit", "kafka offset commit failed; tried again later (the events are applied)", "topic", c.cfg.Topic, "err", failed)
 	}
 }
 

@@ -84,13 +84,13 @@
 package kafka
 
 import (
-	"context"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/presenced/presenced/internal/loglimit"
 )
 
 // Default topic and group names.
@@ -120,7 +120,7 @@ func backoff(n int) time.Duration {
 // per message a second.
 type kgoLogger struct {
 	log  *slog.Logger
-	logs *logLimiter
+	logs *loglimit.Limiter
 }
 
 func (l kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
@@ -134,43 +134,5 @@ func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	default:
 		return
 	}
-	l.logs.log(l.log, lv, msg, msg, keyvals...)
-}
-
-// logLimiter lets one log line per kind through per second and counts the
-// ones it held back. It is safe for concurrent use.
-type logLimiter struct {
-	mu   sync.Mutex // guards the fields below
-	last map[string]time.Time
-	held map[string]int
-}
-
-func (l *logLimiter) log(log *slog.Logger, level slog.Level, kind, msg string, args ...any) {
-	now := time.Now()
-	l.mu.Lock()
-	if l.last == nil {
-		l.last, l.held = map[string]time.Time{}, map[string]int{}
-	}
-	if now.Sub(l.last[kind]) < time.Second {
-		l.held[kind]++
-		l.mu.Unlock()
-		return
-	}
-	held := l.held[kind]
-	l.last[kind], l.held[kind] = now, 0
-	if len(l.last) > 1024 {
-		// Kinds are a handful of fixed strings and franz-go's messages;
-		// never let them grow without bound.
-		clear(l.last)
-		clear(l.held)
-	}
-	l.mu.Unlock()
-	if held > 0 {
-		args = append(args, "suppressed", held)
-	}
-	log.Log(context.Background(), level, msg, args...)
-}
-
-func (l *logLimiter) warn(log *slog.Logger, kind, msg string, args ...any) {
-	l.log(log, slog.LevelWarn, kind, msg, args...)
+	l.logs.Log(l.log, lv, msg, msg, keyvals...)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/presenced/presenced/internal/loglimit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
@@ -56,7 +57,7 @@ type Producer struct {
 	cfg  ProducerConfig
 	cl   *kgo.Client
 	log  *slog.Logger
-	logs logLimiter
+	logs loglimit.Limiter
 
 	queued                    atomic.Int64
 	produced, dropped, failed atomic.Uint64
@@ -140,7 +141,7 @@ func (p *Producer) done(r *kgo.Record, err error) {
 		p.failed.Add(1) // still queued at close; counted and logged by Close
 	default:
 		p.failed.Add(1)
-		p.logs.log(p.log, slog.LevelError, "failed", "a change was refused by Kafka and is lost",
+		p.logs.Log(p.log, slog.LevelError, "failed", "a change was refused by Kafka and is lost",
 			"topic", p.cfg.Topic, "user_id", string(r.Key), "err", err)
 	}
 }
