@@ -1,5 +1,6 @@
 // Package memstore is the in-memory state store of a single presenced node:
-// users sharded over independently locked maps, each shard with its own
+// users sharded over independently locked tables the collector need not
+// scan (table.go), each shard with its own
 // deadline heap, so a heartbeat touches one shard and the sweeper never
 // scans users whose deadlines are not due.
 package memstore
@@ -39,24 +40,13 @@ type Store struct {
 	scratch    sync.Pool // *getScratch
 }
 
-type entry struct {
-	u presence.User
-	// dev backs u.Devices for the common single-device user, so a
-	// heartbeat finds its device in the same cache lines as the user.
-	dev     [1]presence.Device
-	sched   int64 // at of the heap item that is authoritative, 0 = none
-	evictAt int64 // when a user with no device may be dropped, 0 = not set
-	dirty   bool  // in the shard's dirty list
-	deleted bool
-}
-
 type shard struct {
 	mu    sync.Mutex // guards the fields below
-	users map[string]*entry
-	heap  deadline.Heap[*entry]
-	dirty []*entry // users whose last_seen changed since the last Dirty
-	beats uint64   // heartbeats applied (counted under the lock: no shared counter line)
-	_     [64]byte // keep neighbouring shards' locks off one cache line
+	t     table
+	heap  deadline.Heap[uint32] // record indices
+	dirty []uint32              // records whose state changed since the last Dirty
+	beats uint64                // heartbeats applied (counted under the lock: no shared counter line)
+	_     [64]byte              // keep neighbouring shards' locks off one cache line
 }
 
 // New returns an empty Store.
@@ -80,121 +70,128 @@ func New(cfg Config) *Store {
 		shards:     make([]shard, n),
 	}
 	for i := range s.shards {
-		s.shards[i].users = make(map[string]*entry)
+		s.shards[i].t.init(s.seed)
 	}
 	return s
 }
 
-func (s *Store) shard(user string) *shard {
-	return &s.shards[maphash.String(s.seed, user)&s.mask]
+// locate returns the shard of user and the hash that finds it there.
+func (s *Store) locate(user string) (*shard, uint64) {
+	h := maphash.String(s.seed, user)
+	return &s.shards[h&s.mask], h
 }
 
 // Beat implements tracker.Store.
 func (s *Store) Beat(_ context.Context, now int64, user, device string, active bool) (presence.Change, error) {
-	sh := s.shard(user)
+	sh, h := s.locate(user)
 	sh.mu.Lock()
-	e := sh.users[user]
-	if e == nil {
+	idx := sh.t.find(h, user)
+	if idx < 0 {
 		sh.mu.Unlock()
 		return presence.Change{}, tracker.ErrNotLoaded
 	}
-	ch, err := e.u.Beat(&s.rules, now, device, active)
+	u, tx := sh.t.inflate(idx, user)
+	ch, err := u.Beat(&s.rules, now, device, active)
 	if err != nil {
 		sh.mu.Unlock()
 		return ch, err
 	}
+	sh.t.store(idx, &u, tx)
 	sh.beats++
-	sh.touchLocked(e)
-	s.scheduleLocked(sh, e, now)
+	sh.touchLocked(idx)
+	s.scheduleLocked(sh, idx, &u, now)
 	sh.mu.Unlock()
 	return ch, nil
 }
 
 // SetStatus implements tracker.Store.
 func (s *Store) SetStatus(_ context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
-	sh := s.shard(user)
+	sh, h := s.locate(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.users[user]
-	if e == nil {
+	idx := sh.t.find(h, user)
+	if idx < 0 {
 		return presence.Change{}, tracker.ErrNotLoaded
 	}
-	ch := e.u.SetStatus(&s.rules, now, m, text)
+	u, tx := sh.t.inflate(idx, user)
+	ch := u.SetStatus(&s.rules, now, m, text)
+	sh.t.store(idx, &u, tx)
 	if ch.Changed {
-		sh.touchLocked(e)
+		sh.touchLocked(idx)
 	}
-	s.scheduleLocked(sh, e, now)
+	s.scheduleLocked(sh, idx, &u, now)
 	return ch, nil
 }
 
 // Bye implements tracker.Store.
 func (s *Store) Bye(_ context.Context, now int64, user, device string) (presence.Change, error) {
-	sh := s.shard(user)
+	sh, h := s.locate(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.users[user]
-	if e == nil {
+	idx := sh.t.find(h, user)
+	if idx < 0 {
 		return presence.Change{}, nil
 	}
-	ch := e.u.Bye(&s.rules, now, device)
-	sh.touchLocked(e)
-	s.scheduleLocked(sh, e, now)
+	u, tx := sh.t.inflate(idx, user)
+	ch := u.Bye(&s.rules, now, device)
+	sh.t.store(idx, &u, tx)
+	sh.touchLocked(idx)
+	s.scheduleLocked(sh, idx, &u, now)
 	return ch, nil
 }
 
 // Disconnect implements tracker.Store.
 func (s *Store) Disconnect(_ context.Context, now int64, user, device string, since int64) (presence.Change, error) {
-	sh := s.shard(user)
+	sh, h := s.locate(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.users[user]
-	if e == nil {
+	idx := sh.t.find(h, user)
+	if idx < 0 {
 		return presence.Change{}, nil
 	}
-	ch := e.u.Disconnect(&s.rules, now, device, since)
+	u, tx := sh.t.inflate(idx, user)
+	ch := u.Disconnect(&s.rules, now, device, since)
+	sh.t.store(idx, &u, tx)
 	if ch.Changed {
-		sh.touchLocked(e)
+		sh.touchLocked(idx)
 	}
-	s.scheduleLocked(sh, e, now)
+	s.scheduleLocked(sh, idx, &u, now)
 	return ch, nil
 }
 
 // SetSettings implements tracker.Store.
 func (s *Store) SetSettings(_ context.Context, now int64, user string, set *presence.Settings) (presence.Change, error) {
-	sh := s.shard(user)
+	sh, h := s.locate(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.users[user]
-	if e == nil {
+	idx := sh.t.find(h, user)
+	if idx < 0 {
 		return presence.Change{}, tracker.ErrNotLoaded
 	}
-	next := e.u.Settings
+	u, tx := sh.t.inflate(idx, user)
+	next := u.Settings
 	if set != nil {
 		next = *set
 	}
-	ch := e.u.SetSettings(&s.rules, now, next)
-	sh.touchLocked(e)
+	ch := u.SetSettings(&s.rules, now, next)
+	sh.t.store(idx, &u, tx)
+	sh.touchLocked(idx)
 	return ch, nil
 }
 
 // Load implements tracker.Store.
 func (s *Store) Load(_ context.Context, now int64, p *presence.Profile) error {
-	sh := s.shard(p.UserID)
+	sh, h := s.locate(p.UserID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.users[p.UserID] != nil {
+	if sh.t.find(h, p.UserID) >= 0 {
 		return nil
 	}
-	e := newEntry(p)
-	sh.users[e.u.UserID] = e
-	s.scheduleLocked(sh, e, now)
+	idx := sh.t.add(h, p.UserID)
+	u := presence.NewUser(*p)
+	sh.t.store(idx, u, texts{})
+	s.scheduleLocked(sh, idx, u, now)
 	return nil
-}
-
-func newEntry(p *presence.Profile) *entry {
-	e := &entry{u: *presence.NewUser(*p)}
-	e.u.Devices = e.dev[:0]
-	return e
 }
 
 // Expire implements tracker.Store.
@@ -207,25 +204,28 @@ func (s *Store) Expire(_ context.Context, now int64, max int, out []presence.Cha
 		sh.mu.Lock()
 		for sh.heap.Due(now) && len(out) < max {
 			it := sh.heap.Pop()
-			e := it.V
-			if e.deleted || it.At != e.sched {
-				continue // superseded by a later schedule
+			idx := int(it.V)
+			r := &sh.t.recs[idx]
+			if r.flags&flagLive == 0 || it.At != r.sched {
+				continue // superseded by a later schedule, or dropped
 			}
-			e.sched = 0
-			ch := e.u.Expire(&s.rules, now)
+			r.sched = 0
+			u, tx := sh.t.inflate(idx, "")
+			ch := u.Expire(&s.rules, now)
+			sh.t.store(idx, &u, tx)
 			if ch.Changed {
-				sh.touchLocked(e)
+				ch.Event.UserID = sh.t.str(r.id)
+				sh.touchLocked(idx)
 				out = append(out, ch)
 			}
-			if len(e.u.Devices) == 0 && e.evictAt != 0 && now >= e.evictAt {
-				if !e.dirty {
-					delete(sh.users, e.u.UserID)
-					e.deleted = true
+			if len(u.Devices) == 0 && r.evictAt != 0 && now >= r.evictAt {
+				if r.flags&flagDirty == 0 {
+					sh.t.remove(maphash.String(s.seed, sh.t.str(r.id)), idx)
 					continue
 				}
-				e.evictAt = now + s.evictAfter // checkpoint first, then drop
+				r.evictAt = now + s.evictAfter // checkpoint first, then drop
 			}
-			s.scheduleLocked(sh, e, now)
+			s.scheduleLocked(sh, idx, &u, now)
 		}
 		sh.mu.Unlock()
 	}
@@ -237,9 +237,9 @@ func (s *Store) Expire(_ context.Context, now int64, max int, out []presence.Cha
 func (s *Store) Get(_ context.Context, now int64, ids []string, out []presence.Snapshot) error {
 	if len(ids) < 16 || len(ids) > 1<<20 {
 		for i, id := range ids {
-			sh := s.shard(id)
+			sh, h := s.locate(id)
 			sh.mu.Lock()
-			s.snapshotLocked(sh, id, now, &out[i])
+			s.snapshotLocked(sh, sh.t.find(h, id), id, now, &out[i])
 			sh.mu.Unlock()
 		}
 		return nil
@@ -251,47 +251,43 @@ func (s *Store) Get(_ context.Context, now int64, ids []string, out []presence.S
 	// Counting sort of the ids by shard.
 	counts := sc.counts
 	clear(counts)
-	if cap(sc.shardOf) < len(ids) {
-		sc.shardOf = make([]uint32, len(ids))
+	if cap(sc.hashes) < len(ids) {
+		sc.hashes = make([]uint64, len(ids))
 		sc.order = make([]int32, len(ids))
+		sc.found = make([]int32, len(ids))
 	}
-	shardOf, order := sc.shardOf[:len(ids)], sc.order[:len(ids)]
+	hashes, order := sc.hashes[:len(ids)], sc.order[:len(ids)]
 	for i, id := range ids {
-		k := uint32(maphash.String(s.seed, id) & s.mask)
-		shardOf[i] = k
-		counts[k+1]++
+		h := maphash.String(s.seed, id)
+		hashes[i] = h
+		counts[h&s.mask+1]++
 	}
 	for k := 1; k < len(counts); k++ {
 		counts[k] += counts[k-1]
 	}
-	for i, k := range shardOf {
+	for i, h := range hashes {
+		k := h & s.mask
 		order[counts[k]] = int32(i)
 		counts[k]++
 	}
 	for j := 0; j < len(order); {
-		k := shardOf[order[j]]
+		k := hashes[order[j]] & s.mask
 		sh := &s.shards[k]
 		end := j
-		for end < len(order) && shardOf[order[end]] == k {
+		for end < len(order) && hashes[order[end]]&s.mask == k {
 			end++
 		}
 		sh.mu.Lock()
-		// Two passes: all map lookups first, then all snapshots, so the
-		// cache misses of independent users overlap instead of queueing.
-		ents := sc.ents[:0]
-		for _, i := range order[j:end] {
-			ents = append(ents, sh.users[ids[i]])
+		// Two passes: all lookups first, then all snapshots, so the cache
+		// misses of independent users overlap instead of queueing.
+		found := sc.found[j:end]
+		for n, i := range order[j:end] {
+			found[n] = int32(sh.t.find(hashes[i], ids[i]))
 		}
 		for n, i := range order[j:end] {
-			if e := ents[n]; e != nil {
-				e.u.Snapshot(&s.rules, now, &out[i])
-			} else {
-				out[i] = presence.Snapshot{UserID: ids[i]}
-			}
+			s.snapshotLocked(sh, int(found[n]), ids[i], now, &out[i])
 		}
 		sh.mu.Unlock()
-		clear(ents)
-		sc.ents = ents[:0]
 		j = end
 	}
 	s.scratch.Put(sc)
@@ -299,18 +295,21 @@ func (s *Store) Get(_ context.Context, now int64, ids []string, out []presence.S
 }
 
 type getScratch struct {
-	ents    []*entry
-	counts  []int32
-	shardOf []uint32
-	order   []int32
+	counts []int32
+	hashes []uint64
+	order  []int32
+	found  []int32
 }
 
-func (s *Store) snapshotLocked(sh *shard, id string, now int64, out *presence.Snapshot) {
-	if e := sh.users[id]; e != nil {
-		e.u.Snapshot(&s.rules, now, out)
-	} else {
+// snapshotLocked fills out with the state of record idx (-1: not held),
+// the user id.
+func (s *Store) snapshotLocked(sh *shard, idx int, id string, now int64, out *presence.Snapshot) {
+	if idx < 0 {
 		*out = presence.Snapshot{UserID: id}
+		return
 	}
+	u, _ := sh.t.inflate(idx, id)
+	u.Snapshot(&s.rules, now, out)
 }
 
 // Dirty implements tracker.Store.
@@ -318,10 +317,18 @@ func (s *Store) Dirty(_ context.Context, out []presence.Profile) ([]presence.Pro
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for j, e := range sh.dirty {
-			out = append(out, e.u.Profile)
-			e.dirty = false
-			sh.dirty[j] = nil
+		for _, idx := range sh.dirty {
+			r := &sh.t.recs[idx]
+			p := presence.Profile{
+				UserID: sh.t.str(r.id), Manual: r.manual,
+				LastSeen: r.lastSeen, PubLastSeen: r.pubLastSeen,
+				Version: r.version, Settings: r.settings,
+			}
+			if r.flags&flagText != 0 {
+				p.Text = sh.t.texts[idx].text
+			}
+			out = append(out, p)
+			r.flags &^= flagDirty
 		}
 		sh.dirty = sh.dirty[:0]
 		sh.mu.Unlock()
@@ -331,16 +338,16 @@ func (s *Store) Dirty(_ context.Context, out []presence.Profile) ([]presence.Pro
 
 // Debug implements tracker.Store.
 func (s *Store) Debug(_ context.Context, user string) (presence.User, int64, bool, error) {
-	sh := s.shard(user)
+	sh, h := s.locate(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.users[user]
-	if e == nil {
+	idx := sh.t.find(h, user)
+	if idx < 0 {
 		return presence.User{}, 0, false, nil
 	}
-	u := e.u
-	u.Devices = append([]presence.Device(nil), e.u.Devices...)
-	return u, e.sched, true, nil
+	u, _ := sh.t.inflate(idx, user)
+	u.Devices = append([]presence.Device(nil), u.Devices...)
+	return u, sh.t.recs[idx].sched, true, nil
 }
 
 // Beats returns the number of heartbeats applied.
@@ -361,40 +368,42 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.users)
+		n += sh.t.n
 		sh.mu.Unlock()
 	}
 	return n
 }
 
-// touchLocked puts e on the shard's dirty list once.
-func (sh *shard) touchLocked(e *entry) {
-	if !e.dirty {
-		e.dirty = true
-		sh.dirty = append(sh.dirty, e)
+// touchLocked puts record idx on the shard's dirty list once.
+func (sh *shard) touchLocked(idx int) {
+	if r := &sh.t.recs[idx]; r.flags&flagDirty == 0 {
+		r.flags |= flagDirty
+		sh.dirty = append(sh.dirty, uint32(idx))
 	}
 }
 
-// scheduleLocked makes sure the heap holds an item no later than e's next
-// deadline. A heartbeat only ever moves the deadline later, so the common
-// heartbeat pushes nothing: the old item fires early and is rescheduled.
-func (s *Store) scheduleLocked(sh *shard, e *entry, now int64) {
-	d := e.u.Deadline(&s.rules, now)
+// scheduleLocked makes sure the heap holds an item no later than the next
+// deadline of u, the user of record idx. A heartbeat only ever moves the
+// deadline later, so the common heartbeat pushes nothing: the old item
+// fires early and is rescheduled.
+func (s *Store) scheduleLocked(sh *shard, idx int, u *presence.User, now int64) {
+	r := &sh.t.recs[idx]
+	d := u.Deadline(&s.rules, now)
 	if d == 0 {
-		if e.evictAt == 0 {
-			e.evictAt = now + s.evictAfter
+		if r.evictAt == 0 {
+			r.evictAt = now + s.evictAfter
 		}
-		d = e.evictAt
+		d = r.evictAt
 	} else {
-		e.evictAt = 0
+		r.evictAt = 0
 	}
 	if d <= now {
 		// Never schedule into the past: a sweep that re-arms what it just
 		// popped must not spin.
 		d = now + 1
 	}
-	if e.sched == 0 || d < e.sched {
-		e.sched = d
-		sh.heap.Push(d, e)
+	if r.sched == 0 || d < r.sched {
+		r.sched = d
+		sh.heap.Push(d, uint32(idx))
 	}
 }

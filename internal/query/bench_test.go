@@ -26,6 +26,29 @@ func BenchmarkRead1000(b *testing.B) {
 	for i := range batches {
 		batches[i] = benchfix.Sample(rng, 1<<20, 1000)
 	}
+	// The floor a read is measured against: a plain map of the same ids
+	// to what a read needs most (status, last_seen), read for the same
+	// batches into a slice, with no lock, no filter and no view.
+	b.Run("plain-map", func(b *testing.B) {
+		type rec struct {
+			status   uint8
+			lastSeen int64
+		}
+		m := make(map[string]rec, 1<<20)
+		for i, id := range benchfix.IDs(1 << 20) {
+			m[id] = rec{status: uint8(i % 4), lastSeen: int64(i)}
+		}
+		out := make([]rec, 1000)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			for j, id := range batches[i%len(batches)] {
+				out[j] = m[id]
+			}
+			i++
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/read")
+	})
 	for _, viewer := range []string{"", "100000007"} {
 		name := "anonymous"
 		if viewer != "" {
