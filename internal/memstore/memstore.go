@@ -214,13 +214,13 @@ func (s *Store) Expire(_ context.Context, now int64, max int, out []presence.Cha
 			ch := u.Expire(&s.rules, now)
 			sh.t.store(idx, &u, tx)
 			if ch.Changed {
-				ch.Event.UserID = sh.t.str(r.id)
+				ch.Event.UserID = sh.t.str(r.id())
 				sh.touchLocked(idx)
 				out = append(out, ch)
 			}
 			if len(u.Devices) == 0 && r.evictAt != 0 && now >= r.evictAt {
 				if r.flags&flagDirty == 0 {
-					sh.t.remove(maphash.String(s.seed, sh.t.str(r.id)), idx)
+					sh.t.remove(maphash.String(s.seed, sh.t.str(r.id())), idx)
 					continue
 				}
 				r.evictAt = now + s.evictAfter // checkpoint first, then drop
@@ -278,9 +278,22 @@ func (s *Store) Get(_ context.Context, now int64, ids []string, out []presence.S
 			end++
 		}
 		sh.mu.Lock()
-		// Two passes: all lookups first, then all snapshots, so the cache
-		// misses of independent users overlap instead of queueing.
+		// The slot, then the record of each id are loaded in passes of
+		// their own, independent loads, so the cache misses of a thousand
+		// users overlap instead of queueing one after the other; the
+		// look-ups and snapshots that follow find them in the cache.
 		found := sc.found[j:end]
+		for n, i := range order[j:end] {
+			found[n] = int32(sh.t.slots[sh.t.pos(hashes[i])])
+		}
+		var touch uint8
+		for _, f := range found {
+			if f > 0 {
+				r := &sh.t.recs[f-1]
+				touch += r.idLen + r.dev.lastBeatLow()
+			}
+		}
+		sc.touch += touch
 		for n, i := range order[j:end] {
 			found[n] = int32(sh.t.find(hashes[i], ids[i]))
 		}
@@ -295,6 +308,7 @@ func (s *Store) Get(_ context.Context, now int64, ids []string, out []presence.S
 }
 
 type getScratch struct {
+	touch  uint8 // what the touching pass read, so it is not optimised away
 	counts []int32
 	hashes []uint64
 	order  []int32
@@ -320,7 +334,7 @@ func (s *Store) Dirty(_ context.Context, out []presence.Profile) ([]presence.Pro
 		for _, idx := range sh.dirty {
 			r := &sh.t.recs[idx]
 			p := presence.Profile{
-				UserID: sh.t.str(r.id), Manual: r.manual,
+				UserID: sh.t.str(r.id()), Manual: r.manual,
 				LastSeen: r.lastSeen, PubLastSeen: r.pubLastSeen,
 				Version: r.version, Settings: r.settings,
 			}

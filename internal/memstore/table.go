@@ -19,8 +19,9 @@ import (
 // lives in small maps beside the table.
 
 // idHead is how many bytes of an id a record keeps inline: an id this long
-// or shorter is compared without touching the arena.
-const idHead = 24
+// or shorter (a UUID's 36 characters included) is compared without touching
+// the arena.
+const idHead = 36
 
 // span is a range of a shard's arena.
 type span struct {
@@ -29,6 +30,7 @@ type span struct {
 
 // rec is one user: presence.User without pointers. Operations inflate it
 // into a presence.User, apply the state model's method and write it back.
+// It is two cache lines (TestRecordSize), both of which a read touches.
 type rec struct {
 	idLen    uint8
 	manual   presence.Manual
@@ -36,17 +38,20 @@ type rec struct {
 	ndev     uint8 // devices held; the first is dev, the rest in shard.more
 	flags    uint8
 	settings presence.Settings
+	_        uint8
 	idHead   [idHead]byte // the first idHead bytes of the id
-	id       span         // the whole id in the arena
+	idOff    uint32       // where the arena holds the whole id (idLen bytes)
+	lastSeen int64
+	version  uint64
 
-	lastSeen    int64
 	pubLastSeen int64
-	version     uint64
 	sched       int64 // at of the heap item that is authoritative, 0 = none
 	evictAt     int64 // when a user with no device may be dropped, 0 = not set
-
-	dev devRec
+	dev         devRec
 }
+
+// id returns the span of the arena holding r's id.
+func (r *rec) id() span { return span{off: r.idOff, n: uint32(r.idLen)} }
 
 const (
 	flagLive  = 1 << iota // the record holds a user (else it is on the free list)
@@ -62,6 +67,9 @@ type devRec struct {
 	closed     int64
 	owner      uint64
 }
+
+// lastBeatLow reads the second cache line of a record.
+func (d *devRec) lastBeatLow() uint8 { return uint8(d.lastBeat) }
 
 // texts are a user's status text and last published status text.
 type texts struct {
@@ -133,7 +141,7 @@ func (t *table) is(r *rec, id string) bool {
 	if len(id) <= idHead {
 		return string(r.idHead[:len(id)]) == id
 	}
-	return string(r.idHead[:]) == id[:idHead] && t.str(r.id)[idHead:] == id[idHead:]
+	return string(r.idHead[:]) == id[:idHead] && t.str(r.id())[idHead:] == id[idHead:]
 }
 
 // str returns the arena's bytes at sp as a string. The arena is
@@ -179,7 +187,7 @@ func (t *table) compact() {
 	for i := range t.recs {
 		r := &t.recs[i]
 		if r.flags&flagLive != 0 {
-			r.id = move(r.id)
+			r.idOff = move(r.id()).off
 			r.dev.id = move(r.dev.id)
 		}
 	}
@@ -204,7 +212,7 @@ func (t *table) add(h uint64, id string) int {
 	r := &t.recs[idx]
 	*r = rec{flags: flagLive, idLen: uint8(len(id))}
 	copy(r.idHead[:], id)
-	r.id = t.intern(span{}, id)
+	r.idOff = t.intern(span{}, id).off
 	t.place(h, idx)
 	t.n++
 	return idx
@@ -225,7 +233,7 @@ func (t *table) grow() {
 	for _, s := range old {
 		if s != 0 {
 			idx := int(uint32(s)) - 1
-			t.place(maphash.String(t.seed, t.str(t.recs[idx].id)), idx)
+			t.place(maphash.String(t.seed, t.str(t.recs[idx].id())), idx)
 		}
 	}
 }
@@ -240,7 +248,7 @@ func (t *table) remove(h uint64, idx int) {
 	// Backward-shift deletion: move up every later slot of the run that
 	// may sit at i, so a probe never meets a hole inside its run.
 	for j := (i + 1) & mask; t.slots[j] != 0; j = (j + 1) & mask {
-		home := t.pos(maphash.String(t.seed, t.str(t.recs[int(uint32(t.slots[j]))-1].id)))
+		home := t.pos(maphash.String(t.seed, t.str(t.recs[int(uint32(t.slots[j]))-1].id())))
 		// The slot at j may move to i if i lies cyclically in [home, j).
 		if (j-home)&mask >= (j-i)&mask {
 			t.slots[i] = t.slots[j]
@@ -249,7 +257,7 @@ func (t *table) remove(h uint64, idx int) {
 	}
 	t.slots[i] = 0
 	r := &t.recs[idx]
-	t.garbage += int(r.id.n + r.dev.id.n)
+	t.garbage += int(r.idLen) + int(r.dev.id.n)
 	if r.flags&flagText != 0 {
 		delete(t.texts, uint32(idx))
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/presenced/presenced/internal/presence"
 )
@@ -44,7 +45,7 @@ func TestTableAgainstMap(t *testing.T) {
 				t.Fatalf("step %d: find(%q) = %d, want %d", step, k, got, idx)
 			}
 			r := &tb.recs[idx]
-			if got := tb.str(r.id); got != k {
+			if got := tb.str(r.id()); got != k {
 				t.Fatalf("step %d: record %d holds id %q, want %q", step, idx, got, k)
 			}
 			if got := tb.str(r.dev.id); got != devs[k] {
@@ -120,4 +121,12 @@ func pointerPath(typ reflect.Type, path string) string {
 		}
 	}
 	return ""
+}
+
+// TestRecordSize keeps a record at two cache lines: a read touches both,
+// and a third would be a third miss per user.
+func TestRecordSize(t *testing.T) {
+	if n := unsafe.Sizeof(rec{}); n != 128 {
+		t.Errorf("a record is %d bytes, want 128", n)
+	}
 }

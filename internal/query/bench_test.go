@@ -29,25 +29,53 @@ func BenchmarkRead1000(b *testing.B) {
 	// The floor a read is measured against: a plain map of the same ids
 	// to what a read needs most (status, last_seen), read for the same
 	// batches into a slice, with no lock, no filter and no view.
+	type rec struct {
+		status   uint8
+		lastSeen int64
+	}
+	m := make(map[string]rec, 1<<20)
+	for i, id := range benchfix.IDs(1 << 20) {
+		m[id] = rec{status: uint8(i % 4), lastSeen: int64(i)}
+	}
+	plain := func(ids []string, out []rec) {
+		for j, id := range ids {
+			out[j] = m[id]
+		}
+	}
 	b.Run("plain-map", func(b *testing.B) {
-		type rec struct {
-			status   uint8
-			lastSeen int64
-		}
-		m := make(map[string]rec, 1<<20)
-		for i, id := range benchfix.IDs(1 << 20) {
-			m[id] = rec{status: uint8(i % 4), lastSeen: int64(i)}
-		}
 		out := make([]rec, 1000)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			for j, id := range batches[i%len(batches)] {
-				out[j] = m[id]
-			}
+			plain(batches[i%len(batches)], out)
 			i++
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/read")
+	})
+	// ratio alternates a plain-map read and an anonymous read of the same
+	// batch, timing each, so a busy neighbour slows both alike: the ratio
+	// is the figure to judge on a shared machine.
+	b.Run("ratio", func(b *testing.B) {
+		out := make([]privacy.View, 1000)
+		pout := make([]rec, 1000)
+		ctx := context.Background()
+		var tm, ts time.Duration
+		i := 0
+		for b.Loop() {
+			ids := batches[i%len(batches)]
+			t0 := time.Now()
+			plain(ids, pout)
+			t1 := time.Now()
+			if err := r.Read(ctx, "", ids, out); err != nil {
+				b.Fatal(err)
+			}
+			ts += time.Since(t1)
+			tm += t1.Sub(t0)
+			i++
+		}
+		b.ReportMetric(float64(ts)/float64(tm), "store/map")
+		b.ReportMetric(float64(tm.Microseconds())/float64(b.N), "µs/map-read")
+		b.ReportMetric(float64(ts.Microseconds())/float64(b.N), "µs/store-read")
 	})
 	for _, viewer := range []string{"", "100000007"} {
 		name := "anonymous"
