@@ -45,7 +45,7 @@ func (s *adminSource) Nodes() []httpapi.AdminNode {
 	case a.redis != nil:
 		self.Detail = "other nodes are known by their leases in Redis"
 	case a.cfg.RedisURL == "" && a.cfg.NATSURL == "" && a.cfg.PostgresURL == "":
-		self.Detail = "embedded: the only node"
+		self.Detail = "the only node"
 	default:
 		self.Detail = "other nodes are not known without Redis (leases) and NATS (beacons)"
 	}

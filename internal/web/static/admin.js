@@ -1,5 +1,5 @@
 // The operator page (/admin): sign in with the API key, then poll
-// GET /v1/admin/stats every second and draw the last five minutes; ask
+// GET /v1/admin/stats every second and draw up to the last five minutes; ask
 // GET /v1/debug/users/{id} why a user shows what it shows.
 //
 // The key lives in this tab's sessionStorage only and goes to this origin
@@ -259,14 +259,17 @@ function plot(svg, lines, now, empty = "") {
     svg.replaceChildren(...kids);
     return;
   }
+  // The x axis spans what was sampled, at least a minute, at most the window.
+  const oldest = Math.min(now, ...lines.flatMap((l) => (l.pts.length ? [l.pts[0].t] : [])));
+  const span = Math.min(WINDOW_MS, Math.max(60000, now - oldest));
   const top = niceCeil(Math.max(0, ...lines.flatMap((l) => l.pts.map((p) => p.v))));
-  const x = (t) => L + ((t - (now - WINDOW_MS)) / WINDOW_MS) * (W - L - R);
+  const x = (t) => L + ((t - (now - span)) / span) * (W - L - R);
   const y = (v) => T + (1 - v / top) * (H - T - B);
   for (const v of [0, top / 2, top]) {
     kids.push(svgEl("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }));
     kids.push(svgEl("text", { x: L - 4, y: y(v) + 4, "text-anchor": "end", class: "axis" }, fmt(v)));
   }
-  for (const [i, label] of [[0, "−5 min"], [0.5, "−2.5 min"], [1, "now"]]) {
+  for (const [i, label] of [[0, `−${spanText(span)}`], [0.5, `−${spanText(span / 2)}`], [1, "now"]]) {
     const anchor = i === 0 ? "start" : i === 1 ? "end" : "middle";
     kids.push(svgEl("text", { x: L + i * (W - L - R), y: H - 4, "text-anchor": anchor, class: "axis" }, label));
   }
@@ -283,6 +286,11 @@ function plot(svg, lines, now, empty = "") {
   });
   if (most === 0) kids.push(svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "none" }, "waiting for a second sample…"));
   svg.replaceChildren(...kids);
+}
+
+function spanText(ms) {
+  const secs = Math.round(ms / 1000);
+  return secs < 120 ? `${secs} s` : `${(secs / 60).toFixed(secs % 60 ? 1 : 0)} min`;
 }
 
 // --- why does a user show what it shows ---
