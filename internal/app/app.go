@@ -429,6 +429,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 				Lease:    func() uint64 { return a.tracker.LeaseID() }, // a.tracker is set below, before Run
 				Interval: tracker.DefaultLeaseInterval(rules.TTL),
 				Timeout:  tracker.DefaultLeaseTimeout(rules.TTL),
+				Name:     a.bus.NodeID(), // -node-id, or the bus's random one
 				Clock:    cfg.Clock,
 				Logger:   cfg.Logger.With("component", "beacon"),
 			}); err != nil {
@@ -572,6 +573,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Checks:            a.readiness(),
 		PollInterval:      cfg.PollInterval,
 		Static:            web.New(),
+		Admin:             newAdminSource(a),
 		OnContactsChanged: a.stampThen(onContacts),
 	})
 	if err != nil {

@@ -7,7 +7,8 @@
 // it over.
 //
 // Every Interval a node publishes its lease on the core NATS subject
-// "<prefix>.<lease>" (nothing is stored) and every node subscribes to
+// "<prefix>.<lease>", its name (Config.Name) as the payload, nothing
+// stored, and every node subscribes to
 // "<prefix>.*", remembering when it last heard each lease by its own
 // clock. Alive(lease) is true if the lease was heard within Timeout — or
 // if this node cannot tell: its connection to NATS is down, or came back
@@ -46,7 +47,10 @@ type Config struct {
 	Timeout time.Duration
 	// Blind bounds how long a node that cannot hear (NATS down) calls
 	// every lease alive. Default 30s.
-	Blind  time.Duration
+	Blind time.Duration
+	// Name is this node's name (-node-id), sent with its beacons so the
+	// others can name it (the operator page); empty: nameless.
+	Name   string
 	Clock  clock.Clock
 	Logger *slog.Logger
 }
@@ -58,10 +62,16 @@ type Beacon struct {
 	sub *nats.Subscription
 
 	mu      sync.Mutex // guards the fields below
-	heard   map[uint64]time.Time
+	heard   map[uint64]heard
 	downAt  time.Time // when the connection went down (zero: up)
 	backAt  time.Time // when it came back (zero: never went down)
 	started time.Time
+}
+
+// heard is the last beacon of one lease.
+type heard struct {
+	at   time.Time // by this node's clock
+	name string
 }
 
 // New subscribes to the other nodes' beacons. Run publishes this node's.
@@ -87,7 +97,7 @@ func New(cfg Config) (*Beacon, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Beacon{cfg: cfg, heard: make(map[uint64]time.Time), started: cfg.Clock.Now()}
+	b := &Beacon{cfg: cfg, heard: make(map[uint64]heard), started: cfg.Clock.Now()}
 	nc := cfg.Conn.NC
 	cfg.Conn.OnReconnect(func() {
 		b.mu.Lock()
@@ -99,8 +109,12 @@ func New(cfg Config) (*Beacon, error) {
 		if err != nil {
 			return
 		}
+		name := string(m.Data)
 		b.mu.Lock()
-		b.heard[id] = b.cfg.Clock.Now()
+		if h, ok := b.heard[id]; ok && h.name == name {
+			name = h.name // keep one copy of the string
+		}
+		b.heard[id] = heard{at: b.cfg.Clock.Now(), name: name}
 		b.mu.Unlock()
 	})
 	if err != nil {
@@ -137,13 +151,13 @@ func (b *Beacon) publish() {
 		return
 	}
 	if l := b.cfg.Lease(); l != 0 {
-		_ = nc.Publish(b.cfg.Subject+"."+strconv.FormatUint(l, 10), nil)
+		_ = nc.Publish(b.cfg.Subject+"."+strconv.FormatUint(l, 10), []byte(b.cfg.Name))
 	}
 	// Forget the nodes not heard for long (stopped, or under a new lease).
 	now := b.cfg.Clock.Now()
 	b.mu.Lock()
-	for id, at := range b.heard {
-		if now.Sub(at) > b.cfg.Blind {
+	for id, h := range b.heard {
+		if now.Sub(h.at) > b.cfg.Blind {
 			delete(b.heard, id)
 		}
 	}
@@ -157,7 +171,7 @@ func (b *Beacon) Alive(lease uint64) bool {
 	connected := b.cfg.Conn.NC.IsConnected()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if at, ok := b.heard[lease]; ok && now.Sub(at) < b.cfg.Timeout {
+	if h, ok := b.heard[lease]; ok && now.Sub(h.at) < b.cfg.Timeout {
 		return true
 	}
 	if !connected {
@@ -181,10 +195,34 @@ func (b *Beacon) Live() []uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]uint64, 0, len(b.heard))
-	for id, at := range b.heard {
-		if now.Sub(at) < b.cfg.Timeout {
+	for id, h := range b.heard {
+		if now.Sub(h.at) < b.cfg.Timeout {
 			out = append(out, id)
 		}
 	}
 	return out
 }
+
+// Node is a node as this node last heard its beacon (Nodes).
+type Node struct {
+	Lease uint64
+	Name  string    // Config.Name of its node; empty if it sent none
+	Heard time.Time // its last beacon, by this node's clock
+}
+
+// Nodes returns every node heard within Blind (this node's own among
+// them once it hears itself), with when each was last heard: alive if
+// within Timeout.
+func (b *Beacon) Nodes() []Node {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]Node, 0, len(b.heard))
+	for id, h := range b.heard {
+		out = append(out, Node{Lease: id, Name: h.name, Heard: h.at})
+	}
+	return out
+}
+
+// Timeout is how long a node stays alive after its last beacon
+// (Config.Timeout, after defaults).
+func (b *Beacon) Timeout() time.Duration { return b.cfg.Timeout }

@@ -74,3 +74,37 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A node's beacon carries its name: the others list it under its lease
+// with that name, and when they last heard it.
+func TestNodesNamed(t *testing.T) {
+	srv := testsvc.NATS(t)
+	newBeacon := func(lease uint64, name string) *beacon.Beacon {
+		b, err := beacon.New(beacon.Config{Conn: conn(t, srv.URL), Lease: func() uint64 { return lease }, Subject: "t.named",
+			Interval: 50 * time.Millisecond, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := newBeacon(7, "node-a"), newBeacon(8, "node-b")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Run(ctx)
+	go b.Run(ctx)
+	names := func(bc *beacon.Beacon) map[uint64]string {
+		m := map[uint64]string{}
+		for _, n := range bc.Nodes() {
+			if n.Heard.IsZero() {
+				t.Errorf("lease %d listed with no time heard", n.Lease)
+			}
+			m[n.Lease] = n.Name
+		}
+		return m
+	}
+	waitFor(t, "a hears both, named", func() bool { m := names(a); return m[7] == "node-a" && m[8] == "node-b" })
+	waitFor(t, "b hears both, named", func() bool { m := names(b); return m[7] == "node-a" && m[8] == "node-b" })
+	if got, want := a.Timeout(), 150*time.Millisecond; got != want {
+		t.Errorf("Timeout() = %s, want 3 intervals = %s", got, want)
+	}
+}

@@ -114,6 +114,7 @@ func TestAuthRequired(t *testing.T) {
 		{"PUT", "/v1/users/1/contacts/x", ""},
 		{"DELETE", "/v1/users/1/contacts/x", ""},
 		{"GET", "/v1/debug/users/1", ""},
+		{"GET", "/v1/admin/stats", ""},
 		{"GET", "/metrics", ""},
 	}
 	for _, c := range creds {

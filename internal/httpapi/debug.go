@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -51,6 +54,21 @@ type debugView struct {
 		TTLms       int64 `json:"ttl_ms"`
 		IdleAfterMs int64 `json:"idle_after_ms"`
 	} `json:"rules"`
+	// Viewer is what the viewer named by ?viewer_id= sees of the user and
+	// why; omitted without one.
+	Viewer *debugViewer `json:"viewer,omitempty"`
+}
+
+// debugViewer is one viewer's view of the user (GET
+// /v1/debug/users/{user_id}?viewer_id=…): exactly what a read by that
+// viewer answers, the relation it was filtered by, and why.
+type debugViewer struct {
+	ViewerID string `json:"viewer_id"`
+	// Relation is "self", "contact" (the viewer is in the user's contact
+	// list) or "other".
+	Relation string          `json:"relation"`
+	Sees     json.RawMessage `json:"sees"` // the view, as GET /v1/presence/{user_id} answers it
+	Why      string          `json:"why"`
 }
 
 func optTime(ms int64) *string {
@@ -73,6 +91,13 @@ func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := s.backendOnly(r, p); err != nil {
+		return err
+	}
+	viewer, err := queryParam(r, "viewer_id")
+	if err != nil {
+		return err
+	}
+	if err := optionalID("viewer_id", viewer); err != nil {
 		return err
 	}
 	u, deadline, inMem, err := s.tracker.Debug(r.Context(), id)
@@ -151,10 +176,72 @@ func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
 	default:
 		v.Reason = fmt.Sprintf("away: %d device(s) alive but no activity within %s", alive, rules.IdleAfter)
 	}
+	if viewer != "" {
+		if v.Viewer, err = s.debugViewer(r, id, viewer, &u); err != nil {
+			return err
+		}
+	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, append(b, '\n'))
 	return nil
+}
+
+// debugViewer reads user as viewer would (the same reader, so the same
+// privacy filter) and says why it sees that, from the user's settings u
+// and whether viewer is in the user's contact list.
+func (s *Server) debugViewer(r *http.Request, user, viewer string, u *presence.User) (*debugViewer, error) {
+	var views [1]privacy.View
+	if err := s.reader.Read(r.Context(), viewer, []string{user}, views[:]); err != nil {
+		return nil, err
+	}
+	dv := &debugViewer{ViewerID: viewer, Relation: "other", Sees: wire.AppendView(nil, &views[0])}
+	if viewer == user {
+		dv.Relation = "self"
+		dv.Why = fmt.Sprintf("%s looks at themselves: everything is shown as it is (an invisible user sees invisible)", user)
+		return dv, nil
+	}
+	contacts, err := s.contacts.Contacts(r.Context(), user)
+	if err != nil {
+		return nil, err
+	}
+	who := fmt.Sprintf("%s is not in %s's contact list", viewer, user)
+	if slices.Contains(contacts, viewer) {
+		dv.Relation = "contact"
+		who = fmt.Sprintf("%s is in %s's contact list", viewer, user)
+	}
+	set := &u.Settings
+	why := []string{fmt.Sprintf("%s shows their status to %s and their last seen to %s; %s",
+		user, visibleTo(set.Status), visibleTo(set.LastSeen), who)}
+	v := &views[0]
+	switch {
+	case !v.StatusVisible:
+		why = append(why, fmt.Sprintf("so %s sees no status (null) and no last seen", viewer))
+	case u.Manual == presence.ManualInvisible:
+		why = append(why, fmt.Sprintf("%s may see the status, but %s is invisible: %s sees offline, last seen frozen where they vanished", viewer, user, viewer))
+	default:
+		why = append(why, fmt.Sprintf("so %s sees %s", viewer, v.Status))
+		switch {
+		case v.LastSeenVisible:
+		case u.PubLastSeen == 0:
+			why = append(why, "and no last seen: never seen")
+		default:
+			why = append(why, "and no last seen: it is not shown to "+viewer)
+		}
+	}
+	dv.Why = strings.Join(why, ", ")
+	return dv, nil
+}
+
+// visibleTo names whom a visibility shows something to.
+func visibleTo(v presence.Visibility) string {
+	switch v {
+	case presence.Everyone:
+		return "everyone"
+	case presence.Contacts:
+		return "their contacts"
+	}
+	return "nobody"
 }

@@ -91,6 +91,9 @@ type Config struct {
 	MaxBody int64
 	// Static serves GET / and GET /static/… (the browser side); nil: 404.
 	Static http.Handler
+	// Admin feeds GET /v1/admin/stats (the operator page); nil: that
+	// endpoint answers 404.
+	Admin Admin
 	// OnContactsChanged is called after a change of owner's contact list is
 	// durable (the fan-out re-classifies owner's watchers); nil: nothing.
 	OnContactsChanged func(owner string)
@@ -118,6 +121,7 @@ type Server struct {
 	draining                                atomic.Bool
 
 	onContactsChanged func(owner string)
+	admin             Admin
 }
 
 // New returns a Server.
@@ -159,6 +163,7 @@ func New(cfg Config) (*Server, error) {
 		mux:          http.NewServeMux(),
 
 		onContactsChanged: cfg.OnContactsChanged,
+		admin:             cfg.Admin,
 	}
 	for i := range s.checkOK {
 		s.checkOK[i].Store(true)
@@ -168,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		static := jsonErrors(cfg.Static) // a missing file is a JSON 404 too
 		s.mux.Handle("GET /{$}", static)
 		s.mux.Handle("GET /static/", static)
+		s.mux.Handle("GET /admin", static) // the operator page
 	}
 	return s, nil
 }
@@ -192,6 +198,7 @@ func (s *Server) routes(metrics http.Handler) {
 	s.handle("PUT /v1/users/{user_id}/contacts/{contact_id}", "contact_add", s.contactAdd)
 	s.handle("DELETE /v1/users/{user_id}/contacts/{contact_id}", "contact_remove", s.contactRemove)
 	s.handle("GET /v1/debug/users/{user_id}", "debug_user", s.debugUser)
+	s.handle("GET /v1/admin/stats", "admin_stats", s.adminStats)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 	})
@@ -391,26 +398,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	errs := make([]error, len(s.checks))
-	var wg sync.WaitGroup
-	for i, c := range s.checks {
-		wg.Go(func() { errs[i] = c.Check(ctx) })
-	}
-	wg.Wait()
-	reason := ""
-	for i, c := range s.checks {
-		ok := errs[i] == nil
-		if !ok && !c.Shared && reason == "" {
-			reason = c.Name
-		}
-		if s.checkOK[i].Swap(ok) != ok {
-			if ok {
-				s.log.Info("readiness check passes again", "check", c.Name)
-			} else {
-				s.log.Warn("readiness check fails", "check", c.Name, "shared", c.Shared, "err", errs[i])
-			}
-		}
-	}
+	reason, results := s.runChecks(ctx)
 	code := http.StatusOK
 	b := make([]byte, 0, 128)
 	if reason == "" {
@@ -421,19 +409,55 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		b = wire.AppendString(b, reason)
 	}
 	b = append(b, `,"checks":{`...)
-	for i, c := range s.checks {
+	for i, c := range results {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = wire.AppendString(b, c.Name)
-		if errs[i] == nil {
-			b = append(b, `:"ok"`...)
-		} else {
-			b = append(b, `:"unavailable"`...)
-		}
+		b = wire.AppendString(b, c.name)
+		b = append(b, ':')
+		b = wire.AppendString(b, c.state)
 	}
 	b = append(b, "}}"...)
 	writeJSON(w, code, append(b, '\n'))
+}
+
+// checkResult is one readiness check's outcome: state "ok" or
+// "unavailable".
+type checkResult struct{ name, state string }
+
+// runChecks runs every readiness check at once and returns why this node
+// is not ready ("draining", or the first of its own parts that fails;
+// empty: ready) and each check's state, in order. A change of a check's
+// state is logged.
+func (s *Server) runChecks(ctx context.Context) (reason string, results []checkResult) {
+	errs := make([]error, len(s.checks))
+	var wg sync.WaitGroup
+	for i, c := range s.checks {
+		wg.Go(func() { errs[i] = c.Check(ctx) })
+	}
+	wg.Wait()
+	results = make([]checkResult, len(s.checks))
+	for i, c := range s.checks {
+		ok := errs[i] == nil
+		results[i] = checkResult{name: c.Name, state: "ok"}
+		if !ok {
+			results[i].state = "unavailable"
+			if !c.Shared && reason == "" {
+				reason = c.Name
+			}
+		}
+		if s.checkOK[i].Swap(ok) != ok {
+			if ok {
+				s.log.Info("readiness check passes again", "check", c.Name)
+			} else {
+				s.log.Warn("readiness check fails", "check", c.Name, "shared", c.Shared, "err", errs[i])
+			}
+		}
+	}
+	if s.draining.Load() {
+		reason = "draining"
+	}
+	return reason, results
 }
 
 // --- who is calling ---

@@ -6,6 +6,7 @@ package metrics
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,4 +138,64 @@ func (c *trackerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descFlushed, prometheus.CounterValue, float64(s.Flushed))
 	ch <- prometheus.MustNewConstMetric(descFlushErrors, prometheus.CounterValue, float64(s.FlushErrors))
+}
+
+// Values returns every presenced_* series and a few of the process's
+// (resident memory, goroutines, open files) by name, read now from the
+// same sources a scrape reads: a counter or gauge with labels appears
+// once per label set, as name{label="value",…}, and once as name, the sum
+// over its label sets; a histogram as name_count and name_sum. The
+// operator page (GET /v1/admin/stats) computes its rates from these.
+func (r *Registry) Values() (map[string]float64, error) {
+	fams, err := r.reg.Gather()
+	out := make(map[string]float64, 128)
+	for _, f := range fams {
+		name := f.GetName()
+		if !strings.HasPrefix(name, "presenced_") && !processValues[name] {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var v float64
+			switch {
+			case m.GetCounter() != nil:
+				v = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				v = m.GetGauge().GetValue()
+			case m.GetUntyped() != nil:
+				v = m.GetUntyped().GetValue()
+			case m.GetHistogram() != nil:
+				out[name+"_count"] += float64(m.GetHistogram().GetSampleCount())
+				out[name+"_sum"] += m.GetHistogram().GetSampleSum()
+				continue
+			default:
+				continue
+			}
+			out[name] += v
+			if lps := m.GetLabel(); len(lps) > 0 {
+				var b strings.Builder
+				b.WriteString(name)
+				b.WriteByte('{')
+				for i, lp := range lps {
+					if i > 0 {
+						b.WriteByte(',')
+					}
+					b.WriteString(lp.GetName())
+					b.WriteString(`="`)
+					b.WriteString(lp.GetValue())
+					b.WriteByte('"')
+				}
+				b.WriteByte('}')
+				out[b.String()] = v
+			}
+		}
+	}
+	return out, err
+}
+
+// processValues are the series of the Go and process collectors Values
+// returns besides presenced's own.
+var processValues = map[string]bool{
+	"process_resident_memory_bytes": true,
+	"process_open_fds":              true,
+	"go_goroutines":                 true,
 }

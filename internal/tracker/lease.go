@@ -50,7 +50,10 @@ type leases struct {
 	mu    sync.Mutex // guards the fields below
 	gen   uint64     // the generation of this node's lease: id = Epoch<<16 | gen
 	peers map[uint64]peerLease
-	buf   []Lease
+	buf   []Lease // the leases of the last renewal (every node's)
+	// listed is when buf was last read from the store (this node's
+	// clock), 0 before.
+	listed int64
 
 	interval, timeout, linger int64 // ms
 	nodeAlive                 func(lease uint64) bool
@@ -102,6 +105,44 @@ func leaseTimeout(interval, ttl time.Duration) time.Duration { return max(3*inte
 // LeaseID returns this node's lease, 0 while it has none (no Leaser
 // store, or not yet acquired).
 func (t *Tracker) LeaseID() uint64 { return t.lease.Load() }
+
+// PeerLease is what this node knows of another node's lease in the
+// store (PeerLeases).
+type PeerLease struct {
+	ID      uint64
+	Renewed int64 // its last renewal, Unix ms by its owner's clock
+	Taken   bool  // marked taken over (its owner is gone or was cut off)
+	// Since is when this node first saw the renewal Renewed, by its own
+	// clock (0: not watched, e.g. being taken over): a lease whose
+	// renewal has not changed for the lease timeout is taken over.
+	Since int64
+}
+
+// PeerLeases returns the other nodes' leases as of this node's last
+// renewal, and when that renewal listed them (this node's clock; 0: never,
+// e.g. a store without leases). It is safe for concurrent use.
+func (t *Tracker) PeerLeases() ([]PeerLease, int64) {
+	if t.leaser == nil {
+		return nil, 0
+	}
+	own := t.lease.Load()
+	t.lz.mu.Lock()
+	defer t.lz.mu.Unlock()
+	out := make([]PeerLease, 0, len(t.lz.buf))
+	for _, l := range t.lz.buf {
+		if l.ID == own {
+			continue
+		}
+		out = append(out, PeerLease{ID: l.ID, Renewed: l.Renewed, Taken: l.Taken, Since: t.lz.peers[l.ID].since})
+	}
+	return out, t.lz.listed
+}
+
+// LeaseTimeout is how long another node's lease may go unrenewed before
+// this node takes it over (0 without leases).
+func (t *Tracker) LeaseTimeout() time.Duration {
+	return time.Duration(t.lz.timeout) * time.Millisecond
+}
 
 // acquireLease takes a new lease: the epoch of this run, above every
 // other node's and run's, and a generation counted in this run.
@@ -197,6 +238,7 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 	}
 	var work []todo
 	t.lz.mu.Lock()
+	t.lz.listed = now
 	live := make(map[uint64]bool, len(all))
 	for _, l := range all {
 		if l.ID == own {

@@ -1,5 +1,6 @@
 // Package web serves presenced's browser side, embedded in the binary: the
-// demo page at / and its files under /static/, among them presence.js, the
+// demo page at /, the operator page at /admin, and their files under
+// /static/, among them presence.js, the
 // dependency-free JavaScript client of the WebSocket protocol
 // (docs/protocol.md) that apps may load from /static/presence.js.
 package web
@@ -12,7 +13,6 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
-	"strings"
 	"time"
 )
 
@@ -35,11 +35,12 @@ type file struct {
 	etag  string
 }
 
-// Handler serves GET and HEAD of / (the demo page) and /static/<name>.
+// Handler serves GET and HEAD of / (the demo page), /admin (the operator
+// page) and /static/<name>.
 // Anything else is a 404. Files are revalidated by ETag on every load, so
 // a new binary is picked up at once. It is safe for concurrent use.
 type Handler struct {
-	files map[string]file // "/static/app.js" → file; "/" → index.html
+	files map[string]file // "/static/app.js" → file; "/" → index.html; "/admin" → admin.html
 }
 
 // New returns the Handler over the embedded files.
@@ -65,6 +66,7 @@ func New() *Handler {
 		panic("web: reading embedded files: " + err.Error()) // cannot happen: they are compiled in
 	}
 	h.files["/"] = h.files["/static/index.html"]
+	h.files["/admin"] = h.files["/static/admin.html"]
 	return h
 }
 
@@ -76,7 +78,7 @@ const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f, ok := h.files[r.URL.Path]
-	if !ok || strings.HasSuffix(r.URL.Path, "/static/index.html") {
+	if !ok || r.URL.Path == "/static/index.html" || r.URL.Path == "/static/admin.html" { // each page has one address
 		http.NotFound(w, r)
 		return
 	}
