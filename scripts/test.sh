@@ -106,6 +106,10 @@ nats_server() {
 }
 backend_servers
 
+# deploy/ runs systemd-analyze verify on the systemd unit (Debian's systemd
+# package; only the tool is used, no service is started).
+command -v systemd-analyze >/dev/null 2>&1 || apt_install "the systemd unit test will fail" systemd
+
 echo "== go test -race"
 # The summary tool prints what go test prints without -v, then how many
 # tests passed, failed and were skipped, naming each skipped one.

@@ -16,17 +16,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/buildinfo"
 	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/presence"
@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logLevel      = fset.String("log-level", "info", "debug, info, warn or error")
 		logFormat     = fset.String("log-format", "text", "text (logfmt) or json (one object a line)")
 		showVersion   = fset.Bool("version", false, "print the version and exit")
+		healthURL     = fset.String("healthcheck", "", "GET this URL (e.g. http://127.0.0.1:8081/healthz) and exit 0 if it answers 200, 1 if not: a container's HEALTHCHECK, as the image has no curl")
 		printToken    = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
 		redisURL      = fset.String("redis-url", "", "scale-out: hot state in this Redis (redis://host:6379/0; a Cluster: redis://a:6379?addr=b:6379); needs -postgres-url")
 		redisPrefix   = fset.String("redis-prefix", "presenced:", "scale-out: prefix of every Redis key (deployments sharing a Redis differ by it)")
@@ -121,7 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fset.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var envErr error
 	fset.VisitAll(func(f *flag.Flag) {
-		if f.Name == "print-token" || f.Name == "version" {
+		if f.Name == "print-token" || f.Name == "version" || f.Name == "healthcheck" {
 			return // an action, not a setting
 		}
 		if v := getenv(envName(f.Name)); v != "" && !given[f.Name] {
@@ -137,6 +138,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *showVersion {
 		fmt.Fprintln(stdout, "presenced", version())
 		return nil
+	}
+	if *healthURL != "" {
+		return healthcheck(ctx, *healthURL, stdout)
 	}
 	if *printToken != "" {
 		if err := presence.ValidateID(*printToken); err != nil {
@@ -410,34 +414,36 @@ func (l *listFlag) Set(v string) error {
 }
 
 // version is the module version the binary was built from (or "devel"),
-// its VCS revision and time when known, and the Go release.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown (" + runtime.Version() + ")"
+// its VCS revision and time when known, and the Go release: the same
+// build information /metrics exports as presenced_build_info.
+func version() string { return buildinfo.Read().String() }
+
+// healthcheck GETs url and succeeds only on a 200 answer: the container
+// image's HEALTHCHECK (the image holds the binary alone, no curl).
+func healthcheck(ctx context.Context, url string, stdout io.Writer) error {
+	u, err := neturl.Parse(url)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("-healthcheck %q: give an http:// or https:// URL, e.g. http://127.0.0.1:8081/healthz", url)
 	}
-	v := bi.Main.Version
-	if v == "" || v == "(devel)" {
-		v = "devel"
+	ctx, cancel := context.WithTimeout(ctx, healthcheckTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("-healthcheck: %v", err)
 	}
-	var rev, at, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = ", modified"
-			}
-		}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("-healthcheck: %v", err)
 	}
-	if len(rev) > 12 {
-		rev = rev[:12]
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("-healthcheck %s: %s %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
-	if rev != "" {
-		v += " (" + rev + dirty + " " + at + ")"
-	}
-	return v + " " + bi.GoVersion
+	fmt.Fprintf(stdout, "%s: %s %s\n", url, resp.Status, strings.TrimSpace(string(body)))
+	return nil
 }
+
+// healthcheckTimeout bounds -healthcheck's request (a container engine
+// kills a check that outlives its own timeout anyway).
+const healthcheckTimeout = 5 * time.Second

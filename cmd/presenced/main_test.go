@@ -1093,3 +1093,69 @@ func TestLogFormat(t *testing.T) {
 		t.Errorf("-log-format yaml: %v, want it refused", err)
 	}
 }
+
+// TestHealthcheck: -healthcheck URL (the container image's HEALTHCHECK)
+// succeeds on a 200 and fails on anything else, an unreachable node and a
+// URL that is not http(s) included; it ignores the environment's settings.
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	s := startInProcess(t, nil, baseArgs(t.TempDir())...)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		out, _, err := runQuick(t, nil, "-healthcheck", s.base+path)
+		if err != nil || !strings.Contains(out, "200 OK") {
+			t.Errorf("-healthcheck %s: %q %v, want success", path, out, err)
+		}
+	}
+	// The environment of a container applies to the server, not to the check.
+	if _, _, err := runQuick(t, map[string]string{envName("healthcheck"): "http://127.0.0.1:1/healthz"}, "-healthcheck", s.base+"/healthz"); err != nil {
+		t.Errorf("-healthcheck with %s set: %v", envName("healthcheck"), err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String() + "/healthz"
+	ln.Close()
+	for _, tc := range []struct{ url, want string }{
+		{s.base + "/metrics", "401"},           // not a 200
+		{s.base + "/nope", "404"},              // not a 200
+		{closed, "refused"},                    // nobody listening
+		{"127.0.0.1:8081/healthz", "http://"},  // no scheme
+		{"ftp://127.0.0.1/healthz", "http://"}, // not http
+		{"http:///healthz", "http://"},         // no host
+	} {
+		if _, _, err := runQuick(t, nil, "-healthcheck", tc.url); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("-healthcheck %s: %v, want an error naming %q", tc.url, err, tc.want)
+		}
+	}
+	// Only an action: without -healthcheck, its environment variable does
+	// not turn a node into a check.
+	if _, _, err := runQuick(t, map[string]string{envName("healthcheck"): s.base + "/healthz"}, "-version"); err != nil {
+		t.Errorf("-version with %s set: %v", envName("healthcheck"), err)
+	}
+}
+
+// TestBuildInfoMetric: the built binary's /metrics says, in
+// presenced_build_info, what its -version prints.
+func TestBuildInfoMetric(t *testing.T) {
+	t.Parallel()
+	code, out, stderr := runBinary(t, nil, "-version")
+	if code != 0 {
+		t.Fatalf("-version: exit %d: %s", code, stderr)
+	}
+	p := start(t, nil, baseArgs(t.TempDir(), "-api-key", apiKey, "-jwt-secret", testSecret)...)
+	status, b := p.do("GET", "/metrics", apiKey, nil)
+	if status != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", status, b)
+	}
+	m := regexp.MustCompile(`(?m)^presenced_build_info\{go="([^"]*)",revision="([^"]*)",version="([^"]*)"\} 1$`).FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatalf("no presenced_build_info in /metrics:\n%s", b)
+	}
+	goVer, rev, ver := m[1], m[2], m[3]
+	out = strings.TrimSpace(out)
+	if !strings.HasPrefix(out, "presenced "+ver+" ") || !strings.HasSuffix(out, " "+goVer) || (rev != "") != strings.Contains(out, "("+rev) {
+		t.Errorf("-version says %q, /metrics version=%q revision=%q go=%q", out, ver, rev, goVer)
+	}
+	p.stopWith(t, syscall.SIGTERM)
+}

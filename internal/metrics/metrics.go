@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/presenced/presenced/internal/buildinfo"
 	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
@@ -55,10 +56,12 @@ type Sources struct {
 	KafkaChanges     func() kafka.ProducerStats
 }
 
-// New returns a Registry with the Go runtime, process and presence metrics.
+// New returns a Registry with the Go runtime, process, build and presence
+// metrics.
 func New(src Sources) *Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(buildInfoGauge(buildinfo.Read()))
 	r := &Registry{
 		reg: reg,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -97,6 +100,18 @@ func (r *Registry) Handler() http.Handler {
 func (r *Registry) Observe(route string, code int, d time.Duration) {
 	r.latency.WithLabelValues(route).Observe(d.Seconds())
 	r.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+}
+
+// buildInfoGauge is presenced_build_info{version,revision,go} 1: what
+// -version prints, so a dashboard shows which build each node runs.
+func buildInfoGauge(in buildinfo.Info) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "presenced_build_info",
+		Help:        "Always 1: the build this node runs (as -version prints it; revision empty when the build was not stamped).",
+		ConstLabels: prometheus.Labels{"version": in.Version, "revision": in.Revision, "go": in.Go},
+	})
+	g.Set(1)
+	return g
 }
 
 var (
