@@ -35,6 +35,7 @@ import (
 	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/ratelimit"
@@ -110,6 +111,11 @@ type Config struct {
 	// NoEpoll serves every connection with its own reading goroutine (the
 	// portable path; always used where epoll is not available).
 	NoEpoll bool
+	// Origins are the browser pages that may open a socket (package
+	// origin): an upgrade whose Origin header names another page is
+	// refused with 403 origin_not_allowed. nil: the node's own pages only.
+	// An upgrade without an Origin header (not from a browser) passes.
+	Origins *origin.Policy
 }
 
 // Gateway serves GET /v1/ws. It is an http.Handler, safe for concurrent use.

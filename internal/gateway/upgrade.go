@@ -17,6 +17,7 @@ import (
 
 	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/wire"
 )
@@ -26,6 +27,11 @@ import (
 func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return refuse(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s (allowed: GET)", r.Method, r.URL.Path)
+	}
+	// A page of a foreign origin opens nothing (a browser sends its
+	// page's Origin on every upgrade and cannot forge it).
+	if v, o := g.cfg.Origins.Check(r); v == origin.Refused {
+		return origin.Refusal(o)
 	}
 	g.mu.Lock()
 	open := g.running && !g.closing
