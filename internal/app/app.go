@@ -32,6 +32,7 @@ import (
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/metrics"
 	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/peers"
 	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
@@ -128,6 +129,11 @@ type Config struct {
 	// HealthAddr, when set, serves /healthz, /readyz and /metrics on a
 	// listener of their own, outside the clients' connection budget.
 	HealthAddr string
+	// AllowedOrigins are the origins of the browser pages, besides the
+	// node's own, that may open WebSockets and call the client endpoints
+	// (package origin: https://app.example.com, https://*.example.com,
+	// or *). Empty: the node's own pages only.
+	AllowedOrigins []string
 }
 
 // DefaultMaxHeaderBytes bounds a request's line and headers: a GET
@@ -327,6 +333,10 @@ func (c *Config) ValidateTiming() error {
 func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
+	}
+	origins, err := origin.Parse(cfg.AllowedOrigins)
+	if err != nil {
+		return nil, fmt.Errorf("allowed origins: %w", err)
 	}
 	a := &App{cfg: cfg, log: cfg.Logger, resync: newResyncer(cfg.Logger)}
 	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter, MaxDevices: cfg.MaxDevices, CloseGrace: cfg.CloseGrace}.WithDefaults()
@@ -573,6 +583,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		PollInterval:      cfg.PollInterval,
 		Static:            web.New(),
 		OnContactsChanged: a.stampThen(onContacts),
+		Origins:           origins,
 	})
 	if err != nil {
 		return nil, err
@@ -592,6 +603,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		MaxSocketsPerDevice:  cfg.MaxSocketsPerDevice,
 		Hub:                  a.hub,
 		Workers:              gatewayWorkers(cfg),
+		Origins:              origins,
 	})
 	if err != nil {
 		return nil, err
