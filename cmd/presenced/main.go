@@ -29,6 +29,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/kafka"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -97,7 +98,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		webhookSecret = fset.String("webhook-secret", "", "HMAC-SHA256 key that signs webhook requests (required with -webhook-url; 32 bytes or more)")
 		pprofAddr     = fset.String("pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	)
-	var webhookURLs, kafkaBrokers listFlag
+	var webhookURLs, kafkaBrokers, allowedOrigins listFlag
+	fset.Var(&allowedOrigins, "allowed-origins", "origins of the browser pages, besides the node's own, that may open WebSockets and call the client endpoints (CORS): https://app.example.com, https://*.example.com (any subdomain), or * (any page); repeat the flag or separate them with commas (default: the node's own pages only)")
 	fset.Var(&webhookURLs, "webhook-url", "POST every change this node makes to this URL (repeat the flag, or separate URLs with commas)")
 	fset.Var(&kafkaBrokers, "kafka-brokers", "Kafka brokers, host:port (repeat the flag, or separate them with commas): consume session events from -kafka-ingest-topic, produce every change this node makes to -kafka-changes-topic")
 	kafkaIngest := fset.String("kafka-ingest-topic", kafka.DefaultIngestTopic, "with -kafka-brokers: the topic of session events (as on presence.ingest.>, keyed by user id) the nodes consume in the group -kafka-group; empty (-kafka-ingest-topic=): no consumer")
@@ -213,6 +215,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *maxTokenLife < time.Second {
 		return fmt.Errorf("-max-token-lifetime %s: at least 1s", *maxTokenLife)
 	}
+	origins, err := origin.Parse(allowedOrigins)
+	if err != nil {
+		return fmt.Errorf("-allowed-origins: %v", err)
+	}
+	if origins.Any() {
+		log.Warn("-allowed-origins *: pages of every origin may call this node")
+	}
 	cfg := app.Config{
 		MaxDevices:           *maxDevices,
 		MaxSubscriptions:     *maxSubs,
@@ -251,6 +260,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		KafkaChangesTopic:    *kafkaChanges,
 		NoKafkaIngest:        *kafkaIngest == "",
 		NoKafkaChanges:       *kafkaChanges == "",
+		AllowedOrigins:       allowedOrigins,
 	}
 	if len(kafkaBrokers) > 0 && *kafkaGroup == "" {
 		return errors.New("-kafka-group: give the consumer group's name")
