@@ -152,7 +152,7 @@ type Gateway struct {
 	idle idleIndex
 
 	stats struct {
-		accepted, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats atomic.Uint64
+		accepted, acceptedTLS, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats atomic.Uint64
 	}
 	nextID atomic.Uint64
 }
@@ -162,6 +162,7 @@ type Stats struct {
 	Connections    int    // open now
 	Users          int    // distinct users with at least one connection open now
 	Accepted       uint64 // upgrades
+	AcceptedTLS    uint64 // of them, over TLS: each read by a goroutine of its own
 	ClosedIdle     uint64 // 4001
 	ClosedSlow     uint64 // 4002
 	ClosedRate     uint64 // 1008
@@ -252,6 +253,7 @@ func (g *Gateway) Stats() Stats {
 		Connections:    n,
 		Users:          users,
 		Accepted:       g.stats.accepted.Load(),
+		AcceptedTLS:    g.stats.acceptedTLS.Load(),
 		ClosedIdle:     g.stats.closedIdle.Load(),
 		ClosedSlow:     g.stats.closedSlow.Load(),
 		ClosedRate:     g.stats.closedRate.Load(),

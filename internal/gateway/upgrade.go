@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -165,8 +166,12 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		early = append([]byte(nil), early...)
 	}
 	// Everything a concurrent close may read is set before the connection
-	// is registered (and so visible to shutdown).
-	if sc, ok := nc.(syscall.Conn); ok {
+	// is registered (and so visible to shutdown). The bytes of a TLS
+	// connection on its socket are encrypted: it is read, as it is
+	// written, through its tls.Conn, by a goroutine of its own (the
+	// portable path); only a plain connection is polled by its socket.
+	_, isTLS := nc.(*tls.Conn)
+	if sc, ok := nc.(syscall.Conn); ok && !isTLS {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
 		}
@@ -178,6 +183,9 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	}
 	registered = true // unregister gives the place back
 	g.stats.accepted.Add(1)
+	if isTLS {
+		g.stats.acceptedTLS.Add(1)
+	}
 	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, g.cfg.TTL/4, g.cfg.TTL, g.cfg.CloseGrace)})
 	g.idle.push(c.deadline(), c)
 	if len(early) > 0 && !c.feed(early) {

@@ -95,6 +95,13 @@ func (ca *CA) Issue(t testing.TB, dir, name string, serial int64) (certFile, key
 	return certFile, keyFile
 }
 
+// WriteCert writes the CA's certificate to path (PEM): a client's trust
+// file.
+func (ca *CA) WriteCert(t testing.TB, path string) {
+	t.Helper()
+	WritePEM(t, path, "CERTIFICATE", ca.cert.Raw)
+}
+
 // WritePEM writes one PEM block to path.
 func WritePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
