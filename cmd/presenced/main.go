@@ -29,7 +29,9 @@ import (
 	"github.com/presenced/presenced/internal/buildinfo"
 	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/kafka"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tlscert"
 )
 
 func main() {
@@ -96,9 +98,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		maxHeader     = fset.Int("max-header-bytes", app.DefaultMaxHeaderBytes, "request line and headers, in bytes; beyond it 431")
 		healthAddr    = fset.String("health-addr", "", "also serve /healthz, /readyz and /metrics on this address, outside the clients' connection caps (e.g. :8081 for a load balancer's probes)")
 		webhookSecret = fset.String("webhook-secret", "", "HMAC-SHA256 key that signs webhook requests (required with -webhook-url; 32 bytes or more)")
+		tlsCert       = fset.String("tls-cert", "", "serve HTTPS and WSS on -addr with this certificate file (PEM, the chain after the leaf), reloaded on SIGHUP; needs -tls-key (-health-addr stays plain HTTP)")
+		tlsKey        = fset.String("tls-key", "", "the private key file (PEM) of -tls-cert")
 		pprofAddr     = fset.String("pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	)
-	var webhookURLs, kafkaBrokers listFlag
+	var webhookURLs, kafkaBrokers, allowedOrigins listFlag
+	fset.Var(&allowedOrigins, "allowed-origins", "origins of the browser pages, besides the node's own, that may open WebSockets and call the client endpoints (CORS): https://app.example.com, https://*.example.com (any subdomain), or * (any page); repeat the flag or separate them with commas (default: the node's own pages only)")
 	fset.Var(&webhookURLs, "webhook-url", "POST every change this node makes to this URL (repeat the flag, or separate URLs with commas)")
 	fset.Var(&kafkaBrokers, "kafka-brokers", "Kafka brokers, host:port (repeat the flag, or separate them with commas): consume session events from -kafka-ingest-topic, produce every change this node makes to -kafka-changes-topic")
 	kafkaIngest := fset.String("kafka-ingest-topic", kafka.DefaultIngestTopic, "with -kafka-brokers: the topic of session events (as on presence.ingest.>, keyed by user id) the nodes consume in the group -kafka-group; empty (-kafka-ingest-topic=): no consumer")
@@ -217,6 +222,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *maxTokenLife < time.Second {
 		return fmt.Errorf("-max-token-lifetime %s: at least 1s", *maxTokenLife)
 	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return errors.New("-tls-cert and -tls-key go together: give both, or neither for plain HTTP")
+	}
+	if *tlsCert != "" && *printToken == "" {
+		// Checked before anything is written; the node loads it again.
+		if _, err := tlscert.Load(*tlsCert, *tlsKey, nil); err != nil {
+			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
+		}
+	}
+	origins, err := origin.Parse(allowedOrigins)
+	if err != nil {
+		return fmt.Errorf("-allowed-origins: %v", err)
+	}
+	if origins.Any() {
+		log.Warn("-allowed-origins *: pages of every origin may call this node")
+	}
 	cfg := app.Config{
 		MaxDevices:           *maxDevices,
 		MaxSubscriptions:     *maxSubs,
@@ -255,6 +276,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		KafkaChangesTopic:    *kafkaChanges,
 		NoKafkaIngest:        *kafkaIngest == "",
 		NoKafkaChanges:       *kafkaChanges == "",
+		AllowedOrigins:       allowedOrigins,
+		TLSCertFile:          *tlsCert,
+		TLSKeyFile:           *tlsKey,
 	}
 	if len(kafkaBrokers) > 0 && *kafkaGroup == "" {
 		return errors.New("-kafka-group: give the consumer group's name")
@@ -310,9 +334,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Warn("INSECURE DEVELOPMENT MODE (-dev): requests without credentials are accepted for any user id. Never use it in production.")
 	}
 	cfg.APIKey, cfg.JWTSecret = key, []byte(jwtKey)
+	var hup chan os.Signal
+	if *tlsCert != "" {
+		// Taken before the node exists, so that an early SIGHUP does not
+		// end the process (its default action); handled once it runs.
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	a, err := app.New(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if hup != nil {
+		done := make(chan struct{})
+		reloaded := make(chan struct{})
+		defer func() { close(done); <-reloaded }()
+		go func() {
+			defer close(reloaded)
+			for {
+				select {
+				case <-hup:
+					log.Info("SIGHUP: loading the TLS certificate again", "cert", *tlsCert, "key", *tlsKey)
+					_ = a.ReloadTLS() // logged either way; a bad pair keeps the one in use
+				case <-done:
+					return
+				}
+			}
+		}()
 	}
 	if *pprofAddr != "" {
 		stop, err := servePprof(*pprofAddr, log)

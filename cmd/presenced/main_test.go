@@ -907,6 +907,9 @@ func TestRunConfigErrors(t *testing.T) {
 		{"kafka broker without a port", nil, []string{"-kafka-brokers", "kafka1"}, `kafka broker "kafka1": want host:port`, false},
 		{"kafka brokers from env, one without a port", map[string]string{envName("kafka-brokers"): "kafka1:9092,kafka2"}, nil, `kafka broker "kafka2": want host:port`, false},
 		{"kafka without a group", nil, []string{"-kafka-brokers", "kafka1:9092", "-kafka-group="}, "-kafka-group", true},
+		{"allowed origin with a path", nil, []string{"-allowed-origins", "https://app.example.com/"}, `-allowed-origins: origin "https://app.example.com/": an origin has no path`, true},
+		{"allowed origin null from env", map[string]string{envName("allowed-origins"): "https://ok.example.com,null"}, nil, `-allowed-origins: origin "null"`, true},
+		{"allowed origin with a bad wildcard", nil, []string{"-allowed-origins", "https://*.com"}, `-allowed-origins: origin "https://*.com"`, true},
 		// Credentials shorter than 32 bytes, named with where they came from.
 		{"short api key", nil, []string{"-api-key", "k"}, "-api-key (PRESENCE_API_KEY) is 1 bytes long; at least 32 bytes are required outside -dev", true},
 		{"api key of 31 bytes", nil, []string{"-api-key", strings.Repeat("k", 31)}, "-api-key (PRESENCE_API_KEY) is 31 bytes long", true},

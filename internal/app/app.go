@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,12 +33,14 @@ import (
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/metrics"
 	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/peers"
 	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/tlscert"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/web"
 	"github.com/presenced/presenced/internal/webhook"
@@ -128,6 +131,17 @@ type Config struct {
 	// HealthAddr, when set, serves /healthz, /readyz and /metrics on a
 	// listener of their own, outside the clients' connection budget.
 	HealthAddr string
+	// AllowedOrigins are the origins of the browser pages, besides the
+	// node's own, that may open WebSockets and call the client endpoints
+	// (package origin: https://app.example.com, https://*.example.com,
+	// or *). Empty: the node's own pages only.
+	AllowedOrigins []string
+	// TLSCertFile and TLSKeyFile, set together, make the clients' listener
+	// serve HTTPS and WSS with this certificate (package tlscert), loaded
+	// again by ReloadTLS. The health listener (HealthAddr) stays plain
+	// HTTP. Empty: plain HTTP (TLS ended by a proxy in front).
+	TLSCertFile string
+	TLSKeyFile  string
 }
 
 // DefaultMaxHeaderBytes bounds a request's line and headers: a GET
@@ -169,6 +183,7 @@ type App struct {
 	handler  http.Handler
 	metrics  *metrics.Registry
 	budget   atomic.Pointer[connbudget.Listener] // set by Run before it serves
+	cert     *tlscert.Store                      // nil: plain HTTP
 
 	reader   *query.Reader
 	resync   *resyncer     // sends watchers the current state when asked
@@ -328,7 +343,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	origins, err := origin.Parse(cfg.AllowedOrigins)
+	if err != nil {
+		return nil, fmt.Errorf("allowed origins: %w", err)
+	}
 	a := &App{cfg: cfg, log: cfg.Logger, resync: newResyncer(cfg.Logger)}
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		if a.cert, err = tlscert.Load(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.Logger.With("component", "tls")); err != nil {
+			return nil, err
+		}
+	}
 	rules := presence.Rules{TTL: cfg.TTL, IdleAfter: cfg.IdleAfter, MaxDevices: cfg.MaxDevices, CloseGrace: cfg.CloseGrace}.WithDefaults()
 
 	ok := false
@@ -575,6 +599,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Static:            web.New(),
 		Admin:             newAdminSource(a),
 		OnContactsChanged: a.stampThen(onContacts),
+		Origins:           origins,
 	})
 	if err != nil {
 		return nil, err
@@ -594,6 +619,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		MaxSocketsPerDevice:  cfg.MaxSocketsPerDevice,
 		Hub:                  a.hub,
 		Workers:              gatewayWorkers(cfg),
+		Origins:              origins,
 	})
 	if err != nil {
 		return nil, err
@@ -769,6 +795,19 @@ func (p logPublisher) Publish(ev *presence.Event) {
 // accepted only while Run runs.
 func (a *App) Handler() http.Handler { return a.handler }
 
+// ReloadTLS loads the certificate and key files again (on SIGHUP): new
+// handshakes present the new pair; a pair that does not load leaves the
+// one in use, and the error says why. Without TLS it is an error.
+func (a *App) ReloadTLS() error {
+	if a.cert == nil {
+		return errors.New("no TLS certificate to reload: the node serves plain HTTP")
+	}
+	return a.cert.Reload()
+}
+
+// TLS reports whether the clients' listener serves HTTPS and WSS.
+func (a *App) TLS() bool { return a.cert != nil }
+
 // Gateway is the node's WebSocket gateway (tests read its counters).
 func (a *App) Gateway() *gateway.Gateway { return a.gw }
 
@@ -787,11 +826,26 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
-	a.log.Info("presenced listening", "addr", ln.Addr().String(), "mode", a.cfg.Mode(), "data", a.cfg.DataDir,
+	a.log.Info("presenced listening", "addr", ln.Addr().String(), "tls", a.cert != nil, "mode", a.cfg.Mode(), "data", a.cfg.DataDir,
 		"ttl", a.cfg.TTL, "idle_after", a.cfg.IdleAfter, "close_grace", a.rules.CloseGrace)
+	if a.cert != nil {
+		leaf := a.cert.Certificate().Leaf
+		a.log.Info("serving HTTPS and WSS", "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter)
+	}
 
+	// The budget counts TCP connections, before any TLS handshake (which
+	// the http.Server bounds by HeaderTimeout, its shortest timeout); the
+	// TLS listener goes around it.
+	var tlsConf *tls.Config
+	if a.cert != nil {
+		tlsConf = a.cert.Config()
+	}
 	budget := connbudget.New(ln, connbudget.Config{Max: a.cfg.MaxConns, PerAddr: a.cfg.MaxConnsPerAddr,
-		Pending: a.cfg.MaxPendingConns, MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log})
+		Pending: a.cfg.MaxPendingConns, MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log, TLS: tlsConf})
+	var clients net.Listener = budget
+	if tlsConf != nil {
+		clients = tls.NewListener(budget, tlsConf)
+	}
 	a.log.Info("connection budget", "max", a.cfg.MaxConns, "per_address", a.cfg.MaxConnsPerAddr,
 		"pending", a.cfg.MaxPendingConns, "file_limit", connbudget.FileLimit())
 	a.budget.Store(budget)
@@ -891,7 +945,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	serveErr := make(chan error, 1)
 	go func() {
 		defer wg.Done()
-		serveErr <- srv.Serve(budget)
+		serveErr <- srv.Serve(clients)
 	}()
 
 	var err error

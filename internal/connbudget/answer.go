@@ -29,9 +29,17 @@ func jsonResponse(status int, code, message string) []byte {
 // handler's answer has a Date header, and headers are written sorted).
 const cannedHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
+// plainToTLS is net/http's answer to a plain HTTP request on a TLS port,
+// written on the connection under the TLS one.
+const plainToTLS = "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+
 // rewrite turns such an answer, written in one call, into JSON; ok is
 // false for anything else.
 func rewrite(b []byte, maxHeaderBytes int) (out []byte, ok bool) {
+	if string(b) == plainToTLS {
+		return jsonResponse(http.StatusBadRequest, "https_required",
+			"this port serves HTTPS: use https:// (and wss:// for the WebSocket)"), true
+	}
 	if !bytes.HasPrefix(b, []byte("HTTP/1.1 ")) {
 		return nil, false
 	}

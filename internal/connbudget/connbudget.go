@@ -16,10 +16,19 @@
 // The listener learns each connection's state from net/http through
 // ConnState (set it as the http.Server's ConnState). Its connections also
 // turn net/http's own plain-text answers to unreadable requests (400, 431,
-// 501, 505) into the JSON errors of every other answer.
+// 501, 505, and a plain HTTP request to a TLS port) into the JSON errors of
+// every other answer.
+//
+// For HTTPS, wrap the Listener in the TLS listener (tls.NewListener(l,
+// cfg)) and set Config.TLS: the caps then count TCP connections from their
+// accept on, a connection in its TLS handshake is pending (so a flood of
+// handshakes that never finish is evicted like one of silent connections),
+// and refusals are answered over TLS. The handshake's time limit is the
+// http.Server's (the shortest of its timeouts: ReadHeaderTimeout).
 package connbudget
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +54,11 @@ type Config struct {
 	// MaxHeaderBytes is the server's header limit, named by the 431.
 	MaxHeaderBytes int
 	Logger         *slog.Logger
+	// TLS is the configuration of the TLS listener around this one, if
+	// any: refusals are then written over TLS, after a handshake bounded
+	// by a second (by one of the few answering goroutines; when they are
+	// all busy, a refused connection is closed without a word).
+	TLS *tls.Config
 }
 
 // Defaults derives the caps from the process's file limit: a reserve of
@@ -210,8 +224,11 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 // so that closing does not reset the connection before the client read the
 // answer.
 func (l *Listener) answer(nc net.Conn, r *refusal) {
-	_ = nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	_, _ = nc.Write(jsonResponse(r.status, "too_many_connections", r.message))
+	msg := jsonResponse(r.status, "too_many_connections", r.message)
+	if l.cfg.TLS == nil {
+		_ = nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+		_, _ = nc.Write(msg)
+	}
 	select {
 	case l.answering <- struct{}{}:
 	default:
@@ -220,6 +237,19 @@ func (l *Listener) answer(nc net.Conn, r *refusal) {
 	}
 	go func() {
 		defer func() { <-l.answering }()
+		if l.cfg.TLS != nil {
+			tc := tls.Server(nc, l.cfg.TLS)
+			_ = nc.SetDeadline(time.Now().Add(time.Second))
+			if err := tc.Handshake(); err != nil {
+				_ = nc.Close()
+				return
+			}
+			if _, err := tc.Write(msg); err != nil {
+				_ = nc.Close()
+				return
+			}
+			nc = tc
+		}
 		if cw, ok := nc.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
@@ -238,6 +268,9 @@ func (l *Listener) answer(nc net.Conn, r *refusal) {
 // between pending, busy and idle as net/http serves it.
 func (l *Listener) ConnState(nc net.Conn, s http.ConnState) {
 	c, ok := nc.(*Conn)
+	if u, wrapped := nc.(interface{ NetConn() net.Conn }); !ok && wrapped {
+		c, ok = u.NetConn().(*Conn) // a *tls.Conn around one of ours
+	}
 	if !ok || c.l != l {
 		return
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/ratelimit"
@@ -110,6 +111,11 @@ type Config struct {
 	// NoEpoll serves every connection with its own reading goroutine (the
 	// portable path; always used where epoll is not available).
 	NoEpoll bool
+	// Origins are the browser pages that may open a socket (package
+	// origin): an upgrade whose Origin header names another page is
+	// refused with 403 origin_not_allowed. nil: the node's own pages only.
+	// An upgrade without an Origin header (not from a browser) passes.
+	Origins *origin.Policy
 }
 
 // Gateway serves GET /v1/ws. It is an http.Handler, safe for concurrent use.
@@ -146,7 +152,7 @@ type Gateway struct {
 	idle idleIndex
 
 	stats struct {
-		accepted, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats atomic.Uint64
+		accepted, acceptedTLS, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats atomic.Uint64
 	}
 	nextID atomic.Uint64
 }
@@ -156,6 +162,7 @@ type Stats struct {
 	Connections    int    // open now
 	Users          int    // distinct users with at least one connection open now
 	Accepted       uint64 // upgrades
+	AcceptedTLS    uint64 // of them, over TLS: each read by a goroutine of its own
 	ClosedIdle     uint64 // 4001
 	ClosedSlow     uint64 // 4002
 	ClosedRate     uint64 // 1008
@@ -246,6 +253,7 @@ func (g *Gateway) Stats() Stats {
 		Connections:    n,
 		Users:          users,
 		Accepted:       g.stats.accepted.Load(),
+		AcceptedTLS:    g.stats.acceptedTLS.Load(),
 		ClosedIdle:     g.stats.closedIdle.Load(),
 		ClosedSlow:     g.stats.closedSlow.Load(),
 		ClosedRate:     g.stats.closedRate.Load(),

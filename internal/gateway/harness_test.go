@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/tlscert/tlstest"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -46,7 +48,8 @@ type opts struct {
 	tweak   func(*gateway.Config)
 	sndbuf  int // server socket send buffer; 0: the system's
 	noHub   bool
-	devices int // max devices per user; 0: the default
+	devices int  // max devices per user; 0: the default
+	tls     bool // serve HTTPS and WSS with a certificate of a test CA
 }
 
 // smallSendBuffer shrinks the send buffer of accepted sockets, so a slow
@@ -76,6 +79,8 @@ type node struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 	pubs    *multiPub
+	tlsConf *tls.Config  // with opts.tls: trusts the node's certificate
+	http    *http.Client // talks to the node (over TLS with opts.tls)
 }
 
 // hubRunner is the fan-out hub as the tests drive it.
@@ -166,11 +171,24 @@ func newNode(t testing.TB, o opts) *node {
 	if o.sndbuf > 0 {
 		n.srv.Listener = smallSendBuffer{n.srv.Listener, o.sndbuf}
 	}
-	n.srv.Start()
+	n.http = http.DefaultClient
+	if o.tls {
+		ca := tlstest.NewCA(t)
+		cert, err := tls.LoadX509KeyPair(ca.Issue(t, t.TempDir(), "node", 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+		n.srv.StartTLS()
+		n.tlsConf = ca.ClientConfig()
+		n.http = &http.Client{Transport: &http.Transport{TLSClientConfig: n.tlsConf}}
+	} else {
+		n.srv.Start()
+	}
 	n.url = "ws" + strings.TrimPrefix(n.srv.URL, "http")
 	// Wait until Run has started.
 	waitFor(t, "gateway running", func() bool {
-		resp, err := http.Get(n.srv.URL + "/v1/ws?token=x")
+		resp, err := n.http.Get(n.srv.URL + "/v1/ws?token=x")
 		if err != nil {
 			return false
 		}
@@ -232,7 +250,7 @@ func (n *node) dial(user, device string) *client {
 
 func (n *node) dialQuery(q string, hdr http.Header) *client {
 	n.t.Helper()
-	d := ws.Dialer{Timeout: 5 * time.Second}
+	d := ws.Dialer{Timeout: 5 * time.Second, TLSConfig: n.tlsConf}
 	if hdr != nil {
 		d.Header = ws.HandshakeHeaderHTTP(hdr)
 	}

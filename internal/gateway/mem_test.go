@@ -3,17 +3,22 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/tlscert"
+	"github.com/presenced/presenced/internal/tlscert/tlstest"
 )
 
 // BenchmarkIdleConnection measures the server's user-space memory (heap and
@@ -22,9 +27,11 @@ import (
 //
 //	go test -run XXX -bench IdleConnection ./internal/gateway
 //	GW_NOEPOLL=1 go test -run XXX -bench IdleConnection ./internal/gateway  # the portable path
+//	GW_TLS=1 go test -run XXX -bench IdleConnection ./internal/gateway      # WSS (-tls-cert)
 func BenchmarkIdleConnection(b *testing.B) {
 	const conns = 5000
 	noEpoll := os.Getenv("GW_NOEPOLL") != ""
+	useTLS := os.Getenv("GW_TLS") != ""
 	g, err := New(Config{Tracker: nopTracker{}, Reader: nopReader{}, Auth: auth.New(auth.Config{Dev: true}), NoEpoll: noEpoll})
 	if err != nil {
 		b.Fatal(err)
@@ -38,6 +45,19 @@ func BenchmarkIdleConnection(b *testing.B) {
 		b.Fatal(err)
 	}
 	srv := &http.Server{Handler: g}
+	var caFile string
+	if useTLS {
+		ca := tlstest.NewCA(b)
+		dir := b.TempDir()
+		certFile, keyFile := ca.Issue(b, dir, "node", 2)
+		store, err := tlscert.Load(certFile, keyFile, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		caFile = filepath.Join(dir, "ca.crt")
+		ca.WriteCert(b, caFile)
+		ln = tls.NewListener(ln, store.Config())
+	}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	for {
@@ -54,7 +74,7 @@ func BenchmarkIdleConnection(b *testing.B) {
 	before := usage()
 	gBefore := runtime.NumGoroutine()
 	cmd := exec.Command(os.Args[0], "-test.run=TestDialHelper", "-test.v")
-	cmd.Env = append(os.Environ(), "GW_DIAL_ADDR="+ln.Addr().String(), "GW_DIAL_N="+strconv.Itoa(conns))
+	cmd.Env = append(os.Environ(), "GW_DIAL_ADDR="+ln.Addr().String(), "GW_DIAL_N="+strconv.Itoa(conns), "GW_DIAL_CA="+caFile)
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -93,8 +113,23 @@ func TestDialHelper(t *testing.T) {
 	}
 	n, _ := strconv.Atoi(os.Getenv("GW_DIAL_N"))
 	conns := make([]net.Conn, 0, n)
+	var tlsConf *tls.Config
+	if f := os.Getenv("GW_DIAL_CA"); f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsConf = &tls.Config{RootCAs: x509.NewCertPool()}
+		tlsConf.RootCAs.AppendCertsFromPEM(pem)
+	}
 	for i := range n {
-		c, err := net.Dial("tcp", addr)
+		var c net.Conn
+		var err error
+		if tlsConf != nil {
+			c, err = tls.Dial("tcp", addr, tlsConf)
+		} else {
+			c, err = net.Dial("tcp", addr)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/wire"
 )
@@ -26,6 +28,11 @@ import (
 func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return refuse(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s (allowed: GET)", r.Method, r.URL.Path)
+	}
+	// A page of a foreign origin opens nothing (a browser sends its
+	// page's Origin on every upgrade and cannot forge it).
+	if v, o := g.cfg.Origins.Check(r); v == origin.Refused {
+		return origin.Refusal(o)
 	}
 	g.mu.Lock()
 	open := g.running && !g.closing
@@ -159,8 +166,12 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		early = append([]byte(nil), early...)
 	}
 	// Everything a concurrent close may read is set before the connection
-	// is registered (and so visible to shutdown).
-	if sc, ok := nc.(syscall.Conn); ok {
+	// is registered (and so visible to shutdown). The bytes of a TLS
+	// connection on its socket are encrypted: it is read, as it is
+	// written, through its tls.Conn, by a goroutine of its own (the
+	// portable path); only a plain connection is polled by its socket.
+	_, isTLS := nc.(*tls.Conn)
+	if sc, ok := nc.(syscall.Conn); ok && !isTLS {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
 		}
@@ -172,6 +183,9 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	}
 	registered = true // unregister gives the place back
 	g.stats.accepted.Add(1)
+	if isTLS {
+		g.stats.acceptedTLS.Add(1)
+	}
 	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, g.cfg.TTL/4, g.cfg.TTL, g.cfg.CloseGrace)})
 	g.idle.push(c.deadline(), c)
 	if len(early) > 0 && !c.feed(early) {

@@ -42,6 +42,7 @@ type opts struct {
 	maxDevices int
 	dir        string
 	clk        *clock.Fake
+	origins    []string // -allowed-origins
 }
 
 type env struct {
@@ -80,6 +81,8 @@ func newEnv(t *testing.T, o opts) *env {
 		IdleAfter:    o.idle,
 		PollInterval: o.poll,
 		MaxDevices:   o.maxDevices,
+
+		AllowedOrigins: o.origins,
 	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)

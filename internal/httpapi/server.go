@@ -21,6 +21,7 @@ import (
 
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/ratelimit"
@@ -97,6 +98,13 @@ type Config struct {
 	// OnContactsChanged is called after a change of owner's contact list is
 	// durable (the fan-out re-classifies owner's watchers); nil: nothing.
 	OnContactsChanged func(owner string)
+	// Origins are the browser pages that may call the node (package
+	// origin); nil: the node's own pages only. A request whose Origin
+	// names another page is refused with 403 origin_not_allowed; the
+	// endpoints a page calls with a client token answer the allowed ones
+	// with CORS headers (see ServeHTTP). Requests without an Origin
+	// header (backends, curl) pass.
+	Origins *origin.Policy
 }
 
 // Server is the HTTP API. It is an http.Handler, safe for concurrent use.
@@ -119,6 +127,10 @@ type Server struct {
 	polls, statuses, settings, contactLists *ratelimit.Keyed
 	mux                                     *http.ServeMux
 	draining                                atomic.Bool
+	origins                                 *origin.Policy
+	// browser holds the patterns of the endpoints a browser page calls
+	// (see handleBrowser); written by New only.
+	browser map[string]bool
 
 	onContactsChanged func(owner string)
 	admin             Admin
@@ -161,6 +173,8 @@ func New(cfg Config) (*Server, error) {
 		settings:     ratelimit.NewKeyed(ratelimit.Settings),
 		contactLists: ratelimit.NewKeyed(ratelimit.Contacts),
 		mux:          http.NewServeMux(),
+		origins:      cfg.Origins,
+		browser:      make(map[string]bool),
 
 		onContactsChanged: cfg.OnContactsChanged,
 		admin:             cfg.Admin,
@@ -183,20 +197,24 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Drain() { s.draining.Store(true) }
 
 func (s *Server) routes(metrics http.Handler) {
-	s.handle("GET /presence/batch", "batch_seed", s.batchSeed)
-	s.handle("GET /v1/presence/{user_id}", "presence_get", s.presenceGet)
-	s.handle("POST /v1/presence/batch", "presence_batch", s.presenceBatch)
-	s.handle("GET /v1/public/{user_id}", "public_get", s.publicGet)
-	s.handle("POST /v1/heartbeat", "heartbeat", s.heartbeat)
-	s.handle("POST /v1/status", "status", s.status)
-	s.handle("POST /v1/bye", "bye", s.bye)
-	s.handle("GET /v1/users/{user_id}/settings", "settings_get", s.settingsGet)
-	s.handle("PUT /v1/users/{user_id}/settings", "settings_put", s.settingsPut)
-	s.handle("GET /v1/users/{user_id}/contacts", "contacts_get", s.contactsGet)
-	s.handle("PUT /v1/users/{user_id}/contacts", "contacts_put", s.contactsPut)
-	s.handle("POST /v1/users/{user_id}/contacts", "contacts_add", s.contactsAdd)
-	s.handle("PUT /v1/users/{user_id}/contacts/{contact_id}", "contact_add", s.contactAdd)
-	s.handle("DELETE /v1/users/{user_id}/contacts/{contact_id}", "contact_remove", s.contactRemove)
+	// What a browser page calls with a client token (or with nothing:
+	// /v1/public), as presence.js does: CORS for allowed origins.
+	s.handleBrowser("GET /presence/batch", "batch_seed", s.batchSeed)
+	s.handleBrowser("GET /v1/presence/{user_id}", "presence_get", s.presenceGet)
+	s.handleBrowser("POST /v1/presence/batch", "presence_batch", s.presenceBatch)
+	s.handleBrowser("GET /v1/public/{user_id}", "public_get", s.publicGet)
+	s.handleBrowser("POST /v1/heartbeat", "heartbeat", s.heartbeat)
+	s.handleBrowser("POST /v1/status", "status", s.status)
+	s.handleBrowser("POST /v1/bye", "bye", s.bye)
+	s.handleBrowser("GET /v1/users/{user_id}/settings", "settings_get", s.settingsGet)
+	s.handleBrowser("PUT /v1/users/{user_id}/settings", "settings_put", s.settingsPut)
+	s.handleBrowser("GET /v1/users/{user_id}/contacts", "contacts_get", s.contactsGet)
+	s.handleBrowser("PUT /v1/users/{user_id}/contacts", "contacts_put", s.contactsPut)
+	s.handleBrowser("POST /v1/users/{user_id}/contacts", "contacts_add", s.contactsAdd)
+	s.handleBrowser("PUT /v1/users/{user_id}/contacts/{contact_id}", "contact_add", s.contactAdd)
+	s.handleBrowser("DELETE /v1/users/{user_id}/contacts/{contact_id}", "contact_remove", s.contactRemove)
+	// The API key's alone: never CORS, so no page of another origin can
+	// read them (metrics below too).
 	s.handle("GET /v1/debug/users/{user_id}", "debug_user", s.debugUser)
 	s.handle("GET /v1/admin/stats", "admin_stats", s.adminStats)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -223,12 +241,75 @@ func (s *Server) routes(metrics http.Handler) {
 
 // ServeHTTP implements http.Handler. Unknown paths and wrong methods get
 // JSON errors like everything else.
+//
+// A request from a page of a refused origin (Config.Origins) gets 403
+// origin_not_allowed, whatever it asks. On the endpoints a browser page
+// calls (handleBrowser) an allowed origin other than the node's own gets
+// Access-Control-Allow-Origin (its own origin, never "*"), and its
+// preflight (OPTIONS with Access-Control-Request-Method) is answered 204
+// with the methods of the path, the headers Authorization and
+// Content-Type, and a Max-Age; every answer of those endpoints varies by
+// Origin. The API-key-only endpoints get no CORS header at all, so a
+// browser never lets a page of another origin call them, and the API key
+// itself is refused from such a page (principal).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := s.mux.Handler(r); pattern == "" || !clean(r.URL.Path) {
+	v, o := s.origins.Check(r)
+	if v == origin.Refused {
+		writeError(w, origin.Refusal(o))
+		return
+	}
+	if v == origin.Allowed && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		if s.preflight(w, r, o) {
+			return
+		}
+	}
+	_, pattern := s.mux.Handler(r)
+	if s.browser[pattern] {
+		h := w.Header()
+		h.Add("Vary", "Origin")
+		if v == origin.Allowed {
+			h.Set("Access-Control-Allow-Origin", o)
+			h.Set("Access-Control-Expose-Headers", "Retry-After")
+		}
+	}
+	if pattern == "" || !clean(r.URL.Path) {
 		s.mux.ServeHTTP(&jsonFallback{ResponseWriter: w, method: r.Method, path: r.URL.Path}, r)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// corsMaxAge is how long a browser may keep a preflight's answer, in
+// seconds (browsers cap it: Chromium at 2 h, Firefox at 24 h).
+const corsMaxAge = "3600"
+
+// preflight answers the CORS preflight of an allowed origin o for a
+// browser endpoint: 204 with the methods the path takes. It reports false
+// when the path is no browser endpoint (the request then gets the usual
+// 405 or 404, without CORS headers, and the browser stops there).
+func (s *Server) preflight(w http.ResponseWriter, r *http.Request, o string) bool {
+	var methods []string
+	probe := *r
+	for _, m := range [...]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		probe.Method = m
+		if _, pattern := s.mux.Handler(&probe); s.browser[pattern] && clean(r.URL.Path) {
+			methods = append(methods, m)
+		}
+	}
+	if len(methods) == 0 {
+		return false
+	}
+	h := w.Header()
+	h.Add("Vary", "Origin")
+	h.Add("Vary", "Access-Control-Request-Method")
+	h.Add("Vary", "Access-Control-Request-Headers")
+	h.Set("Access-Control-Allow-Origin", o)
+	h.Set("Access-Control-Allow-Methods", strings.Join(methods, ", "))
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+	h.Set("Access-Control-Max-Age", corsMaxAge)
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNoContent)
+	return true
 }
 
 // handlerFunc is an API handler: it writes a success itself or returns an
@@ -260,6 +341,13 @@ func (s *Server) handle(pattern, route string, h handlerFunc) {
 			writeError(&sw, err)
 		}
 	})
+}
+
+// handleBrowser is handle for an endpoint a browser page calls: it
+// answers allowed origins with CORS headers (ServeHTTP).
+func (s *Server) handleBrowser(pattern, route string, h handlerFunc) {
+	s.browser[pattern] = true
+	s.handle(pattern, route, h)
 }
 
 type statusWriter struct {
@@ -462,9 +550,17 @@ func (s *Server) runChecks(ctx context.Context) (reason string, results []checkR
 
 // --- who is calling ---
 
-// principal authenticates r.
+// principal authenticates r. The API key is refused from a browser page
+// of another origin, even an allowed one: it belongs on a backend, and a
+// page holding it could act for every user.
 func (s *Server) principal(r *http.Request) (auth.Principal, error) {
-	return s.auth.Request(r) // its errors are 401s (apierr)
+	p, err := s.auth.Request(r) // its errors are 401s (apierr)
+	if err == nil && p.Kind == auth.Backend {
+		if v, _ := s.origins.Check(r); v != origin.None && v != origin.Same {
+			return auth.Principal{}, forbidden("the API key is not accepted from a browser page of another origin: keep it on your backend, and give pages client tokens")
+		}
+	}
+	return p, err
 }
 
 // actor resolves the user a write acts for: backends name any user,
