@@ -312,12 +312,20 @@ func (c *Client) Statuses(ctx context.Context, ids []string, viewer string) (map
 			return nil, fmt.Errorf("presenced: user id %q: ids are not empty and have no commas", id)
 		}
 	}
-	q := url.Values{"user_ids": {strings.Join(ids, ",")}}
+	// The commas stay literal: 1,000 ids must fit in the request line.
+	var q strings.Builder
+	q.WriteString("/presence/batch?user_ids=")
+	for i, id := range ids {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		q.WriteString(url.QueryEscape(id))
+	}
 	if viewer != "" {
-		q.Set("viewer_id", viewer)
+		q.WriteString("&viewer_id=" + url.QueryEscape(viewer))
 	}
 	out := map[string]*Status{}
-	if err := c.do(ctx, http.MethodGet, "/presence/batch?"+q.Encode(), nil, &out, true); err != nil {
+	if err := c.do(ctx, http.MethodGet, q.String(), nil, &out, true); err != nil {
 		return nil, err
 	}
 	return out, nil

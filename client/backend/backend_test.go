@@ -3,6 +3,7 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"reflect"
@@ -182,6 +183,15 @@ func TestBackendAgainstANode(t *testing.T) {
 	st = must[map[string]*backend.Status](t, "Statuses")(b.Statuses(ctx, []string{"alice"}, ""))
 	if s, ok := st["alice"]; !ok || s != nil {
 		t.Errorf("Statuses as nobody: %v, want alice hidden", st)
+	}
+	// 1,000 ids of 31 bytes fit in the request line (the commas stay
+	// literal).
+	many := make([]string, 1000)
+	for i := range many {
+		many[i] = fmt.Sprintf("%031d", i)
+	}
+	if st := must[map[string]*backend.Status](t, "Statuses of 1,000")(b.Statuses(ctx, many, "")); len(st) != 1000 {
+		t.Errorf("Statuses of 1,000 ids: %d answers", len(st))
 	}
 	call("Public")
 	if p := must[backend.View](t, "Public")(b.Public(ctx, "alice")); p.Status != nil || p.UserID != "alice" {
