@@ -757,14 +757,23 @@ func (a *App) closeBackends() error {
 	return err
 }
 
+// wsPath is the WebSocket gateway's path: GET upgrades, every other
+// method is refused by the gateway (405).
+const wsPath = "/v1/ws"
+
 // routes sends GET /v1/ws to the WebSocket gateway and everything else to
 // the HTTP API.
 type routes struct {
 	api, ws http.Handler
 }
 
+// Patterns returns the net/http patterns of every route the node's
+// Handler serves: the HTTP API's (httpapi.Server.Patterns) and the
+// WebSocket upgrade. The API description is checked against them.
+func (a *App) Patterns() []string { return append(a.api.Patterns(), "GET "+wsPath) }
+
 func (h routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/v1/ws" {
+	if r.URL.Path == wsPath {
 		h.ws.ServeHTTP(w, r)
 		return
 	}

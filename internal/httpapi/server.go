@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,6 +127,7 @@ type Server struct {
 	// WebSocket). Backends and -dev requests are not limited.
 	polls, statuses, settings, contactLists *ratelimit.Keyed
 	mux                                     *http.ServeMux
+	patterns                                []string // every pattern of mux, in order (Patterns)
 	draining                                atomic.Bool
 	origins                                 *origin.Policy
 	// browser holds the patterns of the endpoints a browser page calls
@@ -185,9 +187,9 @@ func New(cfg Config) (*Server, error) {
 	s.routes(cfg.MetricsHandler)
 	if cfg.Static != nil {
 		static := jsonErrors(cfg.Static) // a missing file is a JSON 404 too
-		s.mux.Handle("GET /{$}", static)
-		s.mux.Handle("GET /static/", static)
-		s.mux.Handle("GET /admin", static) // the operator page
+		s.register("GET /{$}", static)
+		s.register("GET /static/", static)
+		s.register("GET /admin", static) // the operator page
 	}
 	return s, nil
 }
@@ -217,15 +219,16 @@ func (s *Server) routes(metrics http.Handler) {
 	// read them (metrics below too).
 	s.handle("GET /v1/debug/users/{user_id}", "debug_user", s.debugUser)
 	s.handle("GET /v1/admin/stats", "admin_stats", s.adminStats)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	s.register("GET /healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
-	})
-	s.mux.HandleFunc("GET /readyz", s.readyz)
+	}))
+	s.register("GET /readyz", http.HandlerFunc(s.readyz))
+	s.register("GET /v1/openapi.json", http.HandlerFunc(serveOpenAPI))
 	if metrics != nil {
 		// Even counters can give an invisible user away on a quiet node,
 		// so metrics are for holders of the API key (Prometheus sends it
 		// as a bearer token).
-		s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		s.register("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, err := s.principal(r)
 			if err == nil {
 				err = s.backendOnly(r, p)
@@ -235,9 +238,20 @@ func (s *Server) routes(metrics http.Handler) {
 				return
 			}
 			metrics.ServeHTTP(w, r)
-		})
+		}))
 	}
 }
+
+// register adds h to the mux at pattern and to the list Patterns returns.
+func (s *Server) register(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+	s.patterns = append(s.patterns, pattern)
+}
+
+// Patterns returns the net/http patterns ("GET /v1/presence/{user_id}")
+// of every route the Server serves, in the order they were registered:
+// the list the API description (OpenAPI) is checked against.
+func (s *Server) Patterns() []string { return slices.Clone(s.patterns) }
 
 // ServeHTTP implements http.Handler. Unknown paths and wrong methods get
 // JSON errors like everything else.
@@ -317,7 +331,7 @@ func (s *Server) preflight(w http.ResponseWriter, r *http.Request, o string) boo
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) handle(pattern, route string, h handlerFunc) {
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	s.register(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := statusWriter{ResponseWriter: w, code: http.StatusOK}
 		defer func() {
@@ -340,7 +354,7 @@ func (s *Server) handle(pattern, route string, h handlerFunc) {
 			}
 			writeError(&sw, err)
 		}
-	})
+	}))
 }
 
 // handleBrowser is handle for an endpoint a browser page calls: it
