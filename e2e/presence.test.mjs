@@ -345,3 +345,10 @@ test("refuses ids the server would refuse", () => {
   }
   assert.throws(() => c.setStatus("sleeping"), /unknown status/);
 });
+
+test("refuses options it cannot connect with", () => {
+  const url = "ws://presence.test/v1/ws";
+  assert.throws(() => new PresenceClient({ url }), /userId or token is required/);
+  assert.throws(() => new PresenceClient({ url, token: 42 }), /token must be a string or a function/);
+  assert.throws(() => new PresenceClient({ url, token: { jwt: "t.o.k" } }), /token must be a string or a function/);
+});
