@@ -87,7 +87,8 @@
  * @property {Status | null} status null: hidden from this viewer
  * @property {string | null} last_seen RFC 3339, or null when hidden or never seen
  * @property {string | null} status_text
- * @property {number} version
+ * @property {number | null} version grows with every change of the user;
+ *   null when the user has none yet or the status is hidden
  */
 
 /**
@@ -111,6 +112,14 @@
  * @typedef {object} ServerErrorDetail
  * @property {string} code
  * @property {string} message
+ */
+
+/**
+ * @typedef {object} PresenceClientEventMap the events of a PresenceClient
+ * @property {CustomEvent<PresenceView>} presence the applied state of a watched user
+ * @property {CustomEvent<Welcome>} welcome a connection is open
+ * @property {CustomEvent<StateDetail>} state the connection's state changed
+ * @property {CustomEvent<ServerErrorDetail>} servererror an `error` message of the server
  */
 
 /**
@@ -172,7 +181,7 @@ export class PresenceClient extends EventTarget {
     this.deviceId = this._load() || null;
     /** @type {Set<string>} */
     this.subscriptions = new Set();
-    /** @type {Map<string, number>} user id → last applied version */
+    /** @type {Map<string, number | null>} user id → last applied version */
     this.versions = new Map();
     /** @type {Map<string, PresenceView>} user id → last applied view */
     this.views = new Map();
@@ -417,7 +426,7 @@ export class PresenceClient extends EventTarget {
           this._pendingStatus = null;
         }
         this._scheduleBeat();
-        this.dispatchEvent(new CustomEvent("welcome", { detail: msg }));
+        this._emit("welcome", msg);
         break;
       case "snapshot":
         for (const [id, view] of Object.entries(msg.users || {})) this._apply({ ...view, user_id: id });
@@ -426,20 +435,21 @@ export class PresenceClient extends EventTarget {
         this._apply(msg);
         break;
       case "error":
-        this.dispatchEvent(new CustomEvent("servererror", { detail: { code: msg.code, message: msg.message } }));
+        this._emit("servererror", { code: msg.code, message: msg.message });
         break;
     }
   }
 
   /**
    * @private
-   * @param {{user_id: string, version: number, status?: Status | null, last_seen?: string | null, status_text?: string | null}} view
+   * @param {{user_id: string, version: number | null, status?: Status | null, last_seen?: string | null, status_text?: string | null}} view
    */
   _apply(view) {
     const id = view.user_id;
     if (!this.subscriptions.has(id)) return;
     const last = this.versions.get(id);
-    if (last !== undefined && !(view.version > last)) return; // duplicate or stale
+    // A null version (none yet, or hidden in a snapshot) counts as 0.
+    if (last !== undefined && !((view.version ?? 0) > (last ?? 0))) return; // duplicate or stale
     this.versions.set(id, view.version);
     /** @type {PresenceView} */
     const v = {
@@ -450,7 +460,7 @@ export class PresenceClient extends EventTarget {
       version: view.version,
     };
     this.views.set(id, v);
-    this.dispatchEvent(new CustomEvent("presence", { detail: v }));
+    this._emit("presence", v);
   }
 
   /**
@@ -565,7 +575,18 @@ export class PresenceClient extends EventTarget {
    */
   _setState(state, extra = {}) {
     this.state = state;
-    this.dispatchEvent(new CustomEvent("state", { detail: { state, ...extra } }));
+    this._emit("state", { state, ...extra });
+  }
+
+  /**
+   * Dispatches an event of the map below, its data in `detail`.
+   * @private
+   * @template {keyof PresenceClientEventMap} K
+   * @param {K} type
+   * @param {PresenceClientEventMap[K]["detail"]} detail
+   */
+  _emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
   /** @private */
