@@ -1,7 +1,7 @@
 // presence.js — the browser client of presenced. No dependencies, nothing
 // from the network but the service itself; an ES module:
 //
-//   import { PresenceClient } from "/static/presence.js";
+//   import { PresenceClient } from "/static/presence.js"; // or "@presenced/presence" (npm)
 //   const client = new PresenceClient({ userId: "42" });      // -dev only
 //   // or: new PresenceClient({ token: async () => (await fetch("/my-backend/presence-token")).text() })
 //   // or: new PresenceClient({ token: "<HS256 token from your backend>" })
