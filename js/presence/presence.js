@@ -324,7 +324,7 @@ export class PresenceClient extends EventTarget {
   }
 
   /**
-   * Stops without a goodbye: the device stays alive until its ttl runs out,
+   * Stops without a goodbye: the device stays alive for its close grace,
    * exactly like a dropped connection.
    * @returns {void}
    */
