@@ -1,6 +1,8 @@
-// Package e2e holds the end-to-end test of the browser side: a real
+// Package e2e holds the end-to-end tests of the browser side: a real
 // presenced process, the demo page in headless Chromium (Debian's
-// /usr/bin/chromium driven by playwright-core from npm), three people.
+// /usr/bin/chromium driven by playwright-core from npm), three people; the
+// unit tests of presence.js under node; and the npm package js/presence,
+// packed, type-checked, installed and run against a real node.
 package e2e
 
 import (

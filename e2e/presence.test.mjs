@@ -1,10 +1,10 @@
-// Unit tests of internal/web/static/presence.js under node's test runner,
+// Unit tests of js/presence/presence.js under node's test runner,
 // with a fake WebSocket and mocked timers (run by client_test.go, or
 // directly: node --test e2e/). The browser test covers the real thing.
 
 import { test, mock, beforeEach, afterEach } from "node:test";
 import assert from "node:assert/strict";
-import { PresenceClient, idProblem } from "../internal/web/static/presence.js";
+import { PresenceClient, idProblem } from "../js/presence/presence.js";
 
 class FakeSocket {
   static CONNECTING = 0;
@@ -344,4 +344,11 @@ test("refuses ids the server would refuse", () => {
     assert.equal(idProblem(good), "", good);
   }
   assert.throws(() => c.setStatus("sleeping"), /unknown status/);
+});
+
+test("refuses options it cannot connect with", () => {
+  const url = "ws://presence.test/v1/ws";
+  assert.throws(() => new PresenceClient({ url }), /userId or token is required/);
+  assert.throws(() => new PresenceClient({ url, token: 42 }), /token must be a string or a function/);
+  assert.throws(() => new PresenceClient({ url, token: { jwt: "t.o.k" } }), /token must be a string or a function/);
 });

@@ -50,8 +50,9 @@ apt_install() {
 }
 
 # e2e/ drives Debian's chromium with playwright-core from npm (never a
-# downloaded browser). Install what is missing; if that fails the browser
-# test says so, and fails under CI=true.
+# downloaded browser), and packs, installs and type-checks the npm package
+# js/presence with npm and typescript (from the root lockfile). Install
+# what is missing; if that fails the tests say so, and fail under CI=true.
 browser_tools() {
 	local want=()
 	command -v node >/dev/null 2>&1 || want+=(nodejs)

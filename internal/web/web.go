@@ -2,7 +2,9 @@
 // demo page at /, the operator page at /admin, and their files under
 // /static/, among them presence.js, the
 // dependency-free JavaScript client of the WebSocket protocol
-// (docs/protocol.md) that apps may load from /static/presence.js.
+// (docs/protocol.md) that apps may load from /static/presence.js. The
+// client and its timer worker come from js/presence, the npm package
+// @presenced/presence, so the binary serves the very files the package holds.
 package web
 
 import (
@@ -13,9 +15,14 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"strings"
 	"time"
+
+	presencejs "github.com/presenced/presenced/js/presence"
 )
 
+// static holds the demo page (index.html, app.js, style.css).
+//
 //go:embed static
 var static embed.FS
 
@@ -46,11 +53,20 @@ type Handler struct {
 // New returns the Handler over the embedded files.
 func New() *Handler {
 	h := &Handler{files: map[string]file{}}
-	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
+	h.add(static, "static")
+	h.add(presencejs.Files, ".")
+	h.files["/"] = h.files["/static/index.html"]
+	h.files["/admin"] = h.files["/static/admin.html"]
+	return h
+}
+
+// add serves every file under dir of fsys at /static/ plus its path below dir.
+func (h *Handler) add(fsys fs.FS, dir string) {
+	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		b, err := static.ReadFile(p)
+		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
 		}
@@ -59,15 +75,16 @@ func New() *Handler {
 		if !ok {
 			ctype = http.DetectContentType(b)
 		}
-		h.files["/"+p] = file{body: b, ctype: ctype, etag: `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`}
+		rel := strings.TrimPrefix(p, dir+"/")
+		if dir == "." {
+			rel = p
+		}
+		h.files["/static/"+rel] = file{body: b, ctype: ctype, etag: `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`}
 		return nil
 	})
 	if err != nil {
 		panic("web: reading embedded files: " + err.Error()) // cannot happen: they are compiled in
 	}
-	h.files["/"] = h.files["/static/index.html"]
-	h.files["/admin"] = h.files["/static/admin.html"]
-	return h
 }
 
 // csp keeps the page to its own origin: no inline script, nothing from the

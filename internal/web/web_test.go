@@ -1,10 +1,14 @@
 package web
 
 import (
+	"bytes"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	presencejs "github.com/presenced/presenced/js/presence"
 )
 
 func TestHandler(t *testing.T) {
@@ -18,6 +22,7 @@ func TestHandler(t *testing.T) {
 		{"GET", "/", 200, "text/html; charset=utf-8", `<script type="module" src="/static/app.js">`},
 		{"HEAD", "/", 200, "text/html; charset=utf-8", ""},
 		{"GET", "/static/presence.js", 200, "text/javascript; charset=utf-8", "export class PresenceClient"},
+		{"GET", "/static/presence-timer.js", 200, "text/javascript; charset=utf-8", "postMessage(id)"},
 		{"GET", "/static/app.js", 200, "text/javascript; charset=utf-8", "data-status"},
 		{"GET", "/static/style.css", 200, "text/css; charset=utf-8", ".dot"},
 		{"GET", "/static/index.html", 404, "", ""},
@@ -49,6 +54,33 @@ func TestHandler(t *testing.T) {
 		}
 		if rec.Header().Get("ETag") == "" || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
 			t.Errorf("%s %s: headers %v", tt.method, tt.path, rec.Header())
+		}
+	}
+}
+
+// The client is served byte for byte from js/presence, the npm package's
+// directory: one source for the package and the binary.
+func TestClientFromPackage(t *testing.T) {
+	h := New()
+	for _, name := range []string{"presence.js", "presence-timer.js"} {
+		want, err := fs.ReadFile(presencejs.Files, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/static/"+name, nil))
+		if rec.Code != http.StatusOK || !bytes.Equal(rec.Body.Bytes(), want) {
+			t.Errorf("/static/%s: code %d, %d bytes; want 200 and the %d bytes of js/presence/%s",
+				name, rec.Code, rec.Body.Len(), len(want), name)
+		}
+	}
+	// Nothing else of the package's directory (package.json, the
+	// declarations, the Go file) is served.
+	for _, name := range []string{"package.json", "presence.d.ts", "embed.go", "README.md"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/static/"+name, nil))
+		if rec.Code != http.StatusNotFound {
+			t.Errorf("/static/%s: code %d, want 404", name, rec.Code)
 		}
 	}
 }

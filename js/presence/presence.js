@@ -1,7 +1,7 @@
 // presence.js — the browser client of presenced. No dependencies, nothing
 // from the network but the service itself; an ES module:
 //
-//   import { PresenceClient } from "/static/presence.js";
+//   import { PresenceClient } from "/static/presence.js"; // or "@presenced/presence" (npm)
 //   const client = new PresenceClient({ userId: "42" });      // -dev only
 //   // or: new PresenceClient({ token: async () => (await fetch("/my-backend/presence-token")).text() })
 //   // or: new PresenceClient({ token: "<HS256 token from your backend>" })
@@ -71,58 +71,158 @@
 // beside this file; without it (or where the browser freezes the whole tab)
 // a long-hidden tab may read offline until it is shown again, when it beats
 // at once.
+//
+// The types below (JSDoc) are checked by tsc (--checkJs --strict), and
+// presence.d.ts, the declarations of the npm package @presenced/presence,
+// is checked against them (e2e/npm_test.go).
 
+/** @typedef {"online" | "away" | "busy" | "invisible"} ManualStatus a status one sets */
+/** @typedef {"online" | "away" | "busy" | "offline" | "invisible"} Status a status one sees */
+/** @typedef {"connecting" | "open" | "waiting" | "closed"} ConnectionState */
+/** @typedef {string | (() => string | Promise<string>)} TokenSource */
+
+/**
+ * @typedef {object} PresenceView the applied state of a watched user
+ * @property {string} user_id
+ * @property {Status | null} status null: hidden from this viewer
+ * @property {string | null} last_seen RFC 3339, or null when hidden or never seen
+ * @property {string | null} status_text
+ * @property {number | null} version grows with every change of the user;
+ *   null when the user has none yet or the status is hidden
+ */
+
+/**
+ * @typedef {object} Welcome the server's first message on a connection
+ * @property {"welcome"} type
+ * @property {string} user_id
+ * @property {string} device_id
+ * @property {number} heartbeat_interval_ms
+ * @property {number} ttl_ms
+ * @property {number} [close_grace_ms]
+ */
+
+/**
+ * @typedef {object} StateDetail
+ * @property {ConnectionState} state
+ * @property {number} [retryInMs] with "waiting": the wait before the next attempt
+ * @property {number} [code] the close code of the socket that ended, when one did
+ */
+
+/**
+ * @typedef {object} ServerErrorDetail
+ * @property {string} code
+ * @property {string} message
+ */
+
+/**
+ * @typedef {object} PresenceClientEventMap the events of a PresenceClient
+ * @property {CustomEvent<PresenceView>} presence the applied state of a watched user
+ * @property {CustomEvent<Welcome>} welcome a connection is open
+ * @property {CustomEvent<StateDetail>} state the connection's state changed
+ * @property {CustomEvent<ServerErrorDetail>} servererror an `error` message of the server
+ */
+
+/**
+ * @typedef {object} PresenceClientOptions
+ * @property {string} [userId] development mode (-dev): act as this user
+ * @property {TokenSource} [token] a client token, or a function that returns
+ *   a fresh one (asked before every connection)
+ * @property {string} [url] WebSocket URL; default /v1/ws of the page
+ * @property {number} [inactiveAfterMs] no input this long → not active
+ * @property {Storage | null} [storage] where the device id lives
+ * @property {string | null} [timerWorkerURL] presence-timer.js; null: none
+ */
+
+/**
+ * @typedef {{type: "heartbeat", active?: false}
+ *   | {type: "set_status", status: ManualStatus, text?: string}
+ *   | {type: "subscribe" | "unsubscribe", user_ids: string[]}} ClientMessage
+ */
+
+/** @type {ReadonlySet<string>} */
 const STATUSES = new Set(["online", "away", "busy", "invisible"]);
 const TOKEN_EXPIRED = 4003; // the close code of a socket whose token expired
 const INPUT_EVENTS = ["keydown", "pointerdown", "pointermove", "wheel", "touchstart", "focus"];
 
 export class PresenceClient extends EventTarget {
   /**
-   * @param {object} opts
-   * @param {string} [opts.userId]   development mode (-dev): act as this user
-   * @param {string|function(): (string|Promise<string>)} [opts.token] a client
-   *   token (HS256, `sub` = user id), or a function that returns a fresh one
-   *   (asked before every connection: how an expired token is renewed)
-   * @param {string} [opts.url]      WebSocket URL; default /v1/ws of the page
-   * @param {number} [opts.inactiveAfterMs] no input this long → not active
-   * @param {Storage} [opts.storage] where the device id lives (sessionStorage)
-   * @param {string|null} [opts.timerWorkerURL] presence-timer.js (default:
-   *   beside this file); null: the page's timers only (see later())
+   * @param {PresenceClientOptions} opts
+   *   userId: development mode (-dev): act as this user;
+   *   token: a client token (HS256, `sub` = user id), or a function (sync
+   *   or async) that returns a fresh one (asked before every connection:
+   *   how an expired token is renewed);
+   *   url: WebSocket URL, default /v1/ws of the page;
+   *   inactiveAfterMs: no input this long → not active (60 s);
+   *   storage: where the device id lives (sessionStorage);
+   *   timerWorkerURL: presence-timer.js (default: beside this file); null:
+   *   the page's timers only (see later())
    */
   constructor(opts = {}) {
     super();
     if (!opts.userId && !opts.token) throw new Error("PresenceClient: userId or token is required");
+    if (opts.token && typeof opts.token !== "string" && typeof opts.token !== "function") {
+      throw new TypeError("PresenceClient: token must be a string or a function that returns one");
+    }
+    /** @type {string | null} the user: opts.userId, then the welcome's */
     this.userId = opts.userId || null;
+    /** @private @type {(() => string | Promise<string>) | null} */
     this._tokenFn = typeof opts.token === "function" ? opts.token : null;
-    this.token = this._tokenFn ? null : opts.token || null; // the last token used
-    this._gen = 0; // counts connection attempts and stops, so a stale token fetch opens nothing
+    /** @type {string | null} the last token used */
+    this.token = typeof opts.token === "string" && opts.token !== "" ? opts.token : null;
+    /** @private counts connection attempts and stops, so a stale token fetch opens nothing */
+    this._gen = 0;
+    /** @type {string} */
     this.url = opts.url || defaultURL();
+    /** @type {number} */
     this.inactiveAfterMs = opts.inactiveAfterMs ?? 60_000;
+    /** @type {Storage | null} */
     this.storage = opts.storage ?? safeSessionStorage();
+    /** @type {string | null} */
     this.deviceId = this._load() || null;
+    /** @type {Set<string>} */
     this.subscriptions = new Set();
-    this.versions = new Map(); // user id → last applied version
-    this.views = new Map(); // user id → last applied view
+    /** @type {Map<string, number | null>} user id → last applied version */
+    this.versions = new Map();
+    /** @type {Map<string, PresenceView>} user id → last applied view */
+    this.views = new Map();
+    /** @type {Welcome | null} */
     this.welcome = null;
+    /** @type {ConnectionState} */
     this.state = "closed";
+    /** @private @type {WebSocket | null} */
     this._ws = null;
+    /** @private */
     this._stopped = true;
+    /** @private */
     this._attempt = 0;
+    /** @private */
     this._cancelBeat = noop;
+    /** @private */
     this._cancelRetry = noop;
+    /** @private @type {string | null} */
     this._timerURL = opts.timerWorkerURL === undefined ? defaultTimerURL() : opts.timerWorkerURL;
-    this._pendingStatus = null; // {status, text} to send once connected
+    /** @private @type {ClientMessage | null} a set_status to send once connected */
+    this._pendingStatus = null;
+    /** @private */
     this._lastInput = Date.now();
+    /** @private */
     this._lastSend = 0;
+    /** @private */
     this._reportedActive = true;
+    /** @private */
     this._onInput = this._onInput.bind(this);
+    /** @private */
     this._onVisibility = this._onVisibility.bind(this);
+    /** @private */
     this._onOnline = () => {
       if (this.state === "waiting") this._connectNow();
     };
   }
 
-  /** Connects and keeps connected until bye() or close(). */
+  /**
+   * Connects and keeps connected until bye() or close().
+   * @returns {void}
+   */
   start() {
     if (!this._stopped) return;
     this._stopped = false;
@@ -138,6 +238,8 @@ export class PresenceClient extends EventTarget {
    * Watches users; their current state arrives as "presence" events. Throws
    * on an id the server would refuse (see idProblem): one bad id would make
    * the server refuse the whole list again on every reconnect.
+   * @param {readonly string[]} ids
+   * @returns {void}
    */
   subscribe(ids) {
     for (const id of ids) {
@@ -150,7 +252,11 @@ export class PresenceClient extends EventTarget {
     this._send({ type: "subscribe", user_ids: fresh });
   }
 
-  /** Stops watching users. */
+  /**
+   * Stops watching users.
+   * @param {readonly string[]} ids
+   * @returns {void}
+   */
   unsubscribe(ids) {
     const gone = [...new Set(ids)].filter((id) => this.subscriptions.delete(id));
     for (const id of gone) this.views.delete(id);
@@ -161,9 +267,13 @@ export class PresenceClient extends EventTarget {
    * Sets the manual status: "online" (clears), "away", "busy" or
    * "invisible"; text is optional (≤ 140 characters), omitted = cleared.
    * Sent now, or as soon as the socket is back.
+   * @param {ManualStatus} status
+   * @param {string} [text]
+   * @returns {void}
    */
   setStatus(status, text) {
     if (!STATUSES.has(status)) throw new Error(`PresenceClient: unknown status ${JSON.stringify(status)}`);
+    /** @type {ClientMessage} */
     const msg = { type: "set_status", status };
     if (text) msg.text = String(text);
     this._pendingStatus = msg;
@@ -176,21 +286,25 @@ export class PresenceClient extends EventTarget {
   /**
    * Explicit sign-out: ends this device at once (watchers see the user
    * offline now, if no other device is alive) and stops the client.
+   * @returns {void}
    */
   bye() {
     const ws = this._ws;
     const wasOpen = this._isOpen();
     const device = this.deviceId;
     this._stop();
-    if (wasOpen) {
+    if (wasOpen && ws) {
       ws.send(JSON.stringify({ type: "bye" })); // the server closes with 1000
       setTimeout(() => ws.close(1000), 2000);
     } else if (device) {
       // The socket is down but the device may still be alive: end it over HTTP.
       const url = httpURL(this.url, "/v1/bye");
       const userId = this.userId;
+      /** @param {string | null} token */
       const send = (token) => {
+        /** @type {Record<string, string>} */
         const headers = { "Content-Type": "application/json" };
+        /** @type {Record<string, string | null>} */
         const body = { device_id: device };
         if (token) headers.Authorization = `Bearer ${token}`;
         else body.user_id = userId;
@@ -210,8 +324,9 @@ export class PresenceClient extends EventTarget {
   }
 
   /**
-   * Stops without a goodbye: the device stays alive until its ttl runs out,
+   * Stops without a goodbye: the device stays alive for its close grace,
    * exactly like a dropped connection.
+   * @returns {void}
    */
   close() {
     const ws = this._ws;
@@ -219,13 +334,18 @@ export class PresenceClient extends EventTarget {
     if (ws) ws.close(1000);
   }
 
-  /** The last applied view of a watched user, or undefined. */
+  /**
+   * The last applied view of a watched user, or undefined.
+   * @param {string} id
+   * @returns {PresenceView | undefined}
+   */
   get(id) {
     return this.views.get(id);
   }
 
   // --- connection ---
 
+  /** @private */
   async _connect() {
     const gen = ++this._gen;
     this._setState("connecting");
@@ -245,7 +365,7 @@ export class PresenceClient extends EventTarget {
     }
     const u = new URL(this.url);
     if (this.token) u.searchParams.set("token", this.token);
-    else u.searchParams.set("user_id", this.userId);
+    else u.searchParams.set("user_id", this.userId ?? "");
     if (this.deviceId) u.searchParams.set("device_id", this.deviceId);
     let ws;
     try {
@@ -283,6 +403,10 @@ export class PresenceClient extends EventTarget {
     ws.onerror = () => {}; // a close follows
   }
 
+  /**
+   * @private
+   * @param {any} msg a message of the server, parsed
+   */
   _handle(msg) {
     switch (msg.type) {
       case "welcome":
@@ -302,26 +426,32 @@ export class PresenceClient extends EventTarget {
           this._pendingStatus = null;
         }
         this._scheduleBeat();
-        this.dispatchEvent(new CustomEvent("welcome", { detail: msg }));
+        this._emit("welcome", msg);
         break;
       case "snapshot":
-        for (const [id, view] of Object.entries(msg.users || {})) this._apply({ user_id: id, ...view });
+        for (const [id, view] of Object.entries(msg.users || {})) this._apply({ ...view, user_id: id });
         break;
       case "presence":
         this._apply(msg);
         break;
       case "error":
-        this.dispatchEvent(new CustomEvent("servererror", { detail: { code: msg.code, message: msg.message } }));
+        this._emit("servererror", { code: msg.code, message: msg.message });
         break;
     }
   }
 
+  /**
+   * @private
+   * @param {{user_id: string, version: number | null, status?: Status | null, last_seen?: string | null, status_text?: string | null}} view
+   */
   _apply(view) {
     const id = view.user_id;
     if (!this.subscriptions.has(id)) return;
     const last = this.versions.get(id);
-    if (last !== undefined && !(view.version > last)) return; // duplicate or stale
+    // A null version (none yet, or hidden in a snapshot) counts as 0.
+    if (last !== undefined && !((view.version ?? 0) > (last ?? 0))) return; // duplicate or stale
     this.versions.set(id, view.version);
+    /** @type {PresenceView} */
     const v = {
       user_id: id,
       status: view.status ?? null,
@@ -330,9 +460,13 @@ export class PresenceClient extends EventTarget {
       version: view.version,
     };
     this.views.set(id, v);
-    this.dispatchEvent(new CustomEvent("presence", { detail: v }));
+    this._emit("presence", v);
   }
 
+  /**
+   * @private
+   * @param {number} [code]
+   */
   _scheduleReconnect(code) {
     this._cancelRetry();
     const step = Math.min(30_000, 500 * 2 ** Math.min(this._attempt, 6));
@@ -342,11 +476,16 @@ export class PresenceClient extends EventTarget {
     this._cancelRetry = later(() => this._connect(), wait, this._timerURL);
   }
 
+  /** @private */
   _connectNow() {
     this._cancelRetry();
     this._connect();
   }
 
+  /**
+   * @private
+   * @param {{code?: number}} [extra]
+   */
   _stop(extra = {}) {
     this._stopped = true;
     this._gen++;
@@ -363,12 +502,20 @@ export class PresenceClient extends EventTarget {
     this._setState("closed", extra);
   }
 
+  /**
+   * @private
+   * @returns {boolean}
+   */
   _isOpen() {
     return !!this._ws && this._ws.readyState === WebSocket.OPEN && this.state === "open";
   }
 
+  /**
+   * @private
+   * @param {ClientMessage} msg
+   */
   _send(msg) {
-    if (!this._isOpen()) return false; // subscriptions and status are re-sent on welcome
+    if (!this._isOpen() || !this._ws) return false; // subscriptions and status are re-sent on welcome
     this._ws.send(JSON.stringify(msg));
     this._lastSend = Date.now();
     return true;
@@ -376,11 +523,13 @@ export class PresenceClient extends EventTarget {
 
   // --- heartbeats and activity ---
 
+  /** @private */
   _active() {
     if (typeof document !== "undefined" && document.visibilityState === "hidden") return false;
     return Date.now() - this._lastInput < this.inactiveAfterMs;
   }
 
+  /** @private */
   _scheduleBeat() {
     this._cancelBeat();
     const interval = this.welcome?.heartbeat_interval_ms || 7500;
@@ -388,6 +537,7 @@ export class PresenceClient extends EventTarget {
     this._cancelBeat = later(() => this._beat(), wait, this._timerURL);
   }
 
+  /** @private */
   _beat() {
     const active = this._active();
     this._send(active ? { type: "heartbeat" } : { type: "heartbeat", active: false });
@@ -395,11 +545,13 @@ export class PresenceClient extends EventTarget {
     this._scheduleBeat();
   }
 
+  /** @private */
   _onInput() {
     this._lastInput = Date.now();
     this._maybeBeatNow();
   }
 
+  /** @private */
   _onVisibility() {
     if (document.visibilityState === "visible") this._lastInput = Date.now(); // coming back to the tab is activity
     this._maybeBeatNow();
@@ -407,6 +559,7 @@ export class PresenceClient extends EventTarget {
 
   // Coming back after a quiet spell (or to a hidden tab) beats at once, so
   // an away user turns online for watchers right away; at most once a second.
+  /** @private */
   _maybeBeatNow() {
     if (this._reportedActive || !this._active() || !this._isOpen()) return;
     if (Date.now() - this._lastSend < 1000) return;
@@ -415,15 +568,33 @@ export class PresenceClient extends EventTarget {
 
   // --- plumbing ---
 
+  /**
+   * @private
+   * @param {ConnectionState} state
+   * @param {{retryInMs?: number, code?: number}} [extra]
+   */
   _setState(state, extra = {}) {
     this.state = state;
-    this.dispatchEvent(new CustomEvent("state", { detail: { state, ...extra } }));
+    this._emit("state", { state, ...extra });
   }
 
+  /**
+   * Dispatches an event of the map below, its data in `detail`.
+   * @private
+   * @template {keyof PresenceClientEventMap} K
+   * @param {K} type
+   * @param {PresenceClientEventMap[K]["detail"]} detail
+   */
+  _emit(type, detail) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+
+  /** @private */
   _key() {
     return `presenced.device.${this.userId || "token"}`;
   }
 
+  /** @private */
   _load() {
     try {
       return this.storage?.getItem(this._key()) || null;
@@ -432,6 +603,10 @@ export class PresenceClient extends EventTarget {
     }
   }
 
+  /**
+   * @private
+   * @param {string} id
+   */
   _save(id) {
     try {
       this.storage?.setItem(this._key(), id);
@@ -440,6 +615,7 @@ export class PresenceClient extends EventTarget {
     }
   }
 
+  /** @private */
   _forget() {
     try {
       this.storage?.removeItem(this._key());
@@ -461,6 +637,8 @@ const ID_FORBIDDEN = new RegExp(`[${INVISIBLE}\\p{Zs},\\ufe00-\\ufe0f\\u{e0100}-
  * Why the server would refuse id as a user id, or "" if it is fine: ids are
  * 1–64 bytes of UTF-8 without spaces of any width, controls, commas, bidi
  * marks, zero-width or other invisible characters.
+ * @param {unknown} id
+ * @returns {string}
  */
 export function idProblem(id) {
   if (typeof id !== "string" || id === "") return "empty";
@@ -480,6 +658,12 @@ const noop = () => {};
 // dedicated worker are not throttled that way. So a timer runs both in the
 // page and, where the worker loads, in presence-timer.js beside this file:
 // whichever fires first wins. Without the worker, the page's timer does it.
+/**
+ * @param {() => void} fn
+ * @param {number} ms
+ * @param {string | null} workerURL
+ * @returns {() => void}
+ */
 function later(fn, ms, workerURL) {
   let done = false;
   let id = 0;
@@ -487,7 +671,7 @@ function later(fn, ms, workerURL) {
   const cancel = () => {
     done = true;
     clearTimeout(t);
-    if (id) ticker.clear(id);
+    if (id && ticker) ticker.clear(id);
   };
   const run = () => {
     if (done) return;
@@ -499,15 +683,23 @@ function later(fn, ms, workerURL) {
   return cancel;
 }
 
-let ticker; // the page's one timer worker: undefined until asked, null if none
+/** @typedef {{set(fn: () => void, ms: number): number, clear(id: number): void}} Ticker */
 
+/** @type {Ticker | null | undefined} the page's one timer worker: undefined until asked, null if none */
+let ticker;
+
+/**
+ * @param {string} url
+ * @returns {Ticker | null}
+ */
 function timerWorker(url) {
   if (ticker !== undefined) return ticker;
   ticker = null;
   if (typeof Worker === "undefined") return null;
   try {
     const w = new Worker(url);
-    const pending = new Map(); // id → callback
+    /** @type {Map<number, () => void>} id → callback */
+    const pending = new Map();
     let seq = 0;
     w.onmessage = (e) => {
       const fn = pending.get(e.data);
@@ -549,6 +741,10 @@ function defaultURL() {
   return `${loc.protocol === "https:" ? "wss:" : "ws:"}//${loc.host}/v1/ws`;
 }
 
+/**
+ * @param {string} wsURL
+ * @param {string} path
+ */
 function httpURL(wsURL, path) {
   const u = new URL(wsURL);
   u.protocol = u.protocol === "wss:" ? "https:" : "http:";

@@ -1,0 +1,192 @@
+// Type declarations of @presenced/presence, the browser client of presenced
+// (presence.js beside this file; the wire protocol is docs/protocol.md of
+// the presenced repository). They are checked against the JSDoc types of
+// presence.js, which tsc checks against the code (e2e/npm_test.go).
+//
+// The client is written for browsers: it needs the "dom" lib (WebSocket,
+// EventTarget, CustomEvent, Storage).
+
+/** A status one sets with setStatus: "online" clears a manual status. */
+export type ManualStatus = "online" | "away" | "busy" | "invisible";
+
+/**
+ * A status one sees. "invisible" only in one's own view of oneself;
+ * watchers see an invisible user as "offline".
+ */
+export type Status = "online" | "away" | "busy" | "offline" | "invisible";
+
+/**
+ * The connection's state: "connecting" (asking the token function, or the
+ * socket opening), "open" (welcomed), "waiting" (to reconnect after a
+ * drop), "closed" (stopped: start() not called yet, bye(), close(), or a
+ * fixed token that expired).
+ */
+export type ConnectionState = "connecting" | "open" | "waiting" | "closed";
+
+/**
+ * A client token (HS256 JWT, `sub` = the user id), or a function, sync or
+ * async, that returns a fresh one. The function is asked before every
+ * connection, so a socket the server closes at its token's expiry (close
+ * code 4003) comes back with a fresh token as the same device, and nobody
+ * watching sees a change. A function that throws or returns no token is
+ * asked again after the next backoff step.
+ */
+export type TokenSource = string | (() => string | Promise<string>);
+
+/** The state of a watched user, as this viewer may see it. */
+export interface PresenceView {
+  user_id: string;
+  /** null: the user hides their status from this viewer. */
+  status: Status | null;
+  /** RFC 3339 time of the last heartbeat; null when hidden or never seen. */
+  last_seen: string | null;
+  status_text: string | null;
+  /**
+   * Grows with every change of the user; an older one is never applied.
+   * null when the user has no version yet (never seen) or, in a snapshot,
+   * the status is hidden.
+   */
+  version: number | null;
+}
+
+/** The server's first message on a connection. */
+export interface Welcome {
+  type: "welcome";
+  user_id: string;
+  device_id: string;
+  heartbeat_interval_ms: number;
+  ttl_ms: number;
+  /** How soon a dropped connection must be back for nobody to notice. */
+  close_grace_ms?: number;
+}
+
+/** The detail of a "state" event. */
+export interface StateDetail {
+  state: ConnectionState;
+  /** With "waiting": the wait before the next attempt, in milliseconds. */
+  retryInMs?: number;
+  /** The close code of the socket that ended, when one did (4003: the token expired). */
+  code?: number;
+}
+
+/** The detail of a "servererror" event: an `error` message of the server. */
+export interface ServerErrorDetail {
+  /** e.g. "too_many_subscriptions", "rate_limited", "unavailable". */
+  code: string;
+  message: string;
+}
+
+/** The events of a PresenceClient; each carries its data in `detail`. */
+export interface PresenceClientEventMap {
+  /** The applied state of a watched user, from a snapshot or a live change. */
+  presence: CustomEvent<PresenceView>;
+  /** A connection is open: the server's welcome. */
+  welcome: CustomEvent<Welcome>;
+  /** The connection's state changed. */
+  state: CustomEvent<StateDetail>;
+  /**
+   * The server refused a message. A refused subscribe leaves its ids in
+   * `subscriptions`: unsubscribe() them to stay under the cap.
+   */
+  servererror: CustomEvent<ServerErrorDetail>;
+}
+
+/** What `new PresenceClient(options)` takes; `userId` or `token` is required. */
+export interface PresenceClientOptions {
+  /** Development mode (a server started with -dev): act as this user. */
+  userId?: string;
+  /** A client token or a function that returns a fresh one (see TokenSource). */
+  token?: TokenSource;
+  /** The WebSocket URL; default /v1/ws of the page's origin (required outside a page). */
+  url?: string;
+  /** Without input this long the heartbeats say not active (default 60000 ms). */
+  inactiveAfterMs?: number;
+  /** Where the device id lives (default sessionStorage: one device per tab); null: nowhere. */
+  storage?: Storage | null;
+  /**
+   * The URL of presence-timer.js, the worker whose timers browsers do not
+   * throttle in a hidden tab (default: beside presence.js); null: the
+   * page's own timers only.
+   */
+  timerWorkerURL?: string | null;
+}
+
+/**
+ * One device of one user, connected to presenced over one WebSocket:
+ * heartbeats, activity, reconnects with backoff, re-subscribes, applies
+ * changes in version order.
+ */
+export class PresenceClient extends EventTarget {
+  /** Throws when neither `userId` nor `token` is given, or `token` is neither a string nor a function. */
+  constructor(opts: PresenceClientOptions);
+
+  /** The user: `userId`, or the one the server's welcome names. */
+  readonly userId: string | null;
+  /** The last token used (a fixed one, or the token function's last answer). */
+  readonly token: string | null;
+  /** The WebSocket URL. */
+  readonly url: string;
+  /** Without input this long the heartbeats say not active. */
+  readonly inactiveAfterMs: number;
+  /** The device id the server handed out, kept in `storage`; null before the first welcome. */
+  readonly deviceId: string | null;
+  /** The ids watched (subscribe / unsubscribe change it). */
+  readonly subscriptions: ReadonlySet<string>;
+  /** The last welcome, or null before the first. */
+  readonly welcome: Welcome | null;
+  /** The connection's state (the "state" event reports every change). */
+  readonly state: ConnectionState;
+
+  /** Connects and keeps connected until bye() or close(). */
+  start(): void;
+  /**
+   * Watches users; their current state arrives as "presence" events. Throws
+   * a TypeError on an id the server would refuse (see idProblem).
+   */
+  subscribe(ids: readonly string[]): void;
+  /** Stops watching users. */
+  unsubscribe(ids: readonly string[]): void;
+  /**
+   * Sets the manual status ("online" clears it); text is optional (at most
+   * 140 characters), omitted = cleared. Sent now, or as soon as the socket
+   * is back. Throws on an unknown status.
+   */
+  setStatus(status: ManualStatus, text?: string): void;
+  /**
+   * Explicit sign-out: ends this device at once (watchers see the user
+   * offline now, if no other device is alive) and stops the client.
+   */
+  bye(): void;
+  /** Stops without a goodbye: the device stays alive for the close grace, like a dropped connection. */
+  close(): void;
+  /** The last applied view of a watched user, or undefined. */
+  get(id: string): PresenceView | undefined;
+
+  addEventListener<K extends keyof PresenceClientEventMap>(
+    type: K,
+    listener: (this: PresenceClient, ev: PresenceClientEventMap[K]) => unknown,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  addEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  removeEventListener<K extends keyof PresenceClientEventMap>(
+    type: K,
+    listener: (this: PresenceClient, ev: PresenceClientEventMap[K]) => unknown,
+    options?: boolean | EventListenerOptions,
+  ): void;
+  removeEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | EventListenerOptions,
+  ): void;
+}
+
+/**
+ * Why the server would refuse id as a user id, or "" if it is fine: ids
+ * are 1–64 bytes of UTF-8 without spaces of any width, controls, commas,
+ * bidi marks, zero-width or other invisible characters.
+ */
+export function idProblem(id: unknown): string;

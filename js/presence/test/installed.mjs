@@ -1,0 +1,106 @@
+// The packed @presenced/presence, installed into an empty directory, used
+// by its name from Node against a real presenced node. e2e/npm_test.go
+// copies this file beside the install and runs it with
+//
+//   PRESENCED_URL      http://host:port of a presenced started with -dev
+//   PRESENCED_CONTROL  a URL whose /token?user=U&ttl=D mints a client token
+//                      for U that expires after D (the app's backend)
+//
+// (node 20 needs --experimental-websocket for the global WebSocket the
+// client uses; node 22 has it.)
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import * as pkg from "@presenced/presence";
+import { PresenceClient, idProblem } from "@presenced/presence";
+
+const STEP = 20_000; // how long one expected change may take
+
+test("the package exports the client by its name, and nothing else", async () => {
+  assert.deepEqual(Object.keys(pkg).sort(), ["PresenceClient", "idProblem"]);
+  assert.equal(typeof PresenceClient, "function");
+  assert.ok(new PresenceClient({ userId: "a", url: "ws://127.0.0.1:1/v1/ws", storage: null }) instanceof EventTarget);
+  assert.equal(idProblem("42"), "");
+  assert.match(idProblem("a b"), /space/);
+
+  const main = fileURLToPath(import.meta.resolve("@presenced/presence"));
+  assert.match(main, /node_modules\/@presenced\/presence\/presence\.js$/);
+  const dir = main.slice(0, -"presence.js".length);
+  const timer = fileURLToPath(import.meta.resolve("@presenced/presence/presence-timer.js"));
+  assert.equal(timer, dir + "presence-timer.js");
+  assert.ok(existsSync(timer), "presence-timer.js is installed");
+  const manifest = JSON.parse(readFileSync(dir + "package.json", "utf8"));
+  assert.equal(manifest.name, "@presenced/presence");
+  assert.equal(manifest.types, "./presence.d.ts");
+  assert.equal(manifest.exports["."].types, "./presence.d.ts");
+  assert.ok(existsSync(dir + manifest.types), "the declarations are installed");
+  assert.deepEqual(manifest.dependencies ?? {}, {}, "no runtime dependencies");
+  // What the package does not export cannot be imported.
+  await assert.rejects(import("@presenced/presence/presence.d.ts"), { code: "ERR_PACKAGE_PATH_NOT_EXPORTED" });
+});
+
+test("a client of the installed package sees a presence change on a real node, and renews its token unseen", async (t) => {
+  const base = process.env.PRESENCED_URL;
+  const control = process.env.PRESENCED_CONTROL;
+  assert.ok(base && control, "PRESENCED_URL and PRESENCED_CONTROL are required");
+  const url = base.replace(/^http/, "ws") + "/v1/ws";
+
+  // alice (-dev: a bare user id) watches bob.
+  const alice = new PresenceClient({ userId: "alice", url, storage: null });
+  t.after(() => alice.close()); // also when an assertion fails: nothing keeps node running
+  const seen = []; // bob's statuses as alice's client applied them
+  alice.addEventListener("presence", (e) => {
+    if (e.detail.user_id === "bob") seen.push(e.detail.status);
+  });
+  alice.start();
+  alice.subscribe(["bob"]);
+  await until(() => alice.state === "open" && seen.length > 0, "alice is welcomed and gets bob's snapshot");
+  assert.deepEqual(seen, ["offline"], "bob is offline before he connects");
+
+  // bob signs in with a token function whose tokens live 2 s: the server
+  // closes his socket at each expiry (4003), and he comes back with a
+  // fresh token as the same device.
+  const bobLog = { tokens: 0, expiries: 0, devices: [] };
+  const bob = new PresenceClient({
+    url,
+    storage: null,
+    token: async () => {
+      bobLog.tokens++;
+      const res = await fetch(`${control}/token?user=bob&ttl=2s`);
+      if (!res.ok) throw new Error(`token: HTTP ${res.status}`);
+      return (await res.text()).trim();
+    },
+  });
+  t.after(() => bob.close());
+  bob.addEventListener("welcome", (e) => bobLog.devices.push(e.detail.device_id));
+  bob.addEventListener("state", (e) => {
+    if (e.detail.code === 4003) bobLog.expiries++;
+  });
+  bob.start();
+  await until(() => seen.at(-1) === "online", "alice sees bob online");
+  assert.equal(bob.userId, "bob", "the welcome names the token's user");
+  bob.setStatus("busy", "in a meeting");
+  await until(() => seen.at(-1) === "busy", "alice sees bob busy");
+  assert.equal(alice.get("bob")?.status_text, "in a meeting");
+
+  await until(() => bobLog.expiries >= 2 && bob.state === "open", "bob's token expires twice and he is back");
+  assert.ok(bobLog.tokens >= 3, `a token per connection: ${JSON.stringify(bobLog)}`);
+  assert.equal(new Set(bobLog.devices).size, 1, `one device throughout: ${JSON.stringify(bobLog)}`);
+  assert.deepEqual(seen, ["offline", "online", "busy"], "alice saw nothing of the renewals");
+
+  bob.bye();
+  await until(() => seen.at(-1) === "offline", "alice sees bob offline after his bye");
+  alice.close();
+  assert.equal(alice.state, "closed");
+});
+
+// until polls cond until it holds, or fails after STEP naming what it waited for.
+async function until(cond, what) {
+  const deadline = Date.now() + STEP;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`waited ${STEP} ms for: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
