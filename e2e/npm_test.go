@@ -20,7 +20,7 @@ import (
 // TestNPMPackage checks js/presence as the npm package @presenced/presence:
 //
 //   - npm pack makes a tarball of exactly the client, its timer worker, the
-//     declarations, the README and package.json;
+//     declarations, the README, the licence and package.json;
 //   - tsc: presence.js passes --checkJs --strict, and presence.d.ts states
 //     what its JSDoc types state (js/presence/test/conformance.ts), so a
 //     declaration the code does not bear out fails;
@@ -60,7 +60,7 @@ func TestNPMPackage(t *testing.T) {
 		files = append(files, f.Path)
 	}
 	slices.Sort(files)
-	if want := []string{"README.md", "package.json", "presence-timer.js", "presence.d.ts", "presence.js"}; !slices.Equal(files, want) {
+	if want := []string{"LICENSE", "README.md", "package.json", "presence-timer.js", "presence.d.ts", "presence.js"}; !slices.Equal(files, want) {
 		t.Errorf("npm pack holds %q, want %q", files, want)
 	}
 	tarball := filepath.Join(tmp, packed[0].Filename)
