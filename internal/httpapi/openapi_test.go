@@ -63,6 +63,20 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	if len(served) < 20 {
 		t.Fatalf("the node reports %d routes (%v): Patterns lost some", len(served), e.a.Patterns())
 	}
+	// The preflights are no routes of the mux (ServeHTTP answers them):
+	// every path of a browser endpoint has one, and no other path.
+	browser := map[string]bool{} // "METHOD /path" of the browser endpoints
+	for _, p := range e.a.BrowserPatterns() {
+		m, path := specPath(p)
+		if !served[m+" "+path] {
+			t.Errorf("BrowserPatterns lists %s, which Patterns does not", p)
+		}
+		browser[m+" "+path] = true
+		served["OPTIONS "+path] = true
+	}
+	if len(browser) < 10 {
+		t.Fatalf("the node reports %d browser endpoints (%v): BrowserPatterns lost some", len(browser), e.a.BrowserPatterns())
+	}
 	described := map[string]bool{}
 	for r := range spec.Operations() {
 		described[r] = true
@@ -77,6 +91,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			t.Errorf("openapi.json describes %s, which the node does not serve", r)
 		}
 	}
+	checkCORSHeaders(t, spec, browser)
 
 	// The node serves the description itself, unauthenticated.
 	r := e.ok("GET", "/v1/openapi.json", "", "")
@@ -97,6 +112,51 @@ func TestSpecPath(t *testing.T) {
 	} {
 		if m, p := specPath(tc.pattern); m != tc.method || p != tc.path {
 			t.Errorf("specPath(%q) = %s %s, want %s %s", tc.pattern, m, p, tc.method, tc.path)
+		}
+	}
+}
+
+// checkCORSHeaders checks where the description declares the CORS
+// headers: on every answer of the browser endpoints (Vary required, but
+// where the answer may be a refusal of the origin, which has none; a
+// refusal alone declares none), on no answer of any other operation, and
+// the preflight's on the 204 of every OPTIONS operation.
+func checkCORSHeaders(t *testing.T, spec *apicontract.Contract, browser map[string]bool) {
+	t.Helper()
+	codes := documentedCodes(t)
+	cors := []string{"Vary", "Access-Control-Allow-Origin", "Access-Control-Expose-Headers"}
+	for path, item := range spec.Doc.Paths.Map() {
+		for m, op := range item.Operations() {
+			for status, r := range op.Responses.Map() {
+				h := r.Value.Headers
+				what := fmt.Sprintf("%s %s %s", m, path, status)
+				answered := codes[op.OperationID+" "+status]
+				refusal := slices.Contains(answered, "origin_not_allowed")
+				switch {
+				case m == http.MethodOptions && status == "204":
+					for _, n := range []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Methods", "Access-Control-Allow-Headers",
+						"Access-Control-Max-Age", "Vary"} {
+						if h[n] == nil || !h[n].Value.Required {
+							t.Errorf("%s: the preflight's %s is not declared required", what, n)
+						}
+					}
+				case browser[m+" "+path] && !(refusal && len(answered) == 1) && status != "304":
+					for _, n := range cors {
+						if h[n] == nil {
+							t.Errorf("%s: the answer of a browser endpoint does not declare %s", what, n)
+						}
+					}
+					if h["Vary"] != nil && h["Vary"].Value.Required == refusal {
+						t.Errorf("%s: Vary required %v, want %v (a refusal of the origin has none)", what, h["Vary"].Value.Required, !refusal)
+					}
+				default:
+					for _, n := range cors {
+						if h[n] != nil {
+							t.Errorf("%s: declares %s, which only the answers of browser endpoints carry", what, n)
+						}
+					}
+				}
+			}
 		}
 	}
 }
