@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -434,6 +435,109 @@ func wsHeaders() map[string]string {
 	}
 }
 
+// concrete fills the parameters of an OpenAPI path with values a node
+// accepts.
+func concrete(path string) string {
+	return strings.NewReplacer("{user_id}", "u1", "{contact_id}", "u2", "{file}", "presence.js").Replace(path)
+}
+
+// origins is the part of the contract test about browser pages, on a node
+// that allows appOrigin: every operation refuses a page of another origin;
+// every preflight answers appOrigin, and is no preflight without an
+// Origin; the browser endpoints answer appOrigin (successes and errors)
+// with the CORS headers the description declares; the API-key-only
+// endpoints refuse the key from its pages.
+func origins(t *testing.T, c *contract) {
+	t.Helper()
+	e := newEnv(t, opts{origins: []string{appOrigin}})
+	base := e.srv.URL
+	tok := e.token("u1", "")
+	e.beat("u2", "phone", true)
+
+	ops := c.spec.Operations()
+	if len(ops) < 30 {
+		t.Fatalf("openapi.json has %d operations", len(ops))
+	}
+	for op := range ops {
+		method, path, _ := strings.Cut(op, " ")
+		hdr := map[string]string{"Origin": evilOrigin}
+		switch {
+		case method == http.MethodOptions:
+			hdr["Access-Control-Request-Method"] = "GET"
+		case path == "/v1/ws":
+			maps.Copy(hdr, wsHeaders())
+		}
+		r := c.do(base, call{method, concrete(path), keyHdr, "", hdr, 403})
+		var ae apiError
+		if json.Unmarshal(r.body, &ae) != nil || ae.Error.Code != "origin_not_allowed" {
+			t.Errorf("%s from %s: %s, want origin_not_allowed", op, evilOrigin, r.body)
+		}
+		if r.header.Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("%s from %s: Access-Control-Allow-Origin %q", op, evilOrigin, r.header.Get("Access-Control-Allow-Origin"))
+		}
+		if method != http.MethodOptions {
+			continue
+		}
+		// The preflight of an allowed page, and an OPTIONS that is none.
+		for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+			c.do(base, call{method, concrete(path), "", "", map[string]string{"Origin": appOrigin,
+				"Access-Control-Request-Method": m, "Access-Control-Request-Headers": "authorization,content-type"}, 204})
+		}
+		c.do(base, call{method, concrete(path), "", "", map[string]string{"Access-Control-Request-Method": "GET"}, 405})
+		c.do(base, call{method, concrete(path), "", "", map[string]string{"Origin": base, "Access-Control-Request-Method": "GET"}, 405})
+	}
+
+	// A page of appOrigin calls the browser endpoints with a client
+	// token: every answer carries the CORS headers, valid against the
+	// description.
+	from := func(more map[string]string) map[string]string {
+		h := map[string]string{"Origin": appOrigin}
+		maps.Copy(h, more)
+		return h
+	}
+	for _, cl := range []call{
+		{"GET", "/presence/batch?user_ids=u1,u2", tok, "", nil, 200},
+		{"GET", "/presence/batch?user_ids=u1&viewer_id=u2", tok, "", nil, 403},
+		{"GET", "/v1/presence/u2", tok, "", nil, 200},
+		{"GET", "/v1/presence/a%20b", tok, "", nil, 400},
+		{"POST", "/v1/presence/batch", tok, `{"user_ids":["u1","u2"]}`, nil, 200},
+		{"POST", "/v1/presence/batch", "Bearer not-a-token", `{"user_ids":["u1"]}`, nil, 401},
+		{"GET", "/v1/public/u2", "", "", nil, 200},
+		{"GET", "/v1/public/a,b", "", "", nil, 400},
+		{"POST", "/v1/heartbeat", tok, `{"device_id":"web"}`, nil, 200},
+		{"POST", "/v1/heartbeat", tok, `{"user_id":"u2","device_id":"web"}`, nil, 403},
+		{"POST", "/v1/status", tok, `{"status":"busy","text":"from a page"}`, nil, 200},
+		{"POST", "/v1/status", tok, `{"status":"offline"}`, nil, 400},
+		{"POST", "/v1/bye", tok, `{"device_id":"web"}`, nil, 200},
+		{"GET", "/v1/users/u1/settings", tok, "", nil, 200},
+		{"PUT", "/v1/users/u1/settings", tok, `{"status_visibility":"contacts","last_seen_visibility":"contacts"}`, nil, 200},
+		{"PUT", "/v1/users/u2/settings", tok, `{"status_visibility":"contacts","last_seen_visibility":"contacts"}`, nil, 403},
+		{"GET", "/v1/users/u1/contacts", tok, "", nil, 200},
+		{"PUT", "/v1/users/u1/contacts", tok, `{"contacts":["u2"]}`, nil, 200},
+		{"POST", "/v1/users/u1/contacts", tok, `{"contacts":["u3"]}`, nil, 200},
+		{"POST", "/v1/users/u1/contacts", tok, `{"contacts":["a b"]}`, nil, 400},
+		{"PUT", "/v1/users/u1/contacts/u4", tok, "", nil, 200},
+		{"DELETE", "/v1/users/u1/contacts/u4", tok, "", nil, 200},
+		{"DELETE", "/v1/users/u2/contacts/u4", tok, "", nil, 403},
+	} {
+		cl.header = from(cl.header)
+		r := c.do(base, cl)
+		if got := r.header.Get("Access-Control-Allow-Origin"); got != appOrigin {
+			t.Errorf("%s %s from %s: Access-Control-Allow-Origin %q, want %q", cl.method, cl.path, appOrigin, got, appOrigin)
+		}
+		if !varies(r, "Origin") || r.header.Get("Access-Control-Expose-Headers") == "" {
+			t.Errorf("%s %s from %s: Vary %q, Expose-Headers %q", cl.method, cl.path, appOrigin, r.header.Values("Vary"),
+				r.header.Get("Access-Control-Expose-Headers"))
+		}
+	}
+	// The API key's endpoints: the key is refused from the allowed page,
+	// with no CORS header.
+	for _, p := range []string{"/v1/admin/stats", "/v1/debug/users/u1", "/metrics"} {
+		r := c.do(base, call{"GET", p, keyHdr, "", from(nil), 403})
+		wantNoCORS(t, p+" from "+appOrigin, r)
+	}
+}
+
 func TestOpenAPIContract(t *testing.T) {
 	c := newContract(t)
 	big := `{"user_ids":["` + strings.Repeat("a", 1<<20) + `"]}`
@@ -535,6 +639,12 @@ func TestOpenAPIContract(t *testing.T) {
 		{"GET", "/v1/debug/users/a%20b", keyHdr, "", nil, 400},
 		{"GET", "/v1/debug/users/2", "", "", nil, 401},
 		{"GET", "/v1/debug/users/2", tok, "", nil, 403},
+		{"GET", "/v1/debug/users/2?viewer_id=", keyHdr, "", nil, 200},
+		{"GET", "/v1/debug/users/2?viewer_id=a%20b", keyHdr, "", nil, 400},
+
+		{"GET", "/v1/admin/stats", keyHdr, "", nil, 200},
+		{"GET", "/v1/admin/stats", "", "", nil, 401},
+		{"GET", "/v1/admin/stats", tok, "", nil, 403},
 
 		{"GET", "/healthz", "", "", nil, 200},
 		{"GET", "/readyz", "", "", nil, 503}, // the gateway does not run
@@ -561,6 +671,7 @@ func TestOpenAPIContract(t *testing.T) {
 	for _, cl := range []call{
 		{"GET", "/presence/batch?user_ids=1,a%20b", keyHdr, "", nil, 400},
 		{"GET", "/v1/presence/2?viewer_id=1&viewer_id=3", keyHdr, "", nil, 400},
+		{"GET", "/v1/debug/users/2?viewer_id=1&viewer_id=3", keyHdr, "", nil, 400},
 		{"POST", "/v1/presence/batch", keyHdr, string(tooManyIDs), nil, 400},
 		{"POST", "/v1/presence/batch", keyHdr, `{"user_ids":["1",""]}`, nil, 400},
 		{"POST", "/v1/status", keyHdr, `{"user_id":"3","status":"away"`, nil, 400},
@@ -590,10 +701,25 @@ func TestOpenAPIContract(t *testing.T) {
 			"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", 400)
 	}
 
-	for _, p := range []string{"/", "/static/presence.js"} {
+	for _, p := range []string{"/", "/admin", "/static/presence.js"} {
 		r := c.do(base, call{"GET", p, "", "", nil, 200})
 		c.do(base, call{"GET", p, "", "", map[string]string{"If-None-Match": r.header.Get("ETag")}, 304})
 	}
+	// The debug view with a viewer: its viewer part, validated above
+	// against DebugViewer, is really there (and absent without one).
+	for viewer, want := range map[string]bool{"1": true, "2": true, "": false} {
+		r := c.do(base, call{"GET", "/v1/debug/users/2?viewer_id=" + viewer, keyHdr, "", nil, 200})
+		var d struct {
+			Viewer *struct {
+				ViewerID string `json:"viewer_id"`
+			} `json:"viewer"`
+		}
+		if err := json.Unmarshal(r.body, &d); err != nil || (d.Viewer != nil) != want || (want && d.Viewer.ViewerID != viewer) {
+			t.Errorf("debug of 2 as %q: %s, want a viewer part %v", viewer, r.body, want)
+		}
+	}
+
+	origins(t, c)
 
 	// Client limits: reads once per poll interval, durable writes 1/s
 	// with bursts of 5 (fake clock: nothing refills).
