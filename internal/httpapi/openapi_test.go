@@ -25,7 +25,10 @@ import (
 
 // The API description (openapi.json, served at GET /v1/openapi.json) is
 // checked three ways: it is a valid OpenAPI 3.1 document; its operations
-// are exactly the node's routes (App.Patterns, what the code registers);
+// are exactly the node's routes (App.Patterns, what the code registers)
+// and the CORS preflights of the browser endpoints' paths
+// (App.BrowserPatterns; ServeHTTP answers them, no route), whose answers
+// alone declare the CORS headers;
 // and the real answers of a real node — every documented status of every
 // operation, success and error, but the few listed in unexercised — are
 // valid against it (kin-openapi, whose 3.1 documents are validated with a
