@@ -154,6 +154,21 @@ type DebugUser struct {
 	Devices        []DebugDevice `json:"devices"`
 	Settings       Settings      `json:"settings"`
 	Rules          DebugRules    `json:"rules"`
+	// Viewer is what the viewer DebugAs named sees of the user, and why;
+	// nil without one.
+	Viewer *DebugViewer `json:"viewer,omitempty"`
+}
+
+// DebugViewer is one viewer's view of a user (DebugAs): exactly what a
+// read by that viewer answers (Presence), the relation it was filtered
+// by, and why.
+type DebugViewer struct {
+	ViewerID string `json:"viewer_id"`
+	// Relation is "self" (the viewer is the user), "contact" (the viewer
+	// is in the user's contact list) or "other".
+	Relation string `json:"relation"`
+	Sees     View   `json:"sees"`
+	Why      string `json:"why"` // in a sentence: settings, relation, invisibility
 }
 
 // DebugDevice is one device of a DebugUser.
@@ -165,6 +180,38 @@ type DebugDevice struct {
 	Alive      bool       `json:"alive"`
 	Active     bool       `json:"active"`
 	Owner      uint64     `json:"owner,omitempty"` // the lease of the node holding its socket
+}
+
+// AdminStats are the numbers of the operator page (GET /v1/admin/stats):
+// the nodes the answering node knows of, itself first, and its counters
+// and gauges by name, read at Now. Rates come from two reads.
+type AdminStats struct {
+	Now   time.Time   `json:"now"`
+	NowMs int64       `json:"now_ms"` // Now in milliseconds since the Unix epoch
+	Nodes []AdminNode `json:"nodes"`
+	// Metrics are every presenced_* series and a few of the process's by
+	// name: a series with labels as name{label="value",…}, its family's
+	// sum as name, a histogram as name_count and name_sum.
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// AdminNode is one node of the deployment as the answering node knows it.
+type AdminNode struct {
+	ID    string `json:"id"`              // its name; empty if unknown
+	Lease uint64 `json:"lease,omitempty"` // its lease in the state store (Redis); 0: none
+	Self  bool   `json:"self"`            // the node that answered
+	Mode  string `json:"mode,omitempty"`  // its backends ("embedded", "redis+postgres+nats"); this node only
+	// Health is "ready" or "not_ready" (this node: its readiness checks),
+	// "alive" (another node heard from within the lease timeout),
+	// "silent" (not heard from: it will be taken over) or "taken_over".
+	Health string            `json:"health"`
+	Checks map[string]string `json:"checks,omitempty"` // this node: part → "ok" or "unavailable"
+	Detail string            `json:"detail"`           // how the answering node knows, in words
+	// LeaseRenewed is the node's last lease renewal (its own clock),
+	// BeaconAgeMs how long ago its last beacon was heard; nil: unknown.
+	LeaseRenewed *time.Time `json:"lease_renewed"`
+	BeaconAgeMs  *int64     `json:"beacon_age_ms"`
+	Started      *time.Time `json:"started,omitempty"` // this node: when it started
 }
 
 // DebugRules are the node's timing rules.
@@ -518,11 +565,31 @@ func (c *Client) RemoveContact(ctx context.Context, userID, contactID string) ([
 // Debug reads why a user shows what it shows: devices, deadlines, manual
 // status, version, settings (GET /v1/debug/users/{user_id}).
 func (c *Client) Debug(ctx context.Context, userID string) (DebugUser, error) {
+	return c.DebugAs(ctx, userID, "")
+}
+
+// DebugAs is Debug with what viewer sees of the user, and why
+// (DebugUser.Viewer): exactly what Presence answers viewer, its relation
+// to the user and the settings that decide it. An empty viewer is Debug.
+func (c *Client) DebugAs(ctx context.Context, userID, viewer string) (DebugUser, error) {
 	var d DebugUser
 	p, err := user(userID)
 	if err != nil {
 		return d, err
 	}
-	err = c.do(ctx, http.MethodGet, "/v1/debug/users/"+p, nil, &d, true)
+	path := "/v1/debug/users/" + p
+	if viewer != "" {
+		path += "?" + url.Values{"viewer_id": {viewer}}.Encode()
+	}
+	err = c.do(ctx, http.MethodGet, path, nil, &d, true)
 	return d, err
+}
+
+// AdminStats reads the numbers of the operator page (GET
+// /v1/admin/stats): the node's health and readiness checks, the other
+// nodes it knows of, and its counters and gauges by name.
+func (c *Client) AdminStats(ctx context.Context) (AdminStats, error) {
+	var s AdminStats
+	err := c.do(ctx, http.MethodGet, "/v1/admin/stats", nil, &s, true)
+	return s, err
 }

@@ -203,6 +203,30 @@ func TestBackendAgainstANode(t *testing.T) {
 		d.ManualStatus == nil || *d.ManualStatus != backend.Busy || d.Settings != want || d.Rules.TTLMillis != 30000 || d.Reason == "" || d.Now.IsZero() {
 		t.Errorf("Debug: %+v", d)
 	}
+	call("DebugAs")
+	for _, tc := range []struct{ viewer, relation, status string }{
+		{"bob", "contact", "busy"}, {"zed", "other", "null"}, {"alice", "self", "busy"},
+	} {
+		d := must[backend.DebugUser](t, "DebugAs")(b.DebugAs(ctx, "alice", tc.viewer))
+		if d.UserID != "alice" || d.Viewer == nil || d.Viewer.ViewerID != tc.viewer || d.Viewer.Relation != tc.relation ||
+			status(d.Viewer.Sees.Status) != tc.status || d.Viewer.Sees.UserID != "alice" || d.Viewer.Why == "" {
+			t.Errorf("DebugAs %s: %+v", tc.viewer, d.Viewer)
+		}
+	}
+	if d := must[backend.DebugUser](t, "DebugAs")(b.DebugAs(ctx, "alice", "")); d.Viewer != nil || d.UserID != "alice" {
+		t.Errorf("DebugAs without a viewer: %+v", d.Viewer)
+	}
+	if d.Viewer != nil {
+		t.Errorf("Debug: a viewer part %+v", d.Viewer)
+	}
+	call("AdminStats")
+	stats := must[backend.AdminStats](t, "AdminStats")(b.AdminStats(ctx))
+	// (Ready once its gateway runs, which Run starts next to serving.)
+	if n := stats.Nodes; len(n) != 1 || !n[0].Self || (n[0].Health != "ready" && n[0].Health != "not_ready") || n[0].Mode != "embedded" ||
+		n[0].Checks["sqlite"] != "ok" || n[0].Started == nil || stats.Now.UnixMilli() != stats.NowMs ||
+		stats.Metrics["presenced_heartbeats_total"] < 1 {
+		t.Errorf("AdminStats: %+v", stats)
+	}
 	call("Bye")
 	v = must[backend.SelfView](t, "Bye")(b.Bye(ctx, "alice", "phone"))
 	if val(v.Devices) != 0 || v.DeviceID != "phone" {
@@ -226,6 +250,10 @@ func TestBackendAgainstANode(t *testing.T) {
 	wantError(t, "SetStatus offline", err, 400, "invalid_status")
 	_, err = loose.SetContacts(ctx, "alice", make([]string, 10001))
 	wantError(t, "SetContacts of 10,001", err, 400, "too_many_contacts")
+	_, err = loose.DebugAs(ctx, "alice", "a b")
+	wantError(t, "DebugAs an invalid viewer", err, 400, "invalid_id")
+	_, err = newClient(t, c, base, "", false).AdminStats(ctx)
+	wantError(t, "AdminStats without the key", err, 401, "unauthorized")
 	_, err = newClient(t, c, base, "not-the-key", false).Contacts(ctx, "alice")
 	e := wantError(t, "Contacts with a wrong key", err, 401, "unauthorized")
 	if e.Temporary() || e.RetryAfter != 0 {
@@ -273,6 +301,9 @@ func TestTypesMatchSchemas(t *testing.T) {
 		{reflect.TypeFor[backend.DebugUser](), "DebugUser"},
 		{reflect.TypeFor[backend.DebugDevice](), "DebugDevice"},
 		{reflect.TypeFor[backend.DebugRules](), "DebugUser.rules"},
+		{reflect.TypeFor[backend.DebugViewer](), "DebugViewer"},
+		{reflect.TypeFor[backend.AdminStats](), "AdminStats"},
+		{reflect.TypeFor[backend.AdminNode](), "AdminNode"},
 	} {
 		name, prop, _ := strings.Cut(tc.schema, ".")
 		ref := c.Doc.Components.Schemas[name]

@@ -10,7 +10,7 @@
 // "null", enum, const, required, additionalProperties, propertyNames,
 // min/max lengths and items, patterns, $ref with sibling keywords,
 // oneOf. It validates response headers that the description declares
-// (Retry-After, Cache-Control, ETag), request parameters and bodies. It
+// (Retry-After, Cache-Control, ETag, the CORS headers), request parameters and bodies. It
 // does not validate 304 and 3xx answers (a test checks that they are
 // documented), and it treats security requirements as met (every scheme
 // is a bearer token; the node's own tests check who may do what).

@@ -2,9 +2,13 @@ package app_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/apicontract"
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/testsvc"
 )
@@ -23,12 +27,31 @@ type stats struct {
 	Metrics map[string]float64 `json:"metrics"`
 }
 
+// statsContract checks every answer getStats reads against the API
+// description, so the scale-out answers (other nodes by lease and beacon,
+// alive, silent, taken over) are validated as well as a lone node's.
+var statsContract = sync.OnceValues(apicontract.Load)
+
 func getStats(t testing.TB, addr string) stats {
 	t.Helper()
-	code, body := call(t, addr, "GET", "/v1/admin/stats", "")
+	c, err := statsContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest("GET", "http://"+addr+"/v1/admin/stats", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	res, err := (&http.Client{Transport: &apicontract.Transport{Contract: c}}).Do(req)
+	if err != nil {
+		t.Fatalf("GET /v1/admin/stats: %v", err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
 	var s stats
-	if code != 200 || json.Unmarshal([]byte(body), &s) != nil {
-		t.Fatalf("GET /v1/admin/stats: %d %s", code, body)
+	if res.StatusCode != 200 || json.Unmarshal(body, &s) != nil {
+		t.Fatalf("GET /v1/admin/stats: %d %s", res.StatusCode, body)
 	}
 	return s
 }

@@ -772,6 +772,11 @@ type routes struct {
 // WebSocket upgrade. The API description is checked against them.
 func (a *App) Patterns() []string { return append(a.api.Patterns(), "GET "+wsPath) }
 
+// BrowserPatterns returns the patterns of the endpoints a browser page
+// calls with a client token (httpapi.Server.BrowserPatterns): CORS for
+// allowed origins, and a preflight (OPTIONS) on each of their paths.
+func (a *App) BrowserPatterns() []string { return a.api.BrowserPatterns() }
+
 func (h routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == wsPath {
 		h.ws.ServeHTTP(w, r)

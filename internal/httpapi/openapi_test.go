@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -24,7 +25,10 @@ import (
 
 // The API description (openapi.json, served at GET /v1/openapi.json) is
 // checked three ways: it is a valid OpenAPI 3.1 document; its operations
-// are exactly the node's routes (App.Patterns, what the code registers);
+// are exactly the node's routes (App.Patterns, what the code registers)
+// and the CORS preflights of the browser endpoints' paths
+// (App.BrowserPatterns; ServeHTTP answers them, no route), whose answers
+// alone declare the CORS headers;
 // and the real answers of a real node — every documented status of every
 // operation, success and error, but the few listed in unexercised — are
 // valid against it (kin-openapi, whose 3.1 documents are validated with a
@@ -63,6 +67,20 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	if len(served) < 20 {
 		t.Fatalf("the node reports %d routes (%v): Patterns lost some", len(served), e.a.Patterns())
 	}
+	// The preflights are no routes of the mux (ServeHTTP answers them):
+	// every path of a browser endpoint has one, and no other path.
+	browser := map[string]bool{} // "METHOD /path" of the browser endpoints
+	for _, p := range e.a.BrowserPatterns() {
+		m, path := specPath(p)
+		if !served[m+" "+path] {
+			t.Errorf("BrowserPatterns lists %s, which Patterns does not", p)
+		}
+		browser[m+" "+path] = true
+		served["OPTIONS "+path] = true
+	}
+	if len(browser) < 10 {
+		t.Fatalf("the node reports %d browser endpoints (%v): BrowserPatterns lost some", len(browser), e.a.BrowserPatterns())
+	}
 	described := map[string]bool{}
 	for r := range spec.Operations() {
 		described[r] = true
@@ -77,6 +95,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			t.Errorf("openapi.json describes %s, which the node does not serve", r)
 		}
 	}
+	checkCORSHeaders(t, spec, browser)
 
 	// The node serves the description itself, unauthenticated.
 	r := e.ok("GET", "/v1/openapi.json", "", "")
@@ -97,6 +116,51 @@ func TestSpecPath(t *testing.T) {
 	} {
 		if m, p := specPath(tc.pattern); m != tc.method || p != tc.path {
 			t.Errorf("specPath(%q) = %s %s, want %s %s", tc.pattern, m, p, tc.method, tc.path)
+		}
+	}
+}
+
+// checkCORSHeaders checks where the description declares the CORS
+// headers: on every answer of the browser endpoints (Vary required, but
+// where the answer may be a refusal of the origin, which has none; a
+// refusal alone declares none), on no answer of any other operation, and
+// the preflight's on the 204 of every OPTIONS operation.
+func checkCORSHeaders(t *testing.T, spec *apicontract.Contract, browser map[string]bool) {
+	t.Helper()
+	codes := documentedCodes(t)
+	cors := []string{"Vary", "Access-Control-Allow-Origin", "Access-Control-Expose-Headers"}
+	for path, item := range spec.Doc.Paths.Map() {
+		for m, op := range item.Operations() {
+			for status, r := range op.Responses.Map() {
+				h := r.Value.Headers
+				what := fmt.Sprintf("%s %s %s", m, path, status)
+				answered := codes[op.OperationID+" "+status]
+				refusal := slices.Contains(answered, "origin_not_allowed")
+				switch {
+				case m == http.MethodOptions && status == "204":
+					for _, n := range []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Methods", "Access-Control-Allow-Headers",
+						"Access-Control-Max-Age", "Vary"} {
+						if h[n] == nil || !h[n].Value.Required {
+							t.Errorf("%s: the preflight's %s is not declared required", what, n)
+						}
+					}
+				case browser[m+" "+path] && !(refusal && len(answered) == 1) && status != "304":
+					for _, n := range cors {
+						if h[n] == nil {
+							t.Errorf("%s: the answer of a browser endpoint does not declare %s", what, n)
+						}
+					}
+					if h["Vary"] != nil && h["Vary"].Value.Required == refusal {
+						t.Errorf("%s: Vary required %v, want %v (a refusal of the origin has none)", what, h["Vary"].Value.Required, !refusal)
+					}
+				default:
+					for _, n := range cors {
+						if h[n] != nil {
+							t.Errorf("%s: declares %s, which only the answers of browser endpoints carry", what, n)
+						}
+					}
+				}
+			}
 		}
 	}
 }
@@ -374,6 +438,109 @@ func wsHeaders() map[string]string {
 	}
 }
 
+// concrete fills the parameters of an OpenAPI path with values a node
+// accepts.
+func concrete(path string) string {
+	return strings.NewReplacer("{user_id}", "u1", "{contact_id}", "u2", "{file}", "presence.js").Replace(path)
+}
+
+// origins is the part of the contract test about browser pages, on a node
+// that allows appOrigin: every operation refuses a page of another origin;
+// every preflight answers appOrigin, and is no preflight without an
+// Origin; the browser endpoints answer appOrigin (successes and errors)
+// with the CORS headers the description declares; the API-key-only
+// endpoints refuse the key from its pages.
+func origins(t *testing.T, c *contract) {
+	t.Helper()
+	e := newEnv(t, opts{origins: []string{appOrigin}})
+	base := e.srv.URL
+	tok := e.token("u1", "")
+	e.beat("u2", "phone", true)
+
+	ops := c.spec.Operations()
+	if len(ops) < 30 {
+		t.Fatalf("openapi.json has %d operations", len(ops))
+	}
+	for op := range ops {
+		method, path, _ := strings.Cut(op, " ")
+		hdr := map[string]string{"Origin": evilOrigin}
+		switch {
+		case method == http.MethodOptions:
+			hdr["Access-Control-Request-Method"] = "GET"
+		case path == "/v1/ws":
+			maps.Copy(hdr, wsHeaders())
+		}
+		r := c.do(base, call{method, concrete(path), keyHdr, "", hdr, 403})
+		var ae apiError
+		if json.Unmarshal(r.body, &ae) != nil || ae.Error.Code != "origin_not_allowed" {
+			t.Errorf("%s from %s: %s, want origin_not_allowed", op, evilOrigin, r.body)
+		}
+		if r.header.Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("%s from %s: Access-Control-Allow-Origin %q", op, evilOrigin, r.header.Get("Access-Control-Allow-Origin"))
+		}
+		if method != http.MethodOptions {
+			continue
+		}
+		// The preflight of an allowed page, and an OPTIONS that is none.
+		for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+			c.do(base, call{method, concrete(path), "", "", map[string]string{"Origin": appOrigin,
+				"Access-Control-Request-Method": m, "Access-Control-Request-Headers": "authorization,content-type"}, 204})
+		}
+		c.do(base, call{method, concrete(path), "", "", map[string]string{"Access-Control-Request-Method": "GET"}, 405})
+		c.do(base, call{method, concrete(path), "", "", map[string]string{"Origin": base, "Access-Control-Request-Method": "GET"}, 405})
+	}
+
+	// A page of appOrigin calls the browser endpoints with a client
+	// token: every answer carries the CORS headers, valid against the
+	// description.
+	from := func(more map[string]string) map[string]string {
+		h := map[string]string{"Origin": appOrigin}
+		maps.Copy(h, more)
+		return h
+	}
+	for _, cl := range []call{
+		{"GET", "/presence/batch?user_ids=u1,u2", tok, "", nil, 200},
+		{"GET", "/presence/batch?user_ids=u1&viewer_id=u2", tok, "", nil, 403},
+		{"GET", "/v1/presence/u2", tok, "", nil, 200},
+		{"GET", "/v1/presence/a%20b", tok, "", nil, 400},
+		{"POST", "/v1/presence/batch", tok, `{"user_ids":["u1","u2"]}`, nil, 200},
+		{"POST", "/v1/presence/batch", "Bearer not-a-token", `{"user_ids":["u1"]}`, nil, 401},
+		{"GET", "/v1/public/u2", "", "", nil, 200},
+		{"GET", "/v1/public/a,b", "", "", nil, 400},
+		{"POST", "/v1/heartbeat", tok, `{"device_id":"web"}`, nil, 200},
+		{"POST", "/v1/heartbeat", tok, `{"user_id":"u2","device_id":"web"}`, nil, 403},
+		{"POST", "/v1/status", tok, `{"status":"busy","text":"from a page"}`, nil, 200},
+		{"POST", "/v1/status", tok, `{"status":"offline"}`, nil, 400},
+		{"POST", "/v1/bye", tok, `{"device_id":"web"}`, nil, 200},
+		{"GET", "/v1/users/u1/settings", tok, "", nil, 200},
+		{"PUT", "/v1/users/u1/settings", tok, `{"status_visibility":"contacts","last_seen_visibility":"contacts"}`, nil, 200},
+		{"PUT", "/v1/users/u2/settings", tok, `{"status_visibility":"contacts","last_seen_visibility":"contacts"}`, nil, 403},
+		{"GET", "/v1/users/u1/contacts", tok, "", nil, 200},
+		{"PUT", "/v1/users/u1/contacts", tok, `{"contacts":["u2"]}`, nil, 200},
+		{"POST", "/v1/users/u1/contacts", tok, `{"contacts":["u3"]}`, nil, 200},
+		{"POST", "/v1/users/u1/contacts", tok, `{"contacts":["a b"]}`, nil, 400},
+		{"PUT", "/v1/users/u1/contacts/u4", tok, "", nil, 200},
+		{"DELETE", "/v1/users/u1/contacts/u4", tok, "", nil, 200},
+		{"DELETE", "/v1/users/u2/contacts/u4", tok, "", nil, 403},
+	} {
+		cl.header = from(cl.header)
+		r := c.do(base, cl)
+		if got := r.header.Get("Access-Control-Allow-Origin"); got != appOrigin {
+			t.Errorf("%s %s from %s: Access-Control-Allow-Origin %q, want %q", cl.method, cl.path, appOrigin, got, appOrigin)
+		}
+		if !varies(r, "Origin") || r.header.Get("Access-Control-Expose-Headers") == "" {
+			t.Errorf("%s %s from %s: Vary %q, Expose-Headers %q", cl.method, cl.path, appOrigin, r.header.Values("Vary"),
+				r.header.Get("Access-Control-Expose-Headers"))
+		}
+	}
+	// The API key's endpoints: the key is refused from the allowed page,
+	// with no CORS header.
+	for _, p := range []string{"/v1/admin/stats", "/v1/debug/users/u1", "/metrics"} {
+		r := c.do(base, call{"GET", p, keyHdr, "", from(nil), 403})
+		wantNoCORS(t, p+" from "+appOrigin, r)
+	}
+}
+
 func TestOpenAPIContract(t *testing.T) {
 	c := newContract(t)
 	big := `{"user_ids":["` + strings.Repeat("a", 1<<20) + `"]}`
@@ -475,6 +642,12 @@ func TestOpenAPIContract(t *testing.T) {
 		{"GET", "/v1/debug/users/a%20b", keyHdr, "", nil, 400},
 		{"GET", "/v1/debug/users/2", "", "", nil, 401},
 		{"GET", "/v1/debug/users/2", tok, "", nil, 403},
+		{"GET", "/v1/debug/users/2?viewer_id=", keyHdr, "", nil, 200},
+		{"GET", "/v1/debug/users/2?viewer_id=a%20b", keyHdr, "", nil, 400},
+
+		{"GET", "/v1/admin/stats", keyHdr, "", nil, 200},
+		{"GET", "/v1/admin/stats", "", "", nil, 401},
+		{"GET", "/v1/admin/stats", tok, "", nil, 403},
 
 		{"GET", "/healthz", "", "", nil, 200},
 		{"GET", "/readyz", "", "", nil, 503}, // the gateway does not run
@@ -501,6 +674,7 @@ func TestOpenAPIContract(t *testing.T) {
 	for _, cl := range []call{
 		{"GET", "/presence/batch?user_ids=1,a%20b", keyHdr, "", nil, 400},
 		{"GET", "/v1/presence/2?viewer_id=1&viewer_id=3", keyHdr, "", nil, 400},
+		{"GET", "/v1/debug/users/2?viewer_id=1&viewer_id=3", keyHdr, "", nil, 400},
 		{"POST", "/v1/presence/batch", keyHdr, string(tooManyIDs), nil, 400},
 		{"POST", "/v1/presence/batch", keyHdr, `{"user_ids":["1",""]}`, nil, 400},
 		{"POST", "/v1/status", keyHdr, `{"user_id":"3","status":"away"`, nil, 400},
@@ -530,10 +704,25 @@ func TestOpenAPIContract(t *testing.T) {
 			"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", 400)
 	}
 
-	for _, p := range []string{"/", "/static/presence.js"} {
+	for _, p := range []string{"/", "/admin", "/static/presence.js"} {
 		r := c.do(base, call{"GET", p, "", "", nil, 200})
 		c.do(base, call{"GET", p, "", "", map[string]string{"If-None-Match": r.header.Get("ETag")}, 304})
 	}
+	// The debug view with a viewer: its viewer part, validated above
+	// against DebugViewer, is really there (and absent without one).
+	for viewer, want := range map[string]bool{"1": true, "2": true, "": false} {
+		r := c.do(base, call{"GET", "/v1/debug/users/2?viewer_id=" + viewer, keyHdr, "", nil, 200})
+		var d struct {
+			Viewer *struct {
+				ViewerID string `json:"viewer_id"`
+			} `json:"viewer"`
+		}
+		if err := json.Unmarshal(r.body, &d); err != nil || (d.Viewer != nil) != want || (want && d.Viewer.ViewerID != viewer) {
+			t.Errorf("debug of 2 as %q: %s, want a viewer part %v", viewer, r.body, want)
+		}
+	}
+
+	origins(t, c)
 
 	// Client limits: reads once per poll interval, durable writes 1/s
 	// with bursts of 5 (fake clock: nothing refills).

@@ -253,6 +253,20 @@ func (s *Server) register(pattern string, h http.Handler) {
 // the list the API description (OpenAPI) is checked against.
 func (s *Server) Patterns() []string { return slices.Clone(s.patterns) }
 
+// BrowserPatterns returns the patterns of the endpoints a browser page
+// calls (handleBrowser), in the order they were registered: those that
+// answer allowed origins with CORS headers, and whose paths answer their
+// preflights (OPTIONS, in ServeHTTP: no route of the mux).
+func (s *Server) BrowserPatterns() []string {
+	var out []string
+	for _, p := range s.patterns {
+		if s.browser[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // ServeHTTP implements http.Handler. Unknown paths and wrong methods get
 // JSON errors like everything else.
 //
