@@ -16,6 +16,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/presenced/presenced/internal/tracing"
 )
 
 // Bounds are the histogram's upper bounds (le), in seconds: backend calls
@@ -36,6 +42,8 @@ const nBounds = 16
 // Op is one kind of backend call. It is safe for concurrent use.
 type Op struct {
 	backend, name string
+	spanName      string
+	attrs         []attribute.KeyValue
 	counts        [nBounds + 1]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
 	sumNs         atomic.Int64
 }
@@ -55,7 +63,8 @@ func New(backend, name string) *Op {
 			return o
 		}
 	}
-	o := &Op{backend: backend, name: name}
+	o := &Op{backend: backend, name: name, spanName: backend + " " + name,
+		attrs: []attribute.KeyValue{attribute.String("presenced.backend", backend), attribute.String("presenced.op", name)}}
 	ops = append(ops, o)
 	return o
 }
@@ -64,16 +73,31 @@ func New(backend, name string) *Op {
 type Call struct {
 	op    *Op
 	start time.Time
+	span  trace.Span // nil unless traced
 }
 
-// Start begins a call. ctx is the caller's (nil is allowed).
+// Start begins a call. ctx is the caller's (nil is allowed): if it
+// carries a span being recorded (internal/tracing), the call is its child
+// span, named "<backend> <op>".
 func (o *Op) Start(ctx context.Context) Call {
-	return Call{op: o, start: time.Now()}
+	var span trace.Span
+	if tracing.On() {
+		span = tracing.StartChild(ctx, o.spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(o.attrs...))
+	}
+	return Call{op: o, start: time.Now(), span: span}
 }
 
-// End records the call's duration. err is the call's outcome.
+// End records the call's duration and, if traced, ends its span (an
+// error status when err is not nil). err is the call's outcome.
 func (c Call) End(err error) {
 	c.op.Observe(time.Since(c.start))
+	if c.span != nil {
+		if err != nil {
+			c.span.RecordError(err)
+			c.span.SetStatus(codes.Error, err.Error())
+		}
+		c.span.End()
+	}
 }
 
 // Done is End of *errp, for a deferred call in a function with a named
