@@ -32,6 +32,7 @@ import (
 	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tlscert"
+	"github.com/presenced/presenced/internal/tracing"
 )
 
 func main() {
@@ -341,6 +342,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		hup = make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
+	}
+	// OpenTelemetry traces, exported over OTLP only when the standard
+	// OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT variables name a collector.
+	stopTracing, err := tracing.Setup(ctx, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("tracing: spans not exported at shutdown", "err", err)
+		}
+	}()
+	if tracing.On() {
+		log.Info("tracing: exporting spans over OTLP")
 	}
 	a, err := app.New(ctx, cfg)
 	if err != nil {

@@ -6,12 +6,14 @@ import (
 	"fmt"
 
 	"github.com/gobwas/ws"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/ratelimit"
+	"github.com/presenced/presenced/internal/tracing"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -26,6 +28,15 @@ type Hub interface {
 }
 
 var _ Sink = (*conn)(nil)
+
+// opSpanNames are the span names of the operations (internal/tracing), by
+// message kind; heartbeats, far too many, have none.
+var opSpanNames = [...]string{
+	msgSetStatus:   "ws set_status",
+	msgSubscribe:   "ws subscribe",
+	msgUnsubscribe: "ws unsubscribe",
+	msgBye:         "ws bye",
+}
 
 // handle applies one decoded message. It returns false once the connection
 // is closing.
@@ -42,6 +53,11 @@ func (c *conn) handle(m *clientMsg) bool {
 	}
 	ctx, cancel := c.opContext()
 	defer cancel()
+	if tracing.On() {
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, opSpanNames[m.kind], trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+	}
 	switch m.kind {
 	case msgSetStatus:
 		// A status change is a durable write before it applies: people

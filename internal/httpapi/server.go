@@ -20,12 +20,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/origin"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/ratelimit"
+	"github.com/presenced/presenced/internal/tracing"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -348,6 +353,11 @@ func (s *Server) handle(pattern, route string, h handlerFunc) {
 	s.register(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := statusWriter{ResponseWriter: w, code: http.StatusOK}
+		ctx, span := tracing.StartHTTP(r, route)
+		if span != nil {
+			r = r.WithContext(ctx)
+			defer func() { endSpan(span, sw.code) }() // after the recover below has written a 500
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -369,6 +379,15 @@ func (s *Server) handle(pattern, route string, h handlerFunc) {
 			writeError(&sw, err)
 		}
 	}))
+}
+
+// endSpan ends the span of a request answered code.
+func endSpan(span trace.Span, code int) {
+	span.SetAttributes(attribute.Int("http.response.status_code", code))
+	if code >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(code))
+	}
+	span.End()
 }
 
 // handleBrowser is handle for an endpoint a browser page calls: it

@@ -74,7 +74,7 @@ func New(src Sources) *Registry {
 			Help: "HTTP API requests by route and status code.",
 		}, []string{"route", "code"}),
 	}
-	reg.MustRegister(r.latency, r.requests)
+	reg.MustRegister(r.latency, r.requests, backendCollector{})
 	if src.Tracker != nil {
 		reg.MustRegister(&trackerCollector{src: src})
 		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest, peers: src.Peers})

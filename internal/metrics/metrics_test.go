@@ -4,7 +4,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/buildinfo"
 )
 
@@ -18,5 +20,34 @@ func TestBuildInfo(t *testing.T) {
 	want := `presenced_build_info{go="` + in.Go + `",revision="` + in.Revision + `",version="` + in.Version + `"} 1`
 	if !strings.Contains(rec.Body.String(), want+"\n") {
 		t.Fatalf("no %s in\n%s", want, rec.Body.String())
+	}
+}
+
+// TestBackendCalls: a backend call recorded by internal/backendcall is a
+// presenced_backend_call_duration_seconds series at the next scrape.
+func TestBackendCalls(t *testing.T) {
+	r := New(Sources{})
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	series := `presenced_backend_call_duration_seconds_count{backend="metricstest",op="probe"}`
+	if body := scrape(); strings.Contains(body, series) {
+		t.Fatalf("%s before any call", series)
+	}
+	op := backendcall.New("metricstest", "probe")
+	op.Observe(300 * time.Microsecond)
+	op.Observe(2 * time.Millisecond)
+	body := scrape()
+	for _, want := range []string{
+		series + " 2\n",
+		`presenced_backend_call_duration_seconds_bucket{backend="metricstest",op="probe",le="0.0005"} 1` + "\n",
+		`presenced_backend_call_duration_seconds_bucket{backend="metricstest",op="probe",le="0.0025"} 2` + "\n",
+		`presenced_backend_call_duration_seconds_bucket{backend="metricstest",op="probe",le="+Inf"} 2` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %q in /metrics", want)
+		}
 	}
 }

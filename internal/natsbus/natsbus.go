@@ -437,7 +437,8 @@ func JetStreamOptions() []jetstream.JetStreamOpt {
 
 // ensureStream creates the stream or updates it to the configuration.
 // Several nodes may do this at once (see package jsstream).
-func (b *Bus) ensureStream(ctx context.Context) error {
+func (b *Bus) ensureStream(ctx context.Context) (err error) {
+	defer callEnsureStream.Start(ctx).Done(&err)
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	cfg := jetstream.StreamConfig{
@@ -463,7 +464,8 @@ func (b *Bus) ensureStream(ctx context.Context) error {
 
 // Ping reports whether the bus is connected to NATS and the server answers
 // (a round trip). It is safe for concurrent use.
-func (b *Bus) Ping(ctx context.Context) error {
+func (b *Bus) Ping(ctx context.Context) (err error) {
+	defer callPing.Start(ctx).Done(&err)
 	if !b.nc.IsConnected() {
 		return errors.New("natsbus: not connected to NATS")
 	}

@@ -10,7 +10,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/presence"
+)
+
+// Calls to NATS timed into presenced_backend_call_duration_seconds.
+var (
+	// callPublish is a JetStream publish, from the send to its ack (or
+	// failure): the publisher keeps up to maxInFlight under way.
+	callPublish      = backendcall.New("nats", "publish")
+	callPing         = backendcall.New("nats", "ping")
+	callEnsureStream = backendcall.New("nats", "ensure_stream")
+	callAnnounce     = backendcall.New("nats", "announce")
+	callSubscribe    = backendcall.New("nats", "subscribe")
+	callUnsubscribe  = backendcall.New("nats", "unsubscribe")
 )
 
 // queue is the bounded queue between Publish and the publisher goroutine.
@@ -75,8 +88,9 @@ func (b *Bus) Publish(ev *presence.Event) {
 
 // outMsg is one event on its way to the stream.
 type outMsg struct {
-	msg *nats.Msg
-	paf jetstream.PubAckFuture // nil until sent
+	msg  *nats.Msg
+	paf  jetstream.PubAckFuture // nil until sent
+	sent backendcall.Call       // the publish under way, ended by its ack or failure
 }
 
 // publisher is the state of the outgoing side. It is used by one goroutine
@@ -172,6 +186,7 @@ func (p *publisher) harvest() {
 }
 
 func (p *publisher) acked(*jetstream.PubAck) {
+	p.inflight[0].sent.End(nil)
 	p.inflight[0] = nil
 	p.inflight = p.inflight[1:]
 	p.b.acked.Add(1)
@@ -181,6 +196,7 @@ func (p *publisher) acked(*jetstream.PubAck) {
 // failedHead moves the head of inflight to the retry list.
 func (p *publisher) failedHead(err error) {
 	m := p.inflight[0]
+	m.sent.End(err)
 	p.inflight[0] = nil
 	p.inflight = p.inflight[1:]
 	m.paf = nil
@@ -238,8 +254,10 @@ func (p *publisher) send(ctx context.Context) {
 			}
 			m = p.encode(&p.batch[p.next])
 		}
+		m.sent = callPublish.Start(nil)
 		paf, err := b.js.PublishMsgAsync(m.msg)
 		if err != nil {
+			m.sent.End(err)
 			if !fromRetry {
 				p.next++
 				b.q.n.Add(-1)

@@ -97,7 +97,9 @@ func (b *Bus) reconcile(user string) int {
 	b.subsMu.Unlock()
 	switch {
 	case want && us == nil:
+		c := callSubscribe.Start(nil)
 		sub, err := b.nc.ChanSubscribe(subjectOf(b.prefix, user), b.in)
+		c.End(err)
 		if err != nil {
 			if !errors.Is(err, nats.ErrConnectionClosed) { // after Close: nothing to say
 				b.log.Error("subscribe failed", "user", user, "err", err)
@@ -111,7 +113,10 @@ func (b *Bus) reconcile(user string) int {
 		return 1
 	case !want && us != nil:
 		dropped, _ := us.sub.Dropped()
-		if err := us.sub.Unsubscribe(); err != nil && b.nc.IsConnected() {
+		c := callUnsubscribe.Start(nil)
+		err := us.sub.Unsubscribe()
+		c.End(err)
+		if err != nil && b.nc.IsConnected() {
 			b.log.Warn("unsubscribe failed", "user", user, "err", err)
 		}
 		b.subsMu.Lock()
@@ -208,7 +213,8 @@ func (b *Bus) ContactsChanged(owner string) {
 	}
 }
 
-func (b *Bus) announce(owner string) error {
+func (b *Bus) announce(owner string) (err error) {
+	defer callAnnounce.Start(nil).Done(&err)
 	m := &nats.Msg{Subject: b.contacts, Data: []byte(owner), Header: nats.Header{nodeHeader: {b.node}}}
 	if err := b.nc.PublishMsg(m); err != nil {
 		return err

@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/groupcommit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
@@ -220,7 +221,8 @@ func (s *Store) Close() error {
 
 // Ping reports whether the database answers. It is safe for concurrent
 // use.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) (err error) {
+	defer callPing.Start(ctx).Done(&err)
 	if err := s.pool.Ping(ctx); err != nil {
 		return fail(err, "ping")
 	}
@@ -234,7 +236,8 @@ const loadProfilesQuery = `SELECT user_id, manual, status_text, last_seen, pub_l
 // record, in no particular order; unknown ids are skipped. It runs one
 // query, whatever the number of ids. fn runs while the query does and must
 // not keep the pointer it is given. It is safe for concurrent use.
-func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) error {
+func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) (err error) {
+	defer callLoadProfiles.Start(ctx).Done(&err)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -277,7 +280,8 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 // ctx's error returned; if it ends while the group is being committed,
 // ctx's error is returned and the write may be committed nonetheless, as
 // with any database. It is safe for concurrent use.
-func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error {
+func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) (err error) {
+	defer callSaveStatus.Start(ctx).Done(&err)
 	if err := s.committer.Write(ctx, profileWrite{user: user, manual: m, text: text}); err != nil {
 		return fail(err, "save status of %q", user)
 	}
@@ -287,7 +291,8 @@ func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, 
 // SaveSettings records a user's privacy settings, creating the user's record
 // if needed; nothing else of the record changes. It is group committed as
 // SaveStatus is, with the same promises. It is safe for concurrent use.
-func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) error {
+func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) (err error) {
+	defer callSaveSettings.Start(ctx).Done(&err)
 	if err := s.committer.Write(ctx, profileWrite{user: user, settings: true, st: st}); err != nil {
 		return fail(err, "save settings of %q", user)
 	}
@@ -331,7 +336,8 @@ const (
 // transaction. An upsert may touch a row only once, so of a user's writes
 // of one kind only the group's last is sent: the others would have been
 // overwritten within the same transaction anyway.
-func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
+func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err error) {
+	defer callCommitWrites.Start(ctx).Done(&err)
 	if len(group) == 1 {
 		// A lone write: the plain one-row statement.
 		w := &group[0]
@@ -446,7 +452,8 @@ var lastSeenPool = sync.Pool{New: func() any { return new(lastSeenBatch) }}
 // out of order or name a user twice. Concurrent calls with overlapping
 // batches do not deadlock: each locks its rows in byte order of the ids. It
 // is safe for concurrent use.
-func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) error {
+func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) (err error) {
+	defer callSaveLastSeen.Start(ctx).Done(&err)
 	if len(batch) == 0 {
 		return nil
 	}
@@ -464,9 +471,10 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 // (1 for the first). Versions stamped in this run start above it. Nodes
 // sharing the database share the counter, so no two runs of any nodes get
 // the same epoch. It is safe for concurrent use.
-func (s *Store) NextEpoch(ctx context.Context) (uint64, error) {
+func (s *Store) NextEpoch(ctx context.Context) (_ uint64, err error) {
+	defer callNextEpoch.Start(ctx).Done(&err)
 	var epoch int64
-	err := s.pool.QueryRow(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
+	err = s.pool.QueryRow(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
 	if err != nil {
 		return 0, fail(err, "next epoch")
 	}
@@ -529,8 +537,9 @@ func checkContactCount(ctx context.Context, tx pgx.Tx, user string) error {
 // SetContacts replaces the contact list of user — the users user lets see
 // them when a visibility is Contacts — with contacts, atomically.
 // Duplicates are ignored. It is safe for concurrent use.
-func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) error {
-	err := s.listTx(ctx, func(tx pgx.Tx) error {
+func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) (err error) {
+	defer callSetContacts.Start(ctx).Done(&err)
+	err = s.listTx(ctx, func(tx pgx.Tx) error {
 		if err := lockContactList(ctx, tx, user); err != nil {
 			return err
 		}
@@ -554,11 +563,12 @@ func (s *Store) SetContacts(ctx context.Context, user string, contacts []string)
 // AddContacts adds contacts to the contact list of user, in one
 // transaction. Contacts already listed are left alone. It is safe for
 // concurrent use.
-func (s *Store) AddContacts(ctx context.Context, user string, contacts []string) error {
+func (s *Store) AddContacts(ctx context.Context, user string, contacts []string) (err error) {
+	defer callAddContacts.Start(ctx).Done(&err)
 	if len(contacts) == 0 {
 		return nil
 	}
-	err := s.listTx(ctx, func(tx pgx.Tx) error {
+	err = s.listTx(ctx, func(tx pgx.Tx) error {
 		if err := lockContactList(ctx, tx, user); err != nil {
 			return err
 		}
@@ -576,11 +586,12 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 // RemoveContacts removes contacts from the contact list of user, in one
 // statement. Contacts not listed are ignored. It is safe for concurrent
 // use.
-func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []string) error {
+func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []string) (err error) {
+	defer callRemoveContacts.Start(ctx).Done(&err)
 	if len(contacts) == 0 {
 		return nil
 	}
-	err := s.lists.Enter(ctx, writegate.Bulk)
+	err = s.lists.Enter(ctx, writegate.Bulk)
 	if err == nil {
 		_, err = s.pool.Exec(ctx, `DELETE FROM contacts WHERE user_id = $1 AND contact_id = ANY($2)`, user, contacts)
 		s.lists.Leave()
@@ -596,7 +607,8 @@ const contactsQuery = `SELECT contact_id FROM contacts WHERE user_id = $1 ORDER 
 // Contacts returns the contact list of user in ascending byte order; the
 // list of a user without one is empty, not an error. It is safe for
 // concurrent use.
-func (s *Store) Contacts(ctx context.Context, user string) ([]string, error) {
+func (s *Store) Contacts(ctx context.Context, user string) (_ []string, err error) {
+	defer callContacts.Start(ctx).Done(&err)
 	rows, err := s.pool.Query(ctx, contactsQuery, user)
 	if err != nil {
 		return nil, fail(err, "contacts of %q", user)
@@ -617,7 +629,8 @@ const listedByQuery = `SELECT user_id FROM contacts WHERE contact_id = $1 AND us
 // Contacts-visible presence viewer may see. It runs one query, whatever the
 // number of owners. fn runs while the query does. It is safe for concurrent
 // use.
-func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) error {
+func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) (err error) {
+	defer callListedBy.Start(ctx).Done(&err)
 	if len(owners) == 0 {
 		return nil
 	}
@@ -638,3 +651,19 @@ func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn
 	}
 	return nil
 }
+
+// Backend calls timed into presenced_backend_call_duration_seconds.
+var (
+	callPing           = backendcall.New("postgres", "ping")
+	callLoadProfiles   = backendcall.New("postgres", "load_profiles")
+	callSaveStatus     = backendcall.New("postgres", "save_status")
+	callSaveSettings   = backendcall.New("postgres", "save_settings")
+	callCommitWrites   = backendcall.New("postgres", "commit_writes")
+	callSaveLastSeen   = backendcall.New("postgres", "save_last_seen")
+	callNextEpoch      = backendcall.New("postgres", "next_epoch")
+	callSetContacts    = backendcall.New("postgres", "set_contacts")
+	callAddContacts    = backendcall.New("postgres", "add_contacts")
+	callRemoveContacts = backendcall.New("postgres", "remove_contacts")
+	callContacts       = backendcall.New("postgres", "contacts")
+	callListedBy       = backendcall.New("postgres", "listed_by")
+)

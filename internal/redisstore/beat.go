@@ -98,7 +98,8 @@ func (s *Store) Beat(ctx context.Context, now int64, user, device string, active
 // trip). It reports whether snap was filled; when it was not (the user's
 // fields do not tell their state without the whole hash: Get's rule), the
 // caller reads the user.
-func (s *Store) BeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error) {
+func (s *Store) BeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot) (_ presence.Change, _ bool, err error) {
+	defer callBeatRead.Start(ctx).Done(&err)
 	k := s.shardIndex(user)
 	g := s.group(k)
 	r := beatReqPool.Get().(*beatReq)
@@ -190,6 +191,7 @@ func callContext(batch []*beatReq) (context.Context, context.CancelFunc) {
 
 // beatBatch runs one script call for batch and sets every beat's outcome.
 func (s *Store) beatBatch(ctx context.Context, batch []*beatReq) {
+	defer callBeatBatch.Start(ctx).End(nil)
 	keys := make([]string, 0, 3*len(batch))
 	args := make([]string, 0, 4*len(batch))
 	for _, r := range batch {

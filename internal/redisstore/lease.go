@@ -48,7 +48,8 @@ func (sk *shardKeys) ownedKey(lease uint64) string {
 func u64(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // AcquireLease implements tracker.Leaser.
-func (s *Store) AcquireLease(ctx context.Context, lease uint64, now int64) error {
+func (s *Store) AcquireLease(ctx context.Context, lease uint64, now int64) (err error) {
+	defer callAcquireLease.Start(ctx).Done(&err)
 	if err := s.c.Do(ctx, s.c.B().Hset().Key(s.leases).FieldValue().FieldValue(u64(lease), i64(now)).Build()).Error(); err != nil {
 		return fmt.Errorf("redisstore: acquire lease: %w", err)
 	}
@@ -56,7 +57,8 @@ func (s *Store) AcquireLease(ctx context.Context, lease uint64, now int64) error
 }
 
 // RenewLease implements tracker.Leaser.
-func (s *Store) RenewLease(ctx context.Context, lease uint64, now int64, out []tracker.Lease) ([]tracker.Lease, error) {
+func (s *Store) RenewLease(ctx context.Context, lease uint64, now int64, out []tracker.Lease) (_ []tracker.Lease, err error) {
+	defer callRenewLease.Start(ctx).Done(&err)
 	m, err := s.renewLease.Exec(ctx, s.c, []string{s.leases}, []string{u64(lease), i64(now)}).ToMessage()
 	if err != nil {
 		return out, fmt.Errorf("redisstore: renew lease: %w", s.renewLease.err(err))
@@ -88,7 +90,8 @@ func (s *Store) RenewLease(ctx context.Context, lease uint64, now int64, out []t
 }
 
 // TakeLease implements tracker.Leaser.
-func (s *Store) TakeLease(ctx context.Context, lease uint64, renewed, now int64) (bool, error) {
+func (s *Store) TakeLease(ctx context.Context, lease uint64, renewed, now int64) (_ bool, err error) {
+	defer callTakeLease.Start(ctx).Done(&err)
 	n, err := s.takeLease.Exec(ctx, s.c, []string{s.leases}, []string{u64(lease), i64(renewed), i64(now)}).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: take lease: %w", s.takeLease.err(err))
@@ -97,7 +100,8 @@ func (s *Store) TakeLease(ctx context.Context, lease uint64, renewed, now int64)
 }
 
 // EndLease implements tracker.Leaser.
-func (s *Store) EndLease(ctx context.Context, lease uint64) error {
+func (s *Store) EndLease(ctx context.Context, lease uint64) (err error) {
+	defer callEndLease.Start(ctx).Done(&err)
 	if err := s.c.Do(ctx, s.c.B().Hdel().Key(s.leases).Field(u64(lease)).Build()).Error(); err != nil {
 		return fmt.Errorf("redisstore: end lease: %w", err)
 	}
@@ -119,7 +123,8 @@ func (s *Store) TakeOver(ctx context.Context, now int64, lease uint64, renewed i
 // skip does not name (nil: all).
 func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, renewed int64,
 	lastSeen func(ctx context.Context, users []string) (map[string]int64, error), skip func(part int) bool,
-	out []presence.Change) ([]presence.Change, error) {
+	out []presence.Change) (_ []presence.Change, err error) {
+	defer callTakeOverParts.Start(ctx).Done(&err)
 	cmds := make(rueidis.Commands, 0, len(s.shards))
 	listed := make([]int, 0, len(s.shards))
 	for i := range s.shards {
@@ -210,7 +215,8 @@ func takeOverErr(failed, answered int, shards []int, err, late error) error {
 }
 
 // Claim implements tracker.Leaser.
-func (s *Store) Claim(ctx context.Context, now int64, lease uint64, user string, d tracker.OwnedDevice) (presence.Change, error) {
+func (s *Store) Claim(ctx context.Context, now int64, lease uint64, user string, d tracker.OwnedDevice) (_ presence.Change, err error) {
+	defer callClaim.Start(ctx).Done(&err)
 	sk := s.shardOf(user)
 	m, err := s.claim.Exec(ctx, s.c, []string{sk.users + user, sk.due, sk.dirty, sk.ownedKey(lease)},
 		[]string{user, i64(now), d.ID, u64(lease), i64(d.LastBeat), i64(d.LastActive)}).ToMessage()
@@ -230,6 +236,7 @@ func (s *Store) Claim(ctx context.Context, now int64, lease uint64, user string,
 // a Cluster (or behind a proxy that refused a call across slots) the users
 // of one shard per call.
 func (s *Store) Touch(ctx context.Context, now int64, lease uint64, touches []tracker.Touch) {
+	defer callTouch.Start(ctx).End(nil)
 	type call struct {
 		keys, args []string
 		idx        []int
@@ -280,7 +287,8 @@ func (s *Store) Touch(ctx context.Context, now int64, lease uint64, touches []tr
 }
 
 // Release implements tracker.Leaser.
-func (s *Store) Release(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice, bye bool) (presence.Change, []string, error) {
+func (s *Store) Release(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice, bye bool) (_ presence.Change, _ []string, err error) {
+	defer callRelease.Start(ctx).Done(&err)
 	sk := s.shardOf(user)
 	b := "0"
 	if bye {
@@ -291,7 +299,8 @@ func (s *Store) Release(ctx context.Context, now int64, lease uint64, user strin
 }
 
 // HandOff implements tracker.Leaser.
-func (s *Store) HandOff(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice) (presence.Change, []string, error) {
+func (s *Store) HandOff(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice) (_ presence.Change, _ []string, err error) {
+	defer callHandOff.Start(ctx).Done(&err)
 	sk := s.shardOf(user)
 	return s.ownedOp(ctx, s.handoff, "hand off", []string{sk.users + user, sk.due, sk.dirty},
 		[]string{user, i64(now), u64(lease)}, devs, user, now)

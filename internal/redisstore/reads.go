@@ -28,7 +28,8 @@ const readsComplete = " complete"
 //
 // Nodes of a build before the read hash must be stopped first: they keep
 // changing users' hashes without their read fields (docs/operations.md).
-func (s *Store) RebuildReads(ctx context.Context) (int, error) {
+func (s *Store) RebuildReads(ctx context.Context) (_ int, err error) {
+	defer callRebuildReads.Start(ctx).Done(&err)
 	cmds := make(rueidis.Commands, len(s.shards))
 	for i := range s.shards {
 		cmds[i] = s.c.B().Hexists().Key(s.shards[i].reads).Field(readsComplete).Build()

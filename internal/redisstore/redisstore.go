@@ -90,6 +90,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -226,7 +227,8 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error
 
 // Ping sends a PING: the tracker's probe of whether Redis answers again
 // after an outage.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) (err error) {
+	defer callPing.Start(ctx).Done(&err)
 	if err := s.c.Do(ctx, s.c.B().Ping().Build()).Error(); err != nil {
 		return fmt.Errorf("redisstore: ping: %w", err)
 	}
@@ -249,7 +251,8 @@ func (s *Store) Part(user string) int { return s.shardIndex(user) }
 
 // PingPart implements tracker.Partitioned: a round trip to the master of
 // shard part (an EXISTS of its floor key).
-func (s *Store) PingPart(ctx context.Context, part int) error {
+func (s *Store) PingPart(ctx context.Context, part int) (err error) {
+	defer callPingPart.Start(ctx).Done(&err)
 	if err := s.c.Do(ctx, s.c.B().Exists().Key(s.shards[part].floor).Build()).Error(); err != nil {
 		return fmt.Errorf("redisstore: ping shard %d: %w", part, err)
 	}
@@ -330,17 +333,20 @@ func (sc *script) execMulti(ctx context.Context, c rueidis.Client, execs ...ruei
 func (s *script) err(err error) error { return s.src.scriptError(err) }
 
 // SetStatus implements tracker.Store.
-func (s *Store) SetStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
+func (s *Store) SetStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (_ presence.Change, err error) {
+	defer callSetStatus.Start(ctx).Done(&err)
 	return s.changeOf(s.setStatus.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), strconv.Itoa(int(m)), text}), s.setStatus, user, now, "set status")
 }
 
 // Bye implements tracker.Store.
-func (s *Store) Bye(ctx context.Context, now int64, user, device string) (presence.Change, error) {
+func (s *Store) Bye(ctx context.Context, now int64, user, device string) (_ presence.Change, err error) {
+	defer callBye.Start(ctx).Done(&err)
 	return s.changeOf(s.bye.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device}), s.bye, user, now, "bye")
 }
 
 // Disconnect implements tracker.Store.
-func (s *Store) Disconnect(ctx context.Context, now int64, user, device string, since int64) (presence.Change, error) {
+func (s *Store) Disconnect(ctx context.Context, now int64, user, device string, since int64) (_ presence.Change, err error) {
+	defer callDisconnect.Start(ctx).Done(&err)
 	return s.changeOf(s.disconnect.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device, i64(since)}),
 		s.disconnect, user, now, "disconnect")
 }
@@ -424,7 +430,8 @@ func decodeChange(arr []rueidis.RedisMessage, now int64) (presence.Change, error
 }
 
 // SetSettings implements tracker.Store.
-func (s *Store) SetSettings(ctx context.Context, now int64, user string, set *presence.Settings) (presence.Change, error) {
+func (s *Store) SetSettings(ctx context.Context, now int64, user string, set *presence.Settings) (_ presence.Change, err error) {
+	defer callSetSettings.Start(ctx).Done(&err)
 	args := []string{user, i64(now), "", ""} // keep them
 	if set != nil {
 		args[2], args[3] = strconv.Itoa(int(set.Status)), strconv.Itoa(int(set.LastSeen))
@@ -433,7 +440,8 @@ func (s *Store) SetSettings(ctx context.Context, now int64, user string, set *pr
 }
 
 // Load implements tracker.Store.
-func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) error {
+func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) (err error) {
+	defer callLoad.Start(ctx).Done(&err)
 	sk := s.shardOf(p.UserID)
 	n, err := s.load.Exec(ctx, s.c, []string{sk.users + p.UserID, sk.due, sk.floor}, []string{
 		p.UserID, i64(now), strconv.Itoa(int(p.Manual)), p.Text, i64(p.LastSeen), i64(p.PubLastSeen),
@@ -452,7 +460,8 @@ func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) error 
 // shard's is higher already (see the package doc). A node calls it at
 // start with its epoch<<32, and the tracker after a loss of Redis's data
 // with a new epoch's.
-func (s *Store) RaiseFloor(ctx context.Context, floor uint64) error {
+func (s *Store) RaiseFloor(ctx context.Context, floor uint64) (err error) {
+	defer callRaiseFloor.Start(ctx).Done(&err)
 	execs := make([]rueidis.LuaExec, len(s.shards))
 	for i := range s.shards {
 		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor, s.shards[i].reads}, Args: []string{strconv.FormatUint(floor, 10), readsComplete}}
@@ -492,7 +501,8 @@ func floorErr(what string, shards int, failed []int, err error) error {
 // each has one: a shard without it lost its data (see the package doc).
 // Shards that do not answer (a Cluster master down) are named in a
 // tracker.PartialError, and the answer is about the others.
-func (s *Store) CheckFloor(ctx context.Context) (bool, error) {
+func (s *Store) CheckFloor(ctx context.Context) (_ bool, err error) {
+	defer callCheckFloor.Start(ctx).Done(&err)
 	cmds := make(rueidis.Commands, len(s.shards))
 	for i := range s.shards {
 		cmds[i] = s.c.B().Get().Key(s.shards[i].floor).Build()
@@ -531,7 +541,8 @@ func (s *Store) Expire(ctx context.Context, now int64, max int, out []presence.C
 
 // ExpireParts implements tracker.PartSweeper: Expire of the shards skip
 // does not name (nil: all).
-func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(part int) bool, out []presence.Change) ([]presence.Change, error) {
+func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(part int) bool, out []presence.Change) (_ []presence.Change, err error) {
+	defer callExpireParts.Start(ctx).Done(&err)
 	start := len(out)
 	// Start the probe at a rotating shard, so a small max does not always
 	// favour the first shards.
@@ -618,7 +629,7 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 			break
 		}
 	}
-	err := shardsErr("expire", failed, answered, firstErr)
+	err = shardsErr("expire", failed, answered, firstErr)
 	var pe *tracker.PartialError
 	if errors.As(err, &pe) {
 		slices.Sort(failedShards)
@@ -663,7 +674,8 @@ func decodeClaim(m rueidis.RedisMessage, now int64) (presence.Change, error) {
 // packed strings — then an HGETALL of each user whose read field does not
 // tell its state at now (a device may have died or an away come due since
 // the field was written, and no sweep has settled the user yet).
-func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
+func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) (err error) {
+	defer callGet.Start(ctx).Done(&err)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -1105,7 +1117,8 @@ func (s *Store) Dirty(ctx context.Context, out []presence.Profile) ([]presence.P
 
 // DirtyParts implements tracker.PartSweeper: Dirty of the shards skip
 // does not name (nil: all).
-func (s *Store) DirtyParts(ctx context.Context, skip func(part int) bool, out []presence.Profile) ([]presence.Profile, error) {
+func (s *Store) DirtyParts(ctx context.Context, skip func(part int) bool, out []presence.Profile) (_ []presence.Profile, err error) {
+	defer callDirtyParts.Start(ctx).Done(&err)
 	probes := make(rueidis.Commands, 0, len(s.shards))
 	probed := make([]int, 0, len(s.shards))
 	for i := range s.shards {
@@ -1191,7 +1204,8 @@ func decodeProfile(m rueidis.RedisMessage) (presence.Profile, error) {
 
 // Debug implements tracker.Store; the deadline is the user's entry in its
 // shard's due set.
-func (s *Store) Debug(ctx context.Context, user string) (presence.User, int64, bool, error) {
+func (s *Store) Debug(ctx context.Context, user string) (_ presence.User, _ int64, _ bool, err error) {
+	defer callDebug.Start(ctx).Done(&err)
 	sk := s.shardOf(user)
 	res := s.c.DoMulti(ctx,
 		s.c.B().Hgetall().Key(sk.users+user).Build(),
@@ -1215,3 +1229,32 @@ func (s *Store) Debug(ctx context.Context, user string) (presence.User, int64, b
 	}
 	return u, deadline, true, nil
 }
+
+// Backend calls timed into presenced_backend_call_duration_seconds.
+var (
+	callBeatRead      = backendcall.New("redis", "beat")
+	callBeatBatch     = backendcall.New("redis", "beat_script")
+	callAcquireLease  = backendcall.New("redis", "acquire_lease")
+	callRenewLease    = backendcall.New("redis", "renew_lease")
+	callTakeLease     = backendcall.New("redis", "take_lease")
+	callEndLease      = backendcall.New("redis", "end_lease")
+	callTakeOverParts = backendcall.New("redis", "take_over")
+	callClaim         = backendcall.New("redis", "claim")
+	callTouch         = backendcall.New("redis", "touch")
+	callRelease       = backendcall.New("redis", "release")
+	callHandOff       = backendcall.New("redis", "hand_off")
+	callRebuildReads  = backendcall.New("redis", "rebuild_reads")
+	callPing          = backendcall.New("redis", "ping")
+	callPingPart      = backendcall.New("redis", "ping_part")
+	callSetStatus     = backendcall.New("redis", "set_status")
+	callBye           = backendcall.New("redis", "bye")
+	callDisconnect    = backendcall.New("redis", "disconnect")
+	callSetSettings   = backendcall.New("redis", "set_settings")
+	callLoad          = backendcall.New("redis", "load")
+	callRaiseFloor    = backendcall.New("redis", "raise_floor")
+	callCheckFloor    = backendcall.New("redis", "check_floor")
+	callGet           = backendcall.New("redis", "get")
+	callDebug         = backendcall.New("redis", "debug")
+	callExpireParts   = backendcall.New("redis", "expire")
+	callDirtyParts    = backendcall.New("redis", "dirty")
+)

@@ -44,6 +44,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
+	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/groupcommit"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
@@ -311,7 +312,8 @@ func (s *Store) Close() error {
 // (disk full, I/O error, read-only: see kind) and none succeeded since,
 // commits a write of a page (put and removed in one transaction) to check
 // that the storage takes writes again. It is safe for concurrent use.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) (err error) {
+	defer callPing.Start(ctx).Done(&err)
 	var epoch int64
 	if err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch); err != nil {
 		return s.fail(err, "ping")
@@ -319,7 +321,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.gate.Enter(ctx, writegate.Urgent); err != nil {
 		return s.fail(err, "ping")
 	}
-	err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch)
+	err = s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'epoch'`).Scan(&epoch)
 	s.gate.Leave()
 	if err != nil {
 		return s.fail(err, "ping")
@@ -353,7 +355,8 @@ const contactsQuery = `SELECT contact_id FROM contacts WHERE user_id = ? ORDER B
 // record, in no particular order; unknown ids are skipped. It runs one
 // query per 999 ids. fn runs while the query does and must not keep the
 // pointer it is given. It is safe for concurrent use.
-func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) error {
+func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) (err error) {
+	defer callLoadProfiles.Start(ctx).Done(&err)
 	var p presence.Profile
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), maxVars)]
@@ -399,7 +402,8 @@ func (s *Store) loadProfiles(ctx context.Context, ids []string, p *presence.Prof
 // ctx's error returned; if it ends while the group is being committed,
 // ctx's error is returned and the write may be durable nonetheless, as with
 // any database. It is safe for concurrent use.
-func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error {
+func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, text string) (err error) {
+	defer callSaveStatus.Start(ctx).Done(&err)
 	if err := s.committer.Write(ctx, profileWrite{user: user, manual: m, text: text}); err != nil {
 		return s.fail(err, "save status of %q", user)
 	}
@@ -410,7 +414,8 @@ func (s *Store) SaveStatus(ctx context.Context, user string, m presence.Manual, 
 // SaveSettings records a user's privacy settings, creating the user's record
 // if needed; nothing else of the record changes. It is group committed as
 // SaveStatus is, with the same promises. It is safe for concurrent use.
-func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) error {
+func (s *Store) SaveSettings(ctx context.Context, user string, st presence.Settings) (err error) {
+	defer callSaveSettings.Start(ctx).Done(&err)
 	if err := s.committer.Write(ctx, profileWrite{user: user, settings: true, st: st}); err != nil {
 		return s.fail(err, "save settings of %q", user)
 	}
@@ -438,7 +443,8 @@ const (
 
 // commitWrites is the group commit: the writes, in order, in one
 // transaction.
-func (s *Store) commitWrites(ctx context.Context, group []profileWrite) error {
+func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err error) {
+	defer callCommitWrites.Start(ctx).Done(&err)
 	if len(group) == 1 {
 		if err := s.gate.Enter(ctx, writegate.Urgent); err != nil {
 			return err
@@ -516,11 +522,12 @@ var (
 // of batch in one transaction (group commit); the other fields are ignored.
 // None of the three ever moves backwards, so a batch may be replayed, arrive
 // out of order or name a user twice. It is safe for concurrent use.
-func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) error {
+func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) (err error) {
+	defer callSaveLastSeen.Start(ctx).Done(&err)
 	if len(batch) == 0 {
 		return nil
 	}
-	err := s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
+	err = s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 		args := make([]any, 0, 4*min(len(batch), lastSeenRows))
 		rest := batch
 		if len(rest) >= lastSeenRows {
@@ -566,9 +573,10 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) erro
 // NextEpoch durably counts one more run of the node and returns its
 // number (1 for the first). Versions stamped in this run start above it.
 // It is safe for concurrent use.
-func (s *Store) NextEpoch(ctx context.Context) (uint64, error) {
+func (s *Store) NextEpoch(ctx context.Context) (_ uint64, err error) {
+	defer callNextEpoch.Start(ctx).Done(&err)
 	var epoch int64
-	err := s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
+	err = s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
 		return tx.QueryRowContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'epoch' RETURNING value`).Scan(&epoch)
 	})
 	if err != nil {
@@ -595,7 +603,8 @@ func checkContactCount(ctx context.Context, tx *sql.Tx, user string) error {
 // Duplicates are ignored. Only what changes is written: contacts no
 // longer listed are deleted, new ones inserted, the others left alone. It
 // is safe for concurrent use.
-func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) error {
+func (s *Store) SetContacts(ctx context.Context, user string, contacts []string) (err error) {
+	defer callSetContacts.Start(ctx).Done(&err)
 	list, err := jsonList(contacts)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: set contacts of %q: %w", user, err)
@@ -638,7 +647,8 @@ func jsonList(ids []string) (string, error) {
 // AddContacts adds contacts to the contact list of user, in one
 // transaction. Contacts already listed are left alone. It is safe for
 // concurrent use.
-func (s *Store) AddContacts(ctx context.Context, user string, contacts []string) error {
+func (s *Store) AddContacts(ctx context.Context, user string, contacts []string) (err error) {
+	defer callAddContacts.Start(ctx).Done(&err)
 	if len(contacts) == 0 {
 		return nil
 	}
@@ -661,7 +671,8 @@ func (s *Store) AddContacts(ctx context.Context, user string, contacts []string)
 // RemoveContacts removes contacts from the contact list of user, in one
 // transaction. Contacts not listed are ignored. It is safe for concurrent
 // use.
-func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []string) error {
+func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []string) (err error) {
+	defer callRemoveContacts.Start(ctx).Done(&err)
 	if len(contacts) == 0 {
 		return nil
 	}
@@ -683,7 +694,8 @@ func (s *Store) RemoveContacts(ctx context.Context, user string, contacts []stri
 // Contacts returns the contact list of user in ascending byte order; the
 // list of a user without one is empty, not an error. It is safe for
 // concurrent use.
-func (s *Store) Contacts(ctx context.Context, user string) ([]string, error) {
+func (s *Store) Contacts(ctx context.Context, user string) (_ []string, err error) {
+	defer callContacts.Start(ctx).Done(&err)
 	rows, err := s.r.QueryContext(ctx, contactsQuery, user)
 	if err != nil {
 		return nil, s.fail(err, "contacts of %q", user)
@@ -708,7 +720,8 @@ func (s *Store) Contacts(ctx context.Context, user string) ([]string, error) {
 // Contacts-visible presence viewer may see. An owner named more than once
 // in owners may be reported more than once. It runs one query per 998
 // owners. fn runs while the query does. It is safe for concurrent use.
-func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) error {
+func (s *Store) ListedBy(ctx context.Context, viewer string, owners []string, fn func(owner string)) (err error) {
+	defer callListedBy.Start(ctx).Done(&err)
 	args := make([]any, 0, min(len(owners), maxVars-1)+1)
 	for len(owners) > 0 {
 		chunk := owners[:min(len(owners), maxVars-1)] // one variable is the viewer
@@ -811,3 +824,19 @@ func stringArgs(args []any, ss []string) []any {
 	}
 	return args
 }
+
+// Backend calls timed into presenced_backend_call_duration_seconds.
+var (
+	callPing           = backendcall.New("sqlite", "ping")
+	callLoadProfiles   = backendcall.New("sqlite", "load_profiles")
+	callSaveStatus     = backendcall.New("sqlite", "save_status")
+	callSaveSettings   = backendcall.New("sqlite", "save_settings")
+	callCommitWrites   = backendcall.New("sqlite", "commit_writes")
+	callSaveLastSeen   = backendcall.New("sqlite", "save_last_seen")
+	callNextEpoch      = backendcall.New("sqlite", "next_epoch")
+	callSetContacts    = backendcall.New("sqlite", "set_contacts")
+	callAddContacts    = backendcall.New("sqlite", "add_contacts")
+	callRemoveContacts = backendcall.New("sqlite", "remove_contacts")
+	callContacts       = backendcall.New("sqlite", "contacts")
+	callListedBy       = backendcall.New("sqlite", "listed_by")
+)
