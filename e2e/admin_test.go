@@ -29,17 +29,7 @@ func TestAdminPage(t *testing.T) {
 	node, chromium := tools(t, root)
 
 	tmp := t.TempDir()
-	srv := &server{bin: filepath.Join(tmp, "presenced"), data: filepath.Join(tmp, "data")}
-	build(t, root, srv.bin)
-	defer func() {
-		if t.Failed() {
-			t.Logf("presenced log:\n%s", srv.logs.String())
-		}
-	}()
-	if err := srv.start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.stop() })
+	srv := startServer(t, root, tmp)
 	key, err := os.ReadFile(filepath.Join(srv.data, "api-key"))
 	if err != nil {
 		t.Fatalf("the API key presenced generated: %v", err)

@@ -45,17 +45,7 @@ func TestBrowser(t *testing.T) {
 	node, chromium := tools(t, root)
 
 	tmp := t.TempDir()
-	srv := &server{bin: filepath.Join(tmp, "presenced"), data: filepath.Join(tmp, "data")}
-	build(t, root, srv.bin)
-	defer func() {
-		if t.Failed() {
-			t.Logf("presenced log:\n%s", srv.logs.String())
-		}
-	}()
-	if err := srv.start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.stop() })
+	srv := startServer(t, root, tmp)
 
 	// POST /restart stops presenced gracefully and starts it again on the
 	// same address and data; it answers once the new process is healthy.
@@ -168,6 +158,25 @@ func tools(t *testing.T, root string) (node, chromium string) {
 
 // build compiles cmd/presenced into bin, with -race when the test runs
 // under -race, so the browser's traffic is checked for data races too.
+// startServer builds presenced into dir, starts it on a free loopback
+// port with its data under dir, stops it when the test ends and shows its
+// log if the test failed.
+func startServer(t *testing.T, root, dir string) *server {
+	t.Helper()
+	srv := &server{bin: filepath.Join(dir, "presenced"), data: filepath.Join(dir, "data")}
+	build(t, root, srv.bin)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("presenced log:\n%s", srv.logs.String())
+		}
+	})
+	if err := srv.start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.stop() })
+	return srv
+}
+
 func build(t *testing.T, root, bin string) {
 	t.Helper()
 	goBin, err := exec.LookPath("go")

@@ -97,17 +97,7 @@ func TestNPMPackage(t *testing.T) {
 	run(ctx, t, app, node, append([]string{tsc, "--module", "esnext", "--moduleResolution", "bundler"}, append(tscFlags, "usage.ts")...)...)
 
 	// A real node, and a backend that mints its tokens.
-	srv := &server{bin: filepath.Join(tmp, "presenced"), data: filepath.Join(tmp, "data")}
-	build(t, root, srv.bin)
-	defer func() {
-		if t.Failed() {
-			t.Logf("presenced log:\n%s", srv.logs.String())
-		}
-	}()
-	if err := srv.start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.stop() })
+	srv := startServer(t, root, tmp)
 	control := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/token" {
 			http.NotFound(w, r)
