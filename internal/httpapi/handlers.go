@@ -41,11 +41,17 @@ func putReadBuf(rb *readBuf) {
 // queryParam returns the single value of a query parameter, refusing
 // repeats so that no value is silently ignored.
 func queryParam(r *http.Request, name string) (string, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return "", badRequest("invalid_query", "malformed query string: %v", err)
+	// The query is parsed once per request (a batch read's is ~10 KB of
+	// ids, and the viewer is looked up in it too) and kept in r.Form,
+	// which nothing else here fills.
+	if r.Form == nil {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			return "", badRequest("invalid_query", "malformed query string: %v", err)
+		}
+		r.Form = q
 	}
-	vs := q[name]
+	vs := r.Form[name]
 	switch len(vs) {
 	case 0:
 		return "", nil
