@@ -35,10 +35,9 @@ type rec struct {
 	idLen    uint8
 	manual   presence.Manual
 	pub      presence.Status
-	ndev     uint8 // devices held; the first is dev, the rest in shard.more
 	flags    uint8
 	settings presence.Settings
-	_        uint8
+	ndev     uint16       // devices held; the first is dev, the rest in shard.more
 	idHead   [idHead]byte // the first idHead bytes of the id
 	idOff    uint32       // where the arena holds the whole id (idLen bytes)
 	lastSeen int64
@@ -209,10 +208,12 @@ func (t *table) add(h uint64, id string) int {
 		idx = len(t.recs)
 		t.recs = append(t.recs, rec{})
 	}
+	// Intern before the record is live: a compaction in intern moves the
+	// ids of live records, and this one's is not in the arena yet.
+	off := t.intern(span{}, id).off
 	r := &t.recs[idx]
-	*r = rec{flags: flagLive, idLen: uint8(len(id))}
+	*r = rec{flags: flagLive, idLen: uint8(len(id)), idOff: off}
 	copy(r.idHead[:], id)
-	r.idOff = t.intern(span{}, id).off
 	t.place(h, idx)
 	t.n++
 	return idx
@@ -332,5 +333,5 @@ func (t *table) store(idx int, u *presence.User, tx texts) {
 	case r.ndev > 1:
 		delete(t.more, uint32(idx))
 	}
-	r.ndev = uint8(n)
+	r.ndev = uint16(n)
 }
