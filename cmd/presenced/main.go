@@ -177,8 +177,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *dev && !given["addr"] && getenv(envName("addr")) == "" {
 		*addr = "127.0.0.1:8080" // an insecure node listens on loopback unless told otherwise
 	}
-	if *maxDevices < 1 {
-		return fmt.Errorf("-max-devices %d: at least 1", *maxDevices)
+	if *maxDevices < 1 || *maxDevices > presence.MaxMaxDevices {
+		return fmt.Errorf("-max-devices %d: between 1 and %d", *maxDevices, presence.MaxMaxDevices)
 	}
 	if *maxSubs < 1 {
 		return fmt.Errorf("-max-subscriptions %d: at least 1", *maxSubs)

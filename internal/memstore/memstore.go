@@ -8,6 +8,7 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -70,7 +71,7 @@ func New(cfg Config) *Store {
 		shards:     make([]shard, n),
 	}
 	for i := range s.shards {
-		s.shards[i].t.init(s.seed)
+		s.shards[i].t.init(s.seed, uint(bits.TrailingZeros(uint(n))), cfg.Rules.MaxDevices)
 	}
 	return s
 }

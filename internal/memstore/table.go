@@ -97,21 +97,27 @@ type table struct {
 	// inflates, so no operation allocates or zeroes a device array.
 	scratch []presence.Device
 
-	seed maphash.Seed // the store's
+	seed  maphash.Seed // the store's
+	shift uint         // the bits of a hash that chose the shard
 }
 
-func (t *table) init(seed maphash.Seed) {
-	t.seed = seed
+// init readies an empty table of a store with the given seed, shardBits
+// low bits of a hash choosing the shard, and a cap of maxDevices alive
+// devices per user.
+func (t *table) init(seed maphash.Seed, shardBits uint, maxDevices int) {
+	t.seed, t.shift = seed, shardBits
 	t.slots = make([]uint64, 8)
 	t.texts = make(map[uint32]texts)
 	t.more = make(map[uint32][]presence.Device)
-	t.scratch = make([]presence.Device, 0, presence.DefaultMaxDevices+1)
+	// One more than the cap: a new device joins before dead ones are dropped.
+	t.scratch = make([]presence.Device, 0, maxDevices+1)
 }
 
 // pos is where the probe of hash h starts; tag is what its slots hold.
-// The shard is chosen by h's low bits, the position by bits 8–31 and the
-// tag by bits 32–63, so the three do not correlate.
-func (t *table) pos(h uint64) int { return int(h>>8) & (len(t.slots) - 1) }
+// The shard is chosen by h's low bits, the position by the bits above
+// them and the tag by bits 32–63, so the three do not correlate while a
+// shard holds fewer than 2^(32−shardBits) slots (2^24 with 256 shards).
+func (t *table) pos(h uint64) int { return int(h>>t.shift) & (len(t.slots) - 1) }
 
 func tag(h uint64) uint64 { return h &^ (1<<32 - 1) }
 

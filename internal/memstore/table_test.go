@@ -21,7 +21,7 @@ import (
 func TestTableAgainstMap(t *testing.T) {
 	seed := maphash.MakeSeed()
 	var tb table
-	tb.init(seed)
+	tb.init(seed, 0, presence.DefaultMaxDevices)
 	rng := rand.New(rand.NewPCG(7, 9))
 	want := map[string]int{} // id → index
 	devs := map[string]string{}

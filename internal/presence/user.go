@@ -26,6 +26,11 @@ type Rules struct {
 // DefaultMaxDevices is the cap of alive devices per user.
 const DefaultMaxDevices = 32
 
+// MaxMaxDevices is the largest cap of alive devices per user a node takes
+// (-max-devices): a user's devices are counted in 16 bits where they are
+// stored, and a thousand is already far beyond any person's devices.
+const MaxMaxDevices = 1000
+
 // Default rules: what a deployment gets for a zero TTL, IdleAfter or
 // MaxDevices.
 const (

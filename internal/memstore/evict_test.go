@@ -14,14 +14,14 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 )
 
-// TestReviewEvictReuse drives the store and a plain model with eviction on
+// TestAgainstPlainUsersWithEviction drives the store and a plain model with eviction on
 // (records are dropped and their indices reused), ids of every awkward
 // length (empty, 36 bytes exactly, longer ones sharing their first 36 bytes,
 // 64 bytes), device ids of many lengths, the empty one included (so the
 // arena fills with garbage and is compacted), and checks after every step
 // that every user held shows exactly the model's state, and that every id
 // string Dirty and Expire handed out is still what it was.
-func TestReviewEvictReuse(t *testing.T) {
+func TestAgainstPlainUsersWithEviction(t *testing.T) {
 	r := presence.Rules{TTL: 3 * time.Second, IdleAfter: 5 * time.Second, CloseGrace: time.Second, MaxDevices: 40}.WithDefaults()
 	p36 := strings.Repeat("x", 36)
 	ids := []string{"", "a", "b", p36, p36[:35] + "y", p36 + "1", p36 + "2", p36 + "12", strings.Repeat("z", 64), strings.Repeat("x", 63) + "q"}

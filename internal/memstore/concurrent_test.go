@@ -14,12 +14,12 @@ import (
 	"github.com/presenced/presenced/internal/tracker"
 )
 
-// TestReviewConcurrent runs writers (beats with device ids of many lengths,
+// TestConcurrentUse runs writers (beats with device ids of many lengths,
 // byes, loads after eviction), a sweeper, a checkpointer and batch readers
 // at once, under -race: ids handed out by Dirty and Expire are read by
 // other goroutines while the shards append to and compact their arenas, and
 // every read must name the user asked for.
-func TestReviewConcurrent(t *testing.T) {
+func TestConcurrentUse(t *testing.T) {
 	r := presence.Rules{TTL: 50 * time.Millisecond, CloseGrace: 10 * time.Millisecond}.WithDefaults()
 	s := memstore.New(memstore.Config{Rules: r, Shards: 4, EvictAfter: time.Millisecond})
 	ctx := context.Background()

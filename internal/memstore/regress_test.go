@@ -11,13 +11,13 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 )
 
-// TestReviewCompactDuringAdd: the arena of a shard is small (one short id
+// TestCompactionDuringAdd: the arena of a shard is small (one short id
 // and a device id), half of it is garbage (the device said bye), and a user
 // whose id is longer than the arena's capacity is loaded. add marks the new
 // record live with idLen set before interning its id; intern compacts, and
 // compact copies the new record's id span {off 0, n idLen} — beyond the old
 // arena's capacity.
-func TestReviewCompactDuringAdd(t *testing.T) {
+func TestCompactionDuringAdd(t *testing.T) {
 	ctx := context.Background()
 	s := memstore.New(memstore.Config{Rules: rules, Shards: 1})
 	const t0 = 1_700_000_000_000
@@ -52,10 +52,10 @@ func TestReviewCompactDuringAdd(t *testing.T) {
 	}
 }
 
-// TestReviewManyDevices: -max-devices has no upper bound, but a record
+// TestManyDevices: -max-devices has no upper bound, but a record
 // counts its devices in a uint8. A user with 256 alive devices must show
 // 256 devices, not 0 (offline).
-func TestReviewManyDevices(t *testing.T) {
+func TestManyDevices(t *testing.T) {
 	ctx := context.Background()
 	r := presence.Rules{TTL: time.Hour, MaxDevices: 300}.WithDefaults()
 	s := memstore.New(memstore.Config{Rules: r, Shards: 1})
