@@ -23,8 +23,9 @@
 //		}
 //	}
 //
-// Close leaves the device alive until its ttl runs out, exactly like a lost
-// connection; Bye ends it at once (logout, app closed).
+// Close leaves the device alive for the server's close grace (5 s by
+// default), exactly like a lost connection, so a reconnect within it shows
+// nothing; Bye ends it at once (logout, app closed).
 package client
 
 import (
@@ -80,8 +81,9 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the delay before a reconnect attempt:
 	// the n-th failed attempt in a row waits a random duration in
 	// [d/2, d] with d = min(MinBackoff·2ⁿ, MaxBackoff). Defaults 250ms and
-	// 10s — short enough to reconnect within the server's default ttl of
-	// 30s, so a dropped connection shows no change to anyone.
+	// 10s. The first attempts come within the server's close grace (5 s by
+	// default), so a dropped connection that comes back at once shows no
+	// change to anyone; a longer outage shows the device gone, then back.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 

@@ -127,10 +127,13 @@ type probe struct {
 	} `yaml:"httpGet"`
 }
 
-// loadManifests decodes every document of k8s/*.yaml, by kind.
+// loadManifests decodes every document of k8s/*.yaml and of
+// k8s/secret.yaml.example, by kind.
 func loadManifests(t *testing.T) map[string][]*k8sObject {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join("k8s", "*.yaml"))
+	// The Secret's shape, kept out of what kubectl applies.
+	files = append(files, filepath.Join("k8s", "secret.yaml.example"))
 	out := map[string][]*k8sObject{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)

@@ -94,6 +94,23 @@ test("keeps the device id of the welcome and reconnects with it", () => {
   assert.equal(last().url.searchParams.get("device_id"), "d-7f3a");
 });
 
+test("storage: null keeps the device id nowhere, even where the page has a sessionStorage", () => {
+  const session = new MemoryStorage();
+  const had = Object.getOwnPropertyDescriptor(globalThis, "sessionStorage");
+  Object.defineProperty(globalThis, "sessionStorage", { value: session, configurable: true });
+  try {
+    assert.equal(new PresenceClient({ userId: "42", url: "ws://presence.test/v1/ws" }).storage, session);
+    const c = new PresenceClient({ userId: "42", url: "ws://presence.test/v1/ws", storage: null });
+    assert.equal(c.storage, null);
+    c.start();
+    last().open({ device_id: "d-1" });
+    assert.equal(session.getItem("presenced.device.42"), null);
+  } finally {
+    if (had) Object.defineProperty(globalThis, "sessionStorage", had);
+    else delete globalThis.sessionStorage;
+  }
+});
+
 test("a token goes in the query instead of the user id", () => {
   const c = new PresenceClient({ token: "t.o.k", url: "ws://presence.test/v1/ws", storage: new MemoryStorage() });
   c.start();

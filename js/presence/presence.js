@@ -176,7 +176,8 @@ export class PresenceClient extends EventTarget {
     /** @type {number} */
     this.inactiveAfterMs = opts.inactiveAfterMs ?? 60_000;
     /** @type {Storage | null} */
-    this.storage = opts.storage ?? safeSessionStorage();
+    // null is a choice (nowhere: a new device per client), not a default.
+    this.storage = opts.storage === undefined ? safeSessionStorage() : opts.storage;
     /** @type {string | null} */
     this.deviceId = this._load() || null;
     /** @type {Set<string>} */
