@@ -298,7 +298,7 @@ func (f *figure) svg() ([]byte, error) {
 		p.Y.Tick.Marker = steps125{}
 	} else {
 		p.Y.Max *= 1.35
-		p.Y.Tick.Marker = plot.DefaultTicks{}
+		p.Y.Tick.Marker = steps125Linear{}
 	}
 
 	c := vgsvg.New(figureWidth, figureHeight)
@@ -420,6 +420,7 @@ func (f *figure) drawBars(p *plot.Plot) error {
 	}
 	p.NominalX(f.Groups...)
 	p.X.Min, p.X.Max = -0.5, float64(len(f.Groups))-0.5
+	p.Y.Padding = vg.Points(5) // NominalX pads for half the first name: the range above leaves room
 	p.X.Tick.Label.Font.Size = 12
 	return nil
 }
@@ -439,6 +440,29 @@ func formatValue(v float64) string {
 		return b.String()
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// steps125Linear marks a linear axis every 1, 2 or 5 × a power of ten,
+// the first of these steps that gives at most 7 marks.
+type steps125Linear struct{}
+
+func (steps125Linear) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) {
+		return []plot.Tick{{Value: lo, Label: formatValue(lo)}}
+	}
+	step := math.Pow(10, math.Floor(math.Log10((hi-lo)/7)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if (hi-lo)/(m*step) <= 7 {
+			step *= m
+			break
+		}
+	}
+	var ts []plot.Tick
+	for i := math.Ceil(lo / step); i*step <= hi*(1+1e-9); i++ {
+		v := i * step
+		ts = append(ts, plot.Tick{Value: v, Label: formatValue(v)})
+	}
+	return ts
 }
 
 // steps125 marks a log axis at 1, 2, 5 × powers of ten.

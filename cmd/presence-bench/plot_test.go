@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,9 +15,11 @@ import (
 // svgDoc is what a test reads back from a figure: the text it shows and
 // the styles of its strokes.
 type svgDoc struct {
-	texts  []string
-	styles []string
+	texts []string
+	paths []svgPath
 }
+
+type svgPath struct{ d, style string }
 
 // readSVG parses an SVG document to its end (it must be well-formed XML
 // with an <svg> root) and returns its texts and path styles.
@@ -44,11 +47,16 @@ func readSVG(t *testing.T, path string) svgDoc {
 			}
 			inText = tk.Name.Local == "text"
 			if tk.Name.Local == "path" {
+				var p svgPath
 				for _, a := range tk.Attr {
-					if a.Name.Local == "style" {
-						doc.styles = append(doc.styles, a.Value)
+					switch a.Name.Local {
+					case "d":
+						p.d = a.Value
+					case "style":
+						p.style = a.Value
 					}
 				}
+				doc.paths = append(doc.paths, p)
 			}
 		case xml.EndElement:
 			inText = false
@@ -64,11 +72,19 @@ func readSVG(t *testing.T, path string) svgDoc {
 	return doc
 }
 
-// hasGoalLine reports whether a dashed stroke in the goal's colour is
-// drawn.
+// hasGoalLine reports whether a dashed horizontal stroke in the goal's
+// colour runs across most of the figure (the legend's sample of it is
+// 20 points long).
 func (d svgDoc) hasGoalLine() bool {
-	return slices.ContainsFunc(d.styles, func(s string) bool {
-		return strings.Contains(s, "stroke:#C01C28") && strings.Contains(s, "stroke-dasharray")
+	return slices.ContainsFunc(d.paths, func(p svgPath) bool {
+		if !strings.Contains(p.style, "stroke:#C01C28") || !strings.Contains(p.style, "stroke-dasharray") {
+			return false
+		}
+		var x1, y1, x2, y2 float64
+		if _, err := fmt.Sscanf(p.d, "M%g,%gL%g,%g", &x1, &y1, &x2, &y2); err != nil {
+			return false
+		}
+		return y1 == y2 && x2-x1 > float64(figureWidth.Points())/2
 	})
 }
 
@@ -140,6 +156,40 @@ func TestPlot(t *testing.T) {
 	if !bytes.Contains(b, []byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;")) ||
 		bytes.Contains(b, []byte("font-family:Liberation")) {
 		t.Error("lat.svg: the font family has no fallback")
+	}
+}
+
+// TestPlotDocs draws the figures committed in docs/img and checks that the
+// committed images show the same series and goal: a figure file changed
+// without its image redrawn (or the other way round) fails here.
+func TestPlotDocs(t *testing.T) {
+	files, err := filepath.Glob("../../docs/img/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no figures in docs/img: %v", err)
+	}
+	out := t.TempDir()
+	var stderr bytes.Buffer
+	if code := runPlotCmd(append([]string{"-o", out}, files...), io.Discard, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, f := range files {
+		fig, err := readFigure(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fig.Date == "" || fig.Commit == "" || fig.Machine == "" || len(fig.Commands) == 0 {
+			t.Errorf("%s: date, commit, machine and commands are required of a committed figure", f)
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".json") + ".svg"
+		drawn := readSVG(t, filepath.Join(out, name))
+		committed := readSVG(t, filepath.Join(filepath.Dir(f), name))
+		if !slices.Equal(drawn.texts, committed.texts) {
+			t.Errorf("docs/img/%s is not what %s draws: redraw it with presence-bench plot -o docs/img docs/img/*.json\ncommitted: %q\ndrawn:     %q",
+				name, f, committed.texts, drawn.texts)
+		}
+		if fig.Goal != nil && !committed.hasGoalLine() {
+			t.Errorf("docs/img/%s: no goal line", name)
+		}
 	}
 }
 
