@@ -175,8 +175,8 @@ func (f *figure) check() error {
 	if len(f.Series) == 0 || len(f.Series) > maxFigureSeries {
 		return fmt.Errorf("give 1 to %d series", maxFigureSeries)
 	}
-	val := func(what string, v float64) error {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || (f.LogY && v == 0) {
+	val := func(what string, v float64, logScale bool) error {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || (logScale && v == 0) {
 			return fmt.Errorf("%s: %v is not a value this figure can show", what, v)
 		}
 		return nil
@@ -185,7 +185,7 @@ func (f *figure) check() error {
 		if f.Goal.Label == "" {
 			return errors.New("the goal needs a label")
 		}
-		if err := val("goal", f.Goal.Value); err != nil {
+		if err := val("goal", f.Goal.Value, f.LogY); err != nil {
 			return err
 		}
 	}
@@ -199,10 +199,10 @@ func (f *figure) check() error {
 				return fmt.Errorf("series %q: a lines figure takes 1 to %d points and no values", s.Name, maxFigurePoints)
 			}
 			for _, p := range s.Points {
-				if err := val("series "+s.Name+" x", p[0]); err != nil {
+				if err := val("series "+s.Name+" x", p[0], false); err != nil {
 					return err
 				}
-				if err := val("series "+s.Name, p[1]); err != nil {
+				if err := val("series "+s.Name, p[1], f.LogY); err != nil {
 					return err
 				}
 			}
@@ -211,7 +211,7 @@ func (f *figure) check() error {
 				return fmt.Errorf("series %q: a bars figure takes one value per group (%d) and no points", s.Name, len(f.Groups))
 			}
 			for _, v := range s.Values {
-				if err := val("series "+s.Name, v); err != nil {
+				if err := val("series "+s.Name, v, f.LogY); err != nil {
 					return err
 				}
 			}
@@ -294,10 +294,11 @@ func (f *figure) svg() ([]byte, error) {
 		lo := f.minValue()
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
+		p.Y.Max = math.Max(p.Y.Max, p.Y.Min*10)
 		p.Y.Max = math.Pow(10, math.Log10(p.Y.Max)+0.45*(math.Log10(p.Y.Max)-math.Log10(p.Y.Min)))
 		p.Y.Tick.Marker = steps125{}
 	} else {
-		p.Y.Max *= 1.35
+		p.Y.Max = math.Max(p.Y.Max*1.35, 1) // all zeros: still an axis
 		p.Y.Tick.Marker = steps125Linear{}
 	}
 

@@ -159,6 +159,26 @@ func TestPlot(t *testing.T) {
 	}
 }
 
+// TestPlotEdges: figures at the edges of what may be drawn — all zeros on
+// a linear axis, one point on a log axis at x = 0 — are drawn, not refused
+// nor crashed on.
+func TestPlotEdges(t *testing.T) {
+	dir := t.TempDir()
+	files := []string{
+		writeFile(t, dir, "zero.json", `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"series":[{"name":"nothing","values":[0]}]}`),
+		writeFile(t, dir, "one.json", `{"kind":"lines","title":"t","x_label":"x","y_label":"y","log_y":true,"series":[{"name":"alone","points":[[0,3]]}]}`),
+	}
+	var stderr bytes.Buffer
+	if code := runPlotCmd(append([]string{"-o", dir}, files...), io.Discard, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for name, want := range map[string]string{"zero.svg": "nothing", "one.svg": "alone"} {
+		if doc := readSVG(t, filepath.Join(dir, name)); !slices.Contains(doc.texts, want) {
+			t.Errorf("%s lacks %q: %q", name, want, doc.texts)
+		}
+	}
+}
+
 // TestPlotDocs draws the figures committed in docs/img and checks that the
 // committed images show the same series and goal: a figure file changed
 // without its image redrawn (or the other way round) fails here.
