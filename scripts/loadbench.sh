@@ -2,7 +2,8 @@
 # Runs every presence-bench scenario against presenced on this machine —
 # one embedded node, then three (and, for the connection count, six)
 # scale-out nodes sharing one Redis, PostgreSQL and NATS — and writes the
-# JSON results, the human tables and the plots of docs/benchmarks.md.
+# JSON results and the human tables of docs/benchmarks.md (its plots are
+# drawn from docs/img/*.json: see "The plots" there).
 #
 #   scripts/loadbench.sh [out-dir]          (default: a new directory under /tmp)
 #
@@ -184,6 +185,5 @@ psql "$PG_ADMIN_URL" -qc "DROP DATABASE IF EXISTS $db" >/dev/null || true
 if command -v redis-cli >/dev/null; then # the scale-out nodes' keys
 	redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}*" | xargs -r -n 1000 redis-cli -u "$REDIS_URL" del >/dev/null || true
 fi
-"$pb" plot -o "$out" "$out"/*.json >/dev/null 2>&1 || true
 echo
 echo "results in $out"

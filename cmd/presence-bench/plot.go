@@ -1,70 +1,98 @@
 package main
 
-// The plot command: SVG figures from the -json results of any scenario.
+// The plot command: one SVG figure per JSON file of measured figures.
 //
-//	presence-bench plot -o docs/img results/*.json
+//	presence-bench plot -o docs/img docs/img/*.json
 //
-// It writes, in the -o directory,
+// Each file (docs/img/memory.json is one) holds the figures of one
+// question — memory per connection, fan-out latency, batch-read latency,
+// Redis CPU per heartbeat — with where they come from (date, commit,
+// machine, the exact commands), and is drawn to the -o directory under
+// the same base name with .svg. Two kinds of figure:
 //
-//   - latency.svg: grouped bars of p50, p99, p99.9 and max (milliseconds,
-//     log scale), one group per latency summary found in the results. A
-//     latency summary is any JSON object with at least one of p50_ms,
-//     p99_ms, p999_ms and max_ms, at any depth (fanout's latency and
-//     baseline.latency, churn's lag, the latency of batch and heartbeats…),
-//     named by its scenario, its file and its path;
-//   - memory.svg: RSS and Go heap in use per connection (KiB) against the
-//     connection count, one point per connections result (held, or n; fields
-//     rss_bytes_per_conn, heap_inuse_bytes_per_conn).
+//   - "lines": one line per series through its (x, y) points, e.g. KiB
+//     per connection against connections held, one line for presenced
+//     and one for Centrifugo;
+//   - "bars": groups of bars, one group per entry of "groups" (p50, p99),
+//     one bar per series in each group.
 //
-// A file may hold one result object, several one after the other, or an
-// array of them. Missing fields are skipped, not errors; a figure without
-// data is not written. The SVG is written by hand: no dependencies.
+// Every figure may carry a goal, drawn as a dashed horizontal line named
+// in the legend, and every bar and point is labelled with its value.
+// Drawing is gonum.org/v1/plot's. The figures are sized for the width of
+// a documentation page (8 × 4.5 in, ~770 px).
 
 import (
 	"bytes"
 	"encoding/json"
-	"encoding/xml"
 	"errors"
 	"flag"
 	"fmt"
+	"image/color"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
+	"strconv"
 	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-const maxPlotFiles = 1000
+const (
+	maxPlotFiles     = 100
+	maxFigureBytes   = 1 << 20
+	maxFigureSeries  = 8
+	maxFigurePoints  = 100
+	figureWidth      = 8 * vg.Inch
+	figureHeight     = 4.5 * vg.Inch
+	figureFontFamily = "Liberation Sans"
+)
 
-// plotResult is one result object read from a file.
-type plotResult struct {
-	label string
-	obj   map[string]any
+// figure is one file of measured figures. The provenance fields are not
+// drawn; they say where the figures come from.
+type figure struct {
+	Kind   string   `json:"kind"` // "lines" or "bars"
+	Title  string   `json:"title"`
+	XLabel string   `json:"x_label"`
+	YLabel string   `json:"y_label"`
+	Unit   string   `json:"unit"`   // after each value label: "ms", " KiB"
+	LogY   bool     `json:"log_y"`  // a log scale for the values
+	Groups []string `json:"groups"` // bars: the name under each group
+	Goal   *goal    `json:"goal"`
+	Series []series `json:"series"`
+
+	Date     string          `json:"date"`
+	Commit   string          `json:"commit"`
+	Machine  string          `json:"machine"`
+	Commands []string        `json:"commands"`
+	Notes    string          `json:"notes"`
+	Raw      json.RawMessage `json:"raw"` // the tools' own output, kept as it was
 }
 
-// latSeries is one latency summary: its name and its four figures (NaN
-// when absent).
-type latSeries struct {
-	name string
-	vals [4]float64 // p50, p99, p99.9, max in ms
+type goal struct {
+	Value float64 `json:"value"`
+	Label string  `json:"label"`
 }
 
-var latKeys = [4]string{"p50_ms", "p99_ms", "p999_ms", "max_ms"}
-var latNames = [4]string{"p50", "p99", "p99.9", "max"}
-
-// memPoint is one connections result.
-type memPoint struct {
-	label   string
-	conns   float64
-	rssKiB  float64 // NaN when absent
-	heapKiB float64
+type series struct {
+	Name   string       `json:"name"`
+	Points [][2]float64 `json:"points"` // lines: (x, y)
+	Values []float64    `json:"values"` // bars: one per group
 }
 
 func runPlotCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("presence-bench plot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("o", ".", "directory for latency.svg and memory.svg")
+	out := fs.String("o", ".", "directory the SVG files are written to (NAME.json → NAME.svg)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: presence-bench plot [-o dir] figures.json…")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -73,16 +101,12 @@ func runPlotCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	files := fs.Args()
 	if len(files) == 0 || len(files) > maxPlotFiles {
-		fmt.Fprintf(stderr, "presence-bench plot: give 1 to %d -json result files\n", maxPlotFiles)
+		fmt.Fprintf(stderr, "presence-bench plot: give 1 to %d figure files\n", maxPlotFiles)
 		return 2
 	}
 	written, err := plotFiles(*out, files)
 	if err != nil {
 		fmt.Fprintf(stderr, "presence-bench plot: %v\n", err)
-		return 1
-	}
-	if len(written) == 0 {
-		fmt.Fprintln(stderr, "presence-bench plot: no latency nor connections figures in these files")
 		return 1
 	}
 	for _, w := range written {
@@ -91,347 +115,369 @@ func runPlotCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// plotFiles reads files and writes the figures into dir; it returns the
-// paths written.
+// plotFiles reads every file before it writes anything, so that one bad
+// file leaves the directory as it was; it returns the paths written.
 func plotFiles(dir string, files []string) ([]string, error) {
-	var results []plotResult
-	for _, f := range files {
-		rs, err := readResults(f)
+	figs := make([]*figure, len(files))
+	for i, f := range files {
+		fig, err := readFigure(f)
 		if err != nil {
 			return nil, err
 		}
-		results = append(results, rs...)
+		figs[i] = fig
 	}
-	lat, mem := collect(results)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var written []string
-	if len(lat) > 0 {
-		p := filepath.Join(dir, "latency.svg")
-		if err := os.WriteFile(p, latencySVG(lat), 0o644); err != nil {
-			return nil, err
+	for i, f := range files {
+		b, err := figs[i].svg()
+		if err != nil {
+			return written, fmt.Errorf("%s: %w", f, err)
 		}
-		written = append(written, p)
-	}
-	if len(mem) > 0 {
-		p := filepath.Join(dir, "memory.svg")
-		if err := os.WriteFile(p, memorySVG(mem), 0o644); err != nil {
-			return nil, err
+		p := filepath.Join(dir, strings.TrimSuffix(filepath.Base(f), filepath.Ext(f))+".svg")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return written, err
 		}
 		written = append(written, p)
 	}
 	return written, nil
 }
 
-// readResults reads the JSON objects of one file.
-func readResults(path string) ([]plotResult, error) {
+func readFigure(path string) (*figure, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > 64<<20 {
-		return nil, fmt.Errorf("%s: larger than 64 MiB", path)
+	if len(b) > maxFigureBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFigureBytes)
 	}
-	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	dec := json.NewDecoder(bytes.NewReader(b))
-	var objs []map[string]any
-	for {
-		var v any
-		if err := dec.Decode(&v); err == io.EOF {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+	dec.DisallowUnknownFields()
+	var fig figure
+	if err := dec.Decode(&fig); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%s: more than one JSON value", path)
+	}
+	if err := fig.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &fig, nil
+}
+
+// check refuses a figure that cannot be drawn truthfully.
+func (f *figure) check() error {
+	if f.Title == "" || f.YLabel == "" {
+		return errors.New("title and y_label are required")
+	}
+	if len(f.Series) == 0 || len(f.Series) > maxFigureSeries {
+		return fmt.Errorf("give 1 to %d series", maxFigureSeries)
+	}
+	val := func(what string, v float64, logScale bool) error {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || (logScale && v == 0) {
+			return fmt.Errorf("%s: %v is not a value this figure can show", what, v)
 		}
-		switch v := v.(type) {
-		case map[string]any:
-			objs = append(objs, v)
-		case []any:
-			for _, e := range v {
-				if o, ok := e.(map[string]any); ok {
-					objs = append(objs, o)
+		return nil
+	}
+	if f.Goal != nil {
+		if f.Goal.Label == "" {
+			return errors.New("the goal needs a label")
+		}
+		if err := val("goal", f.Goal.Value, f.LogY); err != nil {
+			return err
+		}
+	}
+	for _, s := range f.Series {
+		if s.Name == "" {
+			return errors.New("every series needs a name")
+		}
+		switch f.Kind {
+		case "lines":
+			if len(s.Points) == 0 || len(s.Points) > maxFigurePoints || len(s.Values) != 0 {
+				return fmt.Errorf("series %q: a lines figure takes 1 to %d points and no values", s.Name, maxFigurePoints)
+			}
+			for _, p := range s.Points {
+				if err := val("series "+s.Name+" x", p[0], false); err != nil {
+					return err
+				}
+				if err := val("series "+s.Name, p[1], f.LogY); err != nil {
+					return err
 				}
 			}
+		case "bars":
+			if len(s.Values) != len(f.Groups) || len(s.Points) != 0 {
+				return fmt.Errorf("series %q: a bars figure takes one value per group (%d) and no points", s.Name, len(f.Groups))
+			}
+			for _, v := range s.Values {
+				if err := val("series "+s.Name, v, f.LogY); err != nil {
+					return err
+				}
+			}
+		default:
+			return fmt.Errorf("kind %q: want lines or bars", f.Kind)
 		}
 	}
-	var out []plotResult
-	for i, o := range objs {
-		sc, _ := o["scenario"].(string)
-		if sc == "" {
-			sc = "?"
-		}
-		label := sc + " " + base
-		if len(objs) > 1 {
-			label += fmt.Sprintf("#%d", i+1)
-		}
-		out = append(out, plotResult{label: label, obj: o})
+	if f.Kind == "bars" && (len(f.Groups) == 0 || len(f.Groups) > maxFigurePoints) {
+		return fmt.Errorf("a bars figure takes 1 to %d groups", maxFigurePoints)
 	}
-	return out, nil
+	if f.Kind == "lines" && f.XLabel == "" {
+		return errors.New("a lines figure needs an x_label")
+	}
+	return nil
 }
 
-// collect finds the latency summaries and the memory points.
-func collect(results []plotResult) ([]latSeries, []memPoint) {
-	var lat []latSeries
-	var mem []memPoint
-	for _, r := range results {
-		walkLatency(r.obj, "", func(path string, vals [4]float64) {
-			name := r.label
-			if path != "" {
-				name += " " + path
-			}
-			lat = append(lat, latSeries{name: name, vals: vals})
-		})
-		if sc, _ := r.obj["scenario"].(string); sc == "connections" {
-			n, ok := num(r.obj, "held")
-			if !ok || n <= 0 {
-				n, ok = num(r.obj, "n")
-			}
-			if !ok || n <= 0 {
-				continue
-			}
-			p := memPoint{label: r.label, conns: n, rssKiB: math.NaN(), heapKiB: math.NaN()}
-			if v, ok := num(r.obj, "rss_bytes_per_conn"); ok {
-				p.rssKiB = v / 1024
-			}
-			if v, ok := num(r.obj, "heap_inuse_bytes_per_conn"); ok {
-				p.heapKiB = v / 1024
-			}
-			if !math.IsNaN(p.rssKiB) || !math.IsNaN(p.heapKiB) {
-				mem = append(mem, p)
-			}
-		}
-	}
-	slices.SortStableFunc(mem, func(a, b memPoint) int {
-		switch {
-		case a.conns < b.conns:
-			return -1
-		case a.conns > b.conns:
-			return 1
-		}
-		return 0
-	})
-	return lat, mem
+// seriesColors: presenced first, its peer second, the naive design third.
+var seriesColors = []color.RGBA{
+	{0x1f, 0x6f, 0xb4, 0xff}, // blue
+	{0xe6, 0x7e, 0x0e, 0xff}, // orange
+	{0x80, 0x80, 0x80, 0xff}, // grey
+	{0x2c, 0xa0, 0x2c, 0xff}, // green
+	{0x94, 0x67, 0xbd, 0xff},
+	{0x8c, 0x56, 0x4b, 0xff},
+	{0xe3, 0x77, 0xc2, 0xff},
+	{0x17, 0xbe, 0xcf, 0xff},
 }
 
-// walkLatency calls found for every object under v with latency keys, in
-// a stable (sorted) order.
-func walkLatency(v any, path string, found func(path string, vals [4]float64)) {
-	switch v := v.(type) {
-	case map[string]any:
-		vals, has := [4]float64{}, false
-		for i, k := range latKeys {
-			vals[i] = math.NaN()
-			if f, ok := num(v, k); ok && f >= 0 {
-				vals[i], has = f, true
+// figureFont is gonum's Liberation Sans (metric-compatible with Arial).
+var figureFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+var goalColor = color.RGBA{0xc0, 0x1c, 0x28, 0xff}
+
+// svg draws the figure.
+func (f *figure) svg() ([]byte, error) {
+	plot.DefaultFont = figureFont
+	plotter.DefaultFont = figureFont
+	p := plot.New()
+	p.Title.Text = f.Title
+	p.Title.TextStyle.Font.Size = 15
+	p.Title.Padding = 8
+	p.X.Label.Text = f.XLabel
+	p.Y.Label.Text = f.YLabel
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font.Size = 12
+		a.Tick.Label.Font.Size = 11
+	}
+	p.Legend.TextStyle.Font.Size = 11
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = 6, -4
+	grid := plotter.NewGrid()
+	if f.Kind == "bars" {
+		grid.Vertical.Color = nil
+	}
+	p.Add(grid)
+	p.Y.Min = 0
+
+	var err error
+	switch f.Kind {
+	case "lines":
+		err = f.drawLines(p)
+	default:
+		err = f.drawBars(p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if f.Goal != nil {
+		g := plotter.NewFunction(func(float64) float64 { return f.Goal.Value })
+		g.Color = goalColor
+		g.Width = vg.Points(2)
+		g.Dashes = []vg.Length{vg.Points(8), vg.Points(4)}
+		g.Samples = 2
+		p.Add(g)
+		p.Legend.Add(f.Goal.Label, g)
+		p.Y.Max = math.Max(p.Y.Max, f.Goal.Value)
+	}
+	// Head room for the legend and the value labels above the data.
+	if f.LogY {
+		lo := f.minValue()
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
+		p.Y.Max = math.Max(p.Y.Max, p.Y.Min*10)
+		p.Y.Max = math.Pow(10, math.Log10(p.Y.Max)+0.45*(math.Log10(p.Y.Max)-math.Log10(p.Y.Min)))
+		p.Y.Tick.Marker = steps125{}
+	} else {
+		p.Y.Max = math.Max(p.Y.Max*1.35, 1) // all zeros: still an axis
+		p.Y.Tick.Marker = steps125Linear{}
+	}
+
+	c := vgsvg.New(figureWidth, figureHeight)
+	p.Draw(draw.New(c))
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	// The SVG names the font the layout was measured with; a reader
+	// without it gets the metric-compatible Arial or Helvetica rather
+	// than the browser's default serif.
+	return bytes.ReplaceAll(buf.Bytes(), []byte("font-family:"+figureFontFamily+";"),
+		[]byte("font-family:'"+figureFontFamily+"',Arial,Helvetica,sans-serif;")), nil
+}
+
+func (f *figure) minValue() float64 {
+	lo := math.Inf(1)
+	for _, s := range f.Series {
+		for _, p := range s.Points {
+			lo = math.Min(lo, p[1])
+		}
+		for _, v := range s.Values {
+			lo = math.Min(lo, v)
+		}
+	}
+	if f.Goal != nil {
+		lo = math.Min(lo, f.Goal.Value)
+	}
+	return lo
+}
+
+func (f *figure) drawLines(p *plot.Plot) error {
+	var xs []float64
+	for i, s := range f.Series {
+		pts := make(plotter.XYs, len(s.Points))
+		labels := make([]string, len(s.Points))
+		for j, pt := range s.Points {
+			pts[j] = plotter.XY{X: pt[0], Y: pt[1]}
+			labels[j] = formatValue(pt[1]) + f.Unit
+			xs = append(xs, pt[0])
+		}
+		l, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		clr := seriesColors[i%len(seriesColors)]
+		l.Color, l.Width = clr, vg.Points(2.5)
+		sc.Color, sc.Radius, sc.Shape = clr, vg.Points(4), draw.CircleGlyph{}
+		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: pts, Labels: labels})
+		if err != nil {
+			return err
+		}
+		for j := range lb.TextStyle {
+			lb.TextStyle[j].Color = clr
+			lb.TextStyle[j].Font.Size = 10
+			lb.TextStyle[j].XAlign = draw.XCenter
+		}
+		lb.Offset = vg.Point{Y: vg.Points(7)}
+		p.Add(l, sc, lb)
+		p.Legend.Add(s.Name, l, sc)
+		for _, pt := range s.Points {
+			p.Y.Max = math.Max(p.Y.Max, pt[1])
+		}
+	}
+	// Ticks at the x values measured, with thousands separated.
+	ticks := make([]plot.Tick, 0, len(xs))
+	seen := map[float64]bool{}
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			ticks = append(ticks, plot.Tick{Value: x, Label: formatValue(x)})
+		}
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs {
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	pad := (hi - lo) * 0.06
+	if pad == 0 {
+		pad = math.Max(hi*0.1, 1)
+	}
+	p.X.Min, p.X.Max = math.Max(0, lo-pad), hi+pad
+	return nil
+}
+
+func (f *figure) drawBars(p *plot.Plot) error {
+	n := len(f.Series)
+	// The bars of a group share ~70% of the group's slot on the page.
+	slot := (figureWidth - 90) / vg.Length(len(f.Groups))
+	w := min(slot*0.7/vg.Length(n), vg.Points(70))
+	for i, s := range f.Series {
+		b, err := plotter.NewBarChart(plotter.Values(s.Values), w)
+		if err != nil {
+			return err
+		}
+		clr := seriesColors[i%len(seriesColors)]
+		b.Color = clr
+		b.LineStyle.Width = 0
+		b.Offset = w * (vg.Length(i) - vg.Length(n-1)/2)
+		pts := make(plotter.XYs, len(s.Values))
+		labels := make([]string, len(s.Values))
+		for j, v := range s.Values {
+			pts[j] = plotter.XY{X: float64(j), Y: v}
+			labels[j] = formatValue(v) + f.Unit
+			p.Y.Max = math.Max(p.Y.Max, v)
+		}
+		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: pts, Labels: labels})
+		if err != nil {
+			return err
+		}
+		for j := range lb.TextStyle {
+			lb.TextStyle[j].Font.Size = 10
+			lb.TextStyle[j].XAlign = draw.XCenter
+		}
+		lb.Offset = vg.Point{X: b.Offset, Y: vg.Points(3)}
+		p.Add(b, lb)
+		p.Legend.Add(s.Name, b)
+	}
+	p.NominalX(f.Groups...)
+	p.X.Min, p.X.Max = -0.5, float64(len(f.Groups))-0.5
+	p.Y.Padding = vg.Points(5) // NominalX pads for half the first name: the range above leaves room
+	p.X.Tick.Label.Font.Size = 12
+	return nil
+}
+
+// formatValue writes a figure as a reader wants it: 3 significant digits
+// at most, thousands separated (15,000; 31.5; 0.25).
+func formatValue(v float64) string {
+	if v >= 1000 {
+		s := strconv.FormatFloat(math.Round(v), 'f', 0, 64)
+		var b strings.Builder
+		for i, r := range s {
+			if i > 0 && (len(s)-i)%3 == 0 {
+				b.WriteByte(',')
 			}
+			b.WriteRune(r)
 		}
-		if has {
-			found(path, vals)
-			return
-		}
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			walkLatency(v[k], p, found)
-		}
-	case []any:
-		for i, e := range v {
-			walkLatency(e, fmt.Sprintf("%s[%d]", path, i), found)
-		}
+		return b.String()
 	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
-func num(o map[string]any, k string) (float64, bool) {
-	f, ok := o[k].(float64)
-	return f, ok && !math.IsNaN(f) && !math.IsInf(f, 0)
-}
+// steps125Linear marks a linear axis every 1, 2 or 5 × a power of ten,
+// the first of these steps that gives at most 7 marks.
+type steps125Linear struct{}
 
-// svg is a small SVG writer.
-type svg struct{ b bytes.Buffer }
-
-func newSVG(w, h int) *svg {
-	s := &svg{}
-	fmt.Fprintf(&s.b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
-		`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", w, h, w, h)
-	fmt.Fprintf(&s.b, `<rect x="0" y="0" width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	return s
-}
-
-func esc(s string) string {
-	var b strings.Builder
-	_ = xml.EscapeText(&b, []byte(s))
-	return b.String()
-}
-
-func (s *svg) text(x, y float64, anchor, extra, t string) {
-	fmt.Fprintf(&s.b, `<text x="%.1f" y="%.1f" text-anchor="%s"%s>%s</text>`+"\n", x, y, anchor, extra, esc(t))
-}
-
-func (s *svg) line(x1, y1, x2, y2 float64, stroke string) {
-	fmt.Fprintf(&s.b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x1, y1, x2, y2, stroke)
-}
-
-func (s *svg) bytes() []byte {
-	s.b.WriteString("</svg>\n")
-	return s.b.Bytes()
-}
-
-var plotColors = [4]string{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2"}
-
-// latencySVG draws grouped bars, log scale, one group per series.
-func latencySVG(series []latSeries) []byte {
-	const (
-		left, right, top = 70.0, 20.0, 50.0
-		groupW, barW     = 90.0, 18.0
-		plotH            = 320.0
-	)
-	longest := 0
-	for _, s := range series {
-		longest = max(longest, len([]rune(s.name)))
+func (steps125Linear) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) {
+		return []plot.Tick{{Value: lo, Label: formatValue(lo)}}
 	}
-	labelH := 7*float64(longest) + 20 // names written upward under their group
-	w := left + right + groupW*float64(len(series))
-	w = max(w, 480)
-	h := top + plotH + labelH
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, s := range series {
-		for _, v := range s.vals {
-			if !math.IsNaN(v) && v > 0 {
-				lo, hi = min(lo, v), max(hi, v)
-			}
-		}
-	}
-	if math.IsInf(lo, 1) {
-		lo, hi = 1, 10
-	}
-	dlo, dhi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
-	if dhi <= dlo {
-		dhi = dlo + 1
-	}
-	y := func(v float64) float64 {
-		v = max(v, math.Pow(10, dlo))
-		return top + plotH - (math.Log10(v)-dlo)/(dhi-dlo)*plotH
-	}
-	s := newSVG(int(w), int(h))
-	s.text(w/2, 22, "middle", ` font-size="15"`, "Latency percentiles (ms, log scale)")
-	for d := dlo; d <= dhi; d++ {
-		yy := y(math.Pow(10, d))
-		s.line(left, yy, w-right, yy, "#dddddd")
-		s.text(left-6, yy+4, "end", "", trimFloat(math.Pow(10, d)))
-	}
-	s.line(left, top, left, top+plotH, "black")
-	s.line(left, top+plotH, w-right, top+plotH, "black")
-	for i, name := range latNames { // legend
-		x := left + 10 + float64(i)*70
-		fmt.Fprintf(&s.b, `<rect x="%.1f" y="32" width="10" height="10" fill="%s"/>`+"\n", x, plotColors[i])
-		s.text(x+14, 41, "start", "", name)
-	}
-	for g, ser := range series {
-		x0 := left + float64(g)*groupW + (groupW-4*barW)/2
-		fmt.Fprintf(&s.b, `<g class="series"><title>%s</title>`+"\n", esc(ser.name))
-		for i, v := range ser.vals {
-			if math.IsNaN(v) {
-				continue
-			}
-			yy := y(v)
-			fmt.Fprintf(&s.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s: %s ms</title></rect>`+"\n",
-				x0+float64(i)*barW, yy, barW-2, top+plotH-yy, plotColors[i], esc(ser.name), latNames[i], trimFloat(v))
-		}
-		cx, cy := left+float64(g)*groupW+groupW/2, top+plotH+8
-		fmt.Fprintf(&s.b, `<text x="%.1f" y="%.1f" text-anchor="end" dominant-baseline="middle" transform="rotate(-90 %.1f %.1f)">%s</text>`+"\n", cx, cy, cx, cy, esc(ser.name))
-		s.b.WriteString("</g>\n")
-	}
-	return s.bytes()
-}
-
-// memorySVG draws RSS and heap per connection against connections.
-func memorySVG(pts []memPoint) []byte {
-	const (
-		w, h                     = 640.0, 400.0
-		left, right, top, bottom = 70.0, 30.0, 50.0, 50.0
-	)
-	xmax, ymax := 0.0, 0.0
-	for _, p := range pts {
-		xmax = max(xmax, p.conns)
-		for _, v := range []float64{p.rssKiB, p.heapKiB} {
-			if !math.IsNaN(v) {
-				ymax = max(ymax, v)
-			}
-		}
-	}
-	xmax, ymax = niceCeil(xmax), niceCeil(max(ymax, 1))
-	px := func(v float64) float64 { return left + v/xmax*(w-left-right) }
-	py := func(v float64) float64 { return top + (h - top - bottom) - max(v, 0)/ymax*(h-top-bottom) }
-	s := newSVG(int(w), int(h))
-	s.text(w/2, 22, "middle", ` font-size="15"`, "Server memory per connection (KiB)")
-	for i := 0; i <= 5; i++ {
-		v := ymax * float64(i) / 5
-		s.line(left, py(v), w-right, py(v), "#dddddd")
-		s.text(left-6, py(v)+4, "end", "", trimFloat(v))
-		xv := xmax * float64(i) / 5
-		s.text(px(xv), h-bottom+16, "middle", "", trimFloat(xv))
-	}
-	s.line(left, top, left, h-bottom, "black")
-	s.line(left, h-bottom, w-right, h-bottom, "black")
-	s.text(w/2, h-10, "middle", "", "connections held")
-	for k, name := range []string{"RSS", "heap in use"} {
-		get := func(p memPoint) float64 { return p.rssKiB }
-		if k == 1 {
-			get = func(p memPoint) float64 { return p.heapKiB }
-		}
-		var path []string
-		for _, p := range pts {
-			if v := get(p); !math.IsNaN(v) {
-				path = append(path, fmt.Sprintf("%.1f,%.1f", px(p.conns), py(v)))
-			}
-		}
-		if len(path) == 0 {
-			continue
-		}
-		fmt.Fprintf(&s.b, `<g class="series"><title>%s</title>`+"\n", name)
-		fmt.Fprintf(&s.b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", plotColors[k], strings.Join(path, " "))
-		for _, p := range pts {
-			if v := get(p); !math.IsNaN(v) {
-				fmt.Fprintf(&s.b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s: %s KiB/conn at %s connections</title></circle>`+"\n",
-					px(p.conns), py(v), plotColors[k], esc(p.label+" "+name), trimFloat(v), trimFloat(p.conns))
-			}
-		}
-		s.b.WriteString("</g>\n")
-		x := left + 10 + float64(k)*110
-		fmt.Fprintf(&s.b, `<rect x="%.1f" y="32" width="10" height="10" fill="%s"/>`+"\n", x, plotColors[k])
-		s.text(x+14, 41, "start", "", name)
-	}
-	return s.bytes()
-}
-
-// niceCeil rounds v up to 1, 2 or 5 × a power of ten.
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
+	step := math.Pow(10, math.Floor(math.Log10((hi-lo)/7)))
 	for _, m := range []float64{1, 2, 5, 10} {
-		if v <= m*p {
-			return m * p
+		if (hi-lo)/(m*step) <= 7 {
+			step *= m
+			break
 		}
 	}
-	return 10 * p
+	var ts []plot.Tick
+	for i := math.Ceil(lo / step); i*step <= hi*(1+1e-9); i++ {
+		v := i * step
+		ts = append(ts, plot.Tick{Value: v, Label: formatValue(v)})
+	}
+	return ts
 }
 
-// trimFloat prints v with at most 3 significant decimals.
-func trimFloat(v float64) string {
-	switch {
-	case v >= 100 || v == math.Trunc(v):
-		return fmt.Sprintf("%.0f", v)
-	case v >= 1:
-		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
+// steps125 marks a log axis at 1, 2, 5 × powers of ten.
+type steps125 struct{}
+
+func (steps125) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if v >= lo*(1-1e-9) && v <= hi*(1+1e-9) {
+				ts = append(ts, plot.Tick{Value: v, Label: formatValue(v)})
+			}
+		}
 	}
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", v), "0"), ".")
+	return ts
 }

@@ -3,131 +3,249 @@ package main
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// wellFormed parses an SVG document to its end and returns the text of
-// its <title> elements.
-func wellFormed(t *testing.T, b []byte) []string {
+// svgDoc is what a test reads back from a figure: the text it shows and
+// the styles of its strokes.
+type svgDoc struct {
+	texts []string
+	paths []svgPath
+}
+
+type svgPath struct{ d, style string }
+
+// readSVG parses an SVG document to its end (it must be well-formed XML
+// with an <svg> root) and returns its texts and path styles.
+func readSVG(t *testing.T, path string) svgDoc {
 	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dec := xml.NewDecoder(bytes.NewReader(b))
-	var titles []string
-	inTitle, root := false, ""
+	var doc svgDoc
+	root, inText := "", false
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			t.Fatalf("not well-formed XML: %v\n%s", err, b)
+			t.Fatalf("%s: not well-formed XML: %v", path, err)
 		}
 		switch tk := tok.(type) {
 		case xml.StartElement:
 			if root == "" {
 				root = tk.Name.Local
 			}
-			inTitle = tk.Name.Local == "title"
+			inText = tk.Name.Local == "text"
+			if tk.Name.Local == "path" {
+				var p svgPath
+				for _, a := range tk.Attr {
+					switch a.Name.Local {
+					case "d":
+						p.d = a.Value
+					case "style":
+						p.style = a.Value
+					}
+				}
+				doc.paths = append(doc.paths, p)
+			}
 		case xml.EndElement:
-			inTitle = false
+			inText = false
 		case xml.CharData:
-			if inTitle {
-				titles = append(titles, string(tk))
+			if inText {
+				doc.texts = append(doc.texts, string(tk))
 			}
 		}
 	}
 	if root != "svg" {
-		t.Fatalf("root element %q", root)
+		t.Fatalf("%s: root element %q", path, root)
 	}
-	return titles
+	return doc
+}
+
+// hasGoalLine reports whether a dashed horizontal stroke in the goal's
+// colour runs across most of the figure (the legend's sample of it is
+// 20 points long).
+func (d svgDoc) hasGoalLine() bool {
+	return slices.ContainsFunc(d.paths, func(p svgPath) bool {
+		if !strings.Contains(p.style, "stroke:#C01C28") || !strings.Contains(p.style, "stroke-dasharray") {
+			return false
+		}
+		var x1, y1, x2, y2 float64
+		if _, err := fmt.Sscanf(p.d, "M%g,%gL%g,%g", &x1, &y1, &x2, &y2); err != nil {
+			return false
+		}
+		return y1 == y2 && x2-x1 > float64(figureWidth.Points())/2
+	})
+}
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func TestPlot(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	files := []string{
-		write("fanout-1.json", `{"scenario":"fanout","latency":{"samples":10,"p50_ms":0.8,"p99_ms":2.5,"p999_ms":4,"max_ms":9.5},
-			"baseline":{"latency":{"p50_ms":0.2,"p99_ms":0.9,"p999_ms":1.1,"max_ms":3}}}`),
-		write("churn.json", `{"scenario":"churn","lag":{"p50_ms":40,"p99_ms":120,"max_ms":300},"ttl_ms":5000}`),
-		// two connections runs in one file, one in another; a field missing
-		write("conn-a.json", `{"scenario":"connections","n":1000,"held":1000,"rss_bytes_per_conn":20480,"heap_inuse_bytes_per_conn":8192}
-			{"scenario":"connections","n":15000,"held":14990,"rss_bytes_per_conn":18432}`),
-		write("conn-b.json", `[{"scenario":"connections","n":5000,"held":5000,"rss_bytes_per_conn":19000,"heap_inuse_bytes_per_conn":8000}]`),
-		// a scenario whose fields the plot does not know: tolerated
-		write("batch.json", `{"scenario":"batch","reads_per_sec":1200,"latency":{"count":5,"p50_ms":1.5,"p99_ms":7}}`),
-		write("limits.json", `{"scenario":"limits","redis_setex_per_sec":90000}`),
+		writeFile(t, dir, "mem.json", `{"kind":"lines","title":"Memory per idle connection","x_label":"connections held",
+			"y_label":"KiB RSS per connection","unit":" KiB","log_y":true,
+			"goal":{"value":2.5,"label":"goal ≤ 2.5 KiB"},
+			"series":[{"name":"presenced","points":[[2500,4.1],[15000,3.5]]},{"name":"Centrifugo 6.3.1","points":[[2500,33.2],[15000,31.4]]}],
+			"date":"2026-11-25","commit":"abc1234","machine":"2 vCPU","commands":["peerbench conns …"],"raw":{"any":["thing"]}}`),
+		writeFile(t, dir, "lat.json", `{"kind":"bars","title":"Fan-out to 500 watchers","y_label":"latency (ms)","unit":" ms",
+			"groups":["p50","p99"],"goal":{"value":50,"label":"goal: p99 ≤ 50 ms"},
+			"series":[{"name":"presenced","values":[5.54,10.9]},{"name":"Centrifugo & co","values":[5.06,8.9]},{"name":"naive","values":[0.25,1234.5]}]}`),
+		// no goal: drawn without one
+		writeFile(t, dir, "nogoal.json", `{"kind":"bars","title":"t","y_label":"µs","groups":["per beat"],
+			"series":[{"name":"only","values":[0.25]}]}`),
 	}
 	out := filepath.Join(dir, "img")
 	var stdout, stderr bytes.Buffer
 	if code := runPlotCmd(append([]string{"-o", out}, files...), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	if got := strings.Fields(stdout.String()); len(got) != 2 {
-		t.Fatalf("written: %q", got)
+	want := []string{filepath.Join(out, "mem.svg"), filepath.Join(out, "lat.svg"), filepath.Join(out, "nogoal.svg")}
+	if got := strings.Fields(stdout.String()); !slices.Equal(got, want) {
+		t.Fatalf("written %q, want %q", got, want)
 	}
-	lat, err := os.ReadFile(filepath.Join(out, "latency.svg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	titles := strings.Join(wellFormed(t, lat), "\n")
-	for _, want := range []string{
-		"fanout fanout-1 latency\n", "fanout fanout-1 baseline.latency\n", "churn churn lag\n", "batch batch latency\n",
-		"fanout fanout-1 latency p99.9: 4 ms", "churn churn lag max: 300 ms",
-	} {
-		if !strings.Contains(titles+"\n", want) {
-			t.Errorf("latency.svg lacks %q; titles:\n%s", want, titles)
+
+	mem := readSVG(t, want[0])
+	for _, s := range []string{"Memory per idle connection", "connections held", "KiB RSS per connection",
+		"presenced", "Centrifugo 6.3.1", "goal ≤ 2.5 KiB",
+		"2,500", "15,000", // the x ticks: the counts measured
+		"4.1 KiB", "31.4 KiB", // every point labelled
+		"1", "2", "5", "10", "20"} { // the log axis at 1-2-5
+		if !slices.Contains(mem.texts, s) {
+			t.Errorf("mem.svg lacks the text %q; it has %q", s, mem.texts)
 		}
 	}
-	if strings.Contains(titles, "churn churn lag p99.9") {
-		t.Error("a bar for a missing p99.9")
+	if !mem.hasGoalLine() {
+		t.Error("mem.svg: no dashed goal line")
 	}
-	mem, err := os.ReadFile(filepath.Join(out, "memory.svg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	titles = strings.Join(wellFormed(t, mem), "\n")
-	for _, want := range []string{
-		"RSS\n", "heap in use\n",
-		"connections conn-a#1 RSS: 20 KiB/conn at 1000 connections",
-		"connections conn-a#2 RSS: 18 KiB/conn at 14990 connections",
-		"connections conn-b RSS: 18.55 KiB/conn at 5000 connections",
-		"connections conn-a#1 heap in use: 8 KiB/conn at 1000 connections",
-	} {
-		if !strings.Contains(titles+"\n", want) {
-			t.Errorf("memory.svg lacks %q; titles:\n%s", want, titles)
+
+	lat := readSVG(t, want[1])
+	for _, s := range []string{"Fan-out to 500 watchers", "presenced", "Centrifugo & co", "naive", "goal: p99 ≤ 50 ms",
+		"p50", "p99", "5.54 ms", "8.9 ms", "0.25 ms", "1,235 ms"} {
+		if !slices.Contains(lat.texts, s) {
+			t.Errorf("lat.svg lacks the text %q; it has %q", s, lat.texts)
 		}
 	}
-	if strings.Contains(titles, "conn-a#2 heap") {
-		t.Error("a heap point for a result without heap figures")
+	if !lat.hasGoalLine() {
+		t.Error("lat.svg: no dashed goal line")
 	}
-	// The RSS line goes through the runs in order of connections.
-	i1, i2, i3 := strings.Index(titles, "conn-a#1 RSS"), strings.Index(titles, "conn-b RSS"), strings.Index(titles, "conn-a#2 RSS")
-	if !(i1 < i2 && i2 < i3) {
-		t.Errorf("points not sorted by connections:\n%s", titles)
+
+	ng := readSVG(t, want[2])
+	if ng.hasGoalLine() || !slices.Contains(ng.texts, "only") {
+		t.Errorf("nogoal.svg: goal line %v, texts %q", ng.hasGoalLine(), ng.texts)
+	}
+	// A reader without Liberation Sans gets a metric-compatible font.
+	b, _ := os.ReadFile(want[1])
+	if !bytes.Contains(b, []byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;")) ||
+		bytes.Contains(b, []byte("font-family:Liberation")) {
+		t.Error("lat.svg: the font family has no fallback")
+	}
+}
+
+// TestPlotEdges: figures at the edges of what may be drawn — all zeros on
+// a linear axis, one point on a log axis at x = 0 — are drawn, not refused
+// nor crashed on.
+func TestPlotEdges(t *testing.T) {
+	dir := t.TempDir()
+	files := []string{
+		writeFile(t, dir, "zero.json", `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"series":[{"name":"nothing","values":[0]}]}`),
+		writeFile(t, dir, "one.json", `{"kind":"lines","title":"t","x_label":"x","y_label":"y","log_y":true,"series":[{"name":"alone","points":[[0,3]]}]}`),
+	}
+	var stderr bytes.Buffer
+	if code := runPlotCmd(append([]string{"-o", dir}, files...), io.Discard, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for name, want := range map[string]string{"zero.svg": "nothing", "one.svg": "alone"} {
+		if doc := readSVG(t, filepath.Join(dir, name)); !slices.Contains(doc.texts, want) {
+			t.Errorf("%s lacks %q: %q", name, want, doc.texts)
+		}
+	}
+}
+
+// TestPlotDocs draws the figures committed in docs/img and checks that the
+// committed images show the same series and goal: a figure file changed
+// without its image redrawn (or the other way round) fails here.
+func TestPlotDocs(t *testing.T) {
+	files, err := filepath.Glob("../../docs/img/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no figures in docs/img: %v", err)
+	}
+	out := t.TempDir()
+	var stderr bytes.Buffer
+	if code := runPlotCmd(append([]string{"-o", out}, files...), io.Discard, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, f := range files {
+		fig, err := readFigure(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fig.Date == "" || fig.Commit == "" || fig.Machine == "" || len(fig.Commands) == 0 {
+			t.Errorf("%s: date, commit, machine and commands are required of a committed figure", f)
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".json") + ".svg"
+		drawn := readSVG(t, filepath.Join(out, name))
+		committed := readSVG(t, filepath.Join(filepath.Dir(f), name))
+		if !slices.Equal(drawn.texts, committed.texts) {
+			t.Errorf("docs/img/%s is not what %s draws: redraw it with presence-bench plot -o docs/img docs/img/*.json\ncommitted: %q\ndrawn:     %q",
+				name, f, committed.texts, drawn.texts)
+		}
+		if fig.Goal != nil && !committed.hasGoalLine() {
+			t.Errorf("docs/img/%s: no goal line", name)
+		}
 	}
 }
 
 func TestPlotRefuses(t *testing.T) {
 	dir := t.TempDir()
-	bad := filepath.Join(dir, "bad.json")
-	os.WriteFile(bad, []byte(`{"scenario":`), 0o644)
-	none := filepath.Join(dir, "none.json")
-	os.WriteFile(none, []byte(`{"scenario":"limits"}`), 0o644)
-	for _, args := range [][]string{
-		{},                         // no files
-		{"-o", dir, bad},           // not JSON
-		{"-o", dir, none},          // nothing to plot
-		{"-o", dir, dir + "/nope"}, // missing
-	} {
+	good := writeFile(t, dir, "good.json", `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"series":[{"name":"s","values":[1]}]}`)
+	bad := map[string]string{
+		"notjson":   `{"kind":`,
+		"two":       `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"series":[{"name":"s","values":[1]}]} {}`,
+		"unknown":   `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"series":[{"name":"s","values":[1]}],"colour":"red"}`,
+		"kind":      `{"kind":"pie","title":"t","y_label":"y","groups":["a"],"series":[{"name":"s","values":[1]}]}`,
+		"noseries":  `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"series":[]}`,
+		"noname":    `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"series":[{"values":[1]}]}`,
+		"count":     `{"kind":"bars","title":"t","y_label":"y","groups":["a","b"],"series":[{"name":"s","values":[1]}]}`,
+		"negative":  `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"series":[{"name":"s","values":[-1]}]}`,
+		"logzero":   `{"kind":"lines","title":"t","x_label":"x","y_label":"y","log_y":true,"series":[{"name":"s","points":[[1,0]]}]}`,
+		"nopoints":  `{"kind":"lines","title":"t","x_label":"x","y_label":"y","series":[{"name":"s","points":[]}]}`,
+		"goallabel": `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"goal":{"value":1},"series":[{"name":"s","values":[1]}]}`,
+		"notitle":   `{"kind":"bars","y_label":"y","groups":["a"],"series":[{"name":"s","values":[1]}]}`,
+	}
+	out := filepath.Join(dir, "out")
+	for name, body := range bad {
+		p := writeFile(t, dir, name+".json", body)
+		var stderr bytes.Buffer
+		// the good file first: nothing is written when any file is bad
+		if code := runPlotCmd([]string{"-o", out, good, p}, io.Discard, &stderr); code != 1 {
+			t.Errorf("%s: exit %d, want 1", name, code)
+		}
+		if !strings.Contains(stderr.String(), name+".json") {
+			t.Errorf("%s: the error does not name the file: %s", name, stderr.String())
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("something was written for bad input: %v", err)
+	}
+	for _, args := range [][]string{{}, {"-o", out, filepath.Join(dir, "missing.json")}, {"-bogus"}} {
 		if code := runPlotCmd(args, io.Discard, io.Discard); code == 0 {
 			t.Errorf("%q: exit 0", args)
 		}
