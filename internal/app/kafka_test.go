@@ -143,16 +143,33 @@ func testKafka(t *testing.T, withNATS bool) {
 		t.Errorf("changes on Kafka %v, want %v", got, want)
 	}
 
-	_, metrics := call(t, addr, "GET", "/metrics", "")
-	for _, s := range []string{
+	// A consumer may read a record before the producer has handled the
+	// broker's acknowledgement of it, which is when it counts as produced:
+	// wait for the counts rather than read them once.
+	series := []string{
 		`presenced_kafka_ingest_events_total{outcome="applied"} 2`,
 		"presenced_kafka_ingest_partitions 2",
 		fmt.Sprintf("presenced_kafka_changes_produced_total %d", n),
 		"presenced_kafka_changes_queued 0",
-	} {
-		if !strings.Contains(metrics, s) {
-			t.Errorf("/metrics lacks %q", s)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, metrics := call(t, addr, "GET", "/metrics", "")
+		missing := ""
+		for _, s := range series {
+			if !strings.Contains(metrics, s) {
+				missing = s
+				break
+			}
 		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("/metrics lacks %q after 10 s", missing)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if _, body := call(t, addr, "GET", "/readyz", ""); !strings.Contains(body, `"kafka":"ok"`) {
 		t.Errorf("/readyz %s, want kafka ok", body)
