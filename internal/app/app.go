@@ -44,6 +44,7 @@ import (
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/web"
 	"github.com/presenced/presenced/internal/webhook"
+	"github.com/presenced/presenced/internal/wsaccept"
 )
 
 // Config is the configuration of one node. Zero values take the documented
@@ -183,6 +184,7 @@ type App struct {
 	handler  http.Handler
 	metrics  *metrics.Registry
 	budget   atomic.Pointer[connbudget.Listener] // set by Run before it serves
+	accept   atomic.Pointer[wsaccept.Listener]   // set by Run before it serves
 	cert     *tlscert.Store                      // nil: plain HTTP
 
 	reader   *query.Reader
@@ -822,6 +824,15 @@ func (a *App) ReloadTLS() error {
 // TLS reports whether the clients' listener serves HTTPS and WSS.
 func (a *App) TLS() bool { return a.cert != nil }
 
+// AcceptStats counts the first requests the clients' listener took as
+// WebSocket upgrades without net/http, and the connections it passed on.
+func (a *App) AcceptStats() wsaccept.Stats {
+	if l := a.accept.Load(); l != nil {
+		return l.Stats()
+	}
+	return wsaccept.Stats{}
+}
+
 // Gateway is the node's WebSocket gateway (tests read its counters).
 func (a *App) Gateway() *gateway.Gateway { return a.gw }
 
@@ -860,6 +871,20 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	if tlsConf != nil {
 		clients = tls.NewListener(budget, tlsConf)
 	}
+	// WebSocket upgrades are read off the listener before net/http sees
+	// the connection (wsaccept: no net/http reader, writer or response
+	// left behind per socket); everything else goes on to net/http.
+	accept := wsaccept.New(clients, wsaccept.Config{
+		Path:           wsPath,
+		HeaderTimeout:  a.cfg.HeaderTimeout,
+		MaxHeaderBytes: a.cfg.MaxHeaderBytes,
+		Upgrade:        a.gw.Accept,
+		State:          budget.ConnState,
+		Refuse:         gateway.RefuseHead,
+		Logger:         a.log,
+	})
+	a.accept.Store(accept)
+	clients = accept
 	a.log.Info("connection budget", "max", a.cfg.MaxConns, "per_address", a.cfg.MaxConnsPerAddr,
 		"pending", a.cfg.MaxPendingConns, "file_limit", connbudget.FileLimit())
 	a.budget.Store(budget)

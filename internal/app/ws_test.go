@@ -113,6 +113,11 @@ func TestWebSocketNode(t *testing.T) {
 	target.msg("welcome")
 	w := dialWS(t, addr, "1")
 	w.msg("welcome")
+	// Both sockets were upgraded off the listener (wsaccept), the settings
+	// request went on to net/http.
+	if st := a.AcceptStats(); st.Upgrades != 2 || st.Passed < 1 {
+		t.Errorf("accept stats %+v, want 2 upgrades without net/http and the HTTP request passed", st)
+	}
 	w.send(`{"type":"subscribe","user_ids":["2"]}`)
 	if u := w.msg("snapshot")["users"].(map[string]any)["2"].(map[string]any); u["status"] != nil {
 		t.Fatalf("a stranger sees %v", u)

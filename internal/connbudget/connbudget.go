@@ -268,8 +268,15 @@ func (l *Listener) answer(nc net.Conn, r *refusal) {
 // between pending, busy and idle as net/http serves it.
 func (l *Listener) ConnState(nc net.Conn, s http.ConnState) {
 	c, ok := nc.(*Conn)
-	if u, wrapped := nc.(interface{ NetConn() net.Conn }); !ok && wrapped {
-		c, ok = u.NetConn().(*Conn) // a *tls.Conn around one of ours
+	for !ok {
+		// A *tls.Conn (or a connection whose first bytes were read
+		// already, wsaccept) around one of ours.
+		u, wrapped := nc.(interface{ NetConn() net.Conn })
+		if !wrapped {
+			break
+		}
+		nc = u.NetConn()
+		c, ok = nc.(*Conn)
 	}
 	if !ok || c.l != l {
 		return

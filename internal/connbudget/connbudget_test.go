@@ -380,3 +380,38 @@ func BenchmarkKeepAliveRequest(b *testing.B) {
 		})
 	}
 }
+
+// wrapped is a connection around another that names it, as a *tls.Conn
+// and wsaccept's replayed connections do.
+type wrapped struct{ net.Conn }
+
+func (w wrapped) NetConn() net.Conn { return w.Conn }
+
+// TestStatesThroughWrappers: ConnState finds its connection under any
+// number of wrappers (a connection wsaccept replays, around a *tls.Conn,
+// around one of ours).
+func TestStatesThroughWrappers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl := New(ln, Config{Max: 10, Pending: 10})
+	defer bl.Close()
+	cc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c, err := bl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if st := bl.Stats(); st.Pending != 1 {
+		t.Fatalf("a new connection: %+v, want it pending", st)
+	}
+	bl.ConnState(wrapped{wrapped{c}}, http.StateIdle)
+	if st := bl.Stats(); st.Pending != 0 || st.Idle != 1 {
+		t.Errorf("idle through two wrappers: %+v, want idle", st)
+	}
+}

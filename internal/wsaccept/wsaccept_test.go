@@ -1,0 +1,184 @@
+package wsaccept_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/wsaccept"
+)
+
+// node is an http.Server behind a wsaccept.Listener whose upgrades are
+// recorded instead of served.
+type node struct {
+	l      *wsaccept.Listener
+	addr   string
+	mu     sync.Mutex
+	ups    []string // request URIs taken as upgrades, with what followed the head
+	states []http.ConnState
+}
+
+func start(t *testing.T, cfg wsaccept.Config) *node {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{addr: inner.Addr().String()}
+	cfg.Path = "/v1/ws"
+	cfg.Upgrade = func(c net.Conn, br *bufio.Reader, r *http.Request) bool {
+		early := make([]byte, br.Buffered())
+		_, _ = io.ReadFull(br, early)
+		n.mu.Lock()
+		n.ups = append(n.ups, r.Method+" "+r.RequestURI+" host="+r.Host+" remote="+fmt.Sprint(r.RemoteAddr != "")+" early="+string(early))
+		n.mu.Unlock()
+		fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\n\r\n")
+		_ = c.Close()
+		return true
+	}
+	cfg.State = func(_ net.Conn, s http.ConnState) {
+		n.mu.Lock()
+		n.states = append(n.states, s)
+		n.mu.Unlock()
+	}
+	cfg.Refuse = func(w io.Writer, status int, code, msg string) {
+		body := fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, msg)
+		fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, http.StatusText(status), len(body), body)
+	}
+	n.l = wsaccept.New(inner, cfg)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "http %s %s", r.Method, r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(n.l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return n
+}
+
+// send writes req on a new connection and returns all it reads back.
+func (n *node) send(t *testing.T, req string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+func TestSortsFirstRequests(t *testing.T) {
+	n := start(t, wsaccept.Config{})
+	// An upgrade, with a frame sent right after its head.
+	got := n.send(t, "GET /v1/ws?user_id=a HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\nFRAME")
+	if !strings.HasPrefix(got, "HTTP/1.1 101") {
+		t.Errorf("upgrade answered %q", got)
+	}
+	// Everything else goes to net/http with its first bytes in front.
+	for _, req := range []string{
+		"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		"GET /v1/wsx HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		"GET /v1/ws/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		"POST /v1/ws HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+		"GET /v1/presence/42 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+	} {
+		path := strings.Fields(req)[1]
+		if got := n.send(t, req); !strings.Contains(got, "200 OK") || !strings.HasSuffix(got, "http "+strings.Fields(req)[0]+" "+path) {
+			t.Errorf("%q answered %q, want net/http's", path, got)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.ups) != 1 || n.ups[0] != "GET /v1/ws?user_id=a host=x remote=true early=FRAME" {
+		t.Errorf("upgrades %q", n.ups)
+	}
+	if fmt.Sprint(n.states) != fmt.Sprint([]http.ConnState{http.StateActive, http.StateHijacked}) {
+		t.Errorf("states told %v, want active then hijacked", n.states)
+	}
+	if st := n.l.Stats(); st.Upgrades != 1 || st.Passed != 5 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestKeepAliveAfterThePassedFirstRequest(t *testing.T) {
+	n := start(t, wsaccept.Config{})
+	c, err := net.Dial("tcp", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		fmt.Fprintf(c, "GET /r%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := fmt.Sprintf("http GET /r%d", i); string(b) != want {
+			t.Errorf("request %d: %q, want %q", i, b, want)
+		}
+	}
+}
+
+func TestBadHeadsRefused(t *testing.T) {
+	n := start(t, wsaccept.Config{MaxHeaderBytes: 1024})
+	got := n.send(t, "GET /v1/ws HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 2000)+"\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 431") || !strings.Contains(got, `"code":"headers_too_large"`) {
+		t.Errorf("oversized head answered %q", got)
+	}
+	got = n.send(t, "GET /v1/ws HTTP/1.1\r\nHost x\r\n\r\n")
+	if !strings.HasPrefix(got, "HTTP/1.1 400") || !strings.Contains(got, `"code":"bad_request"`) {
+		t.Errorf("malformed head answered %q", got)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.ups) != 0 {
+		t.Errorf("bad heads upgraded: %q", n.ups)
+	}
+}
+
+func TestSilentConnectionClosedAtTheHeaderTimeout(t *testing.T) {
+	n := start(t, wsaccept.Config{HeaderTimeout: 200 * time.Millisecond})
+	c, err := net.Dial("tcp", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a silent connection: read %v, want EOF (closed)", err)
+	}
+}
+
+func TestCloseEndsHeadsBeingRead(t *testing.T) {
+	n := start(t, wsaccept.Config{HeaderTimeout: time.Minute})
+	c, err := net.Dial("tcp", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "GET /v1/") // half a request line
+	time.Sleep(50 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- n.l.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited on a head being read")
+	}
+	if _, err := n.l.Accept(); err == nil {
+		t.Error("Accept after Close: no error")
+	}
+}
