@@ -9,7 +9,7 @@
 // response, server conn) — at 15,000 sockets the heap the runtime kept
 // after the ramp was most of the node's memory per idle socket. Here the
 // head is read with a reader that goes back to a pool once the gateway has
-// the socket.
+// the socket. TLS connections are left to net/http whole (see loop).
 package wsaccept
 
 import (
@@ -164,6 +164,21 @@ func (l *Listener) loop() {
 			return
 		}
 		delay = 0
+		if _, ok := c.(*tls.Conn); ok {
+			// net/http must see a *tls.Conn itself to do the handshake
+			// and fill Request.TLS (the origin rules read it), which no
+			// replayed connection can be; and a TLS socket is read by a
+			// goroutine of its own anyway. So TLS connections go to
+			// net/http untouched, their upgrades through it.
+			l.passed.Add(1)
+			select {
+			case l.conns <- c:
+				continue
+			case <-l.done:
+				_ = c.Close()
+				return
+			}
+		}
 		l.mu.Lock()
 		select {
 		case <-l.done:

@@ -2,6 +2,7 @@ package wsaccept_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/tlscert/tlstest"
 	"github.com/presenced/presenced/internal/wsaccept"
 )
 
@@ -180,5 +182,48 @@ func TestCloseEndsHeadsBeingRead(t *testing.T) {
 	}
 	if _, err := n.l.Accept(); err == nil {
 		t.Error("Accept after Close: no error")
+	}
+}
+
+// TestTLSGoesToNetHTTPWhole: a TLS connection is not sorted (net/http
+// must do its handshake to fill Request.TLS, which the origin rules
+// read), so its requests — an upgrade included — reach net/http with TLS
+// state.
+func TestTLSGoesToNetHTTPWhole(t *testing.T) {
+	ca := tlstest.NewCA(t)
+	certFile, keyFile := ca.Issue(t, t.TempDir(), "127.0.0.1", 2)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := tls.NewListener(tcp, &tls.Config{Certificates: []tls.Certificate{cert}})
+	upgraded := false
+	l := wsaccept.New(inner, wsaccept.Config{Path: "/v1/ws", Upgrade: func(net.Conn, *bufio.Reader, *http.Request) bool {
+		upgraded = true
+		return false
+	}})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "tls=%v path=%s", r.TLS != nil, r.URL.Path)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig()}}
+	for _, path := range []string{"/", "/v1/ws"} {
+		resp, err := hc.Get("https://" + tcp.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := "tls=true path=" + path; string(b) != want {
+			t.Errorf("GET %s over TLS: %q, want %q", path, b, want)
+		}
+	}
+	if upgraded {
+		t.Error("a TLS request was sorted off net/http")
 	}
 }
