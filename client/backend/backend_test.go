@@ -1,10 +1,8 @@
 package backend_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"reflect"
 	"slices"
@@ -15,6 +13,7 @@ import (
 	"github.com/presenced/presenced/client/backend"
 	"github.com/presenced/presenced/internal/apicontract"
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/app/apptest"
 	"github.com/presenced/presenced/internal/testsvc"
 )
 
@@ -31,24 +30,7 @@ var testSecret = []byte("backend-test-jwt-secret-0123456789abcdef")
 // runNode runs a whole node on 127.0.0.1 until the end of the test.
 func runNode(t *testing.T, cfg app.Config) string {
 	t.Helper()
-	a, err := app.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String()
+	return "http://" + apptest.Run(t, cfg)
 }
 
 func loadContract(t *testing.T) *apicontract.Contract {

@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/app/apptest"
 	"github.com/presenced/presenced/internal/testsvc"
 )
 
@@ -38,25 +38,7 @@ func startNode(t *testing.T, ttl time.Duration) string {
 func startNodeWith(t *testing.T, cfg app.Config) string {
 	t.Helper()
 	cfg.DataDir, cfg.APIKey, cfg.Dev, cfg.JWTSecret, cfg.PollInterval = t.TempDir(), testAPIKey, true, []byte(testJWTSecret), -1
-	a, err := app.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("node: %v", err)
-		}
-	})
-	return "ws://" + ln.Addr().String()
+	return "ws://" + apptest.Run(t, cfg)
 }
 
 func TestFanoutInProcess(t *testing.T) {

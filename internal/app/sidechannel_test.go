@@ -2,17 +2,16 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/app/apptest"
 	"github.com/presenced/presenced/internal/auth"
 )
 
@@ -175,28 +174,9 @@ func TestNoTimingSideChannel(t *testing.T) {
 // what Run returned (nil after the first call).
 func startNode(t testing.TB, cfg app.Config) (addr string, stop func() error) {
 	t.Helper()
-	a, err := app.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, ln) }()
-	addr = ln.Addr().String()
+	_, addr, stop = apptest.Start(t, cfg)
 	waitUntil(t, "the node ready", func() bool { code, _ := call(t, addr, "GET", "/readyz", ""); return code == 200 })
-	stopped := false
-	return addr, func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		return <-done
-	}
+	return addr, stop
 }
 
 func mustCall(t testing.TB, addr, method, path, body string) {

@@ -3,7 +3,6 @@ package httpapi_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/presenced/presenced/internal/apicontract"
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/app/apptest"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -395,38 +395,9 @@ func (c *contract) covered() {
 // serves only while Run runs) until the end of the test.
 func runningNode(t *testing.T, cfg app.Config) string {
 	t.Helper()
-	a, err := app.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	base := "http://" + ln.Addr().String()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := http.Get(base + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return base
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the node at %s did not get ready", base)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	addr := apptest.Run(t, cfg)
+	apptest.WaitReady(t, addr)
+	return "http://" + addr
 }
 
 func wsHeaders() map[string]string {
