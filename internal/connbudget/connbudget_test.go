@@ -24,6 +24,15 @@ func serve(t *testing.T, cfg Config) (*Listener, string) {
 		t.Fatal(err)
 	}
 	bl := New(ln, cfg)
+	serveOn(t, bl, bl, &http.Server{MaxHeaderBytes: cfg.MaxHeaderBytes, ReadHeaderTimeout: time.Minute})
+	return bl, ln.Addr().String()
+}
+
+// serveOn runs srv on l (bl or a listener around it) with the test's
+// handlers, /ok and /hold, and bl's ConnState hook, until the end of the
+// test.
+func serveOn(t *testing.T, bl *Listener, l net.Listener, srv *http.Server) {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ok", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	var (
@@ -40,8 +49,8 @@ func serve(t *testing.T, cfg Config) (*Listener, string) {
 		held = append(held, c)
 		mu.Unlock()
 	})
-	srv := &http.Server{Handler: mux, ConnState: bl.ConnState, MaxHeaderBytes: cfg.MaxHeaderBytes, ReadHeaderTimeout: time.Minute}
-	go srv.Serve(bl)
+	srv.Handler, srv.ConnState = mux, bl.ConnState
+	go srv.Serve(l)
 	t.Cleanup(func() {
 		srv.Close()
 		mu.Lock()
@@ -50,7 +59,6 @@ func serve(t *testing.T, cfg Config) (*Listener, string) {
 			c.Close()
 		}
 	})
-	return bl, ln.Addr().String()
 }
 
 // dialFrom connects to addr from the loopback source address src.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,32 +31,7 @@ func serveTLS(t *testing.T, cfg Config, handshakeTimeout time.Duration) (*Listen
 	}
 	cfg.TLS = store.Config()
 	bl := New(ln, cfg)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ok", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	var (
-		mu   sync.Mutex
-		held []net.Conn
-	)
-	mux.HandleFunc("GET /hold", func(w http.ResponseWriter, r *http.Request) {
-		c, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\n\r\n"))
-		mu.Lock()
-		held = append(held, c)
-		mu.Unlock()
-	})
-	srv := &http.Server{Handler: mux, ConnState: bl.ConnState, ReadHeaderTimeout: handshakeTimeout}
-	go srv.Serve(tls.NewListener(bl, cfg.TLS))
-	t.Cleanup(func() {
-		srv.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	})
+	serveOn(t, bl, tls.NewListener(bl, cfg.TLS), &http.Server{ReadHeaderTimeout: handshakeTimeout})
 	return bl, ln.Addr().String(), ca
 }
 
