@@ -206,7 +206,14 @@ type Config struct {
 	// node's watchers may have missed changes meanwhile and should get the
 	// current state. It must not block. May be nil.
 	OnReconnect func()
-	Logger      *slog.Logger // default: slog.Default()
+	// Mirror, if set, is handed every change another node publishes,
+	// of every user, watched or not (a node's read replica): the bus
+	// then also subscribes to the whole subject tree. It is called from
+	// the dispatcher and must not block; the *Event is valid only during
+	// the call. Its messages share the incoming channel: when nats.go
+	// drops some, OnReconnect is called, as for the watchers.
+	Mirror func(ev *presence.Event)
+	Logger *slog.Logger // default: slog.Default()
 }
 
 // Stats are the bus's counters since Open.
@@ -219,6 +226,7 @@ type Stats struct {
 	InFlight       int    // publishes awaiting their ack or a retry now
 	Received       uint64 // messages received on user subjects
 	Delivered      uint64 // events handed to Local.Publish
+	Mirrored       uint64 // events of other nodes handed to Config.Mirror
 	Duplicates     uint64 // received events of a version recently delivered for the same user (dropped)
 	SkippedOwn     uint64 // received messages this node had published itself
 	Decoding       uint64 // received messages that did not decode (dropped)
@@ -253,6 +261,7 @@ type Bus struct {
 	in           chan *nats.Msg // every subscription delivers here
 	reconn       chan struct{}  // signalled (cap 1) when the connection comes back
 	contSub      *nats.Subscription
+	allSub       *nats.Subscription // every change, for Config.Mirror; nil without
 	stripes      [numStripes]sync.Mutex
 	subsMu       sync.Mutex // guards subs, their userSub.recent, and retiredDrops
 	subs         map[string]*userSub
@@ -276,7 +285,7 @@ type Bus struct {
 
 	published, acked, retried, dropped        atomic.Uint64
 	received, delivered, skippedOwn, decoding atomic.Uint64
-	duplicates                                atomic.Uint64
+	duplicates, mirrored                      atomic.Uint64
 	nsubs                                     atomic.Int64
 	announced, announceFailed, contactsIn     atomic.Uint64
 	contactsDropped                           atomic.Uint64
@@ -363,6 +372,11 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	b.contSub, err = nc.ChanSubscribe(b.contacts, b.in)
 	if err != nil {
 		return fail(fmt.Errorf("natsbus: subscribe to %s: %w", b.contacts, err))
+	}
+	if cfg.Mirror != nil {
+		if b.allSub, err = nc.ChanSubscribe(b.prefix+">", b.in); err != nil {
+			return fail(fmt.Errorf("natsbus: subscribe to %s>: %w", b.prefix, err))
+		}
 	}
 	if err := nc.FlushTimeout(connectTimeout); err != nil {
 		return fail(fmt.Errorf("natsbus: flush subscription of %s: %w", b.contacts, err))
@@ -568,6 +582,9 @@ func (b *Bus) Close() error {
 	}
 	b.subsMu.Unlock()
 	_ = b.contSub.Unsubscribe()
+	if b.allSub != nil {
+		_ = b.allSub.Unsubscribe()
+	}
 	if err := b.nc.FlushTimeout(closeFlushWait); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		b.log.Warn("flush at close failed", "err", err)
 	}
@@ -585,6 +602,7 @@ func (b *Bus) Stats() Stats {
 		InFlight:        b.pub.held(),
 		Received:        b.received.Load(),
 		Delivered:       b.delivered.Load(),
+		Mirrored:        b.mirrored.Load(),
 		Duplicates:      b.duplicates.Load(),
 		SkippedOwn:      b.skippedOwn.Load(),
 		Decoding:        b.decoding.Load(),
@@ -611,6 +629,11 @@ func (b *Bus) Stats() Stats {
 	}
 	if n, err := b.contSub.Dropped(); err == nil {
 		s.SlowConsumer += uint64(n)
+	}
+	if b.allSub != nil {
+		if n, err := b.allSub.Dropped(); err == nil {
+			s.SlowConsumer += uint64(n)
+		}
 	}
 	return s
 }

@@ -155,19 +155,24 @@ func (b *Bus) handle(m *nats.Msg, ev *presence.Event) {
 		b.queueContacts(owner)
 		return
 	}
+	if m.Sub != nil && m.Sub == b.allSub {
+		// The mirror's copy of a change (the user subscriptions, if any,
+		// bring their own): counted and checked as those are.
+		if own {
+			return
+		}
+		if b.decode(m, ev) {
+			b.mirrored.Add(1)
+			b.cfg.Mirror(ev)
+		}
+		return
+	}
 	b.received.Add(1)
 	if own {
 		b.skippedOwn.Add(1)
 		return
 	}
-	if err := decodeEvent(m.Data, ev); err != nil {
-		b.decoding.Add(1)
-		b.logLimited(&b.lastDecodeLog, "undecodable message dropped", "subject", m.Subject, "err", err)
-		return
-	}
-	if !isSubjectOf(m.Subject, b.prefix, ev.UserID) {
-		b.decoding.Add(1)
-		b.logLimited(&b.lastDecodeLog, "message dropped: user_id does not match its subject", "subject", m.Subject, "user_id", ev.UserID)
+	if !b.decode(m, ev) {
 		return
 	}
 	b.subsMu.Lock()
@@ -184,6 +189,22 @@ func (b *Bus) handle(m *nats.Msg, ev *presence.Event) {
 	}
 	b.delivered.Add(1)
 	b.cfg.Local.Publish(ev)
+}
+
+// decode decodes m into ev and checks that it is the change of its
+// subject's user; a message that is not is counted, logged and dropped.
+func (b *Bus) decode(m *nats.Msg, ev *presence.Event) bool {
+	if err := decodeEvent(m.Data, ev); err != nil {
+		b.decoding.Add(1)
+		b.logLimited(&b.lastDecodeLog, "undecodable message dropped", "subject", m.Subject, "err", err)
+		return false
+	}
+	if !isSubjectOf(m.Subject, b.prefix, ev.UserID) {
+		b.decoding.Add(1)
+		b.logLimited(&b.lastDecodeLog, "message dropped: user_id does not match its subject", "subject", m.Subject, "user_id", ev.UserID)
+		return false
+	}
+	return true
 }
 
 // ContactsChanged announces to the other nodes (core NATS, not the stream)

@@ -3,9 +3,12 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/redis/rueidis"
+
+	"github.com/presenced/presenced/internal/presence"
 )
 
 // readsComplete names the marker field of a shard's read hash: present
@@ -94,4 +97,57 @@ func globEscape(s string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// ScanReads calls fn with every user the store holds as its read field
+// shows it (the status last published — invisible for an invisible user
+// with devices — the settings, the version; nothing due is applied): the
+// fill of a node's read replica (package replica). It walks every shard's
+// read hash with HSCAN, one round of calls to all unfinished shards at a
+// time, so Redis is never held for long by one call. Read hashes without
+// their completeness mark are rebuilt first (RebuildReads). fn is called
+// from one goroutine; snap is valid during the call only.
+func (s *Store) ScanReads(ctx context.Context, fn func(id string, snap *presence.Snapshot)) (err error) {
+	defer callScanReads.Start(ctx).Done(&err)
+	if _, err := s.RebuildReads(ctx); err != nil {
+		return err
+	}
+	cursors := make([]uint64, len(s.shards))
+	todo := make([]int, len(s.shards))
+	for i := range todo {
+		todo[i] = i
+	}
+	var snap presence.Snapshot
+	for len(todo) > 0 {
+		cmds := make(rueidis.Commands, len(todo))
+		for j, k := range todo {
+			cmds[j] = s.c.B().Hscan().Key(s.shards[k].reads).Cursor(cursors[k]).Count(1000).Build()
+		}
+		next := todo[:0]
+		for j, r := range s.c.DoMulti(ctx, cmds...) {
+			k := todo[j]
+			e, err := r.AsScanEntry()
+			if err != nil {
+				return fmt.Errorf("redisstore: scan reads: %w", err)
+			}
+			if len(e.Elements)%2 != 0 {
+				return fmt.Errorf("redisstore: scan reads: HSCAN answered %d elements", len(e.Elements))
+			}
+			for i := 0; i < len(e.Elements); i += 2 {
+				id, v := e.Elements[i], e.Elements[i+1]
+				if id == readsComplete {
+					continue
+				}
+				if _, err := snapshotFromRead(id, v, math.MinInt64, &snap); err != nil {
+					return fmt.Errorf("redisstore: scan reads %q: %w", id, err)
+				}
+				fn(id, &snap)
+			}
+			if cursors[k] = e.Cursor; cursors[k] != 0 {
+				next = append(next, k)
+			}
+		}
+		todo = next
+	}
+	return nil
 }

@@ -1244,6 +1244,7 @@ var (
 	callRelease       = backendcall.New("redis", "release")
 	callHandOff       = backendcall.New("redis", "hand_off")
 	callRebuildReads  = backendcall.New("redis", "rebuild_reads")
+	callScanReads     = backendcall.New("redis", "scan_reads")
 	callPing          = backendcall.New("redis", "ping")
 	callPingPart      = backendcall.New("redis", "ping_part")
 	callSetStatus     = backendcall.New("redis", "set_status")
