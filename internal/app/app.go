@@ -39,6 +39,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/tlscert"
 	"github.com/presenced/presenced/internal/tracker"
@@ -100,6 +101,11 @@ type Config struct {
 	// NoIngest turns the JetStream ingest consumer off (it runs by default
 	// when NATSURL is set).
 	NoIngest bool
+	// ReadReplica keeps, in this node, every user's public status,
+	// settings and version (package replica, fed by every change on the
+	// bus), and answers the seed's status-only batch read from it; needs
+	// RedisURL and NATSURL.
+	ReadReplica bool
 
 	// Connections (package connbudget): caps on the open connections
 	// overall, per source address, and of those not done sending a
@@ -173,6 +179,7 @@ type App struct {
 	bus      *natsbus.Bus     // nil without NATS
 	beacon   *beacon.Beacon   // nil without NATS or Redis: node liveness apart from Redis
 	peers    *peers.Peers     // nil without NATS or Redis: what other nodes hold of devices, for degraded reads
+	replica  *replica.Replica // nil without ReadReplica
 	ingest   *ingest.Consumer // nil without NATS or with NoIngest
 	webhooks *webhook.Sender  // nil without webhook URLs
 	kafkaIn  *kafka.Consumer  // nil without Kafka or with NoKafkaIngest
@@ -271,6 +278,9 @@ func (c *Config) defaults() error {
 		if err := auth.CheckSecret(c.WebhookSecret); err != nil && !c.Dev {
 			return fmt.Errorf("webhook secret: %w", err)
 		}
+	}
+	if c.ReadReplica && (c.RedisURL == "" || c.NATSURL == "") {
+		return errors.New("a read replica needs Redis and NATS (-redis-url, -nats-url): an embedded node reads its own memory already")
 	}
 	for _, b := range c.KafkaBrokers {
 		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
@@ -388,6 +398,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			cfg.Logger.Info("rebuilt the read hash of the users Redis holds", "users", n)
 		}
 		a.store = rs
+		if cfg.ReadReplica {
+			if a.replica, err = replica.New(replica.Config{Source: rs, Fresh: a.replicaFresh,
+				Logger: cfg.Logger.With("component", "replica")}); err != nil {
+				return nil, err
+			}
+		}
 	} else {
 		ms := memstore.New(memstore.Config{Rules: rules})
 		a.store, users = ms, ms.Len
@@ -408,6 +424,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		reloadMargin = 1 << 16 // Redis may lose what the last checkpoint missed
 	}
 	pubs := publishers{logPublisher{cfg.Logger.With("component", "events")}, a.hub}
+	if a.replica != nil {
+		pubs = append(pubs, a.replica) // this node's changes at once; the others' come from the bus
+	}
 	if len(cfg.WebhookURLs) > 0 {
 		if a.webhooks, err = webhook.New(webhook.Config{URLs: cfg.WebhookURLs, Secret: cfg.WebhookSecret,
 			Clock: cfg.Clock, Logger: cfg.Logger.With("component", "webhook")}); err != nil {
@@ -439,7 +458,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			NodeID:            cfg.NodeID,
 			Local:             a.hub,
 			OnContactsChanged: a.contacts.Changed, // another node's change: not announced again
-			OnReconnect:       a.resync.Request,
+			OnReconnect:       a.missedChanges,
+			Mirror:            replicaMirror(a.replica),
 			Logger:            cfg.Logger,
 		})
 		if err != nil {
@@ -482,7 +502,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Durable:       durable,
 		Publisher:     pubs,
 		Rules:         rules,
-		OnRecover:     func() { a.resync.RequestAfter(tracker.DefaultRecoverGrace) },
+		OnRecover:     a.storeRecovered,
 		NodeAlive:     nodeAlive(a.beacon),
 		Peers:         trackerPeers(a.peers),
 		ReloadMargin:  reloadMargin,
@@ -526,8 +546,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}
 	// The tracker reads the store, or what the node knows while Redis is down.
-	reader, err := query.New(query.Config{States: a.tracker, Profiles: durable, Contacts: durable, Clock: cfg.Clock,
-		ColdVersionMargin: reloadMargin})
+	qc := query.Config{States: a.tracker, Profiles: durable, Contacts: durable, Clock: cfg.Clock,
+		ColdVersionMargin: reloadMargin}
+	if a.replica != nil {
+		qc.Statuses = a.replica
+	}
+	reader, err := query.New(qc)
 	if err != nil {
 		return nil, err
 	}
@@ -542,6 +566,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	var peerStats func() peers.Stats
 	if a.peers != nil {
 		peerStats = a.peers.Stats
+	}
+	var replicaStats func() replica.Stats
+	if a.replica != nil {
+		replicaStats = a.replica.Stats
 	}
 	var ingestStats func() ingest.Stats
 	if a.ingest != nil {
@@ -566,6 +594,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Webhooks:         webhookStats,
 		Ingest:           ingestStats,
 		Peers:            peerStats,
+		Replica:          replicaStats,
 		KafkaIngest:      kafkaInStats,
 		KafkaIngestTopic: cfg.KafkaIngestTopic,
 		KafkaChanges:     kafkaOutStats,
@@ -934,6 +963,9 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	if a.kafkaOut != nil {
 		wg.Go(func() { _ = a.kafkaOut.Run(busCtx) }) // likewise
+	}
+	if a.replica != nil {
+		wg.Go(func() { _ = a.replica.Run(busCtx) })
 	}
 	if a.peers != nil {
 		wg.Go(func() {

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/fanout"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/replica"
+	"github.com/presenced/presenced/internal/tracker"
 )
 
 // resyncer sends every watcher of the node the current state of what it
@@ -75,4 +78,64 @@ func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, read fanout.ReadFun
 		}
 		r.log.Info("watchers resynchronised", "took", time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// missedChanges is the bus's cue that changes of other nodes may have been
+// missed (cut off from NATS, or messages dropped): the watchers are sent
+// the current state and the read replica is filled again.
+func (a *App) missedChanges() {
+	a.resync.Request()
+	if a.replica != nil {
+		a.replica.Refill()
+	}
+}
+
+// storeRecovered is the tracker's cue that the state store came back (or
+// a part of it): what the watchers show, and the replica holds, may have
+// been lost with it. Both read once the nodes claimed their devices again.
+func (a *App) storeRecovered() {
+	a.resync.RequestAfter(tracker.DefaultRecoverGrace)
+	if a.replica != nil {
+		a.replica.RefillAfter(tracker.DefaultRecoverGrace)
+	}
+}
+
+// replicaFresh reports whether the read replica may answer now: this node
+// hears the bus, its store takes every write (no outage buffer holds
+// changes back), and every other node whose lease is alive was heard on
+// the bus within replicaSilence — a node cut off from NATS but not from
+// Redis makes changes the replica does not get until it is back.
+func (a *App) replicaFresh() bool {
+	if a.tracker == nil || a.beacon == nil || !a.nats.NC.IsConnected() || a.tracker.Degraded() {
+		return false
+	}
+	leases, _ := a.tracker.PeerLeases()
+	if len(leases) == 0 {
+		return true
+	}
+	now := a.cfg.Clock.Now()
+	heard := make(map[uint64]time.Time, len(leases))
+	for _, n := range a.beacon.Nodes() {
+		heard[n.Lease] = n.Heard
+	}
+	timeout := a.tracker.LeaseTimeout().Milliseconds()
+	for _, l := range leases {
+		alive := !l.Taken && l.Since != 0 && now.UnixMilli()-l.Since < timeout
+		if alive && now.Sub(heard[l.ID]) > replicaSilence {
+			return false
+		}
+	}
+	return true
+}
+
+// replicaSilence is how long another live node may go unheard on the bus
+// before the read replica stops answering: three beacons.
+const replicaSilence = 3 * time.Second
+
+// replicaMirror is the bus's Mirror for r (nil without a replica).
+func replicaMirror(r *replica.Replica) func(*presence.Event) {
+	if r == nil {
+		return nil
+	}
+	return r.Publish
 }

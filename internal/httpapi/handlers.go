@@ -95,7 +95,11 @@ func (s *Server) batchSeed(w http.ResponseWriter, r *http.Request) error {
 	}
 	rb := getReadBuf(len(ids))
 	defer putReadBuf(rb)
-	if err := s.reader.Read(r.Context(), viewer, ids, rb.views); err != nil {
+	read := s.reader.Read
+	if sr, ok := s.reader.(StatusReader); ok {
+		read = sr.ReadStatuses // only the statuses are shown
+	}
+	if err := read(r.Context(), viewer, ids, rb.views); err != nil {
 		return err
 	}
 	b := append(rb.out, '{')

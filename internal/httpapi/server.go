@@ -57,6 +57,13 @@ type Reader interface {
 	Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error
 }
 
+// StatusReader is an optional ability of a Reader: a read of which only
+// the statuses are used, which a node's read replica may answer
+// (query.Reader.ReadStatuses). The seed's batch endpoint uses it.
+type StatusReader interface {
+	ReadStatuses(ctx context.Context, viewer string, ids []string, out []privacy.View) error
+}
+
 // ContactBook manages contact lists.
 type ContactBook interface {
 	SetContacts(ctx context.Context, user string, contacts []string) error

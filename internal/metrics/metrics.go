@@ -20,6 +20,7 @@ import (
 	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/peers"
+	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/webhook"
@@ -47,6 +48,7 @@ type Sources struct {
 	Bus         func() natsbus.Stats // nil without NATS
 	Ingest      func() ingest.Stats  // nil without the ingest consumer
 	Peers       func() peers.Stats   // nil without peers (NATS and Redis)
+	Replica     func() replica.Stats // nil without a read replica
 	Connections func() connbudget.Stats
 	Webhooks    func() webhook.Stats // nil without webhooks
 	// KafkaIngest and KafkaChanges are the Kafka consumer's and
@@ -78,6 +80,9 @@ func New(src Sources) *Registry {
 	if src.Tracker != nil {
 		reg.MustRegister(&trackerCollector{src: src})
 		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest, peers: src.Peers})
+		if src.Replica != nil {
+			reg.MustRegister(&replicaCollector{src.Replica})
+		}
 		if src.Webhooks != nil {
 			reg.MustRegister(&webhookCollector{src.Webhooks})
 		}

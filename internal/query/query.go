@@ -48,11 +48,17 @@ type Config struct {
 	// shared store may have published and lost, and before every version
 	// the user gets when it is loaded again. Zero with an embedded store.
 	ColdVersionMargin uint64
+	// Statuses, if set, answers ReadStatuses in place of States: a
+	// node's read replica, which holds each user's public status,
+	// settings and version only. When it returns an error (it may have
+	// missed changes) States answers instead.
+	Statuses States
 }
 
 // Reader answers reads. It is safe for concurrent use.
 type Reader struct {
 	states   States
+	statuses States // nil: States answers ReadStatuses too
 	profiles Profiles
 	contacts Contacts
 	clock    clock.Clock
@@ -75,14 +81,26 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	return &Reader{states: cfg.States, profiles: cfg.Profiles, contacts: cfg.Contacts, clock: cfg.Clock,
-		margin: cfg.ColdVersionMargin}, nil
+	return &Reader{states: cfg.States, statuses: cfg.Statuses, profiles: cfg.Profiles, contacts: cfg.Contacts,
+		clock: cfg.Clock, margin: cfg.ColdVersionMargin}, nil
 }
 
 // Read fills out[i] with what viewer may see of ids[i]; len(out) must be
 // len(ids) and ids must be valid and distinct. An empty viewer is anonymous:
 // it sees what each user shows to everyone.
 func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
+	return r.read(ctx, viewer, ids, out, false)
+}
+
+// ReadStatuses is Read for a caller that uses only each view's status
+// (Status and StatusVisible): with Config.Statuses it reads from there,
+// the viewer's own status from States (a replica holds public statuses
+// only). Its views' other fields may be empty.
+func (r *Reader) ReadStatuses(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
+	return r.read(ctx, viewer, ids, out, r.statuses != nil)
+}
+
+func (r *Reader) read(ctx context.Context, viewer string, ids []string, out []privacy.View, statusOnly bool) error {
 	if len(ids) > MaxBatch {
 		return ErrTooMany
 	}
@@ -97,7 +115,7 @@ func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []pr
 
 	snaps := grow(b.snaps, len(ids))
 	b.snaps = snaps
-	if err := r.states.Get(ctx, r.clock.Now().UnixMilli(), ids, snaps); err != nil {
+	if err := r.getStates(ctx, viewer, ids, snaps, statusOnly); err != nil {
 		return fmt.Errorf("read state: %w", err)
 	}
 
@@ -159,6 +177,24 @@ func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []pr
 		snaps[i].UserID = ids[i]
 		rel := privacy.Relation{Self: viewer != "" && ids[i] == viewer, Contact: contact[ids[i]]}
 		out[i] = privacy.Filter(rel, &snaps[i])
+	}
+	return nil
+}
+
+// getStates reads the snapshots of ids into snaps: from the status
+// source if statusOnly and it answers, the viewer's own from States.
+func (r *Reader) getStates(ctx context.Context, viewer string, ids []string, snaps []presence.Snapshot, statusOnly bool) error {
+	now := r.clock.Now().UnixMilli()
+	if !statusOnly || r.statuses.Get(ctx, now, ids, snaps) != nil {
+		return r.states.Get(ctx, now, ids, snaps)
+	}
+	if viewer == "" {
+		return nil
+	}
+	for i, id := range ids {
+		if id == viewer {
+			return r.states.Get(ctx, now, ids[i:i+1], snaps[i:i+1])
+		}
 	}
 	return nil
 }

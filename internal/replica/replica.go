@@ -83,6 +83,7 @@ type Replica struct {
 	// they are equal.
 	asked, filled atomic.Uint64
 	wake          chan struct{} // capacity 1: a fill was asked for
+	notBefore     atomic.Int64  // Unix ns before which the fill asked for does not start
 
 	applied, stale, fills, refused, served atomic.Uint64
 	lastFill                               atomic.Int64 // duration of the last completed fill, ns
@@ -166,7 +167,19 @@ func (r *Replica) apply(id string, e entry, gen uint32) bool {
 
 // Refill tells the replica it may have missed changes: Get refuses until a
 // fill that starts after this call is done. It never blocks.
-func (r *Replica) Refill() {
+func (r *Replica) Refill() { r.RefillAfter(0) }
+
+// RefillAfter is Refill with a fill that starts no earlier than d from now
+// (after the state store came back, the nodes first claim again the devices
+// they hold; a fill before would miss them). Get refuses from now on.
+func (r *Replica) RefillAfter(d time.Duration) {
+	at := time.Now().Add(d).UnixNano()
+	for {
+		cur := r.notBefore.Load()
+		if cur >= at || r.notBefore.CompareAndSwap(cur, at) {
+			break
+		}
+	}
 	r.asked.Add(1)
 	select {
 	case r.wake <- struct{}{}:
@@ -213,10 +226,11 @@ func (r *Replica) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-r.wake:
 		}
+		wait := max(r.cfg.Settle, time.Until(time.Unix(0, r.notBefore.Load())))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(r.cfg.Settle):
+		case <-time.After(wait):
 		}
 		for {
 			err := r.fill(ctx)

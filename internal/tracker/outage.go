@@ -88,6 +88,13 @@ func (t *Tracker) markDown(err error) {
 // up reports whether operations go to the store (fast path: one atomic load).
 func (t *Tracker) up() bool { return t.state.Load() == stateUp }
 
+// Degraded reports whether some operations do not reach the store now:
+// it is down or replaying, or a part of it is (their changes are not
+// published until they do). Cheap; safe for concurrent use.
+func (t *Tracker) Degraded() bool {
+	return !t.up() || (t.parts != nil && t.parts.down.Load() > 0)
+}
+
 // bounded is a store call's context: the caller's, bounded by
 // StoreTimeout for a remote store.
 type bounded struct {

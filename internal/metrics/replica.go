@@ -1,0 +1,40 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presenced/presenced/internal/replica"
+)
+
+var (
+	descReplicaUsers   = prometheus.NewDesc("presenced_replica_users", "Users this node's read replica holds.", nil, nil)
+	descReplicaReady   = prometheus.NewDesc("presenced_replica_ready", "1 while the read replica answers status reads, 0 while they go to Redis (filling, or changes may have been missed).", nil, nil)
+	descReplicaChanges = prometheus.NewDesc("presenced_replica_changes_total", "Changes the read replica received, by outcome (stale: it held that version or a newer one).", []string{"outcome"}, nil)
+	descReplicaFills   = prometheus.NewDesc("presenced_replica_fills_total", "Times the read replica was filled from Redis.", nil, nil)
+	descReplicaFill    = prometheus.NewDesc("presenced_replica_last_fill_seconds", "How long the last fill of the read replica took.", nil, nil)
+	descReplicaReads   = prometheus.NewDesc("presenced_replica_reads_total", "Status reads, by what answered them (replica, or store while the replica was not ready).", []string{"source"}, nil)
+)
+
+type replicaCollector struct{ stats func() replica.Stats }
+
+func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descReplicaUsers, descReplicaReady, descReplicaChanges, descReplicaFills, descReplicaFill, descReplicaReads} {
+		ch <- d
+	}
+}
+
+func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ready := 0.0
+	if s.Ready {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReplicaUsers, prometheus.GaugeValue, float64(s.Users))
+	ch <- prometheus.MustNewConstMetric(descReplicaReady, prometheus.GaugeValue, ready)
+	ch <- prometheus.MustNewConstMetric(descReplicaChanges, prometheus.CounterValue, float64(s.Applied), "applied")
+	ch <- prometheus.MustNewConstMetric(descReplicaChanges, prometheus.CounterValue, float64(s.Stale), "stale")
+	ch <- prometheus.MustNewConstMetric(descReplicaFills, prometheus.CounterValue, float64(s.Fills))
+	ch <- prometheus.MustNewConstMetric(descReplicaFill, prometheus.GaugeValue, s.LastFill.Seconds())
+	ch <- prometheus.MustNewConstMetric(descReplicaReads, prometheus.CounterValue, float64(s.Served), "replica")
+	ch <- prometheus.MustNewConstMetric(descReplicaReads, prometheus.CounterValue, float64(s.Refused), "store")
+}
