@@ -20,8 +20,8 @@ import (
 	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/peers"
-	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/webhook"
 )
