@@ -150,9 +150,15 @@ fi
 if want batch; then
 	# Nobody expires or turns away while the reads run: seeding a million
 	# users takes ~5 min, and their idle times would all come due at once.
-	cluster 3 -poll-interval 0 -heartbeat-ttl 20m -idle-after 1h
+	# BATCH_FLAGS adds flags to these nodes (e.g. -read-replica). The
+	# population is seeded through node 1; the last two runs read on node 2,
+	# which learnt of every user from Redis or over the bus.
+	# shellcheck disable=SC2086
+	cluster 3 -poll-interval 0 -heartbeat-ttl 20m -idle-after 1h ${BATCH_FLAGS:-}
 	run cluster-batch batch -url http://127.0.0.1:18181 -api-key "$KEY" -users "$CLUSTER_USERS" -duration 20s -baseline-redis "$REDIS_URL"
 	run cluster-batch-c1 batch -url http://127.0.0.1:18181 -api-key "$KEY" -users "$CLUSTER_USERS" -seed=false -concurrency 1 -duration 20s
+	run cluster-batch-node2 batch -url http://127.0.0.1:18182 -api-key "$KEY" -users "$CLUSTER_USERS" -seed=false -duration 20s
+	run cluster-batch-node2-c1 batch -url http://127.0.0.1:18182 -api-key "$KEY" -users "$CLUSTER_USERS" -seed=false -concurrency 1 -duration 20s
 	stop_nodes
 fi
 if want fanout; then

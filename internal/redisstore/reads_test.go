@@ -208,3 +208,54 @@ func TestEvictionEmptiesTheReadHash(t *testing.T) {
 		t.Fatalf("evicted user read as held: %+v", g)
 	}
 }
+
+// ScanReads yields every user the store holds as Get reads it (while
+// nothing is due), and nobody else — also when a shard's read hash was
+// lost on its own (rebuilt first).
+func TestScanReads(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	prefix := testsvc.Unique(t) + ":"
+	const shards = 4
+	cfg := redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond, IdleAfter: time.Duration(lIdle) * time.Millisecond}, Prefix: prefix, Shards: shards}
+	s := newStore(t, c, cfg)
+	const now = 1_000_000
+	ids := readsPopulation(t, s, now)
+	at := int64(now + 1000)
+	want := make(map[string]presence.Snapshot)
+	for i, snap := range getAll(t, s, at, ids) {
+		if snap.Known {
+			want[ids[i]] = snap
+		}
+	}
+	for round, lose := range []bool{false, true} {
+		if lose {
+			if err := c.Do(ctx, c.B().Del().Key(prefix+"{1}b").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := make(map[string]presence.Snapshot)
+		err := s.ScanReads(ctx, func(id string, snap *presence.Snapshot) {
+			if _, dup := got[id]; dup {
+				t.Errorf("round %d: %s yielded twice", round, id)
+			}
+			got[id] = *snap
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Errorf("round %d: %d users yielded, want %d: %v", round, len(got), len(want), got)
+		}
+		for id, w := range want {
+			g, ok := got[id]
+			if !ok {
+				t.Errorf("round %d: %s not yielded", round, id)
+				continue
+			}
+			if g.Status != w.Status || g.Version != w.Version || g.Settings != w.Settings || !g.Known {
+				t.Errorf("round %d: %s = %v v%d %+v, Get reads %v v%d %+v", round, id, g.Status, g.Version, g.Settings, w.Status, w.Version, w.Settings)
+			}
+		}
+	}
+}

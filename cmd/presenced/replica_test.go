@@ -1,0 +1,212 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	wsclient "github.com/presenced/presenced/client"
+)
+
+// Two nodes with -read-replica. Users change in every way a status read
+// shows — heartbeats on either node, sockets on node 1, statuses,
+// invisibility, byes, settings, contact lists, expiry — and node 2's seed
+// batch read (GET /presence/batch, answered by its replica) must show,
+// for an anonymous viewer and for one with contacts, exactly what its
+// full read (POST /v1/presence/batch, read in Redis) shows. Then NATS
+// stops: the replica refuses (the reads go to Redis and stay right while
+// node 1 keeps changing users), and once NATS is back it is filled again
+// and answers, right.
+func TestReadReplicaAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	nodes := b.nodes(t, 2, "-read-replica")
+	n1, n2 := nodes[0], nodes[1]
+	const users = 40
+	ids := make([]string, users)
+	for i := range ids {
+		ids[i] = fmt.Sprint("r", i)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	var socks []*wsclient.Client
+	for i := range 4 { // r0…r3 hold sockets on node 1: devices node 1 owns
+		socks = append(socks, dial(t, n1, ids[i], "sock"))
+	}
+	for _, id := range ids[4:] {
+		nodes[rng.IntN(2)].heartbeat(apiKey, id, "http")
+	}
+	// Some users show their status to contacts only; the viewer "v" is a
+	// contact of some of them.
+	for i := 0; i < users; i += 5 {
+		n1.call("PUT", "/v1/users/"+ids[i]+"/settings", apiKey, map[string]string{"status_visibility": "contacts", "last_seen_visibility": "contacts"})
+		if i%10 == 0 {
+			n1.call("PUT", "/v1/users/"+ids[i]+"/contacts", apiKey, map[string][]string{"contacts": {"v"}})
+		}
+	}
+	change := func(n *proc, rounds int) {
+		for range rounds {
+			id := ids[rng.IntN(users)]
+			switch rng.IntN(6) {
+			case 0, 1:
+				n.heartbeat(apiKey, id, "http")
+			case 2:
+				st := []string{"online", "away", "busy", "invisible"}[rng.IntN(4)]
+				n.call("POST", "/v1/status", apiKey, map[string]any{"user_id": id, "status": st})
+			case 3:
+				n.call("POST", "/v1/bye", apiKey, map[string]any{"user_id": id, "device_id": "http"})
+			case 4:
+				vis := []string{"everyone", "contacts", "nobody"}[rng.IntN(3)]
+				n.call("PUT", "/v1/users/"+id+"/settings", apiKey, map[string]string{"status_visibility": vis, "last_seen_visibility": vis})
+			case 5:
+				n.heartbeat(apiKey, id, "other")
+			}
+		}
+	}
+	served := func() float64 { return metric(t, n2.server, `presenced_replica_reads_total{source="replica"}`) }
+	refused := func() float64 { return metric(t, n2.server, `presenced_replica_reads_total{source="store"}`) }
+
+	// agree waits until node 2's status read and full read show the same
+	// for both viewers, and returns how the last status read was answered.
+	agree := func(phase string) (byReplica bool) {
+		t.Helper()
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			diff := ""
+			s0 := served()
+			for _, viewer := range []string{"", "v"} {
+				if d := compareReads(t, n2, viewer, ids); d != "" {
+					diff = d
+				}
+			}
+			byReplica = served() > s0
+			if diff == "" {
+				return byReplica
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: node 2's status read never agreed with its full read: %s", phase, diff)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	change(n1, 60)
+	change(n2, 60)
+	if !agree("after changes on both nodes") {
+		// The last comparison may have come before the replica's fill; it
+		// must answer within moments.
+		deadline := time.Now().Add(waitTimeout)
+		for !agree("replica ready") {
+			if time.Now().After(deadline) {
+				t.Fatal("node 2's replica never answered a status read")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// Expiry: every HTTP device ends a ttl after its last beat, announced
+	// by a sweep on either node; the sockets keep r0…r3 present.
+	time.Sleep(clusterTTL + time.Second)
+	if !agree("after expiry") {
+		t.Error("the replica did not answer after expiry")
+	}
+	online := 0
+	for _, st := range statusRead(t, n2, "", ids) {
+		if st != nil && *st != "offline" {
+			online++
+		}
+	}
+	if online == 0 || online > 4 {
+		t.Errorf("after expiry %d users read present, want 1…4 (the sockets of r0…r3, some hidden)", online)
+	}
+
+	// NATS stops: node 2 cannot hear node 1's changes, so its replica must
+	// not answer; its reads go to Redis and stay right.
+	if err := b.nats.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	r0 := refused()
+	change(n1, 40)
+	if agree("NATS down") {
+		t.Error("the replica answered while NATS was down")
+	}
+	if refused() <= r0 {
+		t.Error("no status read went to the store while NATS was down")
+	}
+	if err := b.nats.Start(); err != nil {
+		t.Fatal(err)
+	}
+	change(n1, 20)
+	deadline := time.Now().Add(2 * waitTimeout)
+	for !agree("NATS back") {
+		if time.Now().After(deadline) {
+			t.Fatal("node 2's replica never answered again after NATS came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if fills := metric(t, n2.server, "presenced_replica_fills_total"); fills < 2 {
+		t.Errorf("node 2's replica was filled %v times, want a fill at start and one after NATS came back", fills)
+	}
+	for _, c := range socks {
+		_ = c.Close()
+	}
+}
+
+// compareReads returns how n's status read of ids for viewer differs from
+// its full read ("" if it does not).
+func compareReads(t *testing.T, n *proc, viewer string, ids []string) string {
+	t.Helper()
+	got := statusRead(t, n, viewer, ids)
+	body := map[string]any{"user_ids": ids}
+	if viewer != "" {
+		body["viewer_id"] = viewer
+	}
+	code, raw := n.do("POST", "/v1/presence/batch", apiKey, body)
+	if code != 200 {
+		t.Fatalf("POST /v1/presence/batch: %d %s", code, raw)
+	}
+	var full map[string]struct {
+		Status *string `json:"status"`
+	}
+	if err := json.Unmarshal(raw, &full); err != nil {
+		t.Fatal(err)
+	}
+	var diffs []string
+	for _, id := range ids {
+		g, w := got[id], full[id].Status
+		if (g == nil) != (w == nil) || (g != nil && *g != *w) {
+			diffs = append(diffs, fmt.Sprintf("%s: %s, full read %s", id, show(g), show(w)))
+		}
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("viewer %q: %s", viewer, strings.Join(diffs, "; "))
+}
+
+// statusRead is n's GET /presence/batch of ids for viewer.
+func statusRead(t *testing.T, n *proc, viewer string, ids []string) map[string]*string {
+	t.Helper()
+	q := url.Values{"user_ids": {strings.Join(ids, ",")}}
+	if viewer != "" {
+		q.Set("viewer_id", viewer)
+	}
+	code, raw := n.do("GET", "/presence/batch?"+q.Encode(), apiKey, nil)
+	if code != 200 {
+		t.Fatalf("GET /presence/batch: %d %s", code, raw)
+	}
+	var got map[string]*string
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func show(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return *s
+}

@@ -1,0 +1,270 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// source is a store as a fill sees it: a fixed set of users, and a hook
+// that runs in the middle of a scan (after the first user).
+type source struct {
+	mu    sync.Mutex
+	users map[string]presence.Snapshot
+	mid   func()
+	fail  error
+	scans atomic.Int32
+}
+
+func (s *source) ScanReads(_ context.Context, fn func(string, *presence.Snapshot)) error {
+	s.scans.Add(1)
+	s.mu.Lock()
+	users, mid, fail := make(map[string]presence.Snapshot, len(s.users)), s.mid, s.fail
+	for id, u := range s.users {
+		users[id] = u
+	}
+	s.mu.Unlock()
+	if fail != nil {
+		return fail
+	}
+	first := true
+	for id, u := range users {
+		fn(id, &u)
+		if first && mid != nil {
+			mid()
+		}
+		first = false
+	}
+	return nil
+}
+
+func (s *source) set(id string, st presence.Status, v uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.users == nil {
+		s.users = make(map[string]presence.Snapshot)
+	}
+	s.users[id] = presence.Snapshot{UserID: id, Known: true, Status: st, Version: v}
+}
+
+func run(t *testing.T, cfg Config) *Replica {
+	t.Helper()
+	cfg.Settle = time.Millisecond
+	cfg.Retry = 5 * time.Millisecond
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+func awaitReady(t *testing.T, r *Replica) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !r.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica never became ready")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func get(t *testing.T, r *Replica, ids ...string) []presence.Snapshot {
+	t.Helper()
+	out := make([]presence.Snapshot, len(ids))
+	if err := r.Get(context.Background(), 0, ids, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func ev(id string, st presence.Status, v uint64) *presence.Event {
+	return &presence.Event{UserID: id, Status: st, Version: v, Settings: presence.Settings{Status: presence.Contacts}}
+}
+
+func TestNotReadyUntilFilled(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	src.fail = errors.New("redis down")
+	r := run(t, Config{Source: src})
+	out := make([]presence.Snapshot, 1)
+	time.Sleep(20 * time.Millisecond)
+	if err := r.Get(context.Background(), 0, []string{"a"}, out); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("Get before any fill succeeded: %v, want ErrNotReady", err)
+	}
+	if src.scans.Load() < 2 {
+		t.Errorf("a failed fill was tried %d times, want it retried", src.scans.Load())
+	}
+	src.mu.Lock()
+	src.fail = nil
+	src.mu.Unlock()
+	awaitReady(t, r)
+	got := get(t, r, "a", "nobody")
+	if !got[0].Known || got[0].Status != presence.Online || got[0].Version != 5 {
+		t.Errorf("a = %+v, want known, online, v5", got[0])
+	}
+	if got[1].Known || got[1].UserID != "nobody" {
+		t.Errorf("a user the store does not hold = %+v, want unknown", got[1])
+	}
+}
+
+func TestNewestVersionWins(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	r := run(t, Config{Source: src})
+	awaitReady(t, r)
+	r.Publish(ev("a", presence.Busy, 7))
+	r.Publish(ev("a", presence.Away, 6)) // late: an older change
+	r.Publish(ev("a", presence.Away, 7)) // the same version again
+	got := get(t, r, "a")[0]
+	if got.Status != presence.Busy || got.Version != 7 || got.Settings.Status != presence.Contacts {
+		t.Errorf("a = %+v, want busy at v7 with its settings", got)
+	}
+	// An invisible user's own status never reaches the replica: it holds
+	// the public one.
+	r.Publish(&presence.Event{UserID: "b", Status: presence.Invisible, Version: 1})
+	if got := get(t, r, "b")[0]; got.Status != presence.Offline {
+		t.Errorf("b = %v, want offline (the public status)", got.Status)
+	}
+	if st := r.Stats(); st.Applied != 2 || st.Stale != 2 || st.Users != 2 {
+		t.Errorf("stats %+v, want 2 applied, 2 stale, 2 users", st)
+	}
+	// A fill that reads an older version than a change applied keeps the
+	// change.
+	r.Refill()
+	awaitReady(t, r)
+	if got := get(t, r, "a")[0]; got.Status != presence.Busy {
+		t.Errorf("after a refill a = %v, want busy (v7 beats the store's v5)", got.Status)
+	}
+}
+
+// A refill deletes the users the store no longer holds, keeps those a
+// change named while it ran, and refuses until it is done.
+func TestRefill(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	src.set("b", presence.Online, 5)
+	r := run(t, Config{Source: src})
+	awaitReady(t, r)
+	r.Publish(ev("gone", presence.Online, 3)) // the store will not hold it
+
+	src.mu.Lock()
+	delete(src.users, "b") // lost with the store's data
+	entered, release := make(chan struct{}), make(chan struct{})
+	src.mid = func() { close(entered); <-release }
+	src.mu.Unlock()
+	r.Refill()
+	if r.Ready() {
+		t.Fatal("ready right after Refill")
+	}
+	<-entered
+	// A user who comes online while the fill runs, in a shard the scan
+	// may have passed already.
+	r.Publish(ev("new", presence.Online, 1))
+	out := make([]presence.Snapshot, 1)
+	if err := r.Get(context.Background(), 0, []string{"a"}, out); !errors.Is(err, ErrNotReady) {
+		t.Errorf("Get during a refill: %v, want ErrNotReady", err)
+	}
+	close(release)
+	awaitReady(t, r)
+	got := get(t, r, "a", "b", "gone", "new")
+	if !got[0].Known || got[1].Known || got[2].Known || !got[3].Known {
+		t.Errorf("after the refill known = %v %v %v %v, want a and new only", got[0].Known, got[1].Known, got[2].Known, got[3].Known)
+	}
+}
+
+// A refill asked for while one runs is served by another after it.
+func TestRefillDuringFill(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	r := run(t, Config{Source: src})
+	awaitReady(t, r)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	src.mu.Lock()
+	src.mid = func() { once.Do(func() { close(entered); <-release }) }
+	src.mu.Unlock()
+	r.Refill()
+	<-entered
+	r.Refill() // changes may have been missed after the running fill started
+	close(release)
+	awaitReady(t, r)
+	if n := src.scans.Load(); n != 3 {
+		t.Errorf("%d scans, want 3 (the first fill, and one after each Refill)", n)
+	}
+}
+
+func TestRefillAfterWaits(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	r := run(t, Config{Source: src})
+	awaitReady(t, r)
+	start := time.Now()
+	r.RefillAfter(100 * time.Millisecond)
+	awaitReady(t, r)
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("ready again after %v, want the fill to wait 100ms", d)
+	}
+}
+
+func TestFresh(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	var fresh atomic.Bool
+	r := run(t, Config{Source: src, Fresh: fresh.Load})
+	time.Sleep(20 * time.Millisecond)
+	out := make([]presence.Snapshot, 1)
+	if err := r.Get(context.Background(), 0, []string{"a"}, out); !errors.Is(err, ErrNotReady) {
+		t.Errorf("Get while a node is not heard: %v, want ErrNotReady", err)
+	}
+	fresh.Store(true)
+	awaitReady(t, r)
+	if st := r.Stats(); st.Refused != 1 || st.Served != 0 {
+		t.Errorf("stats %+v, want 1 refused, 0 served", st)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	src := &source{}
+	for i := range 100 {
+		src.set(string(rune('a'+i%26))+string(rune('0'+i/26)), presence.Online, 1)
+	}
+	r := run(t, Config{Source: src})
+	awaitReady(t, r)
+	ids := []string{"a0", "b1", "c2", "zz"}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Go(func() {
+			out := make([]presence.Snapshot, len(ids))
+			for v := uint64(2); ; v++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r.Publish(ev(ids[g], presence.Away, v))
+				_ = r.Get(context.Background(), 0, ids, out)
+				if v%50 == 0 {
+					r.Refill()
+				}
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	awaitReady(t, r)
+	if got := get(t, r, "a0")[0]; got.Status != presence.Away {
+		t.Errorf("a0 = %v, want away", got.Status)
+	}
+}
