@@ -27,7 +27,7 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 	nodes := b.nodes(t, 2, "-read-replica")
 	n1, n2 := nodes[0], nodes[1]
 	const users = 40
-	ids := make([]string, users)
+	ids := make([]string, users, users+1)
 	for i := range ids {
 		ids[i] = fmt.Sprint("r", i)
 	}
@@ -39,6 +39,11 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 	for _, id := range ids[4:] {
 		nodes[rng.IntN(2)].heartbeat(apiKey, id, "http")
 	}
+	// The viewer reads itself too: invisible, which only it may see (the
+	// replica holds public statuses; its own comes from Redis).
+	socks = append(socks, dial(t, n1, "v", "sock"))
+	n1.call("POST", "/v1/status", apiKey, map[string]any{"user_id": "v", "status": "invisible"})
+	ids = append(ids, "v")
 	// Some users show their status to contacts only; the viewer "v" is a
 	// contact of some of them.
 	for i := 0; i < users; i += 5 {
@@ -105,6 +110,9 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	if st := statusRead(t, n2, "v", ids)["v"]; st == nil || *st != "invisible" {
+		t.Errorf("v reads itself %s, want invisible", show(st))
 	}
 	// Expiry: every HTTP device ends a ttl after its last beat, announced
 	// by a sweep on either node; the sockets keep r0…r3 present.
