@@ -6,10 +6,12 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	wsclient "github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/testsvc"
 )
 
 // Two nodes with -read-replica. Users change in every way a status read
@@ -217,4 +219,70 @@ func show(s *string) string {
 		return "null"
 	}
 	return *s
+}
+
+// Node 1's connection to NATS stalls (its socket stays open: it does not
+// notice for minutes) while it changes users in Redis. Node 2 cannot hear
+// those changes: once node 1's beacon has been silent for the bound, node
+// 2's replica must stop answering — its status reads go to Redis and
+// show the changes — and once node 1 is heard again it is filled again
+// and answers, right.
+func TestReadReplicaStopsWhenANodeIsNotHeard(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	proxy := testsvc.NewProxy(t, b.nats.Addr)
+	var n1, n2 *proc
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		n1 = b.node(t, 1, "-read-replica", "-heartbeat-ttl", "30s", "-nats-url", "nats://"+proxy.Addr)
+	})
+	wg.Go(func() { n2 = b.node(t, 2, "-read-replica", "-heartbeat-ttl", "30s") })
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	ids := []string{"s0", "s1", "s2", "s3", "s4", "s5"}
+	for _, id := range ids {
+		n1.heartbeat(apiKey, id, "http")
+	}
+	served := func() float64 { return metric(t, n2.server, `presenced_replica_reads_total{source="replica"}`) }
+	readBy := func(phase string, replica bool) {
+		t.Helper()
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			s0 := served()
+			d := compareReads(t, n2, "", ids)
+			by := served() > s0
+			if d == "" && by == replica {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: want reads agreeing, answered by the replica %v; last: by the replica %v, %s", phase, replica, by, d)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	readBy("before", true)
+
+	proxy.Stall()
+	time.Sleep(200 * time.Millisecond)
+	for _, id := range ids {
+		n1.call("POST", "/v1/status", apiKey, map[string]any{"user_id": id, "status": "busy"})
+	}
+	time.Sleep(4 * time.Second) // the bound (3 beacons) and a beacon's slack
+	for i := 0; i < 10; i++ {
+		if d := compareReads(t, n2, "", ids); d != "" {
+			t.Fatalf("node 1 not heard for 4s: node 2 read %s", d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := statusRead(t, n2, "", ids)["s0"]; got == nil || *got != "busy" {
+		t.Fatalf("s0 reads %s on node 2, want busy (from Redis)", show(got))
+	}
+	fills := metric(t, n2.server, "presenced_replica_fills_total")
+	proxy.Restore()
+	readBy("node 1 heard again", true)
+	if f := metric(t, n2.server, "presenced_replica_fills_total"); f <= fills {
+		t.Errorf("fills %v → %v: node 2's replica was not filled again after node 1 was heard again", fills, f)
+	}
 }

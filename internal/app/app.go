@@ -169,30 +169,33 @@ type durableStore interface {
 
 // App is one running node.
 type App struct {
-	cfg      Config
-	rules    presence.Rules
-	log      *slog.Logger
-	durable  durableStore
-	store    tracker.Store
-	redis    rueidis.Client   // nil: embedded hot state
-	nats     *jsstream.Conn   // nil without NATS: the one connection of bus and ingest
-	bus      *natsbus.Bus     // nil without NATS
-	beacon   *beacon.Beacon   // nil without NATS or Redis: node liveness apart from Redis
-	peers    *peers.Peers     // nil without NATS or Redis: what other nodes hold of devices, for degraded reads
-	replica  *replica.Replica // nil without ReadReplica
-	ingest   *ingest.Consumer // nil without NATS or with NoIngest
-	webhooks *webhook.Sender  // nil without webhook URLs
-	kafkaIn  *kafka.Consumer  // nil without Kafka or with NoKafkaIngest
-	kafkaOut *kafka.Producer  // nil without Kafka or with NoKafkaChanges
-	tracker  *tracker.Tracker
-	api      *httpapi.Server
-	gw       *gateway.Gateway
-	hub      *fanout.Hub
-	handler  http.Handler
-	metrics  *metrics.Registry
-	budget   atomic.Pointer[connbudget.Listener] // set by Run before it serves
-	accept   atomic.Pointer[wsaccept.Listener]   // set by Run before it serves
-	cert     *tlscert.Store                      // nil: plain HTTP
+	cfg     Config
+	rules   presence.Rules
+	log     *slog.Logger
+	durable durableStore
+	store   tracker.Store
+	redis   rueidis.Client   // nil: embedded hot state
+	nats    *jsstream.Conn   // nil without NATS: the one connection of bus and ingest
+	bus     *natsbus.Bus     // nil without NATS
+	beacon  *beacon.Beacon   // nil without NATS or Redis: node liveness apart from Redis
+	peers   *peers.Peers     // nil without NATS or Redis: what other nodes hold of devices, for degraded reads
+	replica *replica.Replica // nil without ReadReplica
+	// replicaDeaf: another live node went unheard on the bus and the
+	// replica refused; it is filled again once all are heard.
+	replicaDeaf atomic.Bool
+	ingest      *ingest.Consumer // nil without NATS or with NoIngest
+	webhooks    *webhook.Sender  // nil without webhook URLs
+	kafkaIn     *kafka.Consumer  // nil without Kafka or with NoKafkaIngest
+	kafkaOut    *kafka.Producer  // nil without Kafka or with NoKafkaChanges
+	tracker     *tracker.Tracker
+	api         *httpapi.Server
+	gw          *gateway.Gateway
+	hub         *fanout.Hub
+	handler     http.Handler
+	metrics     *metrics.Registry
+	budget      atomic.Pointer[connbudget.Listener] // set by Run before it serves
+	accept      atomic.Pointer[wsaccept.Listener]   // set by Run before it serves
+	cert        *tlscert.Store                      // nil: plain HTTP
 
 	reader   *query.Reader
 	resync   *resyncer     // sends watchers the current state when asked

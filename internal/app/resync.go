@@ -122,8 +122,15 @@ func (a *App) replicaFresh() bool {
 	for _, l := range leases {
 		alive := !l.Taken && l.Since != 0 && now.UnixMilli()-l.Since < timeout
 		if alive && now.Sub(heard[l.ID]) > replicaSilence {
+			a.replicaDeaf.Store(true)
 			return false
 		}
+	}
+	if a.replicaDeaf.CompareAndSwap(true, false) {
+		// Heard again: what it changed meanwhile may reach the bus late
+		// or, if its queue overflowed, never. Fill again.
+		a.replica.Refill()
+		return false
 	}
 	return true
 }
