@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		natsURL       = fset.String("nats-url", "", "scale-out: NATS JetStream for changes across nodes, the presence.changes stream and the ingest consumer (nats://host:4222)")
 		nodeID        = fset.String("node-id", "", "this node's name on the NATS bus (default: host name and a random suffix)")
 		noIngest      = fset.Bool("no-ingest", false, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
-		readReplica   = fset.Bool("read-replica", false, "with -redis-url and -nats-url: keep every user's public status in this node, fed by every change on the bus, and answer GET /presence/batch from it (memory: ~70 B a user held)")
+		readReplica   = fset.Bool("read-replica", false, "with -redis-url and -nats-url: keep every user's public status in this node, fed by every change on the bus, and answer GET /presence/batch from it (memory: ~100 B a user held)")
 		maxConns      = fset.Int("max-conns", budget.Max, "open client connections (HTTP and WebSocket); by default the file limit less a reserve; 0: no cap")
 		maxConnsIP    = fset.Int("max-conns-per-ip", budget.PerAddr, "open connections of one source address (IPv6: one /64); by default a quarter of -max-conns (with -dev: no cap); 0: no cap (behind a proxy, all clients share its address)")
 		maxPending    = fset.Int("max-pending-conns", budget.Pending, "connections that have not finished sending a request's headers (the oldest makes room for a new one); by default an eighth of -max-conns, at most 1024; 0: no cap")

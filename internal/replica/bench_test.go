@@ -1,0 +1,60 @@
+package replica
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// population is a Source of n users "u0"… online.
+type population int
+
+func (p population) ScanReads(_ context.Context, fn func(string, *presence.Snapshot)) error {
+	for i := range int(p) {
+		id := "u" + strconv.Itoa(i)
+		fn(id, &presence.Snapshot{UserID: id, Known: true, Status: presence.Online, Version: uint64(i + 1)})
+	}
+	return nil
+}
+
+// BenchmarkGet1000 reads 1,000 random users among 1,000,000, and reports
+// the heap the replica holds per user.
+func BenchmarkGet1000(b *testing.B) {
+	const users = 1_000_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r, err := New(Config{Source: population(users), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	<-r.wake
+	if err := r.fill(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	rng := rand.New(rand.NewPCG(1, 2))
+	batches := make([][]string, 64)
+	for i := range batches {
+		batches[i] = make([]string, 1000)
+		for j := range batches[i] {
+			batches[i][j] = "u" + strconv.Itoa(rng.IntN(users))
+		}
+	}
+	out := make([]presence.Snapshot, 1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if err := r.Get(context.Background(), 0, batches[i%len(batches)], out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/users, "heap-B/user")
+	runtime.KeepAlive(r)
+}
