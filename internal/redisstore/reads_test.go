@@ -259,3 +259,43 @@ func TestScanReads(t *testing.T) {
 		}
 	}
 }
+
+// On a Redis Cluster the fill's HSCANs go to each shard's master: every
+// user of every master is yielded once.
+func TestScanReadsOnACluster(t *testing.T) {
+	t.Parallel()
+	cl := testsvc.RedisCluster(t, 3)
+	c := dial(t, cl.URL)
+	ctx := t.Context()
+	s := newStore(t, c, redisstore.Config{Prefix: testsvc.Unique(t) + ":", Shards: 64})
+	const now = 1_000_000
+	want := map[string]bool{}
+	for i := range 90 {
+		u := fmt.Sprint("c", i)
+		if err := s.Load(ctx, now, &presence.Profile{UserID: u}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Beat(ctx, now, u, "d", true); err != nil {
+			t.Fatal(err)
+		}
+		want[u] = true
+	}
+	got := map[string]int{}
+	err := s.ScanReads(ctx, func(id string, snap *presence.Snapshot) {
+		got[id]++
+		if snap.Status != presence.Online || !snap.Known {
+			t.Errorf("%s = %+v, want online", id, snap)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for u := range want {
+		if got[u] != 1 {
+			t.Errorf("%s yielded %d times, want once", u, got[u])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d users yielded, want %d", len(got), len(want))
+	}
+}
