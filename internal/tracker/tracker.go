@@ -345,26 +345,62 @@ func (t *Tracker) HeartbeatRead(ctx context.Context, user, device string, active
 		snap = nil
 	}
 	now := t.Now()
+	o := op{kind: opBeat, at: now, device: device, active: active}
+	var read bool
+	ch, kept, err := t.throughStore(user, keepHeld, func() op { return o }, func() (presence.Change, error) {
+		var ch presence.Change
+		var err error
+		ch, read, err = t.applyBeatRead(ctx, now, user, device, active, snap)
+		return ch, err
+	})
+	if err != nil && !kept && profileUnavailable(err) {
+		// The durable store is down: wait for the profile (cold.go).
+		_, err = t.hold(user, o, false)
+		return presence.Change{}, false, err
+	}
+	if err != nil && !kept {
+		return ch, false, fmt.Errorf("heartbeat: %w", err)
+	}
+	return ch, read && !kept, err
+}
+
+// How throughStore keeps an operation the store cannot take now.
+const (
+	keepBuffered = false // in the outage buffer while the user's part is down
+	keepHeld     = true  // also held while profiles are awaited (cold.go): beats and byes
+)
+
+// throughStore runs one operation of user: apply (the store's call) while
+// the store — the user's part of it — is up, and publishes its change; or,
+// while it is down, keeps the operation o() for the replay (held: also
+// while users wait for their profiles, see held). A call that finds the
+// store down on its first try (errOutage) is kept the same way. This is
+// the one place where the hot path meets an outage; kept reports that the
+// operation was kept (its Change is then empty, and err the buffer's
+// refusal, if any). Other errors of apply are returned as they are.
+func (t *Tracker) throughStore(user string, held bool, o func() op, apply func() (presence.Change, error)) (_ presence.Change, kept bool, _ error) {
 	for try := 0; ; try++ {
-		if !t.upFor(user) || t.cold.n.Load() > 0 {
-			if ok, err := t.held(user, op{kind: opBeat, at: now, device: device, active: active}); ok {
-				return presence.Change{}, false, err
+		if !t.upFor(user) || (held && t.cold.n.Load() > 0) {
+			var ok bool
+			var err error
+			if held {
+				ok, err = t.held(user, o())
+			} else {
+				ok, err = t.buffer(user, o())
+			}
+			if ok {
+				return presence.Change{}, true, err
 			}
 		}
-		ch, read, err := t.applyBeatRead(ctx, now, user, device, active, snap)
+		ch, err := apply()
 		if try == 0 && errors.Is(err, errOutage) {
-			continue // the store is down now: buffer the beat
+			continue // the store is down now: keep the operation
 		}
 		if err != nil {
-			if profileUnavailable(err) {
-				// The durable store is down: wait for the profile (cold.go).
-				_, err = t.hold(user, op{kind: opBeat, at: now, device: device, active: active}, false)
-				return presence.Change{}, false, err
-			}
-			return ch, false, fmt.Errorf("heartbeat: %w", err)
+			return ch, false, err
 		}
 		t.emit(ch)
-		return ch, read, nil
+		return ch, false, nil
 	}
 }
 
@@ -483,49 +519,27 @@ func (t *Tracker) saveStatus(ctx context.Context, user string, m presence.Manual
 // status change, or a reload from the durable store, sets it right).
 func (t *Tracker) undoStatus(ctx context.Context, user string, prior manualStatus) {
 	ctx = context.WithoutCancel(ctx) // the caller's deadline may be what failed
-	for try := 0; ; try++ {
-		now := t.Now()
-		if !t.upFor(user) {
-			if ok, err := t.buffer(user, op{kind: opStatus, at: now, manual: prior.manual, text: prior.text}); ok {
-				if err != nil {
-					t.log.Error("could not undo a status that did not become durable", "user", user, "err", err)
-				}
-				return
-			}
-		}
-		ch, err := t.applyStatus(ctx, now, user, prior.manual, prior.text)
-		if try == 0 && errors.Is(err, errOutage) {
-			continue
-		}
-		if err != nil {
-			t.log.Error("could not undo a status that did not become durable", "user", user, "err", err)
-			return
-		}
-		t.emit(ch)
-		return
+	if _, _, err := t.throughStore(user, keepBuffered, func() op {
+		return op{kind: opStatus, at: t.Now(), manual: prior.manual, text: prior.text}
+	}, func() (presence.Change, error) {
+		return t.applyStatus(ctx, t.Now(), user, prior.manual, prior.text)
+	}); err != nil {
+		t.log.Error("could not undo a status that did not become durable", "user", user, "err", err)
 	}
 }
 
 // applyStatusSaved applies a status that is durable already, or buffers
 // it while the store is down.
 func (t *Tracker) applyStatusSaved(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
-	for try := 0; ; try++ {
-		now := t.Now()
-		if !t.upFor(user) {
-			if ok, err := t.buffer(user, op{kind: opStatus, at: now, manual: m, text: text}); ok {
-				return presence.Change{}, err
-			}
-		}
-		ch, err := t.applyStatus(ctx, now, user, m, text)
-		if try == 0 && errors.Is(err, errOutage) {
-			continue
-		}
-		if err != nil {
-			return ch, fmt.Errorf("set status: %w", err)
-		}
-		t.emit(ch)
-		return ch, nil
+	ch, kept, err := t.throughStore(user, keepBuffered, func() op {
+		return op{kind: opStatus, at: t.Now(), manual: m, text: text}
+	}, func() (presence.Change, error) {
+		return t.applyStatus(ctx, t.Now(), user, m, text)
+	})
+	if err != nil && !kept {
+		return ch, fmt.Errorf("set status: %w", err)
 	}
+	return ch, err
 }
 
 func (t *Tracker) applyStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
@@ -572,22 +586,15 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 			// replay removes the device whoever owns it.
 		}
 	}
-	for try := 0; ; try++ {
-		if !t.upFor(user) || t.cold.n.Load() > 0 {
-			if ok, err := t.held(user, op{kind: opBye, at: now, device: device}); ok {
-				return presence.Change{}, err
-			}
-		}
-		ch, err := t.applyBye(ctx, now, user, device)
-		if try == 0 && errors.Is(err, errOutage) {
-			continue
-		}
-		if err != nil {
-			return ch, fmt.Errorf("bye: %w", err)
-		}
-		t.emit(ch)
-		return ch, nil
+	ch, kept, err := t.throughStore(user, keepHeld, func() op {
+		return op{kind: opBye, at: now, device: device}
+	}, func() (presence.Change, error) {
+		return t.applyBye(ctx, now, user, device)
+	})
+	if err != nil && !kept {
+		return ch, fmt.Errorf("bye: %w", err)
 	}
+	return ch, err
 }
 
 func (t *Tracker) applyBye(ctx context.Context, now int64, user, device string) (presence.Change, error) {
@@ -640,22 +647,16 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 	if err := t.durable.SaveSettings(ctx, user, s); err != nil {
 		return fmt.Errorf("set settings: %w", err)
 	}
-	for try := 0; ; try++ {
-		if !t.upFor(user) {
-			if ok, err := t.buffer(user, op{kind: opSettings, settings: s}); ok {
-				return err
-			}
-		}
-		ch, err := t.applySettings(ctx, t.Now(), user, &s)
-		if try == 0 && errors.Is(err, errOutage) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("set settings: %w", err)
-		}
-		t.emit(ch) // each watcher whose view changed is sent the new one
-		return nil
+	// Each watcher whose view changed is sent the new one.
+	_, kept, err := t.throughStore(user, keepBuffered, func() op {
+		return op{kind: opSettings, settings: s}
+	}, func() (presence.Change, error) {
+		return t.applySettings(ctx, t.Now(), user, &s)
+	})
+	if err != nil && !kept {
+		return fmt.Errorf("set settings: %w", err)
 	}
+	return err
 }
 
 // ContactsChanged marks a change of user's contact list (durable before
