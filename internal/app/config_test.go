@@ -11,7 +11,8 @@ import (
 
 // TestCredentialRules: outside development mode a node refuses an API key
 // or JWT secret shorter than 32 bytes, and a negative token lifetime;
-// under -dev short ones are taken.
+// under -dev short ones are taken. A read replica without the backends it
+// mirrors is refused too.
 func TestCredentialRules(t *testing.T) {
 	short := strings.Repeat("x", 31)
 	for _, tc := range []struct {
@@ -25,6 +26,8 @@ func TestCredentialRules(t *testing.T) {
 		{"no API key, a long secret", app.Config{JWTSecret: testSecret}, ""},
 		{"short ones under dev", app.Config{APIKey: "k", JWTSecret: []byte("s"), Dev: true}, ""},
 		{"negative token lifetime", app.Config{APIKey: testKey, MaxTokenLifetime: -time.Hour}, "maximum token lifetime -1h0m0s is negative"},
+		{"a read replica on an embedded node", app.Config{APIKey: testKey, ReadReplica: true}, "a read replica needs Redis and NATS"},
+		{"a read replica without NATS", app.Config{APIKey: testKey, ReadReplica: true, RedisURL: "redis://127.0.0.1:1/0"}, "a read replica needs Redis and NATS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.DataDir, tc.cfg.PollInterval = t.TempDir(), -1
