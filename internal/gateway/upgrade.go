@@ -127,6 +127,10 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if err := checkHandshake(r); err != nil {
 		return refuse(http.StatusBadRequest, "bad_handshake", "%v", err)
 	}
+	// The socket keeps its ids for its life: copies, so that it does not
+	// keep the request line they were cut from (with a token in the
+	// query, hundreds of bytes a socket).
+	user, dev = strings.Clone(user), strings.Clone(dev)
 	// Counted before the heartbeat, so a connection over a cap is none.
 	if err := g.reserve(user, dev); err != nil {
 		return err
