@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -50,6 +52,31 @@ func readsPopulation(t *testing.T, s *redisstore.Store, now int64) []string {
 	return ids
 }
 
+// readsFixture is a store of readsShards shards on the shared Redis,
+// holding readsPopulation; reads look at it at at.
+type readsFixture struct {
+	c      rueidis.Client
+	cfg    redisstore.Config
+	prefix string
+	s      *redisstore.Store
+	ids    []string
+	at     int64
+}
+
+const readsShards = 4
+
+func newReadsFixture(t *testing.T) *readsFixture {
+	t.Helper()
+	f := &readsFixture{c: client(t), prefix: testsvc.Unique(t) + ":"}
+	f.cfg = redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond, IdleAfter: time.Duration(lIdle) * time.Millisecond},
+		Prefix: f.prefix, Shards: readsShards}
+	f.s = newStore(t, f.c, f.cfg)
+	const now = 1_000_000
+	f.ids = readsPopulation(t, f.s, now)
+	f.at = now + 1000
+	return f
+}
+
 func getAll(t *testing.T, s *redisstore.Store, now int64, ids []string) []presence.Snapshot {
 	t.Helper()
 	out := make([]presence.Snapshot, len(ids))
@@ -64,15 +91,10 @@ func getAll(t *testing.T, s *redisstore.Store, now int64, ids []string) []presen
 // RebuildReads has rebuilt it, and the same after; RebuildReads is done
 // once.
 func TestReadsOfDataBeforeTheReadHash(t *testing.T) {
-	c := client(t)
+	f := newReadsFixture(t)
+	c, cfg, prefix, s, ids, at := f.c, f.cfg, f.prefix, f.s, f.ids, f.at
+	const shards = readsShards
 	ctx := context.Background()
-	prefix := testsvc.Unique(t) + ":"
-	const shards = 4
-	cfg := redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond, IdleAfter: time.Duration(lIdle) * time.Millisecond}, Prefix: prefix, Shards: shards}
-	s := newStore(t, c, cfg)
-	const now = 1_000_000
-	ids := readsPopulation(t, s, now)
-	at := int64(now + 1000)
 	want := getAll(t, s, at, ids)
 	if want[0].Status != presence.Online || want[3].Status != presence.Busy || want[4].Status != presence.Invisible || want[5].Status != presence.Online || want[6].Status != presence.Offline || want[7].Known {
 		t.Fatalf("population: %+v", want)
@@ -213,15 +235,9 @@ func TestEvictionEmptiesTheReadHash(t *testing.T) {
 // nothing is due), and nobody else — also when a shard's read hash was
 // lost on its own (rebuilt first).
 func TestScanReads(t *testing.T) {
-	c := client(t)
+	f := newReadsFixture(t)
+	c, prefix, s, ids, at := f.c, f.prefix, f.s, f.ids, f.at
 	ctx := context.Background()
-	prefix := testsvc.Unique(t) + ":"
-	const shards = 4
-	cfg := redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond, IdleAfter: time.Duration(lIdle) * time.Millisecond}, Prefix: prefix, Shards: shards}
-	s := newStore(t, c, cfg)
-	const now = 1_000_000
-	ids := readsPopulation(t, s, now)
-	at := int64(now + 1000)
 	want := make(map[string]presence.Snapshot)
 	for i, snap := range getAll(t, s, at, ids) {
 		if snap.Known {
