@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"runtime"
 	"strconv"
 	"strings"
@@ -396,4 +397,89 @@ func BenchmarkRebuildReads(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/user")
+}
+
+// BenchmarkPackedLayout measures, before the store is changed to it, the
+// layout issue 9's memory goal (≤ 64 B an online user) points to: no key
+// per user, each user a field of a bucket hash small enough for Redis to
+// keep as a listpack (≤ 128 entries, values ≤ 64 bytes: Redis's
+// defaults), the value the whole user in binary — here what an owned user
+// with one device needs: last_seen and version (8 bytes each), status,
+// manual status and settings (4 bytes), one device with a short id, its
+// last beat and its owner's lease (8 + 8 bytes): 38 bytes. 200,000 users
+// ("user-<i>") in 256 shards of usersPerBucket-sized buckets on a private
+// Redis. Reported: Redis memory a user (used_memory), and a read of 1,000
+// random users — one HMGET per bucket touched, pipelined — with Redis's
+// CPU per read, to set against BenchmarkReadLayouts's store-Get (the read
+// hash, one HMGET per shard) and naive-MGET.
+func BenchmarkPackedLayout(b *testing.B) {
+	for _, perBucket := range []int{32, 100} {
+		b.Run(fmt.Sprintf("users-per-bucket=%d", perBucket), func(b *testing.B) {
+			const n, shards = 200_000, 256
+			buckets := n / perBucket / shards // per shard
+			srv := testsvc.Redis(b)
+			c := dial(b, srv.URL)
+			ctx := context.Background()
+			key := func(id string) string {
+				h := fnv.New32a()
+				h.Write([]byte(id))
+				v := h.Sum32()
+				return fmt.Sprintf("p{%d}:%d", v%shards, (v/shards)%uint32(buckets))
+			}
+			value := make([]byte, 38)
+			for i := range value {
+				value[i] = byte(i * 7)
+			}
+			base := usedMemory(b, c)
+			ids := make([]string, n)
+			cmds := make(rueidis.Commands, 0, 1000)
+			for lo := 0; lo < n; lo += 1000 {
+				cmds = cmds[:0]
+				for i := lo; i < min(n, lo+1000); i++ {
+					ids[i] = fmt.Sprint("user-", i)
+					cmds = append(cmds, c.B().Hset().Key(key(ids[i])).FieldValue().FieldValue(ids[i], rueidis.BinaryString(value)).Build())
+				}
+				for _, r := range c.DoMulti(ctx, cmds...) {
+					if err := r.Error(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			perUser := float64(usedMemory(b, c)-base) / n
+			enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(key(ids[0])).Build()).ToString()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if enc != "listpack" {
+				b.Fatalf("a bucket is encoded %q, want listpack", enc)
+			}
+			cpu0, err := benchfix.RedisCPU(ctx, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			byKey := map[string][]string{}
+			k := 0
+			for b.Loop() {
+				clear(byKey)
+				for i := range 1000 {
+					id := ids[(k*7919+i*104729)%n]
+					byKey[key(id)] = append(byKey[key(id)], id)
+				}
+				k++
+				cmds = cmds[:0]
+				for bk, fields := range byKey {
+					cmds = append(cmds, c.B().Hmget().Key(bk).Field(fields...).Build())
+				}
+				for _, r := range c.DoMulti(ctx, cmds...) {
+					if _, err := r.ToArray(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			cpu1, _ := benchfix.RedisCPU(ctx, c)
+			b.ReportMetric(perUser, "B/user")
+			b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-µs/read")
+			b.ReportMetric(float64(len(byKey)), "calls/read")
+		})
+	}
 }
