@@ -183,19 +183,22 @@ type App struct {
 	// replicaDeaf: another live node went unheard on the bus and the
 	// replica refused; it is filled again once all are heard.
 	replicaDeaf atomic.Bool
-	ingest      *ingest.Consumer // nil without NATS or with NoIngest
-	webhooks    *webhook.Sender  // nil without webhook URLs
-	kafkaIn     *kafka.Consumer  // nil without Kafka or with NoKafkaIngest
-	kafkaOut    *kafka.Producer  // nil without Kafka or with NoKafkaChanges
-	tracker     *tracker.Tracker
-	api         *httpapi.Server
-	gw          *gateway.Gateway
-	hub         *fanout.Hub
-	handler     http.Handler
-	metrics     *metrics.Registry
-	budget      atomic.Pointer[connbudget.Listener] // set by Run before it serves
-	accept      atomic.Pointer[wsaccept.Listener]   // set by Run before it serves
-	cert        *tlscert.Store                      // nil: plain HTTP
+	// replicaReconnects is the NATS connection's reconnection count when
+	// the bus last told of one (missedChanges).
+	replicaReconnects atomic.Uint64
+	ingest            *ingest.Consumer // nil without NATS or with NoIngest
+	webhooks          *webhook.Sender  // nil without webhook URLs
+	kafkaIn           *kafka.Consumer  // nil without Kafka or with NoKafkaIngest
+	kafkaOut          *kafka.Producer  // nil without Kafka or with NoKafkaChanges
+	tracker           *tracker.Tracker
+	api               *httpapi.Server
+	gw                *gateway.Gateway
+	hub               *fanout.Hub
+	handler           http.Handler
+	metrics           *metrics.Registry
+	budget            atomic.Pointer[connbudget.Listener] // set by Run before it serves
+	accept            atomic.Pointer[wsaccept.Listener]   // set by Run before it serves
+	cert              *tlscert.Store                      // nil: plain HTTP
 
 	reader   *query.Reader
 	resync   *resyncer     // sends watchers the current state when asked

@@ -86,6 +86,9 @@ func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, read fanout.ReadFun
 func (a *App) missedChanges() {
 	a.resync.Request()
 	if a.replica != nil {
+		// The reconnection this cue follows is answered: replicaFresh
+		// may say yes again once the fill asked here is done.
+		a.replicaReconnects.Store(a.nats.NC.Stats().Reconnects)
 		a.replica.Refill()
 	}
 }
@@ -101,18 +104,22 @@ func (a *App) storeRecovered() {
 }
 
 // replicaFresh reports whether the read replica may answer now: this node
-// hears the bus, its store takes every write (no outage buffer holds
-// changes back), and every other node whose lease is alive was heard on
-// the bus within replicaSilence — a node cut off from NATS but not from
-// Redis makes changes the replica does not get until it is back.
+// hears the bus (and the bus has answered its last reconnection), its
+// store takes every write (no outage buffer holds changes back), and
+// every other node whose lease is alive was heard on the bus within
+// replicaSilence — a node cut off from NATS but not from Redis makes
+// changes the replica does not get until it is back. The replica's Run
+// asks it every 250 ms as well as every read, so a silent node is
+// noticed while nobody reads; once every node is heard again (or the
+// silent one is gone) the replica is filled again before it answers.
 func (a *App) replicaFresh() bool {
 	if a.tracker == nil || a.beacon == nil || !a.nats.NC.IsConnected() || a.tracker.Degraded() {
 		return false
 	}
-	leases, _ := a.tracker.PeerLeases()
-	if len(leases) == 0 {
-		return true
+	if a.nats.NC.Stats().Reconnects != a.replicaReconnects.Load() {
+		return false // reconnected, and the bus has not said so yet (missedChanges)
 	}
+	leases, _ := a.tracker.PeerLeases()
 	now := a.cfg.Clock.Now()
 	heard := make(map[uint64]time.Time, len(leases))
 	for _, n := range a.beacon.Nodes() {

@@ -105,14 +105,20 @@ func globEscape(s string) string {
 // fill of a node's read replica (package replica). It walks every shard's
 // read hash with HSCAN, one round of calls to all unfinished shards at a
 // time, so Redis is never held for long by one call. Read hashes without
-// their completeness mark are rebuilt first (RebuildReads). fn is called
-// from one goroutine; snap is valid during the call only.
+// their completeness mark are rebuilt first (RebuildReads); a read hash
+// that loses its mark during the scan (lost on its own: an eviction, a
+// failover) fails the scan, as its users may not all have been yielded.
+// fn is called from one goroutine; snap is valid during the call only.
 func (s *Store) ScanReads(ctx context.Context, fn func(id string, snap *presence.Snapshot)) (err error) {
 	defer callScanReads.Start(ctx).Done(&err)
 	if _, err := s.RebuildReads(ctx); err != nil {
 		return err
 	}
 	cursors := make([]uint64, len(s.shards))
+	// HSCAN returns every field present for the whole scan: a read hash
+	// whose mark it did not return was lost (and perhaps written again
+	// in part) meanwhile, and its users cannot all have been seen.
+	marked := make([]bool, len(s.shards))
 	todo := make([]int, len(s.shards))
 	for i := range todo {
 		todo[i] = i
@@ -136,6 +142,7 @@ func (s *Store) ScanReads(ctx context.Context, fn func(id string, snap *presence
 			for i := 0; i < len(e.Elements); i += 2 {
 				id, v := e.Elements[i], e.Elements[i+1]
 				if id == readsComplete {
+					marked[k] = true
 					continue
 				}
 				if _, err := snapshotFromRead(id, v, math.MinInt64, &snap); err != nil {
@@ -148,6 +155,20 @@ func (s *Store) ScanReads(ctx context.Context, fn func(id string, snap *presence
 			}
 		}
 		todo = next
+	}
+	// …and one that has no mark now was lost after its scan went by.
+	cmds := make(rueidis.Commands, len(s.shards))
+	for k := range s.shards {
+		cmds[k] = s.c.B().Hexists().Key(s.shards[k].reads).Field(readsComplete).Build()
+	}
+	for k, r := range s.c.DoMulti(ctx, cmds...) {
+		ok, err := r.AsBool()
+		if err != nil {
+			return fmt.Errorf("redisstore: scan reads: %w", err)
+		}
+		if !ok || !marked[k] {
+			return fmt.Errorf("redisstore: scan reads: the read hash %s lost its completeness mark during the scan (rebuilt by the next)", s.shards[k].reads)
+		}
 	}
 	return nil
 }

@@ -276,6 +276,35 @@ func TestScanReads(t *testing.T) {
 	}
 }
 
+// A read hash lost while ScanReads walks it (here: deleted by the
+// callback, as an eviction would) fails the scan rather than leave its
+// users out; the next scan rebuilds it and yields everyone.
+func TestScanReadsFailsWhenAReadHashIsLostMeanwhile(t *testing.T) {
+	f := newReadsFixture(t)
+	ctx := context.Background()
+	lost := false
+	err := f.s.ScanReads(ctx, func(id string, _ *presence.Snapshot) {
+		if !lost {
+			lost = true
+			for k := range readsShards {
+				if err := f.c.Do(ctx, f.c.B().Del().Key(fmt.Sprintf("%s{%d}b", f.prefix, k)).Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+	if err == nil {
+		t.Fatal("ScanReads succeeded though every read hash was lost during it")
+	}
+	n := 0
+	if err := f.s.ScanReads(ctx, func(string, *presence.Snapshot) { n++ }); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(f.ids)-1 {
+		t.Errorf("the scan after yielded %d users, want %d", n, len(f.ids)-1)
+	}
+}
+
 // On a Redis Cluster the fill's HSCANs go to each shard's master: every
 // user of every master is yielded once.
 func TestScanReadsOnACluster(t *testing.T) {

@@ -60,7 +60,13 @@ type Config struct {
 	// requests meanwhile are one fill). Default 200 ms.
 	Settle time.Duration
 	// Retry is the wait before a failed fill is tried again. Default 1 s.
-	Retry  time.Duration
+	Retry time.Duration
+	// Check is how often Run calls Fresh while nobody reads (Fresh may
+	// act on what it sees: the app fills again once a silent node is
+	// heard). Default 250 ms.
+	Check time.Duration
+	// Every is the time between background fills. Default 5 minutes.
+	Every  time.Duration
 	Logger *slog.Logger
 }
 
@@ -112,6 +118,12 @@ func New(cfg Config) (*Replica, error) {
 	}
 	if cfg.Retry <= 0 {
 		cfg.Retry = time.Second
+	}
+	if cfg.Check <= 0 {
+		cfg.Check = 250 * time.Millisecond
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = 5 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -217,40 +229,88 @@ func (r *Replica) Get(_ context.Context, _ int64, ids []string, out []presence.S
 	return nil
 }
 
-// Run fills the replica, and fills it again each time Refill asks, until
-// ctx is done.
+// Run fills the replica, fills it again each time Refill asks, checks
+// Config.Fresh every Config.Check (so that a node going silent is noticed
+// even while nobody reads), and fills it in the background every
+// Config.Every, until ctx is done. A background fill does not make Get
+// refuse: it corrects, within Every, a change that never reached this node
+// (a publisher that had to drop it) or a user the store lost without a
+// Refill.
 func (r *Replica) Run(ctx context.Context) error {
+	check := time.NewTicker(r.cfg.Check)
+	defer check.Stop()
+	every := time.NewTimer(r.cfg.Every)
+	defer every.Stop()
 	for {
+		asked := false
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-check.C:
+			if r.cfg.Fresh != nil {
+				r.cfg.Fresh()
+			}
+			continue
+		case <-every.C:
 		case <-r.wake:
+			asked = true
 		}
-		wait := max(r.cfg.Settle, time.Until(time.Unix(0, r.notBefore.Load())))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
+		if err := r.fillUntilDone(ctx, asked); err != nil {
+			return err
 		}
+		every.Reset(r.cfg.Every)
+	}
+}
+
+// fillUntilDone fills the replica, retrying until a fill succeeds. A fill
+// asked for (Refill) waits Settle and then until the latest RefillAfter's
+// time, and makes Get answer again only if no Refill came after it took
+// its count of them.
+func (r *Replica) fillUntilDone(ctx context.Context, asked bool) error {
+	pause := time.Duration(0)
+	if asked {
+		pause = r.cfg.Settle
+	}
+	for {
+		// Wait for the pause and for the latest RefillAfter, then take
+		// the count of requests: a RefillAfter that comes after the count
+		// (its time set before its count: see RefillAfter) is served by
+		// the next fill, never by this one.
 		for {
-			err := r.fill(ctx)
-			if err == nil || ctx.Err() != nil {
+			wait := max(pause, time.Until(time.Unix(0, r.notBefore.Load())))
+			if wait <= 0 {
 				break
 			}
-			r.log.Warn("filling the read replica failed; reads go to the store until it succeeds", "err", err)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(r.cfg.Retry):
+			case <-time.After(wait):
 			}
+			pause = 0
 		}
+		count := r.asked.Load()
+		err := r.fill(ctx)
+		if err == nil {
+			if asked {
+				r.filled.Store(count)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if asked {
+			r.log.Warn("filling the read replica failed; reads go to the store until it succeeds", "err", err)
+		} else {
+			r.log.Warn("the read replica's background fill failed; it is tried again", "err", err)
+		}
+		pause = r.cfg.Retry
 	}
 }
 
 // fill reads every user the store holds and then deletes the entries that
 // neither the store nor a change named since the fill started.
 func (r *Replica) fill(ctx context.Context) error {
-	asked := r.asked.Load()
 	gen := r.gen.Add(1)
 	start := time.Now()
 	n := 0
@@ -276,7 +336,6 @@ func (r *Replica) fill(ctx context.Context) error {
 	took := time.Since(start)
 	r.lastFill.Store(int64(took))
 	r.fills.Add(1)
-	r.filled.Store(asked)
 	r.log.Info("read replica filled", "users", n, "dropped", dropped, "took", took.Round(time.Millisecond))
 	return nil
 }

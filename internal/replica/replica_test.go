@@ -197,6 +197,10 @@ func TestRefillDuringFill(t *testing.T) {
 	<-entered
 	r.Refill() // changes may have been missed after the running fill started
 	close(release)
+	time.Sleep(time.Millisecond)
+	if r.Ready() && src.scans.Load() < 3 {
+		t.Error("ready after the fill that started before the second Refill")
+	}
 	awaitReady(t, r)
 	if n := src.scans.Load(); n != 3 {
 		t.Errorf("%d scans, want 3 (the first fill, and one after each Refill)", n)
@@ -213,6 +217,72 @@ func TestRefillAfterWaits(t *testing.T) {
 	awaitReady(t, r)
 	if d := time.Since(start); d < 100*time.Millisecond {
 		t.Errorf("ready again after %v, want the fill to wait 100ms", d)
+	}
+}
+
+// A RefillAfter that comes while a fill asked for earlier waits to start
+// is not served by that fill: Get refuses until its time has passed.
+func TestRefillAfterWhileAFillWaits(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	r, err := New(Config{Source: src, Settle: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	awaitReady(t, r)
+	start := time.Now()
+	r.Refill()
+	time.Sleep(10 * time.Millisecond) // the fill waits its 50 ms settle
+	r.RefillAfter(300 * time.Millisecond)
+	awaitReady(t, r)
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("ready again %v after a RefillAfter(300ms) that came while a fill waited to start", d)
+	}
+}
+
+// Background fills correct what changes did not bring (a change lost on
+// the way, a user the store lost) without ever refusing a read.
+func TestBackgroundFill(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	src.set("b", presence.Online, 5)
+	r := run(t, Config{Source: src, Every: 20 * time.Millisecond})
+	awaitReady(t, r)
+	src.set("a", presence.Busy, 9) // a change that was never published
+	src.mu.Lock()
+	delete(src.users, "b")
+	src.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := get(t, r, "a", "b")
+		if got[0].Status == presence.Busy && !got[1].Known {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("background fills never corrected the replica: %+v", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := r.Stats(); st.Refused != 0 || st.Fills < 2 {
+		t.Errorf("stats %+v: want reads answered throughout and several fills", st)
+	}
+}
+
+// Run asks Fresh on its own, so that a node going silent is noticed even
+// while nobody reads.
+func TestFreshCheckedWithoutReads(t *testing.T) {
+	src := &source{}
+	var calls atomic.Int32
+	r := run(t, Config{Source: src, Check: 2 * time.Millisecond, Fresh: func() bool { calls.Add(1); return true }})
+	awaitReady(t, r)
+	n := calls.Load()
+	time.Sleep(50 * time.Millisecond)
+	if calls.Load()-n < 5 {
+		t.Errorf("Fresh called %d times in 50 ms without reads, want it checked every 2 ms", calls.Load()-n)
 	}
 }
 
