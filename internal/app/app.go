@@ -466,6 +466,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			OnContactsChanged: a.contacts.Changed, // another node's change: not announced again
 			OnReconnect:       a.missedChanges,
 			Mirror:            replicaMirror(a.replica),
+			OnMirrorLost:      a.mirrorLost,
 			Logger:            cfg.Logger,
 		})
 		if err != nil {

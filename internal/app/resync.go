@@ -93,6 +93,14 @@ func (a *App) missedChanges() {
 	}
 }
 
+// mirrorLost is the bus's cue that changes on their way to the read
+// replica were dropped (it fell behind): it is filled again.
+func (a *App) mirrorLost() {
+	if a.replica != nil {
+		a.replica.Refill()
+	}
+}
+
 // storeRecovered is the tracker's cue that the state store came back (or
 // a part of it): what the watchers show, and the replica holds, may have
 // been lost with it. Both read once the nodes claimed their devices again.

@@ -208,12 +208,15 @@ type Config struct {
 	OnReconnect func()
 	// Mirror, if set, is handed every change another node publishes,
 	// of every user, watched or not (a node's read replica): the bus
-	// then also subscribes to the whole subject tree. It is called from
-	// the dispatcher and must not block; the *Event is valid only during
-	// the call. Its messages share the incoming channel: when nats.go
-	// drops some, OnReconnect is called, as for the watchers.
-	Mirror func(ev *presence.Event)
-	Logger *slog.Logger // default: slog.Default()
+	// then also subscribes to the whole subject tree, into a channel and
+	// a goroutine of their own, so that the mirror's traffic never
+	// delays the watchers'. It must not block; the *Event is valid only
+	// during the call. When nats.go drops messages of that subscription
+	// (the mirror fell behind), OnMirrorLost is called (not OnReconnect:
+	// the watchers missed nothing); a reconnection calls OnReconnect.
+	Mirror       func(ev *presence.Event)
+	OnMirrorLost func()
+	Logger       *slog.Logger // default: slog.Default()
 }
 
 // Stats are the bus's counters since Open.
@@ -262,6 +265,7 @@ type Bus struct {
 	reconn       chan struct{}  // signalled (cap 1) when the connection comes back
 	contSub      *nats.Subscription
 	allSub       *nats.Subscription // every change, for Config.Mirror; nil without
+	mirrorIn     chan *nats.Msg     // allSub delivers here; nil without
 	stripes      [numStripes]sync.Mutex
 	subsMu       sync.Mutex // guards subs, their userSub.recent, and retiredDrops
 	subs         map[string]*userSub
@@ -345,6 +349,13 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		if b.shut.Load() {
 			return
 		}
+		if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && sub == b.allSub {
+			b.logLimited(&b.lastSlowLog, "changes for the read replica dropped: it is behind (slow consumer); it will be filled again")
+			if b.cfg.OnMirrorLost != nil {
+				b.cfg.OnMirrorLost()
+			}
+			return
+		}
 		if errors.Is(err, nats.ErrSlowConsumer) {
 			b.logLimited(&b.lastSlowLog, "incoming messages dropped: the dispatcher is behind (slow consumer); watchers will be resynchronised")
 			// Changes were lost for this node's watchers, exactly as
@@ -374,7 +385,8 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		return fail(fmt.Errorf("natsbus: subscribe to %s: %w", b.contacts, err))
 	}
 	if cfg.Mirror != nil {
-		if b.allSub, err = nc.ChanSubscribe(b.prefix+">", b.in); err != nil {
+		b.mirrorIn = make(chan *nats.Msg, incomingBuffer)
+		if b.allSub, err = nc.ChanSubscribe(b.prefix+">", b.mirrorIn); err != nil {
 			return fail(fmt.Errorf("natsbus: subscribe to %s>: %w", b.prefix, err))
 		}
 	}
@@ -512,6 +524,9 @@ func (b *Bus) Run(ctx context.Context) error {
 	b.runMu.Unlock()
 
 	var wg sync.WaitGroup
+	if b.mirrorIn != nil {
+		wg.Go(func() { b.mirror(ctx) })
+	}
 	wg.Add(3)
 	go func() {
 		defer wg.Done()

@@ -144,6 +144,26 @@ func (b *Bus) dispatch(ctx context.Context) {
 	}
 }
 
+// mirror hands every change of another node that the whole-tree
+// subscription receives to Config.Mirror, until ctx is done.
+func (b *Bus) mirror(ctx context.Context) {
+	var ev presence.Event
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-b.mirrorIn:
+			if m.Header.Get(nodeHeader) == b.node {
+				continue // its tracker fed the mirror already
+			}
+			if b.decode(m, &ev) {
+				b.mirrored.Add(1)
+				b.cfg.Mirror(&ev)
+			}
+		}
+	}
+}
+
 // handle processes one incoming message.
 func (b *Bus) handle(m *nats.Msg, ev *presence.Event) {
 	own := m.Header.Get(nodeHeader) == b.node
@@ -153,18 +173,6 @@ func (b *Bus) handle(m *nats.Msg, ev *presence.Event) {
 			return
 		}
 		b.queueContacts(owner)
-		return
-	}
-	if m.Sub != nil && m.Sub == b.allSub {
-		// The mirror's copy of a change (the user subscriptions, if any,
-		// bring their own): counted and checked as those are.
-		if own {
-			return
-		}
-		if b.decode(m, ev) {
-			b.mirrored.Add(1)
-			b.cfg.Mirror(ev)
-		}
 		return
 	}
 	b.received.Add(1)
