@@ -103,6 +103,11 @@
 //     until the callback returned (the newest is then delivered), so none
 //     is filtered with the contact list of before the announced change.
 //
+// With Config.Mirror a fourth goroutine hands every change of the other
+// nodes, from a subscription to the whole subject tree with a bounded
+// channel of its own, to the mirror (a node's read replica); when nats.go
+// drops its messages Config.OnMirrorLost is called.
+//
 // The connection reconnects forever, with backoff; nats.go restores the
 // subscriptions on reconnection. Changes other nodes publish while this
 // node is disconnected do not reach its watchers (core NATS keeps nothing
