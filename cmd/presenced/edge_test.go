@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,6 +103,9 @@ func startTLS(t *testing.T, args ...string) *tlsNode {
 	n.proc = startNoWait(t, nil, args...)
 	logs := n.cmd.Stderr.(*syncBuffer)
 	n.server = &server{t: t, logs: logs}
+	// With -health-addr, its listener is logged after the main one's: wait
+	// for both.
+	wantHealth := slices.Contains(args, "-health-addr")
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		if m := listeningTLSRE.FindStringSubmatch(logs.String()); m != nil {
@@ -109,7 +113,7 @@ func startTLS(t *testing.T, args ...string) *tlsNode {
 			if h := healthRE.FindStringSubmatch(logs.String()); h != nil {
 				n.health = "http://" + h[1]
 			}
-			if resp, err := n.https.Get(n.base + "/readyz"); err == nil {
+			if resp, err := n.https.Get(n.base + "/readyz"); err == nil && (n.health != "" || !wantHealth) {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
 					return n

@@ -34,7 +34,7 @@ func TestConnectionFlood(t *testing.T) {
 	if !strings.Contains(line, "max=924") || !strings.Contains(line, "per_address=231") || !strings.Contains(line, "pending=115") {
 		t.Fatalf("caps not derived from the file limit of 1024: %s", line)
 	}
-	m := regexp.MustCompile(`msg="health checks listening" addr=(\S+)`).FindStringSubmatch(p.logs.String())
+	m := regexp.MustCompile(`msg="health checks listening" addr=(\S+)`).FindStringSubmatch(p.awaitLog("health checks listening"))
 	if m == nil {
 		t.Fatalf("no health listener in the logs:\n%s", p.logs)
 	}
