@@ -54,7 +54,9 @@ func (s *source) set(id string, st presence.Status, v uint64) {
 
 func run(t *testing.T, cfg Config) *Replica {
 	t.Helper()
-	cfg.Settle = time.Millisecond
+	if cfg.Settle == 0 {
+		cfg.Settle = time.Millisecond
+	}
 	cfg.Retry = 5 * time.Millisecond
 	r, err := New(cfg)
 	if err != nil {
@@ -225,14 +227,7 @@ func TestRefillAfterWaits(t *testing.T) {
 func TestRefillAfterWhileAFillWaits(t *testing.T) {
 	src := &source{}
 	src.set("a", presence.Online, 5)
-	r, err := New(Config{Source: src, Settle: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	r := run(t, Config{Source: src, Settle: 50 * time.Millisecond})
 	awaitReady(t, r)
 	start := time.Now()
 	r.Refill()
