@@ -67,10 +67,12 @@ type Listener struct {
 	errs  chan error
 	done  chan struct{}
 	once  sync.Once
+	start sync.Once // the accept loop, at the first Accept
 	wg    sync.WaitGroup
 
 	mu      sync.Mutex
 	reading map[net.Conn]struct{} // connections whose first head is being read
+	closed  bool                  // Close was called: no loop starts
 
 	upgrades, passed atomic.Uint64
 }
@@ -97,13 +99,22 @@ func New(inner net.Listener, cfg Config) *Listener {
 		done:    make(chan struct{}),
 		reading: make(map[net.Conn]struct{}),
 	}
-	l.wg.Add(1)
-	go l.loop()
 	return l
 }
 
-// Accept returns the next connection for net/http.
+// Accept returns the next connection for net/http. The first call starts
+// taking connections off the inner listener: none is taken, and so no
+// upgrade handed to Config.Upgrade, before the server serves (a node
+// whose gateway does not run yet would refuse it).
 func (l *Listener) Accept() (net.Conn, error) {
+	l.start.Do(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if !l.closed {
+			l.wg.Add(1)
+			go l.loop()
+		}
+	})
 	select {
 	case c := <-l.conns:
 		return c, nil
@@ -119,6 +130,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) Close() error {
 	var err error
 	l.once.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
 		close(l.done)
 		err = l.inner.Close()
 		l.mu.Lock()

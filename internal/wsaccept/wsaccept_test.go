@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,5 +226,62 @@ func TestTLSGoesToNetHTTPWhole(t *testing.T) {
 	}
 	if upgraded {
 		t.Error("a TLS request was sorted off net/http")
+	}
+}
+
+// Nothing is taken off the listener before the server asks for its first
+// connection: an upgrade that arrives while the node is still starting
+// (its gateway not yet running) waits for it instead of being handed over
+// and refused.
+func TestNothingTakenBeforeTheServerServes(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var upgrades atomic.Int32
+	l := wsaccept.New(inner, wsaccept.Config{
+		Path: "/v1/ws",
+		Upgrade: func(c net.Conn, _ *bufio.Reader, _ *http.Request) bool {
+			upgrades.Add(1)
+			fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\n\r\n")
+			_ = c.Close()
+			return true
+		},
+	})
+	defer l.Close()
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /v1/ws?user_id=a HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := upgrades.Load(); n != 0 {
+		t.Fatalf("%d upgrades handed over before the server served", n)
+	}
+	srv := &http.Server{Handler: http.NotFoundHandler()}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(c)
+	if !strings.HasPrefix(string(got), "HTTP/1.1 101") || upgrades.Load() != 1 {
+		t.Errorf("once served, the waiting upgrade got %q (%d upgrades), want it taken", got, upgrades.Load())
+	}
+}
+
+// A listener closed before it served closes cleanly.
+func TestCloseBeforeServing(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := wsaccept.New(inner, wsaccept.Config{Path: "/v1/ws"})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Accept(); err == nil {
+		t.Error("Accept after Close succeeded")
 	}
 }
