@@ -8,7 +8,6 @@
 package deploy
 
 import (
-	"bytes"
 	"context"
 	"debug/elf"
 	"fmt"
@@ -187,23 +186,8 @@ func requireRoot(t *testing.T) {
 	t.Skip(msg)
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and many readers.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a process's output, read while it writes.
+type syncBuffer = testsvc.Output
 
 // node is a running presenced process.
 type node struct {

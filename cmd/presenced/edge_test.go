@@ -175,17 +175,6 @@ func awaitStatus(t *testing.T, c *wsclient.Client, user string, status wsclient.
 	}
 }
 
-func replaceFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestTLS: with -tls-cert and -tls-key the binary serves HTTPS and WSS
 // (a presence round trip through the Go client), answers a plain request
 // on its port with JSON 400 https_required, keeps -health-addr plain HTTP,
@@ -248,8 +237,8 @@ func TestTLS(t *testing.T) {
 
 	// Renewal: serial 3 in the same files, then SIGHUP.
 	c3, k3 := n.ca.Issue(t, t.TempDir(), "renewed", 3)
-	replaceFile(t, c3, n.certFile)
-	replaceFile(t, k3, n.keyFile)
+	tlstest.Replace(t, c3, n.certFile)
+	tlstest.Replace(t, k3, n.keyFile)
 	n.signal(t, syscall.SIGHUP)
 	n.awaitLog("TLS certificate reloaded", "serial=3")
 	if got := n.serial(t); got != 3 {
@@ -263,7 +252,7 @@ func TestTLS(t *testing.T) {
 
 	// A bad pair (the key of another certificate): kept serial 3.
 	_, k4 := n.ca.Issue(t, t.TempDir(), "other", 4)
-	replaceFile(t, k4, n.keyFile)
+	tlstest.Replace(t, k4, n.keyFile)
 	n.signal(t, syscall.SIGHUP)
 	n.awaitLog("TLS certificate not reloaded", "private key does not match public key")
 	if got := n.serial(t); got != 3 {

@@ -29,6 +29,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/testsvc"
 )
 
 const (
@@ -73,23 +74,8 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and many readers.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a process's output, read while it writes.
+type syncBuffer = testsvc.Output
 
 // cleanEnv is the test's environment without any PRESENCE_ variable, so
 // that the developer's shell cannot change what the tests see.

@@ -51,17 +51,6 @@ func handshake(t *testing.T, ca *tlstest.CA, addr string) (int64, *tls.Conn) {
 	return tlstest.Serial(c.ConnectionState()), c
 }
 
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestReload: a reload serves the new pair to new handshakes; a bad new
 // pair keeps the one in use, and says why.
 func TestReload(t *testing.T) {
@@ -81,8 +70,8 @@ func TestReload(t *testing.T) {
 
 	// Renewed: serial 3.
 	c3, k3 := ca.Issue(t, dir, "next", 3)
-	copyFile(t, c3, certFile)
-	copyFile(t, k3, keyFile)
+	tlstest.Replace(t, c3, certFile)
+	tlstest.Replace(t, k3, keyFile)
 	if err := s.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -106,12 +95,12 @@ func TestReload(t *testing.T) {
 		setup func()
 		want  string
 	}{
-		{"key of another certificate", func() { copyFile(t, c4, certFile) }, "private key does not match public key"},
+		{"key of another certificate", func() { tlstest.Replace(t, c4, certFile) }, "private key does not match public key"},
 		{"half-written certificate", func() {
 			b, _ := os.ReadFile(c3)
 			_ = os.WriteFile(certFile, b[:len(b)/2], 0o600)
 		}, certFile},
-		{"missing key", func() { copyFile(t, c3, certFile); os.Remove(keyFile) }, "no such file"},
+		{"missing key", func() { tlstest.Replace(t, c3, certFile); os.Remove(keyFile) }, "no such file"},
 	} {
 		logs.Reset()
 		tc.setup()

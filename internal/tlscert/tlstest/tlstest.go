@@ -117,3 +117,16 @@ func Serial(cs tls.ConnectionState) int64 {
 	}
 	return cs.PeerCertificates[0].SerialNumber.Int64()
 }
+
+// Replace writes the contents of the file from over the file to, as an
+// operator renewing a certificate or key in place does.
+func Replace(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
