@@ -116,6 +116,8 @@ type Listener struct {
 
 // addr is what one source address holds.
 type addr struct {
+	l       *Listener
+	key     netip.Prefix
 	n       int
 	pending ring
 	idle    ring
@@ -180,7 +182,7 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 	defer l.mu.Unlock()
 	a := l.addrs[key]
 	if a == nil {
-		a = &addr{}
+		a = &addr{l: l, key: key}
 	}
 	var victims []*Conn
 	if l.cfg.PerAddr > 0 && a.n >= l.cfg.PerAddr {
@@ -419,6 +421,40 @@ func (c *Conn) Close() error {
 		c.l.mu.Unlock()
 	}
 	return c.Conn.Close()
+}
+
+// Detach hands c's place to the caller, which took c's file descriptor
+// (a copy of it: the WebSocket gateway reads and writes an idle socket
+// itself, without the net.Conn, its netFD, addresses and poll
+// descriptor, ~0.5 KiB a socket). From then on Close closes c without
+// giving the place back; the caller calls release once, when it closes
+// its descriptor, and until then the socket counts as open. It reports
+// false, and returns nil, when c is closed already.
+func (c *Conn) Detach() (release func(), ok bool) {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil, false
+	}
+	l := c.l
+	l.mu.Lock()
+	if c.st == stateClosed {
+		l.mu.Unlock()
+		return nil, false
+	}
+	// Out of every ring, still counted in open and in its address's n.
+	l.setLocked(c, stateClosed)
+	l.mu.Unlock()
+	return c.a.release, true // 16 bytes: the socket's address holds the rest
+}
+
+// release gives back the place of one of a's connections.
+func (a *addr) release() {
+	a.l.mu.Lock()
+	a.l.open--
+	a.n--
+	if a.n == 0 {
+		delete(a.l.addrs, a.key)
+	}
+	a.l.mu.Unlock()
 }
 
 // SyscallConn lets the WebSocket gateway poll the socket itself.

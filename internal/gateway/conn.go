@@ -9,7 +9,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -37,24 +36,30 @@ const (
 // to one worker and re-arms it only when that worker is done. Its write
 // side is guarded by mu.
 type conn struct {
-	g      *Gateway
-	nc     net.Conn
-	raw    syscall.RawConn // nil on the portable path
-	subs   int32           // subscriptions counted for the user; guarded by g.mu
-	id     uint64
-	user   string
-	device string
+	g  *Gateway
+	nc net.Conn // nil once the gateway took its socket (fd)
+	// fd is the socket's own descriptor once the gateway took it from nc
+	// (detach: Linux, plain connections under epoll), -1 once closed;
+	// hasFD tells it apart from a connection read through nc. fdMu is
+	// held around every system call on fd and its close, so that no
+	// descriptor number is used after it was closed (and perhaps given to
+	// another socket).
+	fd      int32
+	subs    int32 // subscriptions counted for the user; guarded by g.mu
+	heapIdx int32 // position in the gateway's idle heap, -1: none; guarded by idle.mu
+	hasFD   bool
+	fedBeat uint8 // read side: the kind of heartbeat the current read applied (beatKind), 0 none
+	fdMu    sync.Mutex
+	release func() // gives the socket's place back to the connection budget, once, when fd is closed
+	id      uint64
+	user    string
+	device  string
 	// expAt is when the connection's client token expires (Unix ms), 0:
 	// never (dev mode). The connection is closed 4003 then.
 	expAt int64
 
 	// read side
-	in      []byte           // an incomplete frame carried over to the next read
-	fedBeat uint8            // the kind of heartbeat the current read applied (beatKind), 0 none
-	msg     []byte           // a fragmented message being assembled
-	msgOp   ws.OpCode        // opcode of the message in msg; 0: none
-	msgAt   int64            // Unix ms of the message's first fragment
-	frags   int              // fragments of the message so far
+	part    *partial         // an incomplete frame or message between reads; nil: none (an idle connection)
 	rate    ratelimit.Bucket // messages (Gateway.msgLimit)
 	strikes ratelimit.Bucket // refused messages (Gateway.strikeLimit): when it runs dry, close 1008
 	// statusRate bounds set_status (each one a durable write):
@@ -69,7 +74,6 @@ type conn struct {
 	// applied (Unix ms, read after the tracker returned); -1 after a bye.
 	// A connection that ends otherwise tells the tracker (Disconnect).
 	lastBeat atomic.Int64
-	heapIdx  int // position in the gateway's idle heap, -1: none; guarded by idle.mu
 
 	mu       sync.Mutex // guards the fields below
 	queue    []outFrame
@@ -77,6 +81,40 @@ type conn struct {
 	flushing bool           // a writer goroutine is running
 	closing  bool           // a close frame is queued: nothing else is accepted
 	closed   bool           // torn down
+}
+
+// partial is what a connection holds between two reads while a frame
+// or a fragmented message is incomplete, apart from the conn so that the
+// many connections that hold none do not pay for it.
+type partial struct {
+	in    []byte    // an incomplete frame carried over to the next read
+	msg   []byte    // a fragmented message being assembled
+	msgOp ws.OpCode // opcode of the message in msg; 0: none
+	msgAt int64     // Unix ms of the message's first fragment
+	frags int       // fragments of the message so far
+}
+
+// partial returns c's partial, made if c has none.
+func (c *conn) partial() *partial {
+	if c.part == nil {
+		c.part = &partial{}
+	}
+	return c.part
+}
+
+// msgOp is the opcode of the fragmented message c is assembling; 0: none.
+func (c *conn) msgOp() ws.OpCode {
+	if c.part == nil {
+		return 0
+	}
+	return c.part.msgOp
+}
+
+// dropPartial forgets c's partial once it holds nothing.
+func (c *conn) dropPartial() {
+	if p := c.part; p != nil && len(p.in) == 0 && p.msgOp == 0 {
+		c.part = nil
+	}
 }
 
 // outFrame is one queued frame. Frames of a user (presence changes) carry
@@ -222,8 +260,7 @@ func (c *conn) writeLoop() {
 		}
 		clear(batch)
 		*bp = b
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.g.cfg.WriteTimeout))
-		n, err := c.nc.Write(b)
+		n, err := c.write(b)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -257,13 +294,32 @@ func (c *conn) behind(rest []byte, closeQueued bool) {
 	if !closeQueued {
 		tail = appendFrame(tail, ws.OpClose, ws.NewCloseFrameBody(closeSlow, "slow consumer"))
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.g.cfg.WriteTimeout))
-	_, _ = c.nc.Write(tail)
+	_, _ = c.write(tail)
+}
+
+// write writes b within the write timeout. A timeout is a net.Error whose
+// Timeout is true.
+func (c *conn) write(b []byte) (int, error) {
+	deadline := time.Now().Add(c.g.cfg.WriteTimeout)
+	if c.hasFD {
+		return c.sockWrite(b, deadline)
+	}
+	_ = c.nc.SetWriteDeadline(deadline)
+	return c.nc.Write(b)
 }
 
 // teardown closes the socket and forgets the connection. It is idempotent.
 func (c *conn) teardown() {
 	c.forget()
+	c.closeSocket()
+}
+
+// closeSocket closes the socket. It is idempotent.
+func (c *conn) closeSocket() {
+	if c.hasFD {
+		c.sockClose()
+		return
+	}
 	_ = c.nc.Close()
 }
 
@@ -281,7 +337,7 @@ func (c *conn) forget() {
 	if c.g.hub != nil {
 		c.g.hub.Remove(c)
 	}
-	if c.g.poll != nil && c.raw != nil {
+	if c.g.poll != nil && c.hasFD {
 		c.g.poll.remove(c)
 	}
 	c.g.idle.remove(c)
@@ -314,6 +370,10 @@ const lingerTime = time.Second
 // socket is closed, so unread client data does not turn the close into a
 // reset that destroys the close frame in flight.
 func (c *conn) linger() {
+	if c.hasFD {
+		c.sockLinger()
+		return
+	}
 	tc, ok := c.nc.(interface{ CloseWrite() error })
 	if !ok || tc.CloseWrite() != nil {
 		_ = c.nc.Close()
@@ -353,9 +413,9 @@ func (c *conn) feed(data []byte) bool {
 	if closing {
 		return false
 	}
-	if len(c.in) > 0 {
-		c.in = append(c.in, data...)
-		data = c.in
+	if p := c.part; p != nil && len(p.in) > 0 {
+		p.in = append(p.in, data...)
+		data = p.in
 	}
 	c.fedBeat = 0
 	for {
@@ -388,11 +448,15 @@ func (c *conn) feed(data []byte) bool {
 		data = data[end:]
 	}
 	// Keep what is left of an incomplete frame (copy() inside append
-	// handles data being the tail of c.in).
+	// handles data being the tail of c.part.in).
 	if len(data) == 0 {
-		c.in = nil
+		if c.part != nil {
+			c.part.in = nil
+			c.dropPartial()
+		}
 	} else {
-		c.in = append(c.in[:0], data...)
+		p := c.partial()
+		p.in = append(p.in[:0], data...)
 	}
 	return true
 }
@@ -489,11 +553,12 @@ func (c *conn) frame(h ws.Header, p []byte) bool {
 	case ws.OpPong:
 		return true
 	case ws.OpContinuation:
-		if c.msgOp == 0 {
+		if c.msgOp() == 0 {
 			c.close(closeProtocol, "continuation without a message")
 			return false
 		}
-		if len(c.msg)+len(p) > c.g.cfg.MaxMessage {
+		part := c.part
+		if len(part.msg)+len(p) > c.g.cfg.MaxMessage {
 			c.g.stats.closedSize.Add(1)
 			c.close(closeTooBig, "message too big")
 			return false
@@ -501,32 +566,34 @@ func (c *conn) frame(h ws.Header, p []byte) bool {
 		// Only a complete message is speaking: fragments (empty ones
 		// too) that never end a message do not keep a socket alive past
 		// one ttl, and a message has at most maxFragments of them.
-		if c.frags++; c.frags > maxFragments {
+		if part.frags++; part.frags > maxFragments {
 			c.g.stats.closedSize.Add(1)
 			c.close(closeTooBig, fmt.Sprintf("a message of more than %d fragments", maxFragments))
 			return false
 		}
-		if c.g.now() >= c.msgAt+c.g.ttlMs {
+		if c.g.now() >= part.msgAt+c.g.ttlMs {
 			c.g.stats.closedIdle.Add(1)
 			c.close(closeIdle, "a fragmented message unfinished for a ttl")
 			return false
 		}
-		c.msg = append(c.msg, p...)
+		part.msg = append(part.msg, p...)
 		if !h.Fin {
 			return true
 		}
-		op, m := c.msgOp, c.msg
-		c.msgOp, c.msg = 0, nil
+		op, m := part.msgOp, part.msg
+		part.msgOp, part.msg = 0, nil
+		c.dropPartial()
 		return c.message(op, m)
 	}
 	// Text or binary.
-	if c.msgOp != 0 {
+	if c.msgOp() != 0 {
 		c.close(closeProtocol, "a new message inside a fragmented one")
 		return false
 	}
 	if !h.Fin {
-		c.msgOp, c.msgAt, c.frags = h.OpCode, c.g.now(), 1
-		c.msg = append([]byte(nil), p...)
+		part := c.partial()
+		part.msgOp, part.msgAt, part.frags = h.OpCode, c.g.now(), 1
+		part.msg = append([]byte(nil), p...)
 		return true
 	}
 	return c.message(h.OpCode, p)

@@ -72,8 +72,14 @@ func FuzzFeed(f *testing.F) {
 				}
 				return
 			}
-			if len(c.in) > g.cfg.MaxMessage+14 {
-				t.Fatalf("%d bytes of input kept, more than a message (%d) and a header", len(c.in), g.cfg.MaxMessage)
+			if c.part == nil {
+				continue
+			}
+			if len(c.part.in) > g.cfg.MaxMessage+14 {
+				t.Fatalf("%d bytes of input kept, more than a message (%d) and a header", len(c.part.in), g.cfg.MaxMessage)
+			}
+			if len(c.part.in) == 0 && c.part.msgOp == 0 {
+				t.Fatal("an empty partial kept")
 			}
 		}
 	})

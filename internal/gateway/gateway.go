@@ -144,7 +144,7 @@ type Gateway struct {
 	started bool         // Run was called
 	running bool         // taking connections
 	closing bool
-	conns   map[*conn]struct{}
+	conns   map[uint64]*conn     // by id (the epoll loop finds a connection by it)
 	users   map[string]userConns // user → its connections, counted from the upgrade on
 
 	wg sync.WaitGroup // every goroutine the gateway starts
@@ -236,7 +236,7 @@ func New(cfg Config) (*Gateway, error) {
 		clock:       cfg.Clock,
 		log:         cfg.Logger,
 		ttlMs:       cfg.TTL.Milliseconds(),
-		conns:       make(map[*conn]struct{}),
+		conns:       make(map[uint64]*conn),
 		users:       make(map[string]userConns),
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
@@ -324,7 +324,7 @@ func (g *Gateway) shutdown() {
 	g.mu.Lock()
 	g.closing = true
 	open := make([]*conn, 0, len(g.conns))
-	for c := range g.conns {
+	for _, c := range g.conns {
 		open = append(open, c)
 	}
 	g.mu.Unlock()
@@ -339,7 +339,7 @@ func (g *Gateway) shutdown() {
 	case <-done:
 	case <-time.After(g.cfg.WriteTimeout + time.Second):
 		g.mu.Lock()
-		for c := range g.conns {
+		for _, c := range g.conns {
 			open = append(open, c)
 		}
 		g.mu.Unlock()
@@ -392,6 +392,14 @@ func (g *Gateway) spawn(fn func()) bool {
 	return true
 }
 
+// polled reports whether the gateway reads its plain connections through
+// epoll (set by Run before it takes connections).
+func (g *Gateway) polled() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.poll != nil
+}
+
 // register adds c to the open connections and returns the poller, or
 // reports that the gateway does not take connections now.
 func (g *Gateway) register(c *conn) (poller, bool) {
@@ -400,7 +408,7 @@ func (g *Gateway) register(c *conn) (poller, bool) {
 	if !g.running || g.closing {
 		return nil, false
 	}
-	g.conns[c] = struct{}{}
+	g.conns[c.id] = c
 	return g.poll, true
 }
 
@@ -409,10 +417,10 @@ func (g *Gateway) register(c *conn) (poller, bool) {
 func (g *Gateway) unregister(c *conn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, ok := g.conns[c]; !ok {
+	if g.conns[c.id] != c {
 		return
 	}
-	delete(g.conns, c)
+	delete(g.conns, c.id)
 	u := g.users[c.user]
 	u.subs -= c.subs
 	c.subs = 0
@@ -487,7 +495,7 @@ func (g *Gateway) releaseLocked(user, device string) {
 func (g *Gateway) reserveSubs(c *conn, n int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, ok := g.conns[c]; !ok {
+	if g.conns[c.id] != c {
 		return true // torn down: the hub forgets it
 	}
 	u := g.users[c.user]
@@ -508,7 +516,7 @@ func (g *Gateway) addSubs(c *conn, delta int) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, ok := g.conns[c]; !ok {
+	if g.conns[c.id] != c {
 		return
 	}
 	u := g.users[c.user]

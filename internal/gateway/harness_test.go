@@ -20,6 +20,7 @@ import (
 
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/memstore"
@@ -50,6 +51,9 @@ type opts struct {
 	noHub   bool
 	devices int  // max devices per user; 0: the default
 	tls     bool // serve HTTPS and WSS with a certificate of a test CA
+	// budget serves through a connection budget (connbudget), as a node
+	// does; node.budget is it.
+	budget bool
 }
 
 // smallSendBuffer shrinks the send buffer of accepted sockets, so a slow
@@ -79,8 +83,9 @@ type node struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 	pubs    *multiPub
-	tlsConf *tls.Config  // with opts.tls: trusts the node's certificate
-	http    *http.Client // talks to the node (over TLS with opts.tls)
+	budget  *connbudget.Listener // with opts.budget
+	tlsConf *tls.Config          // with opts.tls: trusts the node's certificate
+	http    *http.Client         // talks to the node (over TLS with opts.tls)
 }
 
 // hubRunner is the fan-out hub as the tests drive it.
@@ -170,6 +175,10 @@ func newNode(t testing.TB, o opts) *node {
 	n.srv = httptest.NewUnstartedServer(n.gw)
 	if o.sndbuf > 0 {
 		n.srv.Listener = smallSendBuffer{n.srv.Listener, o.sndbuf}
+	}
+	if o.budget {
+		n.budget = connbudget.New(n.srv.Listener, connbudget.Config{Max: 1000, PerAddr: 1000, Pending: 100})
+		n.srv.Listener, n.srv.Config.ConnState = n.budget, n.budget.ConnState
 	}
 	n.http = http.DefaultClient
 	if o.tls {

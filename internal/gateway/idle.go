@@ -30,11 +30,11 @@ func (h idleHeap) Len() int           { return len(h) }
 func (h idleHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h idleHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].c.heapIdx, h[j].c.heapIdx = i, j
+	h[i].c.heapIdx, h[j].c.heapIdx = int32(i), int32(j)
 }
 func (h *idleHeap) Push(x any) {
 	it := x.(idleItem)
-	it.c.heapIdx = len(*h)
+	it.c.heapIdx = int32(len(*h))
 	*h = append(*h, it)
 }
 func (h *idleHeap) Pop() any {
@@ -55,7 +55,7 @@ func (x *idleIndex) push(at int64, c *conn) {
 // remove drops c's item, if it has one.
 func (x *idleIndex) remove(c *conn) {
 	x.mu.Lock()
-	if i := c.heapIdx; i >= 0 && i < len(x.h) && x.h[i].c == c {
+	if i := int(c.heapIdx); i >= 0 && i < len(x.h) && x.h[i].c == c {
 		heap.Remove(&x.h, i)
 	}
 	x.mu.Unlock()

@@ -4,7 +4,6 @@ package gateway
 
 import (
 	"net"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 
 // serverSide returns the accepted end of a loopback TCP connection and the
 // client's end.
-func serverSide(t *testing.T) (syscall.RawConn, net.Conn) {
+func serverSide(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,20 +29,21 @@ func serverSide(t *testing.T) (syscall.RawConn, net.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sv.Close() })
-	raw, err := sv.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw, cl
+	return sv, cl
 }
 
 // A connection whose bytes wait unread because the server's workers are
 // behind is not idle: the sweep gives it another ttl instead of closing it.
 func TestSweepIdleSparesUnreadBytes(t *testing.T) {
-	raw, client := serverSide(t)
+	sv, client := serverSide(t)
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	g := &Gateway{clock: clk, ttlMs: 10_000}
-	c := &conn{g: g, raw: raw, heapIdx: -1}
+	c := &conn{g: g, fd: -1, heapIdx: -1}
+	c.detach(sv)
+	if !c.hasFD {
+		t.Fatal("the socket was not detached")
+	}
+	t.Cleanup(c.sockClose)
 	c.idleAt.Store(g.now() + g.ttlMs)
 	g.idle.push(g.now()+g.ttlMs, c)
 	if unread(c) {

@@ -4,8 +4,12 @@ package gateway
 
 import (
 	"errors"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,16 +26,24 @@ type poller interface {
 // connection is registered one-shot: it is handed to exactly one worker,
 // which reads what is there without ever waiting, and re-arms it when done.
 // An idle connection costs an epoll entry and nothing else.
+//
+// A second epoll instance (wepfd, its own loop) serves the rare waits of
+// a writer: a socket whose send buffer is full (a client slow to read)
+// and a closing socket lingering for its client's FIN. The connection's
+// descriptor is its own (detach), not the runtime's, so the runtime's
+// poller cannot wait for it.
 type epoller struct {
 	g       *Gateway
 	epfd    int
-	wakefd  int // eventfd: wakes the loop to stop
+	wepfd   int // the writers' waits; -1 once closed (guarded by wepMu)
+	wepMu   sync.RWMutex
+	wakefd  int // eventfd: wakes the loops to stop
 	work    chan *conn
 	stopped atomic.Bool
-	done    chan struct{} // closed when the loop and the workers are gone
+	done    chan struct{} // closed when the loops and the workers are gone
 
-	mu   sync.RWMutex // guards byID
-	byID map[uint64]*conn
+	wmu     sync.Mutex               // guards waiters
+	waiters map[uint64]chan struct{} // connection id → its waiting writer
 }
 
 const connEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
@@ -46,19 +58,29 @@ func newPoller(g *Gateway) (poller, error) {
 		unix.Close(epfd)
 		return nil, err
 	}
-	// Connection ids start at 1; 0 is the wake-up.
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil {
+	wepfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
 		unix.Close(epfd)
 		unix.Close(wakefd)
 		return nil, err
 	}
+	// Connection ids start at 1; 0 is the wake-up.
+	for _, fd := range []int{epfd, wepfd} {
+		if err := unix.EpollCtl(fd, unix.EPOLL_CTL_ADD, wakefd, &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil {
+			unix.Close(epfd)
+			unix.Close(wepfd)
+			unix.Close(wakefd)
+			return nil, err
+		}
+	}
 	return &epoller{
-		g:      g,
-		epfd:   epfd,
-		wakefd: wakefd,
-		work:   make(chan *conn, g.cfg.Workers*64),
-		done:   make(chan struct{}),
-		byID:   make(map[uint64]*conn),
+		g:       g,
+		epfd:    epfd,
+		wepfd:   wepfd,
+		wakefd:  wakefd,
+		work:    make(chan *conn, g.cfg.Workers*64),
+		done:    make(chan struct{}),
+		waiters: make(map[uint64]chan struct{}),
 	}, nil
 }
 
@@ -79,28 +101,145 @@ func (p *epoller) start() {
 			}
 		}()
 	}
+	var waits sync.WaitGroup
+	waits.Add(1)
+	p.g.wg.Add(1)
+	go func() {
+		defer p.g.wg.Done()
+		defer waits.Done()
+		p.waitLoop()
+	}()
 	p.g.wg.Add(1)
 	go func() {
 		defer p.g.wg.Done()
 		p.loop()
 		close(p.work)
 		workers.Wait()
+		waits.Wait()
 		unix.Close(p.epfd)
+		// A writer still lingering (spawned, it outlives the loops) must
+		// not use the number once it may name another file.
+		p.wepMu.Lock()
+		unix.Close(p.wepfd)
+		p.wepfd = -1
+		p.wepMu.Unlock()
 		unix.Close(p.wakefd)
 		close(p.done)
 	}()
+}
+
+// waitEvents waits for events of epfd (retrying on EINTR); false, logged
+// with what it means, when epoll_wait fails.
+func (p *epoller) waitEvents(epfd int, events []unix.EpollEvent, means string) (int, bool) {
+	for {
+		n, err := unix.EpollWait(epfd, events, -1)
+		if err == nil {
+			return n, true
+		}
+		if !errors.Is(err, unix.EINTR) {
+			p.g.log.Error("epoll_wait failed; "+means, "err", err)
+			return 0, false
+		}
+	}
+}
+
+// eventID is the connection id an event carries (0: the wake-up).
+func eventID(ev *unix.EpollEvent) uint64 {
+	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+}
+
+// waitLoop wakes the writers whose sockets became ready.
+func (p *epoller) waitLoop() {
+	events := make([]unix.EpollEvent, 64)
+	for {
+		n, ok := p.waitEvents(p.wepfd, events, "slow WebSocket writes time out")
+		if !ok {
+			return
+		}
+		for i := range events[:n] {
+			id := eventID(&events[i])
+			if id == 0 {
+				if p.stopped.Load() {
+					return
+				}
+				continue
+			}
+			p.wake(id)
+		}
+	}
+}
+
+// wake wakes the writer of connection id, if one waits.
+func (p *epoller) wake(id uint64) {
+	p.wmu.Lock()
+	ch := p.waiters[id]
+	p.wmu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait waits until c's socket is ready for events (EPOLLOUT: room to
+// write; EPOLLIN: bytes or the client's FIN), c is closed, or deadline
+// passes (os.ErrDeadlineExceeded, a net.Error whose Timeout is true). One
+// goroutine at a time waits for a connection: its writer.
+func (p *epoller) wait(c *conn, events uint32, deadline time.Time) error {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return os.ErrDeadlineExceeded
+	}
+	ch := make(chan struct{}, 1)
+	p.wmu.Lock()
+	p.waiters[c.id] = ch
+	p.wmu.Unlock()
+	defer func() {
+		p.wmu.Lock()
+		delete(p.waiters, c.id)
+		p.wmu.Unlock()
+	}()
+	ev := event(events|unix.EPOLLRDHUP|unix.EPOLLONESHOT, c.id)
+	err := c.withFD(func(fd int) error {
+		p.wepMu.RLock()
+		defer p.wepMu.RUnlock()
+		if p.wepfd < 0 {
+			return net.ErrClosed
+		}
+		err := unix.EpollCtl(p.wepfd, unix.EPOLL_CTL_ADD, fd, ev)
+		if errors.Is(err, unix.EEXIST) {
+			err = unix.EpollCtl(p.wepfd, unix.EPOLL_CTL_MOD, fd, ev)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-ch:
+	case <-t.C:
+		err = os.ErrDeadlineExceeded
+	}
+	t.Stop()
+	_ = c.withFD(func(fd int) error {
+		p.wepMu.RLock()
+		defer p.wepMu.RUnlock()
+		if p.wepfd < 0 {
+			return net.ErrClosed
+		}
+		return unix.EpollCtl(p.wepfd, unix.EPOLL_CTL_DEL, fd, nil)
+	})
+	return err
 }
 
 func (p *epoller) loop() {
 	events := make([]unix.EpollEvent, 256)
 	ready := make([]*conn, 0, len(events))
 	for {
-		n, err := unix.EpollWait(p.epfd, events, -1)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			p.g.log.Error("epoll_wait failed; WebSocket reads stop", "err", err)
+		n, ok := p.waitEvents(p.epfd, events, "WebSocket reads stop")
+		if !ok {
 			return
 		}
 		// Bytes arrived: each of these clients spoke, even if every worker
@@ -111,16 +250,16 @@ func (p *epoller) loop() {
 		now := p.g.now()
 		ready = ready[:0]
 		for i := range events[:n] {
-			id := uint64(uint32(events[i].Fd)) | uint64(uint32(events[i].Pad))<<32
+			id := eventID(&events[i])
 			if id == 0 {
 				if p.stopped.Load() {
 					return
 				}
 				continue
 			}
-			p.mu.RLock()
-			c := p.byID[id]
-			p.mu.RUnlock()
+			p.g.mu.RLock()
+			c := p.g.conns[id] // registered before it is added
+			p.g.mu.RUnlock()
 			if c != nil {
 				c.idleAt.Store(now + p.g.ttlMs)
 				ready = append(ready, c)
@@ -143,37 +282,23 @@ func (p *epoller) stop() {
 	<-p.done
 }
 
+// add registers c, which the gateway holds (register): the loop finds it
+// by its id among the gateway's connections.
 func (p *epoller) add(c *conn) error {
-	p.mu.Lock()
-	p.byID[c.id] = c
-	p.mu.Unlock()
-	var err error
-	cerr := c.raw.Control(func(fd uintptr) {
-		err = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), event(connEvents, c.id))
+	return c.withFD(func(fd int) error {
+		return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, event(connEvents, c.id))
 	})
-	if err == nil {
-		err = cerr
-	}
-	if err != nil {
-		p.mu.Lock()
-		delete(p.byID, c.id)
-		p.mu.Unlock()
-	}
-	return err
 }
 
 func (p *epoller) remove(c *conn) {
-	p.mu.Lock()
-	delete(p.byID, c.id)
-	p.mu.Unlock()
-	_ = c.raw.Control(func(fd uintptr) {
-		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	_ = c.withFD(func(fd int) error {
+		return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 	})
 }
 
 func (p *epoller) rearm(c *conn) {
-	_ = c.raw.Control(func(fd uintptr) {
-		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, int(fd), event(connEvents, c.id))
+	_ = c.withFD(func(fd int) error {
+		return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, fd, event(connEvents, c.id))
 	})
 }
 
@@ -189,9 +314,9 @@ func (c *conn) readReady(p *epoller) {
 	for round := 0; round < 4; round++ {
 		var n int
 		var rerr error
-		err := c.raw.Read(func(fd uintptr) bool {
-			n, rerr = unix.Read(int(fd), buf)
-			return true // never park: epoll says when to come back
+		err := c.withFD(func(fd int) error {
+			n, rerr = unix.Read(fd, buf) // never waits: epoll says when to come back
+			return nil
 		})
 		if err != nil {
 			c.teardown()
@@ -220,12 +345,136 @@ func (c *conn) readReady(p *epoller) {
 // unread reports whether c's socket holds bytes the server has not read
 // yet: the client spoke, whatever the server's backlog.
 func unread(c *conn) bool {
-	if c.raw == nil {
+	if !c.hasFD {
 		return false
 	}
 	n := 0
-	_ = c.raw.Control(func(fd uintptr) {
-		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	_ = c.withFD(func(fd int) error {
+		n, _ = unix.IoctlGetInt(fd, unix.SIOCINQ)
+		return nil
 	})
 	return n > 0
+}
+
+// detach takes nc's socket for c: c keeps a copy of its descriptor and
+// closes nc (its netFD, addresses and runtime poll descriptor go), and
+// takes over nc's place in the connection budget (connbudget.Conn), given
+// back when c closes the descriptor. The socket stays open: the copy
+// holds it. When nc has no descriptor c is left reading through nc.
+func (c *conn) detach(nc net.Conn) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	fd, derr := -1, error(nil)
+	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || derr != nil {
+		return
+	}
+	// The copy shares the socket's open file description, and so its
+	// O_NONBLOCK: reads and writes on it never wait.
+	var release func()
+	if b, ok := nc.(interface{ Detach() (func(), bool) }); ok {
+		if release, ok = b.Detach(); !ok {
+			unix.Close(fd) // closed meanwhile: nc says so to whoever reads it
+			return
+		}
+	}
+	_ = nc.Close()
+	c.nc, c.fd, c.hasFD, c.release = nil, int32(fd), true, release
+}
+
+// withFD runs fn on c's descriptor, holding it open: net.ErrClosed once
+// c closed it.
+func (c *conn) withFD(fn func(fd int) error) error {
+	c.fdMu.Lock()
+	defer c.fdMu.Unlock()
+	if c.fd < 0 {
+		return net.ErrClosed
+	}
+	return fn(int(c.fd))
+}
+
+// sockWrite writes b to c's socket, waiting (wait) while its send buffer
+// is full, until deadline.
+func (c *conn) sockWrite(b []byte, deadline time.Time) (int, error) {
+	n := 0
+	for n < len(b) {
+		var m int
+		var werr error
+		if err := c.withFD(func(fd int) error {
+			// MSG_NOSIGNAL: a client gone answers EPIPE, never SIGPIPE.
+			m, werr = unix.SendmsgN(fd, b[n:], nil, nil, unix.MSG_NOSIGNAL)
+			return nil
+		}); err != nil {
+			return n, err
+		}
+		if m > 0 {
+			n += m
+		}
+		switch {
+		case werr == nil, errors.Is(werr, unix.EINTR):
+		case errors.Is(werr, unix.EAGAIN):
+			p, ok := c.g.poll.(*epoller)
+			if !ok {
+				return n, werr
+			}
+			if err := p.wait(c, unix.EPOLLOUT, deadline); err != nil {
+				return n, err
+			}
+		default:
+			return n, werr
+		}
+	}
+	return n, nil
+}
+
+// sockLinger is linger on c's own descriptor: FIN, then read and drop
+// until the client's FIN or lingerTime, then close.
+func (c *conn) sockLinger() {
+	defer c.sockClose()
+	p, ok := c.g.poll.(*epoller)
+	if !ok || c.withFD(func(fd int) error { return unix.Shutdown(fd, unix.SHUT_WR) }) != nil {
+		return
+	}
+	deadline := time.Now().Add(lingerTime)
+	var buf [512]byte
+	for {
+		var n int
+		var rerr error
+		if c.withFD(func(fd int) error { n, rerr = unix.Read(fd, buf[:]); return nil }) != nil {
+			return
+		}
+		switch {
+		case errors.Is(rerr, unix.EINTR):
+		case errors.Is(rerr, unix.EAGAIN):
+			if p.wait(c, unix.EPOLLIN, deadline) != nil {
+				return
+			}
+		case rerr != nil || n == 0:
+			return
+		}
+	}
+}
+
+// sockClose closes c's descriptor, wakes its writer if one waits, and
+// gives its place back to the connection budget. It is idempotent.
+func (c *conn) sockClose() {
+	c.fdMu.Lock()
+	fd, release := c.fd, c.release
+	c.fd, c.release = -1, nil
+	c.fdMu.Unlock()
+	if fd < 0 {
+		return
+	}
+	_ = unix.Close(int(fd))
+	if p, ok := c.g.poll.(*epoller); ok {
+		p.wake(c.id)
+	}
+	if release != nil {
+		release()
+	}
 }

@@ -2,7 +2,11 @@
 
 package gateway
 
-import "errors"
+import (
+	"errors"
+	"net"
+	"time"
+)
 
 // poller hands readable connections to workers; only Linux has one.
 type poller interface {
@@ -16,3 +20,10 @@ func newPoller(*Gateway) (poller, error) { return nil, errors.New("epoll is Linu
 
 // unread is Linux only: elsewhere a backlog is not told from silence.
 func unread(*conn) bool { return false }
+
+// Elsewhere no connection is detached (hasFD is never set): these are
+// never called.
+func (c *conn) detach(net.Conn)                          {}
+func (c *conn) sockWrite([]byte, time.Time) (int, error) { return 0, net.ErrClosed }
+func (c *conn) sockLinger()                              {}
+func (c *conn) sockClose()                               {}

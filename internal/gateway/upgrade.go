@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -160,7 +159,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		}
 		return nil
 	}
-	c := &conn{g: g, nc: nc, user: user, device: dev, expAt: expAt, id: g.nextID.Add(1), heapIdx: -1}
+	c := &conn{g: g, nc: nc, fd: -1, user: user, device: dev, expAt: expAt, id: g.nextID.Add(1), heapIdx: -1}
 	c.idleAt.Store(g.now() + g.ttlMs)
 	c.lastBeat.Store(g.now()) // the connect heartbeat
 	// What the client sent right after its handshake is already buffered.
@@ -173,16 +172,17 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	// is registered (and so visible to shutdown). The bytes of a TLS
 	// connection on its socket are encrypted: it is read, as it is
 	// written, through its tls.Conn, by a goroutine of its own (the
-	// portable path); only a plain connection is polled by its socket.
+	// portable path); only a plain connection is polled by its socket,
+	// which the gateway takes from its net.Conn (detach: an idle socket
+	// then costs its conn and the epoll entry, not a netFD, two addresses
+	// and a runtime poll descriptor besides).
 	_, isTLS := nc.(*tls.Conn)
-	if sc, ok := nc.(syscall.Conn); ok && !isTLS {
-		if raw, err := sc.SyscallConn(); err == nil {
-			c.raw = raw
-		}
+	if !isTLS && g.polled() {
+		c.detach(nc)
 	}
 	poll, ok := g.register(c)
 	if !ok {
-		nc.Close()
+		c.closeSocket()
 		return nil
 	}
 	registered = true // unregister gives the place back
@@ -195,20 +195,23 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if len(early) > 0 && !c.feed(early) {
 		return nil
 	}
-	if poll != nil && c.raw != nil {
-		if err := poll.add(c); err == nil {
-			c.mu.Lock()
-			closed := c.closed
-			c.mu.Unlock()
-			if closed {
-				// Torn down (shutdown) while being added: forget undid
-				// nothing, so undo the add here.
-				poll.remove(c)
-			}
+	if poll != nil && c.hasFD {
+		if err := poll.add(c); err != nil {
+			g.log.Warn("registering a WebSocket with epoll failed; closing it", "err", err)
+			c.teardown()
 			return nil
 		}
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			// Torn down (shutdown) while being added: forget undid
+			// nothing, so undo the add here.
+			poll.remove(c)
+		}
+		return nil
 	}
-	if !g.spawn(c.readLoop) {
+	if c.hasFD || !g.spawn(c.readLoop) {
 		c.teardown()
 	}
 	return nil

@@ -235,23 +235,7 @@ func TestSlowConsumer(t *testing.T) {
 	target.msgType("welcome")
 
 	// The slow watcher has a tiny receive buffer and does not read.
-	d := ws.Dialer{NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		nd := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-			return rc.Control(func(fd uintptr) {
-				_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024)
-			})
-		}}
-		return nd.DialContext(ctx, network, addr)
-	}}
-	snc, sbr, _, err := d.Dial(ctx, n.url+"/v1/ws?token="+n.token("slow", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snc.Close()
-	slow := &client{t: t, nc: snc, r: bufio.NewReader(snc)}
-	if sbr != nil {
-		slow.r = sbr
-	}
+	slow := n.dialSmallReceiveBuffer(ctx, "slow")
 	slow.msgType("welcome")
 	slow.watch("2")
 
@@ -303,6 +287,30 @@ func TestSlowConsumer(t *testing.T) {
 	}
 	// The slow watcher, reading at last, learns why it was closed.
 	slow.closed(4002)
+}
+
+// dialSmallReceiveBuffer connects user with a 1 KiB receive buffer, so
+// what the client does not read soon fills the server's send buffer.
+func (n *node) dialSmallReceiveBuffer(ctx context.Context, user string) *client {
+	n.t.Helper()
+	d := ws.Dialer{NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nd := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) {
+				_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024)
+			})
+		}}
+		return nd.DialContext(ctx, network, addr)
+	}}
+	nc, br, _, err := d.Dial(ctx, n.url+"/v1/ws?token="+n.token(user, ""))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { nc.Close() })
+	c := &client{t: n.t, nc: nc, r: bufio.NewReader(nc)}
+	if br != nil {
+		c.r = br
+	}
+	return c
 }
 
 // TestMassChangeIsNotSlow: every watched user changing at once (a mass

@@ -1,0 +1,15 @@
+package gateway
+
+// Detached counts the open connections whose socket the gateway took from
+// its net.Conn (detach) and all open connections.
+func Detached(g *Gateway) (detached, open int) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	for _, c := range g.conns {
+		if c.hasFD {
+			detached++
+		}
+		open++
+	}
+	return detached, open
+}
