@@ -10,8 +10,9 @@ package main
 // interval their welcome announces (ttl/3 if it announces none). Watcher
 // connections, at most 500 subscriptions each, watch every device's user
 // and record every presence message. For -duration the tool picks devices
-// at random, -rate a second, and makes each misbehave in one of three ways
-// (weights -mix reconnect,miss,die):
+// at random, -rate a second, and makes each misbehave in one of three ways,
+// in the proportions -mix reconnect,miss,die (interleaved evenly rather
+// than drawn at random, so even a short run has each one it weighs):
 //
 //   - reconnect: drop the TCP connection (no close frame, no bye) and
 //     connect again with the same device id, at a random moment that still
@@ -457,7 +458,7 @@ func (r *churnRun) allDetected() bool {
 // misbehave sends commands to random devices until end.
 func (r *churnRun) misbehave(end time.Time, progress func(string)) {
 	const step = 50 * time.Millisecond
-	weights := r.cfg.mix[0] + r.cfg.mix[1] + r.cfg.mix[2]
+	mix := newMixer(r.cfg.mix)
 	minAlive := (r.cfg.devices + 9) / 10 // keep a tenth alive
 	var owed float64
 	lastProgress := time.Now()
@@ -476,11 +477,10 @@ func (r *churnRun) misbehave(end time.Time, progress func(string)) {
 				continue // dead or already misbehaving: a lost event
 			}
 			cmd := cmdReconnect
-			switch w := rand.IntN(weights); {
-			case w < r.cfg.mix[0]:
-			case w < r.cfg.mix[0]+r.cfg.mix[1]:
+			switch mix.next() {
+			case 1:
 				cmd = cmdMiss
-			default:
+			case 2:
 				cmd = cmdDie
 				if r.cfg.devices-int(r.deaths.Load()) <= minAlive {
 					cmd = cmdReconnect
@@ -492,6 +492,30 @@ func (r *churnRun) misbehave(end time.Time, progress func(string)) {
 			d.cmds <- cmd // buffered, and busy says it is empty
 		}
 	}
+}
+
+// mixer interleaves three kinds in fixed proportions (smooth weighted
+// round robin): of any sum(weights) picks in a row, kind i is weights[i].
+type mixer struct {
+	weights, current [3]int
+	total            int
+}
+
+func newMixer(weights [3]int) *mixer {
+	return &mixer{weights: weights, total: weights[0] + weights[1] + weights[2]}
+}
+
+// next returns the index of the next kind.
+func (m *mixer) next() int {
+	best := 0
+	for i, w := range m.weights {
+		m.current[i] += w
+		if m.current[i] > m.current[best] {
+			best = i
+		}
+	}
+	m.current[best] -= m.total
+	return best
 }
 
 // device runs one device until it dies or the run ends.

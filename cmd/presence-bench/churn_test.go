@@ -165,3 +165,36 @@ func TestParseChurnRefuses(t *testing.T) {
 		t.Errorf("defaults: %v %+v", err, c)
 	}
 }
+
+// The mix is interleaved, not drawn: any window of sum(weights) picks has
+// each kind in its proportion, so a short run has every behaviour.
+func TestMixerInterleavesTheProportions(t *testing.T) {
+	for _, w := range [][3]int{{2, 2, 1}, {4, 4, 2}, {0, 1, 1}, {0, 0, 3}, {1, 0, 0}, {7, 3, 1}} {
+		m := newMixer(w)
+		total := w[0] + w[1] + w[2]
+		var picks []int
+		for range 5 * total {
+			picks = append(picks, m.next())
+		}
+		for start := 0; start+total <= len(picks); start += total {
+			var got [3]int
+			for _, k := range picks[start : start+total] {
+				got[k]++
+			}
+			if got != w {
+				t.Fatalf("weights %v: picks %v, window at %d has %v", w, picks, start, got)
+			}
+		}
+	}
+	// The churn test's own mix: a death among any 5 picks in a row.
+	m := newMixer([3]int{2, 2, 1})
+	for i := range 20 {
+		found := false
+		for range 5 {
+			found = found || m.next() == 2
+		}
+		if !found {
+			t.Fatalf("no death in picks %d to %d", 5*i, 5*i+4)
+		}
+	}
+}
