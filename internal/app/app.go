@@ -395,13 +395,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		// Versions of this run start above every earlier run's, also for
 		// users loaded into Redis (see redisstore's package doc); data of
-		// a build before the read hash gets its read fields.
+		// a build before the packed layout is moved into it.
 		rs, n, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix})
 		if err != nil {
 			return nil, err
 		}
 		if n > 0 {
-			cfg.Logger.Info("rebuilt the read hash of the users Redis holds", "users", n)
+			cfg.Logger.Info("moved the users Redis holds into the packed layout", "users", n)
 		}
 		a.store = rs
 		if cfg.ReadReplica {

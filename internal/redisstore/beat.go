@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +50,7 @@ type beatReq struct {
 	now          int64
 	active       bool
 	shard        *shardKeys
+	bucket       int       // within shard
 	deadline     time.Time // the caller's (zero: none)
 
 	snap   *presence.Snapshot // BeatRead: filled with the user after the beat
@@ -81,9 +81,7 @@ func (s *Store) group(k int) *beatGroup {
 }
 
 func (s *Store) shardIndex(user string) int {
-	h := fnv.New32a()
-	h.Write([]byte(user))
-	return int(h.Sum32() % uint32(len(s.shards)))
+	return int(fnv32a(user) % uint32(len(s.shards)))
 }
 
 // Beat implements tracker.Store.
@@ -100,10 +98,10 @@ func (s *Store) Beat(ctx context.Context, now int64, user, device string, active
 // caller reads the user.
 func (s *Store) BeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot) (_ presence.Change, _ bool, err error) {
 	defer callBeatRead.Start(ctx).Done(&err)
-	k := s.shardIndex(user)
+	k, b := s.place(user)
 	g := s.group(k)
 	r := beatReqPool.Get().(*beatReq)
-	r.user, r.device, r.now, r.active, r.shard, r.snap = user, device, now, active, &s.shards[k], snap
+	r.user, r.device, r.now, r.active, r.shard, r.bucket, r.snap = user, device, now, active, &s.shards[k], b, snap
 	r.deadline, _ = ctx.Deadline()
 
 	g.mu.Lock()
@@ -204,7 +202,7 @@ func (s *Store) beatBatch(ctx context.Context, batch []*beatReq) {
 		case r.active:
 			a = "1"
 		}
-		keys = append(keys, r.shard.users+r.user, r.shard.due, r.shard.dirty)
+		keys = append(keys, r.shard.bucketKey(r.bucket), r.shard.due, r.shard.dirty)
 		args = append(args, r.user, i64(r.now), r.device, a)
 	}
 	s.beatCalls.Add(1)
@@ -225,13 +223,16 @@ func (s *Store) beatBatch(ctx context.Context, batch []*beatReq) {
 		}
 		reply := replies[i]
 		if r.snap != nil {
-			// {the beat's reply, the user's read field} (beat_fast.lua),
-			// or a plain {-1} / {-2}.
+			// {the beat's reply, the packed user} (beat_fast.lua), or a
+			// plain {-1} / {-2}.
 			if arr, err := reply.ToArray(); err == nil && len(arr) == 2 && arr[0].IsArray() {
 				reply = arr[0]
 				if v, err := arr[1].ToString(); err == nil {
-					ok, err := snapshotFromRead(r.user, v, r.now, r.snap)
-					r.snapOK = ok && err == nil
+					var u packedUser
+					if err := decodePacked(r.user, v, &u); err == nil {
+						s.snapshot(&u, r.now, r.snap)
+						r.snapOK = true
+					}
 				}
 			}
 		}

@@ -72,8 +72,8 @@ func newFailoverFixture(t *testing.T) *failoverFixture {
 			t.Fatalf("%s's first beat: %+v %v, want online", u, ch, err)
 		}
 		key := f.key(u)
-		if n, err := c.Do(ctx, c.B().Exists().Key(key).Build()).AsInt64(); err != nil || n != 1 {
-			t.Fatalf("EXISTS %s: %d %v: the test's idea of the store's keys is wrong (see the package doc)", key, n, err)
+		if n, err := c.Do(ctx, c.B().Hexists().Key(key).Field(u).Build()).AsInt64(); err != nil || n != 1 {
+			t.Fatalf("HEXISTS %s %s: %d %v: the test's idea of the store's keys is wrong (see the package doc)", key, u, n, err)
 		}
 		m, err := cl.MasterOf(key)
 		if err != nil {
@@ -105,13 +105,13 @@ func newFailoverFixture(t *testing.T) *failoverFixture {
 	return f
 }
 
-// key returns the key of user's hash, as the package doc lays keys out
-// (the shard is FNV-1a of the user id); newFailoverFixture checks that
-// the key exists.
+// key returns the key of user's bucket, as the package doc lays keys out
+// (FNV-1a of the user id over the shards, then over the default 64
+// buckets); newFailoverFixture checks that the bucket holds the user.
 func (f *failoverFixture) key(user string) string {
 	h := fnv.New32a()
 	h.Write([]byte(user))
-	return f.prefix + "{" + strconv.Itoa(int(h.Sum32()%failoverShards)) + "}u:" + user
+	return f.prefix + "{" + strconv.Itoa(int(h.Sum32()%failoverShards)) + "}p:" + strconv.Itoa(int(h.Sum32()/failoverShards%64))
 }
 
 // split returns the users whose master is m and the others.

@@ -21,7 +21,8 @@ type BeatArgs struct {
 func (s *Store) BeatBatch(ctx context.Context, beats []BeatArgs) ([]presence.Change, []error) {
 	batch := make([]*beatReq, len(beats))
 	for i, b := range beats {
-		batch[i] = &beatReq{user: b.User, device: b.Device, now: b.Now, active: b.Active, shard: s.shardOf(b.User)}
+		k, bk := s.place(b.User)
+		batch[i] = &beatReq{user: b.User, device: b.Device, now: b.Now, active: b.Active, shard: &s.shards[k], bucket: bk}
 	}
 	s.beatBatch(ctx, batch)
 	chs, errs := make([]presence.Change, len(beats)), make([]error, len(beats))

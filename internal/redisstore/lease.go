@@ -40,9 +40,11 @@ var (
 	_ tracker.PartTakeOver = (*Store)(nil)
 )
 
-// ownedKey is the set of users in shard sk with a device lease owns.
+// ownedKey is the set of buckets of shard sk where lease claimed a device
+// (claim.lua adds them; nothing removes one until the lease is taken
+// over: a bucket listed may hold none of its devices any more).
 func (sk *shardKeys) ownedKey(lease uint64) string {
-	return sk.tag + "own:" + strconv.FormatUint(lease, 10)
+	return sk.tag + "ob:" + strconv.FormatUint(lease, 10)
 }
 
 func u64(n uint64) string { return strconv.FormatUint(n, 10) }
@@ -109,11 +111,12 @@ func (s *Store) EndLease(ctx context.Context, lease uint64) (err error) {
 }
 
 // TakeOver implements tracker.Leaser: one pipelined round trip lists the
-// lease's users in every shard, the durable last_seen of those users is
-// asked for once, and a second round trip runs the takeover script on
-// every shard that had any. Shards whose node does not answer (a Cluster
-// master down) are left for a later call and the others taken over: the
-// error is then a tracker.PartialError naming them.
+// buckets where the lease claimed devices in every shard, a second reads
+// those buckets to find the lease's users, whose durable last_seen is
+// asked for once, and a third runs the takeover script on every shard
+// that had any. Shards whose node does not answer (a Cluster master down)
+// are left for a later call and the others taken over: the error is then
+// a tracker.PartialError naming them.
 func (s *Store) TakeOver(ctx context.Context, now int64, lease uint64, renewed int64,
 	lastSeen func(ctx context.Context, users []string) (map[string]int64, error), out []presence.Change) ([]presence.Change, error) {
 	return s.TakeOverParts(ctx, now, lease, renewed, lastSeen, nil, out)
@@ -134,30 +137,71 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 		cmds = append(cmds, s.c.B().Smembers().Key(s.shards[i].ownedKey(lease)).Build())
 		listed = append(listed, i)
 	}
-	members := make([][]string, len(s.shards))
-	var all []string
 	var failedShards []int
 	var failed, answered int
 	var firstErr error
+	fail := func(shard int, err error) {
+		failed, firstErr = failed+1, firstOf(firstErr, err)
+		failedShards = append(failedShards, shard)
+	}
+	// The buckets listed, and the shard of each.
+	var reads rueidis.Commands
+	var readShard []int
 	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		m, err := r.AsStrSlice()
 		if err != nil {
-			failed, firstErr = failed+1, firstOf(firstErr, err)
-			failedShards = append(failedShards, listed[j])
+			fail(listed[j], err)
 			continue
 		}
 		answered++
-		members[listed[j]] = m
-		all = append(all, m...)
+		for _, b := range m {
+			n, err := strconv.Atoi(b)
+			if err != nil {
+				return out, fmt.Errorf("redisstore: take over: bucket %q of shard %d", b, listed[j])
+			}
+			reads = append(reads, s.c.B().Hgetall().Key(s.shards[listed[j]].bucketKey(n)).Build())
+			readShard = append(readShard, listed[j])
+		}
 	}
-	if len(all) == 0 || ctx.Err() != nil {
+	if len(reads) == 0 || ctx.Err() != nil {
 		// Nothing to take over, or the shards that did not answer used
 		// up the time: the others are taken over by a later call (their
 		// sets stay until then).
 		return out, takeOverErr(failed, answered, failedShards, firstErr, ctx.Err())
 	}
+	// The lease's users, by shard.
+	users := make(map[int][]string)
+	var all []string
+	var u packedUser
+	broken := map[int]bool{}
+	for j, r := range s.c.DoMulti(ctx, reads...) {
+		k := readShard[j]
+		kv, err := r.AsStrSlice()
+		if err != nil {
+			if !broken[k] {
+				broken[k] = true
+				fail(k, err)
+			}
+			continue
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if err := decodePacked(kv[i], kv[i+1], &u); err != nil {
+				return out, fmt.Errorf("redisstore: take over: user %q: %w", kv[i], err)
+			}
+			for _, d := range u.Devices {
+				if d.Owner == lease {
+					users[k] = append(users[k], kv[i])
+					all = append(all, kv[i])
+					break
+				}
+			}
+		}
+		if _, ok := users[k]; !ok {
+			users[k] = nil // listed: its set is deleted even if it holds none
+		}
+	}
 	var seen map[string]int64
-	if lastSeen != nil {
+	if lastSeen != nil && len(all) > 0 {
 		// Without the durable last_seen (PostgreSQL down) the takeover
 		// still happens, with the last_seen Redis holds: a dead node's
 		// devices must not stay online for as long as PostgreSQL is away.
@@ -165,25 +209,24 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 	}
 	var execs []rueidis.LuaExec
 	var shards []int
-	for i, m := range members {
-		if len(m) == 0 {
+	for k, m := range users {
+		if broken[k] {
 			continue
 		}
-		sk := &s.shards[i]
-		args := []string{u64(lease), i64(renewed), i64(now), sk.users}
+		sk := &s.shards[k]
+		args := []string{u64(lease), i64(renewed), i64(now), sk.tag}
 		for _, u := range m {
 			if ls, ok := seen[u]; ok {
 				args = append(args, u, i64(ls))
 			}
 		}
 		execs = append(execs, rueidis.LuaExec{Keys: []string{sk.ownedKey(lease), sk.due, sk.dirty}, Args: args})
-		shards = append(shards, i)
+		shards = append(shards, k)
 	}
 	for j, r := range s.takeover.execMulti(ctx, s.c, execs...) {
 		arr, err := r.ToArray()
 		if err != nil {
-			failed, firstErr = failed+1, firstOf(firstErr, s.takeover.err(err))
-			failedShards = append(failedShards, shards[j])
+			fail(shards[j], s.takeover.err(err))
 			continue
 		}
 		for _, m := range arr {
@@ -217,8 +260,8 @@ func takeOverErr(failed, answered int, shards []int, err, late error) error {
 // Claim implements tracker.Leaser.
 func (s *Store) Claim(ctx context.Context, now int64, lease uint64, user string, d tracker.OwnedDevice) (_ presence.Change, err error) {
 	defer callClaim.Start(ctx).Done(&err)
-	sk := s.shardOf(user)
-	m, err := s.claim.Exec(ctx, s.c, []string{sk.users + user, sk.due, sk.dirty, sk.ownedKey(lease)},
+	b, sk := s.bucketOf(user)
+	m, err := s.claim.Exec(ctx, s.c, []string{b, sk.due, sk.dirty, sk.ownedKey(lease)},
 		[]string{user, i64(now), d.ID, u64(lease), i64(d.LastBeat), i64(d.LastActive)}).ToMessage()
 	if err != nil {
 		return presence.Change{}, wrapErr("claim", s.claim.err(err))
@@ -246,7 +289,7 @@ func (s *Store) Touch(ctx context.Context, now int64, lease uint64, touches []tr
 	var calls []*call
 	for i := range touches {
 		t := &touches[i]
-		k := s.shardIndex(t.User)
+		k, b := s.place(t.User)
 		g := 0
 		if perShard {
 			g = k
@@ -258,7 +301,7 @@ func (s *Store) Touch(ctx context.Context, now int64, lease uint64, touches []tr
 			calls = append(calls, c)
 		}
 		sk := &s.shards[k]
-		c.keys = append(c.keys, sk.users+t.User, sk.due, sk.dirty)
+		c.keys = append(c.keys, sk.bucketKey(b), sk.due, sk.dirty)
 		c.args = append(c.args, t.User, strconv.Itoa(len(t.Devices)))
 		for _, d := range t.Devices {
 			c.args = append(c.args, d.ID, i64(d.LastBeat), i64(d.LastActive))
@@ -289,21 +332,17 @@ func (s *Store) Touch(ctx context.Context, now int64, lease uint64, touches []tr
 // Release implements tracker.Leaser.
 func (s *Store) Release(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice, bye bool) (_ presence.Change, _ []string, err error) {
 	defer callRelease.Start(ctx).Done(&err)
-	sk := s.shardOf(user)
 	b := "0"
 	if bye {
 		b = "1"
 	}
-	return s.ownedOp(ctx, s.release, "release", []string{sk.users + user, sk.due, sk.dirty, sk.ownedKey(lease)},
-		[]string{user, i64(now), u64(lease), b}, devs, user, now)
+	return s.ownedOp(ctx, s.release, "release", s.userKeys(user), []string{user, i64(now), u64(lease), b}, devs, user, now)
 }
 
 // HandOff implements tracker.Leaser.
 func (s *Store) HandOff(ctx context.Context, now int64, lease uint64, user string, devs []tracker.OwnedDevice) (_ presence.Change, _ []string, err error) {
 	defer callHandOff.Start(ctx).Done(&err)
-	sk := s.shardOf(user)
-	return s.ownedOp(ctx, s.handoff, "hand off", []string{sk.users + user, sk.due, sk.dirty},
-		[]string{user, i64(now), u64(lease)}, devs, user, now)
+	return s.ownedOp(ctx, s.handoff, "hand off", s.userKeys(user), []string{user, i64(now), u64(lease)}, devs, user, now)
 }
 
 // ownedOp runs a script that takes devices as (id, last beat, last

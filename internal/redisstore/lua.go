@@ -101,7 +101,7 @@ func (e *luaError) Error() string { return e.msg }
 func (e *luaError) Unwrap() error { return e.err }
 
 // constants returns the first line of every script: the store's rules.
-func constants(ttl, idle, maxDevices int64, floor uint64, evict, grace int64) string {
-	return fmt.Sprintf("local TTL, IDLE, MAXDEV, FLOOR, EVICT, GRACE = %d, %d, %d, %d, %d, %d\n",
-		ttl, idle, maxDevices, floor, evict, grace)
+func constants(ttl, idle, maxDevices int64, floor uint64, evict, grace int64, shards, buckets int) string {
+	return fmt.Sprintf("local TTL, IDLE, MAXDEV, FLOOR, EVICT, GRACE, SHARDS, BUCKETS = %d, %d, %d, %d, %d, %d, %d, %d\n",
+		ttl, idle, maxDevices, floor, evict, grace, shards, buckets)
 }

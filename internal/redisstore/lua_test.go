@@ -10,7 +10,7 @@ import (
 // TestScriptErrorNamesFileLines checks that every line of an assembled
 // script maps back to the same text in its file of lua/.
 func TestScriptErrorNamesFileLines(t *testing.T) {
-	s, err := newScript(constants(30000, 300000, 32, 0, 600000, 5000), "beat_fast", "helpers", "beat")
+	s, err := newScript(constants(30000, 300000, 32, 0, 600000, 5000, 256, 64), "packed", "beat_fast", "helpers", "beat")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"testing"
 	"time"
@@ -86,117 +87,114 @@ func getAll(t *testing.T, s *redisstore.Store, now int64, ids []string) []presen
 	return out
 }
 
-// Data written before the read hash existed (here: the read hash and the
-// layout key deleted) reads the same through the users' own hashes until
-// RebuildReads has rebuilt it, and the same after; RebuildReads is done
-// once.
-func TestReadsOfDataBeforeTheReadHash(t *testing.T) {
+// Data of a build before the packed layout (each user a hash of its own,
+// each lease's owned users a set of ids, a read hash per shard) is moved
+// into the packed layout by Migrate: every user reads as before, the old
+// keys are gone, the lease's devices are still found by a takeover, and a
+// second Migrate moves nothing.
+func TestMigrateFromTheHashLayout(t *testing.T) {
 	f := newReadsFixture(t)
-	c, cfg, prefix, s, ids, at := f.c, f.cfg, f.prefix, f.s, f.ids, f.at
-	const shards = readsShards
+	c, prefix, s, ids, at := f.c, f.prefix, f.s, f.ids, f.at
 	ctx := context.Background()
 	want := getAll(t, s, at, ids)
-	if want[0].Status != presence.Online || want[3].Status != presence.Busy || want[4].Status != presence.Invisible || want[5].Status != presence.Online || want[6].Status != presence.Offline || want[7].Known {
-		t.Fatalf("population: %+v", want)
+	shardOf := func(id string) int {
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		return int(h.Sum32() % readsShards)
 	}
-
-	// The data of a build before the read hash.
-	for k := range shards {
-		if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("%s{%d}b", prefix, k)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old, err := redisstore.New(c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := getAll(t, old, at, ids); !slices.Equal(got, want) {
-		t.Fatalf("read before the rebuild:\n got %+v\nwant %+v", got, want)
-	}
-	n, err := old.RebuildReads(ctx)
-	if err != nil || n != len(ids)-1 {
-		t.Fatalf("rebuild: %d users, %v; want %d", n, err, len(ids)-1)
-	}
-	fields := 0
-	for k := range shards {
-		m, err := c.Do(ctx, c.B().Hlen().Key(fmt.Sprintf("%s{%d}b", prefix, k)).Build()).AsInt64()
+	// Rewrite every user the old way, as the old scripts saved them.
+	held := 0
+	for _, id := range ids {
+		u, deadline, ok, err := s.Debug(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fields += int(m)
+		if !ok {
+			continue
+		}
+		held++
+		due := deadline
+		kv := []string{"m", fmt.Sprint(int(u.Manual)), "t", u.Text, "ls", fmt.Sprint(u.LastSeen), "pls", fmt.Sprint(u.PubLastSeen),
+			"v", fmt.Sprint(u.Version), "ss", fmt.Sprint(int(u.Settings.Status)), "sl", fmt.Sprint(int(u.Settings.LastSeen)),
+			"pub", fmt.Sprint(int(u.Pub)), "pt", u.PubText, "ev", "0"}
+		for _, d := range u.Devices {
+			v := fmt.Sprintf("%d:%d", d.LastBeat, d.LastActive)
+			switch {
+			case d.Owner != 0:
+				v += fmt.Sprintf(":%d:%d", d.Closed, d.Owner)
+				if due == 0 {
+					due = 1 << 52
+				}
+				if err := c.Do(ctx, c.B().Sadd().Key(fmt.Sprintf("%s{%d}own:%d", prefix, shardOf(id), d.Owner)).Member(id).Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			case d.Closed != 0:
+				v += fmt.Sprintf(":%d", d.Closed)
+			}
+			kv = append(kv, "d:"+d.ID, v)
+		}
+		kv = append(kv, "s", fmt.Sprint(due))
+		cmd := c.B().Hset().Key(fmt.Sprintf("%s{%d}u:", prefix, shardOf(id)) + id).FieldValue()
+		for i := 0; i < len(kv); i += 2 {
+			cmd = cmd.FieldValue(kv[i], kv[i+1])
+		}
+		if err := c.Do(ctx, cmd.Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Do(ctx, c.B().Hset().Key(fmt.Sprintf("%s{%d}b", prefix, shardOf(id))).FieldValue().FieldValue(id, "1:2:3:").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if fields != len(ids)-1+shards {
-		t.Fatalf("read hash: %d fields after the rebuild, want %d and a marker per shard", fields, len(ids)-1)
+	// …and nothing of the packed layout.
+	for k := range readsShards {
+		for b := range 64 {
+			if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("%s{%d}p:%d", prefix, k, b)).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("%s{%d}ob:7", prefix, k)).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got := getAll(t, old, at, ids); !slices.Equal(got, want) {
-		t.Fatalf("read after the rebuild:\n got %+v\nwant %+v", got, want)
+	if got := getAll(t, s, at, ids); got[0].Known {
+		t.Fatalf("the test's old layout still reads through the packed one: %+v", got[0])
 	}
-	// Another node starting finds the layout done.
-	again, err := redisstore.New(c, cfg)
-	if err != nil {
+	n, err := s.Migrate(ctx)
+	if err != nil || n != held {
+		t.Fatalf("migrate: %d users, %v; want %d", n, err, held)
+	}
+	if got := getAll(t, s, at, ids); !slices.Equal(got, want) {
+		t.Fatalf("read after the migration:\n got %+v\nwant %+v", got, want)
+	}
+	old, err := c.Do(ctx, c.B().Keys().Pattern(prefix+"{*}[ub]*").Build()).AsStrSlice()
+	if err != nil || len(old) != 0 {
+		t.Fatalf("keys of the old layout left: %v %v", old, err)
+	}
+	old, err = c.Do(ctx, c.B().Keys().Pattern(prefix+"{*}own:*").Build()).AsStrSlice()
+	if err != nil || len(old) != 0 {
+		t.Fatalf("owned sets of the old layout left: %v %v", old, err)
+	}
+	if n, err := s.Migrate(ctx); err != nil || n != 0 {
+		t.Fatalf("second migrate: %d users, %v; want none", n, err)
+	}
+	// The owned device moved with its lease's set: a takeover finds it.
+	if _, err := s.TakeOver(ctx, at, 7, at, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := again.RebuildReads(ctx); err != nil || n != 0 {
-		t.Fatalf("second rebuild: %d users, %v; want none", n, err)
-	}
-	if got := getAll(t, again, at, ids); !slices.Equal(got, want) {
-		t.Fatalf("read on another node:\n got %+v\nwant %+v", got, want)
-	}
-	// One shard's read hash lost on its own (a failover that lost its
-	// last writes, an eviction): its marker went with it, and its users
-	// are read from their hashes again — nobody reads offline.
-	for k := range shards {
-		if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("%s{%d}b", prefix, k)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-		if got := getAll(t, again, at, ids); !slices.Equal(got, want) {
-			t.Fatalf("read with shard %d's read hash lost:\n got %+v\nwant %+v", k, got, want)
-		}
-		if _, err := again.RebuildReads(ctx); err != nil {
-			t.Fatal(err)
-		}
+	u, _, _, err := s.Debug(ctx, "owned")
+	if err != nil || len(u.Devices) != 1 || u.Devices[0].Owner != 0 {
+		t.Fatalf("owned after its lease was taken over: %+v %v, want its device owned by nobody", u, err)
 	}
 }
 
-// A Redis that lost its data lost the read hashes' markers with it; the
-// version floors raised again (the tracker's answer) mark the shards
-// complete, since everything they will hold is written by this build: a
-// node starting afterwards rebuilds nothing.
-func TestReadsCompleteAfterRedisLostItsData(t *testing.T) {
-	srv := testsvc.Redis(t)
-	c := dial(t, srv.URL)
-	ctx := context.Background()
-	cfg := redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond}, Shards: 8, Prefix: "p:"}
-	s := newStore(t, c, cfg)
-	const now = 1_000_000
-	ids := readsPopulation(t, s, now)
-	if err := c.Do(ctx, c.B().Flushall().Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RaiseFloor(ctx, 5<<32); err != nil {
-		t.Fatal(err)
-	}
-	readsPopulation(t, s, now+10_000)
-	fresh, err := redisstore.New(c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := fresh.RebuildReads(ctx); err != nil || n != 0 {
-		t.Fatalf("a node starting after the loss rebuilt %d users (%v), want none", n, err)
-	}
-	if got := getAll(t, fresh, now+11_000, ids); got[0].Status != presence.Online || got[len(ids)-1].Known {
-		t.Fatalf("read after the loss: %+v", got)
-	}
-}
-
-// A user evicted from Redis leaves the read hash with its hash: nothing
-// of a user gone stays behind, and a read finds it not held.
-func TestEvictionEmptiesTheReadHash(t *testing.T) {
+// A user evicted from Redis leaves its bucket: nothing of a user gone
+// stays behind, and a read finds it not held.
+func TestEvictionEmptiesTheBucket(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
 	prefix := testsvc.Unique(t) + ":"
 	evict := 60 * time.Second
-	s := newStore(t, c, redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond}, Prefix: prefix, Shards: 1, EvictAfter: evict})
+	s := newStore(t, c, redisstore.Config{Rules: presence.Rules{TTL: time.Duration(lTTL) * time.Millisecond}, Prefix: prefix, Shards: 1, Buckets: 1, EvictAfter: evict})
 	const now = 1_000_000
 	load(t, s, now, "a", "b")
 	for _, u := range []string{"a", "b"} {
@@ -206,14 +204,14 @@ func TestEvictionEmptiesTheReadHash(t *testing.T) {
 	}
 	hlen := func() int64 {
 		t.Helper()
-		n, err := c.Do(ctx, c.B().Hlen().Key(prefix+"{0}b").Build()).AsInt64()
+		n, err := c.Do(ctx, c.B().Hlen().Key(prefix+"{0}p:0").Build()).AsInt64()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n - 1 // the marker
+		return n
 	}
 	if n := hlen(); n != 2 {
-		t.Fatalf("read hash of two users: %d fields", n)
+		t.Fatalf("bucket of two users: %d fields", n)
 	}
 	if _, err := s.Bye(ctx, now+1, "a", "d"); err != nil {
 		t.Fatal(err)
@@ -224,7 +222,7 @@ func TestEvictionEmptiesTheReadHash(t *testing.T) {
 	end := now + 1 + evict.Milliseconds() + 1
 	expireAll(t, s, end)
 	if n := hlen(); n != 1 {
-		t.Fatalf("read hash after a's eviction: %d fields, want 1", n)
+		t.Fatalf("bucket after a's eviction: %d fields, want 1", n)
 	}
 	if g := get(t, s, end, "a"); g.Known {
 		t.Fatalf("evicted user read as held: %+v", g)
@@ -232,11 +230,10 @@ func TestEvictionEmptiesTheReadHash(t *testing.T) {
 }
 
 // ScanReads yields every user the store holds as Get reads it (while
-// nothing is due), and nobody else — also when a shard's read hash was
-// lost on its own (rebuilt first).
+// nothing is due), and nobody else.
 func TestScanReads(t *testing.T) {
 	f := newReadsFixture(t)
-	c, prefix, s, ids, at := f.c, f.prefix, f.s, f.ids, f.at
+	s, ids, at := f.s, f.ids, f.at
 	ctx := context.Background()
 	want := make(map[string]presence.Snapshot)
 	for i, snap := range getAll(t, s, at, ids) {
@@ -244,68 +241,32 @@ func TestScanReads(t *testing.T) {
 			want[ids[i]] = snap
 		}
 	}
-	for round, lose := range []bool{false, true} {
-		if lose {
-			if err := c.Do(ctx, c.B().Del().Key(prefix+"{1}b").Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
+	got := make(map[string]presence.Snapshot)
+	err := s.ScanReads(ctx, func(id string, snap *presence.Snapshot) {
+		if _, dup := got[id]; dup {
+			t.Errorf("%s yielded twice", id)
 		}
-		got := make(map[string]presence.Snapshot)
-		err := s.ScanReads(ctx, func(id string, snap *presence.Snapshot) {
-			if _, dup := got[id]; dup {
-				t.Errorf("round %d: %s yielded twice", round, id)
-			}
-			got[id] = *snap
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != len(want) {
-			t.Errorf("round %d: %d users yielded, want %d: %v", round, len(got), len(want), got)
-		}
-		for id, w := range want {
-			g, ok := got[id]
-			if !ok {
-				t.Errorf("round %d: %s not yielded", round, id)
-				continue
-			}
-			if g.Status != w.Status || g.Version != w.Version || g.Settings != w.Settings || !g.Known {
-				t.Errorf("round %d: %s = %v v%d %+v, Get reads %v v%d %+v", round, id, g.Status, g.Version, g.Settings, w.Status, w.Version, w.Settings)
-			}
-		}
-	}
-}
-
-// A read hash lost while ScanReads walks it (here: deleted by the
-// callback, as an eviction would) fails the scan rather than leave its
-// users out; the next scan rebuilds it and yields everyone.
-func TestScanReadsFailsWhenAReadHashIsLostMeanwhile(t *testing.T) {
-	f := newReadsFixture(t)
-	ctx := context.Background()
-	lost := false
-	err := f.s.ScanReads(ctx, func(id string, _ *presence.Snapshot) {
-		if !lost {
-			lost = true
-			for k := range readsShards {
-				if err := f.c.Do(ctx, f.c.B().Del().Key(fmt.Sprintf("%s{%d}b", f.prefix, k)).Build()).Error(); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		got[id] = *snap
 	})
-	if err == nil {
-		t.Fatal("ScanReads succeeded though every read hash was lost during it")
-	}
-	n := 0
-	if err := f.s.ScanReads(ctx, func(string, *presence.Snapshot) { n++ }); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n != len(f.ids)-1 {
-		t.Errorf("the scan after yielded %d users, want %d", n, len(f.ids)-1)
+	if len(got) != len(want) {
+		t.Errorf("%d users yielded, want %d: %v", len(got), len(want), got)
+	}
+	for id, w := range want {
+		g, ok := got[id]
+		if !ok {
+			t.Errorf("%s not yielded", id)
+			continue
+		}
+		if g.Status != w.Status || g.Version != w.Version || g.Settings != w.Settings || g.Text != w.Text || g.Devices != w.Devices || !g.Known {
+			t.Errorf("%s = %+v, Get reads %+v", id, g, w)
+		}
 	}
 }
 
-// On a Redis Cluster the fill's HSCANs go to each shard's master: every
+// On a Redis Cluster the fill's reads go to each shard's master: every
 // user of every master is yielded once.
 func TestScanReadsOnACluster(t *testing.T) {
 	t.Parallel()

@@ -110,6 +110,13 @@ type Config struct {
 	// Shards is the number of shards (hash tags, deadline and dirty sets).
 	// Default 256. All nodes of a deployment must agree on it.
 	Shards int
+	// Buckets is the number of buckets of each shard: the hashes users are
+	// packed in (lua/packed.lua). Redis keeps a bucket of at most 128 users
+	// (hash-max-listpack-entries) in one listpack, a few bytes a user; a
+	// fuller one is a hash table, ~100 bytes more a user. Size it at the
+	// users held / Shards / 64. Default 64 (1M users: 61 a bucket). All
+	// nodes of a deployment must agree on it.
+	Buckets int
 	// EvictAfter is how long a user with no device is kept after its last
 	// change has been checkpointed. Default 10m.
 	EvictAfter time.Duration
@@ -118,15 +125,16 @@ type Config struct {
 // Store is a tracker.Store on Redis. It is safe for concurrent use; it does
 // not own the client.
 type Store struct {
-	c      rueidis.Client
-	rules  presence.Rules
-	sweeps atomic.Uint64 // Expire calls, to rotate the first shard probed
-	prefix string
-	shards []shardKeys
+	c       rueidis.Client
+	rules   presence.Rules
+	sweeps  atomic.Uint64 // Expire calls, to rotate the first shard probed
+	prefix  string
+	shards  []shardKeys
+	buckets int // per shard
 
 	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty, raiseFloor *script
 	claim, touch, release, handoff, takeover, renewLease, takeLease                *script
-	rebuildRead                                                                    *script
+	migrate                                                                        *script
 	floors                                                                         []atomic.Uint64 // per shard: the floor last read or raised (cold reads carry it)
 	leases                                                                         string          // the leases hash (lease.go)
 
@@ -139,11 +147,9 @@ type Store struct {
 
 type shardKeys struct {
 	tag   string // <prefix>{<shard>}
-	users string // <tag>u: — prefix of the shard's user keys
 	due   string
 	dirty string
 	floor string
-	reads string // <tag>b — the read hash (lua/read.lua)
 }
 
 // New returns a Store that keeps its state in the Redis c talks to.
@@ -161,37 +167,40 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 	if cfg.Shards <= 0 {
 		cfg.Shards = 256
 	}
+	if cfg.Buckets <= 0 {
+		cfg.Buckets = 64
+	}
 	if cfg.EvictAfter <= 0 {
 		cfg.EvictAfter = 10 * time.Minute
 	}
-	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards),
+	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards), buckets: cfg.Buckets,
 		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases"}
 	for i := range s.shards {
 		tag := cfg.Prefix + "{" + strconv.Itoa(i) + "}"
-		s.shards[i] = shardKeys{tag: tag, users: tag + "u:", due: tag + "due", dirty: tag + "dirty", floor: tag + "floor", reads: tag + "b"}
+		s.shards[i] = shardKeys{tag: tag, due: tag + "due", dirty: tag + "dirty", floor: tag + "floor"}
 	}
 	r := cfg.Rules
 	consts := constants(r.TTL.Milliseconds(), r.IdleAfter.Milliseconds(), int64(r.MaxDevices),
-		r.Epoch<<32, cfg.EvictAfter.Milliseconds(), r.CloseGrace.Milliseconds())
+		r.Epoch<<32, cfg.EvictAfter.Milliseconds(), r.CloseGrace.Milliseconds(), cfg.Shards, cfg.Buckets)
 	for _, sc := range []struct {
 		to    **script
 		files []string
 	}{
-		{&s.beat, []string{"read", "beat_fast", "helpers", "beat"}},
-		{&s.setStatus, []string{"read", "helpers", "set_status"}},
-		{&s.bye, []string{"read", "helpers", "bye"}},
-		{&s.disconnect, []string{"read", "helpers", "disconnect"}},
-		{&s.setSettings, []string{"read", "helpers", "set_settings"}},
-		{&s.load, []string{"read", "helpers", "load"}},
-		{&s.expire, []string{"read", "helpers", "expire"}},
-		{&s.dirty, []string{"read", "helpers", "dirty"}},
+		{&s.beat, []string{"packed", "beat_fast", "helpers", "beat"}},
+		{&s.setStatus, []string{"packed", "helpers", "set_status"}},
+		{&s.bye, []string{"packed", "helpers", "bye"}},
+		{&s.disconnect, []string{"packed", "helpers", "disconnect"}},
+		{&s.setSettings, []string{"packed", "helpers", "set_settings"}},
+		{&s.load, []string{"packed", "helpers", "load"}},
+		{&s.expire, []string{"packed", "helpers", "expire"}},
+		{&s.dirty, []string{"packed", "helpers", "dirty"}},
 		{&s.raiseFloor, []string{"raise_floor"}},
-		{&s.rebuildRead, []string{"read", "helpers", "read_rebuild"}},
-		{&s.claim, []string{"read", "helpers", "claim"}},
-		{&s.touch, []string{"read", "touch_fast", "helpers", "touch"}},
-		{&s.release, []string{"read", "helpers", "release"}},
-		{&s.handoff, []string{"read", "helpers", "handoff"}},
-		{&s.takeover, []string{"read", "helpers", "takeover"}},
+		{&s.migrate, []string{"packed", "helpers", "migrate"}},
+		{&s.claim, []string{"packed", "helpers", "claim"}},
+		{&s.touch, []string{"packed", "touch_fast", "helpers", "touch"}},
+		{&s.release, []string{"packed", "helpers", "release"}},
+		{&s.handoff, []string{"packed", "helpers", "handoff"}},
+		{&s.takeover, []string{"packed", "helpers", "takeover"}},
 		{&s.renewLease, []string{"lease_renew"}},
 		{&s.takeLease, []string{"lease_take"}},
 	} {
@@ -208,8 +217,8 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 
 // Open is what a node does with its store before it serves: New, the
 // version floors raised to this run's epoch (cfg.Rules.Epoch << 32: see
-// the package doc) and the read hash made complete (RebuildReads). It
-// returns the store and the number of users whose read field it rebuilt.
+// the package doc) and what builds before the packed layout kept moved
+// into it (Migrate). It returns the store and the number of users moved.
 func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error) {
 	s, err := New(c, cfg)
 	if err != nil {
@@ -218,7 +227,7 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error
 	if err := s.RaiseFloor(ctx, s.rules.Epoch<<32); err != nil {
 		return nil, 0, err
 	}
-	n, err := s.RebuildReads(ctx)
+	n, err := s.Migrate(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -282,10 +291,10 @@ func (s *Store) shardOf(user string) *shardKeys { return &s.shards[s.shardIndex(
 
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
 
-// userKeys returns the keys of a user's scripts: hash, due, dirty.
+// userKeys returns the keys of a user's scripts: bucket, due, dirty.
 func (s *Store) userKeys(user string) []string {
-	sk := s.shardOf(user)
-	return []string{sk.users + user, sk.due, sk.dirty}
+	b, sk := s.bucketOf(user)
+	return []string{b, sk.due, sk.dirty}
 }
 
 // script is one operation's Lua script, with what it takes to name the
@@ -442,8 +451,8 @@ func (s *Store) SetSettings(ctx context.Context, now int64, user string, set *pr
 // Load implements tracker.Store.
 func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) (err error) {
 	defer callLoad.Start(ctx).Done(&err)
-	sk := s.shardOf(p.UserID)
-	n, err := s.load.Exec(ctx, s.c, []string{sk.users + p.UserID, sk.due, sk.floor}, []string{
+	b, sk := s.bucketOf(p.UserID)
+	n, err := s.load.Exec(ctx, s.c, []string{b, sk.due, sk.floor}, []string{
 		p.UserID, i64(now), strconv.Itoa(int(p.Manual)), p.Text, i64(p.LastSeen), i64(p.PubLastSeen),
 		strconv.FormatUint(p.Version, 10), strconv.Itoa(int(p.Settings.Status)), strconv.Itoa(int(p.Settings.LastSeen)),
 	}).AsInt64()
@@ -464,7 +473,7 @@ func (s *Store) RaiseFloor(ctx context.Context, floor uint64) (err error) {
 	defer callRaiseFloor.Start(ctx).Done(&err)
 	execs := make([]rueidis.LuaExec, len(s.shards))
 	for i := range s.shards {
-		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor, s.shards[i].reads}, Args: []string{strconv.FormatUint(floor, 10), readsComplete}}
+		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor}, Args: []string{strconv.FormatUint(floor, 10)}}
 	}
 	var firstErr error
 	var failed []int
@@ -600,7 +609,7 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 		for _, i := range due {
 			sk := &s.shards[i]
 			execs = append(execs, rueidis.LuaExec{Keys: []string{sk.due, sk.dirty},
-				Args: []string{i64(now), strconv.Itoa(per), sk.users}})
+				Args: []string{i64(now), strconv.Itoa(per), sk.tag}})
 		}
 		// A failed shard does not drop the changes the others claimed:
 		// they are gone from Redis and must reach the caller.
@@ -668,53 +677,56 @@ func decodeClaim(m rueidis.RedisMessage, now int64) (presence.Change, error) {
 	return c, nil
 }
 
-// Get implements tracker.Store. A read is one HMGET of the read hash
-// (lua/read.lua) per shard its users fall in — for 1,000 users among 256
-// shards about 250 calls in one pipelined round trip, each answering a few
-// packed strings — then an HGETALL of each user whose read field does not
-// tell its state at now (a device may have died or an away come due since
-// the field was written, and no sweep has settled the user yet).
+// Get implements tracker.Store. A read is one HMGET per bucket its users
+// fall in (lua/packed.lua), all in one pipelined round trip: for 1,000
+// users among 1M about 1,000 calls, each answering a packed user or two,
+// from which presence.User derives each snapshot at now.
 func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) (err error) {
 	defer callGet.Start(ctx).Done(&err)
 	if len(ids) == 0 {
 		return nil
 	}
-	// Group the ids by shard, a counting sort: order holds the indexes
-	// of ids shard by shard, names the ids in that order.
-	shard := make([]int32, len(ids))
-	ends := make([]int32, len(s.shards)+1)
+	// Group the ids by bucket: sort their indexes by (shard, bucket).
+	type place struct{ shard, bucket int32 }
+	places := make([]place, len(ids))
+	order := make([]int32, len(ids))
 	for i, id := range ids {
-		shard[i] = int32(s.shardIndex(id))
-		ends[shard[i]+1]++
+		k, b := s.place(id)
+		places[i] = place{int32(k), int32(b)}
+		order[i] = int32(i)
 	}
-	for k := 1; k < len(ends); k++ {
-		ends[k] += ends[k-1]
-	}
-	order, names := make([]int32, len(ids)), make([]string, len(ids))
-	pos := ends[:len(s.shards)] // where shard k's run fills next; its end once filled
-	for i := range ids {
-		p := pos[shard[i]]
-		order[p], names[p] = int32(i), ids[i]
-		pos[shard[i]]++
-	}
+	slices.SortFunc(order, func(a, b int32) int {
+		pa, pb := places[a], places[b]
+		if pa.shard != pb.shard {
+			return int(pa.shard - pb.shard)
+		}
+		return int(pa.bucket - pb.bucket)
+	})
 	var cmds rueidis.Commands
 	var runs [][]int32 // each call's indexes of ids
-	start := int32(0)
-	for k, end := range pos {
-		if end > start {
-			cmds = append(cmds, s.c.B().Hmget().Key(s.shards[k].reads).Field(readsComplete).Field(names[start:end]...).Build())
-			runs = append(runs, order[start:end])
-			start = end
+	names := make([]string, 0, 16)
+	for start := 0; start < len(order); {
+		end := start + 1
+		for end < len(order) && places[order[end]] == places[order[start]] {
+			end++
 		}
+		pl := places[order[start]]
+		names = names[:0]
+		for _, i := range order[start:end] {
+			names = append(names, ids[i])
+		}
+		cmds = append(cmds, s.c.B().Hmget().Key(s.shards[pl.shard].bucketKey(int(pl.bucket))).Field(names...).Build())
+		runs = append(runs, order[start:end])
+		start = end
 	}
-	var full, missing []int // users whose field does not tell their state at now; users with no field
-	var failed []int        // users whose Redis node did not answer (PartialError)
+	var failed []int // users whose Redis node did not answer (PartialError)
 	var firstErr error
+	var u packedUser
 	for c, r := range s.c.DoMulti(ctx, cmds...) {
 		run := runs[c]
 		f, err := r.ToArray()
-		if err == nil && len(f) != 1+len(run) {
-			return fmt.Errorf("redisstore: get: HMGET answered %d fields, want %d", len(f), 1+len(run))
+		if err == nil && len(f) != len(run) {
+			return fmt.Errorf("redisstore: get: HMGET answered %d fields, want %d", len(f), len(run))
 		}
 		if err != nil {
 			for _, i := range run {
@@ -723,74 +735,34 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 			firstErr = firstOf(firstErr, err)
 			continue
 		}
-		complete := !f[0].IsNil() // the shard's marker
-		f = f[1:]
 		for j, i := range run {
 			id := ids[i]
 			if f[j].IsNil() {
-				out[i] = presence.Snapshot{UserID: id, Version: s.floors[shard[i]].Load()}
-				if !complete {
-					missing = append(missing, int(i))
-				}
+				out[i] = presence.Snapshot{UserID: id, Version: s.floors[places[i].shard].Load()}
 				continue
 			}
 			v, err := f[j].ToString()
+			if err == nil {
+				err = decodePacked(id, v, &u)
+			}
 			if err != nil {
 				return fmt.Errorf("redisstore: get %q: %w", id, err)
 			}
-			ok, err := snapshotFromRead(id, v, now, &out[i])
-			if err != nil {
-				return fmt.Errorf("redisstore: get %q: %w", id, err)
-			}
-			if !ok {
-				full = append(full, int(i))
-			}
-		}
-	}
-	if len(missing) > 0 {
-		// Users missing from a read hash without its marker (data of a
-		// build before the read hash, not rebuilt yet; a read hash lost on
-		// its own): the user's own hash says whether it is held.
-		f, fail, callErr, err := s.getScalars(ctx, now, ids, missing, out)
-		if err != nil {
-			return err
-		}
-		full, failed, firstErr = append(full, f...), append(failed, fail...), firstOf(firstErr, callErr)
-	}
-	if len(full) == 0 {
-		return getErr(failed, len(ids), firstErr)
-	}
-	cmds = cmds[:0]
-	for _, i := range full {
-		cmds = append(cmds, s.c.B().Hgetall().Key(s.shardOf(ids[i]).users+ids[i]).Build())
-	}
-	var u presence.User
-	var devs []presence.Device
-	for j, r := range s.c.DoMulti(ctx, cmds...) {
-		i := full[j]
-		kv, err := r.ToArray()
-		if err != nil {
-			failed, firstErr = append(failed, i), firstOf(firstErr, err)
-			continue
-		}
-		if len(kv) == 0 {
-			out[i] = presence.Snapshot{UserID: ids[i], Version: s.floors[s.shardIndex(ids[i])].Load()}
-			continue
-		}
-		u.Devices = devs[:0]
-		if err := decodeUser(ids[i], kv, &u); err != nil {
-			return fmt.Errorf("redisstore: get %q: %w", ids[i], err)
-		}
-		devs = u.Devices
-		u.Snapshot(&s.rules, now, &out[i])
-		for _, d := range u.Devices {
-			if d.Owner != 0 {
-				seenNow(&out[i], now)
-				break
-			}
+			s.snapshot(&u, now, &out[i])
 		}
 	}
 	return getErr(failed, len(ids), firstErr)
+}
+
+// snapshot fills out with u at now, as a read shows it.
+func (s *Store) snapshot(u *packedUser, now int64, out *presence.Snapshot) {
+	u.Snapshot(&s.rules, now, out)
+	for _, d := range u.Devices {
+		if d.Owner != 0 {
+			seenNow(out, now)
+			break
+		}
+	}
 }
 
 // getErr is Get's error: nil, the error of a store that answered for
@@ -822,189 +794,6 @@ func seenNow(out *presence.Snapshot, now int64) {
 	}
 }
 
-// readFields are what a read needed of a user's hash before the read hash
-// (lua/read.lua) held it, in the order snapshotFromScalars expects them:
-// r, last_seen and public last_seen (which every heartbeat moves, so they
-// were not in r), and od, the user's owned devices (seenNow).
-var readFields = []string{"r", "ls", "pls", "od"}
-
-// getScalars reads the users at idx of ids from their own hashes (the
-// readFields, as builds before the read hash wrote them): for users
-// missing from a read hash without its completeness mark. It returns the
-// users whose fields do not tell their state at now, those whose node did
-// not answer and the first such error.
-func (s *Store) getScalars(ctx context.Context, now int64, ids []string, idx []int, out []presence.Snapshot) (full, failed []int, callErr, err error) {
-	cmds := make(rueidis.Commands, len(idx))
-	for j, i := range idx {
-		cmds[j] = s.c.B().Hmget().Key(s.shardOf(ids[i]).users + ids[i]).Field(readFields...).Build()
-	}
-	for j, r := range s.c.DoMulti(ctx, cmds...) {
-		i := idx[j]
-		f, err := r.ToArray()
-		if err != nil {
-			failed, callErr = append(failed, i), firstOf(callErr, err)
-			continue
-		}
-		v := out[i].Version // the floor, for a user not held
-		ok, err := snapshotFromScalars(ids[i], f, now, &out[i])
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("redisstore: get %q: %w", ids[i], err)
-		}
-		if ok && !out[i].Known {
-			out[i].Version = v
-		}
-		if !ok {
-			full = append(full, i)
-		}
-	}
-	return full, failed, callErr, nil
-}
-
-// snapshotFromScalars fills out from a user's readFields (r, ls, pls, od).
-// It reports false when they do not tell the user's state at now (see
-// snapshotFromR, or a hash written before r existed); the caller then
-// reads the whole hash. A user not held (no last_seen field: every held
-// user has one) is returned as unknown.
-func snapshotFromScalars(id string, f []rueidis.RedisMessage, now int64, out *presence.Snapshot) (bool, error) {
-	if len(f) != len(readFields) {
-		return false, fmt.Errorf("HMGET answered %d fields, want %d", len(f), len(readFields))
-	}
-	if f[1].IsNil() {
-		*out = presence.Snapshot{UserID: id}
-		return true, nil
-	}
-	if f[0].IsNil() {
-		return false, nil
-	}
-	r, err := f[0].ToString()
-	if err != nil {
-		return false, err
-	}
-	var n [3]int64 // ls, pls, od
-	for i := range n {
-		if f[i+1].IsNil() {
-			continue
-		}
-		v, err := f[i+1].ToString()
-		if err != nil {
-			return false, err
-		}
-		if n[i], err = parseDec(v); err != nil {
-			return false, fmt.Errorf("field %s: %w", readFields[i+1], err)
-		}
-	}
-	return snapshotFromR(id, r, n[0], n[1], n[2], now, out)
-}
-
-// snapshotFromRead fills out from a user's field of the read hash,
-// "ls:pls:od:" followed by r (lua/read.lua; pls empty when it is ls), as
-// snapshotFromR.
-func snapshotFromRead(id, v string, now int64, out *presence.Snapshot) (bool, error) {
-	var n [3]int64 // ls, pls, od
-	rest := v
-	for i := range n {
-		var empty bool
-		var err error
-		n[i], rest, empty, err = cutDec(rest)
-		switch {
-		case err != nil:
-			return false, fmt.Errorf("read field %q: %w", v, err)
-		case empty && i == 1:
-			n[1] = n[0]
-		case empty:
-			return false, fmt.Errorf("read field %q: an empty number", v)
-		}
-	}
-	return snapshotFromR(id, rest, n[0], n[1], n[2], now, out)
-}
-
-// snapshotFromR fills out from r = "v:m:pub:ss:sl:nd:s:" followed by the
-// text, written by the last full script that saved the user, and the
-// user's last_seen, public last_seen and owned devices (od), which
-// heartbeats move without a full script. While the user's due entry s is
-// in the future nothing has changed since that save but heartbeats that
-// kept the status (the fast path): no device died, no away is due. So the
-// status is the one last published (or invisible, if the user is
-// invisible with devices) and nd is the number of devices alive. It
-// reports false when r does not tell (s due); the caller then reads the
-// whole hash.
-func snapshotFromR(id, r string, ls, pls, od, now int64, out *presence.Snapshot) (bool, error) {
-	var n [7]int64 // v, m, pub, ss, sl, nd, s
-	rest := r
-	for i := range n {
-		var empty bool
-		var err error
-		if n[i], rest, empty, err = cutDec(rest); err == nil && empty {
-			err = errors.New("an empty number")
-		}
-		if err != nil {
-			return false, fmt.Errorf("field r %q: %w", r, err)
-		}
-	}
-	if n[6] <= now {
-		return false, nil
-	}
-	m, pub, nd := presence.Manual(n[1]), presence.Status(n[2]), int(n[5])
-	st := pub
-	if pub == presence.Offline && nd > 0 && m == presence.ManualInvisible {
-		st = presence.Invisible
-	}
-	*out = presence.Snapshot{
-		UserID:      id,
-		Known:       true,
-		Status:      st,
-		Manual:      m,
-		Text:        rest,
-		LastSeen:    ls,
-		PubLastSeen: pls,
-		Devices:     nd,
-		Version:     uint64(n[0]),
-		Settings:    presence.Settings{Status: presence.Visibility(n[3]), LastSeen: presence.Visibility(n[4])},
-	}
-	if od > 0 {
-		seenNow(out, now)
-	}
-	return true, nil
-}
-
-// cutDec parses the decimal at the start of s, up to the first ':', as the
-// scripts write them, and returns it and what follows the ':'; empty
-// reports a field with nothing before its ':'. One pass over the bytes
-// (a read of 1,000 users parses 10,000 such fields; cutting first and
-// parsing after read each twice); anything but an optional '-' and up to
-// 18 digits is left to parseDec.
-func cutDec(s string) (n int64, rest string, empty bool, err error) {
-	i, start := 0, 0
-	if len(s) > 0 && s[0] == '-' {
-		i, start = 1, 1
-	}
-	for ; i < len(s) && s[i] != ':'; i++ {
-		if c := s[i] - '0'; c <= 9 && i-start < 18 {
-			n = n*10 + int64(c)
-			continue
-		}
-		j := strings.IndexByte(s, ':')
-		if j < 0 {
-			return 0, "", false, errors.New("no ':' after a number")
-		}
-		n, err = parseDec(s[:j])
-		return n, s[j+1:], false, err
-	}
-	switch {
-	case i == len(s):
-		return 0, "", false, errors.New("no ':' after a number")
-	case i == 0:
-		return 0, s[1:], true, nil
-	case i == start: // "-" alone
-		_, err = parseDec(s[:i])
-		return 0, "", false, err
-	}
-	if start == 1 {
-		n = -n
-	}
-	return n, s[i+1:], false, nil
-}
-
 // parseDec parses a decimal integer as the scripts write them (%d: an
 // optional '-' and digits). A read of 1,000 users parses 9,000 of them;
 // this loop takes a fraction of strconv.ParseInt's time for the common
@@ -1029,81 +818,6 @@ func parseDec(s string) (int64, error) {
 		n = -n
 	}
 	return n, nil
-}
-
-// decodeUser fills u from the fields of a user's hash, given as
-// alternating names and values (an HGETALL reply), appending the devices to
-// u.Devices.
-func decodeUser(id string, kv []rueidis.RedisMessage, u *presence.User) error {
-	if len(kv)%2 != 0 {
-		return fmt.Errorf("odd number of hash elements: %d", len(kv))
-	}
-	devs := u.Devices
-	*u = presence.User{Profile: presence.Profile{UserID: id}}
-	var err error
-	num := func(f, v string) int64 {
-		n, e := strconv.ParseInt(v, 10, 64)
-		if e != nil && err == nil {
-			err = fmt.Errorf("field %s: %w", f, e)
-		}
-		return n
-	}
-	for i := 0; i < len(kv); i += 2 {
-		f, e1 := kv[i].ToString()
-		v, e2 := kv[i+1].ToString()
-		if e := errors.Join(e1, e2); e != nil {
-			return fmt.Errorf("hash element %d: %w", i, e)
-		}
-		switch f {
-		case "m":
-			u.Manual = presence.Manual(num(f, v))
-		case "t":
-			u.Text = v
-		case "ls":
-			u.LastSeen = num(f, v)
-		case "pls":
-			u.PubLastSeen = num(f, v)
-		case "v":
-			u.Version = uint64(num(f, v))
-		case "ss":
-			u.Settings.Status = presence.Visibility(num(f, v))
-		case "sl":
-			u.Settings.LastSeen = presence.Visibility(num(f, v))
-		case "pub":
-			u.Pub = presence.Status(num(f, v))
-		case "pt":
-			u.PubText = v
-		default:
-			dev, ok := strings.CutPrefix(f, "d:")
-			if !ok {
-				continue // ev, s: the store's own bookkeeping
-			}
-			beat, active, ok := strings.Cut(v, ":")
-			if !ok {
-				return fmt.Errorf("device field %s: malformed %q", f, v)
-			}
-			active, closed, hasClosed := strings.Cut(active, ":")
-			closed, owner, hasOwner := strings.Cut(closed, ":")
-			lb, e1 := strconv.ParseInt(beat, 10, 64)
-			la, e2 := strconv.ParseInt(active, 10, 64)
-			var cl int64
-			var own uint64
-			var e3, e4 error
-			if hasClosed {
-				cl, e3 = strconv.ParseInt(closed, 10, 64)
-			}
-			if hasOwner {
-				owner, _, _ = strings.Cut(owner, ",") // its first holder (helpers.lua: holders)
-				own, e4 = strconv.ParseUint(owner, 10, 64)
-			}
-			if e := errors.Join(e1, e2, e3, e4); e != nil {
-				return fmt.Errorf("device field %s: %w", f, e)
-			}
-			devs = append(devs, presence.Device{ID: dev, LastBeat: lb, LastActive: la, Closed: cl, Owner: own})
-		}
-	}
-	u.Devices = devs
-	return err
 }
 
 // Dirty implements tracker.Store: one pipelined round trip asks every
@@ -1143,7 +857,7 @@ func (s *Store) DirtyParts(ctx context.Context, skip func(part int) bool, out []
 		}
 		answered++
 		if n > 0 {
-			execs = append(execs, rueidis.LuaExec{Keys: []string{s.shards[i].dirty}, Args: []string{s.shards[i].users}})
+			execs = append(execs, rueidis.LuaExec{Keys: []string{s.shards[i].dirty}, Args: []string{s.shards[i].tag}})
 		}
 	}
 	if len(execs) == 0 {
@@ -1206,19 +920,19 @@ func decodeProfile(m rueidis.RedisMessage) (presence.Profile, error) {
 // shard's due set.
 func (s *Store) Debug(ctx context.Context, user string) (_ presence.User, _ int64, _ bool, err error) {
 	defer callDebug.Start(ctx).Done(&err)
-	sk := s.shardOf(user)
+	b, sk := s.bucketOf(user)
 	res := s.c.DoMulti(ctx,
-		s.c.B().Hgetall().Key(sk.users+user).Build(),
+		s.c.B().Hget().Key(b).Field(user).Build(),
 		s.c.B().Zscore().Key(sk.due).Member(user).Build())
-	kv, err := res[0].ToArray()
+	v, err := res[0].ToString()
+	if rueidis.IsRedisNil(err) {
+		return presence.User{}, 0, false, nil
+	}
 	if err != nil {
 		return presence.User{}, 0, false, fmt.Errorf("redisstore: debug: %w", err)
 	}
-	if len(kv) == 0 {
-		return presence.User{}, 0, false, nil
-	}
-	var u presence.User
-	if err := decodeUser(user, kv, &u); err != nil {
+	var u packedUser
+	if err := decodePacked(user, v, &u); err != nil {
 		return presence.User{}, 0, false, fmt.Errorf("redisstore: debug: %w", err)
 	}
 	var deadline int64
@@ -1227,7 +941,7 @@ func (s *Store) Debug(ctx context.Context, user string) (_ presence.User, _ int6
 	} else if !rueidis.IsRedisNil(err) {
 		return presence.User{}, 0, false, fmt.Errorf("redisstore: debug: %w", err)
 	}
-	return u, deadline, true, nil
+	return u.User, deadline, true, nil
 }
 
 // Backend calls timed into presenced_backend_call_duration_seconds.
@@ -1243,7 +957,7 @@ var (
 	callTouch         = backendcall.New("redis", "touch")
 	callRelease       = backendcall.New("redis", "release")
 	callHandOff       = backendcall.New("redis", "hand_off")
-	callRebuildReads  = backendcall.New("redis", "rebuild_reads")
+	callMigrate       = backendcall.New("redis", "migrate")
 	callScanReads     = backendcall.New("redis", "scan_reads")
 	callPing          = backendcall.New("redis", "ping")
 	callPingPart      = backendcall.New("redis", "ping_part")

@@ -1,7 +1,7 @@
 -- Follows beat_fast.lua and the helpers in the same script: applies beat B
 -- (which failed the fast path) and the rest of the batch.
 local function beat(key, due, dirty, id, now, dev, active, readback)
-  local u = load(key)
+  local u = load(key, id)
   if not u then return {-1} end
   local d = find(u, dev)
   if not d then
@@ -12,13 +12,12 @@ local function beat(key, due, dirty, id, now, dev, active, readback)
   if now > d.lb then d.lb = now end
   if active and now > d.la then d.la = now end
   if d.cl ~= 0 and now > d.cl then d.cl = 0 end
-  d.mod = true
   if now > u.ls then u.ls = now end
   local ch = settle(u, now)
   schedule(due, id, u, now)
   save(u)
   redis.call('SADD', dirty, id)
-  if readback then return {ch or {0}, u.read} end
+  if readback then return {ch or {0}, u.packed} end
   return ch or {0}
 end
 for i = B, N do

@@ -1,12 +1,11 @@
--- KEYS: user hash, due, dirty. ARGV: user, now, device.
+-- KEYS: the user's bucket, due, dirty. ARGV: user, now, device.
 local id, now, dev = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local u = load(KEYS[1])
+local u = load(KEYS[1], id)
 if not u then return {0} end
 for i, d in ipairs(u.devs) do
   if d.id == dev then
     if alive(d, now) and now > u.ls then u.ls = now end
     table.remove(u.devs, i)
-    u.gone[#u.gone + 1] = 'd:' .. dev
     break
   end
 end

@@ -1,4 +1,5 @@
--- KEYS: user hash, due, dirty, the owner's set of users in this shard.
+-- KEYS: the user's bucket, due, dirty, the owner's set of buckets in this
+-- shard (lease.go).
 -- ARGV: user, now, device, owner (a lease), last beat, last activity (the
 -- owner's readings, at or before now; activity FOREVER while the device is
 -- active — the owner says when it turns idle — or its last activity, 0 if
@@ -14,7 +15,7 @@
 -- browser tab): it lives until the last of them ends its hold.
 local id, now, dev, own = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local lb, la = tonumber(ARGV[5]), tonumber(ARGV[6])
-local u = load(KEYS[1])
+local u = load(KEYS[1], id)
 if not u then return {-1} end
 local d = find(u, dev)
 if d and d.own ~= 0 and not holds(d, own) and lb < d.lb then return {-4} end
@@ -31,11 +32,10 @@ else
   d.la = la -- the owner's word: FOREVER while the device is active
 end
 d.cl = 0
-d.mod = true
 if lb > u.ls then u.ls = lb end
 local ch = settle(u, now)
 schedule(KEYS[2], id, u, now)
 save(u)
 redis.call('SADD', KEYS[3], id)
-redis.call('SADD', KEYS[4], id)
+redis.call('SADD', KEYS[4], string.match(KEYS[1], 'p:(%d+)$'))
 return ch or {0}

@@ -1,20 +1,15 @@
--- KEYS: due, dirty. ARGV: now, max, prefix of the shard's user keys.
+-- KEYS: due, dirty. ARGV: now, max, the shard's tag (<prefix>{shard}).
 -- Claims the due members of one shard (ZRANGEBYSCORE … LIMIT, removed,
 -- applied and re-armed in this one script, so concurrent sweepers never see
 -- the same one) and returns up to max changes, each {user, change…}.
-local now, max, kp = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local now, max, tag = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local out = {}
 while #out < max do
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, max - #out)
   if #due == 0 then break end
   for _, id in ipairs(due) do
     redis.call('ZREM', KEYS[1], id)
-    local u = load(kp .. id)
-    if not u then
-      -- A field without its user (the hash deleted from outside): gone too.
-      local rk = read_key(kp .. id)
-      redis.call('HDEL', rk, id)
-    end
+    local u = load(bucket_of(tag, id), id)
     if u then
       u.s = 0
       local ch = settle(u, now)
@@ -32,9 +27,7 @@ while #out < max do
         end
       end
       if evict then
-        redis.call('DEL', u.key)
-        local rk = read_key(u.key)
-        redis.call('HDEL', rk, id)
+        redis.call('HDEL', u.key, id)
       else
         schedule(KEYS[1], id, u, now)
         save(u)

@@ -1,11 +1,11 @@
--- KEYS: user hash, due, dirty. ARGV: user, now, owner, then per device:
+-- KEYS: the user's bucket, due, dirty. ARGV: user, now, owner, then per device:
 -- device, last beat, last activity. A node that stops hands the devices
 -- it holds back to the rules: each lives its ttl from its last beat, as
 -- after missed beats, so its client has that long to reconnect anywhere
 -- and a device that does not is expired by any node's sweep. Returns
 -- {change or {0}, the listed devices this owner did not hold}.
 local id, now, own = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local u = load(KEYS[1])
+local u = load(KEYS[1], id)
 local lost = {}
 if not u then return {{0}, lost} end
 for i = 4, #ARGV, 3 do
@@ -14,7 +14,6 @@ for i = 4, #ARGV, 3 do
     drop_holder(d, own) -- another node holds it too: it stays
     local lb = tonumber(ARGV[i + 1])
     if lb > d.lb then d.lb = lb end
-    d.mod = true
   elseif d and d.own == own then
     local lb, la = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
     if lb > d.lb then d.lb = lb end
@@ -22,7 +21,6 @@ for i = 4, #ARGV, 3 do
     if lb > u.ls then u.ls = lb end
     d.own = 0
     d.cl = 0
-    d.mod = true
   else
     lost[#lost + 1] = ARGV[i]
   end

@@ -1,33 +1,28 @@
--- The rules of presence.User (internal/presence/user.go) on a user's hash,
--- shared by every operation's script (see lua.go for how a script is put
--- together). Numbers are Lua doubles: exact for times in Unix ms and for
--- versions below 2^53. Every number written back is formatted with %d,
--- never Lua's tostring, which would print large ones as 1.7e+15.
+-- The rules of presence.User (internal/presence/user.go) on a user held
+-- packed in its bucket (packed.lua), shared by every operation's script
+-- (see lua.go for how a script is put together). Numbers are Lua doubles:
+-- exact for times in Unix ms and for versions below 2^53. Every number
+-- returned as text is formatted with %d, never Lua's tostring, which
+-- would print large ones as 1.7e+15.
 --
--- The hash of a user: m (manual), t (text), ls (last_seen), pls (public
--- last_seen), v (version), ss, sl (settings), pub, pt (last published
--- status and text), ev (eviction time, 0 = none), one field
--- d:<device> = "last_beat:last_active" per device, or
--- "last_beat:last_active:closed" for a device whose connection closed
--- without a bye, or "last_beat:last_active:closed:owner" for a device
--- whose socket a node holds (owner is that node's lease: see lease.go;
--- the device is alive until the owner releases it or its lease is taken
--- over; last_beat is what the owner last reported, last_active FOREVER
--- while the owner holds the device active, or its last activity once the
--- owner said it turned idle; "owner,other,…" when sockets of the same
--- device are held by several nodes — a browser tab duplicated with its
--- session storage, its copy connected to another node — each of which
--- may end only its own hold: see add_holder), s (the time of the user's entry in the due
--- set, 0 = none, FOREVER = no entry and nothing due: owned devices only),
--- nd (the devices the user had when a full script last saved the hash;
--- the fast heartbeat adds none) and od (of those, the owned ones: a read
--- shows such a user last seen now). What a read needs of all these is
--- copied into the user's field of the shard's read hash (read.lua) by
--- every full script and the fast heartbeat: while s is in the future no
--- device has died and no away is due since, so a read needs only that
--- field (Store.Get). The shard's sorted set "due" holds each user's
--- next deadline (member = user id) and the set "dirty" the users changed
--- since the last Dirty.
+-- A user, as load returns it: m (manual), t (text), ls (last_seen), pls
+-- (public last_seen), v (version), ss, sl (settings), pub, pt (last
+-- published status and text), ev (eviction time, 0 = none), s (the time
+-- of the user's entry in the due set, 0 = none, FOREVER = no entry and
+-- nothing due: owned devices only) and devs, each device {id, lb (last
+-- beat), la (last activity), cl (when its connection closed without a
+-- bye, 0 = open), own (the lease of the node that holds its socket, 0 =
+-- none: see lease.go), co (other holders, or nil)}. An owned device is
+-- alive until its owners release it or their leases are taken over; lb
+-- is what an owner last reported, la FOREVER while an owner holds the
+-- device active, or its last activity once the owner said it turned idle.
+-- Several nodes hold one device when sockets of it are connected to each
+-- (a browser tab duplicated with its session storage): the first in own,
+-- the others in co; each may end only its own hold (add_holder). The
+-- shard's sorted set "due" holds each user's next deadline (member = user
+-- id), the set "dirty" the users changed since the last Dirty. While s is
+-- in the future no device has died and no away is due since the user was
+-- saved.
 --
 -- Statuses as presence numbers them: Offline 0, Online 1, Away 2, Busy 3,
 -- Invisible 4; manual: None 0, Away 1, Busy 2, Invisible 3.
@@ -35,104 +30,20 @@ local MANUAL_STATUS = {[1] = 2, [2] = 3, [3] = 4}
 
 local function fmt(n) return string.format('%d', n) end
 
--- The scalar fields of a user's hash; text fields are strings, the others
--- numbers.
-local SCALARS = {'m', 't', 'ls', 'pls', 'v', 'pub', 'pt', 'ev', 's', 'nd', 'od'}
-local TEXT = {t = true, pt = true}
-
--- load reads the hash at key into a table, or nil when the user is not held.
-local function load(key)
-  local h = redis.call('HGETALL', key)
-  if #h == 0 then return nil end
-  local u = {key = key, m = 0, t = '', ls = 0, pls = 0, v = 0, ss = 0, sl = 0,
-    pub = 0, pt = '', ev = 0, s = 0, nd = -1, od = 0, devs = {}, gone = {}}
-  for i = 1, #h, 2 do
-    local f, val = h[i], h[i + 1]
-    if string.sub(f, 1, 2) == 'd:' then
-      local c = string.find(val, ':', 1, true)
-      local c2 = string.find(val, ':', c + 1, true)
-      local cl, own, co = 0, 0, nil
-      if c2 then
-        local c3 = string.find(val, ':', c2 + 1, true)
-        if c3 then
-          cl = tonumber(string.sub(val, c2 + 1, c3 - 1))
-          local owners = string.sub(val, c3 + 1)
-          local k = string.find(owners, ',', 1, true)
-          if k then
-            own, co = tonumber(string.sub(owners, 1, k - 1)), {}
-            for x in string.gmatch(string.sub(owners, k + 1), '[^,]+') do co[#co + 1] = tonumber(x) end
-          else
-            own = tonumber(owners)
-          end
-        else
-          cl = tonumber(string.sub(val, c2 + 1))
-        end
-      else
-        c2 = #val + 1
-      end
-      u.devs[#u.devs + 1] = {id = string.sub(f, 3), lb = tonumber(string.sub(val, 1, c - 1)),
-        la = tonumber(string.sub(val, c + 1, c2 - 1)), cl = cl, own = own, co = co}
-    elseif TEXT[f] then
-      u[f] = val
-    else
-      u[f] = tonumber(val)
-    end
-  end
-  u.o = {}
-  for _, f in ipairs(SCALARS) do u.o[f] = u[f] end
-  return u
+-- load reads user id from its bucket key, or returns nil when the user is
+-- not held.
+local function load(key, id)
+  local v = redis.call('HGET', key, id)
+  if not v then return nil end
+  return unpack_user(key, id, v)
 end
 
--- save writes u back: the scalars that changed since load (all of them
--- for a user made without load), the devices marked mod, the removal of
--- the devices that were dropped, and the user's read field (read.lua),
--- which it leaves in u.read.
+-- save writes u back to its bucket, and leaves the packed user in u.packed
+-- (what a heartbeat read back answers: Store.BeatRead).
 local function save(u)
-  u.nd = #u.devs
-  u.od = 0
-  for _, d in ipairs(u.devs) do
-    if d.own ~= 0 then u.od = u.od + 1 end
-  end
-  local args = {}
-  for _, f in ipairs(SCALARS) do
-    local val = u[f]
-    if val ~= u.o[f] then
-      args[#args + 1] = f
-      if TEXT[f] then args[#args + 1] = val else args[#args + 1] = fmt(val) end
-    end
-  end
-  for _, d in ipairs(u.devs) do
-    if d.mod then
-      args[#args + 1] = 'd:' .. d.id
-      if d.own ~= 0 then
-        local owners = fmt(d.own)
-        if d.co then
-          for _, x in ipairs(d.co) do owners = owners .. ',' .. fmt(x) end
-        end
-        args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la) .. ':' .. fmt(d.cl) .. ':' .. owners
-      elseif d.cl ~= 0 then
-        args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la) .. ':' .. fmt(d.cl)
-      else
-        args[#args + 1] = fmt(d.lb) .. ':' .. fmt(d.la)
-      end
-    end
-  end
-  if #args > 0 then
-    redis.call('HSET', u.key, unpack(args))
-  end
-  -- What a read needs, in one field of the shard's read hash (Store.Get).
-  local rk, id = read_key(u.key)
-  u.read = read_head(fmt(u.ls), fmt(u.pls)) ..
-    string.format('%d:%d:%d:%d:%d:%d:%d:%d:', u.od, u.v, u.m, u.pub, u.ss, u.sl, u.nd, u.s) .. u.t
-  redis.call('HSET', rk, id, u.read)
-  if #u.gone > 0 then
-    redis.call('HDEL', u.key, unpack(u.gone))
-  end
+  u.packed = pack_user(u)
+  redis.call('HSET', u.key, u.id, u.packed)
 end
-
--- FOREVER is later than any time: the end of an owned device, and s of a
--- user with nothing due.
-local FOREVER = 4503599627370496 -- 2^52
 
 -- device_end is Rules.End: the moment d dies unless it beats again. An
 -- owned device never ends here: its owner keeps its deadline.
@@ -185,8 +96,6 @@ local function settle(u, now)
   for _, d in ipairs(u.devs) do
     if alive(d, now) then
       live[#live + 1] = d
-    else
-      u.gone[#u.gone + 1] = 'd:' .. d.id
     end
   end
   u.devs = live

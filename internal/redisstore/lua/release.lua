@@ -1,4 +1,4 @@
--- KEYS: user hash, due, dirty, the owner's set of users in this shard.
+-- KEYS: the user's bucket, due, dirty.
 -- ARGV: user, now, owner, bye (1/0), then per device: device, last beat,
 -- last activity. The owner ends devices it holds: their ttl or close
 -- grace ran out on the owner (last_seen is then their last beat), or they
@@ -7,12 +7,9 @@
 -- lives. Returns {change or {0}, the listed devices this owner did not
 -- hold: another node claimed them, and they are left alone}.
 local id, now, own, bye = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
-local u = load(KEYS[1])
+local u = load(KEYS[1], id)
 local lost = {}
-if not u then
-  redis.call('SREM', KEYS[4], id)
-  return {{0}, lost}
-end
+if not u then return {{0}, lost} end
 for i = 5, #ARGV, 3 do
   local dev, lb, la = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local at = nil
@@ -23,12 +20,11 @@ for i = 5, #ARGV, 3 do
     local d = u.devs[at]
     drop_holder(d, own)
     if lb > d.lb then d.lb = lb end
-    d.mod = true
   elseif at and not bye and u.devs[at].lb > lb then
     -- It beat since through another path (an HTTP heartbeat of the same
     -- device): it lives by the rules from that beat, owned by nobody.
     local d = u.devs[at]
-    d.own, d.cl, d.mod = 0, 0, true
+    d.own, d.cl = 0, 0
     if d.la >= FOREVER then d.la = la end
   elseif at then
     local d = u.devs[at]
@@ -36,16 +32,10 @@ for i = 5, #ARGV, 3 do
     if lb > u.ls then u.ls = lb end
     if la > d.la then d.la = la end
     table.remove(u.devs, at)
-    u.gone[#u.gone + 1] = 'd:' .. dev
   else
     lost[#lost + 1] = dev
   end
 end
-local mine = false
-for _, d in ipairs(u.devs) do
-  if holds(d, own) then mine = true end
-end
-if not mine then redis.call('SREM', KEYS[4], id) end
 local ch = settle(u, now)
 schedule(KEYS[2], id, u, now)
 save(u)

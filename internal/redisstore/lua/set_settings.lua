@@ -1,16 +1,15 @@
--- KEYS: user hash, due, dirty. ARGV: user, now, settings status, settings
+-- KEYS: the user's bucket, due, dirty. ARGV: user, now, settings status, settings
 -- last_seen (both empty: keep them). User.SetSettings: the settings
 -- replaced and a new version stamped, always; returns {2, status, prev, text, public last_seen,
 -- version, settings status, settings last_seen, true status, settings
 -- status before, settings last_seen before}, or {-1} if the user is not
 -- held.
 local id, now = ARGV[1], tonumber(ARGV[2])
-local u = load(KEYS[1])
+local u = load(KEYS[1], id)
 if not u then return {-1} end
 local oss, osl = u.ss, u.sl
 if ARGV[3] ~= '' then
   u.ss, u.sl = tonumber(ARGV[3]), tonumber(ARGV[4])
-  redis.call('HSET', KEYS[1], 'ss', ARGV[3], 'sl', ARGV[4])
 end
 local st = status(u, now)
 local pub = st

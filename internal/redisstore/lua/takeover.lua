@@ -1,33 +1,35 @@
--- KEYS: the owner's set of users in this shard, due, dirty. ARGV: owner,
--- its last renewal, now, prefix of the shard's user keys, then pairs of
--- user and last_seen (the durable checkpoints the owner wrote before it
--- went silent, newer than what Redis holds). The owner's lease ran out:
--- every device it held in this shard goes back to the rules as if its
--- last beat were the lease's last renewal (the owner vouched for it then),
--- so it dies a ttl later unless it reconnects (a device its owner held
--- active was active then too); departures due already are
--- returned, the others come due like any expiry. The set is deleted in
--- the same script, so the devices are taken over exactly once. Returns the
--- changes as {user, change…}.
-local own, lb, now, kp = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+-- KEYS: the owner's set of buckets in this shard, due, dirty. ARGV:
+-- owner, its last renewal, now, the shard's tag (<prefix>{shard}), then
+-- pairs of user and last_seen (the durable checkpoints the owner wrote
+-- before it went silent, newer than what Redis holds). The owner's lease
+-- ran out: every device it held in this shard goes back to the rules as
+-- if its last beat were the lease's last renewal (the owner vouched for it
+-- then), so it dies a ttl later unless it reconnects (a device its owner
+-- held active was active then too); departures due already are returned,
+-- the others come due like any expiry. The set names every bucket where
+-- the owner claimed a device (lease.go): each is read whole. The set is
+-- deleted in the same script, so the devices are taken over exactly once.
+-- Returns the changes as {user, change…}.
+local own, lb, now, tag = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local seen = {}
 for i = 5, #ARGV, 2 do seen[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local out = {}
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local u = load(kp .. id)
-  if u then
+for _, n in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local key = tag .. 'p:' .. n
+  local all = redis.call('HGETALL', key)
+  for j = 1, #all, 2 do
+    local id = all[j]
+    local u = unpack_user(key, id, all[j + 1])
     local mine = false
     for _, d in ipairs(u.devs) do
       if holds(d, own) and shared(d) then
         drop_holder(d, own) -- another node holds it too: it stays
-        d.mod = true
         mine = true
       elseif d.own == own then
         if lb > d.lb then d.lb = lb end
         if d.la >= FOREVER then d.la = lb end -- active when the lease was last renewed
         d.own = 0
         d.cl = 0
-        d.mod = true
         mine = true
       end
     end

@@ -2,7 +2,7 @@
 -- touch B (which failed the fast path; its arguments start at A) and the
 -- rest of the batch.
 local function touch(key, due, dirty, id, a, n)
-  local u = load(key)
+  local u = load(key, id)
   local lost = {}
   if not u then
     for j = 0, n - 1 do lost[#lost + 1] = ARGV[a + 3 * j] end
@@ -17,7 +17,6 @@ local function touch(key, due, dirty, id, a, n)
       -- one holder turning idle does not make it idle.
       if not shared(d) or la > d.la then d.la = la end
       if lb > u.ls then u.ls = lb end
-      d.mod = true
     else
       lost[#lost + 1] = ARGV[a + 3 * j]
     end

@@ -1,0 +1,121 @@
+-- Users are kept packed: every user held is one field of a bucket hash of
+-- its shard, <prefix>{shard}p:<n>, named by the user's id, whose value is
+-- the whole user in binary (pack_user below; Go reads it with
+-- decodePacked, packed.go). Each shard has BUCKETS buckets and a user's
+-- bucket is FNV-1a of its id over the shards then the buckets (bucket_of,
+-- Store.bucketOf): buckets stay small enough (≤ 128 fields of ≤ 64 bytes
+-- with Redis's defaults) for Redis to keep each as one listpack, a few
+-- bytes of overhead a user instead of a key's ~70. Every key of a shard
+-- carries its {shard} tag: one slot of a Cluster.
+
+-- fnv32a is FNV-1a (32 bits) of s, as Go's hash/fnv computes it: the
+-- multiplication by 16777619 = 2^24 + 403 is split so that every
+-- intermediate stays an exact Lua number (below 2^53).
+local function fnv32a(s)
+  local h = 2166136261
+  for i = 1, #s do
+    local lo = h % 256
+    h = h - lo + bit.bxor(lo, string.byte(s, i))
+    h = ((h % 256) * 16777216 + h * 403) % 4294967296
+  end
+  return h
+end
+
+-- bucket_of returns the key of the bucket of user id in the shard whose
+-- keys start with tag (<prefix>{shard}).
+local function bucket_of(tag, id)
+  return tag .. 'p:' .. string.format('%d', math.floor(fnv32a(id) / SHARDS) % BUCKETS)
+end
+
+-- tag_of returns the tag of a shard key (<prefix>{shard}…).
+local function tag_of(key)
+  return string.sub(key, 1, string.find(key, '}', string.find(key, '{', 1, true), true))
+end
+
+-- FOREVER is later than any time: the end of an owned device, and s of a
+-- user with nothing due.
+local FOREVER = 4503599627370496 -- 2^52
+
+-- The packed user, little-endian:
+--
+--   byte  m | pub<<2 | sk<<5 | ev?<<7     sk: s is 0 (0), FOREVER (1), or follows (2)
+--   byte  ss | sl<<2 | pls?<<4 | t?<<5 | pt?<<6
+--   6     ls                (times: Unix ms, 6 bytes)
+--   7     v                 (versions stay below 2^53)
+--   6     pls               if pls?: it differs from ls
+--   6     s                 if sk = 2
+--   6     ev                if ev?: not 0
+--   2+n   t                 if t?: not empty
+--   2+n   pt                if pt?: it differs from t
+--   then each device:
+--   byte  lk | cl?<<2 | own?<<3 | co<<4   lk: la is 0 (0), FOREVER (1), or follows (2); co: holders after own
+--   1+n   id
+--   6     lb
+--   6     la                if lk = 2
+--   6     cl                if cl?: not 0
+--   6     own               if own?: not 0
+--   6×co  the other holders
+--
+-- An owned user with one device of a short id, online, takes about 30
+-- bytes. The fields the rules keep are those of helpers.lua's load.
+local function pack_user(u)
+  local sk = 0
+  if u.s == FOREVER then sk = 1 elseif u.s ~= 0 then sk = 2 end
+  local f1 = u.m + u.pub * 4 + sk * 32
+  if u.ev ~= 0 then f1 = f1 + 128 end
+  local f2 = u.ss + u.sl * 4
+  local f, a = '', {u.ls, u.v}
+  if u.pls ~= u.ls then f2 = f2 + 16; f = f .. 'I6'; a[#a + 1] = u.pls end
+  if sk == 2 then f = f .. 'I6'; a[#a + 1] = u.s end
+  if u.ev ~= 0 then f = f .. 'I6'; a[#a + 1] = u.ev end
+  if u.t ~= '' then f2 = f2 + 32; f = f .. 'Hc0'; a[#a + 1] = #u.t; a[#a + 1] = u.t end
+  if u.pt ~= u.t then f2 = f2 + 64; f = f .. 'Hc0'; a[#a + 1] = #u.pt; a[#a + 1] = u.pt end
+  for _, d in ipairs(u.devs) do
+    local lk = 2
+    if d.la == 0 then lk = 0 elseif d.la >= FOREVER then lk = 1 end
+    local df = lk
+    local n = #a
+    a[n + 1], a[n + 2], a[n + 3], a[n + 4] = 0, #d.id, d.id, d.lb
+    f = f .. 'BBc0I6'
+    if lk == 2 then f = f .. 'I6'; a[#a + 1] = d.la end
+    if d.cl ~= 0 then df = df + 4; f = f .. 'I6'; a[#a + 1] = d.cl end
+    if d.own ~= 0 then df = df + 8; f = f .. 'I6'; a[#a + 1] = d.own end
+    if d.co then
+      df = df + 16 * #d.co
+      for _, x in ipairs(d.co) do f = f .. 'I6'; a[#a + 1] = x end
+    end
+    a[n + 1] = df
+  end
+  return struct.pack('<BBI6I7' .. f, f1, f2, unpack(a))
+end
+
+-- unpack_user returns the user packed in v as a table (helpers.lua's
+-- load: key and id are where it lives).
+local function unpack_user(key, id, v)
+  local f1, f2, ls, ver, p = struct.unpack('<BBI6I7', v)
+  local u = {key = key, id = id, m = f1 % 4, pub = math.floor(f1 / 4) % 8, ls = ls, pls = ls, v = ver,
+    ss = f2 % 4, sl = math.floor(f2 / 4) % 4, t = '', pt = '', s = 0, ev = 0, devs = {}}
+  local sk = math.floor(f1 / 32) % 4
+  if math.floor(f2 / 16) % 2 == 1 then u.pls, p = struct.unpack('<I6', v, p) end
+  if sk == 1 then u.s = FOREVER elseif sk == 2 then u.s, p = struct.unpack('<I6', v, p) end
+  if f1 >= 128 then u.ev, p = struct.unpack('<I6', v, p) end
+  if math.floor(f2 / 32) % 2 == 1 then u.t, p = struct.unpack('<Hc0', v, p) end
+  u.pt = u.t
+  if math.floor(f2 / 64) % 2 == 1 then u.pt, p = struct.unpack('<Hc0', v, p) end
+  while p <= #v do
+    local df, did, lb
+    df, did, lb, p = struct.unpack('<BBc0I6', v, p)
+    local d = {id = did, lb = lb, la = 0, cl = 0, own = 0}
+    local lk = df % 4
+    if lk == 1 then d.la = FOREVER elseif lk == 2 then d.la, p = struct.unpack('<I6', v, p) end
+    if math.floor(df / 4) % 2 == 1 then d.cl, p = struct.unpack('<I6', v, p) end
+    if math.floor(df / 8) % 2 == 1 then d.own, p = struct.unpack('<I6', v, p) end
+    local co = math.floor(df / 16)
+    if co > 0 then
+      d.co = {}
+      for j = 1, co do d.co[j], p = struct.unpack('<I6', v, p) end
+    end
+    u.devs[#u.devs + 1] = d
+  end
+  return u
+end

@@ -1,0 +1,147 @@
+package redisstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// Users are held packed, each a field of a small hash of its shard (a
+// bucket): see lua/packed.lua for the layout and why. This file is the Go
+// side: which bucket a user is in, and the packed user decoded.
+
+// forever is FOREVER of the scripts: the last activity of an owned device
+// its owner holds active, and the due time of a user with nothing due.
+const forever = 1 << 52
+
+// fnv32a is FNV-1a of s, as the scripts' fnv32a computes it.
+func fnv32a(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// place returns the shard and the bucket within it of user.
+func (s *Store) place(user string) (shard, bucket int) {
+	h := fnv32a(user)
+	n := uint32(len(s.shards))
+	return int(h % n), int(h / n % uint32(s.buckets))
+}
+
+// bucketKey is the key of bucket b of shard sk: <prefix>{<shard>}p:<b>.
+func (sk *shardKeys) bucketKey(b int) string {
+	return sk.tag + "p:" + strconv.Itoa(b)
+}
+
+// bucketOf returns the key of user's bucket and the user's shard.
+func (s *Store) bucketOf(user string) (string, *shardKeys) {
+	k, b := s.place(user)
+	sk := &s.shards[k]
+	return sk.bucketKey(b), sk
+}
+
+// packedUser is a user decoded from its packed value: the user, and what
+// the store keeps of it besides.
+type packedUser struct {
+	presence.User
+	due   int64 // s: the user's entry in the due set (0 none, forever: nothing due)
+	evict int64 // ev: when the user is evicted (0: not planned)
+}
+
+var errShortPacked = errors.New("packed user cut short")
+
+// decodePacked decodes the packed user v (lua/packed.lua) of id into u,
+// appending its devices to u.Devices (whose backing array it reuses).
+func decodePacked(id, v string, u *packedUser) error {
+	devs := u.Devices[:0]
+	*u = packedUser{User: presence.User{Profile: presence.Profile{UserID: id}}}
+	p := 0
+	short := false
+	byte1 := func() int64 {
+		if p >= len(v) {
+			short = true
+			return 0
+		}
+		p++
+		return int64(v[p-1])
+	}
+	num := func(n int) int64 {
+		if p+n > len(v) {
+			short = true
+			return 0
+		}
+		var b [8]byte
+		copy(b[:], v[p:p+n])
+		p += n
+		return int64(binary.LittleEndian.Uint64(b[:]))
+	}
+	text := func() string {
+		n := int(num(2))
+		if short || p+n > len(v) {
+			short = true
+			return ""
+		}
+		p += n
+		return v[p-n : p]
+	}
+	f1, f2 := byte1(), byte1()
+	u.Manual = presence.Manual(f1 & 3)
+	u.Pub = presence.Status(f1 >> 2 & 7)
+	u.Settings = presence.Settings{Status: presence.Visibility(f2 & 3), LastSeen: presence.Visibility(f2 >> 2 & 3)}
+	u.LastSeen = num(6)
+	u.Version = uint64(num(7))
+	u.PubLastSeen = u.LastSeen
+	if f2&16 != 0 {
+		u.PubLastSeen = num(6)
+	}
+	switch f1 >> 5 & 3 {
+	case 1:
+		u.due = forever
+	case 2:
+		u.due = num(6)
+	}
+	if f1&128 != 0 {
+		u.evict = num(6)
+	}
+	if f2&32 != 0 {
+		u.Text = text()
+	}
+	u.PubText = u.Text
+	if f2&64 != 0 {
+		u.PubText = text()
+	}
+	for !short && p < len(v) {
+		df := byte1()
+		n := int(byte1())
+		if short || p+n > len(v) {
+			short = true
+			break
+		}
+		d := presence.Device{ID: v[p : p+n]}
+		p += n
+		d.LastBeat = num(6)
+		switch df & 3 {
+		case 1:
+			d.LastActive = forever
+		case 2:
+			d.LastActive = num(6)
+		}
+		if df&4 != 0 {
+			d.Closed = num(6)
+		}
+		if df&8 != 0 {
+			d.Owner = uint64(num(6))
+		}
+		p += 6 * int(df>>4) // the other holders: only the scripts need them
+		devs = append(devs, d)
+	}
+	u.Devices = devs
+	if short || p != len(v) {
+		return fmt.Errorf("%w (%d bytes)", errShortPacked, len(v))
+	}
+	return nil
+}
