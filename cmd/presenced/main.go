@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		printToken    = fset.String("print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
 		redisURL      = fset.String("redis-url", "", "scale-out: hot state in this Redis (redis://host:6379/0; a Cluster: redis://a:6379?addr=b:6379); needs -postgres-url")
 		redisPrefix   = fset.String("redis-prefix", "presenced:", "scale-out: prefix of every Redis key (deployments sharing a Redis differ by it)")
+		redisBuckets  = fset.Int("redis-buckets", 64, "scale-out: hashes each of Redis's 256 shards packs its users in; users held / 16384 for ~64 a hash (the same on every node)")
 		postgresURL   = fset.String("postgres-url", "", "scale-out: durable store in this PostgreSQL database (postgres://user@host:5432/db) instead of SQLite")
 		natsURL       = fset.String("nats-url", "", "scale-out: NATS JetStream for changes across nodes, the presence.changes stream and the ingest consumer (nats://host:4222)")
 		nodeID        = fset.String("node-id", "", "this node's name on the NATS bus (default: host name and a random suffix)")
@@ -260,6 +261,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Logger:               log,
 		RedisURL:             *redisURL,
 		RedisPrefix:          *redisPrefix,
+		RedisBuckets:         *redisBuckets,
 		PostgresURL:          *postgresURL,
 		NATSURL:              *natsURL,
 		NodeID:               *nodeID,

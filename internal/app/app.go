@@ -95,9 +95,13 @@ type Config struct {
 	// share their durable store too).
 	RedisURL    string // hot state in Redis / Redis Cluster
 	RedisPrefix string // key prefix, default "presenced:"
-	PostgresURL string // durable store in PostgreSQL instead of SQLite
-	NATSURL     string // cross-node bus, presence.changes stream, ingest consumer
-	NodeID      string // this node's name on the bus, default: random
+	// RedisBuckets is the number of hashes each Redis shard packs its
+	// users in (redisstore.Config.Buckets): users held / 256 / 64, default
+	// 64. Every node of a deployment must use the same.
+	RedisBuckets int
+	PostgresURL  string // durable store in PostgreSQL instead of SQLite
+	NATSURL      string // cross-node bus, presence.changes stream, ingest consumer
+	NodeID       string // this node's name on the bus, default: random
 	// NoIngest turns the JetStream ingest consumer off (it runs by default
 	// when NATSURL is set).
 	NoIngest bool
@@ -285,6 +289,9 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("webhook secret: %w", err)
 		}
 	}
+	if c.RedisBuckets < 0 || c.RedisBuckets > maxRedisBuckets {
+		return fmt.Errorf("redis buckets %d: want 1 to %d a shard (0: the default, 64)", c.RedisBuckets, maxRedisBuckets)
+	}
 	if c.ReadReplica && (c.RedisURL == "" || c.NATSURL == "") {
 		return errors.New("a read replica needs Redis and NATS (-redis-url, -nats-url): an embedded node reads its own memory already")
 	}
@@ -339,6 +346,10 @@ func (c *Config) Mode() string {
 	}
 	return m
 }
+
+// maxRedisBuckets bounds Config.RedisBuckets: 256 shards of a million
+// buckets hold 32 billion users at 128 a bucket.
+const maxRedisBuckets = 1 << 20
 
 // ValidateTiming checks the durations of the state model; zero means the
 // default.
@@ -396,7 +407,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		// Versions of this run start above every earlier run's, also for
 		// users loaded into Redis (see redisstore's package doc); data of
 		// a build before the packed layout is moved into it.
-		rs, n, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix})
+		rs, n, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix, Buckets: cfg.RedisBuckets})
 		if err != nil {
 			return nil, err
 		}

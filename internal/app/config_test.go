@@ -27,6 +27,8 @@ func TestCredentialRules(t *testing.T) {
 		{"short ones under dev", app.Config{APIKey: "k", JWTSecret: []byte("s"), Dev: true}, ""},
 		{"negative token lifetime", app.Config{APIKey: testKey, MaxTokenLifetime: -time.Hour}, "maximum token lifetime -1h0m0s is negative"},
 		{"a read replica on an embedded node", app.Config{APIKey: testKey, ReadReplica: true}, "a read replica needs Redis and NATS"},
+		{"negative redis buckets", app.Config{APIKey: testKey, RedisBuckets: -1}, "redis buckets -1: want 1 to"},
+		{"too many redis buckets", app.Config{APIKey: testKey, RedisBuckets: 1<<20 + 1}, "redis buckets 1048577: want 1 to"},
 		{"a read replica without NATS", app.Config{APIKey: testKey, ReadReplica: true, RedisURL: "redis://127.0.0.1:1/0"}, "a read replica needs Redis and NATS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

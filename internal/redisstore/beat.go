@@ -93,9 +93,9 @@ func (s *Store) Beat(ctx context.Context, now int64, user, device string, active
 // BeatRead implements tracker.BeatReader: Beat, and, if snap is not nil,
 // the user as Get would read it at now after the beat, filled in by the
 // same script call (the HTTP heartbeat's answer costs no second round
-// trip). It reports whether snap was filled; when it was not (the user's
-// fields do not tell their state without the whole hash: Get's rule), the
-// caller reads the user.
+// trip). It reports whether snap was filled; when it was not (the reply
+// did not carry the user: not loaded, too many devices), the caller reads
+// the user.
 func (s *Store) BeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot) (_ presence.Change, _ bool, err error) {
 	defer callBeatRead.Start(ctx).Done(&err)
 	k, b := s.place(user)

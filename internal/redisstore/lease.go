@@ -16,21 +16,25 @@ import (
 
 // Owned devices (tracker.Leaser).
 //
-// A node that holds a device's socket claims it: the device's field in the
-// user's hash then names the node's lease ("last_beat:last_active:0:lease")
-// and the user joins the lease's set in its shard,
+// A node that holds a device's socket claims it: the device in the packed
+// user then names the node's lease (lua/packed.lua) and the user's bucket
+// joins the lease's set in its shard,
 //
-//	<prefix>{<shard>}own:<lease>   set: users with a device the lease owns
+//	<prefix>{<shard>}ob:<lease>    set: the buckets where the lease claimed a device
 //	<prefix>leases                 hash: lease → last renewal (Unix ms), or "x:<renewal>:<ms>" while taken over
+//
+// (a bucket stays listed when its devices of the lease are gone: the set
+// costs a few bytes a bucket, not a member a user, and a takeover reads
+// every bucket listed whole),
 //
 // and from then on the device is alive in Redis until its owner releases
 // it (its ttl or close grace ran out on the owner, or it said bye), hands
 // it off (the owner stops), or the lease is taken over: a lease not
 // renewed for a while is marked ("x:…" — after which its owner can renew it
 // no more and claims its devices again under a new lease), then each
-// shard's set is taken over in one script (takeover.lua: every device
-// the lease owned lives a ttl from the lease's last renewal, and the set is
-// deleted, so it happens once), then the lease is forgotten. The leases
+// shard's buckets are taken over in one script (takeover.lua: every
+// device the lease owned lives a ttl from the lease's last renewal, and
+// the set is deleted, so it happens once), then the lease is forgotten. The leases
 // hash is one key (one slot on a Cluster); the scripts that read it touch
 // nothing else.
 

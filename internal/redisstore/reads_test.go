@@ -87,23 +87,21 @@ func getAll(t *testing.T, s *redisstore.Store, now int64, ids []string) []presen
 	return out
 }
 
-// Data of a build before the packed layout (each user a hash of its own,
-// each lease's owned users a set of ids, a read hash per shard) is moved
-// into the packed layout by Migrate: every user reads as before, the old
-// keys are gone, the lease's devices are still found by a takeover, and a
-// second Migrate moves nothing.
-func TestMigrateFromTheHashLayout(t *testing.T) {
-	f := newReadsFixture(t)
-	c, prefix, s, ids, at := f.c, f.prefix, f.s, f.ids, f.at
+// writeOldLayout rewrites the users ids of s the way builds before the
+// packed layout kept them, as their scripts saved them — a hash per user,
+// each lease's owned users a set of ids, a read hash per shard — and
+// deletes the packed layout's buckets and sets. It returns the users held.
+func writeOldLayout(t testing.TB, c rueidis.Client, s *redisstore.Store, prefix string, shards, buckets int, ids []string) int {
+	t.Helper()
 	ctx := context.Background()
-	want := getAll(t, s, at, ids)
 	shardOf := func(id string) int {
 		h := fnv.New32a()
 		h.Write([]byte(id))
-		return int(h.Sum32() % readsShards)
+		return int(h.Sum32() % uint32(shards))
 	}
-	// Rewrite every user the old way, as the old scripts saved them.
 	held := 0
+	leases := map[uint64]bool{}
+	var cmds rueidis.Commands
 	for _, id := range ids {
 		u, deadline, ok, err := s.Debug(ctx, id)
 		if err != nil {
@@ -125,9 +123,8 @@ func TestMigrateFromTheHashLayout(t *testing.T) {
 				if due == 0 {
 					due = 1 << 52
 				}
-				if err := c.Do(ctx, c.B().Sadd().Key(fmt.Sprintf("%s{%d}own:%d", prefix, shardOf(id), d.Owner)).Member(id).Build()).Error(); err != nil {
-					t.Fatal(err)
-				}
+				leases[d.Owner] = true
+				cmds = append(cmds, c.B().Sadd().Key(fmt.Sprintf("%s{%d}own:%d", prefix, shardOf(id), d.Owner)).Member(id).Build())
 			case d.Closed != 0:
 				v += fmt.Sprintf(":%d", d.Closed)
 			}
@@ -138,24 +135,45 @@ func TestMigrateFromTheHashLayout(t *testing.T) {
 		for i := 0; i < len(kv); i += 2 {
 			cmd = cmd.FieldValue(kv[i], kv[i+1])
 		}
-		if err := c.Do(ctx, cmd.Build()).Error(); err != nil {
-			t.Fatal(err)
+		cmds = append(cmds, cmd.Build(),
+			c.B().Hset().Key(fmt.Sprintf("%s{%d}b", prefix, shardOf(id))).FieldValue().FieldValue(id, "1:2:3:").Build())
+		if len(cmds) >= 1000 {
+			do(t, c, cmds)
+			cmds = cmds[:0]
 		}
-		if err := c.Do(ctx, c.B().Hset().Key(fmt.Sprintf("%s{%d}b", prefix, shardOf(id))).FieldValue().FieldValue(id, "1:2:3:").Build()).Error(); err != nil {
+	}
+	for k := range shards {
+		for b := range buckets {
+			cmds = append(cmds, c.B().Del().Key(fmt.Sprintf("%s{%d}p:%d", prefix, k, b)).Build())
+		}
+		for l := range leases {
+			cmds = append(cmds, c.B().Del().Key(fmt.Sprintf("%s{%d}ob:%d", prefix, k, l)).Build())
+		}
+	}
+	do(t, c, cmds)
+	return held
+}
+
+func do(t testing.TB, c rueidis.Client, cmds rueidis.Commands) {
+	t.Helper()
+	for _, r := range c.DoMulti(context.Background(), cmds...) {
+		if err := r.Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// …and nothing of the packed layout.
-	for k := range readsShards {
-		for b := range 64 {
-			if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("%s{%d}p:%d", prefix, k, b)).Build()).Error(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := c.Do(ctx, c.B().Del().Key(fmt.Sprintf("%s{%d}ob:7", prefix, k)).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
+}
+
+// Data of a build before the packed layout (each user a hash of its own,
+// each lease's owned users a set of ids, a read hash per shard) is moved
+// into the packed layout by Migrate: every user reads as before, the old
+// keys are gone, the lease's devices are still found by a takeover, and a
+// second Migrate moves nothing.
+func TestMigrateFromTheHashLayout(t *testing.T) {
+	f := newReadsFixture(t)
+	c, prefix, s, ids, at := f.c, f.prefix, f.s, f.ids, f.at
+	ctx := context.Background()
+	want := getAll(t, s, at, ids)
+	held := writeOldLayout(t, c, s, prefix, readsShards, 64, ids)
 	if got := getAll(t, s, at, ids); got[0].Known {
 		t.Fatalf("the test's old layout still reads through the packed one: %+v", got[0])
 	}

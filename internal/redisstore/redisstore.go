@@ -7,22 +7,31 @@
 // # Keys
 //
 // Users are spread over Config.Shards shards by FNV-1a of the user id (the
-// same on every node). Every key carries its shard as a Redis Cluster hash
-// tag, so a user's hash and the shard's sets live in one slot and one
-// script may touch them all:
+// same on every node), and within a shard over Config.Buckets buckets by
+// the same hash. Every key carries its shard as a Redis Cluster hash tag,
+// so a user's bucket and the shard's sets live in one slot and one script
+// may touch them all:
 //
-//	<prefix>{<shard>}u:<user>   hash: the user's profile and devices (see lua/helpers.lua)
-//	<prefix>{<shard>}b          hash: user → what a read needs of the user (lua/read.lua), and
-//	                            " complete" once every user the shard holds has its field (RebuildReads)
+//	<prefix>{<shard>}p:<n>      hash: user → the whole user packed in binary (lua/packed.lua)
 //	<prefix>{<shard>}due        sorted set: user → next deadline (Unix ms)
 //	<prefix>{<shard>}dirty      set: users changed since the last Dirty
 //	<prefix>{<shard>}floor      string: the version every user loaded into the shard starts from
+//	<prefix>{<shard>}ob:<lease> set: the buckets where a lease claimed devices (lease.go)
+//
+// A user costs no key of its own: a bucket of up to 128 users of ≤ 64
+// bytes each is one listpack in Redis (hash-max-listpack-entries and
+// -value, Redis's defaults), ~51 bytes an online user with one device a
+// node owns, against ~70 bytes for a key alone. A user in a fuller bucket,
+// or with a value past 64 bytes (a long status text, device ids like
+// UUIDs), turns its bucket into a hash table: right, only larger
+// (docs/operations.md says how to size Buckets and those settings).
 //
 // # Versions when Redis loses its data
 //
-// A user's version lives in its hash and reaches the durable store with the
-// checkpoint, up to a second later. If Redis loses the hash (restarted
-// empty, a failover that lost writes), the versions published since the
+// A user's version lives in its packed value and reaches the durable
+// store with the checkpoint, up to a second later. If Redis loses it
+// (restarted empty, a failover that lost writes), the versions published
+// since the
 // last checkpoint are gone, and counting on from the durable copy would
 // publish them again with other contents (consumers drop those as stale).
 // Each shard therefore keeps a floor, raised by every node at start to its
@@ -48,19 +57,17 @@
 //
 // Eviction follows memstore: a user without devices gets an eviction
 // deadline EvictAfter after it lost its last device; when it comes due and
-// the user's last change was checkpointed (not in the dirty set) the hash
-// is deleted and reads of the user are served from the durable store;
-// otherwise it is re-armed EvictAfter later. No Redis TTL is set on the
-// hash, so state is never dropped before its checkpoint.
+// the user's last change was checkpointed (not in the dirty set) the user
+// leaves its bucket and reads of the user are served from the durable
+// store; otherwise it is re-armed EvictAfter later. No Redis TTL is set
+// on a bucket, so state is never dropped before its checkpoint.
 //
 // # Reads
 //
-// Get of many ids is one pipelined round trip of HMGET r ls pls (rueidis
-// sends the commands of one DoMulti together and, on a Cluster, one batch
-// per node): r, kept by every full script, holds what a read needs but
-// last_seen, and is valid while the user's next deadline is ahead (see
-// lua.go). Users whose deadline is due get a second round trip of
-// HGETALL, and presence.User derives their snapshot.
+// Get of many ids is one pipelined round trip of an HMGET per bucket
+// touched (rueidis sends the commands of one DoMulti together and, on a
+// Cluster, one batch per node); each answer is the whole user, from which
+// presence.User derives the snapshot at now.
 //
 // # Client
 //
@@ -276,9 +283,9 @@ func Dial(url string) (rueidis.Client, error) {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	opt.DisableCache = true
-	// RESP2: a hash comes back as a flat array, which Get decodes without
-	// building a map per user (RESP3 answers a map, which rueidis exposes
-	// only as a Go map: 1.4x the decoding time of a 1,000-user read).
+	// RESP2: a hash comes back as a flat array, which a takeover and a
+	// replica's fill decode without building a map per bucket (RESP3
+	// answers a map, which rueidis exposes only as a Go map).
 	opt.AlwaysRESP2 = true
 	c, err := rueidis.NewClient(opt)
 	if err != nil {

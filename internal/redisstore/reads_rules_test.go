@@ -14,10 +14,9 @@ import (
 	"github.com/presenced/presenced/internal/tracker"
 )
 
-// truth is the snapshot of user at now derived from its whole hash
-// (Debug), as Get derives it when the read field does not tell: the
-// user's state by the rules, last seen now while a node owns one of its
-// devices.
+// truth is the snapshot of user at now derived by the test from the whole
+// user (Debug): the user's state by the rules, last seen now while a node
+// owns one of its devices.
 func truth(t *testing.T, s *redisstore.Store, rules presence.Rules, now int64, user string, floor uint64) presence.Snapshot {
 	t.Helper()
 	u, _, ok, err := s.Debug(context.Background(), user)
@@ -41,14 +40,14 @@ func truth(t *testing.T, s *redisstore.Store, rules presence.Rules, now int64, u
 	return snap
 }
 
-// TestReadFieldMatchesHash plays random histories of every operation —
+// TestReadsMatchTheRules plays random histories of every operation —
 // HTTP beats (read back or not), statuses, byes, disconnects, settings,
 // and the owned devices' claims, touches, releases and hand-offs that the
 // differential test does not play — and checks after every step that
-// Get, which reads the read hash, answers what the users' own hashes say
-// (the read field is never stale), and that a beat read back answers
+// Get, which decodes each user from its bucket in a batch, answers what
+// the rules derive from the whole user, and that a beat read back answers
 // what Get reads.
-func TestReadFieldMatchesHash(t *testing.T) {
+func TestReadsMatchTheRules(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
 	seeds, steps := 24, 400
@@ -183,12 +182,11 @@ func TestReadFieldMatchesHash(t *testing.T) {
 	}
 }
 
-// A touch that takes the fast path moves the user's last_seen in its hash;
-// the read field must follow it. A read on a node whose clock is a little
-// behind the owner's (the store allows clocks out of step) otherwise shows
-// the user last seen at the reader's now, before the last beat the hash
-// holds — and than what Get read before the read hash.
-func TestFastTouchMovesTheReadField(t *testing.T) {
+// A touch that takes the fast path moves the user's last_seen, and a read
+// on a node whose clock is a little behind the owner's (the store allows
+// clocks out of step) shows it: not the reader's now, before the last beat
+// Redis holds.
+func TestFastTouchMovesLastSeen(t *testing.T) {
 	s := leaseStore(t)
 	ctx := context.Background()
 	rules := leaseRules.WithDefaults()
@@ -206,7 +204,7 @@ func TestFastTouchMovesTheReadField(t *testing.T) {
 		at := int64(t0 + 4500) // a reader 500 ms behind the owner
 		want := truth(t, s, rules, at, u, 0)
 		if want.LastSeen != t0+5000 {
-			t.Fatalf("%s: the hash's last_seen %d, want the touch's beat %d", u, want.LastSeen, t0+5000)
+			t.Fatalf("%s: the user's last_seen %d, want the touch's beat %d", u, want.LastSeen, t0+5000)
 		}
 		if got := get(t, s, at, u); got != want {
 			t.Errorf("%s read at %d after a touch at %d:\n got  %+v\n want %+v", u, at, t0+5000, got, want)
