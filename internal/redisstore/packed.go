@@ -88,6 +88,16 @@ func decodePacked(id, v string, u *packedUser) error {
 		p += n
 		return v[p-n : p]
 	}
+	// A time whose kind is 0 (zero), 1 (forever) or 2 (six bytes follow).
+	timeOf := func(kind int64) int64 {
+		switch kind {
+		case 1:
+			return forever
+		case 2:
+			return num(6)
+		}
+		return 0
+	}
 	f1, f2 := byte1(), byte1()
 	u.Manual = presence.Manual(f1 & 3)
 	u.Pub = presence.Status(f1 >> 2 & 7)
@@ -98,12 +108,7 @@ func decodePacked(id, v string, u *packedUser) error {
 	if f2&16 != 0 {
 		u.PubLastSeen = num(6)
 	}
-	switch f1 >> 5 & 3 {
-	case 1:
-		u.due = forever
-	case 2:
-		u.due = num(6)
-	}
+	u.due = timeOf(f1 >> 5 & 3)
 	if f1&128 != 0 {
 		u.evict = num(6)
 	}
@@ -124,12 +129,7 @@ func decodePacked(id, v string, u *packedUser) error {
 		d := presence.Device{ID: v[p : p+n]}
 		p += n
 		d.LastBeat = num(6)
-		switch df & 3 {
-		case 1:
-			d.LastActive = forever
-		case 2:
-			d.LastActive = num(6)
-		}
+		d.LastActive = timeOf(df & 3)
 		if df&4 != 0 {
 			d.Closed = num(6)
 		}
