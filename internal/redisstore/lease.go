@@ -115,16 +115,25 @@ func (s *Store) EndLease(ctx context.Context, lease uint64) (err error) {
 }
 
 // TakeOver implements tracker.Leaser: one pipelined round trip lists the
-// buckets where the lease claimed devices in every shard, a second reads
-// those buckets to find the lease's users, whose durable last_seen is
-// asked for once, and a third runs the takeover script on every shard
-// that had any. Shards whose node does not answer (a Cluster master down)
-// are left for a later call and the others taken over: the error is then
-// a tracker.PartialError naming them.
+// buckets where the lease claimed devices in every shard; then, a few
+// buckets of a shard at a time (takeOverChunk, all shards' chunks
+// pipelined up to takeOverBatch calls a round trip), the buckets are read
+// to find the lease's users, their durable last_seen is asked for, and the
+// takeover script runs on the chunk. Shards whose node does not answer (a
+// Cluster master down) are left for a later call and the others taken
+// over: the error is then a tracker.PartialError naming them.
 func (s *Store) TakeOver(ctx context.Context, now int64, lease uint64, renewed int64,
 	lastSeen func(ctx context.Context, users []string) (map[string]int64, error), out []presence.Change) ([]presence.Change, error) {
 	return s.TakeOverParts(ctx, now, lease, renewed, lastSeen, nil, out)
 }
+
+// takeOverChunk is the number of buckets one takeover script reads (about
+// a thousand users with 64 a bucket: a few milliseconds of Redis), and
+// takeOverBatch the chunks read and taken over in one round trip.
+const (
+	takeOverChunk = 16
+	takeOverBatch = 64
+)
 
 // TakeOverParts implements tracker.PartTakeOver: TakeOver of the shards
 // skip does not name (nil: all).
@@ -144,13 +153,19 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 	var failedShards []int
 	var failed, answered int
 	var firstErr error
+	broken := map[int]bool{} // shards whose node failed a call: left for a later takeover
 	fail := func(shard int, err error) {
 		failed, firstErr = failed+1, firstOf(firstErr, err)
-		failedShards = append(failedShards, shard)
+		if !broken[shard] {
+			broken[shard] = true
+			failedShards = append(failedShards, shard)
+		}
 	}
-	// The buckets listed, and the shard of each.
-	var reads rueidis.Commands
-	var readShard []int
+	type chunk struct {
+		shard   int
+		buckets []string
+	}
+	var chunks []chunk
 	for j, r := range s.c.DoMulti(ctx, cmds...) {
 		m, err := r.AsStrSlice()
 		if err != nil {
@@ -159,90 +174,101 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 		}
 		answered++
 		for _, b := range m {
-			n, err := strconv.Atoi(b)
-			if err != nil {
+			if _, err := strconv.Atoi(b); err != nil {
 				return out, fmt.Errorf("redisstore: take over: bucket %q of shard %d", b, listed[j])
 			}
-			reads = append(reads, s.c.B().Hgetall().Key(s.shards[listed[j]].bucketKey(n)).Build())
-			readShard = append(readShard, listed[j])
+		}
+		for lo := 0; lo < len(m); lo += takeOverChunk {
+			chunks = append(chunks, chunk{listed[j], m[lo:min(len(m), lo+takeOverChunk)]})
 		}
 	}
-	if len(reads) == 0 || ctx.Err() != nil {
-		// Nothing to take over, or the shards that did not answer used
-		// up the time: the others are taken over by a later call (their
-		// sets stay until then).
-		return out, takeOverErr(failed, answered, failedShards, firstErr, ctx.Err())
-	}
-	// The lease's users, by shard.
-	users := make(map[int][]string)
-	var all []string
 	var u packedUser
-	broken := map[int]bool{}
-	for j, r := range s.c.DoMulti(ctx, reads...) {
-		k := readShard[j]
-		kv, err := r.AsStrSlice()
-		if err != nil {
-			if !broken[k] {
-				broken[k] = true
-				fail(k, err)
+	done := 0 // chunks taken over (or whose shard failed)
+	for lo := 0; lo < len(chunks) && ctx.Err() == nil; lo += takeOverBatch {
+		batch := chunks[lo:min(len(chunks), lo+takeOverBatch)]
+		// The lease's users in the batch's buckets, for their durable
+		// last_seen.
+		var reads rueidis.Commands
+		var readChunk []int
+		for ci, c := range batch {
+			if broken[c.shard] {
+				continue
 			}
-			continue
+			for _, b := range c.buckets {
+				reads = append(reads, s.c.B().Hgetall().Key(s.shards[c.shard].tag+"p:"+b).Build())
+				readChunk = append(readChunk, ci)
+			}
 		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if err := decodePacked(kv[i], kv[i+1], &u); err != nil {
-				return out, fmt.Errorf("redisstore: take over: user %q: %w", kv[i], err)
+		users := make([][]string, len(batch))
+		var all []string
+		for j, r := range s.c.DoMulti(ctx, reads...) {
+			ci := readChunk[j]
+			kv, err := r.AsStrSlice()
+			if err != nil {
+				fail(batch[ci].shard, err)
+				continue
 			}
-			for _, d := range u.Devices {
-				if d.Owner == lease {
-					users[k] = append(users[k], kv[i])
-					all = append(all, kv[i])
-					break
+			for i := 0; i+1 < len(kv); i += 2 {
+				if err := decodePacked(kv[i], kv[i+1], &u); err != nil {
+					return out, fmt.Errorf("redisstore: take over: user %q: %w", kv[i], err)
+				}
+				for _, d := range u.Devices {
+					if d.Owner == lease {
+						users[ci] = append(users[ci], kv[i])
+						all = append(all, kv[i])
+						break
+					}
 				}
 			}
 		}
-		if _, ok := users[k]; !ok {
-			users[k] = nil // listed: its set is deleted even if it holds none
+		var seen map[string]int64
+		if lastSeen != nil && len(all) > 0 {
+			// Without the durable last_seen (PostgreSQL down) the takeover
+			// still happens, with the last_seen Redis holds: a dead node's
+			// devices must not stay online for as long as PostgreSQL is
+			// away.
+			seen, _ = lastSeen(ctx, all)
 		}
-	}
-	var seen map[string]int64
-	if lastSeen != nil && len(all) > 0 {
-		// Without the durable last_seen (PostgreSQL down) the takeover
-		// still happens, with the last_seen Redis holds: a dead node's
-		// devices must not stay online for as long as PostgreSQL is away.
-		seen, _ = lastSeen(ctx, all)
-	}
-	var execs []rueidis.LuaExec
-	var shards []int
-	for k, m := range users {
-		if broken[k] {
-			continue
-		}
-		sk := &s.shards[k]
-		args := []string{u64(lease), i64(renewed), i64(now), sk.tag}
-		for _, u := range m {
-			if ls, ok := seen[u]; ok {
-				args = append(args, u, i64(ls))
-			}
-		}
-		execs = append(execs, rueidis.LuaExec{Keys: []string{sk.ownedKey(lease), sk.due, sk.dirty}, Args: args})
-		shards = append(shards, k)
-	}
-	for j, r := range s.takeover.execMulti(ctx, s.c, execs...) {
-		arr, err := r.ToArray()
-		if err != nil {
-			fail(shards[j], s.takeover.err(err))
-			continue
-		}
-		for _, m := range arr {
-			c, err := decodeClaim(m, now)
-			if err != nil {
-				failed, firstErr = failed+1, firstOf(firstErr, err)
+		var execs []rueidis.LuaExec
+		var execShard []int
+		for ci, c := range batch {
+			if broken[c.shard] {
 				continue
 			}
-			out = append(out, c)
+			sk := &s.shards[c.shard]
+			args := append([]string{u64(lease), i64(renewed), i64(now), sk.tag, strconv.Itoa(len(c.buckets))}, c.buckets...)
+			for _, id := range users[ci] {
+				if ls, ok := seen[id]; ok {
+					args = append(args, id, i64(ls))
+				}
+			}
+			execs = append(execs, rueidis.LuaExec{Keys: []string{sk.ownedKey(lease), sk.due, sk.dirty}, Args: args})
+			execShard = append(execShard, c.shard)
 		}
+		for j, r := range s.takeover.execMulti(ctx, s.c, execs...) {
+			arr, err := r.ToArray()
+			if err != nil {
+				fail(execShard[j], s.takeover.err(err))
+				continue
+			}
+			for _, m := range arr {
+				c, err := decodeClaim(m, now)
+				if err != nil {
+					failed, firstErr = failed+1, firstOf(firstErr, err)
+					continue
+				}
+				out = append(out, c)
+			}
+		}
+		done += len(batch)
 	}
-	return out, takeOverErr(failed, answered, failedShards, firstErr, nil)
+	// Chunks left for want of time are taken over by a later call: their
+	// buckets stay in the sets until then.
+	var late error
+	if done < len(chunks) {
+		late = ctx.Err()
+	}
+	return out, takeOverErr(failed, answered, failedShards, firstErr, late)
 }
 
 // takeOverErr is TakeOverParts' error: nil, the error of a store that

@@ -10,6 +10,7 @@ import (
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/testsvc"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -499,5 +500,50 @@ func TestDuplicatedTabOnTwoNodes(t *testing.T) {
 		if ch.Event.UserID == "cid" {
 			t.Fatalf("cid announced again after the take-over: %+v", got)
 		}
+	}
+}
+
+// A lease whose devices are spread over more buckets than one takeover
+// script reads (and more chunks than one round trip carries) is taken over
+// whole, chunk by chunk, each departure announced once, its set gone; a
+// second takeover finds nothing.
+func TestTakeOverInChunks(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	prefix := testsvc.Unique(t) + ":"
+	s := newStore(t, c, redisstore.Config{Rules: leaseRules, Prefix: prefix, Shards: 1, Buckets: 4096, EvictAfter: time.Hour})
+	const n = 2000
+	users := make([]string, n)
+	for i := range users {
+		users[i] = fmt.Sprint("w", i)
+	}
+	load(t, s, 1000, users...)
+	for _, u := range users {
+		mustClaim(t, s, 1000, 11, u, "tab", 1000, presence.Forever)
+	}
+	buckets, err := c.Do(ctx, c.B().Scard().Key(prefix+"{0}ob:11").Build()).AsInt64()
+	if err != nil || buckets < 65*16 {
+		t.Fatalf("the lease's devices in %d buckets (%v): want more than 64 chunks of 16", buckets, err)
+	}
+	const renewed = 5000
+	now := int64(renewed + lTTL)
+	out, err := s.TakeOver(ctx, now, 11, renewed, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, ch := range out {
+		got[ch.Event.UserID]++
+	}
+	for _, u := range users {
+		if got[u] != 1 {
+			t.Fatalf("%s announced offline %d times, want once (%d changes in all)", u, got[u], len(out))
+		}
+	}
+	if n, err := c.Do(ctx, c.B().Exists().Key(prefix+"{0}ob:11").Build()).AsInt64(); err != nil || n != 0 {
+		t.Errorf("the lease's set of buckets is still there: %d %v", n, err)
+	}
+	if again, err := s.TakeOver(ctx, now, 11, renewed, nil, nil); err != nil || len(again) != 0 {
+		t.Errorf("second takeover: %d changes, %v; want none", len(again), err)
 	}
 }
