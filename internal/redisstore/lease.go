@@ -290,10 +290,11 @@ func takeOverErr(failed, answered int, shards []int, err, late error) error {
 // Claim implements tracker.Leaser.
 func (s *Store) Claim(ctx context.Context, now int64, lease uint64, user string, d tracker.OwnedDevice) (_ presence.Change, err error) {
 	defer callClaim.Start(ctx).Done(&err)
-	b, sk := s.bucketOf(user)
-	m, err := s.claim.Exec(ctx, s.c, []string{b, sk.due, sk.dirty, sk.ownedKey(lease)},
-		[]string{user, i64(now), d.ID, u64(lease), i64(d.LastBeat), i64(d.LastActive)}).ToMessage()
-	if err != nil {
+	k, bk := s.place(user)
+	sk := &s.shards[k]
+	m, err := s.execReplicated(ctx, s.claim, k, []string{sk.bucketKey(bk), sk.due, sk.dirty, sk.ownedKey(lease)},
+		[]string{user, i64(now), d.ID, u64(lease), i64(d.LastBeat), i64(d.LastActive)})
+	if err != nil && !errors.Is(err, tracker.ErrNotReplicated) {
 		return presence.Change{}, wrapErr("claim", s.claim.err(err))
 	}
 	if arr, err := m.ToArray(); err == nil && len(arr) == 1 {
@@ -301,7 +302,15 @@ func (s *Store) Claim(ctx context.Context, now int64, lease uint64, user string,
 			return presence.Change{}, tracker.ErrClaimStale
 		}
 	}
-	return s.change(m, user, now, "claim")
+	ch, cerr := s.change(m, user, now, "claim")
+	switch {
+	case cerr != nil:
+		return ch, cerr
+	case err != nil:
+		s.unacked(user, ch)
+		return presence.Change{}, wrapErr("claim", err)
+	}
+	return s.acked(user, ch), nil
 }
 
 // Touch implements tracker.Leaser: the touches go in calls of up to
@@ -382,11 +391,19 @@ func (s *Store) ownedOp(ctx context.Context, sc *script, op string, keys, args [
 	for _, d := range devs {
 		args = append(args, d.ID, i64(d.LastBeat), i64(d.LastActive))
 	}
-	m, err := sc.Exec(ctx, s.c, keys, args).ToMessage()
-	if err != nil {
+	m, err := s.execReplicated(ctx, sc, s.shardIndex(user), keys, args)
+	if err != nil && !errors.Is(err, tracker.ErrNotReplicated) {
 		return presence.Change{}, nil, wrapErr(op, sc.err(err))
 	}
-	return s.ownedReply(m, user, now, op)
+	ch, lost, rerr := s.ownedReply(m, user, now, op)
+	switch {
+	case rerr != nil:
+		return ch, lost, rerr
+	case err != nil:
+		s.unacked(user, ch)
+		return presence.Change{}, nil, wrapErr(op, err)
+	}
+	return s.acked(user, ch), lost, nil
 }
 
 // ownedReply decodes {change, lost devices}.

@@ -92,6 +92,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -139,6 +140,10 @@ type Store struct {
 	shards  []shardKeys
 	buckets int // per shard
 
+	replicas  []shardReplicas // per shard: its master's replicas (replicated.go)
+	pendingMu sync.Mutex
+	pending   map[string]presence.Change // changes of writes not replicated in time, by user (replicated.go)
+
 	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty, raiseFloor *script
 	claim, touch, release, handoff, takeover, renewLease, takeLease                *script
 	migrate                                                                        *script
@@ -181,7 +186,10 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		cfg.EvictAfter = 10 * time.Minute
 	}
 	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards), buckets: cfg.Buckets,
-		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases"}
+		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases", replicas: make([]shardReplicas, cfg.Shards)}
+	for i := range s.replicas {
+		s.replicas[i].n.Store(-1)
+	}
 	for i := range s.shards {
 		tag := cfg.Prefix + "{" + strconv.Itoa(i) + "}"
 		s.shards[i] = shardKeys{tag: tag, due: tag + "due", dirty: tag + "dirty", floor: tag + "floor"}

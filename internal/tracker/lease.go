@@ -489,7 +489,10 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 			refused = err
 		default:
 			r.Failed = true
-			if !errors.Is(err, errOutage) && !profileUnavailable(err) && ctx.Err() == nil {
+			// A write not replicated in time is retried without a word
+			// (it would repeat every retry while a replica lags; the
+			// backend call metrics count it).
+			if !errors.Is(err, errOutage) && !profileUnavailable(err) && !errors.Is(err, ErrNotReplicated) && ctx.Err() == nil {
 				t.log.Warn("telling the state store about this node's devices failed; will retry", "user", w.User, "err", err)
 			}
 		}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
@@ -48,6 +52,7 @@ func (s *faultyStore) Claim(ctx context.Context, now int64, lease uint64, user s
 	if err == nil && s.loseClaim.CompareAndSwap(true, false) {
 		return presence.Change{}, errLostReply
 	}
+
 	return ch, err
 }
 
@@ -221,4 +226,86 @@ func TestFailedIdleTouchHangsSweep(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("recover/sweep after one failed idle touch did not return within 5 s")
 	}
+}
+
+// A claim Redis applied but could not replicate in time (the primary's
+// replica frozen, as when the primary is cut off from it) is not taken as
+// an outage: the store is not marked down, and the claim is retried until
+// it is acknowledged; only then is the arrival announced, once, and the
+// user reads online on every node.
+func TestClaimNotReplicatedIsRetried(t *testing.T) {
+	primary, replica := testsvc.Redis(t), testsvc.Redis(t)
+	rc, err := redisstore.Dial(replica.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	ctx := context.Background()
+	if err := rc.Do(ctx, rc.B().Replicaof().Host(host).Port(mustAtoi(t, port)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := redisstore.Dial(primary.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	waitFor(t, "the replica in sync", func() bool {
+		var acked int64
+		_ = pc.Dedicated(func(dc rueidis.DedicatedClient) error {
+			r := dc.DoMulti(ctx, dc.B().Set().Key("sync").Value("1").Build(), dc.B().Wait().Numreplicas(1).Timeout(100).Build())
+			acked, _ = r[1].AsInt64()
+			return nil
+		})
+		return acked == 1
+	})
+	c := newCluster(t, primary)
+	a, b := c.add(1), c.add(2)
+	a.alive, b.alive = true, true
+	a.socketConnect("bob", "phone") // all well: the store learns of the replica
+	if evs := a.events(); len(evs) != 1 {
+		t.Fatalf("bob's arrival: %v", evs)
+	}
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	c.at(100 * time.Millisecond)
+	if _, err := a.tr.SocketConnect(a.ctx, "carol", "phone"); err != nil && !errors.Is(err, tracker.ErrNotReplicated) {
+		t.Fatalf("connect while claims are not replicated: %v", err)
+	}
+	for i := 2; i <= 4; i++ {
+		c.at(time.Duration(i) * 100 * time.Millisecond)
+		c.tick(a, b)
+	}
+	if st := a.tr.Stats(); st.Down || a.tr.Degraded() {
+		t.Fatalf("claims not replicated marked the store down: %+v", st)
+	}
+	if evs := a.events(); len(evs) != 0 {
+		t.Fatalf("announced before the claim could not be lost: %v", evs)
+	}
+	if err := replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 5; i <= 30; i++ {
+		c.at(time.Duration(i) * 100 * time.Millisecond)
+		c.tick(a, b)
+		if s := b.read("carol")[0]; s.Status == presence.Online && a.pub.count() > 0 {
+			break
+		}
+	}
+	if s := b.read("carol")[0]; s.Status != presence.Online {
+		t.Fatalf("carol once the replica is back: %v, want online", s.Status)
+	}
+	if evs := a.events(); len(evs) != 1 || !strings.Contains(evs[0], "carol") || !strings.Contains(evs[0], "online") {
+		t.Fatalf("events: %v, want carol online once", evs)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -79,7 +79,7 @@ func (t *Tracker) partUp(user string) bool {
 // a call about one user should not return, counts as one too).
 func (t *Tracker) storeErrUser(ctx context.Context, user string, err error) error {
 	if t.parts == nil || err == nil || errors.Is(err, ErrNotLoaded) || errors.Is(err, ErrStoreReset) ||
-		domainError(err) || ctx.Err() != nil {
+		domainError(err) || ctx.Err() != nil || errors.Is(err, ErrNotReplicated) {
 		return t.storeErr(ctx, err)
 	}
 	t.markPartDown(t.parts.of(user), err)

@@ -236,3 +236,10 @@ var ErrLeaseLost = errors.New("tracker: this node's lease was taken over")
 // ErrClaimStale is returned by Claim when another node holds the device
 // since after the claimant's last beat of it: the device moved there.
 var ErrClaimStale = errors.New("tracker: the device is held by another node")
+
+// ErrNotReplicated is returned (wrapped) by a Leaser call whose write the
+// store applied but could not make safe against the loss of its primary
+// (not every replica has it: redisstore's WAIT). It is not acknowledged:
+// the work is retried like any failed claim or release, and the store is
+// not taken for down (it answers; its replication lags or is cut off).
+var ErrNotReplicated = errors.New("tracker: the write did not reach every replica in time")

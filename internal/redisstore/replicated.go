@@ -1,0 +1,152 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// Writes Redis alone holds, replicated before they are acknowledged.
+//
+// What a node owns — a device claimed, released, handed off — lives in
+// Redis only (its durable copy is the socket itself). Redis replicates
+// asynchronously: a master that acknowledged a claim and then died, or a
+// master cut off from its replicas while a node still reached it (split
+// brain), loses the claim when a replica is promoted in its place, and
+// the device reads offline until its node notices. So these scripts run
+// on a connection of their own followed by WAIT for every replica the
+// master has (ROLE, on the same connection, says how many): the call
+// succeeds once they all hold the write, and fails with
+// tracker.ErrNotReplicated when they do not within replicaWait — the
+// tracker then retries it, as any failed claim or release. The change such
+// a write made (a user coming online) is kept until a later write of the
+// same user is acknowledged — replication is in order, so the earlier
+// write is then safe too — and returned by it: watchers are told of a
+// change only once it cannot be lost. A master without replicas
+// (a single Redis, or a Cluster without them) does not wait at all, and a
+// master whose replicas are gone (crashed; after a promotion the new
+// master has none until one rejoins) waits for those it has.
+
+// replicaWait is how long WAIT waits for the replicas: replication on a
+// LAN takes well under a millisecond; a replica this late is cut off or
+// stalled.
+const replicaWait = 200 * time.Millisecond
+
+// replicaCheck is how often a shard whose master had no replicas is asked
+// again (ROLE) before a write: meanwhile its writes take the shared,
+// auto-pipelined connections.
+const replicaCheck = time.Second
+
+// shardReplicas is what the store last learnt of the replicas of a
+// shard's master.
+type shardReplicas struct {
+	n       atomic.Int32 // connected replicas; -1 before the first look
+	checked atomic.Int64 // Unix ms of that look
+}
+
+// execReplicated runs sc on keys and args like Exec and, when the shard's
+// master has replicas, acknowledges only once they all have the write.
+// With tracker.ErrNotReplicated the reply is returned too: the write was
+// applied.
+func (s *Store) execReplicated(ctx context.Context, sc *script, shard int, keys, args []string) (rueidis.RedisMessage, error) {
+	r := &s.replicas[shard]
+	if r.n.Load() == 0 && time.Now().UnixMilli()-r.checked.Load() < replicaCheck.Milliseconds() {
+		return sc.Exec(ctx, s.c, keys, args).ToMessage()
+	}
+	var msg rueidis.RedisMessage
+	var notReplicated error
+	err := s.c.Dedicated(func(dc rueidis.DedicatedClient) error {
+		// ROLE and the script in one round trip, then WAIT for the
+		// replicas ROLE named (WAIT counts the writes of this connection).
+		res := dc.DoMulti(ctx, dc.B().Role().Build(),
+			dc.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		have, err := replicasOf(res[0])
+		if err != nil {
+			return fmt.Errorf("ROLE: %w", err)
+		}
+		r.n.Store(int32(have))
+		r.checked.Store(time.Now().UnixMilli())
+		msg, err = res[1].ToMessage()
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			// This node has not seen the script yet (a new master).
+			msg, err = dc.Do(ctx, dc.B().Eval().Script(sc.src.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).ToMessage()
+		}
+		if err != nil || have == 0 {
+			return err
+		}
+		acked, err := dc.Do(ctx, dc.B().Wait().Numreplicas(have).Timeout(replicaWait.Milliseconds()).Build()).AsInt64()
+		if err != nil {
+			return fmt.Errorf("WAIT: %w", err)
+		}
+		if acked < have {
+			notReplicated = fmt.Errorf("%w: %d of %d replicas", tracker.ErrNotReplicated, acked, have)
+		}
+		return nil
+	})
+	return msg, firstOf(err, notReplicated)
+}
+
+// unacked keeps ch, the change of a write of user not replicated in time,
+// for the next acknowledged write of user (acked).
+func (s *Store) unacked(user string, ch presence.Change) {
+	if !ch.Changed {
+		return
+	}
+	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	if s.pending == nil || len(s.pending) >= maxPending {
+		// Users whose writes never came again (their node's work moved
+		// on): forget them rather than grow.
+		s.pending = make(map[string]presence.Change)
+	}
+	if p, ok := s.pending[user]; !ok || ch.Event.Version > p.Event.Version {
+		s.pending[user] = ch
+	}
+}
+
+// acked returns what an acknowledged write of user that made ch tells:
+// ch, or the change of an earlier write not replicated in time, now safe,
+// when ch changed nothing (a newer change supersedes it).
+func (s *Store) acked(user string, ch presence.Change) presence.Change {
+	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	p, ok := s.pending[user]
+	if !ok {
+		return ch
+	}
+	delete(s.pending, user)
+	if ch.Changed && ch.Event.Version > p.Event.Version {
+		return ch
+	}
+	return p
+}
+
+// maxPending bounds the changes kept for writes not replicated in time.
+const maxPending = 100_000
+
+// replicasOf reads the connected replicas from a master's ROLE reply:
+// ["master", offset, [[ip, port, offset], …]]; a replica has none.
+func replicasOf(r rueidis.RedisResult) (int64, error) {
+	arr, err := r.ToArray()
+	if err != nil {
+		return 0, err
+	}
+	if len(arr) < 3 {
+		return 0, nil
+	}
+	if role, _ := arr[0].ToString(); role != "master" {
+		return 0, nil
+	}
+	reps, err := arr[2].ToArray()
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(reps)), nil
+}

@@ -1,0 +1,118 @@
+package redisstore_test
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// A claim is acknowledged only once every replica of its master holds it
+// (WAIT): with a master's replica frozen (as when the master is cut off
+// from it) claims of that master's users fail with ErrNotReplicated and
+// the others' succeed; with the replica back they succeed again; with
+// the replica gone (killed: the master no longer counts it) they succeed
+// without waiting.
+func TestClaimsWaitForTheReplicas(t *testing.T) {
+	t.Parallel()
+	cl := testsvc.RedisClusterReplicas(t, 3, 1)
+	c := dial(t, cl.URL)
+	ctx := t.Context()
+	prefix := testsvc.Unique(t) + ":"
+	s := newStore(t, c, redisstore.Config{Rules: leaseRules, Prefix: prefix, EvictAfter: time.Hour})
+	bucket := func(user string) string {
+		h := fnv.New32a()
+		h.Write([]byte(user))
+		return prefix + "{" + strconv.Itoa(int(h.Sum32()%256)) + "}p:" + strconv.Itoa(int(h.Sum32()/256%64))
+	}
+	masterOf := func(user string) *testsvc.Server {
+		t.Helper()
+		m, err := cl.MasterOf(bucket(user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	claim := func(user string) error {
+		_, err := s.Claim(ctx, 1000, 5, user, tracker.OwnedDevice{ID: "d", LastBeat: 1000, LastActive: presence.Forever})
+		return err
+	}
+	// Users on every master, claimed while all is well (the store learns
+	// each master's replicas).
+	var users []string
+	for i := range 60 {
+		u := fmt.Sprint("r", i)
+		users = append(users, u)
+		load(t, s, 1000, u)
+		if err := claim(u); err != nil {
+			t.Fatalf("claim of %s with every replica up: %v", u, err)
+		}
+	}
+	m := masterOf(users[0])
+	reps, err := cl.ReplicasOf(m)
+	if err != nil || len(reps) != 1 {
+		t.Fatalf("replicas of %s: %v %v", m.Addr, reps, err)
+	}
+	var on, off []string
+	for _, u := range users[1:] {
+		if masterOf(u) == m {
+			on = append(on, u)
+		} else {
+			off = append(off, u)
+		}
+	}
+	if len(on) == 0 || len(off) == 0 {
+		t.Fatalf("users on the master: %d, elsewhere: %d", len(on), len(off))
+	}
+
+	if err := reps[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range on[:min(3, len(on))] {
+		if err := claim(u); !errors.Is(err, tracker.ErrNotReplicated) {
+			t.Errorf("claim of %s with its master's replica frozen: %v, want tracker.ErrNotReplicated", u, err)
+		}
+	}
+	if err := claim(off[0]); err != nil {
+		t.Errorf("claim of %s on another master: %v", off[0], err)
+	}
+	if err := reps[0].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a claim once the replica is back", func() error { return claim(on[0]) })
+
+	if err := reps[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a claim once the master has no replica left", func() error { return claim(on[0]) })
+	start := time.Now()
+	for _, u := range on {
+		if err := claim(u); err != nil {
+			t.Errorf("claim of %s, its master without replicas: %v", u, err)
+		}
+	}
+	t.Logf("%d claims on a master without replicas in %v", len(on), time.Since(start))
+}
+
+// eventually calls f until it succeeds, for at most 30 s.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %v after 30 s", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
