@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -183,8 +184,13 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 		}
 	}
 	var u packedUser
-	done := 0 // chunks taken over (or whose shard failed)
+	done := 0              // chunks taken over (or whose shard failed)
+	var took time.Duration // the longest batch so far
 	for lo := 0; lo < len(chunks) && ctx.Err() == nil; lo += takeOverBatch {
+		if dl, ok := ctx.Deadline(); ok && lo > 0 && time.Until(dl) < 2*took {
+			break // stop between batches, not in one: the rest is for the next call
+		}
+		began := time.Now()
 		batch := chunks[lo:min(len(chunks), lo+takeOverBatch)]
 		// The lease's users in the batch's buckets, for their durable
 		// last_seen.
@@ -193,6 +199,9 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 		for ci, c := range batch {
 			if broken[c.shard] {
 				continue
+			}
+			if lastSeen == nil {
+				continue // nobody to ask: the script reads the buckets itself
 			}
 			for _, b := range c.buckets {
 				reads = append(reads, s.c.B().Hgetall().Key(s.shards[c.shard].tag+"p:"+b).Build())
@@ -209,15 +218,12 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 				continue
 			}
 			for i := 0; i+1 < len(kv); i += 2 {
-				if err := decodePacked(kv[i], kv[i+1], &u); err != nil {
-					return out, fmt.Errorf("redisstore: take over: user %q: %w", kv[i], err)
+				if decodePacked(kv[i], kv[i+1], &u) != nil {
+					continue // the script says what it is (its chunk fails)
 				}
-				for _, d := range u.Devices {
-					if d.Owner == lease {
-						users[ci] = append(users[ci], kv[i])
-						all = append(all, kv[i])
-						break
-					}
+				if u.holds(lease) {
+					users[ci] = append(users[ci], kv[i])
+					all = append(all, kv[i])
 				}
 			}
 		}
@@ -261,12 +267,17 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 			}
 		}
 		done += len(batch)
+		took = max(took, time.Since(began))
 	}
 	// Chunks left for want of time are taken over by a later call: their
 	// buckets stay in the sets until then.
 	var late error
-	if done < len(chunks) {
+	switch {
+	case done == len(chunks):
+	case ctx.Err() != nil:
 		late = ctx.Err()
+	default:
+		late = tracker.ErrTakeOverLeft
 	}
 	return out, takeOverErr(failed, answered, failedShards, firstErr, late)
 }

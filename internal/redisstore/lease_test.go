@@ -547,3 +547,58 @@ func TestTakeOverInChunks(t *testing.T) {
 		t.Errorf("second takeover: %d changes, %v; want none", len(again), err)
 	}
 }
+
+// A takeover that runs short of time stops between two rounds of chunks
+// with tracker.ErrTakeOverLeft, having returned the departures of what
+// it took over; the next call takes over the rest; each departure is
+// returned once in all.
+func TestTakeOverLeftForTheNextCall(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	prefix := testsvc.Unique(t) + ":"
+	s := newStore(t, c, redisstore.Config{Rules: leaseRules, Prefix: prefix, Shards: 1, Buckets: 4096, EvictAfter: time.Hour})
+	const n = 2000
+	users := make([]string, n)
+	for i := range users {
+		users[i] = fmt.Sprint("x", i)
+	}
+	load(t, s, 1000, users...)
+	for _, u := range users {
+		mustClaim(t, s, 1000, 12, u, "tab", 1000, presence.Forever)
+	}
+	const renewed = 5000
+	now := int64(renewed + lTTL)
+	slowDurable := func(context.Context, []string) (map[string]int64, error) {
+		time.Sleep(200 * time.Millisecond) // PostgreSQL answering slowly
+		return nil, nil
+	}
+	got := map[string]int{}
+	left := 0
+	for call := 0; ; call++ {
+		if call == 10 {
+			t.Fatalf("not taken over in 10 calls (%d returned ErrTakeOverLeft)", left)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		out, err := s.TakeOver(cctx, now, 12, renewed, slowDurable, nil)
+		cancel()
+		for _, ch := range out {
+			got[ch.Event.UserID]++
+		}
+		if errors.Is(err, tracker.ErrTakeOverLeft) {
+			left++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("call %d: %v", call, err)
+		}
+		break
+	}
+	if left == 0 {
+		t.Errorf("a takeover of 2000 users in rounds of 200 ms within 300 ms never stopped")
+	}
+	for _, u := range users {
+		if got[u] != 1 {
+			t.Fatalf("%s announced offline %d times, want once", u, got[u])
+		}
+	}
+}

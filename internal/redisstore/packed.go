@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 
 	"github.com/presenced/presenced/internal/presence"
@@ -48,8 +49,19 @@ func (s *Store) bucketOf(user string) (string, *shardKeys) {
 // the store keeps of it besides.
 type packedUser struct {
 	presence.User
-	due   int64 // s: the user's entry in the due set (0 none, forever: nothing due)
-	evict int64 // ev: when the user is evicted (0: not planned)
+	due    int64    // s: the user's entry in the due set (0 none, forever: nothing due)
+	evict  int64    // ev: when the user is evicted (0: not planned)
+	others []uint64 // the holders of its devices after each one's first (Device.Owner)
+}
+
+// holds reports whether lease holds one of u's devices.
+func (u *packedUser) holds(lease uint64) bool {
+	for _, d := range u.Devices {
+		if d.Owner == lease {
+			return true
+		}
+	}
+	return slices.Contains(u.others, lease)
 }
 
 var errShortPacked = errors.New("packed user cut short")
@@ -57,7 +69,7 @@ var errShortPacked = errors.New("packed user cut short")
 // decodePacked decodes the packed user v (lua/packed.lua) of id into u,
 // appending its devices to u.Devices (whose backing array it reuses).
 func decodePacked(id, v string, u *packedUser) error {
-	devs := u.Devices[:0]
+	devs, others := u.Devices[:0], u.others[:0]
 	*u = packedUser{User: presence.User{Profile: presence.Profile{UserID: id}}}
 	p := 0
 	short := false
@@ -136,10 +148,12 @@ func decodePacked(id, v string, u *packedUser) error {
 		if df&8 != 0 {
 			d.Owner = uint64(num(6))
 		}
-		p += 6 * int(df>>4) // the other holders: only the scripts need them
+		for range df >> 4 {
+			others = append(others, uint64(num(6)))
+		}
 		devs = append(devs, d)
 	}
-	u.Devices = devs
+	u.Devices, u.others = devs, others
 	if short || p != len(v) {
 		return fmt.Errorf("%w (%d bytes)", errShortPacked, len(v))
 	}

@@ -95,8 +95,14 @@ return p`
 		for _, d := range in.Devs {
 			want.Devices = append(want.Devices, presence.Device{ID: d.ID, LastBeat: d.LB, LastActive: d.LA, Closed: d.CL, Owner: uint64(d.Own)})
 		}
+		for _, d := range in.Devs {
+			want.others = append(want.others, d.Co...)
+		}
 		if len(got.Devices) == 0 {
 			got.Devices = nil
+		}
+		if len(got.others) == 0 {
+			got.others = nil
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("user %d:\n got %+v\nwant %+v", i, got, want)

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -69,15 +71,8 @@ func (s *Store) migrateKeys(ctx context.Context, keys []string) (int, error) {
 			if err != nil {
 				continue
 			}
-			users, err := s.c.Do(ctx, s.c.B().Smembers().Key(k).Build()).AsStrSlice()
-			if err != nil {
-				return 0, fmt.Errorf("redisstore: migrate: %s: %w", k, err)
-			}
-			for _, u := range users {
-				shard, n := s.place(u)
-				if err := s.c.Do(ctx, s.c.B().Sadd().Key(s.shards[shard].ownedKey(lease)).Member(strconv.Itoa(n)).Build()).Error(); err != nil {
-					return 0, fmt.Errorf("redisstore: migrate: %s: %w", k, err)
-				}
+			if err := s.migrateOwned(ctx, k, lease); err != nil {
+				return 0, err
 			}
 			drop = append(drop, s.c.B().Del().Key(k).Build())
 		}
@@ -96,6 +91,40 @@ func (s *Store) migrateKeys(ctx context.Context, keys []string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// migrateOwned adds the buckets of the users in key, a lease's set of
+// users of the old layout, to the lease's sets of buckets: SSCAN of the
+// set, one SADD of the distinct buckets per shard.
+func (s *Store) migrateOwned(ctx context.Context, key string, lease uint64) error {
+	buckets := map[int]map[string]bool{} // shard → its buckets named
+	var cursor uint64
+	for {
+		e, err := s.c.Do(ctx, s.c.B().Sscan().Key(key).Cursor(cursor).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return fmt.Errorf("redisstore: migrate: %s: %w", key, err)
+		}
+		for _, u := range e.Elements {
+			shard, n := s.place(u)
+			if buckets[shard] == nil {
+				buckets[shard] = map[string]bool{}
+			}
+			buckets[shard][strconv.Itoa(n)] = true
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			break
+		}
+	}
+	var cmds rueidis.Commands
+	for shard, names := range buckets {
+		cmds = append(cmds, s.c.B().Sadd().Key(s.shards[shard].ownedKey(lease)).Member(slices.Collect(maps.Keys(names))...).Build())
+	}
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return fmt.Errorf("redisstore: migrate: %s: %w", key, err)
+		}
+	}
+	return nil
 }
 
 // globEscape escapes what SCAN's MATCH would take for a pattern in s.

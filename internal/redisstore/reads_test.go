@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -321,5 +322,30 @@ func TestScanReadsOnACluster(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("%d users yielded, want %d", len(got), len(want))
+	}
+}
+
+// Nodes must pack users alike: the first Open records the shards and
+// buckets in Redis, an Open with other numbers is refused with an error
+// naming both, and the same numbers open again.
+func TestLayoutIsChecked(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	prefix := testsvc.Unique(t) + ":"
+	open := func(shards, buckets int) error {
+		_, _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: shards, Buckets: buckets})
+		return err
+	}
+	if err := open(16, 64); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range [][2]int{{16, 32}, {8, 64}} {
+		err := open(sb[0], sb[1])
+		if err == nil || !strings.Contains(err.Error(), `"packed shards=16 buckets=64"`) || !strings.Contains(err.Error(), "-redis-buckets") {
+			t.Errorf("open with %d shards, %d buckets over 16 × 64: %v", sb[0], sb[1], err)
+		}
+	}
+	if err := open(16, 64); err != nil {
+		t.Errorf("open again with the same layout: %v", err)
 	}
 }

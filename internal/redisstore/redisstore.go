@@ -239,6 +239,9 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := s.CheckLayout(ctx); err != nil {
+		return nil, 0, err
+	}
 	if err := s.RaiseFloor(ctx, s.rules.Epoch<<32); err != nil {
 		return nil, 0, err
 	}
@@ -247,6 +250,33 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error
 		return nil, 0, err
 	}
 	return s, n, nil
+}
+
+// layout names how users are packed: every node must place a user in
+// the same bucket.
+func (s *Store) layout() string {
+	return fmt.Sprintf("packed shards=%d buckets=%d", len(s.shards), s.buckets)
+}
+
+// CheckLayout records in Redis (<prefix>layout) how this store packs its
+// users — the shards and the buckets of each — unless a node recorded it
+// before, and fails if that node's differs: nodes that disagree look for a
+// user in different buckets (users reload without their devices, and the
+// old copies are never read again). Open calls it.
+func (s *Store) CheckLayout(ctx context.Context) (err error) {
+	defer callCheckLayout.Start(ctx).Done(&err)
+	want := s.layout()
+	got, err := s.c.Do(ctx, s.c.B().Set().Key(s.prefix+"layout").Value(want).Nx().Get().Build()).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return nil // recorded now
+	case err != nil:
+		return fmt.Errorf("redisstore: check layout: %w", err)
+	case got != want:
+		return fmt.Errorf("redisstore: Redis holds users as %q (key %slayout) but this node packs them as %q: "+
+			"start every node with the same -redis-buckets (changing it needs the users moved: not supported yet)", got, s.prefix, want)
+	}
+	return nil
 }
 
 // Ping sends a PING: the tracker's probe of whether Redis answers again
@@ -983,6 +1013,7 @@ var (
 	callLoad          = backendcall.New("redis", "load")
 	callRaiseFloor    = backendcall.New("redis", "raise_floor")
 	callCheckFloor    = backendcall.New("redis", "check_floor")
+	callCheckLayout   = backendcall.New("redis", "check_layout")
 	callGet           = backendcall.New("redis", "get")
 	callDebug         = backendcall.New("redis", "debug")
 	callExpireParts   = backendcall.New("redis", "expire")

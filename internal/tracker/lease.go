@@ -292,7 +292,7 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 				"silent_ms", now-w.renewed, "own", own)
 		}
 		if err := t.takeOver(ctx, now, w.id, w.renewed); err != nil {
-			if ctx.Err() == nil && !errors.Is(err, errOutage) && !partial(err) && !errors.Is(err, errPartsLeft) {
+			if ctx.Err() == nil && !errors.Is(err, errOutage) && !partial(err) && !errors.Is(err, errPartsLeft) && !errors.Is(err, ErrTakeOverLeft) {
 				t.log.Warn("taking over a lease failed; will retry", "lease", w.id, "err", err)
 			}
 			continue
@@ -611,12 +611,16 @@ func (t *Tracker) handOff(ctx context.Context) {
 	}
 	wg.Wait()
 	now := t.Now()
-	if err := t.takeOver(ctx, now, lease, now); err != nil {
+	err := t.takeOver(ctx, now, lease, now)
+	for errors.Is(err, ErrTakeOverLeft) && ctx.Err() == nil {
+		err = t.takeOver(ctx, now, lease, now) // a large store: in several calls
+	}
+	if err != nil {
 		t.log.Warn("handing off this node's devices failed; other nodes take them over when its lease runs out", "err", err)
 		return
 	}
 	b := t.bound(ctx)
-	err := t.leaser.EndLease(b.ctx, lease)
+	err = t.leaser.EndLease(b.ctx, lease)
 	t.release(b)
 	if t.storeErr(ctx, err) == nil {
 		t.lease.Store(0)

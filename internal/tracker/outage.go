@@ -53,7 +53,7 @@ const (
 // errors.Is(err, errOutage).
 func (t *Tracker) storeErr(ctx context.Context, err error) error {
 	if err == nil || errors.Is(err, ErrNotLoaded) || errors.Is(err, ErrStoreReset) || domainError(err) || ctx.Err() != nil ||
-		partial(err) || errors.Is(err, ErrNotReplicated) {
+		partial(err) || errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrTakeOverLeft) {
 		return err
 	}
 	t.markDown(err)

@@ -237,6 +237,12 @@ var ErrLeaseLost = errors.New("tracker: this node's lease was taken over")
 // since after the claimant's last beat of it: the device moved there.
 var ErrClaimStale = errors.New("tracker: the device is held by another node")
 
+// ErrTakeOverLeft is returned (wrapped) by TakeOver when it stopped for
+// want of time before the end: the changes it returned are taken over,
+// the rest is left for the next call (the next lease tick). It is not an
+// outage.
+var ErrTakeOverLeft = errors.New("tracker: takeover not finished in time; the rest is left for the next call")
+
 // ErrNotReplicated is returned (wrapped) by a Leaser call whose write the
 // store applied but could not make safe against the loss of its primary
 // (not every replica has it: redisstore's WAIT). It is not acknowledged:

@@ -27,11 +27,6 @@ local function bucket_of(tag, id)
   return tag .. 'p:' .. string.format('%d', math.floor(fnv32a(id) / SHARDS) % BUCKETS)
 end
 
--- tag_of returns the tag of a shard key (<prefix>{shard}…).
-local function tag_of(key)
-  return string.sub(key, 1, string.find(key, '}', string.find(key, '{', 1, true), true))
-end
-
 -- FOREVER is later than any time: the end of an owned device, and s of a
 -- user with nothing due.
 local FOREVER = 4503599627370496 -- 2^52
