@@ -490,7 +490,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			// beacons on NATS keep the others from taking them over.
 			if a.beacon, err = beacon.New(beacon.Config{
 				Conn:     a.nats,
-				Lease:    func() uint64 { return a.tracker.LeaseID() }, // a.tracker is set below, before Run
 				Interval: tracker.DefaultLeaseInterval(rules.TTL),
 				Timeout:  tracker.DefaultLeaseTimeout(rules.TTL),
 				Name:     a.bus.NodeID(), // -node-id, or the bus's random one
@@ -602,11 +601,40 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		kafkaOutStats = a.kafkaOut.Stats
 	}
 	a.reader = reader
+	authn := auth.New(auth.Config{
+		APIKey:      cfg.APIKey,
+		JWTSecret:   cfg.JWTSecret,
+		Dev:         cfg.Dev,
+		Clock:       cfg.Clock,
+		MaxLifetime: cfg.MaxTokenLifetime,
+		Audience:    cfg.TokenAudience,
+		Issuer:      cfg.TokenIssuer,
+	})
+	a.gw, err = gateway.New(gateway.Config{
+		Tracker:          a.tracker,
+		Reader:           reader,
+		Auth:             authn,
+		Clock:            cfg.Clock,
+		Logger:           cfg.Logger.With("component", "ws"),
+		TTL:              cfg.TTL,
+		CloseGrace:       rules.CloseGrace,
+		MaxSubscriptions: cfg.MaxSubscriptions,
+		// The gateway's defaults where zero.
+		MaxUserSubscriptions: cfg.MaxUserSubscriptions,
+		MaxSocketsPerUser:    cfg.MaxSocketsPerUser,
+		MaxSocketsPerDevice:  cfg.MaxSocketsPerDevice,
+		Hub:                  a.hub,
+		Workers:              gatewayWorkers(cfg),
+		Origins:              origins,
+	})
+	if err != nil {
+		return nil, err
+	}
 	a.metrics = metrics.New(metrics.Sources{
 		Tracker:          a.tracker.Stats,
 		SharedState:      cfg.RedisURL != "",
 		Users:            users,
-		Gateway:          func() gateway.Stats { return a.gw.Stats() }, // a.gw is set below, before any scrape
+		Gateway:          a.gw.Stats,
 		Hub:              a.hub.Stats,
 		Bus:              busStats,
 		Webhooks:         webhookStats,
@@ -622,15 +650,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			}
 			return connbudget.Stats{}
 		},
-	})
-	authn := auth.New(auth.Config{
-		APIKey:      cfg.APIKey,
-		JWTSecret:   cfg.JWTSecret,
-		Dev:         cfg.Dev,
-		Clock:       cfg.Clock,
-		MaxLifetime: cfg.MaxTokenLifetime,
-		Audience:    cfg.TokenAudience,
-		Issuer:      cfg.TokenIssuer,
 	})
 	a.api, err = httpapi.New(httpapi.Config{
 		Tracker:           a.tracker,
@@ -649,26 +668,6 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Admin:             newAdminSource(a),
 		OnContactsChanged: a.stampThen(onContacts),
 		Origins:           origins,
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.gw, err = gateway.New(gateway.Config{
-		Tracker:          a.tracker,
-		Reader:           reader,
-		Auth:             authn,
-		Clock:            cfg.Clock,
-		Logger:           cfg.Logger.With("component", "ws"),
-		TTL:              cfg.TTL,
-		CloseGrace:       rules.CloseGrace,
-		MaxSubscriptions: cfg.MaxSubscriptions,
-		// The gateway's defaults where zero.
-		MaxUserSubscriptions: cfg.MaxUserSubscriptions,
-		MaxSocketsPerUser:    cfg.MaxSocketsPerUser,
-		MaxSocketsPerDevice:  cfg.MaxSocketsPerDevice,
-		Hub:                  a.hub,
-		Workers:              gatewayWorkers(cfg),
-		Origins:              origins,
 	})
 	if err != nil {
 		return nil, err
@@ -698,7 +697,7 @@ func trackerPeers(p *peers.Peers) tracker.Peers {
 // node can serve. The gateway and an embedded SQLite file are this node's
 // own; PostgreSQL, Redis and NATS are shared by every node, so their
 // outages are reported without failing readiness (docs/operations.md).
-// a.gw is set before Run serves a request.
+// a.gw is set before it is called.
 // stampThen returns announce preceded by the tracker's stamp of a new
 // version for the owner whose list changed (Tracker.ContactsChanged), so
 // the views the hubs then send are above everything their watchers had.
@@ -973,7 +972,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		busDone <- nil
 	}
 	if a.beacon != nil {
-		wg.Go(func() { _ = a.beacon.Run(busCtx) })
+		wg.Go(func() { _ = a.beacon.Run(busCtx, a.tracker.LeaseID) })
 	}
 	if a.webhooks != nil {
 		// Like the bus, it outlives the tracker: its last changes go out.

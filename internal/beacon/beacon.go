@@ -35,9 +35,6 @@ import (
 // Config configures a Beacon. Zero values take the documented defaults.
 type Config struct {
 	Conn *jsstream.Conn // required: the node's NATS connection
-	// Lease returns this node's lease, 0 while it has none (nothing is
-	// published then).
-	Lease func() uint64
 	// Subject is the subject prefix. Default "presence.nodes".
 	Subject string
 	// Interval between two beacons. Default 1s.
@@ -76,8 +73,8 @@ type heard struct {
 
 // New subscribes to the other nodes' beacons. Run publishes this node's.
 func New(cfg Config) (*Beacon, error) {
-	if cfg.Conn == nil || cfg.Lease == nil {
-		return nil, errors.New("beacon: Conn and Lease are required")
+	if cfg.Conn == nil {
+		return nil, errors.New("beacon: Conn is required")
 	}
 	if cfg.Subject == "" {
 		cfg.Subject = "presence.nodes"
@@ -125,13 +122,15 @@ func New(cfg Config) (*Beacon, error) {
 }
 
 // Run publishes this node's beacon every Interval until ctx is done,
-// then unsubscribes.
-func (b *Beacon) Run(ctx context.Context) error {
+// then unsubscribes. lease returns this node's lease, 0 while it has none
+// (nothing is published then): the node's tracker, which exists by the
+// time the node runs (and itself asks the beacon which nodes are alive).
+func (b *Beacon) Run(ctx context.Context, lease func() uint64) error {
 	t := time.NewTicker(b.cfg.Interval)
 	defer t.Stop()
 	defer func() { _ = b.sub.Unsubscribe() }()
 	for {
-		b.publish()
+		b.publish(lease())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -140,7 +139,7 @@ func (b *Beacon) Run(ctx context.Context) error {
 	}
 }
 
-func (b *Beacon) publish() {
+func (b *Beacon) publish(lease uint64) {
 	nc := b.cfg.Conn.NC
 	if !nc.IsConnected() {
 		b.mu.Lock()
@@ -150,8 +149,8 @@ func (b *Beacon) publish() {
 		b.mu.Unlock()
 		return
 	}
-	if l := b.cfg.Lease(); l != 0 {
-		_ = nc.Publish(b.cfg.Subject+"."+strconv.FormatUint(l, 10), []byte(b.cfg.Name))
+	if lease != 0 {
+		_ = nc.Publish(b.cfg.Subject+"."+strconv.FormatUint(lease, 10), []byte(b.cfg.Name))
 	}
 	// Forget the nodes not heard for long (stopped, or under a new lease).
 	now := b.cfg.Clock.Now()

@@ -31,20 +31,20 @@ func TestNodesHearEachOther(t *testing.T) {
 	var leaseA, leaseB atomic.Uint64
 	leaseA.Store(7)
 	leaseB.Store(8)
-	newBeacon := func(lease *atomic.Uint64) *beacon.Beacon {
-		b, err := beacon.New(beacon.Config{Conn: conn(t, srv.URL), Lease: lease.Load, Subject: "t.nodes",
+	newBeacon := func() *beacon.Beacon {
+		b, err := beacon.New(beacon.Config{Conn: conn(t, srv.URL), Subject: "t.nodes",
 			Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Blind: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	a, b := newBeacon(&leaseA), newBeacon(&leaseB)
+	a, b := newBeacon(), newBeacon()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ctxA, stopA := context.WithCancel(ctx)
-	go a.Run(ctxA)
-	go b.Run(ctx)
+	go a.Run(ctxA, leaseA.Load)
+	go b.Run(ctx, leaseB.Load)
 	waitFor(t, "b hears a", func() bool { return b.Alive(7) })
 	waitFor(t, "a hears b", func() bool { return a.Alive(8) })
 	if b.Alive(9) {
@@ -79,19 +79,19 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // with that name, and when they last heard it.
 func TestNodesNamed(t *testing.T) {
 	srv := testsvc.NATS(t)
-	newBeacon := func(lease uint64, name string) *beacon.Beacon {
-		b, err := beacon.New(beacon.Config{Conn: conn(t, srv.URL), Lease: func() uint64 { return lease }, Subject: "t.named",
+	newBeacon := func(name string) *beacon.Beacon {
+		b, err := beacon.New(beacon.Config{Conn: conn(t, srv.URL), Subject: "t.named",
 			Interval: 50 * time.Millisecond, Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	a, b := newBeacon(7, "node-a"), newBeacon(8, "node-b")
+	a, b := newBeacon("node-a"), newBeacon("node-b")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go a.Run(ctx)
-	go b.Run(ctx)
+	go a.Run(ctx, func() uint64 { return 7 })
+	go b.Run(ctx, func() uint64 { return 8 })
 	names := func(bc *beacon.Beacon) map[uint64]string {
 		m := map[uint64]string{}
 		for _, n := range bc.Nodes() {

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -55,7 +56,10 @@ func TestWelcome(t *testing.T) {
 	c := n.dial("42", "")
 	m := c.msgType("welcome")
 	dev, _ := m["device_id"].(string)
-	if m["user_id"] != "42" || !strings.HasPrefix(dev, "d-") || m["heartbeat_interval_ms"] != 5000.0 || m["ttl_ms"] != 20000.0 ||
+	if raw, err := base64.RawURLEncoding.DecodeString(dev); err != nil || len(raw) != 8 {
+		t.Errorf("device id %q: want 8 random bytes in base64url (%v)", dev, err)
+	}
+	if m["user_id"] != "42" || m["heartbeat_interval_ms"] != 5000.0 || m["ttl_ms"] != 20000.0 ||
 		m["close_grace_ms"] != 5000.0 {
 		t.Fatalf("welcome %v", m)
 	}

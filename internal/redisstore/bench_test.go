@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -275,6 +277,8 @@ func BenchmarkMemoryPerOwnedUser(b *testing.B) {
 		device      func(i int) string
 	}{
 		{"device=d", "", func(int) string { return "d" }},
+		// What the gateway assigns a client that brings no device id.
+		{"device=server-assigned", "", func(i int) string { return gatewayDeviceID(i) }},
 		{"device=uuid", "", uuidOf},
 		{"device=uuid/listpack-value=128", "128", uuidOf},
 	} {
@@ -312,6 +316,14 @@ func BenchmarkMemoryPerOwnedUser(b *testing.B) {
 			b.ReportMetric(float64(usedMemory(b, c)-base)/float64(b.N), "B/user")
 		})
 	}
+}
+
+// gatewayDeviceID is a device id shaped like those the gateway assigns
+// (internal/gateway: newDeviceID), different for each i.
+func gatewayDeviceID(i int) string {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(i)*11400714819323198485)
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // uuidOf is a device id shaped like a UUID, different for each i.
