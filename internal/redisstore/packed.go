@@ -138,9 +138,13 @@ func decodePacked(id, v string, u *packedUser) error {
 			short = true
 			break
 		}
-		d := presence.Device{ID: v[p : p+n]}
+		d := presence.Device{ID: v[p : p+n], LastBeat: u.LastSeen}
 		p += n
-		d.LastBeat = num(6)
+		if df&128 != 0 {
+			df &^= 128 // its last beat is the user's last_seen
+		} else {
+			d.LastBeat = num(6)
+		}
 		d.LastActive = timeOf(df & 3)
 		if df&4 != 0 {
 			d.Closed = num(6)

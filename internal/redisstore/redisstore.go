@@ -20,10 +20,10 @@
 //
 // A user costs no key of its own: a bucket of up to 128 users of ≤ 64
 // bytes each is one listpack in Redis (hash-max-listpack-entries and
-// -value, Redis's defaults), ~51 bytes an online user with one device a
+// -value, Redis's defaults), ~58 bytes an online user with one device a
 // node owns, against ~70 bytes for a key alone. A user in a fuller bucket,
-// or with a value past 64 bytes (a long status text, device ids like
-// UUIDs), turns its bucket into a hash table: right, only larger
+// or with a value past 64 bytes (a long status text, several devices),
+// turns its bucket into a hash table: right, only larger
 // (docs/operations.md says how to size Buckets and those settings).
 //
 // # Versions when Redis loses its data

@@ -43,16 +43,17 @@ local FOREVER = 4503599627370496 -- 2^52
 --   2+n   t                 if t?: not empty
 --   2+n   pt                if pt?: it differs from t
 --   then each device:
---   byte  lk | cl?<<2 | own?<<3 | co<<4   lk: la is 0 (0), FOREVER (1), or follows (2); co: holders after own
+--   byte  lk | cl?<<2 | own?<<3 | co<<4 | lb=ls<<7   lk: la is 0 (0), FOREVER (1), or follows (2);
+--                                                   co: holders after own; lb=ls: lb is the user's ls
 --   1+n   id
---   6     lb
+--   6     lb                unless lb=ls (one device: nearly always)
 --   6     la                if lk = 2
 --   6     cl                if cl?: not 0
 --   6     own               if own?: not 0
 --   6×co  the other holders
 --
--- An owned user with one device of a short id, online, takes about 30
--- bytes. The fields the rules keep are those of helpers.lua's load.
+-- An owned user with one device of an 11-byte id (what the gateway
+-- assigns), online, takes 35 bytes. The fields the rules keep are those of helpers.lua's load.
 local function pack_user(u)
   local sk = 0
   if u.s == FOREVER then sk = 1 elseif u.s ~= 0 then sk = 2 end
@@ -70,8 +71,9 @@ local function pack_user(u)
     if d.la == 0 then lk = 0 elseif d.la >= FOREVER then lk = 1 end
     local df = lk
     local n = #a
-    a[n + 1], a[n + 2], a[n + 3], a[n + 4] = 0, #d.id, d.id, d.lb
-    f = f .. 'BBc0I6'
+    a[n + 1], a[n + 2], a[n + 3] = 0, #d.id, d.id
+    f = f .. 'BBc0'
+    if d.lb == u.ls then df = df + 128 else f = f .. 'I6'; a[#a + 1] = d.lb end
     if lk == 2 then f = f .. 'I6'; a[#a + 1] = d.la end
     if d.cl ~= 0 then df = df + 4; f = f .. 'I6'; a[#a + 1] = d.cl end
     if d.own ~= 0 then df = df + 8; f = f .. 'I6'; a[#a + 1] = d.own end
@@ -98,9 +100,10 @@ local function unpack_user(key, id, v)
   u.pt = u.t
   if math.floor(f2 / 64) % 2 == 1 then u.pt, p = struct.unpack('<Hc0', v, p) end
   while p <= #v do
-    local df, did, lb
-    df, did, lb, p = struct.unpack('<BBc0I6', v, p)
-    local d = {id = did, lb = lb, la = 0, cl = 0, own = 0}
+    local df, did
+    df, did, p = struct.unpack('<BBc0', v, p)
+    local d = {id = did, lb = u.ls, la = 0, cl = 0, own = 0}
+    if df >= 128 then df = df - 128 else d.lb, p = struct.unpack('<I6', v, p) end
     local lk = df % 4
     if lk == 1 then d.la = FOREVER elseif lk == 2 then d.la, p = struct.unpack('<I6', v, p) end
     if math.floor(df / 4) % 2 == 1 then d.cl, p = struct.unpack('<I6', v, p) end
