@@ -257,14 +257,9 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 				fail(execShard[j], s.takeover.err(err))
 				continue
 			}
-			for _, m := range arr {
-				c, err := decodeClaim(m, now)
-				if err != nil {
-					failed, firstErr = failed+1, firstOf(firstErr, err)
-					continue
-				}
-				out = append(out, c)
-			}
+			var bad int
+			out, bad, err = appendClaims(out, arr, now)
+			failed, firstErr = failed+bad, firstOf(firstErr, err)
 		}
 		done += len(batch)
 		took = max(took, time.Since(began))

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -511,16 +513,7 @@ func TestTakeOverInChunks(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
 	prefix := testsvc.Unique(t) + ":"
-	s := newStore(t, c, redisstore.Config{Rules: leaseRules, Prefix: prefix, Shards: 1, Buckets: 4096, EvictAfter: time.Hour})
-	const n = 2000
-	users := make([]string, n)
-	for i := range users {
-		users[i] = fmt.Sprint("w", i)
-	}
-	load(t, s, 1000, users...)
-	for _, u := range users {
-		mustClaim(t, s, 1000, 11, u, "tab", 1000, presence.Forever)
-	}
+	s, users := ownedCrowd(t, c, prefix, 11)
 	buckets, err := c.Do(ctx, c.B().Scard().Key(prefix+"{0}ob:11").Build()).AsInt64()
 	if err != nil || buckets < 65*16 {
 		t.Fatalf("the lease's devices in %d buckets (%v): want more than 64 chunks of 16", buckets, err)
@@ -555,17 +548,7 @@ func TestTakeOverInChunks(t *testing.T) {
 func TestTakeOverLeftForTheNextCall(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
-	prefix := testsvc.Unique(t) + ":"
-	s := newStore(t, c, redisstore.Config{Rules: leaseRules, Prefix: prefix, Shards: 1, Buckets: 4096, EvictAfter: time.Hour})
-	const n = 2000
-	users := make([]string, n)
-	for i := range users {
-		users[i] = fmt.Sprint("x", i)
-	}
-	load(t, s, 1000, users...)
-	for _, u := range users {
-		mustClaim(t, s, 1000, 12, u, "tab", 1000, presence.Forever)
-	}
+	s, users := ownedCrowd(t, c, testsvc.Unique(t)+":", 12)
 	const renewed = 5000
 	now := int64(renewed + lTTL)
 	slowDurable := func(context.Context, []string) (map[string]int64, error) {
@@ -601,4 +584,21 @@ func TestTakeOverLeftForTheNextCall(t *testing.T) {
 			t.Fatalf("%s announced offline %d times, want once", u, got[u])
 		}
 	}
+}
+
+// ownedCrowd is a store of one shard of 4,096 buckets under prefix with
+// 2,000 users, each with a device lease claimed at 1000: the lease holds
+// devices in far more buckets than one round of takeover scripts reads.
+func ownedCrowd(t *testing.T, c rueidis.Client, prefix string, lease uint64) (*redisstore.Store, []string) {
+	t.Helper()
+	s := newStore(t, c, redisstore.Config{Rules: leaseRules, Prefix: prefix, Shards: 1, Buckets: 4096, EvictAfter: time.Hour})
+	users := make([]string, 2000)
+	for i := range users {
+		users[i] = fmt.Sprint("w", i)
+	}
+	load(t, s, 1000, users...)
+	for _, u := range users {
+		mustClaim(t, s, 1000, lease, u, "tab", 1000, presence.Forever)
+	}
+	return s, users
 }

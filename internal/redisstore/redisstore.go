@@ -668,14 +668,9 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 			if len(arr) == per {
 				more = true
 			}
-			for _, m := range arr {
-				c, err := decodeClaim(m, now)
-				if err != nil {
-					failed, firstErr = failed+1, firstOf(firstErr, err)
-					continue
-				}
-				out = append(out, c)
-			}
+			var bad int
+			out, bad, err = appendClaims(out, arr, now)
+			failed, firstErr = failed+bad, firstOf(firstErr, err)
 		}
 		if !more || failed > 0 {
 			// Every due shard was drained (a new probe would find only
@@ -703,6 +698,21 @@ func shardsErr(op string, failed, answered int, err error) error {
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	return &tracker.PartialError{Err: fmt.Errorf("redisstore: %s: %d shards failed: %w", op, failed, err)}
+}
+
+// appendClaims appends to out the changes of a script that returns them
+// as {user, change…} (expire, takeover); it counts those it cannot decode
+// and returns the first such error.
+func appendClaims(out []presence.Change, arr []rueidis.RedisMessage, now int64) (_ []presence.Change, bad int, err error) {
+	for _, m := range arr {
+		c, e := decodeClaim(m, now)
+		if e != nil {
+			bad, err = bad+1, firstOf(err, e)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, bad, err
 }
 
 // decodeClaim decodes a change returned by the expire script: {user,
