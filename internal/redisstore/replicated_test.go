@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,6 +72,45 @@ func TestClaimsWaitForTheReplicas(t *testing.T) {
 	}
 	if len(on) == 0 || len(off) == 0 {
 		t.Fatalf("users on the master: %d, elsewhere: %d", len(on), len(off))
+	}
+
+	// Many claims at once (a reconnect storm) share a bounded pool of
+	// connections of their own: the master does not see one per claim.
+	mc := dial(t, "redis://"+m.Addr)
+	clients := func() int {
+		t.Helper()
+		info, err := mc.Do(ctx, mc.B().Info().Section("clients").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if n, ok := strings.CutPrefix(line, "connected_clients:"); ok {
+				c, _ := strconv.Atoi(n)
+				return c
+			}
+		}
+		t.Fatalf("no connected_clients in %q", info)
+		return 0
+	}
+	before := clients()
+	var wg sync.WaitGroup
+	for i := range 300 {
+		wg.Go(func() {
+			u := fmt.Sprint("storm", i)
+			if err := s.Load(ctx, 1000, &presence.Profile{UserID: u}); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := claim(u); err != nil {
+				t.Errorf("claim of %s in a storm: %v", u, err)
+			}
+		})
+	}
+	wg.Wait()
+	if conns := clients(); conns-before > 2*16 {
+		t.Errorf("%d connections on the master after 300 claims at once, %d before: want at most twice the pool's 16 more", conns, before)
+	} else {
+		t.Logf("%d connections on a master after 300 claims at once, %d before", conns, before)
 	}
 
 	if err := reps[0].Pause(); err != nil {
