@@ -185,13 +185,15 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 	}
 	var u packedUser
 	done := 0              // chunks taken over (or whose shard failed)
-	var took time.Duration // the longest batch so far
-	for lo := 0; lo < len(chunks) && ctx.Err() == nil; lo += takeOverBatch {
-		if dl, ok := ctx.Deadline(); ok && lo > 0 && time.Until(dl) < 2*took {
-			break // stop between batches, not in one: the rest is for the next call
+	var took time.Duration // the rounds so far
+	for lo, size := 0, takeOverBatch/8; lo < len(chunks) && ctx.Err() == nil; lo, size = lo+size, takeOverBatch {
+		// The first round is small, so that its time says what a round
+		// costs before a full one is started.
+		if dl, ok := ctx.Deadline(); ok && lo > 0 && time.Until(dl) < 2*took*time.Duration(size)/time.Duration(max(1, lo)) {
+			break // stop between rounds, not in one: the rest is for the next call
 		}
 		began := time.Now()
-		batch := chunks[lo:min(len(chunks), lo+takeOverBatch)]
+		batch := chunks[lo:min(len(chunks), lo+size)]
 		// The lease's users in the batch's buckets, for their durable
 		// last_seen.
 		var reads rueidis.Commands
@@ -229,11 +231,16 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 		}
 		var seen map[string]int64
 		if lastSeen != nil && len(all) > 0 {
-			// Without the durable last_seen (PostgreSQL down) the takeover
-			// still happens, with the last_seen Redis holds: a dead node's
-			// devices must not stay online for as long as PostgreSQL is
-			// away.
-			seen, _ = lastSeen(ctx, all)
+			// Without the durable last_seen (PostgreSQL down or slow) the
+			// takeover still happens, with the last_seen Redis holds: a
+			// dead node's devices must not stay online for as long as
+			// PostgreSQL is away. It gets half the time left.
+			lctx, cancel := ctx, context.CancelFunc(func() {})
+			if dl, ok := ctx.Deadline(); ok {
+				lctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+			}
+			seen, _ = lastSeen(lctx, all)
+			cancel()
 		}
 		var execs []rueidis.LuaExec
 		var execShard []int
@@ -262,16 +269,12 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 			failed, firstErr = failed+bad, firstOf(firstErr, err)
 		}
 		done += len(batch)
-		took = max(took, time.Since(began))
+		took += time.Since(began)
 	}
 	// Chunks left for want of time are taken over by a later call: their
 	// buckets stay in the sets until then.
 	var late error
-	switch {
-	case done == len(chunks):
-	case ctx.Err() != nil:
-		late = ctx.Err()
-	default:
+	if done < len(chunks) {
 		late = tracker.ErrTakeOverLeft
 	}
 	return out, takeOverErr(failed, answered, failedShards, firstErr, late)
@@ -397,19 +400,17 @@ func (s *Store) ownedOp(ctx context.Context, sc *script, op string, keys, args [
 	for _, d := range devs {
 		args = append(args, d.ID, i64(d.LastBeat), i64(d.LastActive))
 	}
-	m, err := s.execReplicated(ctx, sc, s.shardIndex(user), keys, args)
-	if err != nil && !errors.Is(err, tracker.ErrNotReplicated) {
+	m, err := sc.Exec(ctx, s.c, keys, args).ToMessage()
+	if err != nil {
 		return presence.Change{}, nil, wrapErr(op, sc.err(err))
 	}
-	ch, lost, rerr := s.ownedReply(m, user, now, op)
-	switch {
-	case rerr != nil:
-		return ch, lost, rerr
-	case err != nil:
-		s.unacked(user, ch)
-		return presence.Change{}, nil, wrapErr(op, err)
+	ch, lost, err := s.ownedReply(m, user, now, op)
+	if err == nil && len(lost) > 0 {
+		// A device it did not find: a claim of it not replicated in
+		// time was lost (a failover); its change must not be told.
+		s.forget(user)
 	}
-	return s.acked(user, ch), lost, nil
+	return ch, lost, err
 }
 
 // ownedReply decodes {change, lost devices}.

@@ -551,15 +551,19 @@ func TestTakeOverLeftForTheNextCall(t *testing.T) {
 	s, users := ownedCrowd(t, c, testsvc.Unique(t)+":", 12)
 	const renewed = 5000
 	now := int64(renewed + lTTL)
-	slowDurable := func(context.Context, []string) (map[string]int64, error) {
-		time.Sleep(200 * time.Millisecond) // PostgreSQL answering slowly
-		return nil, nil
+	slowDurable := func(ctx context.Context, _ []string) (map[string]int64, error) {
+		select { // PostgreSQL answering slowly
+		case <-time.After(200 * time.Millisecond):
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	got := map[string]int{}
 	left := 0
 	for call := 0; ; call++ {
-		if call == 10 {
-			t.Fatalf("not taken over in 10 calls (%d returned ErrTakeOverLeft)", left)
+		if call == 40 {
+			t.Fatalf("not taken over in 40 calls (%d returned ErrTakeOverLeft)", left)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		out, err := s.TakeOver(cctx, now, 12, renewed, slowDurable, nil)

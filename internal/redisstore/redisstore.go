@@ -325,13 +325,14 @@ func Dial(url string) (rueidis.Client, error) {
 	// replica's fill decode without building a map per bucket (RESP3
 	// answers a map, which rueidis exposes only as a Go map).
 	opt.AlwaysRESP2 = true
-	// Writes that wait for the replicas (replicated.go) take a connection
+	// Claims that wait for the replicas (replicated.go) take a connection
 	// of their own from this pool, per Redis node: a reconnect storm must
-	// not open a thousand (rueidis's default) from every node. 16 in use
-	// at once carry ten thousand claims a second and more; idle ones
-	// close. (Measured: 300 claims at once opened 2 × the pool's size on
-	// their master, TestClaimsWaitForTheReplicas.)
-	opt.BlockingPoolSize = 16
+	// not open a thousand (rueidis's default) from every node. 32 in use
+	// at once carry tens of thousands of claims a second, and ~300 a
+	// second while a replica lags (each then holds its connection for
+	// WAIT's 100 ms); idle ones close. (Measured: 300 claims at once
+	// opened 2 × the pool's size on their master.)
+	opt.BlockingPoolSize = 32
 	opt.BlockingPoolCleanup = time.Minute
 	opt.BlockingPoolMinSize = 2
 	c, err := rueidis.NewClient(opt)

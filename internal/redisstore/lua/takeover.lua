@@ -25,7 +25,8 @@ for b = 6, 5 + k do
     local all = redis.call('HGETALL', key)
     for j = 1, #all, 2 do
       local id = all[j]
-      local u = unpack_user(key, id, all[j + 1])
+      local ok, u = pcall(unpack_user, key, id, all[j + 1])
+      if not ok then u = {devs = {}} end -- not a packed user: left alone, the others taken over
       local mine = false
       for _, d in ipairs(u.devs) do
         if holds(d, own) and shared(d) then

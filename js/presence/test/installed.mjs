@@ -80,6 +80,9 @@ test("a client of the installed package sees a presence change on a real node, a
   });
   bob.start();
   await until(() => seen.at(-1) === "online", "alice sees bob online");
+  // The server announces bob before it answers his upgrade: his welcome
+  // may arrive after alice heard of him.
+  await until(() => bob.userId !== null, "bob's welcome");
   assert.equal(bob.userId, "bob", "the welcome names the token's user");
   bob.setStatus("busy", "in a meeting");
   await until(() => seen.at(-1) === "busy", "alice sees bob busy");
