@@ -109,9 +109,18 @@ func newFailoverFixture(t *testing.T) *failoverFixture {
 // (FNV-1a of the user id over the shards, then over the default 64
 // buckets); newFailoverFixture checks that the bucket holds the user.
 func (f *failoverFixture) key(user string) string {
+	return bucketKey(f.prefix, failoverShards, 64, user)
+}
+
+// bucketKey is the key of user's bucket in a store of prefix with shards
+// shards of buckets buckets, as the package doc lays keys out: FNV-1a of
+// the user id over the shards, then over the buckets. Tests that look at
+// the keys themselves (which master holds a user) compute it apart from
+// the store.
+func bucketKey(prefix string, shards, buckets uint32, user string) string {
 	h := fnv.New32a()
 	h.Write([]byte(user))
-	return f.prefix + "{" + strconv.Itoa(int(h.Sum32()%failoverShards)) + "}p:" + strconv.Itoa(int(h.Sum32()/failoverShards%64))
+	return fmt.Sprintf("%s{%d}p:%d", prefix, h.Sum32()%shards, h.Sum32()/shards%buckets)
 }
 
 // split returns the users whose master is m and the others.

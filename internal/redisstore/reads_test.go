@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"testing"
@@ -95,11 +94,7 @@ func getAll(t *testing.T, s *redisstore.Store, now int64, ids []string) []presen
 func writeOldLayout(t testing.TB, c rueidis.Client, s *redisstore.Store, prefix string, shards, buckets int, ids []string) int {
 	t.Helper()
 	ctx := context.Background()
-	shardOf := func(id string) int {
-		h := fnv.New32a()
-		h.Write([]byte(id))
-		return int(h.Sum32() % uint32(shards))
-	}
+	shardOf := s.Part // a shard is a part of the store
 	held := 0
 	leases := map[uint64]bool{}
 	var cmds rueidis.Commands

@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,14 +28,9 @@ func TestClaimsWaitForTheReplicas(t *testing.T) {
 	ctx := t.Context()
 	prefix := testsvc.Unique(t) + ":"
 	s := newStore(t, c, redisstore.Config{Rules: leaseRules, Prefix: prefix, EvictAfter: time.Hour})
-	bucket := func(user string) string {
-		h := fnv.New32a()
-		h.Write([]byte(user))
-		return prefix + "{" + strconv.Itoa(int(h.Sum32()%256)) + "}p:" + strconv.Itoa(int(h.Sum32()/256%64))
-	}
 	masterOf := func(user string) *testsvc.Server {
 		t.Helper()
-		m, err := cl.MasterOf(bucket(user))
+		m, err := cl.MasterOf(bucketKey(prefix, 256, 64, user))
 		if err != nil {
 			t.Fatal(err)
 		}
