@@ -17,9 +17,10 @@ import (
 // it (lua/packed.lua): each user's hash (<prefix>{shard}u:<id>) packed
 // into its bucket, each lease's set of users in a shard
 // (<prefix>{shard}own:<lease>) into its set of buckets, and the read hashes
-// (<prefix>{shard}b) dropped. Open calls it before the node serves; it
-// walks every Redis node's keys (SCAN) and costs a few milliseconds when
-// there is nothing to move. It returns the number of users packed.
+// (<prefix>{shard}b) dropped. Open calls it before the node serves, unless
+// Redis holds the layout key (CheckLayout: a node of this layout was
+// here, so nothing older is left); it walks every Redis node's keys
+// (SCAN). It returns the number of users packed.
 //
 // Nodes of a build before the packed layout must be stopped first: they
 // keep reading and writing the old keys (docs/operations.md).

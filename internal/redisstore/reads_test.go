@@ -344,3 +344,27 @@ func TestLayoutIsChecked(t *testing.T) {
 		t.Errorf("open again with the same layout: %v", err)
 	}
 }
+
+// Open moves an older layout in only until a node of this layout has
+// recorded it: later starts skip the walk over every key (a user hash of
+// an old node that was not stopped is not moved then: docs/operations.md
+// says to stop those first).
+func TestOpenMigratesOnlyBeforeTheLayoutIsRecorded(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	prefix := testsvc.Unique(t) + ":"
+	cfg := redisstore.Config{Prefix: prefix, Shards: 4}
+	old := prefix + "{1}u:late"
+	if err := c.Do(ctx, c.B().Hset().Key(old).FieldValue().FieldValue("ls", "5").FieldValue("v", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, n, err := redisstore.Open(ctx, c, cfg); err != nil || n != 1 {
+		t.Fatalf("first open: %d moved, %v; want the old user moved", n, err)
+	}
+	if err := c.Do(ctx, c.B().Hset().Key(old).FieldValue().FieldValue("ls", "5").FieldValue("v", "1").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, n, err := redisstore.Open(ctx, c, cfg); err != nil || n != 0 {
+		t.Fatalf("open after the layout was recorded: %d moved, %v; want no walk", n, err)
+	}
+}

@@ -232,21 +232,32 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 
 // Open is what a node does with its store before it serves: New, the
 // version floors raised to this run's epoch (cfg.Rules.Epoch << 32: see
-// the package doc) and what builds before the packed layout kept moved
-// into it (Migrate). It returns the store and the number of users moved.
+// the package doc) and, unless Redis says a node of this layout was here
+// (CheckLayout's key), what builds before the packed layout kept moved
+// into it (Migrate) and the layout recorded — after the move, so that a
+// node stopped during it moves the rest at its next start. It returns the store and the number of users moved.
 func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error) {
 	s, err := New(c, cfg)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := s.CheckLayout(ctx); err != nil {
+	packed, err := s.layoutRecorded(ctx)
+	if err != nil {
 		return nil, 0, err
 	}
 	if err := s.RaiseFloor(ctx, s.rules.Epoch<<32); err != nil {
 		return nil, 0, err
 	}
+	if packed {
+		// A node of this layout was here: nothing older is left to move
+		// (a SCAN of every key would cost each start seconds at scale).
+		return s, 0, nil
+	}
 	n, err := s.Migrate(ctx)
 	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.CheckLayout(ctx); err != nil {
 		return nil, 0, err
 	}
 	return s, n, nil
@@ -262,7 +273,8 @@ func (s *Store) layout() string {
 // users — the shards and the buckets of each — unless a node recorded it
 // before, and fails if that node's differs: nodes that disagree look for a
 // user in different buckets (users reload without their devices, and the
-// old copies are never read again). Open calls it.
+// old copies are never read again). Open calls it once nothing older is
+// left to move in.
 func (s *Store) CheckLayout(ctx context.Context) (err error) {
 	defer callCheckLayout.Start(ctx).Done(&err)
 	want := s.layout()
@@ -272,7 +284,27 @@ func (s *Store) CheckLayout(ctx context.Context) (err error) {
 		return nil // recorded now
 	case err != nil:
 		return fmt.Errorf("redisstore: check layout: %w", err)
-	case got != want:
+	}
+	return s.layoutErr(got)
+}
+
+// layoutRecorded reports whether Redis holds this store's layout
+// (CheckLayout), and fails if it holds another.
+func (s *Store) layoutRecorded(ctx context.Context) (bool, error) {
+	got, err := s.c.Do(ctx, s.c.B().Get().Key(s.prefix+"layout").Build()).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("redisstore: check layout: %w", err)
+	}
+	return true, s.layoutErr(got)
+}
+
+// layoutErr is the error of a node whose layout is not got, the one Redis
+// holds.
+func (s *Store) layoutErr(got string) error {
+	if want := s.layout(); got != want {
 		return fmt.Errorf("redisstore: Redis holds users as %q (key %slayout) but this node packs them as %q: "+
 			"start every node with the same -redis-buckets (changing it needs the users moved: not supported yet)", got, s.prefix, want)
 	}
