@@ -82,9 +82,13 @@
 //     with backoff, before any newer event (so a user's events reach the
 //     stream in order, except that a retried one may follow newer events
 //     that were already in flight); while NATS is down events wait in the
-//     queue. If a publish finds no stream (deleted by an operator), the
-//     stream is created again before the retry. Failed contact
-//     announcements are re-sent the same way.
+//     queue. After a reconnection, a publish refused for want of a stream
+//     (no responders), or a second failed round (a publish to a subject
+//     that nodes subscribe to times out when no stream captures it), the
+//     stream is looked up before anything is sent, and created again if
+//     it is missing (NATS lost its store, or an operator deleted it);
+//     Stream reports it missing meanwhile. Failed contact announcements
+//     are re-sent the same way.
 //   - the dispatcher drains one bounded channel into which every per-user
 //     subscription delivers (nats.go's ChanSubscribe: no goroutine per
 //     subscription), skips the messages this node published itself (its hub
@@ -246,6 +250,26 @@ type Stats struct {
 	// ContactsDropped counts announcements dropped because too many waited
 	// for OnContactsChanged (a resync was asked for instead).
 	ContactsDropped uint64
+	// StreamMissing is true while this node found the stream missing
+	// (NATS lost its store, or it was deleted) and could not create it
+	// again yet: its changes wait, and services reading the stream get
+	// none of them.
+	StreamMissing bool
+	// StreamRecreated counts the times this node found the stream missing
+	// and created it again (what it held before is lost).
+	StreamRecreated uint64
+	// Unacked is how long the stream has acknowledged none of this
+	// node's changes while some wait (from the first failed publish
+	// since the last acknowledgement); 0 when none waits or the stream
+	// keeps up.
+	Unacked time.Duration
+}
+
+// StreamHealth is what the bus knows of the stream now (see Stats).
+type StreamHealth struct {
+	Missing bool          // Stats.StreamMissing
+	Unacked time.Duration // Stats.Unacked
+	Waiting int           // changes accepted and not yet acknowledged
 }
 
 // ErrClosed is returned by Run after Close.
@@ -298,6 +322,9 @@ type Bus struct {
 	nsubs                                     atomic.Int64
 	announced, announceFailed, contactsIn     atomic.Uint64
 	contactsDropped                           atomic.Uint64
+	recreated                                 atomic.Uint64
+	streamMissing                             atomic.Bool
+	failingSince                              atomic.Int64 // unix ns of the first failed publish since the last ack; 0: none
 	lastDropLog, lastSlowLog, lastDecodeLog   atomic.Int64 // unix ns: rate limits of logLimited
 	lastPubLog, lastAnnLog, lastContLog       atomic.Int64
 }
@@ -493,6 +520,26 @@ func (b *Bus) ensureStream(ctx context.Context) (err error) {
 	return nil
 }
 
+// lookUpStream asks the server for the stream: nil if it exists,
+// jetstream.ErrStreamNotFound if it does not.
+func (b *Bus) lookUpStream(ctx context.Context) (err error) {
+	defer callStreamInfo.Start(ctx).Done(&err)
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	_, err = b.js.Stream(ctx, b.cfg.Stream)
+	return err
+}
+
+// Stream reports what the bus knows of the stream now, from the
+// publisher's last look (no call to NATS). Safe for concurrent use.
+func (b *Bus) Stream() StreamHealth {
+	h := StreamHealth{Missing: b.streamMissing.Load(), Waiting: b.q.len() + b.pub.held()}
+	if since := b.failingSince.Load(); since != 0 && h.Waiting > 0 {
+		h.Unacked = max(time.Duration(time.Now().UnixNano()-since), 0)
+	}
+	return h
+}
+
 // Ping reports whether the bus is connected to NATS and the server answers
 // (a round trip). It is safe for concurrent use.
 func (b *Bus) Ping(ctx context.Context) (err error) {
@@ -631,7 +678,10 @@ func (b *Bus) Stats() Stats {
 		AnnounceFailed:  b.announceFailed.Load(),
 		ContactsIn:      b.contactsIn.Load(),
 		ContactsDropped: b.contactsDropped.Load(),
+		StreamRecreated: b.recreated.Load(),
 	}
+	h := b.Stream()
+	s.StreamMissing, s.Unacked = h.Missing, h.Unacked
 	// Copy the subscriptions under the lock, count outside it: the
 	// dispatcher takes the lock for every message, and a scrape must not
 	// hold it while asking each subscription for its drops.

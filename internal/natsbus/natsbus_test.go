@@ -631,33 +631,48 @@ func TestPausedServer(t *testing.T) {
 }
 
 // TestStreamDeleted: a publish that finds no stream (an operator deleted
-// it) creates it again and lands.
+// it) creates it again and lands — also when another node subscribes to
+// the user (watched), so that the publish is not refused at once but
+// times out.
 func TestStreamDeleted(t *testing.T) {
-	e := newEnv(t, testsvc.SharedNATS(t))
-	a := e.open("a")
-	a.Publish(event("d", 1))
-	waitFor(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
-	js, err := jetstream.New(a.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := js.DeleteStream(ctx, e.stream); err != nil {
-		t.Fatal(err)
-	}
-	a.Publish(event("d", 2))
-	waitFor(t, "the second ack", func() bool { return a.Stats().Acked == 2 })
-	s, err := js.Stream(ctx, e.stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.GetLastMsgForSubject(ctx, subjectOf(a.prefix, "d"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := m.Header.Get("Nats-Msg-Id"); got != "d:2" {
-		t.Errorf("last message %q, want d:2", got)
+	defer func(d time.Duration) { ackTimeout = d }(ackTimeout)
+	ackTimeout = 300 * time.Millisecond
+	for _, watched := range []bool{false, true} {
+		t.Run(fmt.Sprint("watched=", watched), func(t *testing.T) {
+			e := newEnv(t, testsvc.SharedNATS(t))
+			a := e.open("a")
+			if watched {
+				b := e.open("b")
+				b.watch("d")
+			}
+			a.Publish(event("d", 1))
+			waitFor(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
+			js, err := jetstream.New(a.nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := js.DeleteStream(ctx, e.stream); err != nil {
+				t.Fatal(err)
+			}
+			a.Publish(event("d", 2))
+			waitFor(t, "the second ack", func() bool { return a.Stats().Acked == 2 })
+			s, err := js.Stream(ctx, e.stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := s.GetLastMsgForSubject(ctx, subjectOf(a.prefix, "d"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.Header.Get("Nats-Msg-Id"); got != "d:2" {
+				t.Errorf("last message %q, want d:2", got)
+			}
+			if st := a.Stats(); st.StreamRecreated != 1 || st.StreamMissing {
+				t.Errorf("stats %+v, want the stream re-created once, not missing", st)
+			}
+		})
 	}
 }
 

@@ -21,6 +21,7 @@ var (
 	callPublish      = backendcall.New("nats", "publish")
 	callPing         = backendcall.New("nats", "ping")
 	callEnsureStream = backendcall.New("nats", "ensure_stream")
+	callStreamInfo   = backendcall.New("nats", "stream_info")
 	callAnnounce     = backendcall.New("nats", "announce")
 	callSubscribe    = backendcall.New("nats", "subscribe")
 	callUnsubscribe  = backendcall.New("nats", "unsubscribe")
@@ -104,7 +105,7 @@ type publisher struct {
 	retry    []*outMsg // failed, to send again before anything newer
 	retryAt  time.Time
 	backoff  time.Duration
-	recreate bool         // a publish found no stream: create it again before retrying
+	check    bool         // a publish failed, or NATS came back: look up the stream before sending
 	nheld    atomic.Int64 // len(inflight)+len(retry), for Stats
 	timer    *time.Timer
 	buf      []byte
@@ -145,7 +146,7 @@ func (p *publisher) run(ctx context.Context, flush bool) int {
 			notify = b.q.notify // every append signals it after the append
 		}
 		var timerC <-chan time.Time
-		if len(p.retry) > 0 && len(p.inflight) < maxInFlight {
+		if (len(p.retry) > 0 || p.check) && len(p.inflight) < maxInFlight {
 			p.timer.Reset(time.Until(p.retryAt))
 			timerC = p.timer.C
 		}
@@ -161,8 +162,11 @@ func (p *publisher) run(ctx context.Context, flush bool) int {
 		case <-b.annNotify:
 		case <-timerC:
 		case <-b.reconn:
-			p.retryAt = time.Time{} // NATS is back: retry now
+			// NATS is back: look at the stream (a server that lost its
+			// store lost it) and retry now.
+			p.retryAt = time.Time{}
 			p.backoff = 0
+			p.check = true
 		}
 		p.timer.Stop() // (Go ≥ 1.23: no stale tick is left in C)
 	}
@@ -190,6 +194,7 @@ func (p *publisher) acked(*jetstream.PubAck) {
 	p.inflight[0] = nil
 	p.inflight = p.inflight[1:]
 	p.b.acked.Add(1)
+	p.b.failingSince.Store(0)
 	p.backoff = 0
 }
 
@@ -207,9 +212,18 @@ func (p *publisher) failedHead(err error) {
 // fail schedules the retry list after the next backoff step. Failures
 // while a retry is already scheduled (the rest of a failed round) do not
 // lengthen the wait.
+//
+// A failure that persists — a second round failing with no ack between —
+// may mean that the stream is gone, so the stream is looked up (and
+// created again if missing) before the next round. A publish to a subject
+// no stream captures is refused at once only when nobody else listens on
+// it (jetstream.ErrNoStreamResponse, which is looked into at once); one to
+// a subject that nodes subscribe to (a watched user) reaches those
+// subscribers and times out instead, like a publish to a slow server.
 func (p *publisher) fail(err error) {
+	p.b.failingSince.CompareAndSwap(0, time.Now().UnixNano())
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
-		p.recreate = true // the stream may have been deleted
+		p.check = true
 	}
 	if time.Now().Before(p.retryAt) {
 		return
@@ -218,6 +232,7 @@ func (p *publisher) fail(err error) {
 		p.backoff = minBackoff
 	} else {
 		p.backoff = min(2*p.backoff, maxBackoff)
+		p.check = true // the retries failed too
 	}
 	p.retryAt = time.Now().Add(p.backoff)
 	p.b.logLimited(&p.b.lastPubLog, "publish to the stream failed; will retry", "err", err, "waiting", len(p.retry))
@@ -228,21 +243,19 @@ func (p *publisher) fail(err error) {
 func (p *publisher) send(ctx context.Context) {
 	b := p.b
 	for len(p.inflight) < maxInFlight {
+		if (p.check || len(p.retry) > 0) && time.Now().Before(p.retryAt) {
+			return
+		}
+		if p.check {
+			if !p.checkStream(ctx) {
+				return
+			}
+			p.check = false
+		}
 		var m *outMsg
 		fromRetry := false
 		switch {
 		case len(p.retry) > 0:
-			if time.Now().Before(p.retryAt) {
-				return
-			}
-			if p.recreate && b.nc.IsConnected() {
-				p.recreate = false
-				if err := b.ensureStream(ctx); err != nil {
-					p.fail(err)
-					return
-				}
-				b.log.Warn("stream re-created: it did not answer", "stream", b.cfg.Stream)
-			}
 			m, fromRetry = p.retry[0], true
 		default:
 			if p.next >= len(p.batch) {
@@ -277,6 +290,40 @@ func (p *publisher) send(ctx context.Context) {
 			b.q.n.Add(-1)
 		}
 	}
+}
+
+// checkStream looks the stream up and creates it again if it is missing
+// (a NATS server that lost its store, an operator's delete). It reports
+// whether publishing may go on; if not, it scheduled the next look (fail).
+func (p *publisher) checkStream(ctx context.Context) bool {
+	b := p.b
+	if !b.nc.IsConnected() {
+		p.fail(nats.ErrConnectionReconnecting)
+		return false
+	}
+	err := b.lookUpStream(ctx)
+	if err == nil {
+		if b.streamMissing.Swap(false) {
+			b.log.Info("the stream is there again", "stream", b.cfg.Stream)
+		}
+		return true
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		p.fail(err) // no answer (JetStream starting, NATS slow): look again later
+		return false
+	}
+	if !b.streamMissing.Swap(true) {
+		b.log.Warn("the stream is missing (NATS lost its store, or it was deleted): creating it again; "+
+			"what it held is lost, changes of this node wait until it exists", "stream", b.cfg.Stream)
+	}
+	if err := b.ensureStream(ctx); err != nil {
+		p.fail(err)
+		return false
+	}
+	b.streamMissing.Store(false)
+	b.recreated.Add(1)
+	b.log.Warn("stream re-created", "stream", b.cfg.Stream, "waiting", b.q.len()+len(p.retry))
+	return true
 }
 
 // encode builds the message of ev.
