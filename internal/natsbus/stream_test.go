@@ -108,7 +108,9 @@ func TestStoreLost(t *testing.T) {
 			if watched {
 				// (u:2 may have gone out before b subscribed again: a
 				// node resyncs its watchers after a reconnection.)
-				waitForf(t, func() string { return fmt.Sprintf("b got the change made after the restart: %+v, stats %+v", b.rec.of("u"), b.Stats()) }, func() bool {
+				waitForf(t, func() string {
+					return fmt.Sprintf("b got the change made after the restart: %+v, stats %+v", b.rec.of("u"), b.Stats())
+				}, func() bool {
 					evs := b.rec.of("u")
 					return len(evs) > 0 && evs[len(evs)-1].Version == 3
 				})
