@@ -8,6 +8,8 @@ import (
 
 	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/buildinfo"
+	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/tracker"
 )
 
 // TestBuildInfo: /metrics carries presenced_build_info with the labels of
@@ -47,6 +49,26 @@ func TestBackendCalls(t *testing.T) {
 		`presenced_backend_call_duration_seconds_bucket{backend="metricstest",op="probe",le="+Inf"} 2` + "\n",
 	} {
 		if !strings.Contains(body, want) {
+			t.Errorf("no %q in /metrics", want)
+		}
+	}
+}
+
+// TestBusStream: what the bus knows of the changes stream is on /metrics:
+// missing now, re-created, how long changes have waited for an ack, and
+// the publishes awaiting one.
+func TestBusStream(t *testing.T) {
+	st := natsbus.Stats{InFlight: 7, StreamMissing: true, StreamRecreated: 2, Unacked: 1500 * time.Millisecond}
+	r := New(Sources{Tracker: func() tracker.Stats { return tracker.Stats{} }, Bus: func() natsbus.Stats { return st }})
+	rec := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		"presenced_bus_in_flight 7\n",
+		"presenced_bus_stream_missing 1\n",
+		"presenced_bus_stream_recreated_total 2\n",
+		"presenced_bus_unacked_seconds 1.5\n",
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("no %q in /metrics", want)
 		}
 	}

@@ -42,6 +42,10 @@ var (
 	descBusRetried   = prometheus.NewDesc("presenced_bus_retried_total", "Publishes sent again after a failure or a missing ack.", nil, nil)
 	descBusDropped   = prometheus.NewDesc("presenced_bus_dropped_total", "Changes dropped because the outgoing queue was full.", nil, nil)
 	descBusQueued    = prometheus.NewDesc("presenced_bus_queued", "Changes waiting to be published.", nil, nil)
+	descBusInFlight  = prometheus.NewDesc("presenced_bus_in_flight", "Changes published and awaiting the stream's ack, or failed and awaiting a retry.", nil, nil)
+	descBusMissing   = prometheus.NewDesc("presenced_bus_stream_missing", "1 while this node finds the changes stream (PRESENCE_CHANGES) missing and cannot create it again: its changes wait, readers of the stream get none of them.", nil, nil)
+	descBusRecreated = prometheus.NewDesc("presenced_bus_stream_recreated_total", "Times this node found the changes stream missing (NATS lost its store, or it was deleted) and created it again; what it held before is lost.", nil, nil)
+	descBusUnacked   = prometheus.NewDesc("presenced_bus_unacked_seconds", "How long the changes stream has acknowledged none of this node's changes while some wait (0: none waits, or the stream keeps up).", nil, nil)
 	descBusReceived  = prometheus.NewDesc("presenced_bus_received_total", "Changes of other nodes received for this node's watchers.", nil, nil)
 	descBusSubs      = prometheus.NewDesc("presenced_bus_subscriptions", "Users this node subscribes to on NATS (watched here).", nil, nil)
 	descBusSlow      = prometheus.NewDesc("presenced_bus_slow_consumer_total", "Incoming changes NATS dropped because this node fell behind.", nil, nil)
@@ -58,7 +62,7 @@ type scaleOutCollector struct {
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descPartsDown, descPartOutages, descDegradedReads, descAwaiting, descProfiles,
-		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerSnapshots, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusReceived, descBusSubs, descBusSlow, descIngest} {
+		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerSnapshots, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusInFlight, descBusMissing, descBusRecreated, descBusUnacked, descBusReceived, descBusSubs, descBusSlow, descIngest} {
 		ch <- d
 	}
 }
@@ -103,6 +107,14 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBusRetried, prometheus.CounterValue, float64(s.Retried))
 		ch <- prometheus.MustNewConstMetric(descBusDropped, prometheus.CounterValue, float64(s.Dropped))
 		ch <- prometheus.MustNewConstMetric(descBusQueued, prometheus.GaugeValue, float64(s.Queued))
+		ch <- prometheus.MustNewConstMetric(descBusInFlight, prometheus.GaugeValue, float64(s.InFlight))
+		missing := 0.0
+		if s.StreamMissing {
+			missing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descBusMissing, prometheus.GaugeValue, missing)
+		ch <- prometheus.MustNewConstMetric(descBusRecreated, prometheus.CounterValue, float64(s.StreamRecreated))
+		ch <- prometheus.MustNewConstMetric(descBusUnacked, prometheus.GaugeValue, s.Unacked.Seconds())
 		ch <- prometheus.MustNewConstMetric(descBusReceived, prometheus.CounterValue, float64(s.Received))
 		ch <- prometheus.MustNewConstMetric(descBusSubs, prometheus.GaugeValue, float64(s.Subscriptions))
 		ch <- prometheus.MustNewConstMetric(descBusSlow, prometheus.CounterValue, float64(s.SlowConsumer))
