@@ -205,7 +205,7 @@ type AdminNode struct {
 	// "alive" (another node heard from within the lease timeout),
 	// "silent" (not heard from: it will be taken over) or "taken_over".
 	Health string            `json:"health"`
-	Checks map[string]string `json:"checks,omitempty"` // this node: part → "ok" or "unavailable"
+	Checks map[string]string `json:"checks,omitempty"` // this node: part → "ok", "unavailable", or for nats "stream_missing" / "stream_behind"
 	Detail string            `json:"detail"`           // how the answering node knows, in words
 	// LeaseRenewed is the node's last lease renewal (its own clock),
 	// BeaconAgeMs how long ago its last beacon was heard; nil: unknown.

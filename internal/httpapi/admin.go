@@ -1,10 +1,8 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"time"
 
 	"github.com/presenced/presenced/internal/wire"
 )
@@ -67,9 +65,7 @@ func (s *Server) adminStats(w http.ResponseWriter, r *http.Request) error {
 		if !nodes[i].Self {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		reason, results := s.runChecks(ctx)
-		cancel()
+		reason, results := s.runChecks(r.Context())
 		nodes[i].Checks = make(map[string]string, len(results))
 		for _, c := range results {
 			nodes[i].Checks[c.name] = c.state

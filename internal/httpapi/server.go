@@ -132,7 +132,8 @@ type Server struct {
 	rules    presence.Rules
 	metrics  Observer
 	checks   []Check
-	checkOK  []atomic.Bool // per check: it passed last time (for the log)
+	checkMu  sync.Mutex // guards checkSt
+	checkSt  []string   // per check: its state when last judged (for the log, and a probe that could not judge it)
 	maxBody  int64
 	// Per user of a client token: reads (one per PollInterval) and the
 	// durable writes (ratelimit.Status, Settings, Contacts, as over
@@ -179,7 +180,7 @@ func New(cfg Config) (*Server, error) {
 		rules:    cfg.Rules,
 		metrics:  cfg.Metrics,
 		checks:   cfg.Checks,
-		checkOK:  make([]atomic.Bool, len(cfg.Checks)),
+		checkSt:  make([]string, len(cfg.Checks)),
 		maxBody:  cfg.MaxBody,
 
 		polls:        ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
@@ -193,8 +194,8 @@ func New(cfg Config) (*Server, error) {
 		onContactsChanged: cfg.OnContactsChanged,
 		admin:             cfg.Admin,
 	}
-	for i := range s.checkOK {
-		s.checkOK[i].Store(true)
+	for i := range s.checkSt {
+		s.checkSt[i] = stateOK
 	}
 	s.routes(cfg.MetricsHandler)
 	if cfg.Static != nil {
@@ -521,16 +522,18 @@ type Check struct {
 	// gateway, its embedded database) makes the node not ready while it
 	// fails: another node may serve.
 	Shared bool
-	// Check returns nil while the part works; it is given at most 2 s.
-	// Its error goes to the log, never to the caller of /readyz.
+	// Check returns nil while the part works; it is given at most 2 s
+	// (checkTimeout). Its error goes to the log, never to the caller of
+	// /readyz; the part's state in the body is "unavailable", or the
+	// State of a *StateError in the error's chain.
 	Check func(ctx context.Context) error
 }
 
 // readyz answers whether this node can serve: 503 while it drains (on
 // shutdown) or a part of its own fails, else 200. The body names every
-// check and its state, "ok" or "unavailable":
+// check and its state, "ok", "unavailable" or a StateError's (runChecks):
 //
-//	{"status":"ready","checks":{"gateway":"ok","postgres":"unavailable","redis":"ok","nats":"ok"}}
+//	{"status":"ready","checks":{"gateway":"ok","postgres":"unavailable","redis":"ok","nats":"stream_missing"}}
 //	{"status":"not_ready","reason":"sqlite","checks":{"gateway":"ok","sqlite":"unavailable"}}
 //	{"status":"not_ready","reason":"draining"}
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -538,9 +541,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, []byte(`{"status":"not_ready","reason":"draining"}`))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	reason, results := s.runChecks(ctx)
+	reason, results := s.runChecks(r.Context())
 	code := http.StatusOK
 	b := make([]byte, 0, 128)
 	if reason == "" {
@@ -561,45 +562,6 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	b = append(b, "}}"...)
 	writeJSON(w, code, append(b, '\n'))
-}
-
-// checkResult is one readiness check's outcome: state "ok" or
-// "unavailable".
-type checkResult struct{ name, state string }
-
-// runChecks runs every readiness check at once and returns why this node
-// is not ready ("draining", or the first of its own parts that fails;
-// empty: ready) and each check's state, in order. A change of a check's
-// state is logged.
-func (s *Server) runChecks(ctx context.Context) (reason string, results []checkResult) {
-	errs := make([]error, len(s.checks))
-	var wg sync.WaitGroup
-	for i, c := range s.checks {
-		wg.Go(func() { errs[i] = c.Check(ctx) })
-	}
-	wg.Wait()
-	results = make([]checkResult, len(s.checks))
-	for i, c := range s.checks {
-		ok := errs[i] == nil
-		results[i] = checkResult{name: c.Name, state: "ok"}
-		if !ok {
-			results[i].state = "unavailable"
-			if !c.Shared && reason == "" {
-				reason = c.Name
-			}
-		}
-		if s.checkOK[i].Swap(ok) != ok {
-			if ok {
-				s.log.Info("readiness check passes again", "check", c.Name)
-			} else {
-				s.log.Warn("readiness check fails", "check", c.Name, "shared", c.Shared, "err", errs[i])
-			}
-		}
-	}
-	if s.draining.Load() {
-		reason = "draining"
-	}
-	return reason, results
 }
 
 // --- who is calling ---
