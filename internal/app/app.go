@@ -742,7 +742,7 @@ func (a *App) readiness() []httpapi.Check {
 		}})
 	}
 	if a.bus != nil {
-		checks = append(checks, httpapi.Check{Name: "nats", Shared: true, Check: a.bus.Ping})
+		checks = append(checks, httpapi.Check{Name: "nats", Shared: true, Check: a.natsReady})
 	}
 	switch {
 	case a.kafkaOut != nil:
@@ -751,6 +751,24 @@ func (a *App) readiness() []httpapi.Check {
 		checks = append(checks, httpapi.Check{Name: "kafka", Shared: true, Check: a.kafkaIn.Ping})
 	}
 	return checks
+}
+
+// natsReady is the readiness check of NATS: it answers, and the changes
+// stream takes this node's changes (states stream_missing and
+// stream_behind otherwise: docs/operations.md, "Readiness").
+func (a *App) natsReady(ctx context.Context) error {
+	if err := a.bus.Ping(ctx); err != nil {
+		return err
+	}
+	switch h := a.bus.Stream(); {
+	case h.Missing:
+		return &httpapi.StateError{State: "stream_missing", Err: fmt.Errorf(
+			"the changes stream is missing and cannot be created again; %d changes of this node wait", h.Waiting)}
+	case h.Unacked > 0:
+		return &httpapi.StateError{State: "stream_behind", Err: fmt.Errorf(
+			"the changes stream has acknowledged none of this node's changes for %v; %d wait", h.Unacked.Round(time.Millisecond), h.Waiting)}
+	}
+	return nil
 }
 
 // gatewayWorkers is how many goroutines read WebSockets. With the state in
