@@ -17,3 +17,7 @@ func (t *Tracker) RecoverParts(ctx context.Context) { t.recoverParts(ctx) }
 // CheckFloor asks the store for its floors, as Run does every
 // FlushInterval.
 func (t *Tracker) CheckFloor(ctx context.Context) { t.checkFloor(ctx) }
+
+// ProbeSuspects probes the parts a call that failed as a whole made
+// suspect, as Run's probe does.
+func (t *Tracker) ProbeSuspects(ctx context.Context) { t.probeSuspects(ctx) }

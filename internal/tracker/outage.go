@@ -671,11 +671,10 @@ func (t *Tracker) getAll(ctx context.Context, now int64, ids []string, out []pre
 		}
 		if t.parts != nil && len(ids) > 0 && err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotLoaded) && !errors.Is(err, ErrStoreReset) {
 			// Nothing answered for these users: with a Partitioned store
-			// that is an outage of their parts (a read of one user whose
-			// master is down), not of the store; sweeps tell the store's.
-			for _, id := range ids {
-				t.markPartDown(t.parts.of(id), err)
-			}
+			// that is an outage of some of their parts (a read of one
+			// user whose master is down), not of the store; sweeps tell
+			// the store's.
+			t.partsFailedWhole(ids, err)
 		} else if err = t.storeErr(ctx, err); !errors.Is(err, errOutage) {
 			return err
 		}

@@ -35,6 +35,11 @@ type partStates struct {
 	upAt    []atomic.Int64 // clock ms of each part's last recovery
 	down    atomic.Int64   // parts down or replaying now
 	outages atomic.Uint64  // times a part was found down
+	// suspect are the parts a call about several of them failed for as
+	// a whole (partsFailedWhole): Run probes them (probeSuspects) and
+	// marks down those that do not answer. nsuspect counts them.
+	suspect  []atomic.Bool
+	nsuspect atomic.Int64
 }
 
 func newPartStates(s Store) *partStates {
@@ -44,7 +49,7 @@ func newPartStates(s Store) *partStates {
 	}
 	n := p.Parts()
 	return &partStates{of: p.Part, ping: p.PingPart, states: make([]atomic.Uint32, n),
-		downAt: make([]atomic.Int64, n), upAt: make([]atomic.Int64, n)}
+		downAt: make([]atomic.Int64, n), upAt: make([]atomic.Int64, n), suspect: make([]atomic.Bool, n)}
 }
 
 // stateFor is the state of the store as user's operations see it: down if
@@ -112,6 +117,71 @@ func (t *Tracker) markPartDown(p int, err error) {
 		return
 	}
 	s.CompareAndSwap(stateReplaying, stateDown)
+}
+
+// partsFailedWhole takes in a call about ids (a batch read) that failed
+// as a whole, with no answer for any of them. When they all live in one
+// part, that part is down: a read of users whose master does not answer.
+// When they live in several, the failure does not say which of them
+// failed — a pipelined read cut by its deadline fails for every part it
+// touched, those whose masters answer too (a Cluster failover: a node
+// whose client waited for the new layout; a node that did not run for a
+// moment) — so each of them is left to Run to probe (probeSuspects), and
+// only those that do not answer are marked down.
+func (t *Tracker) partsFailedWhole(ids []string, err error) {
+	first := t.parts.of(ids[0])
+	one := true
+	for _, id := range ids[1:] {
+		if t.parts.of(id) != first {
+			one = false
+			break
+		}
+	}
+	if one {
+		t.markPartDown(first, err)
+		return
+	}
+	for _, id := range ids {
+		p := t.parts.of(id)
+		if t.parts.states[p].Load() == stateUp && !t.parts.suspect[p].Swap(true) {
+			t.parts.nsuspect.Add(1)
+		}
+	}
+}
+
+// probeSuspects pings at once, within one StoreTimeout, the parts a
+// failed call made suspect and marks down those that do not answer. Run
+// calls it every ProbeInterval.
+func (t *Tracker) probeSuspects(ctx context.Context) {
+	if t.parts == nil || t.parts.nsuspect.Load() == 0 {
+		return
+	}
+	var ps []int
+	for p := range t.parts.suspect {
+		if t.parts.suspect[p].Swap(false) {
+			t.parts.nsuspect.Add(-1)
+			ps = append(ps, p)
+		}
+	}
+	if !t.up() {
+		return // the store is down as a whole; its recovery probes it
+	}
+	errs := make([]error, len(ps))
+	b := t.bound(ctx)
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { errs[i] = t.parts.ping(b.ctx, p) })
+	}
+	wg.Wait()
+	t.release(b)
+	if ctx.Err() != nil {
+		return
+	}
+	for i, p := range ps {
+		if errs[i] != nil {
+			t.markPartDown(p, errs[i])
+		}
+	}
 }
 
 // recoverParts probes every part that is down and, for each that answers,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -168,4 +169,103 @@ func slicesContains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// A batch read of users of every shard fails as a whole — cut by its
+// deadline while every master was slow (paused), one of them dead
+// (killed) — and the others answer again right after: only the dead
+// master's shards are counted down, not every shard the read touched.
+func TestWholeReadFailureCountsOnlyThePartsThatFailed(t *testing.T) {
+	t.Parallel()
+	cl := testsvc.RedisClusterReplicas(t, 3, 1)
+	c, err := redisstore.Dial(cl.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	prefix := testsvc.Unique(t) + ":"
+	rs, _, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "p.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	f := &fixture{t: t, ctx: context.Background(), clock: clock.NewFake(start), pub: &recorder{}}
+	// Not run: no sweep or check of the floors marks a part down while
+	// the masters are paused; the test probes as Run would.
+	f.tr, err = tracker.New(tracker.Config{
+		Store: rs, Durable: db, Publisher: f.pub, Clock: f.clock, Rules: redisRules,
+		StoreTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One user of every shard; the masters, and the shards of the victim.
+	users := make([]string, rs.Parts())
+	for i := 0; slices.Contains(users, ""); i++ {
+		if u := fmt.Sprint("u", i); users[rs.Part(u)] == "" {
+			users[rs.Part(u)] = u
+		}
+	}
+	masterOf := make([]*testsvc.Server, rs.Parts())
+	for p := range masterOf {
+		if masterOf[p], err = cl.MasterOf(prefix + "{" + strconv.Itoa(p) + "}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := masterOf[0]
+	var masters []*testsvc.Server
+	victims := 0
+	for _, m := range masterOf {
+		if !slices.Contains(masters, m) {
+			masters = append(masters, m)
+		}
+		if m == victim {
+			victims++
+		}
+	}
+	f.read(users...)
+	if st := f.tr.Stats(); st.PartsDown != 0 || st.PartOutages != 0 {
+		t.Fatalf("before: %+v", st)
+	}
+
+	for _, m := range masters {
+		if m != victim {
+			if err := m.Pause(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	f.read(users...) // degraded: every user from the durable store
+	for _, m := range masters {
+		if m != victim {
+			if err := m.Resume(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.tr.ProbeSuspects(f.ctx)
+	st := f.tr.Stats()
+	if st.PartsDown != victims || st.PartOutages != uint64(victims) || st.Down {
+		t.Errorf("after the read: %d parts down, %d outages (store down %v), want the %d of the killed master's of %d",
+			st.PartsDown, st.PartOutages, st.Down, victims, rs.Parts())
+	}
+	// Reads of the other masters' users go to Redis again.
+	var others []string
+	for p, u := range users {
+		if masterOf[p] != victim {
+			others = append(others, u)
+		}
+	}
+	before := f.tr.Stats().DegradedReads
+	f.read(others...)
+	if got := f.tr.Stats().DegradedReads; got != before {
+		t.Errorf("a read of the other masters' users was degraded (%d → %d)", before, got)
+	}
 }

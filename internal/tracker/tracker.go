@@ -1027,6 +1027,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 			t.tickLease(ctx)
 		case <-probe.C:
 			t.recover(ctx)
+			t.probeSuspects(ctx)
 			t.recoverParts(ctx)
 			t.retryCold(ctx)
 		case <-flush.C:
