@@ -108,6 +108,13 @@ func TestNATSLosesItsStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	restarted := time.Now()
+	var got []string
+	eventually(t, func() string { return fmt.Sprintf("the stream back with u1's change: %v, %v", got, err) }, func() bool {
+		got, err = streamChanges(js)
+		return err == nil && slices.Contains(got, "u1 busy")
+	})
+	t.Logf("%v after NATS came back, the stream holds %v", time.Since(restarted).Round(time.Millisecond), got)
 	// Every node is back on NATS (and subscribed again) before the next
 	// change, so that its watchers see it live.
 	eventually(t, func() string { return "every node's NATS check ok" }, func() bool {
@@ -122,8 +129,7 @@ func TestNATSLosesItsStore(t *testing.T) {
 	for i, w := range watchers {
 		w.await(t, fmt.Sprint("w", i+1), "u2", wsclient.Busy)
 	}
-	var got []string
-	eventually(t, func() string { return fmt.Sprintf("the stream back with u1's and u2's changes: %v, %v", got, err) }, func() bool {
+	eventually(t, func() string { return fmt.Sprintf("the stream with u1's and u2's changes: %v, %v", got, err) }, func() bool {
 		got, err = streamChanges(js)
 		return err == nil && slices.Contains(got, "u1 busy") && slices.Contains(got, "u2 busy")
 	})
@@ -151,12 +157,14 @@ func TestNATSLosesItsStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	setStatus(nodes[2], "u3", "away")
+	changed := time.Now()
 	for i, w := range watchers {
 		w.await(t, fmt.Sprint("w", i+1), "u3", wsclient.Away)
 	}
 	eventually(t, func() string { return "node 3 reports the stream missing" }, func() bool {
 		return readyNATS(t, nodes[2]) == "stream_missing" && metric(t, nodes[2].server, "presenced_bus_stream_missing") == 1
 	})
+	t.Logf("node 3 reports the stream missing %v after u3's change", time.Since(changed).Round(time.Millisecond))
 	if v := metric(t, nodes[2].server, "presenced_bus_unacked_seconds"); v <= 0 {
 		t.Errorf("presenced_bus_unacked_seconds %v while u3's change waits", v)
 	}
@@ -164,10 +172,12 @@ func TestNATSLosesItsStore(t *testing.T) {
 	if err := js.DeleteStream(ctx, "OTHER"); err != nil {
 		t.Fatal(err)
 	}
+	freed := time.Now()
 	eventually(t, func() string { return fmt.Sprintf("u3's change in the stream: %v, %v", got, err) }, func() bool {
 		got, err = streamChanges(js)
 		return err == nil && slices.Contains(got, "u3 away")
 	})
+	t.Logf("u3's change in the stream %v after the other stream was deleted: %v", time.Since(freed).Round(time.Millisecond), got)
 	eventually(t, func() string { return "node 3's NATS check ok" }, func() bool { return readyNATS(t, nodes[2]) == "ok" })
 	if m := metric(t, nodes[2].server, "presenced_bus_stream_missing"); m != 0 {
 		t.Errorf("presenced_bus_stream_missing %v after the re-creation", m)
