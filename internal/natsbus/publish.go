@@ -302,27 +302,30 @@ func (p *publisher) checkStream(ctx context.Context) bool {
 		return false
 	}
 	err := b.lookUpStream(ctx)
-	if err == nil {
+	switch {
+	case err == nil:
 		if b.streamMissing.Swap(false) {
 			b.log.Info("the stream is there again", "stream", b.cfg.Stream)
 		}
-		return true
-	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
 		p.fail(err) // no answer (JetStream starting, NATS slow): look again later
 		return false
+	default:
+		if !b.streamMissing.Swap(true) {
+			b.log.Warn("the stream is missing (NATS lost its store, or it was deleted): creating it again; "+
+				"what it held is lost, changes of this node wait until it exists", "stream", b.cfg.Stream)
+		}
+		if err := b.ensureStream(ctx); err != nil {
+			p.fail(err)
+			return false
+		}
+		b.streamMissing.Store(false)
+		b.recreated.Add(1)
+		b.log.Warn("stream re-created", "stream", b.cfg.Stream, "waiting", b.q.len()+len(p.retry))
 	}
-	if !b.streamMissing.Swap(true) {
-		b.log.Warn("the stream is missing (NATS lost its store, or it was deleted): creating it again; "+
-			"what it held is lost, changes of this node wait until it exists", "stream", b.cfg.Stream)
+	if len(p.retry) == 0 && len(p.inflight) == 0 {
+		b.failingSince.Store(0) // no failed publish waits: what failed was a look
 	}
-	if err := b.ensureStream(ctx); err != nil {
-		p.fail(err)
-		return false
-	}
-	b.streamMissing.Store(false)
-	b.recreated.Add(1)
-	b.log.Warn("stream re-created", "stream", b.cfg.Stream, "waiting", b.q.len()+len(p.retry))
 	return true
 }
 
