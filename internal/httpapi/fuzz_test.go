@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -294,21 +293,5 @@ func BenchmarkDecodeBatch1000(b *testing.B) {
 			b.Fatal(err)
 		}
 		putIDScratch(sc)
-	}
-}
-
-func BenchmarkCheckKeys1000(b *testing.B) {
-	ids := make([]string, 1000)
-	for i := range ids {
-		ids[i] = strconv.Itoa(100000000 + i*7919)
-	}
-	body, _ := json.Marshal(map[string]any{"user_ids": ids, "viewer_id": "42"})
-	fields := jsonFields(reflect.TypeOf(batchReq{}))
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := checkKeys(body, fields); err != nil {
-			b.Fatal(err)
-		}
 	}
 }
