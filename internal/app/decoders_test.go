@@ -1,9 +1,16 @@
 package app_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/presenced/presenced/internal/app"
 )
@@ -64,5 +71,82 @@ func TestMessagesDecodeLikeBodies(t *testing.T) {
 	}
 	if s := statusOf(t, addr, "alice"); s != "busy" {
 		t.Errorf("after refused messages alice is %s, want busy", s)
+	}
+}
+
+// rawToken signs the JSON texts header and claims as they are (HS256,
+// testSecret).
+func rawToken(header, claims string) string {
+	b64 := base64.RawURLEncoding.EncodeToString
+	in := b64([]byte(header)) + "." + b64([]byte(claims))
+	m := hmac.New(sha256.New, testSecret)
+	m.Write([]byte(in))
+	return in + "." + b64(m.Sum(nil))
+}
+
+// upgrade asks for a WebSocket with query and returns the answer's status
+// and error code.
+func upgrade(t *testing.T, addr, query string, header http.Header) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/ws"+query, nil)
+	for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="} {
+		req.Header.Set(k, v)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return resp.StatusCode, "" // the socket closes with the body
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, errorCode(t, string(b))
+}
+
+// TestTokenClaimsStrict: a token whose claims name the user twice (or
+// in other case), give exp as a string, or were issued in the future is
+// refused 401 by the HTTP API and the WebSocket alike, and acts for
+// nobody. Before, {"sub":"alice","SUB":"admin"} set admin's status.
+func TestTokenClaimsStrict(t *testing.T) {
+	addr := runNode(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1})
+	now, exp := time.Now().Unix(), time.Now().Add(time.Hour).Unix()
+	hs := `{"alg":"HS256","typ":"JWT"}`
+	for _, tc := range []struct{ name, header, claims string }{
+		{"SUB beside sub", hs, fmt.Sprintf(`{"sub":"alice","SUB":"admin","exp":%d}`, exp)},
+		{"sub twice", hs, fmt.Sprintf(`{"sub":"alice","sub":"admin","exp":%d}`, exp)},
+		{"Exp", hs, fmt.Sprintf(`{"sub":"admin","Exp":%d}`, exp)},
+		{"exp a string", hs, fmt.Sprintf(`{"sub":"admin","exp":"%d"}`, exp)},
+		{"iat 10⁹ s ahead", hs, fmt.Sprintf(`{"sub":"admin","exp":%d,"iat":%d}`, exp, now+1e9)},
+		{"alg twice", `{"alg":"HS256","alg":"HS256"}`, fmt.Sprintf(`{"sub":"admin","exp":%d}`, exp)},
+	} {
+		tok := rawToken(tc.header, tc.claims)
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/status", strings.NewReader(`{"status":"busy"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 401 || !strings.Contains(string(b), "invalid credentials") {
+			t.Errorf("%s: POST /v1/status %d %s, want 401", tc.name, resp.StatusCode, b)
+		}
+		if code, ecode := upgrade(t, addr, "?token="+tok, nil); code != 401 || ecode != "unauthorized" {
+			t.Errorf("%s: upgrade %d %s, want 401 unauthorized", tc.name, code, ecode)
+		}
+	}
+	for _, u := range []string{"alice", "admin"} {
+		if s := statusOf(t, addr, u); s != "offline" {
+			t.Errorf("%s is %s after refused tokens, want offline", u, s)
+		}
+	}
+	// The same claims written plainly are taken.
+	tok := rawToken(hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":%d,"app_claim":{"sub":"x"}}`, exp, now))
+	if code, _ := upgrade(t, addr, "?token="+tok, nil); code != http.StatusSwitchingProtocols {
+		t.Errorf("a plain token: upgrade %d, want 101", code)
 	}
 }
