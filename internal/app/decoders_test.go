@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,64 @@ func TestTokenClaimsStrict(t *testing.T) {
 	tok := rawToken(hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":%d,"app_claim":{"sub":"x"}}`, exp, now))
 	if code, _ := upgrade(t, addr, "?token="+tok, nil); code != http.StatusSwitchingProtocols {
 		t.Errorf("a plain token: upgrade %d, want 101", code)
+	}
+}
+
+// TestIDsInNFC: an id that is not in Unicode NFC — "café" with a
+// combining accent, the Kelvin sign — is refused with invalid_id at every
+// edge (HTTP bodies, paths and queries, WebSocket messages and the
+// upgrade, a token's sub), where it was another user than its NFC twin.
+// Other look-alikes (full-width, Cyrillic) are other ids, and are taken.
+func TestIDsInNFC(t *testing.T) {
+	addr := runNode(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1})
+	const nfc, nfd, kelvin = "caf\u00e9", "cafe\u0301", "\u212a"
+	for _, r := range []struct{ method, path, body string }{
+		{"POST", "/v1/heartbeat", `{"user_id":"cafe\u0301","device_id":"d"}`},
+		{"POST", "/v1/heartbeat", `{"user_id":"x","device_id":"\u212a"}`},
+		{"POST", "/v1/status", `{"user_id":"\u212a","status":"busy"}`},
+		{"GET", "/presence/batch?user_ids=" + url.QueryEscape(nfc+","+nfd), ""},
+		{"POST", "/v1/presence/batch", `{"user_ids":["caf\u00e9","cafe\u0301"]}`},
+		{"GET", "/v1/presence/" + url.PathEscape(nfd), ""},
+		{"PUT", "/v1/users/" + url.PathEscape(nfc) + "/contacts", `{"contacts":["cafe\u0301"]}`},
+		{"PUT", "/v1/users/" + url.PathEscape(kelvin) + "/settings", `{"status_visibility":"nobody","last_seen_visibility":"nobody"}`},
+	} {
+		code, body := call(t, addr, r.method, r.path, r.body)
+		if code != 400 || errorCode(t, body) != "invalid_id" || !strings.Contains(body, "NFC") {
+			t.Errorf("%s %s %s: %d %s, want 400 invalid_id naming NFC", r.method, r.path, r.body, code, body)
+		}
+	}
+	// The token of an NFD subject acts for nobody, on either edge.
+	tok := rawToken(`{"alg":"HS256"}`, fmt.Sprintf(`{"sub":"cafe\u0301","exp":%d}`, time.Now().Add(time.Hour).Unix()))
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/heartbeat", strings.NewReader(`{"device_id":"d"}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 401 || !strings.Contains(string(b), "NFC") {
+		t.Errorf("a token for %+q: %d %s, want 401 naming NFC", nfd, resp.StatusCode, b)
+	}
+	if code, ecode := upgrade(t, addr, "?token="+tok, nil); code != 401 || ecode != "unauthorized" {
+		t.Errorf("a token for %+q: upgrade %d %s, want 401", nfd, code, ecode)
+	}
+	if code, ecode := upgrade(t, addr, "?token="+rawToken(`{"alg":"HS256"}`, fmt.Sprintf(`{"sub":"u","exp":%d}`, time.Now().Add(time.Hour).Unix()))+"&device_id="+url.QueryEscape(kelvin), nil); code != 400 || ecode != "invalid_id" {
+		t.Errorf("device %+q: upgrade %d %s, want 400 invalid_id", kelvin, code, ecode)
+	}
+	// Over a socket: subscribe refuses the NFD id and adds nothing.
+	c := dialWS(t, addr, nfc)
+	c.msg("welcome")
+	c.send(`{"type":"subscribe","user_ids":["caf\u00e9","cafe\u0301"]}`)
+	if e := c.msg("error"); e["code"] != "invalid_id" || !strings.Contains(e["message"].(string), "NFC") {
+		t.Errorf("subscribe of an NFD id: %v, want invalid_id naming NFC", e)
+	}
+	// NFC ids and other look-alikes are ids like any: one user each.
+	c.send(`{"type":"subscribe","user_ids":["caf\u00e9","\uff43afe","\u0441afe","K"]}`)
+	if users := c.msg("snapshot")["users"].(map[string]any); len(users) != 4 || users[nfc].(map[string]any)["status"] != "online" {
+		t.Errorf("snapshot %v, want 4 users, café online", users)
+	}
+	if code, body := call(t, addr, "GET", "/presence/batch?user_ids="+url.QueryEscape(nfc), ""); code != 200 || !strings.Contains(body, `"online"`) {
+		t.Errorf("GET /presence/batch?user_ids=%s: %d %s", nfc, code, body)
 	}
 }
