@@ -38,6 +38,7 @@ import (
 	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
+	"github.com/presenced/presenced/internal/ratelimit"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/sqlitestore"
@@ -610,7 +611,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Audience:    cfg.TokenAudience,
 		Issuer:      cfg.TokenIssuer,
 	})
+	// One user's writes count once, whichever edge they come through.
+	writes := ratelimit.NewWrites()
 	a.gw, err = gateway.New(gateway.Config{
+		Writes:           writes,
 		Tracker:          a.tracker,
 		Reader:           reader,
 		Auth:             authn,
@@ -668,6 +672,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Admin:             newAdminSource(a),
 		OnContactsChanged: a.stampThen(onContacts),
 		Origins:           origins,
+		Writes:            writes,
 	})
 	if err != nil {
 		return nil, err

@@ -111,6 +111,11 @@ type Config struct {
 	// NoEpoll serves every connection with its own reading goroutine (the
 	// portable path; always used where epoll is not available).
 	NoEpoll bool
+	// Writes are the per-user buckets of client writes (set_status takes
+	// from Writes.Status), shared with the HTTP API so that one user's
+	// status changes count once across all their sockets and requests;
+	// nil: buckets of the gateway's own.
+	Writes *ratelimit.Writes
 	// Origins are the browser pages that may open a socket (package
 	// origin): an upgrade whose Origin header names another page is
 	// refused with 403 origin_not_allowed. nil: the node's own pages only.
@@ -133,6 +138,7 @@ type Gateway struct {
 	// msgLimit bounds a connection's messages (Rate, Burst); strikeLimit
 	// its refused messages, at half the rate, before it is closed 1008.
 	msgLimit, strikeLimit ratelimit.Limit
+	writes                *ratelimit.Writes
 	poll                  poller // set by Run before it takes connections; nil: a goroutine per connection
 
 	ctx    context.Context // canceled when the gateway is closed
@@ -224,11 +230,15 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.IdleCheck <= 0 {
 		cfg.IdleCheck = time.Second
 	}
+	if cfg.Writes == nil {
+		cfg.Writes = ratelimit.NewWrites()
+	}
 	g := &Gateway{
 		ready:       make(chan struct{}),
 		cfg:         cfg,
 		msgLimit:    ratelimit.PerSecond(cfg.Rate, cfg.Burst),
 		strikeLimit: ratelimit.PerSecond((cfg.Rate+1)/2, cfg.Burst),
+		writes:      cfg.Writes,
 		tracker:     cfg.Tracker,
 		reader:      cfg.Reader,
 		hub:         cfg.Hub,

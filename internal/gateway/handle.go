@@ -61,10 +61,11 @@ func (c *conn) handle(m *clientMsg) bool {
 	switch m.kind {
 	case msgSetStatus:
 		// A status change is a durable write before it applies: people
-		// change status at human speed, so one connection gets a few.
-		if ok, _ := c.statusRate.Take(c.g.now(), ratelimit.Status); !ok {
+		// change status at human speed, so a user gets a few, counted
+		// across all their sockets and HTTP requests.
+		if ok, wait := c.g.writes.Status.Take(c.user, c.g.now()); !ok {
 			c.g.stats.rateLimited.Add(1)
-			c.sendError("rate_limited", "too many status changes: %s", ratelimit.Status)
+			c.sendError("rate_limited", "too many status changes for this user: %s; retry in %ds", ratelimit.Status, ratelimit.RetryAfter(wait))
 			return true
 		}
 		if _, err := c.g.tracker.SetStatus(ctx, c.user, m.manual, m.text); err != nil {

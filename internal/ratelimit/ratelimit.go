@@ -2,12 +2,14 @@
 // entry point, and enforces it with token buckets.
 //
 // Status, Settings and Contacts are the limits of a client's durable
-// writes: the WebSocket gateway applies Status to each connection's
-// set_status, the HTTP API applies all three to each user of a client
-// token (backends with the API key are not limited). A Bucket belongs to
-// one owner (a connection's read side); Keyed holds a bucket per key (a
-// user) for callers that share it, sharded, its memory bounded by the keys
-// that took a token within the last burst's worth of time.
+// writes, each per user: one Writes holds their buckets for a whole node,
+// shared by the HTTP API (each user of a client token; backends with the
+// API key are not limited) and the WebSocket gateway (set_status of every
+// socket of the user), so a user's writes count once whichever way and
+// over however many connections they come. A Bucket belongs to one owner
+// (a connection's read side); Keyed holds a bucket per key (a user) for
+// callers that share it, sharded, its memory bounded by the keys that
+// took a token within the last burst's worth of time.
 //
 // Times are Unix milliseconds, as the gateway and the HTTP API read their
 // clocks.
@@ -40,6 +42,17 @@ var (
 	// Contacts limits changes of a contact list (replace, add, remove).
 	Contacts = Limit{Every: time.Second, Burst: 5}
 )
+
+// Writes are the per-user buckets of a client's durable writes, one for
+// each kind, for every edge of a node to share.
+type Writes struct {
+	Status, Settings, Contacts *Keyed
+}
+
+// NewWrites returns empty buckets under Status, Settings and Contacts.
+func NewWrites() *Writes {
+	return &Writes{Status: NewKeyed(Status), Settings: NewKeyed(Settings), Contacts: NewKeyed(Contacts)}
+}
 
 // PerSecond returns the Limit of n operations a second, bursts of burst.
 func PerSecond(n, burst int) Limit {
