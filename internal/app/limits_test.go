@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/app/apptest"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/ratelimit"
@@ -117,4 +119,122 @@ func TestStatusLimitPerUser(t *testing.T) {
 	if s := statusOf(t, addr, "bob"); s != "busy" {
 		t.Errorf("bob is %s, want busy (the refused change changed nothing)", s)
 	}
+}
+
+// subscribe sends a subscribe of ids and returns the users of its
+// snapshot, or the error code that answered it.
+func (c *wsClient) subscribe(ids ...string) (users map[string]any, code string) {
+	c.t.Helper()
+	b, _ := json.Marshal(map[string]any{"type": "subscribe", "user_ids": ids})
+	c.send(string(b))
+	op, p := c.next()
+	var m map[string]any
+	if op != ws.OpText || json.Unmarshal(p, &m) != nil {
+		c.t.Fatalf("got %v %q, want a snapshot or an error", op, p)
+	}
+	switch m["type"] {
+	case "snapshot":
+		return m["users"].(map[string]any), ""
+	case "error":
+		return nil, m["code"].(string)
+	}
+	c.t.Fatalf("got %s, want a snapshot or an error", p)
+	return nil, ""
+}
+
+// TestSnapshotBudget: the ids a user's subscriptions read for their
+// snapshots come out of one budget per user, across their sockets: twice
+// what they may watch at once (all their devices subscribe their lists
+// at connect and again after a reconnect), then ratelimit.SnapshotsPerSecond.
+// A re-subscribe of what a socket watches is not charged. Before, a
+// client that subscribed 500 fresh ids, unsubscribed and repeated read
+// ~58,000 ids a second with one token.
+func TestSnapshotBudget(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	const perSocket, sockets = 10, 10 // the user may watch 10 × 10 at once
+	a, addr, stop := apptest.Start(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1,
+		Clock: clk, MaxSubscriptions: perSocket, MaxSocketsPerUser: 2 * sockets})
+	t.Cleanup(func() { _ = stop() })
+	contacts := make([]string, perSocket)
+	for i := range contacts {
+		contacts[i] = fmt.Sprintf("c%d", i)
+	}
+	devices := func() []*wsClient {
+		var cs []*wsClient
+		for range sockets {
+			c := dialWS(t, addr, "alice")
+			c.msg("welcome")
+			cs = append(cs, c)
+		}
+		return cs
+	}
+	// Every device subscribes its list at connect: 100 ids read.
+	// Re-subscribing what a socket watches reads nothing and costs nothing.
+	cs := devices()
+	for i, c := range cs {
+		if users, code := c.subscribe(contacts...); len(users) != perSocket {
+			t.Fatalf("connect: subscribe answered %v %s", users, code)
+		}
+		for j := range map[bool]int{true: 3 * sockets}[i == 0] {
+			if users, code := c.subscribe(contacts...); code != "" || len(users) != 0 {
+				t.Fatalf("re-subscribe %d of socket %d: %v %s, want an empty snapshot", j, i, users, code)
+			}
+		}
+	}
+	// All devices reconnect (a network change) and subscribe again.
+	for _, c := range cs {
+		c.nc.Close()
+	}
+	waitUntil(t, "the closed sockets gone", func() bool { return a.Gateway().Stats().Connections == 0 })
+	cs = devices()
+	for i, c := range cs {
+		if users, code := c.subscribe(contacts...); len(users) != perSocket {
+			t.Fatalf("reconnect: device %d's subscribe answered %v %s", i, users, code)
+		}
+	}
+	// 200 ids read: the budget is spent. Churn is refused, on any socket
+	// of the user, and adds nothing.
+	cs[0].send(`{"type":"unsubscribe","user_ids":["c0"]}`)
+	if users, code := cs[0].subscribe("c0"); code != "rate_limited" {
+		t.Fatalf("churn after the budget: %v %s, want rate_limited", users, code)
+	}
+	cs[1].send(`{"type":"unsubscribe","user_ids":["c9"]}`)
+	if users, code := cs[1].subscribe("fresh"); code != "rate_limited" {
+		t.Fatalf("another socket after the budget: %v %s, want rate_limited", users, code)
+	}
+	// Another user has a budget of their own.
+	bob := dialWS(t, addr, "bob")
+	bob.msg("welcome")
+	if users, code := bob.subscribe(contacts...); len(users) != perSocket {
+		t.Fatalf("bob: %v %s", users, code)
+	}
+	// A second later alice may read ratelimit.SnapshotsPerSecond ids more
+	// (each socket may send 40 messages in a burst: one batch of ids a
+	// message, dropped before the next).
+	clk.Advance(time.Second)
+	c, prev, n := cs[2], contacts, 0
+	for round := 0; ; round++ {
+		b, _ := json.Marshal(map[string]any{"type": "unsubscribe", "user_ids": prev})
+		c.send(string(b))
+		prev = laterIDs(round*perSocket, (round+1)*perSocket)
+		users, code := c.subscribe(prev...)
+		if code == "rate_limited" {
+			break
+		}
+		if len(users) != perSocket {
+			t.Fatalf("round %d: %v %s", round, users, code)
+		}
+		n += len(users)
+	}
+	if n != ratelimit.SnapshotsPerSecond {
+		t.Errorf("a second after the budget was spent alice read %d ids, want %d", n, ratelimit.SnapshotsPerSecond)
+	}
+}
+
+func laterIDs(from, to int) []string {
+	var ids []string
+	for i := from; i < to; i++ {
+		ids = append(ids, fmt.Sprintf("later%d", i))
+	}
+	return ids
 }

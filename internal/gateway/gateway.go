@@ -11,7 +11,9 @@
 // type of a field, binary frame), unknown_type, invalid_status,
 // invalid_text, invalid_id (user_ids missing, empty or holding an invalid
 // id), too_many_subscriptions (nothing of that request was added),
-// too_many_devices, rate_limited, unavailable (a backend cannot serve
+// too_many_devices, rate_limited (too many messages, status changes, or
+// snapshot ids of subscriptions: nothing of that message was done),
+// unavailable (a backend cannot serve
 // for now — tracker.Unavailable — or no hub; nothing changed, retry
 // later), internal (anything else; the detail is in the server log).
 //
@@ -139,7 +141,10 @@ type Gateway struct {
 	// its refused messages, at half the rate, before it is closed 1008.
 	msgLimit, strikeLimit ratelimit.Limit
 	writes                *ratelimit.Writes
-	poll                  poller // set by Run before it takes connections; nil: a goroutine per connection
+	// snapshots bounds the ids a user's subscriptions read, across their
+	// sockets (ratelimit.Snapshots of MaxUserSubscriptions).
+	snapshots *ratelimit.Keyed
+	poll      poller // set by Run before it takes connections; nil: a goroutine per connection
 
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
@@ -239,6 +244,7 @@ func New(cfg Config) (*Gateway, error) {
 		msgLimit:    ratelimit.PerSecond(cfg.Rate, cfg.Burst),
 		strikeLimit: ratelimit.PerSecond((cfg.Rate+1)/2, cfg.Burst),
 		writes:      cfg.Writes,
+		snapshots:   ratelimit.NewKeyed(ratelimit.Snapshots(max(cfg.MaxUserSubscriptions, cfg.MaxSubscriptions))),
 		tracker:     cfg.Tracker,
 		reader:      cfg.Reader,
 		hub:         cfg.Hub,
@@ -516,6 +522,13 @@ func (g *Gateway) reserveSubs(c *conn, n int) bool {
 	c.subs += int32(n)
 	g.users[c.user] = u
 	return true
+}
+
+// subsOf returns the subscriptions counted for c.
+func (g *Gateway) subsOf(c *conn) int {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return int(c.subs)
 }
 
 // addSubs changes c's count of subscriptions by delta (negative: given
