@@ -104,7 +104,7 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 	// the request may add — its ids, but no more than the connection has
 	// room for (the hub's cap), so a re-subscribe of a full list costs
 	// nothing — and given back for those that were not new or not read.
-	take, read := min(len(ids), c.g.cfg.MaxSubscriptions-c.g.subsOf(c)), 0
+	take, read := max(0, min(len(ids), c.g.cfg.MaxSubscriptions-c.g.subsOf(c))), 0
 	if ok, wait := c.g.snapshots.TakeN(c.user, take, c.g.now()); !ok {
 		c.g.stats.rateLimited.Add(1)
 		c.sendError("rate_limited", "too many ids subscribed for this user: %s ids, across all their connections to this node; none of these were added (those this connection watched stay watched); retry in %ds",
