@@ -139,8 +139,11 @@ func jsonKind(t reflect.Type) string {
 // regard to case; open: only such a near miss is refused) and a key given
 // twice (it keeps the last). data is one valid JSON object (decoded).
 func checkKeys(data []byte, fields []string, open bool) error {
-	var buf [8]string
+	// The keys seen: a few in a slice, more in a set (an open object
+	// may hold thousands, before its token's signature is checked).
+	var buf [16]string
 	seen := buf[:0]
+	var many map[string]struct{}
 	depth, wantKey := 0, false
 	for i := 0; i < len(data); i++ {
 		switch data[i] {
@@ -173,10 +176,22 @@ func checkKeys(data []byte, fields []string, open bool) error {
 						return errorf("has the field %q, which is not %q: field names are exact", key, fields[i])
 					}
 				}
-				if slices.Contains(seen, key) {
+				if many != nil {
+					if _, dup := many[key]; dup {
+						return errorf("gives the field %q twice", key)
+					}
+					many[key] = struct{}{}
+				} else if slices.Contains(seen, key) {
 					return errorf("gives the field %q twice", key)
+				} else if len(seen) < cap(buf) {
+					seen = append(seen, key)
+				} else {
+					many = make(map[string]struct{}, 2*len(seen))
+					for _, k := range seen {
+						many[k] = struct{}{}
+					}
+					many[key] = struct{}{}
 				}
-				seen = append(seen, key)
 			}
 			i = j
 		}
