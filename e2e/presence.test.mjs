@@ -356,8 +356,9 @@ test("refuses ids the server would refuse", () => {
   assert.throws(() => c.subscribe(["ok", "not ok"]), /not ok/);
   assert.equal(c.subscriptions.size, 0);
   const invisible = ["ali\u200bce", "a\u200db", "\ufeffa", "a\u00adb", "a\u3164", "a\u00a0b", "a\u3000b", "a\ufe0fb", "a\u{e0041}", "a\ufffd"];
-  for (const bad of ["", "a,b", "x".repeat(65), "\u202e", "tab\t", ...invisible]) assert.notEqual(idProblem(bad), "", JSON.stringify(bad));
-  for (const good of ["42", "550e8400-e29b-41d4-a716-446655440000", "jürgen", "x".repeat(64), "名前", "🙂", "a\u2027b"]) {
+  const notNFC = ["cafe\u0301", "\u212a", "\u2126"];
+  for (const bad of ["", "a,b", "x".repeat(65), "\u202e", "tab\t", ...invisible, ...notNFC]) assert.notEqual(idProblem(bad), "", JSON.stringify(bad));
+  for (const good of ["42", "550e8400-e29b-41d4-a716-446655440000", "jürgen", "x".repeat(64), "名前", "🙂", "a\u2027b", "caf\u00e9", "\uff21", "\u0430"]) {
     assert.equal(idProblem(good), "", good);
   }
   assert.throws(() => c.setStatus("sleeping"), /unknown status/);

@@ -74,6 +74,49 @@ func TestAllowedOriginsFlag(t *testing.T) {
 	}
 }
 
+// TestAllowedHostsFlag: -allowed-hosts (here from its environment
+// variable) adds names to what a node on a loopback address answers to;
+// a Host of another name is refused 421 on the API and the WebSocket,
+// and the health checks answer any.
+func TestAllowedHostsFlag(t *testing.T) {
+	t.Parallel()
+	s := startInProcess(t, map[string]string{envName("allowed-hosts"): "presence.example.com, *.presence.example.net"},
+		baseArgs(t.TempDir(), "-api-key", apiKey)...)
+	do := func(path, host string, hdr map[string]string) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", s.base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	ws := map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	for host, want := range map[string]int{
+		"presence.example.com": 200, "eu.presence.example.net:8080": 200, strings.TrimPrefix(s.base, "http://"): 200, "localhost": 200,
+		"evil.example": http.StatusMisdirectedRequest, "presence.example.net": http.StatusMisdirectedRequest,
+	} {
+		if got := do("/v1/presence/u1", host, nil); got != want {
+			t.Errorf("GET /v1/presence/u1 with Host %s: %d, want %d", host, got, want)
+		}
+	}
+	if got := do("/v1/ws", "evil.example", ws); got != http.StatusMisdirectedRequest {
+		t.Errorf("upgrade with Host evil.example: %d, want 421", got)
+	}
+	if got := do("/healthz", "evil.example", nil); got != 200 {
+		t.Errorf("GET /healthz with Host evil.example: %d, want 200", got)
+	}
+}
+
 // --- TLS ---
 
 var (

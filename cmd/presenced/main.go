@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -105,8 +106,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		tlsKey        = fset.String("tls-key", "", "the private key file (PEM) of -tls-cert")
 		pprofAddr     = fset.String("pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
 	)
-	var webhookURLs, kafkaBrokers, allowedOrigins listFlag
+	var webhookURLs, kafkaBrokers, allowedOrigins, allowedHosts listFlag
 	fset.Var(&allowedOrigins, "allowed-origins", "origins of the browser pages, besides the node's own, that may open WebSockets and call the client endpoints (CORS): https://app.example.com, https://*.example.com (any subdomain), or * (any page); repeat the flag or separate them with commas (default: the node's own pages only)")
+	fset.Var(&allowedHosts, "allowed-hosts", "Host names the node answers to besides IP addresses and localhost (a defence against DNS rebinding): presence.example.com, *.example.com (any subdomain), or * (any); repeat the flag or separate them with commas (default: any name, but under -dev or on a loopback -addr only the -addr host); /healthz and /readyz answer any Host")
 	fset.Var(&webhookURLs, "webhook-url", "POST every change this node makes to this URL (repeat the flag, or separate URLs with commas)")
 	fset.Var(&kafkaBrokers, "kafka-brokers", "Kafka brokers, host:port (repeat the flag, or separate them with commas): consume session events from -kafka-ingest-topic, produce every change this node makes to -kafka-changes-topic")
 	kafkaIngest := fset.String("kafka-ingest-topic", kafka.DefaultIngestTopic, "with -kafka-brokers: the topic of session events (as on presence.ingest.>, keyed by user id) the nodes consume in the group -kafka-group; empty (-kafka-ingest-topic=): no consumer")
@@ -241,6 +243,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if origins.Any() {
 		log.Warn("-allowed-origins *: pages of every origin may call this node")
 	}
+	if _, err := origin.NewHosts(origin.HostConfig{Allowed: allowedHosts}); err != nil {
+		return fmt.Errorf("-allowed-hosts: %v", err)
+	}
+	if slices.Contains(allowedHosts, "*") && *dev {
+		log.Warn("-allowed-hosts * under -dev: a page whose name is pointed at this node's address (DNS rebinding) may act for anybody")
+	}
 	cfg := app.Config{
 		MaxDevices:           *maxDevices,
 		MaxSubscriptions:     *maxSubs,
@@ -282,6 +290,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		NoKafkaIngest:        *kafkaIngest == "",
 		NoKafkaChanges:       *kafkaChanges == "",
 		AllowedOrigins:       allowedOrigins,
+		AllowedHosts:         allowedHosts,
 		TLSCertFile:          *tlsCert,
 		TLSKeyFile:           *tlsKey,
 	}

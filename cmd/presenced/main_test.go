@@ -897,6 +897,8 @@ func TestRunConfigErrors(t *testing.T) {
 		{"allowed origin with a path", nil, []string{"-allowed-origins", "https://app.example.com/"}, `-allowed-origins: origin "https://app.example.com/": an origin has no path`, true},
 		{"allowed origin null from env", map[string]string{envName("allowed-origins"): "https://ok.example.com,null"}, nil, `-allowed-origins: origin "null"`, true},
 		{"allowed origin with a bad wildcard", nil, []string{"-allowed-origins", "https://*.com"}, `-allowed-origins: origin "https://*.com"`, true},
+		{"allowed host with a scheme", nil, []string{"-allowed-hosts", "https://presence.example.com"}, `-allowed-hosts: host "https://presence.example.com": want a host name`, true},
+		{"allowed host with a port from env", map[string]string{envName("allowed-hosts"): "ok.example.com,presence.example.com:443"}, nil, `-allowed-hosts: host "presence.example.com:443": a host name has no port`, true},
 		// Credentials shorter than 32 bytes, named with where they came from.
 		{"short api key", nil, []string{"-api-key", "k"}, "-api-key (PRESENCE_API_KEY) is 1 bytes long; at least 32 bytes are required outside -dev", true},
 		{"api key of 31 bytes", nil, []string{"-api-key", strings.Repeat("k", 31)}, "-api-key (PRESENCE_API_KEY) is 31 bytes long", true},

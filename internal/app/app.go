@@ -5,6 +5,7 @@
 package app
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/beacon"
 	"github.com/presenced/presenced/internal/clock"
@@ -38,6 +40,7 @@ import (
 	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
+	"github.com/presenced/presenced/internal/ratelimit"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/sqlitestore"
@@ -147,6 +150,12 @@ type Config struct {
 	// (package origin: https://app.example.com, https://*.example.com,
 	// or *). Empty: the node's own pages only.
 	AllowedOrigins []string
+	// AllowedHosts are the Host names the node answers to besides IP
+	// addresses and localhost (package origin, Hosts: presence.example.com,
+	// *.example.com, or *). Empty: every name, unless the node is local
+	// (Dev, or a loopback listener), which then takes only its listen
+	// host. /healthz and /readyz answer every Host.
+	AllowedHosts []string
 	// TLSCertFile and TLSKeyFile, set together, make the clients' listener
 	// serve HTTPS and WSS with this certificate (package tlscert), loaded
 	// again by ReloadTLS. The health listener (HealthAddr) stays plain
@@ -203,6 +212,9 @@ type App struct {
 	budget            atomic.Pointer[connbudget.Listener] // set by Run before it serves
 	accept            atomic.Pointer[wsaccept.Listener]   // set by Run before it serves
 	cert              *tlscert.Store                      // nil: plain HTTP
+	// hosts are the Host names the node answers to (origin.Hosts): set by
+	// New from the configuration, and by Run from the address it listens on.
+	hosts atomic.Pointer[origin.Hosts]
 
 	reader   *query.Reader
 	resync   *resyncer     // sends watchers the current state when asked
@@ -377,6 +389,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("allowed origins: %w", err)
 	}
 	a := &App{cfg: cfg, log: cfg.Logger, resync: newResyncer(cfg.Logger)}
+	// The Host names as the configuration says; Run decides again from
+	// the address it listens on.
+	hosts, err := a.hostsFor(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("allowed hosts: %w", err)
+	}
+	a.hosts.Store(hosts)
 	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 		if a.cert, err = tlscert.Load(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.Logger.With("component", "tls")); err != nil {
 			return nil, err
@@ -610,7 +629,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Audience:    cfg.TokenAudience,
 		Issuer:      cfg.TokenIssuer,
 	})
+	// One user's writes count once, whichever edge they come through.
+	writes := ratelimit.NewWrites()
 	a.gw, err = gateway.New(gateway.Config{
+		Writes:           writes,
 		Tracker:          a.tracker,
 		Reader:           reader,
 		Auth:             authn,
@@ -668,11 +690,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Admin:             newAdminSource(a),
 		OnContactsChanged: a.stampThen(onContacts),
 		Origins:           origins,
+		Writes:            writes,
 	})
 	if err != nil {
 		return nil, err
 	}
-	a.handler = routes{api: a.api, ws: a.gw}
+	a.handler = routes{api: a.api, ws: a.gw, hosts: &a.hosts}
 	ok = true
 	return a, nil
 }
@@ -827,10 +850,32 @@ func (a *App) closeBackends() error {
 // method is refused by the gateway (405).
 const wsPath = "/v1/ws"
 
-// routes sends GET /v1/ws to the WebSocket gateway and everything else to
+// routes refuses a Host the node does not answer to (DNS rebinding:
+// origin.Hosts) but on the health checks, which probes may send any Host,
+// then sends GET /v1/ws to the WebSocket gateway and everything else to
 // the HTTP API.
 type routes struct {
 	api, ws http.Handler
+	hosts   *atomic.Pointer[origin.Hosts]
+}
+
+// hostsFor returns the Host names the node answers to when it listens on
+// addr: a node under -dev or on a loopback address is local.
+func (a *App) hostsFor(addr string) (*origin.Hosts, error) {
+	listen := []string{addr}
+	if a.cfg.HealthAddr != "" {
+		listen = append(listen, a.cfg.HealthAddr)
+	}
+	return origin.NewHosts(origin.HostConfig{Allowed: a.cfg.AllowedHosts, Local: a.cfg.Dev || origin.Loopback(addr), Listen: listen})
+}
+
+// checkHost returns the refusal of r's Host, or nil; the health checks
+// take every Host (a probe may send the pod's address or any name).
+func checkHost(hosts *origin.Hosts, r *http.Request) *apierr.Error {
+	if p := r.URL.Path; p == "/healthz" || p == "/readyz" {
+		return nil
+	}
+	return hosts.Check(r)
 }
 
 // Patterns returns the net/http patterns of every route the node's
@@ -844,11 +889,28 @@ func (a *App) Patterns() []string { return append(a.api.Patterns(), "GET "+wsPat
 func (a *App) BrowserPatterns() []string { return a.api.BrowserPatterns() }
 
 func (h routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e := checkHost(h.hosts.Load(), r); e != nil {
+		apierr.Write(w, e)
+		return
+	}
 	if r.URL.Path == wsPath {
 		h.ws.ServeHTTP(w, r)
 		return
 	}
 	h.api.ServeHTTP(w, r)
+}
+
+// acceptUpgrade is the gateway's Accept for upgrades read off the
+// listener (wsaccept), behind the Host check that routes applies to
+// everything net/http serves.
+func (a *App) acceptUpgrade(conn net.Conn, br *bufio.Reader, r *http.Request) bool {
+	if e := checkHost(a.hosts.Load(), r); e != nil {
+		_ = conn.SetWriteDeadline(time.Now().Add(a.cfg.HeaderTimeout))
+		gateway.RefuseHead(conn, e.Status, e.Code, e.Message)
+		_ = conn.Close()
+		return false
+	}
+	return a.gw.Accept(conn, br, r)
 }
 
 // publishers hands every change to each of its publishers in turn.
@@ -917,6 +979,14 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 	}
 	a.log.Info("presenced listening", "addr", ln.Addr().String(), "tls", a.cert != nil, "mode", a.cfg.Mode(), "data", a.cfg.DataDir,
 		"ttl", a.cfg.TTL, "idle_after", a.cfg.IdleAfter, "close_grace", a.rules.CloseGrace)
+	hosts, herr := a.hostsFor(ln.Addr().String())
+	if herr != nil { // checked by New already
+		ln.Close()
+		a.Close()
+		return fmt.Errorf("allowed hosts: %w", herr)
+	}
+	a.hosts.Store(hosts)
+	a.log.Info("answering Host names", "hosts", hosts.String())
 	if a.cert != nil {
 		leaf := a.cert.Certificate().Leaf
 		a.log.Info("serving HTTPS and WSS", "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter)
@@ -942,7 +1012,7 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		Path:           wsPath,
 		HeaderTimeout:  a.cfg.HeaderTimeout,
 		MaxHeaderBytes: a.cfg.MaxHeaderBytes,
-		Upgrade:        a.gw.Accept,
+		Upgrade:        a.acceptUpgrade,
 		State:          budget.ConnState,
 		Refuse:         gateway.RefuseHead,
 		Logger:         a.log,

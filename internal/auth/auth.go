@@ -4,16 +4,26 @@
 //
 // A client token is accepted only if it is HS256 with the configured
 // secret, carries a valid subject and an exp, is within its exp and nbf
-// (give or take the leeway), expires no later than MaxLifetime after now
-// and — when it carries iat — no later than MaxLifetime after its iat, has
-// the configured audience and issuer when those are set, and has no crit
+// (give or take the leeway), was not issued (iat) later than now plus the
+// leeway, expires no later than MaxLifetime after now and — when it
+// carries iat — no later than MaxLifetime after its iat, has the
+// configured audience and issuer when those are set, and has no crit
 // header (this server understands no extensions, RFC 7515 §4.1.11).
+//
+// Its header and claims are decoded by the rule of every JSON object the
+// node takes from outside (package strictjson): names exact ("SUB" is not
+// "sub", "Exp" not "exp"), none given twice, times as JSON numbers (not
+// strings of digits). Claims the node does not know are ignored: tokens
+// carry the app's own.
 package auth
 
 import (
 	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -23,6 +33,7 @@ import (
 
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/strictjson"
 )
 
 // Kind is the kind of caller.
@@ -169,12 +180,18 @@ func (a *Authenticator) Credential(cred string) (Principal, error) {
 	if len(a.secret) == 0 || strings.Count(cred, ".") != 2 {
 		return Principal{}, ErrInvalid
 	}
-	var c claims
-	tok, err := a.parser.ParseWithClaims(cred, &c, func(*jwt.Token) (any, error) { return a.secret, nil })
-	if err != nil {
+	if err := checkHeader(cred); err != nil {
 		return Principal{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if err := a.checkToken(tok.Header, &c); err != nil {
+	var c claims
+	if _, err := a.parser.ParseWithClaims(cred, &c, func(*jwt.Token) (any, error) { return a.secret, nil }); err != nil {
+		var se *strictjson.Error
+		if errors.As(err, &se) {
+			return Principal{}, fmt.Errorf("%w: token claims %v", ErrInvalid, se)
+		}
+		return Principal{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := a.checkToken(&c); err != nil {
 		return Principal{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if err := presence.ValidateID(c.Subject); err != nil {
@@ -185,21 +202,51 @@ func (a *Authenticator) Credential(cred string) (Principal, error) {
 			return Principal{}, fmt.Errorf("%w: token device: %v", ErrInvalid, err)
 		}
 	}
-	return Principal{Kind: Client, UserID: c.Subject, Device: c.Device, Expires: c.ExpiresAt.Time}, nil
+	return Principal{Kind: Client, UserID: c.Subject, Device: c.Device, Expires: c.Exp.time()}, nil
+}
+
+// header is a token's JOSE header as the node reads it: alg is checked by
+// the parser, crit refused; the other parameters (kid, cty, …) pass.
+type header struct {
+	Alg  string          `json:"alg"`
+	Typ  string          `json:"typ"`
+	Crit json.RawMessage `json:"crit"`
+}
+
+// checkHeader decodes the header of cred (three segments) strictly: the
+// parser reads it into a map, which would keep the last of two "alg"s.
+func checkHeader(cred string) error {
+	seg, _, _ := strings.Cut(cred, ".")
+	b, err := base64.RawURLEncoding.DecodeString(seg)
+	if err != nil {
+		return errors.New("token header is not base64url without padding")
+	}
+	var h header
+	if err := strictjson.DecodeOpen(b, &h); err != nil {
+		return fmt.Errorf("token header %v", err)
+	}
+	if h.Crit != nil {
+		return fmt.Errorf("token header crit %s: this server understands no JWS extensions", h.Crit)
+	}
+	return nil
 }
 
 // checkToken applies the rules the parser does not know of to a token
 // whose signature, exp and nbf it has checked.
-func (a *Authenticator) checkToken(header map[string]any, c *claims) error {
-	if crit, ok := header["crit"]; ok {
-		return fmt.Errorf("token header crit %v: this server understands no JWS extensions", crit)
-	}
-	exp := c.ExpiresAt.Time // the parser requires exp
-	if left := exp.Sub(a.clock.Now()); left > a.maxLifetime+a.leeway {
+func (a *Authenticator) checkToken(c *claims) error {
+	now := a.clock.Now()
+	exp := c.Exp.time() // the parser requires exp
+	if left := exp.Sub(now); left > a.maxLifetime+a.leeway {
 		return fmt.Errorf("token expires in %s, more than the maximum token lifetime of %s", left.Round(time.Second), a.maxLifetime)
 	}
-	if c.IssuedAt != nil {
-		if life := exp.Sub(c.IssuedAt.Time); life > a.maxLifetime {
+	if c.Iat != nil {
+		iat := c.Iat.time()
+		// A token issued in the future is no token of this world, and its
+		// lifetime counted from that iat would be meaningless.
+		if ahead := iat.Sub(now); ahead > a.leeway {
+			return fmt.Errorf("token iat is %s after now, more than the clock skew of %s allowed", ahead.Round(time.Second), a.leeway)
+		}
+		if life := exp.Sub(iat); life > a.maxLifetime {
 			return fmt.Errorf("token lives %s from iat to exp, more than the maximum token lifetime of %s", life.Round(time.Second), a.maxLifetime)
 		}
 	}
@@ -212,10 +259,64 @@ func (a *Authenticator) checkToken(header map[string]any, c *claims) error {
 	return nil
 }
 
+// claims are the claims of a client token the node reads. They are decoded
+// by strictjson (UnmarshalJSON), claims of the app's own ignored.
 type claims struct {
-	jwt.RegisteredClaims
-	Device string `json:"device,omitempty"`
+	Subject  string           `json:"sub"`
+	Device   string           `json:"device,omitempty"`
+	Issuer   string           `json:"iss,omitempty"`
+	Audience jwt.ClaimStrings `json:"aud,omitempty"`
+	Exp      *seconds         `json:"exp,omitempty"`
+	Nbf      *seconds         `json:"nbf,omitempty"`
+	Iat      *seconds         `json:"iat,omitempty"`
 }
+
+// seconds is a NumericDate (RFC 7519 §2): seconds since the epoch, a JSON
+// number (a float64 takes no string), within ±2^53.
+type seconds float64
+
+func (s *seconds) time() time.Time {
+	if s == nil {
+		return time.Time{}
+	}
+	whole, frac := math.Modf(float64(*s))
+	return time.Unix(int64(whole), int64(frac*1e9))
+}
+
+func (s *seconds) date() *jwt.NumericDate {
+	if s == nil {
+		return nil
+	}
+	return jwt.NewNumericDate(s.time())
+}
+
+// UnmarshalJSON decodes the claims set strictly (package strictjson).
+func (c *claims) UnmarshalJSON(b []byte) error {
+	type fields claims // without this method
+	if err := strictjson.DecodeOpen(b, (*fields)(c)); err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		name string
+		v    *seconds
+	}{{"exp", c.Exp}, {"nbf", c.Nbf}, {"iat", c.Iat}} {
+		if t.v != nil && math.Abs(float64(*t.v)) >= 1<<53 {
+			return fmt.Errorf("token claim %s %g is out of range: seconds since 1970", t.name, float64(*t.v))
+		}
+	}
+	return nil
+}
+
+// The jwt.Claims the parser validates exp, nbf (and aud, iss: checkToken)
+// with.
+var _ jwt.Claims = (*claims)(nil)
+
+func (c *claims) GetExpirationTime() (*jwt.NumericDate, error) { return c.Exp.date(), nil }
+func (c *claims) GetNotBefore() (*jwt.NumericDate, error)      { return c.Nbf.date(), nil }
+func (c *claims) GetIssuedAt() (*jwt.NumericDate, error)       { return c.Iat.date(), nil }
+func (c *claims) GetIssuer() (string, error)                   { return c.Issuer, nil }
+func (c *claims) GetSubject() (string, error)                  { return c.Subject, nil }
+func (c *claims) GetAudience() (jwt.ClaimStrings, error)       { return c.Audience, nil }
 
 // Sign returns an HS256 token for user (and optionally one device) that
 // expires after ttl. Backends do this in their own language; Sign serves
@@ -237,14 +338,11 @@ func (t Token) Sign(secret []byte, now time.Time, ttl time.Duration) (string, er
 	if ttl <= 0 {
 		return "", errors.New("auth: a token needs a positive lifetime (tokens without exp are refused)")
 	}
-	c := claims{Device: t.Device}
-	c.Subject = t.User
-	c.Issuer = t.Issuer
+	iat, exp := seconds(now.Unix()), seconds(now.Add(ttl).Unix())
+	c := &claims{Subject: t.User, Device: t.Device, Issuer: t.Issuer, Iat: &iat, Exp: &exp}
 	if t.Audience != "" {
 		c.Audience = jwt.ClaimStrings{t.Audience}
 	}
-	c.IssuedAt = jwt.NewNumericDate(now)
-	c.ExpiresAt = jwt.NewNumericDate(now.Add(ttl))
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }
 

@@ -1,8 +1,10 @@
 package auth_test
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -446,3 +448,70 @@ func must(s string, err error) string {
 }
 
 func second(_ string, err error) error { return err }
+
+// rawToken signs the JSON texts header and claims as they are, with HS256
+// and key: what a minter of another library, or a forger holding the
+// secret of a careless deployment, could send.
+func rawToken(key []byte, header, claims string) string {
+	b64 := base64.RawURLEncoding.EncodeToString
+	in := b64([]byte(header)) + "." + b64([]byte(claims))
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(in))
+	return in + "." + b64(m.Sum(nil))
+}
+
+// TestClaimsDecodedStrictly: the header and claims of a token are read by
+// the rule of every JSON object the node takes (package strictjson). The
+// JSON decoder alone matched names without regard to case and kept the
+// last of two: {"sub":"alice","SUB":"admin"} acted as admin, "Exp" counted
+// as exp, a string of digits passed as a time, and an iat 10⁹ s ahead
+// was taken (and let the lifetime counted from it pass).
+func TestClaimsDecodedStrictly(t *testing.T) {
+	a := auth.New(auth.Config{JWTSecret: secret, Clock: clock.NewFake(t0)})
+	now, exp := t0.Unix(), t0.Add(time.Hour).Unix()
+	hs := `{"alg":"HS256","typ":"JWT"}`
+	for _, tc := range []struct {
+		name, header, claims string
+		want                 string // a word of the refusal; "" accepted as alice
+	}{
+		{"plain", hs, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), ""},
+		{"the app's own claims", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"name":"Alice","roles":["a"],"org":{"sub":"x","SUB":1},"scope":null}`, exp), ""},
+		{"iat within the skew", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":%d}`, exp, now+30), ""},
+		{"fractional times", hs, fmt.Sprintf(`{"sub":"alice","exp":%d.5,"iat":%d.25}`, exp, now), ""},
+		{"kid and cty", `{"alg":"HS256","kid":"k1","cty":"x"}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), ""},
+		{"SUB beside sub", hs, fmt.Sprintf(`{"sub":"alice","SUB":"admin","exp":%d}`, exp), `"SUB", which is not "sub"`},
+		{"SUB alone", hs, fmt.Sprintf(`{"SUB":"admin","exp":%d}`, exp), `"SUB"`},
+		{"sub twice", hs, fmt.Sprintf(`{"sub":"u1","sub":"u2","exp":%d}`, exp), `"sub" twice`},
+		{"sub twice, escaped", hs, fmt.Sprintf(`{"sub":"alice","s\u0075b":"admin","exp":%d}`, exp), `"sub" twice`},
+		{"Exp for exp", hs, fmt.Sprintf(`{"sub":"alice","Exp":%d}`, exp), `"Exp"`},
+		{"exp twice", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"exp":%d}`, now-7200, exp), `"exp" twice`},
+		{"exp a string of digits", hs, fmt.Sprintf(`{"sub":"alice","exp":"%d"}`, exp), `"exp" a string: it takes a number`},
+		{"iat a string of digits", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":"%d"}`, exp, now), `"iat" a string`},
+		{"device twice", hs, fmt.Sprintf(`{"sub":"alice","device":"a","device":"b","exp":%d}`, exp), `"device" twice`},
+		{"iat 10⁹ s ahead", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":%d}`, exp, now+1e9), "iat is"},
+		{"iat 31 s ahead", hs, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":%d}`, exp, now+31), "iat is 31s after now"},
+		{"exp far out of range", hs, `{"sub":"alice","exp":1e300}`, "out of range"},
+		{"claims not an object", hs, `["alice"]`, "not a JSON object"},
+		{"claims with invalid UTF-8", hs, fmt.Sprintf("{\"sub\":\"alice\",\"x\":\"\xff\",\"exp\":%d}", exp), "UTF-8"},
+		{"alg twice", `{"alg":"none","alg":"HS256"}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), `"alg" twice`},
+		{"ALG beside alg", `{"alg":"HS256","ALG":"none"}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), `"ALG"`},
+		{"Crit", `{"alg":"HS256","Crit":["exp"]}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), `"Crit"`},
+		{"header data after the object", `{"alg":"HS256"} {}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp), "after the JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := a.Credential(rawToken(secret, tc.header, tc.claims))
+			if tc.want == "" {
+				if err != nil || p.Kind != auth.Client || p.UserID != "alice" {
+					t.Fatalf("got %+v, %v; want alice", p, err)
+				}
+				return
+			}
+			if !errors.Is(err, auth.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %+v, %v; want ErrInvalid saying %q", p, err, tc.want)
+			}
+			if p != (auth.Principal{}) {
+				t.Errorf("a refused token gave principal %+v", p)
+			}
+		})
+	}
+}

@@ -62,9 +62,6 @@ type conn struct {
 	part    *partial         // an incomplete frame or message between reads; nil: none (an idle connection)
 	rate    ratelimit.Bucket // messages (Gateway.msgLimit)
 	strikes ratelimit.Bucket // refused messages (Gateway.strikeLimit): when it runs dry, close 1008
-	// statusRate bounds set_status (each one a durable write):
-	// ratelimit.Status, as over HTTP.
-	statusRate ratelimit.Bucket
 	// pingRate bounds pings, apart from messages: a keepalive ping is
 	// answered even when the client just spent its message burst.
 	pingRate ratelimit.Bucket

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/strictjson"
 )
 
 // Kinds of client messages.
@@ -69,8 +69,8 @@ func beatKind(b []byte) uint8 {
 func beatMessage(k uint8) clientMsg { return clientMsg{kind: msgHeartbeat, active: k == 1} }
 
 // decodeClientMessage decodes one client message strictly: exactly one
-// JSON object, a known type, only that type's fields, valid values. It is a
-// pure function of the bytes.
+// JSON object by the rule of package strictjson, a known type, only that
+// type's fields, valid values. It is a pure function of the bytes.
 func decodeClientMessage(b []byte) (clientMsg, *protoError) {
 	// The heartbeats of the clients we ship, byte for byte, skip the JSON
 	// decoder: they are nearly every message a server reads.
@@ -86,14 +86,12 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return m, perr("invalid_json", "a message is one JSON object with a type")
 	}
+	// The rule of every edge (HTTP bodies too): exact field names, each
+	// once — {"type":"heartbeat","type":"bye"} or a "Status" beside
+	// "status" is refused, not read as encoding/json would.
 	var r rawMsg
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&r); err != nil {
-		return m, perr("invalid_json", "message is not valid JSON for this protocol: %v", err)
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return m, perr("invalid_json", "message has data after the JSON object")
+	if err := strictjson.Decode(b, &r); err != nil {
+		return m, perr("invalid_json", "message %v", err)
 	}
 	if r.Type == nil {
 		return m, perr("unknown_type", "type is required: heartbeat, set_status, subscribe, unsubscribe or bye")

@@ -23,6 +23,13 @@ func FuzzDecodeClientMessage(f *testing.F) {
 		`{}`, `[]`, `null`, ``, `{"type":"heartbeat"}{}`,
 		`{"type":"subscribe","user_ids":["a b"]}`,
 		`{"type":"set_status","status":"busy","text":"\u202e"}`,
+		`{"type":"set_status","status":"busy","Status":"invisible"}`,
+		`{"type":"heartbeat","type":"bye"}`,
+		`{"TYPE":"bye"}`,
+		`{"type":"subscribe","user_ids":["caf\u0065\u0301"]}`,
+		`{"type":"subscribe","user_ids":["\u212a"],"user_ids":["K"]}`,
+		`{"ty\u0070e":"heartbeat","active":false}`,
+		"{\"type\":\"set_status\",\"status\":\"busy\",\"text\":\"\xff\"}",
 	} {
 		f.Add([]byte(s))
 	}

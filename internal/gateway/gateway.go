@@ -11,7 +11,9 @@
 // type of a field, binary frame), unknown_type, invalid_status,
 // invalid_text, invalid_id (user_ids missing, empty or holding an invalid
 // id), too_many_subscriptions (nothing of that request was added),
-// too_many_devices, rate_limited, unavailable (a backend cannot serve
+// too_many_devices, rate_limited (too many messages, status changes, or
+// snapshot ids of subscriptions: nothing of that message was done),
+// unavailable (a backend cannot serve
 // for now — tracker.Unavailable — or no hub; nothing changed, retry
 // later), internal (anything else; the detail is in the server log).
 //
@@ -111,6 +113,11 @@ type Config struct {
 	// NoEpoll serves every connection with its own reading goroutine (the
 	// portable path; always used where epoll is not available).
 	NoEpoll bool
+	// Writes are the per-user buckets of client writes (set_status takes
+	// from Writes.Status), shared with the HTTP API so that one user's
+	// status changes count once across all their sockets and requests;
+	// nil: buckets of the gateway's own.
+	Writes *ratelimit.Writes
 	// Origins are the browser pages that may open a socket (package
 	// origin): an upgrade whose Origin header names another page is
 	// refused with 403 origin_not_allowed. nil: the node's own pages only.
@@ -133,7 +140,11 @@ type Gateway struct {
 	// msgLimit bounds a connection's messages (Rate, Burst); strikeLimit
 	// its refused messages, at half the rate, before it is closed 1008.
 	msgLimit, strikeLimit ratelimit.Limit
-	poll                  poller // set by Run before it takes connections; nil: a goroutine per connection
+	writes                *ratelimit.Writes
+	// snapshots bounds the ids a user's subscriptions read, across their
+	// sockets (ratelimit.Snapshots of MaxUserSubscriptions).
+	snapshots *ratelimit.Keyed
+	poll      poller // set by Run before it takes connections; nil: a goroutine per connection
 
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
@@ -224,11 +235,16 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.IdleCheck <= 0 {
 		cfg.IdleCheck = time.Second
 	}
+	if cfg.Writes == nil {
+		cfg.Writes = ratelimit.NewWrites()
+	}
 	g := &Gateway{
 		ready:       make(chan struct{}),
 		cfg:         cfg,
 		msgLimit:    ratelimit.PerSecond(cfg.Rate, cfg.Burst),
 		strikeLimit: ratelimit.PerSecond((cfg.Rate+1)/2, cfg.Burst),
+		writes:      cfg.Writes,
+		snapshots:   ratelimit.NewKeyed(ratelimit.Snapshots(max(cfg.MaxUserSubscriptions, cfg.MaxSubscriptions))),
 		tracker:     cfg.Tracker,
 		reader:      cfg.Reader,
 		hub:         cfg.Hub,
@@ -506,6 +522,13 @@ func (g *Gateway) reserveSubs(c *conn, n int) bool {
 	c.subs += int32(n)
 	g.users[c.user] = u
 	return true
+}
+
+// subsOf returns the subscriptions counted for c.
+func (g *Gateway) subsOf(c *conn) int {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return int(c.subs)
 }
 
 // addSubs changes c's count of subscriptions by delta (negative: given

@@ -232,6 +232,11 @@ func TestErrors(t *testing.T) {
 		{`{"type":"subscribe","user_ids":["a b"]}`, "invalid_id"},
 		{`{"type":"unsubscribe","user_ids":"2"}`, "invalid_id"},
 		{`{"type":"bye","user_ids":["2"]}`, "invalid_json"},
+		// Names are exact and given once, as in HTTP bodies.
+		{`{"type":"set_status","status":"busy","Status":"invisible"}`, "invalid_json"},
+		{`{"type":"set_status","status":"busy","status":"invisible"}`, "invalid_json"},
+		{`{"type":"heartbeat","type":"bye"}`, "invalid_json"},
+		{`{"Type":"bye"}`, "invalid_json"},
 	}
 	for _, tc := range cases {
 		c.send(tc.msg)

@@ -61,10 +61,11 @@ func (c *conn) handle(m *clientMsg) bool {
 	switch m.kind {
 	case msgSetStatus:
 		// A status change is a durable write before it applies: people
-		// change status at human speed, so one connection gets a few.
-		if ok, _ := c.statusRate.Take(c.g.now(), ratelimit.Status); !ok {
+		// change status at human speed, so a user gets a few, counted
+		// across all their sockets and HTTP requests.
+		if ok, wait := c.g.writes.Status.Take(c.user, c.g.now()); !ok {
 			c.g.stats.rateLimited.Add(1)
-			c.sendError("rate_limited", "too many status changes: %s", ratelimit.Status)
+			c.sendError("rate_limited", "too many status changes for this user: %s; retry in %ds", ratelimit.Status, ratelimit.RetryAfter(wait))
 			return true
 		}
 		if _, err := c.g.tracker.SetStatus(ctx, c.user, m.manual, m.text); err != nil {
@@ -97,6 +98,20 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 		c.sendError("unavailable", "subscriptions are not available on this node")
 		return
 	}
+	// Every newly watched id is read for the snapshot: the user's sockets
+	// share a budget of such reads, or a client that subscribes and
+	// unsubscribes in a loop reads without end. Taken for as many ids as
+	// the request may add — its ids, but no more than the connection has
+	// room for (the hub's cap), so a re-subscribe of a full list costs
+	// nothing — and given back for those that were not new or not read.
+	take, read := max(0, min(len(ids), c.g.cfg.MaxSubscriptions-c.g.subsOf(c))), 0
+	if ok, wait := c.g.snapshots.TakeN(c.user, take, c.g.now()); !ok {
+		c.g.stats.rateLimited.Add(1)
+		c.sendError("rate_limited", "too many ids subscribed for this user: %s ids, across all their connections to this node; none of these were added (those this connection watched stay watched); retry in %ds",
+			c.g.snapshots.Limit(), ratelimit.RetryAfter(wait))
+		return
+	}
+	defer func() { c.g.snapshots.Give(c.user, take-read, c.g.now()) }()
 	if !c.g.reserveSubs(c, len(ids)) {
 		c.sendError("too_many_subscriptions", "a user may watch at most %d users across all their connections to this node; none of these were added", c.g.cfg.MaxUserSubscriptions)
 		return
@@ -127,6 +142,7 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 	for start := 0; start < len(added); start += query.MaxBatch {
 		part := added[start:min(len(added), start+query.MaxBatch)]
 		out := make([]privacy.View, len(part))
+		read += len(part)
 		if err := c.g.reader.Read(ctx, c.user, part, out); err != nil {
 			// The subscription stands; the client may resubscribe to read.
 			c.opError("subscribe", err)

@@ -1,19 +1,13 @@
 package httpapi
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"reflect"
-	"slices"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
+	"github.com/presenced/presenced/internal/strictjson"
 )
 
 // Request bodies. Every decoder is a pure function of the bytes, so the
@@ -51,96 +45,14 @@ type contactsReq struct {
 	Contacts []string `json:"contacts"`
 }
 
-// decodeJSON decodes exactly one JSON object into v, refusing unknown
-// fields and trailing data.
+// decodeJSON decodes exactly one JSON object into v by the rule every
+// edge shares (package strictjson): exact field names, each once, no
+// unknown fields, values of their types, valid UTF-8, no trailing data.
 func decodeJSON(body []byte, v any) error {
-	// encoding/json decodes null into a struct as a no-op; only an object
-	// is a request.
-	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] != '{' {
-		return badRequest("invalid_json", "request body is not a JSON object")
-	}
-	// encoding/json would turn invalid bytes into U+FFFD without a word.
-	if !utf8.Valid(body) {
-		return badRequest("invalid_json", "request body is not valid UTF-8")
-	}
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return badRequest("invalid_json", "request body is empty: want a JSON object")
-		}
-		return badRequest("invalid_json", "request body is not valid JSON for this endpoint: %v", err)
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return badRequest("invalid_json", "request body has data after the JSON object")
-	}
-	return checkKeys(body, jsonFields(reflect.TypeOf(v).Elem()))
-}
-
-// checkKeys refuses what encoding/json lets through silently: a key of the
-// object that is not exactly one of fields (it matches keys without regard
-// to case) and a key given twice (it keeps the last). A proxy in front
-// must read a body as the server does. body is valid JSON (decoded), an
-// object whose values are no objects (no request has one).
-func checkKeys(body []byte, fields []string) error {
-	var seen [8]string
-	n, depth, wantKey := 0, 0, false
-	for i := 0; i < len(body); i++ {
-		switch body[i] {
-		case '{', '[':
-			depth++
-			wantKey = depth == 1 && body[i] == '{'
-		case '}', ']':
-			depth--
-		case ',':
-			wantKey = depth == 1
-		case '"':
-			j, esc := i+1, false
-			for ; j < len(body) && body[j] != '"'; j++ {
-				if body[j] == '\\' {
-					j++
-					esc = true
-				}
-			}
-			if wantKey {
-				wantKey = false
-				key := string(body[i+1 : j])
-				if esc && json.Unmarshal(body[i:j+1], &key) != nil {
-					return badRequest("invalid_json", "request body has a malformed key")
-				}
-				if !slices.Contains(fields, key) {
-					return badRequest("invalid_json", "request body has the unknown field %q (field names are exact: %s)", key, strings.Join(fields, ", "))
-				}
-				if slices.Contains(seen[:n], key) {
-					return badRequest("invalid_json", "request body gives the field %q twice", key)
-				}
-				if n < len(seen) {
-					seen[n] = key
-					n++
-				}
-			}
-			i = j
-		}
+	if err := strictjson.Decode(body, v); err != nil {
+		return badRequest("invalid_json", "request body %v", err)
 	}
 	return nil
-}
-
-var fieldsOf sync.Map // reflect.Type → []string
-
-// jsonFields returns the JSON names of the fields of struct type t.
-func jsonFields(t reflect.Type) []string {
-	if f, ok := fieldsOf.Load(t); ok {
-		return f.([]string)
-	}
-	var out []string
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			out = append(out, name)
-		}
-	}
-	fieldsOf.Store(t, out)
-	return out
 }
 
 func checkID(field, id string) error {

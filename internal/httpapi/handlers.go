@@ -310,7 +310,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.limit(w, p, s.statuses, "status changes"); err != nil {
+	if err := s.limit(w, p, s.writes.Status, "status changes"); err != nil {
 		return err
 	}
 	text := ""
@@ -383,7 +383,7 @@ func (s *Server) settingsPut(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.limit(w, p, s.settings, "changes of settings"); err != nil {
+	if err := s.limit(w, p, s.writes.Settings, "changes of settings"); err != nil {
 		return err
 	}
 	if err := s.tracker.SetSettings(r.Context(), user, set); err != nil {
@@ -439,7 +439,7 @@ func (s *Server) contactsWrite(w http.ResponseWriter, r *http.Request, add bool)
 	if err != nil {
 		return err
 	}
-	if err := s.limit(w, p, s.contactLists, "changes of the contact list"); err != nil {
+	if err := s.limit(w, p, s.writes.Contacts, "changes of the contact list"); err != nil {
 		return err
 	}
 	if add {
@@ -471,7 +471,7 @@ func (s *Server) contactOne(w http.ResponseWriter, r *http.Request, add bool) er
 	if err := checkID("contact_id", c); err != nil {
 		return err
 	}
-	if err := s.limit(w, p, s.contactLists, "changes of the contact list"); err != nil {
+	if err := s.limit(w, p, s.writes.Contacts, "changes of the contact list"); err != nil {
 		return err
 	}
 	if add {

@@ -671,7 +671,7 @@ func TestOpenAPIContract(t *testing.T) {
 	} {
 		req, _ := http.NewRequest(p.method, base+p.path, strings.NewReader("{"))
 		req.ContentLength = 100
-		c.raw(base, req, p.method+" "+p.path+" HTTP/1.1\r\nHost: x\r\nAuthorization: "+keyHdr+
+		c.raw(base, req, p.method+" "+p.path+" HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "+keyHdr+
 			"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", 400)
 	}
 
@@ -757,7 +757,7 @@ func TestOpenAPIContract(t *testing.T) {
 		c.do(node, cl)
 	}
 	req, _ := http.NewRequest("GET", node+"/v1/ws", nil)
-	c.raw(node, req, "GET /v1/ws?token="+sign("v", "")+" HTTP/1.0\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+	c.raw(node, req, "GET /v1/ws?token="+sign("v", "")+" HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
 		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", 505)
 
 	// Failures of the stores, with every route that reads or writes

@@ -111,6 +111,10 @@ type Config struct {
 	// OnContactsChanged is called after a change of owner's contact list is
 	// durable (the fan-out re-classifies owner's watchers); nil: nothing.
 	OnContactsChanged func(owner string)
+	// Writes are the per-user buckets of client writes, shared with the
+	// WebSocket gateway so that a user's status changes count once
+	// whichever edge they come through; nil: buckets of the server's own.
+	Writes *ratelimit.Writes
 	// Origins are the browser pages that may call the node (package
 	// origin); nil: the node's own pages only. A request whose Origin
 	// names another page is refused with 403 origin_not_allowed; the
@@ -136,13 +140,14 @@ type Server struct {
 	checkSt  []string   // per check: its state when last judged (for the log, and a probe that could not judge it)
 	maxBody  int64
 	// Per user of a client token: reads (one per PollInterval) and the
-	// durable writes (ratelimit.Status, Settings, Contacts, as over
-	// WebSocket). Backends and -dev requests are not limited.
-	polls, statuses, settings, contactLists *ratelimit.Keyed
-	mux                                     *http.ServeMux
-	patterns                                []string // every pattern of mux, in order (Patterns)
-	draining                                atomic.Bool
-	origins                                 *origin.Policy
+	// durable writes (ratelimit.Writes, shared with the gateway).
+	// Backends and -dev requests are not limited.
+	polls    *ratelimit.Keyed
+	writes   *ratelimit.Writes
+	mux      *http.ServeMux
+	patterns []string // every pattern of mux, in order (Patterns)
+	draining atomic.Bool
+	origins  *origin.Policy
 	// browser holds the patterns of the endpoints a browser page calls
 	// (see handleBrowser); written by New only.
 	browser map[string]bool
@@ -169,6 +174,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
 	}
+	if cfg.Writes == nil {
+		cfg.Writes = ratelimit.NewWrites()
+	}
 	s := &Server{
 		tracker:  cfg.Tracker,
 		reader:   cfg.Reader,
@@ -183,13 +191,11 @@ func New(cfg Config) (*Server, error) {
 		checkSt:  make([]string, len(cfg.Checks)),
 		maxBody:  cfg.MaxBody,
 
-		polls:        ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
-		statuses:     ratelimit.NewKeyed(ratelimit.Status),
-		settings:     ratelimit.NewKeyed(ratelimit.Settings),
-		contactLists: ratelimit.NewKeyed(ratelimit.Contacts),
-		mux:          http.NewServeMux(),
-		origins:      cfg.Origins,
-		browser:      make(map[string]bool),
+		polls:   ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
+		writes:  cfg.Writes,
+		mux:     http.NewServeMux(),
+		origins: cfg.Origins,
+		browser: make(map[string]bool),
 
 		onContactsChanged: cfg.OnContactsChanged,
 		admin:             cfg.Admin,

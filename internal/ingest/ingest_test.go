@@ -592,6 +592,8 @@ func TestInvalidMessagesTerminated(t *testing.T) {
 		`{"type":"heartbeat","user_id":"a b","device_id":"d","at":"` + at + `"}`,
 		`{"type":"heartbeat","user_id":"u","device_id":"","at":"` + at + `"}`,
 		`{"type":"heartbeat","user_id":"u,v","device_id":"d","at":"` + at + `"}`,
+		`{"type":"heartbeat","user_id":"cafe\u0301","device_id":"d","at":"` + at + `"}`, // not NFC
+		`{"type":"heartbeat","user_id":"u","device_id":"\u212a","at":"` + at + `"}`,     // Kelvin sign: K in NFC
 		`{"type":"reboot","user_id":"u","device_id":"d","at":"` + at + `"}`,
 		`{"user_id":"u","device_id":"d","at":"` + at + `"}`,
 		`{"type":"heartbeat","user_id":"u","device_id":"d"}`,

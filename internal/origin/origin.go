@@ -30,6 +30,10 @@
 // Origin scheme's default). Both schemes are taken because a proxy in
 // front may end TLS and forward plain HTTP with the Host unchanged; a node
 // that serves TLS itself takes only https.
+//
+// The node's own origin is only as good as the Host: a page whose name
+// was pointed at the node's address (DNS rebinding) sends a Host of that
+// name. Hosts says which Host names a node answers to at all.
 package origin
 
 import (

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Status is what a user shows. Offline, Online and Away are derived from the
@@ -113,7 +115,19 @@ var ErrTooManyDevices = errors.New("too many devices alive for this user")
 // bytes of valid UTF-8 without spaces, commas (the batch read separates ids
 // by commas), control characters, bidirectional overrides, line separators
 // or U+FFFD (which is what invalid bytes in a JSON body decode to, so two
-// different raw ids could otherwise become one). Numeric and UUID ids pass.
+// different raw ids could otherwise become one), in Unicode normalization
+// form NFC. Numeric and UUID ids pass.
+//
+// NFC: "café" typed on one system and read back from another may arrive
+// as é (U+00E9) or as e and a combining acute (U+0065 U+0301), which are
+// the same text by Unicode's definition but two byte strings, so they
+// would be two users. An id not in NFC is refused (not normalised: what
+// the app stores and what the node stores must be one string), which
+// takes one of each such pair, and the Kelvin and Ohm signs (whose NFC is
+// K and Ω). Look-alikes that are different characters — full-width Ａ and
+// A, Cyrillic а and Latin a — stay different ids, as they are different
+// text: ids are the app's identifiers, not names to be matched, and
+// folding them here would make two of the app's users one.
 func ValidateID(s string) error {
 	if s == "" {
 		return errors.New("id is empty")
@@ -142,6 +156,9 @@ func ValidateID(s string) error {
 		if forbiddenRune(r) {
 			return fmt.Errorf("id contains a forbidden character %U at byte %d", r, i)
 		}
+	}
+	if !norm.NFC.IsNormalString(s) {
+		return fmt.Errorf("id is not in Unicode normalization form NFC (%+q is %+q in NFC)", s, norm.NFC.String(s))
 	}
 	return nil
 }

@@ -12,6 +12,10 @@ func TestValidateID(t *testing.T) {
 	good := []string{
 		"1", "9223372036854775807", "550e8400-e29b-41d4-a716-446655440000", strings.Repeat("a", 64),
 		"zoë", "名前", "user@example.com", "a\u00a1", "a\u2027b", "a\u2030", "a\ufffc", "🙂",
+		"caf\u00e9", "K", "\u03a9", "한국",
+		// Look-alikes that are other characters are other ids: full-width,
+		// Cyrillic, compatibility forms (NFKC would fold them; NFC does not).
+		"\uff21", "\u0430dmin", "\ufb01le", "x\u00b2",
 		strings.Repeat("é", 32), // 64 bytes
 	}
 	for _, id := range good {
@@ -32,6 +36,12 @@ func TestValidateID(t *testing.T) {
 		{"a\x7f", "forbidden"},
 		{"a\xffb", "UTF-8"},
 		{"\xc2", "UTF-8"},
+		// Not NFC: the same text as an id that is, so refused.
+		{"cafe\u0301", `is "caf\u00e9" in NFC`},
+		{"\u212a", `is "K" in NFC`}, // Kelvin sign
+		{"\u2126", "NFC"},           // Ohm sign
+		{"\u1100\u1161", "NFC"},     // Hangul jamo that compose
+		{"a\u0301\u0328", "NFC"},    // combining marks out of canonical order
 		// C1 controls: NEL and the ends of the range.
 		{"a\u0085b", "U+0085"},
 		{"\u0080", "U+0080"},

@@ -2,12 +2,14 @@
 // entry point, and enforces it with token buckets.
 //
 // Status, Settings and Contacts are the limits of a client's durable
-// writes: the WebSocket gateway applies Status to each connection's
-// set_status, the HTTP API applies all three to each user of a client
-// token (backends with the API key are not limited). A Bucket belongs to
-// one owner (a connection's read side); Keyed holds a bucket per key (a
-// user) for callers that share it, sharded, its memory bounded by the keys
-// that took a token within the last burst's worth of time.
+// writes, each per user: one Writes holds their buckets for a whole node,
+// shared by the HTTP API (each user of a client token; backends with the
+// API key are not limited) and the WebSocket gateway (set_status of every
+// socket of the user), so a user's writes count once whichever way and
+// over however many connections they come. A Bucket belongs to one owner
+// (a connection's read side); Keyed holds a bucket per key (a user) for
+// callers that share it, sharded, its memory bounded by the keys that
+// took a token within the last burst's worth of time.
 //
 // Times are Unix milliseconds, as the gateway and the HTTP API read their
 // clocks.
@@ -41,6 +43,35 @@ var (
 	Contacts = Limit{Every: time.Second, Burst: 5}
 )
 
+// Writes are the per-user buckets of a client's durable writes, one for
+// each kind, for every edge of a node to share.
+type Writes struct {
+	Status, Settings, Contacts *Keyed
+}
+
+// NewWrites returns empty buckets under Status, Settings and Contacts.
+func NewWrites() *Writes {
+	return &Writes{Status: NewKeyed(Status), Settings: NewKeyed(Settings), Contacts: NewKeyed(Contacts)}
+}
+
+// SnapshotsPerSecond is how many ids a second a user's sockets may have
+// read for subscribe's snapshots once the burst is spent (Snapshots): a
+// device may re-subscribe a list of 500 every 5 s, for ever. (An HTTP
+// client reads 1,000 ids per 30 s.)
+const SnapshotsPerSecond = 100
+
+// Snapshots limits the ids a user's subscriptions read, across all their
+// sockets to a node: each newly watched id is one read through the
+// privacy filter. maxWatched is the most the user may watch at once on
+// the node; the burst is twice that, so that all their devices may
+// subscribe their whole lists at connect and all again after a reconnect
+// (a network change, a node restarting behind the load balancer) without
+// a refusal. A client that subscribes and unsubscribes in a loop reads
+// SnapshotsPerSecond ids a second.
+func Snapshots(maxWatched int) Limit {
+	return Limit{Every: time.Second / SnapshotsPerSecond, Burst: 2 * maxWatched}
+}
+
 // PerSecond returns the Limit of n operations a second, bursts of burst.
 func PerSecond(n, burst int) Limit {
 	if n <= 0 {
@@ -72,16 +103,16 @@ func (l Limit) off() bool { return l.Every <= 0 || l.Burst <= 0 }
 // every is l.Every in whole milliseconds, at least 1.
 func (l Limit) every() int64 { return max(1, l.Every.Milliseconds()) }
 
-// take admits one operation at now (Unix ms) against full, the time at
-// which the bucket is full again (a full bucket has full <= now). It
-// returns the new full time and 0, or full unchanged and how many ms to
-// wait for a token.
-func (l Limit) take(full, now int64) (int64, int64) {
+// take admits n operations (1 ≤ n ≤ Burst) at now (Unix ms) against
+// full, the time at which the bucket is full again (a full bucket has
+// full <= now). It returns the new full time and 0, or full unchanged and
+// how many ms to wait for n tokens.
+func (l Limit) take(full, now, n int64) (int64, int64) {
 	if l.off() {
 		return full, 0
 	}
 	every := l.every()
-	next := max(full, now) + every
+	next := max(full, now) + n*every
 	if over := next - now - int64(l.Burst)*every; over > 0 {
 		return full, over
 	}
@@ -102,7 +133,7 @@ type Bucket struct {
 // there and, if not, how many ms until one is.
 func (b *Bucket) Take(now int64, l Limit) (ok bool, waitMS int64) {
 	var wait int64
-	b.full, wait = l.take(b.full, now)
+	b.full, wait = l.take(b.full, now, 1)
 	return wait == 0, wait
 }
 
@@ -138,13 +169,23 @@ func (k *Keyed) Limit() Limit { return k.limit }
 // Take takes a token from key's bucket at now (Unix ms). It reports
 // whether one was there and, if not, how many ms until one is.
 func (k *Keyed) Take(key string, now int64) (ok bool, waitMS int64) {
-	if k.limit.off() {
+	return k.TakeN(key, 1, now)
+}
+
+// TakeN takes n tokens at once from key's bucket at now (Unix ms), or
+// none. It reports whether they were there and, if not, how many ms until
+// they are. More than the limit's Burst are never there (waitMS -1).
+func (k *Keyed) TakeN(key string, n int, now int64) (ok bool, waitMS int64) {
+	if k.limit.off() || n <= 0 {
 		return true, 0
 	}
-	sh := &k.shards[maphash.String(k.seed, key)%uint64(len(k.shards))]
+	if n > k.limit.Burst {
+		return false, -1
+	}
+	sh := k.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	full, wait := k.limit.take(sh.full[key], now)
+	full, wait := k.limit.take(sh.full[key], now, int64(n))
 	if wait > 0 {
 		return false, wait
 	}
@@ -158,6 +199,30 @@ func (k *Keyed) Take(key string, now int64) (ok bool, waitMS int64) {
 	}
 	sh.full[key] = full
 	return true, 0
+}
+
+// Give puts n tokens taken from key's bucket back (an operation that
+// turned out to cost less than was taken), at most filling it.
+func (k *Keyed) Give(key string, n int, now int64) {
+	if k.limit.off() || n <= 0 {
+		return
+	}
+	sh := k.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	full, ok := sh.full[key]
+	if !ok {
+		return
+	}
+	if full -= int64(n) * k.limit.every(); full <= now {
+		delete(sh.full, key)
+		return
+	}
+	sh.full[key] = full
+}
+
+func (k *Keyed) shard(key string) *keyedShard {
+	return &k.shards[maphash.String(k.seed, key)%uint64(len(k.shards))]
 }
 
 // Len returns the number of buckets held (for tests of the memory bound).

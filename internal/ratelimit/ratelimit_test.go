@@ -154,3 +154,46 @@ func TestTakeAllocs(t *testing.T) {
 		t.Errorf("Take: %v allocations, want 0", n)
 	}
 }
+
+// TestKeyedTakeN: n tokens at once or none; Give puts back what an
+// operation did not use, never beyond full.
+func TestKeyedTakeN(t *testing.T) {
+	l := Snapshots(500) // bursts of 1,000, 100 a second: 10 ms a token
+	k := NewKeyed(l)
+	for i, s := range []struct {
+		n, give int
+		at      int64
+		ok      bool
+		wait    int64
+	}{
+		{n: 600, at: 0, ok: true},
+		{n: 500, at: 0, ok: false, wait: 1000}, // 400 left: 100 more take 1 s
+		{n: 400, at: 0, ok: true},
+		{n: 1, at: 0, ok: false, wait: 10},
+		{give: 300, at: 0},
+		{n: 300, at: 0, ok: true},
+		{n: 100, at: 1000, ok: true},            // refilled 100 in a second
+		{n: 1001, at: 1e6, ok: false, wait: -1}, // more than a burst: never
+		{give: 5000, at: 1e6},                   // beyond full: nothing to give back
+		{n: 1000, at: 1e6, ok: true},
+		{n: 0, at: 1e6, ok: true},
+	} {
+		if s.give > 0 {
+			k.Give("u", s.give, s.at)
+			continue
+		}
+		if ok, wait := k.TakeN("u", s.n, s.at); ok != s.ok || wait != s.wait {
+			t.Errorf("step %d: TakeN(%d) at %d ms: got %v, %d ms; want %v, %d ms", i, s.n, s.at, ok, wait, s.ok, s.wait)
+		}
+	}
+	// A bucket given back in full is forgotten.
+	k = NewKeyed(l)
+	k.TakeN("v", 10, 0)
+	k.Give("v", 10, 0)
+	if n := k.Len(); n != 0 {
+		t.Errorf("%d buckets after a full give-back, want 0", n)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { k.TakeN("w", 1, 0); k.Give("w", 1, 0) }); allocs != 0 {
+		t.Errorf("TakeN and Give allocate %v times", allocs)
+	}
+}

@@ -187,6 +187,6 @@ export class PresenceClient extends EventTarget {
 /**
  * Why the server would refuse id as a user id, or "" if it is fine: ids
  * are 1–64 bytes of UTF-8 without spaces of any width, controls, commas,
- * bidi marks, zero-width or other invisible characters.
+ * bidi marks, zero-width or other invisible characters, in Unicode NFC.
  */
 export function idProblem(id: unknown): string;

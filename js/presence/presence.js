@@ -637,7 +637,7 @@ const ID_FORBIDDEN = new RegExp(`[${INVISIBLE}\\p{Zs},\\ufe00-\\ufe0f\\u{e0100}-
 /**
  * Why the server would refuse id as a user id, or "" if it is fine: ids are
  * 1–64 bytes of UTF-8 without spaces of any width, controls, commas, bidi
- * marks, zero-width or other invisible characters.
+ * marks, zero-width or other invisible characters, in Unicode NFC.
  * @param {unknown} id
  * @returns {string}
  */
@@ -648,6 +648,7 @@ export function idProblem(id) {
   if (ID_FORBIDDEN.test(id)) {
     return "contains a space, a control character, a comma, a bidi mark or an invisible character";
   }
+  if (id.normalize("NFC") !== id) return "not in Unicode NFC (send id.normalize(\"NFC\"))";
   return "";
 }
 
