@@ -169,7 +169,9 @@ type watch struct {
 	// watcher is sent a user's changes in version order whatever order
 	// they come in, and fp goes with the version.
 	held atomic.Uint64
-	fp   uint64 // fingerprint of the view last sent; guarded by held's lock
+	// fp is the fingerprint of the view last sent (0: none, which no
+	// view has); guarded by held's lock.
+	fp uint64
 	// Guarded by the target's shard mu.
 	t     *target // nil once unregistered
 	pos   int32   // index in t.slots
@@ -212,7 +214,7 @@ func (w *watch) offer(v, fp uint64, frame []byte) refusal {
 	case v <= held:
 		w.unlock(held)
 		return stale
-	case held != 0 && w.fp == fp:
+	case w.fp == fp:
 		w.unlock(v)
 		return same
 	}
@@ -835,12 +837,13 @@ func (h *Hub) count(n *counts) {
 // moves with every heartbeat in reads, and is the moment of the change in
 // events: a view that differs in it alone shows nothing new, and a
 // resync that read it would otherwise send every present user again.
+// It is never 0.
 func (h *Hub) fingerprint(v *privacy.View) uint64 {
 	var m maphash.Hash
 	m.SetSeed(h.seed)
 	if !v.StatusVisible {
 		m.WriteByte(0)
-		return m.Sum64()
+		return m.Sum64() | 1
 	}
 	k := byte(1 + v.Status<<2)
 	var ls int64
@@ -855,7 +858,7 @@ func (h *Hub) fingerprint(v *privacy.View) uint64 {
 	binary.LittleEndian.PutUint64(b[1:], uint64(ls))
 	m.Write(b[:])
 	m.WriteString(v.Text)
-	return m.Sum64()
+	return m.Sum64() | 1
 }
 
 // frames are the encoded messages of one event, per class (b; nil: the
@@ -1255,9 +1258,10 @@ func (h *Hub) endJob(j *job) {
 // returned): a resync then sends none of them again unless it finds
 // something new, and a change older than the view that comes later is
 // not sent. Call it just before the snapshot is queued. Views of users s
-// does not watch, with a hidden status or without a version are ignored;
-// a view older than a change s was sent meanwhile leaves that change
-// recorded (the client orders the two by version).
+// does not watch are ignored; a view older than a change s was sent
+// meanwhile leaves that change recorded (the client orders the two by
+// version). A view without a version (a user never seen, a hidden
+// status) is recorded as the view at version 0.
 func (h *Hub) SnapshotSent(s Sink, views []privacy.View) {
 	st := h.state(s, s.Viewer(), false)
 	if st == nil {
@@ -1268,11 +1272,12 @@ func (h *Hub) SnapshotSent(s Sink, views []privacy.View) {
 	for i := range views {
 		v := &views[i]
 		w := st.subs[v.UserID]
-		if w == nil || !v.StatusVisible || v.Version == 0 {
+		if w == nil {
 			continue
 		}
 		fp := h.fingerprint(v)
-		if held := w.lock(); v.Version <= held {
+		held := w.lock()
+		if v.Version < held || (v.Version == held && held != 0) {
 			w.unlock(held)
 			continue
 		}
@@ -1361,7 +1366,7 @@ func (h *Hub) Resync(ctx context.Context, read ReadFunc) error {
 			case v.Version <= held:
 				w.unlock(held)
 				n.stale++
-			case held != 0 && w.fp == fp:
+			case w.fp == fp:
 				w.unlock(v.Version)
 				n.same++
 			default:

@@ -234,15 +234,18 @@ func TestConcurrentVersionsInOrder(t *testing.T) {
 }
 
 // TestSnapshotSent: what a subscribe's snapshot showed is not sent again
-// by a resync that finds it unchanged, and a change older than it that
-// comes later is not sent.
+// by a resync that finds it unchanged — a user never seen included, whose
+// snapshot has no version and whose read in Redis carries the version
+// floor —, and a change older than it that comes later is not sent.
 func TestSnapshotSent(t *testing.T) {
 	h := newHub(t, newRels(), fanout.Config{})
 	s := newSink("w")
-	subscribe(t, h, s, "x", "hidden")
+	subscribe(t, h, s, "x", "hidden", "never")
 	x := viewOf(event("x", presence.Online, 5, presence.Settings{}))
-	h.SnapshotSent(s, []privacy.View{x, {UserID: "hidden"}, viewOf(event("not-watched", presence.Online, 5, presence.Settings{}))})
-	resync(t, h, store{"x": x})
+	never := privacy.View{UserID: "never", StatusVisible: true}
+	h.SnapshotSent(s, []privacy.View{x, {UserID: "hidden"}, never, viewOf(event("not-watched", presence.Online, 5, presence.Settings{}))})
+	never.Version = 1 << 32
+	resync(t, h, store{"x": x, "never": never})
 	h.Publish(event("x", presence.Busy, 4, presence.Settings{}))
 	if n := s.count(); n != 0 {
 		t.Fatalf("after the snapshot: %d frames (versions %v), want none", n, versions(s, "x"))
