@@ -929,7 +929,8 @@ func (h *Hub) encode(ev *presence.Event, need *[numClasses]bool, fr *frames) int
 // Publish delivers ev to every sink watching its user, after the privacy
 // filter for each. It implements tracker.Publisher: it keeps nothing of ev
 // after it returns and never blocks on a sink. For a user with more than
-// AsyncThreshold watchers it only records ev for Run.
+// AsyncThreshold watchers it only records ev for Run, unless ev is a
+// change only the user sees (Event.SelfOnly).
 func (h *Hub) Publish(ev *presence.Event) {
 	h.published.Add(1)
 	sh := h.shardOf(ev.UserID)
@@ -939,7 +940,10 @@ func (h *Hub) Publish(ev *presence.Event) {
 		sh.mu.RUnlock()
 		return
 	}
-	if t.live > h.threshold {
+	// A change only the user sees goes to their own sockets at once: the
+	// batched path coalesces changes everyone sees, which it must not be
+	// folded into (it carries a version nobody else may be sent).
+	if t.live > h.threshold && !ev.SelfOnly {
 		sh.mu.RUnlock()
 		h.enqueue(ev)
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -253,5 +254,49 @@ func TestSnapshotSent(t *testing.T) {
 	h.Publish(event("x", presence.Busy, 6, presence.Settings{}))
 	if got := versions(s, "x"); len(got) != 1 || got[0] != 6 {
 		t.Fatalf("a newer change: versions %v, want [6]", got)
+	}
+}
+
+// TestSelfOnly: a change only the user sees (the text of an invisible
+// user) reaches the user's own sockets and nobody else, on both paths.
+func TestSelfOnly(t *testing.T) {
+	for _, threshold := range []int{0, 2} {
+		t.Run(fmt.Sprint("threshold ", threshold), func(t *testing.T) {
+			h := newHub(t, newRels(), fanout.Config{AsyncThreshold: threshold, AsyncBatch: 1})
+			runHub(t, h)
+			self, a, b := newSink("u"), newSink("a"), newSink("b")
+			for _, s := range []*sink{self, a, b} {
+				subscribe(t, h, s, "u")
+			}
+			gone := event("u", presence.Offline, 3, presence.Settings{})
+			gone.Self, gone.SelfText, gone.Text = presence.Invisible, "lunch", "lunch"
+			// Back to back: on the batched path the second comes while
+			// the first waits for Run.
+			h.Publish(gone)
+			only := *gone
+			only.Version, only.SelfText, only.SelfOnly = 4, "gone fishing", true
+			h.Publish(&only)
+			waitFor(t, "the offline everyone sees", func() bool { return a.count() == 1 && b.count() == 1 })
+			waitFor(t, "the user's own change", func() bool { return slices.Contains(versions(self, "u"), 4) })
+			last := self.frames()[self.count()-1]
+			m := decode(t, last.b)
+			if last.version != 4 || m.Status == nil || *m.Status != "invisible" || m.StatusText == nil || *m.StatusText != "gone fishing" {
+				t.Errorf("the user got %s at version %d last", last.b, last.version)
+			}
+			if d := decode(t, a.frames()[0].b); d.StatusText == nil || *d.StatusText != "lunch" || a.frames()[0].version != 3 {
+				t.Errorf("another watcher got %s at version %d", a.frames()[0].b, a.frames()[0].version)
+			}
+			// A change everyone sees, after: the others get it, the user too.
+			n := self.count()
+			back := event("u", presence.Online, 5, presence.Settings{})
+			back.Self, back.SelfText, back.Text = presence.Online, "back", "back"
+			h.Publish(back)
+			waitFor(t, "the change everyone sees", func() bool { return a.count() == 2 && b.count() == 2 && self.count() == n+1 })
+			for _, s := range []*sink{a, b} {
+				if got := versions(s, "u"); len(got) != 2 || got[0] != 3 || got[1] != 5 {
+					t.Errorf("%s got versions %v, want [3 5]", s.viewer, got)
+				}
+			}
+		})
 	}
 }
