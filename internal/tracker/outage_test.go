@@ -12,6 +12,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -733,5 +734,28 @@ func TestOutageBufferPerUserIsBounded(t *testing.T) {
 	}
 	if s := f.read("u")[0]; s.Status != presence.Online || s.Devices != 1 {
 		t.Errorf("u reads %v with %d devices; want online with the one it kept", s.Status, s.Devices)
+	}
+}
+
+// TestOutageReplayInvisibleText: an invisible user changes their text
+// during an outage. The replay tells the user's own sockets (a change
+// only the user sees) and nobody else; others still read the text of
+// when the user vanished.
+func TestOutageReplayInvisibleText(t *testing.T) {
+	f := newOutageFixture(t, newMemDurable(), tracker.Config{})
+	f.beat("u", "phone", true)
+	gone := f.status("u", presence.ManualInvisible, "lunch").Event
+	f.pub.take()
+	f.sw.off.Store(true)
+	f.at(time.Second)
+	f.status("u", presence.ManualInvisible, "gone fishing")
+	f.sw.off.Store(false)
+	f.waitUp()
+	evs := f.pub.take()
+	if len(evs) != 1 || !evs[0].SelfOnly || evs[0].SelfText != "gone fishing" || evs[0].Text != "lunch" || evs[0].Version <= gone.Version {
+		t.Fatalf("replay published %+v, want %q for the user alone", evs, "gone fishing")
+	}
+	if v := privacy.Filter(privacy.Relation{}, &f.read("u")[0]); v.Text != "lunch" || v.Version != gone.Version {
+		t.Errorf("another viewer reads %+v after the replay, want %q at version %d", v, "lunch", gone.Version)
 	}
 }

@@ -834,6 +834,9 @@ func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profil
 	if p.Version > 0 {
 		p.Version += t.reloadMargin
 	}
+	if p.PubVersion > 0 {
+		p.PubVersion += t.reloadMargin // keeps its distance below the version
+	}
 	for try := 0; ; try++ {
 		b := t.bound(ctx)
 		err = t.store.Load(b.ctx, t.Now(), &p)
