@@ -259,6 +259,13 @@ type Profile struct {
 	PubVersion uint64
 }
 
+// Frozen reports whether the public face differs from the user's own
+// text and version, so that a durable store must keep PubText and
+// PubVersion beside them; otherwise Public is Text and Version.
+func (p *Profile) Frozen() bool {
+	return p.PubVersion != 0 && (p.PubVersion != p.Version || p.PubText != p.Text)
+}
+
 // Public returns the status text and version everyone else sees.
 func (p *Profile) Public() (text string, version uint64) {
 	if p.PubVersion == 0 {
