@@ -763,7 +763,14 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 			}
 		}
 		u.Snapshot(&t.rules, now, &out[i])
-		out[i].Version = profiles[i].Version // no version is stamped here
+		// No version is stamped here: the profile's, and its public one
+		// (an invisible user's frozen face) unless the operations made a
+		// change everyone sees.
+		_, pub := profiles[i].Public()
+		if out[i].PubVersion > profiles[i].Version {
+			pub = profiles[i].Version
+		}
+		out[i].Version, out[i].PubVersion = profiles[i].Version, pub
 	}
 	return nil
 }

@@ -1269,3 +1269,27 @@ func TestInvisibleFaceSurvivesReload(t *testing.T) {
 		t.Errorf("after the reload the user reads %q at version %d, want %q at %d", v.Text, v.Version, "gone fishing", own.Version+margin)
 	}
 }
+
+// TestFailedCheckpointKeepsTheNewestFace: a checkpoint that failed is
+// written with the next one, each user once, with the public face that
+// goes with the newest version.
+func TestFailedCheckpointKeepsTheNewestFace(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	f.beat("u", "phone", true)
+	f.status("u", presence.ManualNone, "here")
+	d.setFail("SaveLastSeen", errors.New("disk full"))
+	if err := f.tr.Checkpoint(f.ctx); err == nil {
+		t.Fatal("checkpoint: no error")
+	}
+	gone := f.status("u", presence.ManualInvisible, "lunch").Event
+	own := f.status("u", presence.ManualInvisible, "gone fishing").Event
+	d.setFail("SaveLastSeen", nil)
+	if err := f.tr.Checkpoint(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := d.profile("u")
+	if text, v := p.Public(); text != "lunch" || v != gone.Version || p.Version != own.Version {
+		t.Errorf("written: public %q v%d, version %d; want %q v%d, version %d", text, v, p.Version, "lunch", gone.Version, own.Version)
+	}
+}
