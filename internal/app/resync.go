@@ -12,10 +12,11 @@ import (
 	"github.com/presenced/presenced/internal/tracker"
 )
 
-// resyncer sends every watcher of the node the current state of what it
-// watches when asked to: after the node was cut off from NATS (changes of
-// other nodes may have been missed) or the state store came back (changes
-// may have been lost with it). Requests that come while one is pending are
+// resyncer sends every watcher of the node what changed of what it
+// watches when asked to (fanout.Hub.Resync: only users whose view differs
+// from the last it was sent): after the node was cut off from NATS
+// (changes of other nodes may have been missed) or the state store came
+// back or lost its data (changes may have been lost with it). Requests that come while one is pending are
 // one request; one that comes during a resync is served once more after
 // it. Request is safe for concurrent use and never blocks.
 type resyncer struct {
@@ -82,7 +83,7 @@ func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, read fanout.ReadFun
 
 // missedChanges is the bus's cue that changes of other nodes may have been
 // missed (cut off from NATS, or messages dropped): the watchers are sent
-// the current state and the read replica is filled again.
+// what changed and the read replica is filled again.
 func (a *App) missedChanges() {
 	a.resync.Request()
 	if a.replica != nil {

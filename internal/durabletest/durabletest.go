@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"UnknownIDsSkipped", testUnknownIDsSkipped},
 		{"LoadManyIDs", testLoadManyIDs},
 		{"LastSeenNeverBackwards", testLastSeenNeverBackwards},
+		{"PublicFace", testPublicFace},
 		{"ShuffledBatch", testShuffledBatch},
 		{"WritesTouchOnlyTheirColumns", testWritesTouchOnlyTheirColumns},
 		{"BigBatch", testBigBatch},
@@ -120,6 +121,10 @@ func testProfileRoundTrip(t *testing.T, s Store) {
 		{"invisible frozen", presence.Profile{
 			UserID: "inv", Manual: presence.ManualInvisible, Text: "", LastSeen: 2_000_000_000_000, PubLastSeen: 1_000_000_000_000,
 			Version: 1 << 62, Settings: presence.Settings{Status: presence.Nobody, LastSeen: presence.Contacts},
+		}},
+		{"invisible, text changed since", presence.Profile{
+			UserID: "face", Manual: presence.ManualInvisible, Text: "gone fishing", LastSeen: 30, PubLastSeen: 20,
+			Version: 12, PubText: "lunch", PubVersion: 10,
 		}},
 		{"contacts only", presence.Profile{UserID: "c", Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Nobody}}},
 		{"longest text", presence.Profile{UserID: "long", Text: strings.Repeat("é", presence.MaxTextLen), LastSeen: 1}},
@@ -235,6 +240,50 @@ func testLastSeenNeverBackwards(t *testing.T, s Store) {
 			p, ok := load(t, s, user)[user]
 			if got := (ls{p.LastSeen, p.PubLastSeen, p.Version}); !ok || got != tc.want {
 				t.Errorf("after %v: got %+v (found %v), want %+v", tc.saves, got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// testPublicFace: the public face of an invisible user whose text changed
+// since they vanished (PubText, PubVersion) goes with the newest version
+// checkpointed — an older checkpoint leaves it, a newer one replaces it,
+// one whose face is its own text and version clears it — and a profile
+// whose face is its own reads back without one.
+func testPublicFace(t *testing.T, s Store) {
+	ctx := t.Context()
+	type cp struct {
+		text, pubText string
+		version, pub  uint64
+	}
+	tests := []struct {
+		name  string
+		saves [][]cp
+		want  cp // as loaded: pub 0 without a face
+	}{
+		{"frozen", [][]cp{{{"x", "lunch", 12, 10}}}, cp{"", "lunch", 12, 10}},
+		{"its own face is none", [][]cp{{{"x", "x", 12, 12}}}, cp{"", "", 12, 0}},
+		{"an older checkpoint leaves it", [][]cp{{{"x", "lunch", 12, 10}}, {{"y", "brb", 11, 9}}}, cp{"", "lunch", 12, 10}},
+		{"a newer one replaces it", [][]cp{{{"x", "lunch", 12, 10}}, {{"y", "lunch", 13, 10}}}, cp{"", "lunch", 13, 10}},
+		{"visible again clears it", [][]cp{{{"x", "lunch", 12, 10}}, {{"x", "x", 14, 14}}}, cp{"", "", 14, 0}},
+		{"twice in a batch, newest last", [][]cp{{{"x", "lunch", 12, 10}, {"y", "nap", 15, 14}}}, cp{"", "nap", 15, 14}},
+		{"twice in a batch, newest first", [][]cp{{{"y", "nap", 15, 14}, {"x", "lunch", 12, 10}}}, cp{"", "nap", 15, 14}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			user := fmt.Sprintf("face%d", i)
+			for _, saves := range tc.saves {
+				batch := make([]presence.Profile, len(saves))
+				for j, c := range saves {
+					batch[j] = presence.Profile{UserID: user, Text: c.text, LastSeen: 1, Version: c.version, PubText: c.pubText, PubVersion: c.pub}
+				}
+				if err := s.SaveLastSeen(ctx, batch); err != nil {
+					t.Fatalf("SaveLastSeen(%+v): %v", batch, err)
+				}
+			}
+			p := load(t, s, user)[user]
+			if got := (cp{"", p.PubText, p.Version, p.PubVersion}); got != tc.want {
+				t.Errorf("after %+v: got %+v, want %+v", tc.saves, got, tc.want)
 			}
 		})
 	}

@@ -32,6 +32,7 @@ package fanout
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -59,9 +60,10 @@ type Sink interface {
 	// the Hub (the hub holds a shard's read lock during the call; a sink
 	// that wants to close itself signals its own goroutine, which later
 	// calls Remove). A frame of the same user still queued should be
-	// replaced by this one if version is higher (coalescing); frames of one
-	// user may arrive out of version order. A sink that stays behind
-	// closes itself.
+	// replaced by this one (coalescing). The hub delivers a sink the frames
+	// of one user in strictly increasing versions, one call at a time, and
+	// none whose view is the same as the last one it delivered of that user.
+	// A sink that stays behind closes itself.
 	//
 	// frame is immutable and shared by every sink of the same view of the
 	// event: the sink may keep it as long as it wants but must never
@@ -160,10 +162,66 @@ type watch struct {
 	sink   Sink
 	viewer string
 	target string
+	// held is the newest version of target whose view the watcher holds
+	// (the last it was sent, or a later one with the same view, which was
+	// not sent), shifted left by one; its low bit is a lock, set while a
+	// delivery to this watcher is decided and made (watch.lock), so a
+	// watcher is sent a user's changes in version order whatever order
+	// they come in, and fp goes with the version.
+	held atomic.Uint64
+	// fp is the fingerprint of the view last sent (0: none, which no
+	// view has); guarded by held's lock.
+	fp uint64
 	// Guarded by the target's shard mu.
 	t     *target // nil once unregistered
-	pos   int     // index in t.slots
+	pos   int32   // index in t.slots
 	class class
+}
+
+// lock takes w's delivery lock and returns the version w holds (0: none).
+// Deliveries to one watcher are rare to meet, and short (Sink.Deliver
+// never blocks): a taker that finds the lock held yields and tries again.
+func (w *watch) lock() uint64 {
+	for {
+		s := w.held.Load()
+		if s&1 == 0 && w.held.CompareAndSwap(s, s|1) {
+			return s >> 1
+		}
+		runtime.Gosched()
+	}
+}
+
+// unlock releases w's delivery lock, w holding version v.
+func (w *watch) unlock(v uint64) { w.held.Store(v << 1) }
+
+// Why offer sends nothing.
+type refusal uint8
+
+const (
+	sent  refusal = iota
+	stale         // w holds this version or a later one
+	same          // w holds the same view: it now holds this version
+)
+
+// offer sends w frame, the view of w.target at version v whose
+// fingerprint is fp, unless w holds v or a later version (an older change
+// that comes late is never sent after a newer one) or holds the same view
+// (nothing to show; w then holds v, so an older change coming later is not
+// sent either).
+func (w *watch) offer(v, fp uint64, frame []byte) refusal {
+	held := w.lock()
+	switch {
+	case v <= held:
+		w.unlock(held)
+		return stale
+	case w.fp == fp:
+		w.unlock(v)
+		return same
+	}
+	w.sink.Deliver(w.target, v, frame)
+	w.fp = fp
+	w.unlock(v)
+	return sent
 }
 
 // target is the watchers of one user. Removed watchers leave a nil slot,
@@ -225,6 +283,7 @@ type Hub struct {
 	published, delivered, skipped, frames, refused        atomic.Uint64
 	asyncQueued, asyncCoalesced, asyncBatches, relRetries atomic.Uint64
 	asyncDelivered, failClosed, resynced, revealed        atomic.Uint64
+	stale, unchanged                                      atomic.Uint64
 }
 
 var _ tracker.Publisher = (*Hub)(nil)
@@ -513,7 +572,7 @@ func (h *Hub) insertLocked(sh *shard, w *watch) (first bool) {
 		h.targets.Add(1)
 	}
 	w.t = t
-	w.pos = len(t.slots)
+	w.pos = int32(len(t.slots))
 	t.slots = append(t.slots, w)
 	t.live++
 	t.n[w.class]++
@@ -559,7 +618,7 @@ func (t *target) maybeCompact() {
 		slots := make([]*watch, 0, 2*t.live)
 		for _, w := range t.slots {
 			if w != nil {
-				w.pos = len(slots)
+				w.pos = int32(len(slots))
 				slots = append(slots, w)
 			}
 		}
@@ -569,7 +628,7 @@ func (t *target) maybeCompact() {
 	j := 0
 	for _, w := range t.slots {
 		if w != nil {
-			w.pos = j
+			w.pos = int32(j)
 			t.slots[j] = w
 			j++
 		}
@@ -726,35 +785,93 @@ func (h *Hub) ContactsChanged(ctx context.Context, owner string, contacts []stri
 	}
 	snap.UserID = owner
 	// One frame per direction (other → contact, contact → other).
-	var fr [numClasses][]byte
+	var fr frames
 	var send [numClasses]bool
 	for c := classOther; c <= classContact; c++ {
 		v, ok := privacy.Reveal(privacy.Filter(relations[1-c], &snap), privacy.Filter(relations[c], &snap), snap.Version)
 		if ok {
-			fr[c], send[c] = wire.AppendPresence(nil, &v), true
+			fr.b[c], fr.fp[c], send[c] = wire.AppendPresence(nil, &v), h.fingerprint(&v), true
 		}
 	}
-	delivered := 0
+	var n counts
 	sh.mu.RLock()
 	for _, f := range flips {
 		// Still watching, and not flipped back by a later change.
 		if f.w.t != nil && f.w.class != f.from && send[f.w.class] {
-			f.w.sink.Deliver(owner, snap.Version, fr[f.w.class])
-			delivered++
+			n.add(f.w.offer(snap.Version, fr.fp[f.w.class], fr.b[f.w.class]))
 		}
 	}
 	sh.mu.RUnlock()
-	h.delivered.Add(uint64(delivered))
-	h.revealed.Add(uint64(delivered))
+	h.count(&n)
+	h.revealed.Add(uint64(n.sent))
 }
 
-// frames are the encoded messages of one event, per class; nil: the class
-// may not see the event. Frames of classes with the same view share bytes.
-type frames [numClasses][]byte
+// counts are the outcomes of offers, added to the hub's counters at once.
+type counts struct{ sent, stale, same int }
+
+func (n *counts) add(r refusal) {
+	switch r {
+	case sent:
+		n.sent++
+	case stale:
+		n.stale++
+	default:
+		n.same++
+	}
+}
+
+func (h *Hub) count(n *counts) {
+	h.delivered.Add(uint64(n.sent))
+	if n.stale > 0 {
+		h.stale.Add(uint64(n.stale))
+	}
+	if n.same > 0 {
+		h.unchanged.Add(uint64(n.same))
+	}
+}
+
+// fingerprint is a hash of what a watcher is shown of v in a "presence"
+// message, its version aside: whether the status is visible, the status,
+// the status text, whether last_seen is visible and — only while the
+// status is offline — last_seen. While a user is present its last_seen
+// moves with every heartbeat in reads, and is the moment of the change in
+// events: a view that differs in it alone shows nothing new, and a
+// resync that read it would otherwise send every present user again.
+// It is never 0.
+func (h *Hub) fingerprint(v *privacy.View) uint64 {
+	var m maphash.Hash
+	m.SetSeed(h.seed)
+	if !v.StatusVisible {
+		m.WriteByte(0)
+		return m.Sum64() | 1
+	}
+	k := byte(1 + v.Status<<2)
+	var ls int64
+	if v.LastSeenVisible {
+		k |= 2
+		if v.Status == presence.Offline {
+			ls = v.LastSeen
+		}
+	}
+	var b [9]byte
+	b[0] = k
+	binary.LittleEndian.PutUint64(b[1:], uint64(ls))
+	m.Write(b[:])
+	m.WriteString(v.Text)
+	return m.Sum64() | 1
+}
+
+// frames are the encoded messages of one event, per class (b; nil: the
+// class may not see the event), and the fingerprints of their views (fp).
+// Frames of classes with the same view share bytes.
+type frames struct {
+	b  [numClasses][]byte
+	fp [numClasses]uint64
+}
 
 // encode fills fr with the frames of ev for the classes in need, all in one
 // allocation. It returns how many distinct frames it encoded.
-func encode(ev *presence.Event, need *[numClasses]bool, fr *frames) int {
+func (h *Hub) encode(ev *presence.Event, need *[numClasses]bool, fr *frames) int {
 	var (
 		views   [numClasses]privacy.View
 		visible [numClasses]bool
@@ -783,9 +900,11 @@ func encode(ev *presence.Event, need *[numClasses]bool, fr *frames) int {
 			start := len(buf)
 			buf = wire.AppendPresence(buf, &views[c])
 			bounds[c] = [2]int{start, len(buf)}
+			fr.fp[c] = h.fingerprint(&views[c])
 			distinct++
 		}
 	}
+	fps := fr.fp
 	*fr = frames{}
 	if distinct == 0 {
 		return 0
@@ -801,7 +920,8 @@ func encode(ev *presence.Event, need *[numClasses]bool, fr *frames) int {
 			src = class(same[c])
 		}
 		b := bounds[src]
-		fr[c] = out[b[0]:b[1]:b[1]]
+		fr.b[c] = out[b[0]:b[1]:b[1]]
+		fr.fp[c] = fps[src]
 	}
 	return distinct
 }
@@ -809,7 +929,8 @@ func encode(ev *presence.Event, need *[numClasses]bool, fr *frames) int {
 // Publish delivers ev to every sink watching its user, after the privacy
 // filter for each. It implements tracker.Publisher: it keeps nothing of ev
 // after it returns and never blocks on a sink. For a user with more than
-// AsyncThreshold watchers it only records ev for Run.
+// AsyncThreshold watchers it only records ev for Run, unless ev is a
+// change only the user sees (Event.SelfOnly).
 func (h *Hub) Publish(ev *presence.Event) {
 	h.published.Add(1)
 	sh := h.shardOf(ev.UserID)
@@ -819,7 +940,10 @@ func (h *Hub) Publish(ev *presence.Event) {
 		sh.mu.RUnlock()
 		return
 	}
-	if t.live > h.threshold {
+	// A change only the user sees goes to their own sockets at once: the
+	// batched path coalesces changes everyone sees, which it must not be
+	// folded into (it carries a version nobody else may be sent).
+	if t.live > h.threshold && !ev.SelfOnly {
 		sh.mu.RUnlock()
 		h.enqueue(ev)
 		return
@@ -829,23 +953,22 @@ func (h *Hub) Publish(ev *presence.Event) {
 		need[c] = t.n[c] > 0
 	}
 	var fr frames
-	nf := encode(ev, &need, &fr)
-	delivered := 0
+	nf := h.encode(ev, &need, &fr)
+	var n counts
 	if nf > 0 {
 		for _, w := range t.slots {
 			if w == nil {
 				continue
 			}
-			if f := fr[w.class]; f != nil {
-				w.sink.Deliver(ev.UserID, ev.Version, f)
-				delivered++
+			if f := fr.b[w.class]; f != nil {
+				n.add(w.offer(ev.Version, fr.fp[w.class], f))
 			}
 		}
 	}
-	skipped := t.live - delivered
+	skipped := t.live - n.sent - n.stale - n.same
 	sh.mu.RUnlock()
 	h.frames.Add(uint64(nf))
-	h.delivered.Add(uint64(delivered))
+	h.count(&n)
 	h.skipped.Add(uint64(skipped))
 }
 
@@ -860,6 +983,14 @@ type Stats struct {
 	SkippedPrivacy uint64 // (event, watcher) pairs withheld: status hidden from the watcher
 	Frames         uint64 // distinct frames encoded
 	Refused        uint64 // Subscribe calls refused by the cap
+	// Stale counts (change, watcher) pairs not sent because the watcher
+	// had been sent that version of the user or a later one (a change that
+	// came late, a resync that read what a change had brought already).
+	Stale uint64
+	// Unchanged counts (change, watcher) pairs not sent because the
+	// watcher's view was the same as the one it was sent last (a resync
+	// that found nothing new; the watcher now holds the newer version).
+	Unchanged uint64
 
 	AsyncQueued    uint64 // events of users above the threshold recorded for Run
 	AsyncCoalesced uint64 // of those, replaced by a newer one (or dropped as older) before delivery
@@ -889,6 +1020,8 @@ func (h *Hub) Stats() Stats {
 		SkippedPrivacy:  h.skipped.Load(),
 		Frames:          h.frames.Load(),
 		Refused:         h.refused.Load(),
+		Stale:           h.stale.Load(),
+		Unchanged:       h.unchanged.Load(),
 		AsyncQueued:     h.asyncQueued.Load(),
 		AsyncCoalesced:  h.asyncCoalesced.Load(),
 		AsyncBatches:    h.asyncBatches.Load(),
@@ -1033,7 +1166,7 @@ func (h *Hub) takePending(jobs map[string]*job, order []*job) []*job {
 				continue
 			}
 			restart(&j.ev, &ev)
-			h.frames.Add(uint64(encode(&j.ev, &allClasses, &j.fr)))
+			h.frames.Add(uint64(h.encode(&j.ev, &allClasses, &j.fr)))
 			j.start, j.wrapped = j.pos, false
 			continue
 		}
@@ -1047,7 +1180,7 @@ func (h *Hub) takePending(jobs map[string]*job, order []*job) []*job {
 		if j.t == nil {
 			continue // nobody watches any more
 		}
-		h.frames.Add(uint64(encode(&j.ev, &allClasses, &j.fr)))
+		h.frames.Add(uint64(h.encode(&j.ev, &allClasses, &j.fr)))
 		jobs[user] = j
 		order = append(order, j)
 	}
@@ -1087,22 +1220,22 @@ func (h *Hub) step(j *job) bool {
 		limit = min(limit, j.start)
 	}
 	end := min(j.pos+h.batch, limit)
-	delivered, skipped := 0, 0
+	var n counts
+	skipped := 0
 	for _, w := range j.t.slots[min(j.pos, end):end] {
 		if w == nil {
 			continue
 		}
-		if f := j.fr[w.class]; f != nil {
-			w.sink.Deliver(j.user, j.ev.Version, f)
-			delivered++
+		if f := j.fr.b[w.class]; f != nil {
+			n.add(w.offer(j.ev.Version, j.fr.fp[w.class], f))
 		} else {
 			skipped++
 		}
 	}
 	sh.mu.RUnlock()
 	h.asyncBatches.Add(1)
-	h.asyncDelivered.Add(uint64(delivered))
-	h.delivered.Add(uint64(delivered))
+	h.asyncDelivered.Add(uint64(n.sent))
+	h.count(&n)
 	h.skipped.Add(uint64(skipped))
 	j.pos = end
 	if end < limit {
@@ -1124,20 +1257,57 @@ func (h *Hub) endJob(j *job) {
 	j.sh.mu.Unlock()
 }
 
+// SnapshotSent records that s is being sent views, the state of users it
+// watches (the snapshot that answers a subscribe, read after Subscribe
+// returned): a resync then sends none of them again unless it finds
+// something new, and a change older than the view that comes later is
+// not sent. Call it just before the snapshot is queued. Views of users s
+// does not watch are ignored; a view older than a change s was sent
+// meanwhile leaves that change recorded (the client orders the two by
+// version). A view without a version (a user never seen, a hidden
+// status) is recorded as the view at version 0.
+func (h *Hub) SnapshotSent(s Sink, views []privacy.View) {
+	st := h.state(s, s.Viewer(), false)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for i := range views {
+		v := &views[i]
+		w := st.subs[v.UserID]
+		if w == nil {
+			continue
+		}
+		fp := h.fingerprint(v)
+		held := w.lock()
+		if v.Version < held || (v.Version == held && held != 0) {
+			w.unlock(held)
+			continue
+		}
+		w.fp = fp
+		w.unlock(v.Version)
+	}
+}
+
 // ReadFunc reads what viewer may see of ids now (query.Reader.Read).
 type ReadFunc func(ctx context.Context, viewer string, ids []string, out []privacy.View) error
 
-// Resync sends every sink the current state of each user it watches whose
-// status it may see, as a "presence" message, read through read as that
-// sink's viewer. Call it when watchers may have missed changes: the node
-// was cut off from the bus, or the state store came back from an outage.
-// Before that it reads again from Relations whether each sink is in the
-// contact list of the users it watches: a contact-list change announced
-// while the node was cut off was missed too, and a watcher removed from a
-// list must not go on receiving what only contacts may see.
-// Sinks drop what they already have by version, so a resync costs reads,
-// not wrong messages. It reads sink by sink and returns early when ctx is
-// done, with ctx's error.
+// Resync reads, through read as each sink's viewer, the current state of
+// every user the sink watches, and sends the sink, as a "presence"
+// message, each one whose status it may see and whose view differs from
+// the last it was sent — at the version read, which must then be above
+// the last version it was sent of that user (otherwise nothing is sent:
+// a change newer than the read went out meanwhile). Call it when watchers
+// may have missed changes: the node was cut off from the bus, or the state
+// store came back from an outage. A resync that finds nothing new sends
+// nothing; the watcher then holds the version read, so a change older than
+// it that comes late is not sent either. Before that it reads again from
+// Relations whether each sink is in the contact list of the users it
+// watches: a contact-list change announced while the node was cut off was
+// missed too, and a watcher removed from a list must not go on receiving
+// what only contacts may see. It reads sink by sink and returns early
+// when ctx is done, with ctx's error.
 func (h *Hub) Resync(ctx context.Context, read ReadFunc) error {
 	type entry struct {
 		sink Sink
@@ -1186,17 +1356,33 @@ func (h *Hub) Resync(ctx context.Context, read ReadFunc) error {
 			h.log.Warn("resync: reading the state of watched users failed", "viewer", e.sink.Viewer(), "err", err)
 			continue
 		}
+		var n counts
 		e.st.mu.Lock()
 		for i := range views {
 			v := &views[i]
-			if !v.StatusVisible || e.st.closed || e.st.subs[ids[i]] == nil {
+			w := e.st.subs[ids[i]]
+			if !v.StatusVisible || e.st.closed || w == nil {
 				continue
 			}
-			buf = wire.AppendPresence(buf[:0], v)
-			e.sink.Deliver(ids[i], v.Version, bytes.Clone(buf))
-			h.delivered.Add(1)
+			fp := h.fingerprint(v)
+			held := w.lock()
+			switch {
+			case v.Version <= held:
+				w.unlock(held)
+				n.stale++
+			case w.fp == fp:
+				w.unlock(v.Version)
+				n.same++
+			default:
+				buf = wire.AppendPresence(buf[:0], v)
+				e.sink.Deliver(ids[i], v.Version, bytes.Clone(buf))
+				w.fp = fp
+				w.unlock(v.Version)
+				n.sent++
+			}
 		}
 		e.st.mu.Unlock()
+		h.count(&n)
 		h.resynced.Add(1)
 	}
 	return nil

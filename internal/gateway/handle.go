@@ -25,6 +25,9 @@ type Hub interface {
 	Subscribe(ctx context.Context, s Sink, ids []string) ([]string, error)
 	Unsubscribe(s Sink, ids []string) (removed int)
 	Remove(s Sink)
+	// SnapshotSent records what a subscribe's snapshot shows, just before
+	// it is queued (fanout.Hub.SnapshotSent).
+	SnapshotSent(s Sink, views []privacy.View)
 }
 
 var _ Sink = (*conn)(nil)
@@ -150,6 +153,7 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 		}
 		views = append(views, out...)
 	}
+	c.g.hub.SnapshotSent(c, views)
 	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshot(nil, views)})
 }
 

@@ -76,6 +76,7 @@ type node struct {
 	clk     *clock.Fake
 	durable *sqlitestore.Store
 	tr      *tracker.Tracker
+	reader  *query.Reader
 	gw      *gateway.Gateway
 	hub     hubRunner
 	srv     *httptest.Server
@@ -136,6 +137,7 @@ func newNode(t testing.TB, o opts) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.reader = reader
 	if !o.noHub {
 		n.hub = newHub(t, durable, o.maxSubs)
 	}

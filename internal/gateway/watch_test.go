@@ -12,8 +12,8 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
-
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -347,5 +347,31 @@ func TestMassChangeIsNotSlow(t *testing.T) {
 	}
 	if s := n.gw.Stats(); s.ClosedSlow != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// What a subscribe's snapshot showed is not sent again: a resync that
+// reads the same state sends nothing, and a change older than the
+// snapshot that comes late (from the bus) is not sent; the next message
+// is the next change.
+func TestSnapshotIsNotSentAgain(t *testing.T) {
+	n := newNode(t, opts{})
+	target := n.dial("2", "p")
+	target.msgType("welcome")
+	w := n.dial("1", "")
+	w.msgType("welcome")
+	u2, _ := w.watch("2")["2"].(map[string]any)
+	v, _ := u2["version"].(float64)
+	if u2["status"] != "online" || v == 0 {
+		t.Fatalf("snapshot of 2: %v", u2)
+	}
+	if err := n.hub.(*fanout.Hub).Resync(context.Background(), n.reader.Read); err != nil {
+		t.Fatal(err)
+	}
+	n.hub.Publish(&presence.Event{UserID: "2", Status: presence.Away, Self: presence.Away, Version: uint64(v) - 1, At: 1})
+	target.send(`{"type":"set_status","status":"busy"}`)
+	m := w.presenceOf("2", "busy")
+	if m["version"].(float64) <= v {
+		t.Fatalf("presence %v after a snapshot at version %v", m, v)
 	}
 }

@@ -116,6 +116,9 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 // Publish queues ev for the topic. It never blocks: while QueueLen
 // changes wait for the brokers, ev is dropped and counted.
 func (p *Producer) Publish(ev *presence.Event) {
+	if ev.SelfOnly {
+		return // only the user sees it: nothing anyone else sees changed
+	}
 	if p.queued.Add(1) > int64(p.cfg.QueueLen) {
 		p.queued.Add(-1)
 		if n := p.dropped.Add(1); n == 1 || n%10000 == 0 {

@@ -186,6 +186,33 @@ func TestProducerQueueBound(t *testing.T) {
 	checkChanges(t, w.readChanges(5), evs[:5])
 }
 
+// TestProducerLeavesOutSelfOnly: a change only the user sees (the text of
+// an invisible user) is not produced: nothing anyone else sees changed.
+func TestProducerLeavesOutSelfOnly(t *testing.T) {
+	w := newWorld(t)
+	p := w.producer(0)
+	w.pubs.add(p)
+	for _, step := range []func() (presence.Change, error){
+		func() (presence.Change, error) { return w.tr.Heartbeat(w.ctx, "u", "d", true) },
+		func() (presence.Change, error) { return w.tr.SetStatus(w.ctx, "u", presence.ManualInvisible, "lunch") },
+		func() (presence.Change, error) {
+			return w.tr.SetStatus(w.ctx, "u", presence.ManualInvisible, "gone fishing")
+		},
+		func() (presence.Change, error) { return w.tr.SetStatus(w.ctx, "u", presence.ManualNone, "back") },
+	} {
+		if _, err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := w.rec.events()
+	if len(evs) != 4 || !evs[2].SelfOnly {
+		t.Fatalf("published %+v, want 4 changes, the third only the user's", evs)
+	}
+	want := append(slices.Clone(evs[:2]), evs[3])
+	waitFor(t, "the changes produced", func() bool { return p.Stats().Produced == 3 })
+	checkChanges(t, w.readChanges(3), want)
+}
+
 // TestProducerTopicMissing: changes for a topic that does not exist fail,
 // counted, and are not kept forever.
 func TestProducerTopicMissing(t *testing.T) {

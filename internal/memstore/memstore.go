@@ -339,8 +339,13 @@ func (s *Store) Dirty(_ context.Context, out []presence.Profile) ([]presence.Pro
 				LastSeen: r.lastSeen, PubLastSeen: r.pubLastSeen,
 				Version: r.version, Settings: r.settings,
 			}
+			p.PubVersion = r.version
 			if r.flags&flagText != 0 {
-				p.Text = sh.t.texts[idx].text
+				tx := sh.t.texts[idx]
+				p.Text, p.PubText = tx.text, tx.pub
+				if tx.pubVersion != 0 {
+					p.PubVersion = tx.pubVersion
+				}
 			}
 			out = append(out, p)
 			r.flags &^= flagDirty

@@ -55,7 +55,7 @@ func (r *rec) id() span { return span{off: r.idOff, n: uint32(r.idLen)} }
 const (
 	flagLive  = 1 << iota // the record holds a user (else it is on the free list)
 	flagDirty             // in the shard's dirty list
-	flagText              // shard.texts holds its text or published text
+	flagText              // shard.texts holds its text, published text or published version
 )
 
 // devRec is a presence.Device without pointers.
@@ -70,9 +70,12 @@ type devRec struct {
 // lastBeatLow reads the second cache line of a record.
 func (d *devRec) lastBeatLow() uint8 { return uint8(d.lastBeat) }
 
-// texts are a user's status text and last published status text.
+// texts are a user's status text and last published status text, and
+// its published version where it is not the user's version (an invisible
+// user who changed their text: presence.User's public face).
 type texts struct {
-	text, pub string
+	text, pub  string
+	pubVersion uint64 // 0: the record's version
 }
 
 // table is the index and records of one shard. It is not safe for
@@ -294,15 +297,19 @@ func (t *table) inflate(idx int, id string) (presence.User, texts) {
 			devs = append(devs, t.more[uint32(idx)]...)
 		}
 	}
+	pv := tx.pubVersion
+	if pv == 0 {
+		pv = r.version
+	}
 	return presence.User{
 		Profile: presence.Profile{
 			UserID: id, Manual: r.manual, Text: tx.text,
 			LastSeen: r.lastSeen, PubLastSeen: r.pubLastSeen,
 			Version: r.version, Settings: r.settings,
+			PubText: tx.pub, PubVersion: pv,
 		},
 		Devices: devs,
 		Pub:     r.pub,
-		PubText: tx.pub,
 	}, tx
 }
 
@@ -311,12 +318,16 @@ func (t *table) store(idx int, u *presence.User, tx texts) {
 	r := &t.recs[idx]
 	r.manual, r.pub, r.settings = u.Manual, u.Pub, u.Settings
 	r.lastSeen, r.pubLastSeen, r.version = u.LastSeen, u.PubLastSeen, u.Version
-	if u.Text != tx.text || u.PubText != tx.pub {
-		if u.Text == "" && u.PubText == "" {
+	var pv uint64
+	if u.PubVersion != u.Version {
+		pv = u.PubVersion
+	}
+	if u.Text != tx.text || u.PubText != tx.pub || pv != tx.pubVersion {
+		if u.Text == "" && u.PubText == "" && pv == 0 {
 			delete(t.texts, uint32(idx))
 			r.flags &^= flagText
 		} else {
-			t.texts[uint32(idx)] = texts{text: u.Text, pub: u.PubText}
+			t.texts[uint32(idx)] = texts{text: u.Text, pub: u.PubText, pubVersion: pv}
 			r.flags |= flagText
 		}
 	}

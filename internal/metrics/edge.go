@@ -22,6 +22,8 @@ var (
 	descFrames     = prometheus.NewDesc("presenced_fanout_frames_total", "Distinct presence messages encoded (one per view per change).", nil, nil)
 	descAsync      = prometheus.NewDesc("presenced_fanout_async_batches_total", "Batches of the path for users with very many watchers.", nil, nil)
 	descAsyncQueue = prometheus.NewDesc("presenced_fanout_async_pending", "Users with a change waiting on the batched path.", nil, nil)
+	descResynced   = prometheus.NewDesc("presenced_fanout_resynced_total", "Connections resynchronised (after a state store outage or a bus reconnection): each sent what changed of the users it watches.", nil, nil)
+	descNotSent    = prometheus.NewDesc("presenced_fanout_not_sent_total", "Presence messages not sent to a connection, by reason: stale (it was sent that version of the user or a later one), unchanged (the same view as the last it was sent).", []string{"reason"}, nil)
 	descOpen       = prometheus.NewDesc("presenced_connections", "Open client connections (HTTP and WebSocket) by state: pending (headers not yet read), idle (keep-alive), other (a request in flight, or a WebSocket).", []string{"state"}, nil)
 	descRefused    = prometheus.NewDesc("presenced_connections_refused_total", "Connections refused at a cap (overall or per source address).", nil, nil)
 	descEvicted    = prometheus.NewDesc("presenced_connections_evicted_total", "Pending or idle connections closed to make room for a new one.", nil, nil)
@@ -34,7 +36,7 @@ type edgeCollector struct {
 }
 
 func (c *edgeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue, descOpen, descRefused, descEvicted} {
+	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue, descResynced, descNotSent, descOpen, descRefused, descEvicted} {
 		ch <- d
 	}
 }
@@ -68,5 +70,8 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(s.Frames))
 		ch <- prometheus.MustNewConstMetric(descAsync, prometheus.CounterValue, float64(s.AsyncBatches))
 		ch <- prometheus.MustNewConstMetric(descAsyncQueue, prometheus.GaugeValue, float64(s.AsyncPending))
+		ch <- prometheus.MustNewConstMetric(descResynced, prometheus.CounterValue, float64(s.Resynced))
+		ch <- prometheus.MustNewConstMetric(descNotSent, prometheus.CounterValue, float64(s.Stale), "stale")
+		ch <- prometheus.MustNewConstMetric(descNotSent, prometheus.CounterValue, float64(s.Unchanged), "unchanged")
 	}
 }

@@ -78,6 +78,8 @@ type payload struct {
 	At           string    `json:"at"`
 	Settings     settings  `json:"settings"`
 	SelfStatus   *string   `json:"self_status"`
+	SelfText     *string   `json:"self_text"`
+	SelfOnly     bool      `json:"self_only"`
 	PrevSettings *settings `json:"prev_settings"`
 	SettingsOnly bool      `json:"settings_only"`
 }
@@ -116,6 +118,10 @@ func decodeEvent(data []byte, ev *presence.Event) error {
 		if ev.Self, err = parseSelf(*p.SelfStatus); err != nil || ev.Self.Public() != ev.Status {
 			return fmt.Errorf("self_status %q does not go with status %q", *p.SelfStatus, p.Status)
 		}
+	}
+	ev.SelfText, ev.SelfOnly = ev.Text, p.SelfOnly
+	if p.SelfText != nil {
+		ev.SelfText = *p.SelfText
 	}
 	if p.PrevSettings != nil {
 		ev.SettingsChanged = true

@@ -41,7 +41,7 @@
 //   - user_id: the user (also the base64url token of the subject).
 //   - status, prev: the public status after and before the change: "offline",
 //     "online", "away" or "busy" (an invisible user reads "offline").
-//   - text: the status text ("" when none).
+//   - text: the public status text ("" when none).
 //   - last_seen: the public last_seen, or null when the user was never seen.
 //   - version: grows with every change of the user. Changes of one user may
 //     be stored out of order (and, across an outage longer than the
@@ -55,6 +55,12 @@
 //   - self_status (only when it differs from status: "invisible"): the
 //     status as the user themselves see it, for the user's own devices.
 //     A consumer must never show it to anyone else.
+//   - self_text (only when it differs from text): the user's own status
+//     text — an invisible user's text stays, in text, the one they vanished
+//     with. Never to be shown to anyone else either.
+//   - self_only: true on a change only the user sees (an invisible user's
+//     text): nothing anyone else sees changed, the version is one only the
+//     user is shown; a consumer sends it to the user's own devices alone.
 //   - prev_settings (only on a change of settings): the settings before;
 //     settings_only: true when nothing but the settings changed (status,
 //     text and last_seen are as last published, the version is new). A

@@ -207,7 +207,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func event(user string, version uint64) *presence.Event {
 	return &presence.Event{
 		UserID: user, Status: presence.Busy, Prev: presence.Online, Self: presence.Busy,
-		Text: "in a meeting", LastSeen: 1795000000123, Version: version,
+		Text: "in a meeting", SelfText: "in a meeting", LastSeen: 1795000000123, Version: version,
 		At:       1795000001000,
 		Settings: presence.Settings{Status: presence.Everyone, LastSeen: presence.Contacts},
 	}
@@ -995,7 +995,14 @@ func privacyEvents() []presence.Event {
 	set.PrevSettings = presence.Settings{Status: presence.Nobody, LastSeen: presence.Everyone}
 	merged := set
 	merged.SettingsOnly = false
-	return []presence.Event{inv, set, merged}
+	// An invisible user whose text changed since they vanished: the
+	// change everyone sees keeps the text of then, the user's own goes
+	// with it; and a change only the user sees.
+	frozen := inv
+	frozen.Text, frozen.SelfText = "lunch", "gone fishing"
+	own := frozen
+	own.Version, own.Prev, own.SelfOnly = 5, presence.Offline, true
+	return []presence.Event{inv, set, merged, frozen, own}
 }
 
 func TestCodecPrivacyFields(t *testing.T) {
@@ -1009,9 +1016,10 @@ func TestCodecPrivacyFields(t *testing.T) {
 			t.Errorf("%s decoded to %+v, want %+v", data, got, ev)
 		}
 	}
-	// The true status is on the bus only where it is not the public one.
-	if data := appendEvent(nil, event("u", 1)); bytes.Contains(data, []byte("self_status")) {
-		t.Errorf("%s names a true status that is the public one", data)
+	// The true status and text are on the bus only where they are not
+	// the public ones.
+	if data := appendEvent(nil, event("u", 1)); bytes.Contains(data, []byte("self_status")) || bytes.Contains(data, []byte("self_text")) {
+		t.Errorf("%s names a true status or text that is the public one", data)
 	}
 	// A true status that does not go with the public one is refused.
 	bad := []byte(`{"user_id":"u","status":"online","prev":"online","text":"","last_seen":null,"version":1,"at":"2026-11-18T11:06:41.000Z","settings":{"status":"everyone","last_seen":"everyone"},"self_status":"invisible"}`)

@@ -374,17 +374,35 @@ func encodeAnswer(b []byte, lease uint64, ids []string, signs []tracker.DeviceSi
 	b = binary.AppendUvarint(b, uint64(len(snaps)))
 	for i := range snaps {
 		s := &snaps[i]
+		// The manual byte's high bit says that a public face follows the
+		// version (an invisible user whose text changed since they
+		// vanished: presence.Snapshot.PubText, PubVersion).
+		m := byte(s.Manual)
+		pubText, pubVersion := s.Public()
+		frozen := s.PubVersion != 0 && (pubText != s.Text || pubVersion != s.Version)
+		if frozen {
+			m |= faceFollows
+		}
 		b = binary.AppendUvarint(b, uint64(idx[s.UserID]))
-		b = append(b, byte(s.Status), byte(s.Manual), byte(s.Settings.Status), byte(s.Settings.LastSeen))
+		b = append(b, byte(s.Status), m, byte(s.Settings.Status), byte(s.Settings.LastSeen))
 		b = binary.AppendUvarint(b, uint64(len(s.Text)))
 		b = append(b, s.Text...)
 		b = binary.AppendVarint(b, s.LastSeen)
 		b = binary.AppendVarint(b, s.PubLastSeen)
 		b = binary.AppendUvarint(b, uint64(s.Devices))
 		b = binary.AppendUvarint(b, s.Version)
+		if frozen {
+			b = binary.AppendUvarint(b, uint64(len(pubText)))
+			b = append(b, pubText...)
+			b = binary.AppendUvarint(b, pubVersion)
+		}
 	}
 	return b
 }
+
+// faceFollows is the flag of a snapshot's manual byte that says its
+// public text and version follow it.
+const faceFollows = 0x80
 
 // decodeAnswer appends the signs and snapshots of an answer to *out,
 // keeping only those about users of asked (an answer cannot add users
@@ -436,6 +454,15 @@ func decodeAnswer(b []byte, asked map[string]bool, out *tracker.Answers) (uint64
 		text := r.str(4 * presence.MaxTextLen) // bytes: up to 4 a character
 		ls, pls := r.varint(), r.varint()
 		devs, v := r.uvarint(), r.uvarint()
+		var pubText string
+		var pubVersion uint64
+		if m&faceFollows != 0 {
+			m &^= faceFollows
+			pubText = r.str(4 * presence.MaxTextLen)
+			if pubVersion = r.uvarint(); pubVersion == 0 || pubVersion > v {
+				return bad()
+			}
+		}
 		if r.err != nil || i >= uint64(len(ids)) || st > byte(presence.Invisible) || m > byte(presence.ManualInvisible) ||
 			ss > byte(presence.Nobody) || sl > byte(presence.Nobody) || devs > 1<<16 {
 			return bad()
@@ -445,7 +472,8 @@ func decodeAnswer(b []byte, asked map[string]bool, out *tracker.Answers) (uint64
 		}
 		out.Snapshots = append(out.Snapshots, presence.Snapshot{UserID: ids[i], Known: true,
 			Status: presence.Status(st), Manual: presence.Manual(m), Text: text, LastSeen: ls, PubLastSeen: pls,
-			Devices: int(devs), Version: v, Settings: presence.Settings{Status: presence.Visibility(ss), LastSeen: presence.Visibility(sl)}})
+			Devices: int(devs), Version: v, Settings: presence.Settings{Status: presence.Visibility(ss), LastSeen: presence.Visibility(sl)},
+			PubText: pubText, PubVersion: pubVersion})
 	}
 	if len(r.b) != 0 {
 		return bad()

@@ -224,8 +224,31 @@ func TestMalformedMessages(t *testing.T) {
 	}
 }
 
+// TestAnswerCarriesTheFrozenFace: a store snapshot of an invisible user
+// whose text changed since they vanished crosses to the asker with its
+// public text and version, so the asker's degraded read shows others
+// the text of then; one whose face is its own crosses without.
+func TestAnswerCarriesTheFrozenFace(t *testing.T) {
+	snaps := []presence.Snapshot{
+		{UserID: "a", Known: true, Status: presence.Invisible, Manual: presence.ManualInvisible, Text: "gone fishing",
+			LastSeen: 9, PubLastSeen: 5, Devices: 1, Version: 12, PubText: "lunch", PubVersion: 10},
+		{UserID: "b", Known: true, Status: presence.Busy, Manual: presence.ManualBusy, Text: "x", Version: 3, PubText: "x", PubVersion: 3},
+	}
+	var out tracker.Answers
+	if _, err := decodeAnswer(encodeAnswer(nil, 7, []string{"a", "b"}, nil, snaps), map[string]bool{"a": true, "b": true}, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(snaps)
+	want[1].PubText, want[1].PubVersion = "", 0 // its own: Public says so
+	if !slices.Equal(out.Snapshots, want) {
+		t.Errorf("decoded %+v, want %+v", out.Snapshots, want)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add(encodeQuestion(nil, 3, []string{"a", "b"}, true))
+	f.Add(encodeAnswer(nil, 3, []string{"a"}, nil, []presence.Snapshot{{UserID: "a", Known: true, Status: presence.Invisible,
+		Manual: presence.ManualInvisible, Text: "y", Version: 9, PubText: "x", PubVersion: 7}}))
 	f.Add(encodeAnswer(nil, 3, []string{"a"}, []tracker.DeviceSign{{User: "a", Device: "d", At: 9, Active: true}},
 		[]presence.Snapshot{{UserID: "a", Known: true, Status: presence.Busy, Text: "x", Version: 3}}))
 	f.Fuzz(func(t *testing.T, b []byte) {

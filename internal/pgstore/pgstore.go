@@ -125,6 +125,11 @@ var migrations = []string{
 		value bigint NOT NULL
 	);
 	INSERT INTO meta (key, value) VALUES ('epoch', 0);`,
+	// 2: the public face of an invisible user whose text changed since
+	// they vanished (presence.Profile.PubText, PubVersion); pub_version 0:
+	// the status text and version.
+	`ALTER TABLE users ADD COLUMN pub_text text NOT NULL DEFAULT '',
+		ADD COLUMN pub_version bigint NOT NULL DEFAULT 0;`,
 }
 
 // Open connects to the database at cfg.URL and brings its schema up to
@@ -230,7 +235,7 @@ func (s *Store) Ping(ctx context.Context) (err error) {
 }
 
 const loadProfilesQuery = `SELECT user_id, manual, status_text, last_seen, pub_last_seen, version,
-	status_visibility, last_seen_visibility FROM users WHERE user_id = ANY($1)`
+	status_visibility, last_seen_visibility, pub_text, pub_version FROM users WHERE user_id = ANY($1)`
 
 // LoadProfiles calls fn once for each distinct id of ids that has a durable
 // record, in no particular order; unknown ids are skipped. It runs one
@@ -249,13 +254,14 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 	var p presence.Profile
 	for rows.Next() {
 		var manual, statusVis, lastSeenVis int16
-		var version int64
+		var version, pubVersion int64
 		if err := rows.Scan(&p.UserID, &manual, &p.Text, &p.LastSeen, &p.PubLastSeen, &version,
-			&statusVis, &lastSeenVis); err != nil {
+			&statusVis, &lastSeenVis, &p.PubText, &pubVersion); err != nil {
 			return fail(err, "load profiles")
 		}
 		p.Manual = presence.Manual(manual)
 		p.Version = uint64(version) // bit pattern, see the package doc
+		p.PubVersion = uint64(pubVersion)
 		p.Settings = presence.Settings{
 			Status:   presence.Visibility(statusVis),
 			LastSeen: presence.Visibility(lastSeenVis),
@@ -390,20 +396,23 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err err
 }
 
 // upsertLastSeen writes the last_seen, pub_last_seen and version of the
-// users in four parallel arrays (sorted by id, each id once), each only
-// forwards, so a replayed or reordered batch changes nothing it should not.
-// A new record gets the defaults for everything else; an unchanged one is
-// not rewritten.
+// users in parallel arrays (sorted by id, each id once), each only
+// forwards, so a replayed or reordered batch changes nothing it should
+// not, and the public face (pub_text, pub_version) that goes with the
+// newest version. A new record gets the defaults for everything else; an
+// unchanged one is not rewritten.
 //
 // The rows are inserted, and so locked, in the order of the arrays: a
 // function scan of unnest returns them in order. Two checkpoints that lock
 // the same users in the same (byte) order cannot deadlock.
-const upsertLastSeen = `INSERT INTO users AS u (user_id, last_seen, pub_last_seen, version)
-	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+const upsertLastSeen = `INSERT INTO users AS u (user_id, last_seen, pub_last_seen, version, pub_text, pub_version)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[])
 	ON CONFLICT (user_id) DO UPDATE SET
 		last_seen     = GREATEST(u.last_seen, excluded.last_seen),
 		pub_last_seen = GREATEST(u.pub_last_seen, excluded.pub_last_seen),
-		version       = GREATEST(u.version, excluded.version)
+		version       = GREATEST(u.version, excluded.version),
+		pub_text      = CASE WHEN excluded.version >= u.version THEN excluded.pub_text ELSE u.pub_text END,
+		pub_version   = CASE WHEN excluded.version >= u.version THEN excluded.pub_version ELSE u.pub_version END
 	WHERE excluded.last_seen > u.last_seen
 		OR excluded.pub_last_seen > u.pub_last_seen
 		OR excluded.version > u.version`
@@ -414,6 +423,8 @@ type lastSeenBatch struct {
 	lastSeen    []int64
 	pubLastSeen []int64
 	versions    []int64
+	pubTexts    []string // the public face: "" and 0 when not frozen
+	pubVersions []int64
 	order       []int32 // indexes into the caller's batch, sorted by id
 }
 
@@ -427,11 +438,19 @@ func (b *lastSeenBatch) columns(batch []presence.Profile) {
 	}
 	slices.SortFunc(b.order, func(x, y int32) int { return strings.Compare(batch[x].UserID, batch[y].UserID) })
 	b.ids, b.lastSeen, b.pubLastSeen, b.versions = b.ids[:0], b.lastSeen[:0], b.pubLastSeen[:0], b.versions[:0]
+	b.pubTexts, b.pubVersions = b.pubTexts[:0], b.pubVersions[:0]
 	for _, i := range b.order {
 		p := &batch[i]
+		pt, pv := "", int64(0)
+		if p.Frozen() {
+			pt, pv = p.PubText, int64(p.PubVersion)
+		}
 		if n := len(b.ids); n > 0 && b.ids[n-1] == p.UserID {
 			// An upsert may not touch a row twice: merge, column by
 			// column, as the database would (signed, like GREATEST).
+			if int64(p.Version) >= b.versions[n-1] {
+				b.pubTexts[n-1], b.pubVersions[n-1] = pt, pv
+			}
 			b.lastSeen[n-1] = max(b.lastSeen[n-1], p.LastSeen)
 			b.pubLastSeen[n-1] = max(b.pubLastSeen[n-1], p.PubLastSeen)
 			b.versions[n-1] = max(b.versions[n-1], int64(p.Version))
@@ -441,13 +460,17 @@ func (b *lastSeenBatch) columns(batch []presence.Profile) {
 		b.lastSeen = append(b.lastSeen, p.LastSeen)
 		b.pubLastSeen = append(b.pubLastSeen, p.PubLastSeen)
 		b.versions = append(b.versions, int64(p.Version)) // bit pattern
+		b.pubTexts = append(b.pubTexts, pt)
+		b.pubVersions = append(b.pubVersions, pv)
 	}
 }
 
 var lastSeenPool = sync.Pool{New: func() any { return new(lastSeenBatch) }}
 
 // SaveLastSeen writes the LastSeen, PubLastSeen and Version of every profile
-// of batch in one statement (group commit); the other fields are ignored.
+// of batch in one statement (group commit), and its public face (PubText,
+// PubVersion where presence.Profile.Frozen) with the newest version; the
+// other fields are ignored.
 // None of the three ever moves backwards, so a batch may be replayed, arrive
 // out of order or name a user twice. Concurrent calls with overlapping
 // batches do not deadlock: each locks its rows in byte order of the ids. It
@@ -461,7 +484,8 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) (err
 	defer lastSeenPool.Put(b)
 	b.columns(batch)
 	if _, err := s.pool.Exec(ctx, upsertLastSeen,
-		textArray(b.ids), int8Array(b.lastSeen), int8Array(b.pubLastSeen), int8Array(b.versions)); err != nil {
+		textArray(b.ids), int8Array(b.lastSeen), int8Array(b.pubLastSeen), int8Array(b.versions),
+		textArray(b.pubTexts), int8Array(b.pubVersions)); err != nil {
 		return fail(err, "save last_seen of %d users", len(batch))
 	}
 	return nil

@@ -264,6 +264,31 @@ type Profile struct {
 	PubLastSeen int64 // what everyone else sees (frozen while invisible)
 	Version     uint64
 	Settings    Settings
+	// PubText and PubVersion are the status text and version everyone
+	// else sees: those of the last change published to them. They differ
+	// from Text and Version while the user is invisible and changed their
+	// text since they vanished (User.SetStatus): what others see is frozen
+	// then, text and version included, as last_seen is. PubVersion 0 means
+	// a profile that does not say (a durable record of before, or one
+	// whose public face is its own): PubText and PubVersion are then Text
+	// and Version (Public).
+	PubText    string
+	PubVersion uint64
+}
+
+// Frozen reports whether the public face differs from the user's own
+// text and version, so that a durable store must keep PubText and
+// PubVersion beside them; otherwise Public is Text and Version.
+func (p *Profile) Frozen() bool {
+	return p.PubVersion != 0 && (p.PubVersion != p.Version || p.PubText != p.Text)
+}
+
+// Public returns the status text and version everyone else sees.
+func (p *Profile) Public() (text string, version uint64) {
+	if p.PubVersion == 0 {
+		return p.Text, p.Version
+	}
+	return p.PubText, p.PubVersion
 }
 
 // Snapshot is the true state of one user at one moment, as read by the query
@@ -280,11 +305,23 @@ type Snapshot struct {
 	Devices     int   // alive devices
 	Version     uint64
 	Settings    Settings
+	// PubText and PubVersion are what everyone else sees of the text and
+	// version (Profile.PubText); PubVersion 0: Text and Version (Public).
+	PubText    string
+	PubVersion uint64
+}
+
+// Public returns the status text and version everyone else sees.
+func (s *Snapshot) Public() (text string, version uint64) {
+	if s.PubVersion == 0 {
+		return s.Text, s.Version
+	}
+	return s.PubText, s.PubVersion
 }
 
 // SnapshotFromProfile is the snapshot of a user with no live device.
 func SnapshotFromProfile(p *Profile) Snapshot {
-	return Snapshot{
+	s := Snapshot{
 		UserID:      p.UserID,
 		Known:       true,
 		Status:      Offline,
@@ -295,6 +332,8 @@ func SnapshotFromProfile(p *Profile) Snapshot {
 		Version:     p.Version,
 		Settings:    p.Settings,
 	}
+	s.PubText, s.PubVersion = p.Public()
+	return s
 }
 
 // Change is the outcome of applying one operation to a user. When Changed is
@@ -312,8 +351,8 @@ type Event struct {
 	UserID   string
 	Status   Status // public status: never Invisible
 	Prev     Status // public status before the change
-	Text     string
-	LastSeen int64 // public last_seen, Unix ms
+	Text     string // public status text
+	LastSeen int64  // public last_seen, Unix ms
 	Version  uint64
 	At       int64 // Unix ms of the change
 	// Settings are the user's privacy settings when the change was made,
@@ -322,6 +361,15 @@ type Event struct {
 	// Self is the status as the user themselves sees it (Invisible
 	// included): what the user's own sockets are shown.
 	Self Status
+	// SelfText is the status text as the user sees it: Text but while the
+	// user is invisible, whose public text is frozen (SelfView).
+	SelfText string
+	// SelfOnly marks a change that only the user themselves may see: the
+	// text of an invisible user (User.SetStatus). Status, Text and
+	// LastSeen are the frozen public face, the version is new; nobody but
+	// the user is sent it, and exits to other services leave it out (the
+	// change stream marks it).
+	SelfOnly bool
 	// SettingsOnly marks a change of who may see the user, not of their
 	// state (User.SetSettings): Status, Text and LastSeen are what was
 	// published last, the version is new, and PrevSettings are the
@@ -336,6 +384,21 @@ type Event struct {
 	SettingsChanged bool
 }
 
+// SelfView returns the status and status text the user themselves is
+// shown of ev: Self and SelfText where they may differ from the public
+// face (an invisible user, a change only the user sees), otherwise
+// Status and Text.
+func (ev *Event) SelfView() (Status, string) {
+	self := ev.Status
+	if ev.Self.Public() == ev.Status {
+		self = ev.Self // (an event that does not say, or contradicts itself, shows the public status)
+	}
+	if ev.SelfOnly || self == Invisible {
+		return self, ev.SelfText
+	}
+	return self, ev.Text
+}
+
 // Before returns the settings watchers saw the user under before ev.
 func (ev *Event) Before() Settings {
 	if ev.SettingsChanged {
@@ -348,6 +411,8 @@ func (ev *Event) Before() Settings {
 // delivered yet, so that delivering the result alone tells every watcher
 // what delivering both would have: next's state and settings, the
 // settings before ev, a state change if either changed the state.
+// Neither may be a change only the user sees (SelfOnly): it carries a
+// version nobody else may be sent.
 func (ev *Event) Merge(next *Event) {
 	before, changed, only := ev.Before(), ev.SettingsChanged || next.SettingsChanged, ev.SettingsOnly && next.SettingsOnly
 	*ev = *next

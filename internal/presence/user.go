@@ -115,16 +115,23 @@ const Forever int64 = 1 << 52
 // and the last status that was published. Its methods apply one operation
 // each and report whether the visible presence changed; they are the one
 // place where the rules of the state model live.
+//
+// What everyone else sees of the user is its public face: Pub,
+// PubLastSeen, PubText and PubVersion, set by each change published to
+// them. While the user is invisible the face is frozen as it was when
+// they vanished — exactly what a logout then would have left: a change of
+// their text is told to the user alone (SetStatus).
 type User struct {
 	Profile
 	Devices []Device
 	Pub     Status // last published public status
-	PubText string // last published status text
 }
 
 // NewUser returns the hot state of a user loaded from its durable profile.
 func NewUser(p Profile) *User {
-	return &User{Profile: p, Pub: Offline, PubText: p.Text}
+	u := &User{Profile: p, Pub: Offline}
+	u.PubText, u.PubVersion = p.Public()
+	return u
 }
 
 // Beat applies a heartbeat of device at now (Unix ms). A heartbeat counts as
@@ -156,7 +163,9 @@ func (u *User) Beat(r *Rules, now int64, device string, active bool) (Change, er
 }
 
 // SetStatus sets (or with ManualNone clears) the manual status and the
-// status text.
+// status text. A text that changes while the user is invisible changes
+// nothing anyone else sees: it is a change the user alone is told
+// (Event.SelfOnly), with a new version that only the user sees.
 func (u *User) SetStatus(r *Rules, now int64, m Manual, text string) Change {
 	// Choosing a status with a device alive is a sign of life: the user is
 	// here now. (So coming back from invisible shows this moment, exactly
@@ -164,9 +173,28 @@ func (u *User) SetStatus(r *Rules, now int64, m Manual, text string) Change {
 	if now > u.LastSeen && u.AliveDevices(r, now) > 0 {
 		u.LastSeen = now
 	}
+	old := u.Text
 	u.Manual = m
 	u.Text = text
-	return u.settle(r, now)
+	ch := u.settle(r, now)
+	if ch.Changed || text == old {
+		return ch
+	}
+	v := u.nextVersion(r)
+	u.Version = v
+	return Change{Changed: true, Event: Event{
+		UserID:   u.UserID,
+		Status:   u.Pub,
+		Prev:     u.Pub,
+		Text:     u.PubText,
+		LastSeen: u.PubLastSeen,
+		Version:  v,
+		At:       now,
+		Settings: u.Settings,
+		Self:     u.Status(r, now),
+		SelfText: u.Text,
+		SelfOnly: true,
+	}}
 }
 
 // Bye ends one device at once. The moment of the bye counts as the user's
@@ -265,7 +293,8 @@ func (u *User) Deadline(r *Rules, now int64) int64 {
 	return next
 }
 
-// Snapshot fills s with the true state of u at now.
+// Snapshot fills s with the true state of u at now, its public face
+// included.
 func (u *User) Snapshot(r *Rules, now int64, s *Snapshot) {
 	*s = Snapshot{
 		UserID:      u.UserID,
@@ -278,6 +307,8 @@ func (u *User) Snapshot(r *Rules, now int64, s *Snapshot) {
 		Devices:     u.AliveDevices(r, now),
 		Version:     u.Version,
 		Settings:    u.Settings,
+		PubText:     u.PubText,
+		PubVersion:  u.PubVersion,
 	}
 }
 
@@ -325,7 +356,11 @@ func (u *User) settle(r *Rules, now int64) Change {
 	case prev != Offline:
 		u.PubLastSeen = u.LastSeen
 	}
-	if pub == prev && u.Text == u.PubText {
+	// An invisible user who shows offline already: the public face stays
+	// as it was when they vanished, text included. (One who was never
+	// shown at all — no version yet — has no face to keep: a text set
+	// while offline shows as anyone's does, and the face is made.)
+	if pub == prev && (u.Text == u.PubText || u.Manual == ManualInvisible && u.PubVersion != 0) {
 		return Change{}
 	}
 	u.Pub = pub
@@ -333,14 +368,22 @@ func (u *User) settle(r *Rules, now int64) Change {
 	return Change{Changed: true, Event: u.event(r, now, prev, self)}
 }
 
-// event stamps a new version and returns the event of the published
-// state, whose public status was prev before.
-func (u *User) event(r *Rules, now int64, prev, self Status) Event {
+// nextVersion returns the version of the user's next change: above its
+// last and above the floor of the epoch.
+func (u *User) nextVersion(r *Rules) uint64 {
 	v := u.Version + 1
 	if floor := r.Epoch << 32; v <= floor {
 		v = floor + 1
 	}
-	u.Version = v
+	return v
+}
+
+// event stamps a new version and returns the event of the published
+// state, whose public status was prev before: everyone may see it, so
+// the public version is the new one.
+func (u *User) event(r *Rules, now int64, prev, self Status) Event {
+	v := u.nextVersion(r)
+	u.Version, u.PubVersion = v, v
 	return Event{
 		UserID:   u.UserID,
 		Status:   u.Pub,
@@ -351,6 +394,7 @@ func (u *User) event(r *Rules, now int64, prev, self Status) Event {
 		At:       now,
 		Settings: u.Settings,
 		Self:     self,
+		SelfText: u.Text,
 	}
 }
 

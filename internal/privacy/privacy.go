@@ -38,7 +38,8 @@ func allows(v presence.Visibility, rel Relation) bool {
 
 // Filter returns what a viewer in relation rel may see of the true state s.
 // An invisible user reads exactly like one who really went offline: status
-// offline, no devices, last_seen frozen where they vanished.
+// offline, no devices, last_seen, status text and version frozen where
+// they vanished (the public face: Snapshot.Public).
 func Filter(rel Relation, s *presence.Snapshot) View {
 	v := View{UserID: s.UserID}
 	if rel.Self {
@@ -54,8 +55,7 @@ func Filter(rel Relation, s *presence.Snapshot) View {
 	if allows(s.Settings.Status, rel) {
 		v.StatusVisible = true
 		v.Status = s.Status.Public()
-		v.Text = s.Text
-		v.Version = s.Version
+		v.Text, v.Version = s.Public()
 		if v.Status != presence.Offline {
 			v.Devices = s.Devices
 		}
@@ -79,10 +79,14 @@ func NeedsContact(s *presence.Settings) bool {
 
 // FilterEvent returns what a viewer in relation rel may see of a change
 // event, and false if the viewer may see nothing of it (the status is
-// hidden from them). The settings are the target's. The user themselves
-// see their own status as it is (ev.Self: invisible included) and the
-// public last_seen.
+// hidden from them, or the change is one only the user sees:
+// Event.SelfOnly). The settings are the target's. The user themselves see
+// their own status and text as they are (Event.SelfView: invisible
+// included) and the public last_seen.
 func FilterEvent(rel Relation, set *presence.Settings, ev *presence.Event) (View, bool) {
+	if ev.SelfOnly && !rel.Self {
+		return View{UserID: ev.UserID}, false
+	}
 	s := presence.Snapshot{
 		UserID:      ev.UserID,
 		Known:       true,
@@ -93,10 +97,8 @@ func FilterEvent(rel Relation, set *presence.Settings, ev *presence.Event) (View
 		Version:     ev.Version,
 		Settings:    *set,
 	}
-	if rel.Self && ev.Self.Public() == ev.Status {
-		// (An event that does not say, or says something its public
-		// status contradicts, shows the public status.)
-		s.Status = ev.Self
+	if rel.Self {
+		s.Status, s.Text = ev.SelfView()
 	}
 	v := Filter(rel, &s)
 	return v, v.StatusVisible

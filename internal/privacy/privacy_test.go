@@ -305,3 +305,41 @@ func settingsAll() []presence.Settings {
 	}
 	return out
 }
+
+// TestInvisibleFaceFrozen: everyone but the user reads an invisible
+// user's public face — the text and version of when they vanished —,
+// the user their own; a change only the user sees reaches nobody else.
+func TestInvisibleFaceFrozen(t *testing.T) {
+	s := presence.Snapshot{UserID: "u", Known: true, Status: presence.Invisible, Manual: presence.ManualInvisible,
+		Text: "gone fishing", LastSeen: 9000, PubLastSeen: 2000, Devices: 1, Version: 12, PubText: "lunch", PubVersion: 10}
+	for _, r := range relations {
+		v := privacy.Filter(r.rel, &s)
+		want := privacy.View{UserID: "u", StatusVisible: true, Status: presence.Offline, Text: "lunch", Version: 10, LastSeenVisible: true, LastSeen: 2000}
+		if r.rel.Self {
+			want = privacy.View{UserID: "u", StatusVisible: true, Status: presence.Invisible, Text: "gone fishing", Devices: 1, Version: 12, LastSeenVisible: true, LastSeen: 9000}
+		}
+		if v != want {
+			t.Errorf("%s reads %+v, want %+v", r.name, v, want)
+		}
+	}
+	ev := presence.Event{UserID: "u", Status: presence.Offline, Prev: presence.Offline, Text: "lunch", LastSeen: 2000, Version: 12,
+		Self: presence.Invisible, SelfText: "gone fishing", SelfOnly: true}
+	for _, r := range relations {
+		v, ok := privacy.Delivery(r.rel, &ev)
+		switch {
+		case r.rel.Self && (!ok || v.Text != "gone fishing" || v.Status != presence.Invisible || v.Version != 12):
+			t.Errorf("%s is sent %+v (%v), want invisible %q at 12", r.name, v, ok, "gone fishing")
+		case !r.rel.Self && ok:
+			t.Errorf("%s is sent %+v of a change only the user sees", r.name, v)
+		}
+	}
+	// An event everyone sees of an invisible user: the others the frozen
+	// text, the user their own.
+	ev.SelfOnly, ev.Version = false, 13
+	if v, _ := privacy.Delivery(privacy.Relation{}, &ev); v.Text != "lunch" {
+		t.Errorf("another viewer is sent text %q, want %q", v.Text, "lunch")
+	}
+	if v, _ := privacy.Delivery(privacy.Relation{Self: true}, &ev); v.Text != "gone fishing" {
+		t.Errorf("the user is sent text %q, want %q", v.Text, "gone fishing")
+	}
+}

@@ -142,12 +142,17 @@ func (r *Reader) read(ctx context.Context, viewer string, ids []string, out []pr
 				// users are loaded from at least (its floor) as the
 				// version of a user it does not hold: the cold read is
 				// ordered between what was published and what follows.
+				// The public version keeps its distance below the
+				// version (an invisible user's face: presence.Profile).
 				floor := snaps[i].Version
-				snaps[i] = presence.SnapshotFromProfile(p)
-				if snaps[i].Version > 0 {
-					snaps[i].Version += r.margin
+				s := &snaps[i]
+				*s = presence.SnapshotFromProfile(p)
+				lag := s.Version - s.PubVersion
+				if s.Version > 0 {
+					s.Version += r.margin
 				}
-				snaps[i].Version = max(snaps[i].Version, floor)
+				s.Version = max(s.Version, floor)
+				s.PubVersion = s.Version - lag
 			}
 		})
 		if err != nil {

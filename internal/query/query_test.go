@@ -211,3 +211,48 @@ func TestColdVersionFloor(t *testing.T) {
 		}
 	}
 }
+
+// A cold read of an invisible user whose text changed since they vanished
+// shows everyone else the text they vanished with, at the public version
+// moved by the margin (or the floor) as the version is: its distance
+// below stays.
+func TestColdFaceKeepsItsDistance(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rules := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	const floor = 7 << 32
+	face := presence.Profile{Manual: presence.ManualInvisible, Text: "gone fishing", PubText: "lunch", LastSeen: 9, PubLastSeen: 5}
+	below, above := face, face
+	below.UserID, below.Version, below.PubVersion = "below", 5<<32+3, 5<<32+1
+	above.UserID, above.Version, above.PubVersion = "above", 8<<32+3, 8<<32+1
+	d := &durable{profiles: map[string]presence.Profile{"below": below, "above": above}}
+	r, err := query.New(query.Config{States: floorStates{memstore.New(memstore.Config{Rules: rules}), floor},
+		Profiles: d, Contacts: d, Clock: clock.NewFake(t0), ColdVersionMargin: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		viewer, text string
+		want         []uint64
+	}{
+		{"", "lunch", []uint64{floor - 2, 8<<32 + 1 + 1<<16}},
+		{"below", "gone fishing", []uint64{floor, 8<<32 + 3 + 1<<16}}, // the user themselves: their own (below's)
+	} {
+		ids := []string{"below", "above"}
+		out := make([]privacy.View, len(ids))
+		if err := r.Read(ctx, tc.viewer, ids, out); err != nil {
+			t.Fatal(err)
+		}
+		if tc.viewer == "" {
+			for i := range ids {
+				if out[i].Text != tc.text || out[i].Version != tc.want[i] {
+					t.Errorf("%s read by everyone: %q at %d, want %q at %d", ids[i], out[i].Text, out[i].Version, tc.text, tc.want[i])
+				}
+			}
+			continue
+		}
+		if out[0].Text != tc.text || out[0].Version != tc.want[0] {
+			t.Errorf("below read by itself: %q at %d, want %q at %d", out[0].Text, out[0].Version, tc.text, tc.want[0])
+		}
+	}
+}

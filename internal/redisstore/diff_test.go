@@ -126,6 +126,11 @@ func (d *differ) step(i int) {
 			Version:     d.version(),
 			Settings:    presence.Settings{Status: presence.Visibility(r.IntN(3)), LastSeen: presence.Visibility(r.IntN(3))},
 		}
+		if r.IntN(3) == 0 && p.Version > 2 {
+			// A checkpoint of an invisible user whose text changed
+			// since they vanished: its public face.
+			p.PubText, p.PubVersion = diffTexts[r.IntN(len(diffTexts))], p.Version-uint64(r.IntN(3))
+		}
 		what = fmt.Sprintf("Load(%d, %+v)", now, p)
 		d.same(what, func(s tracker.Store) (presence.Change, error) {
 			q := p
@@ -166,6 +171,7 @@ func (d *differ) step(i int) {
 			slices.SortFunc(out, func(a, b presence.Profile) int { return strings.Compare(a.UserID, b.UserID) })
 			for k := range out {
 				out[k].Version = max(out[k].Version, d.floor)
+				out[k].PubVersion = max(out[k].PubVersion, d.floor)
 			}
 			got[j] = out
 		}
@@ -186,6 +192,7 @@ func (d *differ) step(i int) {
 			}
 			for k := range snaps[j] {
 				snaps[j][k].Version = max(snaps[j][k].Version, d.floor)
+				snaps[j][k].PubVersion = max(snaps[j][k].PubVersion, d.floor)
 			}
 		}
 		if !slices.Equal(snaps[0], snaps[1]) {
@@ -205,6 +212,7 @@ func (d *differ) step(i int) {
 			}
 			slices.SortFunc(us[j].Devices, func(a, b presence.Device) int { return strings.Compare(a.ID, b.ID) })
 			us[j].Version = max(us[j].Version, d.floor)
+			us[j].PubVersion = max(us[j].PubVersion, d.floor)
 		}
 		if ok[0] != ok[1] || dl[0] != dl[1] || us[0].Profile != us[1].Profile || us[0].Pub != us[1].Pub ||
 			us[0].PubText != us[1].PubText || !slices.Equal(us[0].Devices, us[1].Devices) {

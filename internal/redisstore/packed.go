@@ -131,6 +131,10 @@ func decodePacked(id, v string, u *packedUser) error {
 	if f2&64 != 0 {
 		u.PubText = text()
 	}
+	u.PubVersion = u.Version
+	if f2&128 != 0 {
+		u.PubVersion -= uint64(num(7))
+	}
 	for !short && p < len(v) {
 		df := byte1()
 		n := int(byte1())

@@ -54,6 +54,7 @@ func TestPackedUserDecodesInGo(t *testing.T) {
 		SL  int    `json:"sl"`
 		Pub int    `json:"pub"`
 		PT  string `json:"pt"`
+		PV  uint64 `json:"pv"`
 		EV  int64  `json:"ev"`
 		S   int64  `json:"s"`
 		// Always a JSON array (cjson decodes {} as an object).
@@ -62,15 +63,15 @@ func TestPackedUserDecodesInGo(t *testing.T) {
 	const now = 1_764_000_000_123
 	long := strings.Repeat("é", 140)
 	users := []user{
-		{LS: now, PLS: now, V: 1, Pub: 1, S: forever, Devs: []dev{{ID: "d1", LB: now, LA: forever, Own: 1<<37 - 1}}},
+		{LS: now, PLS: now, V: 1, PV: 1, Pub: 1, S: forever, Devs: []dev{{ID: "d1", LB: now, LA: forever, Own: 1<<37 - 1}}},
 		{Devs: []dev{}},
-		{M: 3, T: "at lunch", PT: "", LS: now, PLS: now - 5, V: 1<<53 - 1, SS: 2, SL: 1, Pub: 0, EV: now + 600000, S: now + 600000, Devs: []dev{}},
-		{M: 2, T: long, PT: long, LS: now, PLS: now, V: 5 << 32, SS: 1, SL: 2, Pub: 3, S: now + 30000, Devs: []dev{
+		{M: 3, T: "at lunch", PT: "", LS: now, PLS: now - 5, V: 1<<53 - 1, PV: 1<<53 - 9, SS: 2, SL: 1, Pub: 0, EV: now + 600000, S: now + 600000, Devs: []dev{}},
+		{M: 2, T: long, PT: long, LS: now, PLS: now, V: 5 << 32, PV: 5 << 32, SS: 1, SL: 2, Pub: 3, S: now + 30000, Devs: []dev{
 			{ID: "phone", LB: now - 1, LA: 0, CL: now},
 			{ID: strings.Repeat("x", presence.MaxIDLen), LB: now, LA: now - 7},
 			{ID: "tab", LB: now, LA: forever, Own: 42, Co: []uint64{43, 44, 45, 46, 47, 48, 49}},
 		}},
-		{M: 1, T: "", PT: "was here", LS: 1, PLS: 2, V: 3, Pub: 2, S: 4, Devs: []dev{{ID: "a", LB: 1, LA: 1}}},
+		{M: 1, T: "", PT: "was here", LS: 1, PLS: 2, V: 3, PV: 3, Pub: 2, S: 4, Devs: []dev{{ID: "a", LB: 1, LA: 1}}},
 	}
 	for i, in := range users {
 		j, _ := json.Marshal(in)
@@ -90,8 +91,9 @@ return p`
 		}
 		want := packedUser{User: presence.User{
 			Profile: presence.Profile{UserID: "u", Manual: presence.Manual(in.M), Text: in.T, LastSeen: in.LS, PubLastSeen: in.PLS,
-				Version: in.V, Settings: presence.Settings{Status: presence.Visibility(in.SS), LastSeen: presence.Visibility(in.SL)}},
-			Pub: presence.Status(in.Pub), PubText: in.PT}, due: in.S, evict: in.EV}
+				Version: in.V, Settings: presence.Settings{Status: presence.Visibility(in.SS), LastSeen: presence.Visibility(in.SL)},
+				PubText: in.PT, PubVersion: in.PV},
+			Pub: presence.Status(in.Pub)}, due: in.S, evict: in.EV}
 		for _, d := range in.Devs {
 			want.Devices = append(want.Devices, presence.Device{ID: d.ID, LastBeat: d.LB, LastActive: d.LA, Closed: d.CL, Owner: uint64(d.Own)})
 		}

@@ -195,5 +195,7 @@ func publishedSnapshot(u *packedUser, out *presence.Snapshot) {
 		Devices:     len(u.Devices),
 		Version:     u.Version,
 		Settings:    u.Settings,
+		PubText:     u.PubText,
+		PubVersion:  u.PubVersion,
 	}
 }

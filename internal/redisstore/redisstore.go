@@ -478,7 +478,7 @@ func (s *Store) change(m rueidis.RedisMessage, user string, now int64, op string
 			return presence.Change{}, presence.ErrTooManyDevices
 		}
 	}
-	ch, err := decodeChange(arr, now)
+	ch, err := decodeChange(arr, now, false)
 	if err != nil {
 		return presence.Change{}, fmt.Errorf("redisstore: %s: %w", op, err)
 	}
@@ -486,16 +486,25 @@ func (s *Store) change(m rueidis.RedisMessage, user string, now int64, op string
 	return ch, nil
 }
 
-// decodeChange decodes {_, status, prev, text, public last_seen, version,
-// settings status, settings last_seen, true status}, and a change of
-// settings (set_settings.lua), which adds the settings before.
-func decodeChange(arr []rueidis.RedisMessage, now int64) (presence.Change, error) {
-	if len(arr) != 9 && len(arr) != 11 {
+// decodeChange decodes {kind, status, prev, text, public last_seen,
+// version, settings status, settings last_seen, true status, the user's
+// own text}: kind 1 a change (helpers.lua's settle), 3 a change only the
+// user sees (set_status.lua), and 2 a change of settings
+// (set_settings.lua), which adds the settings before. With claim set the
+// first element is the user's id instead (expire, takeover: changes of
+// settle).
+func decodeChange(arr []rueidis.RedisMessage, now int64, claim bool) (presence.Change, error) {
+	if len(arr) != 10 && len(arr) != 12 {
 		return presence.Change{}, fmt.Errorf("unexpected reply of %d elements", len(arr))
 	}
-	var n [11]int64
-	for i := 1; i < len(arr); i++ {
-		if i == 3 {
+	var n [12]int64
+	n[0] = 1
+	first := 0
+	if claim {
+		first = 1
+	}
+	for i := first; i < len(arr); i++ {
+		if i == 3 || i == 9 {
 			continue
 		}
 		v, err := arr[i].AsInt64()
@@ -508,6 +517,13 @@ func decodeChange(arr []rueidis.RedisMessage, now int64) (presence.Change, error
 	if err != nil {
 		return presence.Change{}, err
 	}
+	self, err := arr[9].ToString()
+	if err != nil {
+		return presence.Change{}, err
+	}
+	if kind := n[0]; kind < 1 || kind > 3 || (kind == 2) != (len(arr) == 12) {
+		return presence.Change{}, fmt.Errorf("unexpected reply of kind %d and %d elements", kind, len(arr))
+	}
 	ch := presence.Change{Changed: true, Event: presence.Event{
 		Status:   presence.Status(n[1]),
 		Prev:     presence.Status(n[2]),
@@ -517,10 +533,12 @@ func decodeChange(arr []rueidis.RedisMessage, now int64) (presence.Change, error
 		At:       now,
 		Settings: presence.Settings{Status: presence.Visibility(n[6]), LastSeen: presence.Visibility(n[7])},
 		Self:     presence.Status(n[8]),
+		SelfText: self,
+		SelfOnly: n[0] == 3,
 	}}
-	if len(arr) == 11 {
+	if len(arr) == 12 {
 		ch.Event.SettingsOnly, ch.Event.SettingsChanged = true, true
-		ch.Event.PrevSettings = presence.Settings{Status: presence.Visibility(n[9]), LastSeen: presence.Visibility(n[10])}
+		ch.Event.PrevSettings = presence.Settings{Status: presence.Visibility(n[10]), LastSeen: presence.Visibility(n[11])}
 	}
 	return ch, nil
 }
@@ -542,6 +560,7 @@ func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) (err e
 	n, err := s.load.Exec(ctx, s.c, []string{b, sk.due, sk.floor}, []string{
 		p.UserID, i64(now), strconv.Itoa(int(p.Manual)), p.Text, i64(p.LastSeen), i64(p.PubLastSeen),
 		strconv.FormatUint(p.Version, 10), strconv.Itoa(int(p.Settings.Status)), strconv.Itoa(int(p.Settings.LastSeen)),
+		p.PubText, strconv.FormatUint(p.PubVersion, 10),
 	}).AsInt64()
 	if err != nil {
 		return fmt.Errorf("redisstore: load: %w", s.load.err(err))
@@ -764,7 +783,7 @@ func decodeClaim(m rueidis.RedisMessage, now int64) (presence.Change, error) {
 	if err != nil {
 		return presence.Change{}, err
 	}
-	c, err := decodeChange(arr, now)
+	c, err := decodeChange(arr, now, true)
 	if err != nil {
 		return presence.Change{}, err
 	}
@@ -987,17 +1006,18 @@ func firstOf(a, b error) error {
 }
 
 // decodeProfile decodes {user, manual, text, last_seen, public last_seen,
-// version, settings status, settings last_seen}.
+// version, settings status, settings last_seen, public text, public
+// version}.
 func decodeProfile(m rueidis.RedisMessage) (presence.Profile, error) {
 	f, err := m.AsStrSlice()
 	if err != nil {
 		return presence.Profile{}, err
 	}
-	if len(f) != 8 {
+	if len(f) != 10 {
 		return presence.Profile{}, fmt.Errorf("unexpected checkpoint of %d fields", len(f))
 	}
-	var n [8]int64
-	for _, i := range []int{1, 3, 4, 5, 6, 7} {
+	var n [10]int64
+	for _, i := range []int{1, 3, 4, 5, 6, 7, 9} {
 		if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
 			return presence.Profile{}, err
 		}
@@ -1010,6 +1030,8 @@ func decodeProfile(m rueidis.RedisMessage) (presence.Profile, error) {
 		PubLastSeen: n[4],
 		Version:     uint64(n[5]),
 		Settings:    presence.Settings{Status: presence.Visibility(n[6]), LastSeen: presence.Visibility(n[7])},
+		PubText:     f[8],
+		PubVersion:  uint64(n[9]),
 	}, nil
 }
 

@@ -124,6 +124,11 @@ var migrations = []string{
 		value INTEGER NOT NULL
 	) WITHOUT ROWID;
 	INSERT INTO meta (key, value) VALUES ('epoch', 0);`,
+	// 3: the public face of an invisible user whose text changed since
+	// they vanished (presence.Profile.PubText, PubVersion); pub_version 0:
+	// the status text and version.
+	`ALTER TABLE users ADD COLUMN pub_text TEXT NOT NULL DEFAULT '';
+	ALTER TABLE users ADD COLUMN pub_version INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating if needed) the database at cfg.Path and brings its
@@ -346,7 +351,7 @@ func (s *Store) Ping(ctx context.Context) (err error) {
 // loadProfilesQuery selects the records of n users by primary key.
 func loadProfilesQuery(n int) string {
 	return `SELECT user_id, manual, status_text, last_seen, pub_last_seen, version,
-		status_visibility, last_seen_visibility FROM users WHERE user_id IN ` + placeholders(n)
+		status_visibility, last_seen_visibility, pub_text, pub_version FROM users WHERE user_id IN ` + placeholders(n)
 }
 
 const contactsQuery = `SELECT contact_id FROM contacts WHERE user_id = ? ORDER BY contact_id`
@@ -375,13 +380,14 @@ func (s *Store) loadProfiles(ctx context.Context, ids []string, p *presence.Prof
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var manual, version, statusVis, lastSeenVis int64
+		var manual, version, statusVis, lastSeenVis, pubVersion int64
 		if err := rows.Scan(&p.UserID, &manual, &p.Text, &p.LastSeen, &p.PubLastSeen, &version,
-			&statusVis, &lastSeenVis); err != nil {
+			&statusVis, &lastSeenVis, &p.PubText, &pubVersion); err != nil {
 			return err
 		}
 		p.Manual = presence.Manual(manual)
 		p.Version = uint64(version) // bit pattern, see the package doc
+		p.PubVersion = uint64(pubVersion)
 		p.Settings = presence.Settings{
 			Status:   presence.Visibility(statusVis),
 			LastSeen: presence.Visibility(lastSeenVis),
@@ -485,28 +491,32 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err err
 }
 
 // lastSeenRows is how many profiles one statement of SaveLastSeen writes:
-// 4 variables each, within maxVars. Fewer, bigger statements cut the
+// 6 variables each, within maxVars. Fewer, bigger statements cut the
 // per-statement overhead of database/sql and the driver.
-const lastSeenRows = maxVars / 4
+const lastSeenRows = maxVars / 6
 
 // upsertLastSeen returns the statement that writes n profiles' last_seen,
 // pub_last_seen and version, each only forwards, so a replayed or reordered
-// batch changes nothing it should not. A new record gets the defaults for
-// everything else; an unchanged one is not rewritten. A user named twice in
-// one statement is upserted twice, in order, which MAX makes harmless.
+// batch changes nothing it should not, and the public face (pub_text,
+// pub_version) that goes with the newest version. A new record gets the
+// defaults for everything else; an unchanged one is not rewritten. A user
+// named twice in one statement is upserted twice, in order, which MAX
+// makes harmless.
 func upsertLastSeen(n int) string {
 	var b strings.Builder
-	b.WriteString("INSERT INTO users (user_id, last_seen, pub_last_seen, version) VALUES ")
+	b.WriteString("INSERT INTO users (user_id, last_seen, pub_last_seen, version, pub_text, pub_version) VALUES ")
 	for i := range n {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("(?,?,?,?)")
+		b.WriteString("(?,?,?,?,?,?)")
 	}
 	b.WriteString(` ON CONFLICT (user_id) DO UPDATE SET
 		last_seen     = MAX(last_seen, excluded.last_seen),
 		pub_last_seen = MAX(pub_last_seen, excluded.pub_last_seen),
-		version       = MAX(version, excluded.version)
+		version       = MAX(version, excluded.version),
+		pub_text      = CASE WHEN excluded.version >= version THEN excluded.pub_text ELSE pub_text END,
+		pub_version   = CASE WHEN excluded.version >= version THEN excluded.pub_version ELSE pub_version END
 	WHERE excluded.last_seen > last_seen
 		OR excluded.pub_last_seen > pub_last_seen
 		OR excluded.version > version`)
@@ -518,17 +528,28 @@ var (
 	upsertLastSeenOne  = upsertLastSeen(1)
 )
 
+// face returns the pub_text and pub_version columns of p: "" and 0 when
+// its public face is its own text and version.
+func face(p *presence.Profile) (text string, version int64) {
+	if !p.Frozen() {
+		return "", 0
+	}
+	return p.PubText, int64(p.PubVersion)
+}
+
 // SaveLastSeen writes the LastSeen, PubLastSeen and Version of every profile
-// of batch in one transaction (group commit); the other fields are ignored.
-// None of the three ever moves backwards, so a batch may be replayed, arrive
-// out of order or name a user twice. It is safe for concurrent use.
+// of batch in one transaction (group commit), and its public face (PubText,
+// PubVersion; Text only to tell whether it is frozen) with the newest
+// version; the other fields are ignored. None of the three ever moves
+// backwards, so a batch may be replayed, arrive out of order or name a
+// user twice. It is safe for concurrent use.
 func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) (err error) {
 	defer callSaveLastSeen.Start(ctx).Done(&err)
 	if len(batch) == 0 {
 		return nil
 	}
 	err = s.write(ctx, writegate.Urgent, func(tx *sql.Tx) error {
-		args := make([]any, 0, 4*min(len(batch), lastSeenRows))
+		args := make([]any, 0, 6*min(len(batch), lastSeenRows))
 		rest := batch
 		if len(rest) >= lastSeenRows {
 			stmt, err := tx.PrepareContext(ctx, upsertLastSeenFull)
@@ -540,7 +561,8 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) (err
 				args = args[:0]
 				for i := range lastSeenRows {
 					p := &rest[i]
-					args = append(args, p.UserID, p.LastSeen, p.PubLastSeen, int64(p.Version))
+					pt, pv := face(p)
+					args = append(args, p.UserID, p.LastSeen, p.PubLastSeen, int64(p.Version), pt, pv)
 				}
 				if _, err := stmt.ExecContext(ctx, args...); err != nil {
 					return err
@@ -558,7 +580,8 @@ func (s *Store) SaveLastSeen(ctx context.Context, batch []presence.Profile) (err
 		defer stmt.Close()
 		for i := range rest {
 			p := &rest[i]
-			if _, err := stmt.ExecContext(ctx, p.UserID, p.LastSeen, p.PubLastSeen, int64(p.Version)); err != nil {
+			pt, pv := face(p)
+			if _, err := stmt.ExecContext(ctx, p.UserID, p.LastSeen, p.PubLastSeen, int64(p.Version), pt, pv); err != nil {
 				return err
 			}
 		}

@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore func(t *testing.T, rules presence.Rules) tracker
 		{"InvisibleDevicesDie", testInvisibleDevicesDie},
 		{"InvisibleWhileOffline", testInvisibleWhileOffline},
 		{"InvisibleLikeBye", testInvisibleLikeBye},
+		{"InvisibleText", testInvisibleText},
 		{"VersionsIncrease", testVersionsIncrease},
 		{"VersionsAboveEpoch", testVersionsAboveEpoch},
 		{"VersionsIgnoreClock", testVersionsIgnoreClock},
@@ -893,13 +894,18 @@ func testInvisibleLikeBye(t *testing.T, f Factory) {
 		devices []string
 		text    string
 		at      int64 // the moment of the bye or of going invisible
+		// retext, if set, is the text i sets while invisible after the
+		// moment (a new one each time): only i is told.
+		retext string
 	}{
-		{"one device", []string{"d"}, "", t0 + 12*sec + 345},
-		{"two devices with text", []string{"phone", "laptop"}, "in a meeting", t0 + 12*sec + 345},
-		{"in the same millisecond as a beat", []string{"d"}, "", t0 + 10*sec},
+		{"one device", []string{"d"}, "", t0 + 12*sec + 345, ""},
+		{"two devices with text", []string{"phone", "laptop"}, "in a meeting", t0 + 12*sec + 345, ""},
+		{"in the same millisecond as a beat", []string{"d"}, "", t0 + 10*sec, ""},
 		// The ttl ran out but no sweep ran yet: both read as an expiry at
 		// the last beat.
-		{"devices already dead", []string{"d"}, "", t0 + 10*sec + DefaultRules.TTL.Milliseconds() + 5*sec},
+		{"devices already dead", []string{"d"}, "", t0 + 10*sec + DefaultRules.TTL.Milliseconds() + 5*sec, ""},
+		{"text changed while invisible", []string{"phone", "laptop"}, "in a meeting", t0 + 12*sec + 345, "gone fishing"},
+		{"text cleared while invisible", []string{"d"}, "in a meeting", t0 + 12*sec + 345, "-"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -941,18 +947,26 @@ func testInvisibleLikeBye(t *testing.T, f Factory) {
 				ev{user: "b", prev: presence.Online, status: presence.Offline, text: tt.text, lastSeen: lastSeen, at: tt.at})
 			same := func(what string, now int64) {
 				t.Helper()
-				if len(events[0]) != len(events[1]) {
-					t.Fatalf("%s: bye user published %d events, invisible user %d", what, len(events[0]), len(events[1]))
+				// What i alone is told is not for anyone else.
+				var others []presence.Event
+				for _, e := range events[1] {
+					if !e.SelfOnly {
+						others = append(others, e)
+					}
+				}
+				if len(events[0]) != len(others) {
+					t.Fatalf("%s: bye user published %d events, invisible user %d for others", what, len(events[0]), len(others))
 				}
 				for j := range events[0] {
-					a, b := events[0][j], events[1][j]
+					a, b := events[0][j], others[j]
 					a.UserID, b.UserID = "", ""
 					// Only the user's own sockets see Self: invisible.
 					if b.Self == presence.Invisible {
 						b.Self = a.Self
 					}
+					b.SelfText = a.SelfText
 					if a != b {
-						t.Errorf("%s: event %d of the bye user %s, of the invisible user %s", what, j, gotEv(events[0][j]), gotEv(events[1][j]))
+						t.Errorf("%s: event %d of the bye user %s, of the invisible user %s", what, j, gotEv(events[0][j]), gotEv(others[j]))
 					}
 				}
 				sb, si := h.get(now, "b"), h.get(now, "i")
@@ -986,20 +1000,48 @@ func testInvisibleLikeBye(t *testing.T, f Factory) {
 			// i goes on using the app for a while, then its devices die
 			// silently: nothing of it may show.
 			now := tt.at
-			for ; now < tt.at+h.idle()+2*h.ttl(); now += 10 * sec {
+			for round := 0; now < tt.at+h.idle()+2*h.ttl(); now += 10 * sec {
 				if now < tt.at+h.idle() {
 					for _, d := range tt.devices {
 						add(1, h.beat(now, "i", d, true))
 					}
 				}
 				add(0, h.expire(now)...)
-				add(1, h.status(now, "i", presence.ManualInvisible, tt.text))
+				text := tt.text
+				switch {
+				case tt.retext == "-":
+					text = ""
+				case tt.retext != "":
+					round++
+					text = fmt.Sprint(tt.retext, " ", round)
+				}
+				add(1, h.status(now, "i", presence.ManualInvisible, text))
+				if si := h.get(now, "i"); si.Text != text {
+					t.Errorf("%dms after the moment: i reads its own text %q, want %q", now-tt.at, si.Text, text)
+				}
 				same(fmt.Sprintf("%dms after the moment", now-tt.at), now)
 			}
 			for _, ch := range h.expire(now) {
 				add(map[string]int{"b": 0, "i": 1}[ch.Event.UserID], ch)
 			}
 			same("after the devices died", now)
+			// Checkpointed, the public faces are the same too.
+			dirty = map[string]presence.Profile{}
+			for _, p := range h.dirty() {
+				dirty[p.UserID] = p
+			}
+			if i, ok := dirty["i"]; ok {
+				b := dirty["b"]
+				if _, ok := dirty["b"]; !ok {
+					b = presence.Profile{Text: tt.text, Version: events[0][len(events[0])-1].Version}
+				}
+				bt, bv := b.Public()
+				it, iv := i.Public()
+				if bt != it || bv != iv || i.PubLastSeen != lastSeen {
+					t.Errorf("checkpoint after the moment: the bye user shows %q v%d, the invisible user %q v%d last_seen %d (want %d)",
+						bt, bv, it, iv, i.PubLastSeen, lastSeen)
+				}
+			}
 		})
 	}
 }
@@ -1588,5 +1630,77 @@ func testDebug(t *testing.T, f Factory) {
 	}
 	if s := h.get(t0+3*sec, "u"); s.Devices != 2 {
 		t.Errorf("Get after changing the Debug copy: got %d devices, want 2", s.Devices)
+	}
+}
+
+// testInvisibleText: the text of a user who is invisible changes nothing
+// anyone else sees — not the events, not the text or the version they
+// read, not what is checkpointed for later reads —; the user alone is
+// told, with a new version; everyone sees the text once the user is
+// visible again, at a version above all of it.
+func testInvisibleText(t *testing.T, f Factory) {
+	h := newH(t, f, DefaultRules)
+	h.join(t0, "u", "d")
+	h.wantEvent("text", h.status(t0+sec, "u", presence.ManualNone, "here"),
+		ev{user: "u", prev: presence.Online, status: presence.Online, text: "here"})
+	vanished := t0 + 2*sec
+	gone := h.wantEvent("invisible with a text", h.status(vanished, "u", presence.ManualInvisible, "lunch"),
+		ev{user: "u", prev: presence.Online, status: presence.Offline, text: "lunch", lastSeen: vanished})
+	other := func(what string, now int64, wantSelf string, wantSelfVersion uint64) {
+		t.Helper()
+		s := h.get(now, "u")
+		if v := privacy.Filter(privacy.Relation{}, &s); v.Text != "lunch" || v.Version != gone.Version || v.LastSeen != vanished || v.Status != presence.Offline {
+			t.Errorf("%s: another viewer reads %+v, want offline %q at version %d, last_seen %d", what, v, "lunch", gone.Version, vanished)
+		}
+		if v := privacy.Filter(privacy.Relation{Self: true}, &s); v.Text != wantSelf || v.Version != wantSelfVersion {
+			t.Errorf("%s: the user reads text %q version %d, want %q %d", what, v.Text, v.Version, wantSelf, wantSelfVersion)
+		}
+	}
+	other("gone", vanished, "lunch", gone.Version)
+	last := gone
+	for i, text := range []string{"gone fishing", "", "back at 3"} {
+		now := vanished + int64(i+1)*sec
+		ch := h.status(now, "u", presence.ManualInvisible, text)
+		e := ch.Event
+		if !ch.Changed || !e.SelfOnly || e.Version <= last.Version || e.Status != presence.Offline || e.Prev != presence.Offline ||
+			e.Text != "lunch" || e.LastSeen != vanished || e.Self != presence.Invisible || e.SelfText != text {
+			t.Fatalf("text %q while invisible: got changed=%v %s self_only=%v self=%v self_text=%q; want a change only the user sees, above v%d",
+				text, ch.Changed, gotEv(e), e.SelfOnly, e.Self, e.SelfText, last.Version)
+		}
+		last = e
+		other(fmt.Sprintf("after %q", text), now, text, e.Version)
+	}
+	h.wantNone("the same text again", h.status(vanished+4*sec, "u", presence.ManualInvisible, "back at 3"))
+	h.wantNone("a beat", h.beat(vanished+5*sec, "u", "d", true))
+	// Checkpointed: the public face goes with the profile, and a store
+	// that loads it shows the same.
+	var p presence.Profile
+	for _, d := range h.dirty() {
+		if d.UserID == "u" {
+			p = d
+		}
+	}
+	if text, v := p.Public(); text != "lunch" || v != gone.Version || p.Text != "back at 3" || p.Version != last.Version {
+		t.Errorf("checkpoint: public %q v%d, own %q v%d; want %q v%d and %q v%d", text, v, p.Text, p.Version, "lunch", gone.Version, "back at 3", last.Version)
+	}
+	p.UserID = "copy"
+	h.load(vanished+6*sec, p)
+	if s := h.get(vanished+6*sec, "copy"); privacy.Filter(privacy.Relation{}, &s).Text != "lunch" || s.Text != "back at 3" {
+		t.Errorf("loaded from the checkpoint: others read %q, the user %q; want %q and %q",
+			privacy.Filter(privacy.Relation{}, &s).Text, s.Text, "lunch", "back at 3")
+	}
+	// The devices die, the user comes back still invisible: still frozen.
+	h.wantNoEvents("expire", h.expire(vanished+5*sec+h.ttl()))
+	h.wantNone("back, invisible", h.beat(vanished+time.Hour.Milliseconds(), "u", "d", true))
+	other("back, invisible", vanished+time.Hour.Milliseconds(), "back at 3", last.Version)
+	// Visible again: everyone sees the text now, at a version above all.
+	back := vanished + time.Hour.Milliseconds() + sec
+	e := h.wantEvent("visible", h.status(back, "u", presence.ManualNone, "back at 3"),
+		ev{user: "u", prev: presence.Offline, status: presence.Online, text: "back at 3", lastSeen: back})
+	if e.Version <= last.Version || e.SelfOnly {
+		t.Errorf("visible again at version %d (self only %v), want above %d", e.Version, e.SelfOnly, last.Version)
+	}
+	if s := h.get(back, "u"); privacy.Filter(privacy.Relation{}, &s).Version != e.Version {
+		t.Errorf("visible again: others read version %d, want %d", privacy.Filter(privacy.Relation{}, &s).Version, e.Version)
 	}
 }

@@ -217,13 +217,20 @@ func (t *Tracker) tickLease(ctx context.Context) {
 
 // leaseLost answers a lease that another node took over, or that the
 // store lost with its data: this node's devices are claimed again under a
-// new lease.
+// new lease, and the application is asked to resync its watchers
+// (OnRecover). A store that lost its data may have taken changes with it,
+// and this node may not have seen the loss itself: another node found
+// the version floor gone first and raised it, and this node's calls never
+// failed (a Redis restarted between two of them).
 func (t *Tracker) leaseLost(ctx context.Context) {
 	t.leaseLosses.Add(1)
 	t.log.Warn("this node's lease was taken over or lost; claiming its devices again under a new one",
 		"lease", t.lease.Load(), "devices", t.owned.Len())
 	t.lease.Store(0)
 	_ = t.acquireLease(ctx) // claims everything again; if it fails, the next tick retries
+	if t.onRecover != nil {
+		t.onRecover()
+	}
 }
 
 // observe takes over the leases in all that ran out (see the section

@@ -3,6 +3,7 @@ package tracker_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type cluster struct {
 	prefix  string
 	durable *memDurable
 	nodes   []*node
+	tweak   func(*tracker.Config) // if set, changes the next nodes' configuration
 }
 
 func newCluster(t *testing.T, redis *testsvc.Server) *cluster {
@@ -66,7 +68,7 @@ func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Sto
 		store = wrap(rs)
 	}
 	n := &node{t: t, ctx: context.Background(), clock: clock.NewFake(start), pub: &recorder{}}
-	n.tr, err = tracker.New(tracker.Config{
+	cfg := tracker.Config{
 		Store: store, Durable: c.durable, Publisher: n.pub, Clock: n.clock, Rules: r,
 		LeaseInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
 		NodeAlive: func(lease uint64) bool {
@@ -77,7 +79,11 @@ func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Sto
 			}
 			return false
 		},
-	})
+	}
+	if c.tweak != nil {
+		c.tweak(&cfg)
+	}
+	n.tr, err = tracker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,5 +354,43 @@ func TestStoppingNodeHandsOff(t *testing.T) {
 	}
 	if n := b.tr.Stats().LeaseTakeovers; n != 0 {
 		t.Errorf("b took over %d leases; a handed off and ended its lease", n)
+	}
+}
+
+// A node whose lease is gone with Redis's data, the version floor raised
+// again by another node that noticed the loss first, and none of whose own
+// calls failed, asks for its watchers to be resynced all the same: what
+// they show may have been lost with the data.
+func TestLeaseLostAsksForAResync(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	var recovered atomic.Int32
+	c.tweak = func(cfg *tracker.Config) { cfg.OnRecover = func() { recovered.Add(1) } }
+	a := c.add(1)
+	a.alive = true
+	a.socketConnect("alice", "phone")
+	c.tick(a)
+	cl, err := redisstore.Dial(redis.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Do(context.Background(), cl.B().Flushall().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := redisstore.Open(context.Background(), cl, redisstore.Config{Rules: leaseRules, Prefix: c.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.RaiseFloor(context.Background(), 9<<32); err != nil {
+		t.Fatal(err)
+	}
+	c.at(200 * time.Millisecond)
+	c.tick(a)
+	if a.tr.Stats().LeaseLosses != 1 {
+		t.Fatalf("lease losses %d, want 1", a.tr.Stats().LeaseLosses)
+	}
+	if n := recovered.Load(); n != 1 {
+		t.Errorf("OnRecover called %d times after the lease was lost with the data, want 1", n)
 	}
 }

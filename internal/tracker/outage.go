@@ -494,7 +494,10 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 	batch := *p
 	*p = pending{}
 	sh.mu.Unlock()
-	var last presence.Change // the newest change the replay made
+	// The newest change the replay made that everyone sees, and the
+	// newest one only the user sees (an invisible user's text) if it came
+	// after: each goes to different watchers.
+	var last, self presence.Change
 	for {
 		ops = batch.ops(ops[:0])
 		for _, o := range ops {
@@ -507,11 +510,14 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 					_ = p.add(o, t.rules.MaxDevices) // the newer ones were accepted once
 				}
 				sh.mu.Unlock()
-				t.publishIfTrue(ctx, last)
+				t.publishIfTrue(ctx, last, self)
 				return ops, fmt.Errorf("replay of %q: %w", user, err)
 			}
-			if ch.Changed {
-				last = ch
+			switch {
+			case ch.Changed && ch.Event.SelfOnly:
+				self = ch
+			case ch.Changed:
+				last, self = ch, presence.Change{}
 			}
 		}
 		sh.mu.Lock()
@@ -520,7 +526,7 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 			t.buffered.Add(-1)
 			t.replayed.Add(1)
 			sh.mu.Unlock()
-			t.publishIfTrue(ctx, last)
+			t.publishIfTrue(ctx, last, self)
 			return ops, nil
 		}
 		batch = *p
@@ -537,19 +543,35 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 // then, not now, and announcing it would show them online until the next
 // sweep. Such a user's state is settled by the sweeps that resume after
 // RecoverGrace (an offline that a watcher already shows is harmless).
-func (t *Tracker) publishIfTrue(ctx context.Context, ch presence.Change) {
-	if !ch.Changed {
+// self, if a change, is the newest change only the user sees that came
+// after ch (an invisible user's text): it is published after ch, if the
+// user still has that text.
+func (t *Tracker) publishIfTrue(ctx context.Context, ch, self presence.Change) {
+	if !ch.Changed && !self.Changed {
 		return
+	}
+	user := ch.Event.UserID
+	if !ch.Changed {
+		user = self.Event.UserID
 	}
 	var s [1]presence.Snapshot
 	b := t.bound(ctx)
-	err := t.store.Get(b.ctx, t.Now(), []string{ch.Event.UserID}, s[:])
+	err := t.store.Get(b.ctx, t.Now(), []string{user}, s[:])
 	t.release(b)
-	if err != nil || !s[0].Known || s[0].Status.Public() != ch.Event.Status || s[0].Text != ch.Event.Text {
+	if err != nil || !s[0].Known {
 		t.staleReplays.Add(1)
 		return
 	}
-	t.emit(ch)
+	if pubText, _ := s[0].Public(); ch.Changed && (s[0].Status.Public() != ch.Event.Status || pubText != ch.Event.Text) {
+		t.staleReplays.Add(1)
+	} else {
+		t.emit(ch)
+	}
+	if self.Changed && s[0].Text != self.Event.SelfText {
+		t.staleReplays.Add(1)
+	} else {
+		t.emit(self)
+	}
 }
 
 // replayOp applies one buffered operation and returns its change. A
@@ -740,7 +762,14 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 			}
 		}
 		u.Snapshot(&t.rules, now, &out[i])
-		out[i].Version = profiles[i].Version // no version is stamped here
+		// No version is stamped here: the profile's, and its public one
+		// (an invisible user's frozen face) unless the operations made a
+		// change everyone sees.
+		_, pub := profiles[i].Public()
+		if out[i].PubVersion > profiles[i].Version {
+			pub = profiles[i].Version
+		}
+		out[i].Version, out[i].PubVersion = profiles[i].Version, pub
 	}
 	return nil
 }

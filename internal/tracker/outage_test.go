@@ -12,6 +12,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -733,5 +734,55 @@ func TestOutageBufferPerUserIsBounded(t *testing.T) {
 	}
 	if s := f.read("u")[0]; s.Status != presence.Online || s.Devices != 1 {
 		t.Errorf("u reads %v with %d devices; want online with the one it kept", s.Status, s.Devices)
+	}
+}
+
+// TestOutageReplayInvisibleText: an invisible user changes their text
+// during an outage. The replay tells the user's own sockets (a change
+// only the user sees) and nobody else; others still read the text of
+// when the user vanished.
+func TestOutageReplayInvisibleText(t *testing.T) {
+	f := newOutageFixture(t, newMemDurable(), tracker.Config{})
+	f.beat("u", "phone", true)
+	gone := f.status("u", presence.ManualInvisible, "lunch").Event
+	f.pub.take()
+	f.sw.off.Store(true)
+	f.at(time.Second)
+	f.status("u", presence.ManualInvisible, "gone fishing")
+	f.sw.off.Store(false)
+	f.waitUp()
+	evs := f.pub.take()
+	if len(evs) != 1 || !evs[0].SelfOnly || evs[0].SelfText != "gone fishing" || evs[0].Text != "lunch" || evs[0].Version <= gone.Version {
+		t.Fatalf("replay published %+v, want %q for the user alone", evs, "gone fishing")
+	}
+	if v := privacy.Filter(privacy.Relation{}, &f.read("u")[0]); v.Text != "lunch" || v.Version != gone.Version {
+		t.Errorf("another viewer reads %+v after the replay, want %q at version %d", v, "lunch", gone.Version)
+	}
+}
+
+// TestDegradedReadKeepsTheFrozenFace: while the store is down, a read
+// computed from the durable profile and the buffered operations shows
+// everyone else an invisible user's frozen face — not a version its own
+// buffered text change stamped, nor that text; once a buffered change
+// makes the user visible, the profile's version, as before it.
+func TestDegradedReadKeepsTheFrozenFace(t *testing.T) {
+	d := newMemDurable(presence.Profile{UserID: "u", Manual: presence.ManualInvisible, Text: "gone fishing",
+		LastSeen: ms(0), PubLastSeen: ms(0), Version: 12, PubText: "lunch", PubVersion: 10})
+	f := newOutageFixture(t, d, tracker.Config{})
+	f.sw.off.Store(true)
+	f.at(time.Second)
+	f.beat("u", "phone", true)
+	f.status("u", presence.ManualInvisible, "nap")
+	s := f.read("u")[0]
+	if v := privacy.Filter(privacy.Relation{}, &s); v.Text != "lunch" || v.Version != 10 || v.Status != presence.Offline {
+		t.Errorf("while down, invisible: others read %+v, want offline %q at version 10", v, "lunch")
+	}
+	if v := privacy.Filter(privacy.Relation{Self: true}, &s); v.Text != "nap" || v.Version != 12 {
+		t.Errorf("while down, invisible: the user reads %q at %d, want %q at 12", v.Text, v.Version, "nap")
+	}
+	f.status("u", presence.ManualNone, "back")
+	s = f.read("u")[0]
+	if v := privacy.Filter(privacy.Relation{}, &s); v.Text != "back" || v.Version != 12 || v.Status != presence.Online {
+		t.Errorf("while down, visible again: others read %+v, want online %q at version 12", v, "back")
 	}
 }

@@ -158,6 +158,9 @@ func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) (map[str
 // owns) that no store has seen — then s, unless s shows the user gone and
 // the store present. Never a version below either.
 func withPeerSnapshot(s, ps presence.Snapshot, local bool) presence.Snapshot {
+	// The public faces as they are, before a version is raised under them.
+	s.PubText, s.PubVersion = s.Public()
+	ps.PubText, ps.PubVersion = ps.Public()
 	if local && (s.Status != presence.Offline || ps.Status == presence.Offline) {
 		s.Version = max(s.Version, ps.Version)
 		return s

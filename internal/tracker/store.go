@@ -141,7 +141,9 @@ type Durable interface {
 	// SaveSettings durably records privacy settings, before they are applied.
 	SaveSettings(ctx context.Context, user string, s presence.Settings) error
 	// SaveLastSeen writes a batch of last_seen checkpoints in one transaction
-	// (group commit). Only LastSeen, PubLastSeen and Version are written.
+	// (group commit). Only LastSeen, PubLastSeen and Version are written,
+	// each only forwards, and with the newest version the public face
+	// (PubText and PubVersion where Profile.Frozen, none otherwise).
 	SaveLastSeen(ctx context.Context, batch []presence.Profile) error
 }
 

@@ -804,6 +804,9 @@ func (t *Tracker) profiles(ctx context.Context, ids []string, fn func(*presence.
 	for _, q := range t.pending {
 		if i, ok := first[q.UserID]; ok {
 			p := &got[i]
+			if q.Version >= p.Version {
+				p.PubText, p.PubVersion = q.PubText, q.PubVersion // the face goes with the newest version
+			}
 			p.LastSeen = max(p.LastSeen, q.LastSeen)
 			p.PubLastSeen = max(p.PubLastSeen, q.PubLastSeen)
 			p.Version = max(p.Version, q.Version)
@@ -833,6 +836,9 @@ func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profil
 	}
 	if p.Version > 0 {
 		p.Version += t.reloadMargin
+	}
+	if p.PubVersion > 0 {
+		p.PubVersion += t.reloadMargin // keeps its distance below the version
 	}
 	for try := 0; ; try++ {
 		b := t.bound(ctx)
@@ -981,6 +987,11 @@ func dedupeNewest(b []presence.Profile) []presence.Profile {
 			// (a checkpoint of the devices this node holds carries only
 			// last_seen).
 			q := &out[i]
+			if p.Version >= q.Version && p.PubVersion != 0 {
+				// The face goes with the newest version (Text says
+				// whether it is frozen: Profile.Frozen).
+				q.Text, q.PubText, q.PubVersion = p.Text, p.PubText, p.PubVersion
+			}
 			q.LastSeen = max(q.LastSeen, p.LastSeen)
 			q.PubLastSeen = max(q.PubLastSeen, p.PubLastSeen)
 			q.Version = max(q.Version, p.Version)

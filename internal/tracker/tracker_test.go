@@ -14,6 +14,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -146,6 +147,9 @@ func (d *memDurable) SaveLastSeen(_ context.Context, batch []presence.Profile) e
 	for _, b := range batch {
 		p := d.profiles[b.UserID]
 		p.UserID = b.UserID
+		if b.Version >= p.Version {
+			p.PubText, p.PubVersion = b.PubText, b.PubVersion
+		}
 		p.LastSeen = max(p.LastSeen, b.LastSeen)
 		p.PubLastSeen = max(p.PubLastSeen, b.PubLastSeen)
 		p.Version = max(p.Version, b.Version)
@@ -1237,5 +1241,55 @@ func TestReloadMargin(t *testing.T) {
 	}
 	if ch.Event.Version >= 1<<16 {
 		t.Errorf("a new user's first version %d carries the margin", ch.Event.Version)
+	}
+}
+
+// TestInvisibleFaceSurvivesReload: the public face of an invisible user
+// who changed their text is checkpointed with the profile, and a store
+// that loads the user again (a restart, Redis emptied, with its reload
+// margin) shows everyone else the same face: the text of when the user
+// vanished, at a version the margin moved with the user's own.
+func TestInvisibleFaceSurvivesReload(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	f.beat("u", "phone", true)
+	gone := f.status("u", presence.ManualInvisible, "lunch").Event
+	own := f.status("u", presence.ManualInvisible, "gone fishing").Event
+	if err := f.tr.Checkpoint(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	const margin = 1 << 16
+	g := newFixtureWith(t, d, f.clock, tracker.Config{ReloadMargin: margin})
+	g.beat("u", "phone", true) // loads u
+	s := g.get("u")
+	if v := privacy.Filter(privacy.Relation{}, &s); v.Text != "lunch" || v.Version != gone.Version+margin {
+		t.Errorf("after the reload another viewer reads %q at version %d, want %q at %d", v.Text, v.Version, "lunch", gone.Version+margin)
+	}
+	if v := privacy.Filter(privacy.Relation{Self: true}, &s); v.Text != "gone fishing" || v.Version != own.Version+margin {
+		t.Errorf("after the reload the user reads %q at version %d, want %q at %d", v.Text, v.Version, "gone fishing", own.Version+margin)
+	}
+}
+
+// TestFailedCheckpointKeepsTheNewestFace: a checkpoint that failed is
+// written with the next one, each user once, with the public face that
+// goes with the newest version.
+func TestFailedCheckpointKeepsTheNewestFace(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	f.beat("u", "phone", true)
+	f.status("u", presence.ManualNone, "here")
+	d.setFail("SaveLastSeen", errors.New("disk full"))
+	if err := f.tr.Checkpoint(f.ctx); err == nil {
+		t.Fatal("checkpoint: no error")
+	}
+	gone := f.status("u", presence.ManualInvisible, "lunch").Event
+	own := f.status("u", presence.ManualInvisible, "gone fishing").Event
+	d.setFail("SaveLastSeen", nil)
+	if err := f.tr.Checkpoint(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := d.profile("u")
+	if text, v := p.Public(); text != "lunch" || v != gone.Version || p.Version != own.Version {
+		t.Errorf("written: public %q v%d, version %d; want %q v%d, version %d", text, v, p.Version, "lunch", gone.Version, own.Version)
 	}
 }

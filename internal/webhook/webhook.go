@@ -135,9 +135,10 @@ func New(cfg Config) (*Sender, error) {
 }
 
 // Publish queues ev for every endpoint. A change of settings alone is no
-// transition of presence and is not sent.
+// transition of presence and is not sent, nor is a change only the user
+// sees (an invisible user's text: presence.Event.SelfOnly).
 func (s *Sender) Publish(ev *presence.Event) {
-	if ev.SettingsOnly {
+	if ev.SettingsOnly || ev.SelfOnly {
 		return
 	}
 	for _, e := range s.endpoints {

@@ -294,6 +294,12 @@ func TestSettingsOnlyNotSent(t *testing.T) {
 	if st := s.Stats(); st.Queued != 0 {
 		t.Fatalf("a settings-only change was queued: %+v", st)
 	}
+	// Nor is a change only the user sees: the text of an invisible user.
+	s.Publish(&presence.Event{UserID: "u", Status: presence.Offline, Prev: presence.Offline, Text: "lunch",
+		Self: presence.Invisible, SelfText: "gone fishing", SelfOnly: true, Version: 4})
+	if st := s.Stats(); st.Queued != 0 {
+		t.Fatalf("a change only the user sees was queued: %+v", st)
+	}
 }
 
 func TestVerifyWebhook(t *testing.T) {

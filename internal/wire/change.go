@@ -15,7 +15,11 @@ import (
 //	 "settings":{"status":"everyone","last_seen":"contacts"}}
 //
 // plus "self_status":"invisible" when the user is invisible (shown
-// offline), "prev_settings" when the change is one of settings and
+// offline), "self_text" when the user's own text is not the public one
+// (an invisible user whose text changed since they vanished: "text" stays
+// what everyone saw then), "self_only":true for a change only the user
+// sees (presence.Event.SelfOnly: nothing anyone else sees changed),
+// "prev_settings" when the change is one of settings and
 // "settings_only":true when nothing else changed. It is the true state,
 // for holders of the API key and the node's own fan-out, never a client.
 func AppendChange(b []byte, ev *presence.Event) []byte {
@@ -42,6 +46,13 @@ func AppendChange(b []byte, ev *presence.Event) []byte {
 		b = append(b, `,"self_status":"`...)
 		b = append(b, ev.Self.String()...)
 		b = append(b, '"')
+	}
+	if ev.SelfText != ev.Text {
+		b = append(b, `,"self_text":`...)
+		b = AppendString(b, ev.SelfText)
+	}
+	if ev.SelfOnly {
+		b = append(b, `,"self_only":true`...)
 	}
 	if ev.SettingsChanged {
 		b = appendSettings(b, `,"prev_settings":`, &ev.PrevSettings)

@@ -7,7 +7,9 @@
 --
 -- A user, as load returns it: m (manual), t (text), ls (last_seen), pls
 -- (public last_seen), v (version), ss, sl (settings), pub, pt (last
--- published status and text), ev (eviction time, 0 = none), s (the time
+-- published status and text), pv (the version everyone else sees: v but
+-- while an invisible user's text changed since they vanished), ev
+-- (eviction time, 0 = none), s (the time
 -- of the user's entry in the due set, 0 = none, FOREVER = no entry and
 -- nothing due: owned devices only) and devs, each device {id, lb (last
 -- beat), la (last activity), cl (when its connection closed without a
@@ -90,7 +92,10 @@ end
 -- settle is User.settle: drop dead devices, derive the public status and,
 -- if it or the text changed, stamp a version and return the change as
 -- {1, status, prev, text, public last_seen, version, settings status,
--- settings last_seen, true status}; nil if nothing visible changed.
+-- settings last_seen, true status, the user's own text}; nil if nothing
+-- visible changed. While the user is invisible and shows offline already
+-- their public face is frozen: a text they set changes nothing here
+-- (set_status.lua tells the user alone).
 local function settle(u, now)
   local live = {}
   for _, d in ipairs(u.devs) do
@@ -110,10 +115,12 @@ local function settle(u, now)
   elseif prev ~= 0 then
     u.pls = u.ls
   end
-  if pub == prev and u.t == u.pt then return nil end
+  if pub == prev and (u.t == u.pt or (u.m == 3 and u.pv ~= 0)) then return nil end
   u.pub = pub
   u.pt = u.t
-  return {1, pub, prev, u.t, fmt(u.pls), fmt(stamp(u)), u.ss, u.sl, st}
+  local v = stamp(u)
+  u.pv = v
+  return {1, pub, prev, u.pt, fmt(u.pls), fmt(v), u.ss, u.sl, st, u.t}
 end
 
 -- deadline is User.Deadline: the next moment the state may change without

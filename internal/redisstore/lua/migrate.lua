@@ -30,5 +30,6 @@ for i = 1, #h, 2 do
     u[f] = tonumber(val)
   end
 end
+u.pv = u.v
 save(u)
 return 1

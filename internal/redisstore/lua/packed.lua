@@ -34,7 +34,7 @@ local FOREVER = 4503599627370496 -- 2^52
 -- The packed user, little-endian:
 --
 --   byte  m | pub<<2 | sk<<5 | ev?<<7     sk: s is 0 (0), FOREVER (1), or follows (2)
---   byte  ss | sl<<2 | pls?<<4 | t?<<5 | pt?<<6
+--   byte  ss | sl<<2 | pls?<<4 | t?<<5 | pt?<<6 | pv?<<7
 --   6     ls                (times: Unix ms, 6 bytes)
 --   7     v                 (versions stay below 2^53)
 --   6     pls               if pls?: it differs from ls
@@ -42,6 +42,8 @@ local FOREVER = 4503599627370496 -- 2^52
 --   6     ev                if ev?: not 0
 --   2+n   t                 if t?: not empty
 --   2+n   pt                if pt?: it differs from t
+--   7     v - pv            if pv?: the public version is not v (an invisible user's
+--                           text changed since they vanished: User's public face)
 --   then each device:
 --   byte  lk | cl?<<2 | own?<<3 | co<<4 | lb=ls<<7   lk: la is 0 (0), FOREVER (1), or follows (2);
 --                                                   co: holders after own; lb=ls: lb is the user's ls
@@ -66,6 +68,7 @@ local function pack_user(u)
   if u.ev ~= 0 then f = f .. 'I6'; a[#a + 1] = u.ev end
   if u.t ~= '' then f2 = f2 + 32; f = f .. 'Hc0'; a[#a + 1] = #u.t; a[#a + 1] = u.t end
   if u.pt ~= u.t then f2 = f2 + 64; f = f .. 'Hc0'; a[#a + 1] = #u.pt; a[#a + 1] = u.pt end
+  if u.pv ~= u.v then f2 = f2 + 128; f = f .. 'I7'; a[#a + 1] = u.v - u.pv end
   for _, d in ipairs(u.devs) do
     local lk = 2
     if d.la == 0 then lk = 0 elseif d.la >= FOREVER then lk = 1 end
@@ -99,6 +102,12 @@ local function unpack_user(key, id, v)
   if math.floor(f2 / 32) % 2 == 1 then u.t, p = struct.unpack('<Hc0', v, p) end
   u.pt = u.t
   if math.floor(f2 / 64) % 2 == 1 then u.pt, p = struct.unpack('<Hc0', v, p) end
+  u.pv = ver
+  if f2 >= 128 then
+    local lag
+    lag, p = struct.unpack('<I7', v, p)
+    u.pv = ver - lag
+  end
   while p <= #v do
     local df, did
     df, did, p = struct.unpack('<BBc0', v, p)

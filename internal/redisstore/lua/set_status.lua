@@ -1,11 +1,18 @@
 -- KEYS: the user's bucket, due, dirty. ARGV: user, now, manual, text.
+-- User.SetStatus: the change, or — a text changed that nobody else may
+-- see (the user is invisible: settle keeps the public face) — {3, ...} as
+-- a change, at a version only the user sees.
 local id, now = ARGV[1], tonumber(ARGV[2])
 local u = load(KEYS[1], id)
 if not u then return {-1} end
 if now > u.ls and alive_devices(u, now) > 0 then u.ls = now end
+local old = u.t
 u.m = tonumber(ARGV[3])
 u.t = ARGV[4]
 local ch = settle(u, now)
+if not ch and u.t ~= old then
+  ch = {3, u.pub, u.pub, u.pt, fmt(u.pls), fmt(stamp(u)), u.ss, u.sl, status(u, now), u.t}
+end
 schedule(KEYS[2], id, u, now)
 save(u)
 if ch then redis.call('SADD', KEYS[3], id) end
