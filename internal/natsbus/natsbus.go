@@ -265,6 +265,7 @@ type Bus struct {
 	contacts string // the announcement subject
 
 	q            queue
+	conf         confirmed      // what the stream acknowledged (Mark, Wait)
 	pub          *publisher     // owned by the running publisher, or by Close after Run
 	in           chan *nats.Msg // every subscription delivers here
 	reconn       chan struct{}  // signalled (cap 1) when the connection comes back

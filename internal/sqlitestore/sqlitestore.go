@@ -124,6 +124,15 @@ var migrations = []string{
 		value INTEGER NOT NULL
 	) WITHOUT ROWID;
 	INSERT INTO meta (key, value) VALUES ('epoch', 0);`,
+	// 3: the webhook outbox (outbox.go).
+	`CREATE TABLE webhook_outbox (
+		seq  INTEGER PRIMARY KEY,
+		data BLOB    NOT NULL
+	);
+	CREATE TABLE webhook_cursors (
+		endpoint TEXT    PRIMARY KEY,
+		seq      INTEGER NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // Open opens (creating if needed) the database at cfg.Path and brings its
