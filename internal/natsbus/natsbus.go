@@ -510,6 +510,9 @@ func (b *Bus) Ping(ctx context.Context) (err error) {
 // NodeID returns the id this bus stamps on its messages.
 func (b *Bus) NodeID() string { return b.node }
 
+// StreamName returns the name of the stream of the changes.
+func (b *Bus) StreamName() string { return b.cfg.Stream }
+
 // Run owns the bus's goroutines — the outgoing publisher, the incoming
 // dispatcher and the contacts goroutine — until ctx is done (it then returns nil) or Close is called
 // (ErrClosed). It may be called again after it returned; two at once are an
