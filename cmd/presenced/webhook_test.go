@@ -163,18 +163,19 @@ func (r *hookReceiver) has(user, status string, version uint64) bool {
 }
 
 // ackedChanges makes changes on n and collects what the node acknowledged:
-// over HTTP, users' first heartbeat (online) and a busy status, each
-// answered with its version; over WebSockets, a socket's first beat
-// (answered by the welcome) and a busy status, answered by the node
-// moving on to the next message (a subscribe, whose snapshot comes
-// back). It returns user → status → version (0: not told).
-func ackedChanges(t *testing.T, n *proc, prefix string, users int) map[string]map[string]uint64 {
+// over WebSockets, a socket's first beat (answered by the welcome) and a
+// busy status (answered by the node moving on to the next message, a
+// subscribe, whose snapshot comes back); over HTTP, users' first
+// heartbeat (online), then — all at once, the last thing before the
+// caller kills the node — a busy status of each, every answer with its
+// version. It returns user → status → version (0: not told).
+func ackedChanges(t *testing.T, n *proc, users int) map[string]map[string]uint64 {
 	t.Helper()
 	acked := map[string]map[string]uint64{}
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	for i := range users {
-		ws := fmt.Sprintf("%sws%d", prefix, i)
+		ws := fmt.Sprint("ws", i)
 		c := dial(t, n, ws, "phone") // the welcome: the connect was taken
 		if err := c.SetStatus(ctx, wsclient.Busy, ""); err != nil {
 			t.Fatal(err)
@@ -194,16 +195,34 @@ func ackedChanges(t *testing.T, n *proc, prefix string, users int) map[string]ma
 			}
 		}
 		acked[ws] = map[string]uint64{"online": 0, "busy": 0}
-
-		h := fmt.Sprintf("%shttp%d", prefix, i)
-		on := n.heartbeat(apiKey, h, "pc")
-		busy := n.call("POST", "/v1/status", apiKey, map[string]any{"user_id": h, "status": "busy"})
-		v1, _ := on["version"].(float64)
-		v2, _ := busy["version"].(float64)
-		if v1 == 0 || v2 == 0 {
-			t.Fatalf("answers without versions: %v, %v", on, busy)
+	}
+	for i := range users {
+		h := fmt.Sprint("http", i)
+		v, _ := n.heartbeat(apiKey, h, "pc")["version"].(float64)
+		if v == 0 {
+			t.Fatalf("%s: heartbeat answered without a version", h)
 		}
-		acked[h] = map[string]uint64{"online": uint64(v1), "busy": uint64(v2)}
+		acked[h] = map[string]uint64{"online": uint64(v)}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range users {
+		h := fmt.Sprint("http", i)
+		wg.Go(func() {
+			code, b := n.do("POST", "/v1/status", apiKey, map[string]any{"user_id": h, "status": "busy"})
+			var answer struct{ Version uint64 }
+			if err := json.Unmarshal(b, &answer); code != http.StatusOK || err != nil || answer.Version == 0 {
+				t.Errorf("%s: status answered %d %s", h, code, b)
+				return
+			}
+			mu.Lock()
+			acked[h]["busy"] = answer.Version
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 	return acked
 }
@@ -241,7 +260,7 @@ func TestWebhooksSurviveSIGKILL(t *testing.T) {
 	r := newHookReceiver(t)
 	args := baseArgs(t.TempDir(), append([]string{"-api-key", apiKey, "-jwt-secret", clusterSecret}, r.flags()...)...)
 	p := start(t, nil, args...)
-	acked := ackedChanges(t, p, "", 10)
+	acked := ackedChanges(t, p, 10)
 	p.signal(t, syscall.SIGKILL)
 	p.wait(t)
 
@@ -260,7 +279,7 @@ func TestWebhooksSurviveSIGKILLOfANode(t *testing.T) {
 	b := newBackends(t)
 	nodes := b.nodes(t, 3, r.flags()...)
 	n3 := nodes[2]
-	acked := ackedChanges(t, n3, "", 10)
+	acked := ackedChanges(t, n3, 10)
 	n3.signal(t, syscall.SIGKILL)
 	n3.wait(t)
 	r.awaitAcked(t, acked)
