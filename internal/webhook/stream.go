@@ -342,7 +342,7 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 	// lost the lease) goes first: it is delivered again once its AckWait
 	// has passed. Until then the consumer would give newer changes.
 	if info, err := cons.Info(work); err != nil || info.NumAckPending > 0 {
-		if !sleep(work, st.cfg.AckWait) {
+		if !sleep(work, pendingWait(info, st.cfg.AckWait)) {
 			return
 		}
 	}
@@ -400,6 +400,18 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 		acancel()
 		e.held.Store(0)
 	}
+}
+
+// pendingWait is how long until the batch info says is unacknowledged is
+// given out again: AckWait after its delivery, as the server's clocks
+// tell (a server that does not say: AckWait). A node that kept the batch
+// longer (it retried a failing endpoint) may have its batch delivered
+// after newer changes.
+func pendingWait(info *jetstream.ConsumerInfo, ackWait time.Duration) time.Duration {
+	if info == nil || info.Delivered.Last == nil || info.TimeStamp.IsZero() {
+		return ackWait
+	}
+	return min(ackWait, max(0, ackWait-info.TimeStamp.Sub(*info.Delivered.Last))+100*time.Millisecond)
 }
 
 // fetch takes what the consumer has, up to MaxBatch; when it has nothing
