@@ -27,9 +27,10 @@ type StreamConfig struct {
 	NodeID string
 	// AckWait is how long a batch fetched by a node is its own before it
 	// is delivered again, unless the node says it is still at it (every
-	// AckWait/3 while it retries). Default 5s. A node that takes an
-	// endpoint over from one that died waits this long before its first
-	// fetch, so that the dead node's batch goes first.
+	// AckWait/3 while it retries). Default 3s. A node that takes an
+	// endpoint over from one that died with a batch in hand waits until
+	// this long after that batch was delivered before its first fetch,
+	// so that the batch goes first.
 	AckWait time.Duration
 	// LeaseTTL is how long an endpoint's lease lives unless renewed (every
 	// LeaseTTL/3): a node that dies hands its endpoints over after it.
@@ -71,7 +72,7 @@ func openStream(ctx context.Context, s *Sender) (*stream, error) {
 		return nil, errors.New("webhook: StreamConfig needs Conn, Stream and Confirmer")
 	}
 	if cfg.AckWait <= 0 {
-		cfg.AckWait = 5 * time.Second
+		cfg.AckWait = 3 * time.Second
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 3 * time.Second
