@@ -51,6 +51,7 @@ type outbox struct {
 
 	written atomic.Uint64 // every change numbered up to it is in the outbox
 	last    atomic.Uint64 // the number of the last entry in the outbox
+	failing atomic.Bool   // the last append failed: Wait does not wait
 	dirty   atomic.Bool   // a cursor moved since they were saved
 
 	waitMu sync.Mutex    // guards waitCh
@@ -109,11 +110,17 @@ func (ob *outbox) push(ev *presence.Event) {
 // Mark returns the number of the last change queued.
 func (ob *outbox) Mark() uint64 { return ob.accepted.Load() }
 
-// Wait waits until every change numbered up to mark is in the outbox.
+// Wait waits until every change numbered up to mark is in the outbox. It
+// reports false at once while the outbox does not take writes (a failing
+// disk: its writer retries), as natsbus does while NATS is unreachable, so
+// that callers are not held up one by one.
 func (ob *outbox) Wait(ctx context.Context, mark uint64) bool {
 	for {
 		if ob.written.Load() >= mark {
 			return true
+		}
+		if ob.failing.Load() {
+			return false
 		}
 		ob.waitMu.Lock()
 		if ob.waitCh == nil {
@@ -209,6 +216,9 @@ func (ob *outbox) flush(ctx context.Context) {
 			if err == nil {
 				break
 			}
+			if !ob.failing.Swap(true) {
+				ob.wakeWaiters() // they stop waiting
+			}
 			ob.s.logLimited("webhook outbox: writing changes failed; will retry", "changes", len(batch), "err", err)
 			if !sleep(ctx, backoff) {
 				// Stopping: put them back in front, for a last try.
@@ -224,12 +234,8 @@ func (ob *outbox) flush(ctx context.Context) {
 		n := uint64(len(batch))
 		ob.last.Store(first + n - 1)
 		ob.written.Add(n)
-		ob.waitMu.Lock()
-		if ob.waitCh != nil {
-			close(ob.waitCh)
-			ob.waitCh = nil
-		}
-		ob.waitMu.Unlock()
+		ob.failing.Store(false)
+		ob.wakeWaiters()
 		ob.trim(ctx)
 		for _, e := range ob.s.endpoints {
 			select {
@@ -238,6 +244,16 @@ func (ob *outbox) flush(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// wakeWaiters wakes the callers of Wait to look again.
+func (ob *outbox) wakeWaiters() {
+	ob.waitMu.Lock()
+	if ob.waitCh != nil {
+		close(ob.waitCh)
+		ob.waitCh = nil
+	}
+	ob.waitMu.Unlock()
 }
 
 // trim keeps the outbox within QueueLen entries of the last: an endpoint

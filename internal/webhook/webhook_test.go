@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -488,4 +489,45 @@ func bytesCount(b []byte, sub string) int {
 		}
 	}
 	return n
+}
+
+// TestConfirmWhileTheOutboxFails: while the outbox refuses writes (a
+// trigger stands for a full disk), Confirm does not hold callers up: it
+// reports false and counts the change unconfirmed; the writer retries,
+// and once the outbox takes writes again the change is delivered.
+func TestConfirmWhileTheOutboxFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	r := newReceiver(t)
+	s := run(t, Config{URLs: []string{"http://" + r.addr + "/hook"}, Linger: time.Millisecond,
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, ConfirmTimeout: time.Hour,
+		Outbox: openDB(t, path)})
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TRIGGER full_disk BEFORE INSERT ON webhook_outbox BEGIN SELECT RAISE(ABORT, 'disk full'); END`); err != nil {
+		t.Fatal(err)
+	}
+	s.Publish(event("ann", 1))
+	confirmed := make(chan bool, 1)
+	go func() { confirmed <- s.Confirm(context.Background()) }()
+	select {
+	case ok := <-confirmed:
+		if ok {
+			t.Fatal("Confirm: true while the outbox refuses writes")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Confirm waits while the outbox refuses writes")
+	}
+	if st := s.Stats(); st.Unconfirmed != 1 {
+		t.Errorf("stats %+v: want 1 unconfirmed", st)
+	}
+	if _, err := db.Exec(`DROP TRIGGER full_disk`); err != nil {
+		t.Fatal(err)
+	}
+	s.Publish(event("ann", 2))
+	// The writer finds out at its next try.
+	waitFor(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
+	waitFor(t, "both changes", func() bool { return r.count() == 2 })
 }
