@@ -374,7 +374,7 @@ func (e *endpoint) runOutbox(ctx context.Context) {
 			break
 		}
 		body = encode(body[:0], batch)
-		if !e.deliver(ctx, body, len(batch)) {
+		if !e.deliver(ctx, context.Background(), body, len(batch)) {
 			break
 		}
 		ob.done(e, batch[len(batch)-1].seq)

@@ -295,9 +295,8 @@ func (e *endpoint) runStream(ctx context.Context) {
 }
 
 // lead fetches and delivers e's changes while l holds and ctx lasts.
-// When ctx ends with a batch in hand it makes one last attempt to deliver
-// it (DrainTimeout); a batch not acknowledged is delivered again by the
-// next holder.
+// When ctx ends, a request under way may finish (deliver); a batch not
+// acknowledged is delivered again by the next holder.
 func (e *endpoint) lead(ctx context.Context, l *lease) {
 	st := e.s.st
 	work, cancel := context.WithCancel(l.ctx)
@@ -378,24 +377,16 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 		if len(batch) > 0 {
 			body = encode(body[:0], batch)
 			stopKeeping := e.keep(msgs)
-			ok := e.deliver(work, body, len(batch))
+			ok := e.deliver(work, l.ctx, body, len(batch))
 			stopKeeping()
 			if !ok {
-				if ctx.Err() != nil && l.ctx.Err() == nil {
-					// Stopping while holding the lease: one last try.
-					dctx, dcancel := context.WithTimeout(l.ctx, e.s.cfg.DrainTimeout)
-					if _, err := e.post(dctx, body); err == nil {
-						e.delivered.Add(uint64(len(batch)))
-						_ = msgs[len(msgs)-1].DoubleAck(dctx)
-					}
-					dcancel()
-				}
 				return
 			}
 		}
-		// AckAll: the last message acknowledges the batch.
-		actx, acancel := context.WithTimeout(work, setupTimeout)
-		if err := msgs[len(msgs)-1].DoubleAck(actx); err != nil && work.Err() == nil {
+		// AckAll: the last message acknowledges the batch (also when the
+		// node is stopping, as long as it holds the lease).
+		actx, acancel := context.WithTimeout(l.ctx, setupTimeout)
+		if err := msgs[len(msgs)-1].DoubleAck(actx); err != nil && l.ctx.Err() == nil {
 			st.s.logLimited("webhook: acknowledging a delivered batch failed; it will be delivered again", "url", e.url, "err", err)
 		}
 		acancel()

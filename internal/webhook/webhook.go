@@ -79,8 +79,9 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait before a retry (defaults
 	// 100ms and 30s), doubled after each failure, with full jitter.
 	MinBackoff, MaxBackoff time.Duration
-	// DrainTimeout bounds the last attempts to deliver when Run stops
-	// (default 2s); what is not delivered stays in the log.
+	// DrainTimeout bounds, when Run stops, the request under way and the
+	// last attempts to deliver what the outbox holds (default 2s); what is
+	// not delivered stays in the log.
 	DrainTimeout time.Duration
 	// ConfirmTimeout bounds Confirm (default 2s).
 	ConfirmTimeout time.Duration
@@ -272,8 +273,9 @@ func (s *Sender) Stats() Stats {
 }
 
 // Run delivers until ctx is done — one goroutine per endpoint, and with an
-// outbox its writer — then tries for DrainTimeout to deliver what it has
-// in hand; what is left stays in the log.
+// outbox its writer — letting a request under way finish and, with an
+// outbox, trying once more to deliver what it holds (DrainTimeout); what
+// is left stays in the log.
 func (s *Sender) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, e := range s.endpoints {
@@ -322,14 +324,16 @@ func encode(b []byte, batch []entry) []byte {
 }
 
 // deliver sends body until it is answered 2xx or refused for good; it
-// reports false if ctx ended first.
-func (e *endpoint) deliver(ctx context.Context, body []byte, n int) bool {
+// reports false if ctx ended first. An attempt under way when ctx ends is
+// given DrainTimeout to finish, so that a clean stop does not have a batch
+// the endpoint got sent again; cut ends it at once (a lease lost).
+func (e *endpoint) deliver(ctx, cut context.Context, body []byte, n int) bool {
 	backoff := e.s.cfg.MinBackoff
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			e.retried.Add(1)
 		}
-		wait, err := e.post(ctx, body)
+		wait, err := e.attempt(ctx, cut, body)
 		switch {
 		case err == nil:
 			e.delivered.Add(uint64(n))
@@ -355,6 +359,24 @@ func (e *endpoint) deliver(ctx context.Context, body []byte, n int) bool {
 			return false
 		}
 	}
+}
+
+// attempt posts body once, cut short by cut, or DrainTimeout after ctx
+// ended.
+func (e *endpoint) attempt(ctx, cut context.Context, body []byte) (time.Duration, error) {
+	actx, cancel := context.WithCancel(cut)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(e.s.cfg.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-actx.Done():
+		}
+	})
+	defer stop()
+	return e.post(actx, body)
 }
 
 // sleep waits d; false if ctx ended first.

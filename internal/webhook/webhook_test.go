@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,7 @@ const (
 	modeOK int32 = iota
 	modeFail
 	modeStall
+	modeSlow // records, then answers 200 after 300 ms
 )
 
 func newReceiver(t *testing.T) *receiver {
@@ -105,6 +107,9 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 		time.Sleep(300 * time.Millisecond) // past the sender's timeout
 		w.WriteHeader(http.StatusOK)
 		return
+	}
+	if r.mode.Load() == modeSlow {
+		defer time.Sleep(300 * time.Millisecond)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -530,4 +535,38 @@ func TestConfirmWhileTheOutboxFails(t *testing.T) {
 	// The writer finds out at its next try.
 	waitFor(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
 	waitFor(t, "both changes", func() bool { return r.count() == 2 })
+}
+
+// TestStopLetsTheRequestFinish: a node stopped while a request is under
+// way lets it finish (within DrainTimeout), and records that the endpoint
+// has it: the next run does not send it again.
+func TestStopLetsTheRequestFinish(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	r := newReceiver(t)
+	r.mode.Store(modeSlow)
+	cfg := Config{URLs: []string{"http://" + r.addr + "/hook"}, Linger: time.Millisecond, DrainTimeout: 10 * time.Second,
+		Outbox: openDB(t, path)}
+	s := run(t, cfg)
+	s.Publish(event("ann", 1))
+	waitFor(t, "the request under way", func() bool { return r.count() == 1 })
+	s.stop() // while the endpoint takes 300 ms to answer
+	cfg.Outbox.(*sqlitestore.Store).Close()
+
+	r.mode.Store(modeOK)
+	cfg.Outbox = openDB(t, path)
+	s = run(t, cfg)
+	s.Publish(event("ann", 2))
+	waitFor(t, "the next change", func() bool { return r.has("ann", 2) })
+	s.stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if got := fmt.Sprint(r.got["ann"]); got != "[1 2]" {
+		t.Errorf("ann's versions %s, want [1 2]: the change under way at the stop was sent again", got)
+	}
+}
+
+func (r *receiver) has(user string, version uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.got[user], version)
 }
