@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	)
 	var webhookURLs, kafkaBrokers, allowedOrigins listFlag
 	fset.Var(&allowedOrigins, "allowed-origins", "origins of the browser pages, besides the node's own, that may open WebSockets and call the client endpoints (CORS): https://app.example.com, https://*.example.com (any subdomain), or * (any page); repeat the flag or separate them with commas (default: the node's own pages only)")
-	fset.Var(&webhookURLs, "webhook-url", "POST every change this node makes to this URL (repeat the flag, or separate URLs with commas)")
+	fset.Var(&webhookURLs, "webhook-url", "POST every change of presence to this URL, at least once (repeat the flag, or separate URLs with commas; needs -nats-url with -postgres-url)")
 	fset.Var(&kafkaBrokers, "kafka-brokers", "Kafka brokers, host:port (repeat the flag, or separate them with commas): consume session events from -kafka-ingest-topic, produce every change this node makes to -kafka-changes-topic")
 	kafkaIngest := fset.String("kafka-ingest-topic", kafka.DefaultIngestTopic, "with -kafka-brokers: the topic of session events (as on presence.ingest.>, keyed by user id) the nodes consume in the group -kafka-group; empty (-kafka-ingest-topic=): no consumer")
 	kafkaGroup := fset.String("kafka-group", kafka.DefaultGroup, "with -kafka-brokers: the consumer group every node joins")
