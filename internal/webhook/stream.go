@@ -303,7 +303,7 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	defer e.held.Store(0)
+	defer func() { e.held.Store(0); e.backlog.Store(0) }() // another node's to tell now
 
 	var cons jetstream.Consumer
 	var aliveAt time.Time // when the consumer last answered

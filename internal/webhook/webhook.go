@@ -101,7 +101,7 @@ type Confirmer interface {
 
 // Stats are a Sender's counters, summed over its endpoints.
 type Stats struct {
-	Queued    int    // changes waiting for an endpoint now (in this node's outbox, or the stream's backlog as the leader last saw it)
+	Queued    int    // changes waiting for an endpoint now: in this node's outbox, or in the stream for the endpoints this node delivers
 	Delivered uint64 // events answered 2xx
 	Retried   uint64 // requests sent again
 	Dropped   uint64 // changes lost: the outbox or its queue was full, or the stream no longer held them (older than its MaxAge)
