@@ -125,9 +125,11 @@ type Config struct {
 	// 5s); MaxHeaderBytes their size (default 32 KiB; beyond it, 431).
 	HeaderTimeout  time.Duration
 	MaxHeaderBytes int
-	// WebhookURLs receive every change this node makes (package webhook),
-	// signed with WebhookSecret (required with them; 32 bytes or more
-	// outside -dev).
+	// WebhookURLs receive every change (package webhook), signed with
+	// WebhookSecret (required with them; 32 bytes or more outside -dev).
+	// They are delivered from a durable log: the NATS stream with NATSURL,
+	// else the outbox in the SQLite file — PostgreSQL without NATS has
+	// none, and is refused.
 	WebhookURLs   []string
 	WebhookSecret []byte
 	// KafkaBrokers (host:port, one or more) turn Kafka on (package
@@ -168,6 +170,17 @@ type Config struct {
 // /presence/batch of 1,000 ids of up to 31 bytes; more ids, or longer, go
 // in the body of POST /v1/presence/batch.
 const DefaultMaxHeaderBytes = 32 << 10
+
+// edgeTracker is the tracker as the edges and the ingest consumers are
+// given it: the tracker itself, or with webhooks confirming (confirm.go).
+type edgeTracker interface {
+	httpapi.Tracker
+	httpapi.HeartbeatReader
+	gateway.Tracker
+	ingest.Tracker
+}
+
+var _ edgeTracker = confirming{}
 
 // durableStore is what a node needs of its durable store (sqlitestore or
 // pgstore).
@@ -299,6 +312,10 @@ func (c *Config) defaults() error {
 		}
 		if err := auth.CheckSecret(c.WebhookSecret); err != nil && !c.Dev {
 			return fmt.Errorf("webhook secret: %w", err)
+		}
+		if c.PostgresURL != "" && c.NATSURL == "" {
+			return errors.New("webhooks with PostgreSQL need NATS (-nats-url): they are delivered from the durable stream of changes " +
+				"(the embedded node, with SQLite, keeps them in an outbox in its file instead)")
 		}
 	}
 	if c.RedisBuckets < 0 || c.RedisBuckets > maxRedisBuckets {
@@ -463,12 +480,18 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.replica != nil {
 		pubs = append(pubs, a.replica) // this node's changes at once; the others' come from the bus
 	}
-	if len(cfg.WebhookURLs) > 0 {
-		if a.webhooks, err = webhook.New(webhook.Config{URLs: cfg.WebhookURLs, Secret: cfg.WebhookSecret,
-			Clock: cfg.Clock, Logger: cfg.Logger.With("component", "webhook")}); err != nil {
+	hooks := webhook.Config{URLs: cfg.WebhookURLs, Secret: cfg.WebhookSecret, Clock: cfg.Clock,
+		Logger: cfg.Logger.With("component", "webhook")}
+	if len(cfg.WebhookURLs) > 0 && cfg.NATSURL == "" {
+		// The embedded node: its changes go to the outbox in its SQLite
+		// file (defaults refused PostgreSQL without NATS).
+		if hooks.Outbox, _ = durable.(webhook.Outbox); hooks.Outbox == nil {
+			return nil, errors.New("webhooks: the durable store keeps no outbox")
+		}
+		if a.webhooks, err = webhook.New(ctx, hooks); err != nil {
 			return nil, err
 		}
-		pubs = append(pubs, a.webhooks) // this node's changes only: each change is sent by one node
+		pubs = append(pubs, a.webhooks)
 	}
 	kafkaClient := "presenced"
 	if cfg.NodeID != "" {
@@ -504,6 +527,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		a.hub.SetInterest(a.bus) // the bus subscribes to what the hub's watchers watch
 		pubs = append(pubs, a.bus)
+		if len(cfg.WebhookURLs) > 0 {
+			// Delivered from the stream the bus publishes every change to,
+			// by one node at a time per URL.
+			hooks.Stream = &webhook.StreamConfig{Conn: a.nats, Stream: a.bus.StreamName(), Confirmer: a.bus, NodeID: a.bus.NodeID()}
+			if a.webhooks, err = webhook.New(ctx, hooks); err != nil {
+				return nil, fmt.Errorf("webhooks on the NATS stream: %w", err)
+			}
+		}
 		if cfg.RedisURL != "" {
 			// Nodes cut off from Redis only keep their devices: their
 			// beacons on NATS keep the others from taking them over.
@@ -550,10 +581,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What the edges and the ingest consumers change, with webhooks,
+	// waits for the webhooks' log before it is acknowledged.
+	var edge edgeTracker = a.tracker
+	if a.webhooks != nil {
+		edge = confirming{a.tracker, a.webhooks}
+	}
 	if cfg.NATSURL != "" && !cfg.NoIngest {
 		a.ingest, err = ingest.Open(ctx, ingest.Config{
 			Conn:    a.nats,
-			Tracker: a.tracker,
+			Tracker: edge,
 			Clock:   cfg.Clock,
 			TTL:     cfg.TTL,
 			Logger:  cfg.Logger.With("component", "ingest"),
@@ -568,7 +605,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Topic:    cfg.KafkaIngestTopic,
 			Group:    cfg.KafkaGroup,
 			ClientID: kafkaClient,
-			Tracker:  a.tracker,
+			Tracker:  edge,
 			TTL:      cfg.TTL,
 			Clock:    cfg.Clock,
 			Logger:   cfg.Logger.With("component", "kafka-ingest"),
@@ -633,7 +670,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	writes := ratelimit.NewWrites()
 	a.gw, err = gateway.New(gateway.Config{
 		Writes:           writes,
-		Tracker:          a.tracker,
+		Tracker:          edge,
 		Reader:           reader,
 		Auth:             authn,
 		Clock:            cfg.Clock,
@@ -674,7 +711,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		},
 	})
 	a.api, err = httpapi.New(httpapi.Config{
-		Tracker:           a.tracker,
+		Tracker:           edge,
 		Reader:            reader,
 		Contacts:          durable,
 		Profiles:          durable,

@@ -12,7 +12,8 @@ import (
 // TestCredentialRules: outside development mode a node refuses an API key
 // or JWT secret shorter than 32 bytes, and a negative token lifetime;
 // under -dev short ones are taken. A read replica without the backends it
-// mirrors is refused too.
+// mirrors is refused too, and so are webhooks where nothing durable
+// would feed them (PostgreSQL without NATS).
 func TestCredentialRules(t *testing.T) {
 	short := strings.Repeat("x", 31)
 	for _, tc := range []struct {
@@ -30,6 +31,8 @@ func TestCredentialRules(t *testing.T) {
 		{"negative redis buckets", app.Config{APIKey: testKey, RedisBuckets: -1}, "redis buckets -1: want 1 to"},
 		{"too many redis buckets", app.Config{APIKey: testKey, RedisBuckets: 1<<20 + 1}, "redis buckets 1048577: want 1 to"},
 		{"a read replica without NATS", app.Config{APIKey: testKey, ReadReplica: true, RedisURL: "redis://127.0.0.1:1/0"}, "a read replica needs Redis and NATS"},
+		{"webhooks on PostgreSQL without NATS", app.Config{APIKey: testKey, PostgresURL: "postgres://127.0.0.1:1/x",
+			WebhookURLs: []string{"https://app.example/presence"}, WebhookSecret: testSecret}, "webhooks with PostgreSQL need NATS (-nats-url)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.DataDir, tc.cfg.PollInterval = t.TempDir(), -1

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/testsvc"
 )
 
 // BenchmarkBystanderStatus measures one user's POST /v1/status on an
@@ -130,4 +132,75 @@ func do(ctx context.Context, hc *http.Client, method, url string, body []byte) (
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, out, err
+}
+
+// BenchmarkWebhookConfirm measures what webhooks add to a change's
+// answer: the latency (p50, p99 in ms) of POST /v1/status (busy and
+// online in turn: each a change, written durably) and of a first POST
+// /v1/heartbeat of a new user (a change, nothing durable), one request at
+// a time, on an embedded node (SQLite: the outbox's fsync) and on a node
+// with NATS (the stream's ack), without webhooks and with one endpoint
+// (a local receiver that accepts everything).
+//
+//	go test -run '^$' -bench WebhookConfirm -benchtime 400x -count 1 ./internal/app/
+func BenchmarkWebhookConfirm(b *testing.B) {
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	defer recv.Close()
+	for _, mode := range []string{"embedded", "nats"} {
+		for _, hooks := range []bool{false, true} {
+			name := mode + "/webhooks=off"
+			if hooks {
+				name = mode + "/webhooks=on"
+			}
+			b.Run(name, func(b *testing.B) {
+				cfg := app.Config{DataDir: b.TempDir(), APIKey: "k", JWTSecret: []byte("s"), PollInterval: -1, Dev: true}
+				if mode == "nats" {
+					cfg.NATSURL, cfg.NoIngest = testsvc.NATS(b).URL, true
+				}
+				if hooks {
+					cfg.WebhookURLs, cfg.WebhookSecret = []string{recv.URL}, []byte("bench-webhook-secret")
+				}
+				benchChanges(b, cfg)
+			})
+		}
+	}
+}
+
+func benchChanges(b *testing.B, cfg app.Config) {
+	addr, stop := startNode(b, cfg)
+	defer func() {
+		if err := stop(); err != nil {
+			b.Errorf("Run: %v", err)
+		}
+	}()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	defer hc.CloseIdleConnections()
+	run := b.Name()
+	status := [2][]byte{[]byte(`{"user_id":"writer","status":"busy"}`), []byte(`{"user_id":"writer","status":"online"}`)}
+	var st, hb []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		code, body, err := do(context.Background(), hc, "POST", "http://"+addr+"/v1/status", status[i%2])
+		st = append(st, time.Since(t0))
+		if err != nil || code != http.StatusOK {
+			b.Fatalf("POST /v1/status: %d %s %v", code, body, err)
+		}
+		t0 = time.Now()
+		code, body, err = do(context.Background(), hc, "POST", "http://"+addr+"/v1/heartbeat",
+			fmt.Appendf(nil, `{"user_id":"%s-%d","device_id":"d"}`, run, i))
+		hb = append(hb, time.Since(t0))
+		if err != nil || code != http.StatusOK {
+			b.Fatalf("POST /v1/heartbeat: %d %s %v", code, body, err)
+		}
+	}
+	b.StopTimer()
+	ms := func(lat []time.Duration, q int) float64 {
+		slices.Sort(lat)
+		return float64(lat[min(len(lat)-1, len(lat)*q/100)].Microseconds()) / 1000
+	}
+	b.ReportMetric(ms(st, 50), "status-p50-ms")
+	b.ReportMetric(ms(st, 99), "status-p99-ms")
+	b.ReportMetric(ms(hb, 50), "beat-p50-ms")
+	b.ReportMetric(ms(hb, 99), "beat-p99-ms")
 }

@@ -295,6 +295,7 @@ type Bus struct {
 	contacts string // the announcement subject
 
 	q            queue
+	conf         confirmed      // what the stream acknowledged (Mark, Wait)
 	pub          *publisher     // owned by the running publisher, or by Close after Run
 	in           chan *nats.Msg // every subscription delivers here
 	reconn       chan struct{}  // signalled (cap 1) when the connection comes back
@@ -561,6 +562,9 @@ func (b *Bus) Ping(ctx context.Context) (err error) {
 
 // NodeID returns the id this bus stamps on its messages.
 func (b *Bus) NodeID() string { return b.node }
+
+// StreamName returns the name of the stream of the changes.
+func (b *Bus) StreamName() string { return b.cfg.Stream }
 
 // Run owns the bus's goroutines — the outgoing publisher, the incoming
 // dispatcher and the contacts goroutine — until ctx is done (it then returns nil) or Close is called

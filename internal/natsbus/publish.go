@@ -36,6 +36,9 @@ type queue struct {
 	max    int
 	n      atomic.Int64
 	notify chan struct{} // cap 1: something was appended
+	// accepted counts the events ever appended, in the order of buf:
+	// the k-th is the event the publisher numbers k (Bus.Mark).
+	accepted atomic.Uint64
 
 	mu  sync.Mutex       // guards buf
 	buf []presence.Event // accepted events, oldest first
@@ -54,6 +57,7 @@ func (q *queue) push(ev *presence.Event) bool {
 	}
 	q.mu.Lock()
 	q.buf = append(q.buf, *ev)
+	q.accepted.Add(1)
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
@@ -89,6 +93,7 @@ func (b *Bus) Publish(ev *presence.Event) {
 
 // outMsg is one event on its way to the stream.
 type outMsg struct {
+	seq  uint64 // the event's number in the order of the queue (Bus.Mark)
 	msg  *nats.Msg
 	paf  jetstream.PubAckFuture // nil until sent
 	sent backendcall.Call       // the publish under way, ended by its ack or failure
@@ -101,6 +106,7 @@ type publisher struct {
 
 	batch    []presence.Event // taken from the queue, batch[next:] not sent yet
 	next     int
+	taken    uint64    // the events encoded from the queue so far (the last one's number)
 	inflight []*outMsg // sent, awaiting ack, oldest first
 	retry    []*outMsg // failed, to send again before anything newer
 	retryAt  time.Time
@@ -190,6 +196,7 @@ func (p *publisher) harvest() {
 }
 
 func (p *publisher) acked(*jetstream.PubAck) {
+	p.b.conf.acked(p.inflight[0].seq)
 	p.inflight[0].sent.End(nil)
 	p.inflight[0] = nil
 	p.inflight = p.inflight[1:]
@@ -342,5 +349,6 @@ func (p *publisher) encode(ev *presence.Event) *outMsg {
 			nodeHeader:            {p.b.node},
 		},
 	}
-	return &outMsg{msg: m}
+	p.taken++
+	return &outMsg{seq: p.taken, msg: m}
 }

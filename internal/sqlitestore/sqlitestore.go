@@ -129,6 +129,15 @@ var migrations = []string{
 	// the status text and version.
 	`ALTER TABLE users ADD COLUMN pub_text TEXT NOT NULL DEFAULT '';
 	ALTER TABLE users ADD COLUMN pub_version INTEGER NOT NULL DEFAULT 0;`,
+	// 4: the webhook outbox (outbox.go).
+	`CREATE TABLE webhook_outbox (
+		seq  INTEGER PRIMARY KEY,
+		data BLOB    NOT NULL
+	);
+	CREATE TABLE webhook_cursors (
+		endpoint TEXT    PRIMARY KEY,
+		seq      INTEGER NOT NULL
+	) WITHOUT ROWID;`,
 }
 
 // Open opens (creating if needed) the database at cfg.Path and brings its

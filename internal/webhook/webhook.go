@@ -1,24 +1,44 @@
-// Package webhook POSTs every change of presence this node makes to the
-// app's HTTP endpoints: batched (up to MaxBatch events, or what arrived
-// within Linger of the first), signed (client.WebhookSignature: HMAC-SHA256
-// over the timestamp and the body), retried with exponential backoff and
-// jitter on 5xx, 408, 429, timeouts and refused connections — at least
-// once, and in order, since an endpoint has one request in flight at a
-// time. Each endpoint has a bounded queue; beyond it events are dropped and
-// counted, so a dead endpoint never slows presence.
+// Package webhook POSTs every change of presence to the app's HTTP
+// endpoints: batched (up to MaxBatch events, or what arrived within Linger
+// of the first), signed (client.WebhookSignature: HMAC-SHA256 over the
+// timestamp and the body), retried with exponential backoff and jitter on
+// 5xx, 408, 429, timeouts and refused connections — at least once, and in
+// order, since an endpoint has one request in flight at a time.
+//
+// The changes come from a durable log, never from memory alone, so a
+// change a client was told of reaches every endpoint even if the node dies
+// right after (docs/operations.md, "Webhooks"):
+//
+//   - With NATS (Config.Stream), the log is the stream of every change,
+//     PRESENCE_CHANGES (package natsbus), and each endpoint has a durable
+//     consumer of it shared by every node (stream.go). One node at a time
+//     delivers for an endpoint: the holder of the endpoint's lease, a
+//     message on a small JetStream stream that the holder renews (a node
+//     that dies loses it within the lease's time). The consumer acknowledges
+//     a batch once the endpoint accepted it (or refused it for good); a
+//     batch a dead node held is delivered again, before anything newer.
+//   - On the embedded node (Config.Outbox), the log is an outbox in the
+//     node's SQLite file (outbox.go): Publish queues a change, a writer
+//     appends what is queued in one fsynced transaction, and each endpoint
+//     reads the outbox from its cursor; what every endpoint is past is
+//     removed. A node that restarts delivers what is left.
+//
+// Confirm is what makes this hold for the clients: the node answers a
+// client whose request made a change only once the change is in the log.
 //
 // The body is {"events":[…]}, each event the change as wire.AppendChange
 // writes it (user, status, previous status, text, last_seen, version,
-// settings). A receiver drops an event whose version is not above the last
-// it stored for that user (a retry after a lost answer repeats a batch).
-//
-// With several nodes each change is sent once: a node sends the changes it
-// made (its tracker's Publisher), never those it hears of from others.
+// settings) — with NATS, the stream's message itself. A receiver drops an
+// event whose version is not above the last it stored for that user (a
+// retry after a lost answer, or a batch delivered again after a crash,
+// repeats events). Changes of settings alone are not sent.
 package webhook
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -33,69 +53,113 @@ import (
 	"github.com/presenced/presenced/client"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
-	"github.com/presenced/presenced/internal/wire"
 )
 
 // Config configures a Sender. Zero values take the documented defaults.
+// Exactly one of Outbox and Stream is required.
 type Config struct {
 	URLs   []string // required
 	Secret []byte   // required: the HMAC key receivers verify with
+	// Outbox is the durable log of an embedded node (sqlitestore.Store):
+	// the Sender is then the tracker's Publisher.
+	Outbox Outbox
+	// Stream reads the changes from the NATS stream instead.
+	Stream *StreamConfig
 	// MaxBatch bounds the events of one request (default 256); Linger is
 	// how long a request waits for more after the first (default 100ms).
 	MaxBatch int
 	Linger   time.Duration
-	// QueueLen bounds the events waiting for one endpoint (default
-	// 100,000); beyond it new events are dropped and counted.
+	// QueueLen bounds the changes the outbox keeps for an endpoint that
+	// does not take them (default 100,000); beyond it the oldest are
+	// dropped and counted. It also bounds the changes waiting in memory
+	// for the outbox's writer (a disk that does not take writes).
 	QueueLen int
 	// Timeout bounds one request (default 5s).
 	Timeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait before a retry (defaults
 	// 100ms and 30s), doubled after each failure, with full jitter.
 	MinBackoff, MaxBackoff time.Duration
-	// DrainTimeout bounds the last attempts to deliver what is queued when
-	// Run stops (default 2s).
+	// DrainTimeout bounds, when Run stops, the request under way and the
+	// last attempts to deliver what the outbox holds (default 2s); what is
+	// not delivered stays in the log.
 	DrainTimeout time.Duration
-	Client       *http.Client // default: one with Timeout
-	Clock        clock.Clock
-	Logger       *slog.Logger
+	// ConfirmTimeout bounds Confirm (default 2s).
+	ConfirmTimeout time.Duration
+	Client         *http.Client // default: one with Timeout
+	Clock          clock.Clock
+	Logger         *slog.Logger
+}
+
+// Confirmer tells when the changes published so far are in the durable
+// log (natsbus.Bus: in the stream). Mark numbers the changes published so
+// far; Wait waits until every one up to mark is durable, and reports
+// false when it cannot be (soon), or when ctx ends first.
+type Confirmer interface {
+	Mark() uint64
+	Wait(ctx context.Context, mark uint64) bool
 }
 
 // Stats are a Sender's counters, summed over its endpoints.
 type Stats struct {
-	Queued    int    // events waiting now
+	Queued    int    // changes waiting for an endpoint now: in this node's outbox, or in the stream for the endpoints this node delivers
 	Delivered uint64 // events answered 2xx
 	Retried   uint64 // requests sent again
-	Dropped   uint64 // events dropped: a full queue, or still queued at shutdown
+	Dropped   uint64 // changes lost: the outbox or its queue was full, or the stream no longer held them (older than its MaxAge)
 	Rejected  uint64 // events an endpoint refused for good (4xx other than 408 and 429)
+	// Unconfirmed counts the changes a client was answered for before
+	// they were in the durable log (NATS unreachable, a disk that does
+	// not take writes, or ConfirmTimeout passed): a crash of the node
+	// before they got there loses them.
+	Unconfirmed uint64
 }
 
-// Sender is a tracker.Publisher that delivers changes to webhooks. Publish
-// never blocks; Run delivers.
+// Sender delivers changes to webhooks. With an Outbox it is a
+// tracker.Publisher (Publish never blocks). Run delivers. Safe for
+// concurrent use.
 type Sender struct {
 	cfg       Config
 	log       *slog.Logger
 	endpoints []*endpoint
+	ob        *outbox // nil with a Stream
+	st        *stream // nil with an Outbox
+
+	unconfirmed atomic.Uint64
+	lastLog     atomic.Int64 // unix ns of the last rate-limited log line
 }
 
 type endpoint struct {
 	s   *Sender
 	url string
+	key string // names the endpoint's cursor and consumer: hex of SHA-256 of the URL, 16 digits
 
-	mu    sync.Mutex
-	queue []presence.Event // oldest first; queue[head:] waiting
-	head  int
-	wake  chan struct{} // one pending wake-up
+	// outbox: written to when entries were appended; the last entry done with
+	wake   chan struct{}
+	cursor atomic.Uint64
+	// stream: the messages in hand and the consumer's backlog last seen
+	held, backlog atomic.Int64
 
 	delivered, retried, dropped, rejected atomic.Uint64
 }
 
-// New returns a Sender for cfg.URLs.
-func New(cfg Config) (*Sender, error) {
+// entry is one change on its way: its JSON and its number in the log.
+type entry struct {
+	seq  uint64
+	data []byte
+}
+
+// New checks cfg and prepares the log: with an Outbox it reads where
+// each endpoint is; with a Stream it creates each endpoint's consumer if
+// missing (so that no change published from now on is missed) and the
+// stream of the leases.
+func New(ctx context.Context, cfg Config) (*Sender, error) {
 	if len(cfg.URLs) == 0 {
 		return nil, errors.New("webhook: no URL")
 	}
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("webhook: a secret is required to sign requests")
+	}
+	if (cfg.Outbox == nil) == (cfg.Stream == nil) {
+		return nil, errors.New("webhook: need an outbox or a stream to read the changes from (one of them)")
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 256
@@ -118,6 +182,9 @@ func New(cfg Config) (*Sender, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 2 * time.Second
 	}
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = 2 * time.Second
+	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: cfg.Timeout}
 	}
@@ -128,148 +195,146 @@ func New(cfg Config) (*Sender, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Sender{cfg: cfg, log: cfg.Logger}
+	seen := map[string]bool{}
 	for _, u := range cfg.URLs {
-		s.endpoints = append(s.endpoints, &endpoint{s: s, url: u, wake: make(chan struct{}, 1)})
+		k := endpointKey(u)
+		if seen[k] {
+			return nil, fmt.Errorf("webhook: URL %q given twice", u)
+		}
+		seen[k] = true
+		s.endpoints = append(s.endpoints, &endpoint{s: s, url: u, key: k, wake: make(chan struct{}, 1)})
+	}
+	var err error
+	if cfg.Outbox != nil {
+		s.ob, err = openOutbox(ctx, s)
+	} else {
+		s.st, err = openStream(ctx, s)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-// Publish queues ev for every endpoint. A change of settings alone is no
+func endpointKey(url string) string {
+	h := sha256.Sum256([]byte(url))
+	return hex.EncodeToString(h[:8])
+}
+
+// Publish queues ev for the outbox (with a Stream the changes come from
+// the stream, and Publish does nothing). A change of settings alone is no
 // transition of presence and is not sent, nor is a change only the user
-// sees (an invisible user's text: presence.Event.SelfOnly).
+// sees (an invisible user's text: presence.Event.SelfOnly). It never blocks.
 func (s *Sender) Publish(ev *presence.Event) {
-	if ev.SettingsOnly || ev.SelfOnly {
+	if ev.SettingsOnly || ev.SelfOnly || s.ob == nil {
 		return
 	}
-	for _, e := range s.endpoints {
-		e.push(ev)
-	}
+	s.ob.push(ev)
 }
 
-func (e *endpoint) push(ev *presence.Event) {
-	e.mu.Lock()
-	if len(e.queue)-e.head >= e.s.cfg.QueueLen {
-		e.mu.Unlock()
-		if n := e.dropped.Add(1); n == 1 || n%10000 == 0 {
-			e.s.log.Warn("webhook queue full: events dropped", "url", e.url, "queue", e.s.cfg.QueueLen, "dropped_total", n)
-		}
-		return
+// Confirm waits until every change published before the call is in the
+// durable log — in the outbox's file, or in the stream — at most
+// ConfirmTimeout, and reports whether it is. A node calls it before it
+// answers a client whose request made a change; a change not confirmed
+// (NATS down, a failing disk) is counted (Stats.Unconfirmed), and is lost
+// if the node dies before it gets there.
+func (s *Sender) Confirm(ctx context.Context) bool {
+	var c Confirmer
+	if s.ob != nil {
+		c = s.ob
+	} else {
+		c = s.cfg.Stream.Confirmer
 	}
-	e.queue = append(e.queue, *ev)
-	e.mu.Unlock()
-	select {
-	case e.wake <- struct{}{}:
-	default:
+	mark := c.Mark()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConfirmTimeout)
+	defer cancel()
+	if c.Wait(ctx, mark) {
+		return true
 	}
-}
-
-// take removes up to n of the oldest events into dst.
-func (e *endpoint) take(dst []presence.Event, n int) []presence.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	k := min(n, len(e.queue)-e.head)
-	dst = append(dst, e.queue[e.head:e.head+k]...)
-	clear(e.queue[e.head : e.head+k]) // drop the strings
-	e.head += k
-	if e.head == len(e.queue) {
-		e.queue, e.head = e.queue[:0], 0
-	} else if e.head > 4096 && e.head*2 > len(e.queue) {
-		e.queue = append(e.queue[:0], e.queue[e.head:]...)
-		e.head = 0
-	}
-	return dst
-}
-
-func (e *endpoint) waiting() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.queue) - e.head
+	s.unconfirmed.Add(1)
+	s.logLimited("a change was acknowledged before it was durable for the webhooks (counted in presenced_webhook_unconfirmed_total)")
+	return false
 }
 
 // Stats returns the counters.
 func (s *Sender) Stats() Stats {
 	var st Stats
+	if s.ob != nil {
+		st.Queued, st.Dropped = s.ob.stats()
+	}
 	for _, e := range s.endpoints {
-		st.Queued += e.waiting()
+		st.Queued += int(e.held.Load() + e.backlog.Load())
 		st.Delivered += e.delivered.Load()
 		st.Retried += e.retried.Load()
 		st.Dropped += e.dropped.Load()
 		st.Rejected += e.rejected.Load()
 	}
+	st.Unconfirmed = s.unconfirmed.Load()
 	return st
 }
 
-// Run delivers until ctx is done, one goroutine per endpoint, then tries
-// for DrainTimeout to deliver what is still queued (once a batch) and
-// counts the rest as dropped.
+// Run delivers until ctx is done — one goroutine per endpoint, and with an
+// outbox its writer — letting a request under way finish and, with an
+// outbox, trying once more to deliver what it holds (DrainTimeout); what
+// is left stays in the log.
 func (s *Sender) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, e := range s.endpoints {
-		wg.Go(func() { e.run(ctx) })
+		if s.ob != nil {
+			wg.Go(func() { e.runOutbox(ctx) })
+		} else {
+			wg.Go(func() { e.runStream(ctx) })
+		}
+	}
+	if s.ob != nil {
+		wg.Go(func() { s.ob.run(ctx) })
 	}
 	wg.Wait()
+	if s.ob != nil && s.ob.dirty.Swap(false) {
+		// The endpoints' last deliveries (the drain) came after the
+		// writer's last record of the cursors.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DrainTimeout)
+		if err := s.ob.saveCursors(sctx); err != nil {
+			s.log.Warn("webhook outbox: recording the cursors at shutdown failed; some changes will be sent again", "err", err)
+		}
+		cancel()
+	}
 	return nil
 }
 
-func (e *endpoint) run(ctx context.Context) {
-	var batch []presence.Event
-	var body []byte
-	for {
-		if e.waiting() == 0 {
-			select {
-			case <-ctx.Done():
-				e.drain()
-				return
-			case <-e.wake:
-			}
-		}
-		// Linger for more, unless a batch is already full.
-		if e.waiting() < e.s.cfg.MaxBatch {
-			t := time.NewTimer(e.s.cfg.Linger)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-		}
-		batch = e.take(batch[:0], e.s.cfg.MaxBatch)
-		if len(batch) == 0 {
-			continue
-		}
-		body = encode(body[:0], batch)
-		if !e.deliver(ctx, body, len(batch)) {
-			// Stopped while retrying: the batch goes first in the drain.
-			e.mu.Lock()
-			e.queue = append(append(make([]presence.Event, 0, len(batch)+len(e.queue)-e.head), batch...), e.queue[e.head:]...)
-			e.head = 0
-			e.mu.Unlock()
-			e.drain()
-			return
-		}
+// logLimited logs msg at warning level at most once a second.
+func (s *Sender) logLimited(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	prev := s.lastLog.Load()
+	if now-prev < int64(time.Second) || !s.lastLog.CompareAndSwap(prev, now) {
+		return
 	}
+	s.log.Warn(msg, args...)
 }
 
 // encode writes the body of a request: {"events":[…]}.
-func encode(b []byte, batch []presence.Event) []byte {
+func encode(b []byte, batch []entry) []byte {
 	b = append(b, `{"events":[`...)
 	for i := range batch {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = wire.AppendChange(b, &batch[i])
+		b = append(b, batch[i].data...)
 	}
 	return append(b, "]}"...)
 }
 
 // deliver sends body until it is answered 2xx or refused for good; it
-// reports false if ctx ended first.
-func (e *endpoint) deliver(ctx context.Context, body []byte, n int) bool {
+// reports false if ctx ended first. An attempt under way when ctx ends is
+// given DrainTimeout to finish, so that a clean stop does not have a batch
+// the endpoint got sent again; cut ends it at once (a lease lost).
+func (e *endpoint) deliver(ctx, cut context.Context, body []byte, n int) bool {
 	backoff := e.s.cfg.MinBackoff
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			e.retried.Add(1)
 		}
-		wait, err := e.post(ctx, body)
+		wait, err := e.attempt(ctx, cut, body)
 		switch {
 		case err == nil:
 			e.delivered.Add(uint64(n))
@@ -278,6 +343,8 @@ func (e *endpoint) deliver(ctx context.Context, body []byte, n int) bool {
 			e.rejected.Add(uint64(n))
 			e.s.log.Error("webhook endpoint refused events for good", "url", e.url, "events", n, "err", err)
 			return true
+		case ctx.Err() != nil:
+			return false
 		}
 		if attempt == 0 || attempt%10 == 0 {
 			e.s.log.Warn("webhook delivery failed; retrying", "url", e.url, "events", n, "attempt", attempt+1, "err", err)
@@ -289,13 +356,39 @@ func (e *endpoint) deliver(ctx context.Context, body []byte, n int) bool {
 			d = min(wait, e.s.cfg.MaxBackoff)
 		}
 		backoff = min(2*backoff, e.s.cfg.MaxBackoff)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, d) {
 			return false
-		case <-t.C:
 		}
+	}
+}
+
+// attempt posts body once, cut short by cut, or DrainTimeout after ctx
+// ended.
+func (e *endpoint) attempt(ctx, cut context.Context, body []byte) (time.Duration, error) {
+	actx, cancel := context.WithCancel(cut)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(e.s.cfg.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-actx.Done():
+		}
+	})
+	defer stop()
+	return e.post(actx, body)
+}
+
+// sleep waits d; false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -334,31 +427,5 @@ func (e *endpoint) post(ctx context.Context, body []byte) (time.Duration, error)
 		return wait, fmt.Errorf("answered %s", resp.Status)
 	default:
 		return 0, fmt.Errorf("%w: answered %s", errRejected, resp.Status)
-	}
-}
-
-// drain makes one attempt per batch to deliver what is queued, within
-// DrainTimeout, and counts what is left as dropped.
-func (e *endpoint) drain() {
-	ctx, cancel := context.WithTimeout(context.Background(), e.s.cfg.DrainTimeout)
-	defer cancel()
-	var batch []presence.Event
-	var body []byte
-	for ctx.Err() == nil {
-		batch = e.take(batch[:0], e.s.cfg.MaxBatch)
-		if len(batch) == 0 {
-			return
-		}
-		body = encode(body[:0], batch)
-		if _, err := e.post(ctx, body); err != nil {
-			e.dropped.Add(uint64(len(batch)))
-			continue
-		}
-		e.delivered.Add(uint64(len(batch)))
-	}
-	if n := e.waiting(); n > 0 {
-		e.take(nil, n)
-		e.dropped.Add(uint64(n))
-		e.s.log.Warn("webhook events still queued at shutdown were dropped", "url", e.url, "events", n)
 	}
 }

@@ -2,11 +2,14 @@ package webhook
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +17,11 @@ import (
 
 	"github.com/presenced/presenced/client"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/testsvc"
 )
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
 
 var secret = []byte("webhook-test-secret-0123456789abcdef")
 
@@ -37,6 +44,7 @@ const (
 	modeOK int32 = iota
 	modeFail
 	modeStall
+	modeSlow // records, then answers 200 after 300 ms
 )
 
 func newReceiver(t *testing.T) *receiver {
@@ -100,6 +108,9 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if r.mode.Load() == modeSlow {
+		defer time.Sleep(300 * time.Millisecond)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests++
@@ -134,7 +145,7 @@ func (r *receiver) count() int {
 	return n
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -145,18 +156,50 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func start(t *testing.T, cfg Config) *Sender {
+// openDB opens a SQLite store at path as an outbox, closed when the
+// test ends.
+func openDB(t testing.TB, path string) *sqlitestore.Store {
+	t.Helper()
+	db, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// running is a Sender run until stop (or the end of the test).
+type running struct {
+	*Sender
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *running) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// run makes a Sender of cfg (its secret set) and runs it.
+func run(t testing.TB, cfg Config) *running {
 	t.Helper()
 	cfg.Secret = secret
-	s, err := New(cfg)
+	s, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return s
+	r := &running{Sender: s, cancel: cancel, done: make(chan struct{})}
+	go func() { s.Run(ctx); close(r.done) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// start runs a Sender of cfg on an outbox of its own.
+func start(t testing.TB, cfg Config) *running {
+	t.Helper()
+	cfg.Outbox = openDB(t, filepath.Join(t.TempDir(), "presenced.db"))
+	return run(t, cfg)
 }
 
 func event(user string, version uint64) *presence.Event {
@@ -167,6 +210,47 @@ func event(user string, version uint64) *presence.Event {
 	return &presence.Event{UserID: user, Status: st, Prev: presence.Offline, Version: version, At: 1}
 }
 
+// checkAll fails unless r got versions 1…perUser of each of users, each
+// user's in rising order once repeats are left out (a retry or a batch
+// delivered again repeats what came before; nothing comes out of order).
+func (r *receiver) checkAll(t *testing.T, users []string, perUser uint64) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.badSig != 0 {
+		t.Errorf("%d requests with a bad signature", r.badSig)
+	}
+	for _, u := range users {
+		vs := r.got[u]
+		seen := map[uint64]bool{}
+		for _, v := range vs {
+			seen[v] = true
+		}
+		for v := uint64(1); v <= perUser; v++ {
+			if !seen[v] {
+				t.Errorf("%s: version %d never arrived (got %v)", u, v, vs)
+			}
+		}
+		last := uint64(0)
+		for _, v := range vs {
+			if v > last {
+				if v != last+1 {
+					t.Errorf("%s: %d after %d: a version skipped or out of order", u, v, last)
+				}
+				last = v
+			}
+		}
+	}
+}
+
+func names(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("u%d", i))
+	}
+	return out
+}
+
 // TestDeliveryThroughFailures: while the endpoint answers 500, stalls past
 // the timeout and is gone altogether, every event still arrives at least
 // once, each user's in version order, every request signed.
@@ -174,18 +258,19 @@ func TestDeliveryThroughFailures(t *testing.T) {
 	r := newReceiver(t)
 	s := start(t, Config{URLs: []string{"http://" + r.addr + "/hook"}, MaxBatch: 16, Linger: 5 * time.Millisecond,
 		Timeout: 150 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
-	const users, perUser = 10, 40
-	next := make([]uint64, users)
+	users := names(10)
+	const perUser = 40
+	next := make([]uint64, len(users))
 	publish := func(n int) {
 		for range n {
 			for u := range users {
 				next[u]++
-				s.Publish(event(fmt.Sprintf("u%d", u), next[u]))
+				s.Publish(event(users[u], next[u]))
 			}
 		}
 	}
 	publish(10)
-	waitFor(t, "the first events", func() bool { return r.count() >= 10*users })
+	waitFor(t, "the first events", func() bool { return r.count() >= 10*len(users) })
 	r.mode.Store(modeFail)
 	publish(10)
 	waitFor(t, "retries against a failing endpoint", func() bool { return s.Stats().Retried >= 3 })
@@ -200,44 +285,63 @@ func TestDeliveryThroughFailures(t *testing.T) {
 	publish(10)
 	waitFor(t, "every event", func() bool {
 		st := s.Stats()
-		return st.Queued == 0 && st.Delivered == users*perUser
+		return st.Queued == 0 && st.Delivered == uint64(len(users)*perUser)
 	})
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.badSig != 0 {
-		t.Errorf("%d requests with a bad signature", r.badSig)
-	}
-	for u := range users {
-		vs := r.got[fmt.Sprintf("u%d", u)]
-		seen := map[uint64]bool{}
-		for _, v := range vs {
-			seen[v] = true
-		}
-		for v := uint64(1); v <= perUser; v++ {
-			if !seen[v] {
-				t.Errorf("u%d: version %d never arrived (got %v)", u, v, vs)
-			}
-		}
-		// Retries may repeat a batch, never reorder: the versions, without
-		// repeats of what came before, rise.
-		last := uint64(0)
-		for _, v := range vs {
-			if v > last {
-				if v != last+1 {
-					t.Errorf("u%d: %d after %d: a version skipped", u, v, last)
-				}
-				last = v
-			}
-		}
-	}
+	r.checkAll(t, users, perUser)
 	if st := s.Stats(); st.Dropped != 0 || st.Rejected != 0 {
 		t.Errorf("stats %+v: nothing should be dropped or rejected", st)
 	}
 }
 
-// TestBoundedQueue: a dead endpoint never holds more than QueueLen events,
-// and Publish drops and counts the rest at once.
-func TestBoundedQueue(t *testing.T) {
+// TestConfirmMeansInTheOutbox: once Confirm returned true, the change is
+// in the outbox's file: a Sender started on it after the first stopped
+// (the endpoint down all along) delivers it, and nothing twice that was
+// delivered before.
+func TestConfirmMeansInTheOutbox(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	r := newReceiver(t)
+	cfg := Config{URLs: []string{"http://" + r.addr + "/hook"}, Linger: time.Millisecond,
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, DrainTimeout: 100 * time.Millisecond}
+	cfg.Outbox = openDB(t, path)
+	s := run(t, cfg)
+	s.Publish(event("ann", 1))
+	if !s.Confirm(context.Background()) {
+		t.Fatal("Confirm: false")
+	}
+	waitFor(t, "the first change", func() bool { return r.count() == 1 })
+	waitFor(t, "the cursor recorded", func() bool {
+		_, cur, err := cfg.Outbox.OutboxState(context.Background())
+		return err == nil && cur[endpointKey(cfg.URLs[0])] == 1
+	})
+	r.down()
+	for v := uint64(2); v <= 5; v++ {
+		s.Publish(event("ann", v))
+	}
+	if !s.Confirm(context.Background()) {
+		t.Fatal("Confirm: false")
+	}
+	if st := s.Stats(); st.Unconfirmed != 0 {
+		t.Errorf("stats %+v: nothing unconfirmed", st)
+	}
+	s.stop()
+	cfg.Outbox.(*sqlitestore.Store).Close()
+
+	r.up()
+	cfg.Outbox = openDB(t, path)
+	s = run(t, cfg)
+	waitFor(t, "the changes left in the outbox", func() bool { return r.count() >= 5 })
+	s.stop()
+	r.mu.Lock()
+	got := fmt.Sprint(r.got["ann"])
+	r.mu.Unlock()
+	if got != "[1 2 3 4 5]" {
+		t.Errorf("ann's versions %s, want [1 2 3 4 5]", got)
+	}
+}
+
+// TestBoundedOutbox: an endpoint that never answers keeps at most QueueLen
+// changes in the outbox; the oldest are dropped and counted.
+func TestBoundedOutbox(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -248,11 +352,11 @@ func TestBoundedQueue(t *testing.T) {
 		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 	for i := range 1000 {
 		s.Publish(event("u", uint64(i+1)))
+		if i%100 == 99 && !s.Confirm(context.Background()) {
+			t.Fatal("Confirm: false")
+		}
 	}
-	st := s.Stats()
-	if st.Queued > 10 || st.Dropped < 985 {
-		t.Fatalf("stats %+v: want at most 10 queued and the rest dropped", st)
-	}
+	waitFor(t, "the oldest dropped", func() bool { st := s.Stats(); return st.Queued <= 10 && st.Dropped >= 990 })
 }
 
 // TestRejected: an endpoint that refuses a request for good (400) is not
@@ -286,7 +390,8 @@ func TestRejected(t *testing.T) {
 
 // TestSettingsOnlyNotSent: a change of settings alone is not a transition.
 func TestSettingsOnlyNotSent(t *testing.T) {
-	s, err := New(Config{URLs: []string{"http://127.0.0.1:1"}, Secret: secret})
+	s, err := New(context.Background(), Config{URLs: []string{"http://127.0.0.1:1"}, Secret: secret,
+		Outbox: openDB(t, filepath.Join(t.TempDir(), "presenced.db"))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +404,23 @@ func TestSettingsOnlyNotSent(t *testing.T) {
 		Self: presence.Invisible, SelfText: "gone fishing", SelfOnly: true, Version: 4})
 	if st := s.Stats(); st.Queued != 0 {
 		t.Fatalf("a change only the user sees was queued: %+v", st)
+	}
+}
+
+// TestConfig: what New refuses.
+func TestConfig(t *testing.T) {
+	ob := openDB(t, filepath.Join(t.TempDir(), "presenced.db"))
+	for name, cfg := range map[string]Config{
+		"no URL":          {Secret: secret, Outbox: ob},
+		"no secret":       {URLs: []string{"http://a"}, Outbox: ob},
+		"no log":          {URLs: []string{"http://a"}, Secret: secret},
+		"two logs":        {URLs: []string{"http://a"}, Secret: secret, Outbox: ob, Stream: &StreamConfig{}},
+		"a URL twice":     {URLs: []string{"http://a", "http://a"}, Secret: secret, Outbox: ob},
+		"a stream of air": {URLs: []string{"http://a"}, Secret: secret, Stream: &StreamConfig{}},
+	} {
+		if _, err := New(context.Background(), cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }
 
@@ -323,10 +445,11 @@ func TestVerifyWebhook(t *testing.T) {
 }
 
 // BenchmarkPublish is what a change costs the tracker that makes it, with
-// one endpoint: a lock and a copy into the queue (nothing is sent: Run is
-// not running, and the queue is emptied as it fills).
+// one endpoint: a lock and a copy into the outbox's queue (nothing is
+// written: Run is not running, and the queue is emptied as it fills).
 func BenchmarkPublish(b *testing.B) {
-	s, err := New(Config{URLs: []string{"http://127.0.0.1:1"}, Secret: secret, QueueLen: 1 << 20})
+	s, err := New(context.Background(), Config{URLs: []string{"http://127.0.0.1:1"}, Secret: secret, QueueLen: 1 << 20,
+		Outbox: openDB(b, filepath.Join(b.TempDir(), "presenced.db"))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -337,13 +460,15 @@ func BenchmarkPublish(b *testing.B) {
 	for i := range b.N {
 		s.Publish(ev)
 		if i%(1<<19) == 0 {
-			s.endpoints[0].take(nil, 1<<20)
+			s.ob.mu.Lock()
+			s.ob.pending = s.ob.pending[:0]
+			s.ob.mu.Unlock()
 		}
 	}
 }
 
 // BenchmarkDelivery is the throughput to a local receiver that accepts
-// everything: events a second, batches of 256.
+// everything, through the SQLite outbox: events a second, batches of 256.
 func BenchmarkDelivery(b *testing.B) {
 	var n atomic.Int64
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -356,14 +481,8 @@ func BenchmarkDelivery(b *testing.B) {
 	}
 	go srv.Serve(ln)
 	defer srv.Close()
-	s, err := New(Config{URLs: []string{"http://" + ln.Addr().String()}, Secret: secret, QueueLen: b.N + 1, Linger: time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	s := start(b, Config{URLs: []string{"http://" + ln.Addr().String()}, QueueLen: b.N + 1, Linger: time.Millisecond})
 	b.ResetTimer()
-	go s.Run(ctx)
 	for i := range b.N {
 		s.Publish(event(fmt.Sprintf("u%d", i%1000), uint64(i+1)))
 	}
@@ -381,4 +500,79 @@ func bytesCount(b []byte, sub string) int {
 		}
 	}
 	return n
+}
+
+// TestConfirmWhileTheOutboxFails: while the outbox refuses writes (a
+// trigger stands for a full disk), Confirm does not hold callers up: it
+// reports false and counts the change unconfirmed; the writer retries,
+// and once the outbox takes writes again the change is delivered.
+func TestConfirmWhileTheOutboxFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	r := newReceiver(t)
+	s := run(t, Config{URLs: []string{"http://" + r.addr + "/hook"}, Linger: time.Millisecond,
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, ConfirmTimeout: time.Hour,
+		Outbox: openDB(t, path)})
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TRIGGER full_disk BEFORE INSERT ON webhook_outbox BEGIN SELECT RAISE(ABORT, 'disk full'); END`); err != nil {
+		t.Fatal(err)
+	}
+	s.Publish(event("ann", 1))
+	confirmed := make(chan bool, 1)
+	go func() { confirmed <- s.Confirm(context.Background()) }()
+	select {
+	case ok := <-confirmed:
+		if ok {
+			t.Fatal("Confirm: true while the outbox refuses writes")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Confirm waits while the outbox refuses writes")
+	}
+	if st := s.Stats(); st.Unconfirmed != 1 {
+		t.Errorf("stats %+v: want 1 unconfirmed", st)
+	}
+	if _, err := db.Exec(`DROP TRIGGER full_disk`); err != nil {
+		t.Fatal(err)
+	}
+	s.Publish(event("ann", 2))
+	// The writer finds out at its next try.
+	waitFor(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
+	waitFor(t, "both changes", func() bool { return r.count() == 2 })
+}
+
+// TestStopLetsTheRequestFinish: a node stopped while a request is under
+// way lets it finish (within DrainTimeout), and records that the endpoint
+// has it: the next run does not send it again.
+func TestStopLetsTheRequestFinish(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	r := newReceiver(t)
+	r.mode.Store(modeSlow)
+	cfg := Config{URLs: []string{"http://" + r.addr + "/hook"}, Linger: time.Millisecond, DrainTimeout: 10 * time.Second,
+		Outbox: openDB(t, path)}
+	s := run(t, cfg)
+	s.Publish(event("ann", 1))
+	waitFor(t, "the request under way", func() bool { return r.count() == 1 })
+	s.stop() // while the endpoint takes 300 ms to answer
+	cfg.Outbox.(*sqlitestore.Store).Close()
+
+	r.mode.Store(modeOK)
+	cfg.Outbox = openDB(t, path)
+	s = run(t, cfg)
+	s.Publish(event("ann", 2))
+	waitFor(t, "the next change", func() bool { return r.has("ann", 2) })
+	s.stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if got := fmt.Sprint(r.got["ann"]); got != "[1 2]" {
+		t.Errorf("ann's versions %s, want [1 2]: the change under way at the stop was sent again", got)
+	}
+}
+
+func (r *receiver) has(user string, version uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.got[user], version)
 }

@@ -1,0 +1,69 @@
+package app
+
+import (
+	"context"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/webhook"
+)
+
+// The embedded node's durable store keeps the webhooks' outbox.
+var _ webhook.Outbox = (*sqlitestore.Store)(nil)
+
+// confirming is the tracker as the edges (httpapi, gateway) and the
+// ingest consumers use it when webhooks are on: an operation that made a
+// change returns only once the change is in the log the webhooks are
+// delivered from (webhook.Sender.Confirm: the outbox's file, or the NATS
+// stream), so a change a client was answered for — or whose ingest event
+// was acknowledged — reaches the webhooks even if the node dies right
+// after. An operation that changed nothing (the common heartbeat) waits
+// for nothing.
+type confirming struct {
+	*tracker.Tracker
+	hooks *webhook.Sender
+}
+
+func (c confirming) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	ch, err := c.Tracker.Heartbeat(ctx, user, device, active)
+	c.confirm(ctx, ch)
+	return ch, err
+}
+
+func (c confirming) HeartbeatRead(ctx context.Context, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error) {
+	ch, read, err := c.Tracker.HeartbeatRead(ctx, user, device, active, snap)
+	c.confirm(ctx, ch)
+	return ch, read, err
+}
+
+func (c confirming) SocketBeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	ch, err := c.Tracker.SocketBeat(ctx, user, device, active)
+	c.confirm(ctx, ch)
+	return ch, err
+}
+
+func (c confirming) SocketConnect(ctx context.Context, user, device string) (presence.Change, error) {
+	ch, err := c.Tracker.SocketConnect(ctx, user, device)
+	c.confirm(ctx, ch)
+	return ch, err
+}
+
+func (c confirming) SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
+	ch, err := c.Tracker.SetStatus(ctx, user, m, text)
+	c.confirm(ctx, ch)
+	return ch, err
+}
+
+func (c confirming) Bye(ctx context.Context, user, device string) (presence.Change, error) {
+	ch, err := c.Tracker.Bye(ctx, user, device)
+	c.confirm(ctx, ch)
+	return ch, err
+}
+
+// confirm waits for the webhooks' log if ch is a change they are sent.
+func (c confirming) confirm(ctx context.Context, ch presence.Change) {
+	if ch.Changed && !ch.Event.SettingsOnly {
+		c.hooks.Confirm(ctx)
+	}
+}

@@ -1,0 +1,51 @@
+package app
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/presenced/presenced/internal/memstore"
+	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/webhook"
+)
+
+// TestConfirmingHeartbeatAllocs: with webhooks on, a heartbeat that
+// changes nothing still waits for nothing and allocates nothing, over
+// HTTP and through a socket.
+func TestConfirmingHeartbeatAllocs(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "presenced.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	hooks, err := webhook.New(ctx, webhook.Config{URLs: []string{"http://127.0.0.1:1/"}, Secret: []byte("secret"), Outbox: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.New(tracker.Config{Store: memstore.New(memstore.Config{}), Durable: db, Publisher: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { hooks.Run(rctx); close(done) }()
+	defer func() { stop(); <-done }()
+	c := confirming{tr, hooks}
+	if ch, err := c.Heartbeat(ctx, "u1", "d1", true); err != nil || !ch.Changed {
+		t.Fatalf("first heartbeat: %+v, %v", ch, err)
+	}
+	for name, beat := range map[string]func(){
+		"Heartbeat":  func() { _, _ = c.Heartbeat(ctx, "u1", "d1", true) },
+		"SocketBeat": func() { _, _ = c.SocketBeat(ctx, "u1", "d1", true) },
+	} {
+		if allocs := testing.AllocsPerRun(1000, beat); allocs != 0 {
+			t.Errorf("%s that changes nothing allocates %.1f times, want 0", name, allocs)
+		}
+	}
+	if st := hooks.Stats(); st.Unconfirmed != 0 {
+		t.Errorf("stats %+v: the first heartbeat's change was not confirmed", st)
+	}
+}

@@ -1,0 +1,200 @@
+package webhook
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/jsstream"
+	"github.com/presenced/presenced/internal/natsbus"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testsvc"
+)
+
+// nobody is a natsbus.Local that watches nobody.
+type nobody struct{}
+
+func (nobody) Publish(*presence.Event) {}
+func (nobody) Watched(string) bool     { return false }
+
+// streamEnv is one change stream (a bus publishing to it) and the names
+// of its leases, unique to the test, on a NATS server.
+type streamEnv struct {
+	t                                 *testing.T
+	srv                               *testsvc.Server
+	stream, subject, leases, leaseSub string
+	bus                               *natsbus.Bus
+}
+
+func newStreamEnv(t *testing.T, srv *testsvc.Server) *streamEnv {
+	u := testsvc.Unique(t)
+	e := &streamEnv{t: t, srv: srv, stream: "WH_" + u, subject: "wh_" + u + ".changes",
+		leases: "WHL_" + u, leaseSub: "whl_" + u + ".leases"}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := natsbus.Open(ctx, natsbus.Config{URL: srv.URL, NodeID: "publisher", Stream: e.stream, Subject: e.subject,
+		Local: nobody{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.Run(rctx); close(done) }()
+	t.Cleanup(func() { stop(); <-done; b.Close() })
+	e.bus = b
+	return e
+}
+
+// node is a Sender reading the env's stream through a connection of its
+// own.
+func (e *streamEnv) node(name string, cfg Config) (*running, *jsstream.Conn) {
+	e.t.Helper()
+	conn, err := jsstream.Dial(e.srv.URL, name, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(conn.Close)
+	cfg.Stream = &StreamConfig{Conn: conn, Stream: e.stream, Confirmer: e.bus, NodeID: name,
+		AckWait: time.Second, LeaseTTL: 600 * time.Millisecond, LeaseStream: e.leases, LeaseSubject: e.leaseSub}
+	return run(e.t, cfg), conn
+}
+
+// publish publishes versions 1…n of each user and waits for the stream
+// to hold them.
+func (e *streamEnv) publish(users []string, from, to uint64) {
+	e.t.Helper()
+	for v := from; v <= to; v++ {
+		for _, u := range users {
+			e.bus.Publish(event(u, v))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !e.bus.Wait(ctx, e.bus.Mark()) {
+		e.t.Fatal("the stream did not take the changes")
+	}
+}
+
+// TestStreamDelivery: two nodes read one change stream; every change
+// reaches the endpoint once, each user's in order, through one node (the
+// lease holder); a change of settings alone and a message that is no
+// change are not sent.
+func TestStreamDelivery(t *testing.T) {
+	e := newStreamEnv(t, testsvc.SharedNATS(t))
+	r := newReceiver(t)
+	cfg := Config{URLs: []string{"http://" + r.addr + "/hook"}, MaxBatch: 16, Linger: 5 * time.Millisecond}
+	a, _ := e.node("a", cfg)
+	b, _ := e.node("b", cfg)
+	users := names(10)
+	e.publish(users, 1, 10)
+	e.bus.Publish(&presence.Event{UserID: "u0", SettingsOnly: true, SettingsChanged: true, Version: 100, At: 1})
+	// A change only the user sees (an invisible user's text) is no
+	// webhook's either, as on the embedded node's outbox.
+	e.bus.Publish(&presence.Event{UserID: "u1", Status: presence.Offline, Prev: presence.Offline,
+		Self: presence.Invisible, SelfText: "gone fishing", SelfOnly: true, Version: 101, At: 1})
+	conn, err := jsstream.Dial(e.srv.URL, "garbage", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.NC.Publish(e.subject+".eA", []byte("not a change")); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(users, 11, 30)
+	waitFor(t, "every change", func() bool { return r.count() >= len(users)*30 })
+	waitFor(t, "the garbage skipped", func() bool { return a.Stats().Dropped+b.Stats().Dropped == 1 })
+	a.stop()
+	b.stop()
+	r.checkAll(t, users, 30)
+	if n := r.count(); n != len(users)*30 {
+		t.Errorf("%d changes arrived, want %d: each once", n, len(users)*30)
+	}
+	sa, sb := a.Stats(), b.Stats()
+	if sa.Delivered != 0 && sb.Delivered != 0 {
+		t.Errorf("both nodes delivered (%d and %d): one holds the lease", sa.Delivered, sb.Delivered)
+	}
+}
+
+// TestStreamTakeover: the node that holds the lease loses NATS while the
+// endpoint fails a batch it holds (a node that died, as far as the others
+// can tell); the other node takes the endpoint over and delivers that
+// batch first, then the rest, each user's in order.
+func TestStreamTakeover(t *testing.T) {
+	e := newStreamEnv(t, testsvc.SharedNATS(t))
+	r := newReceiver(t)
+	cfg := Config{URLs: []string{"http://" + r.addr + "/hook"}, MaxBatch: 8, Linger: 5 * time.Millisecond,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	a, aConn := e.node("a", cfg)
+	b, bConn := e.node("b", cfg)
+	users := names(4)
+	e.publish(users, 1, 5)
+	waitFor(t, "the first changes", func() bool { return r.count() >= len(users)*5 })
+	r.mode.Store(modeFail)
+	e.publish(users, 6, 10)
+	leader, conn, other := a, aConn, b
+	waitFor(t, "a batch held", func() bool {
+		switch {
+		case a.endpoints[0].held.Load() > 0:
+			leader, conn, other = a, aConn, b
+		case b.endpoints[0].held.Load() > 0:
+			leader, conn, other = b, bConn, a
+		default:
+			return false
+		}
+		return true
+	})
+	conn.NC.Close() // the holder is cut off: no renewal, no ack
+	e.publish(users, 11, 15)
+	// The other node takes over once the lease lapsed, and is given the
+	// batch again once its AckWait passed.
+	waitFor(t, "the other node holding the batch", func() bool { return other.endpoints[0].held.Load() > 0 })
+	r.mode.Store(modeOK)
+	waitFor(t, "every change", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, u := range users {
+			if vs := r.got[u]; len(vs) == 0 || vs[len(vs)-1] != 15 {
+				return false
+			}
+		}
+		return true
+	})
+	leader.stop()
+	r.checkAll(t, users, 15)
+}
+
+// TestStreamConsumerLost: the endpoint's consumer is deleted (NATS lost
+// its store, or an operator) while a node delivers; the node creates it
+// again from the moment it last answered, and no change is lost.
+func TestStreamConsumerLost(t *testing.T) {
+	e := newStreamEnv(t, testsvc.SharedNATS(t))
+	r := newReceiver(t)
+	cfg := Config{URLs: []string{"http://" + r.addr + "/hook"}, MaxBatch: 8, Linger: 5 * time.Millisecond,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	_, conn := e.node("a", cfg)
+	users := names(3)
+	e.publish(users, 1, 5)
+	waitFor(t, "the first changes", func() bool { return r.count() >= len(users)*5 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := conn.JS.DeleteConsumer(ctx, e.stream, ConsumerPrefix+endpointKey(cfg.URLs[0])); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(users, 6, 10)
+	waitFor(t, "every change", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, u := range users {
+			if vs := r.got[u]; len(vs) == 0 || vs[len(vs)-1] != 10 {
+				return false
+			}
+		}
+		return true
+	})
+	r.checkAll(t, users, 10)
+	if _, err := conn.JS.Consumer(ctx, e.stream, ConsumerPrefix+endpointKey(cfg.URLs[0])); err != nil {
+		t.Errorf("the consumer was not created again: %v", err)
+	}
+}
