@@ -122,3 +122,29 @@ func TestConnectionFlood(t *testing.T) {
 		t.Fatalf("the node ran out of files:\n%s", p.logs)
 	}
 }
+
+// TestConnCapsFollowMaxConns: the per-address and pending caps default to
+// a quarter and an eighth of the -max-conns in force, given as a flag or
+// as its variable; one given is taken as it is, 0 is no cap.
+func TestConnCapsFollowMaxConns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"flag", nil, []string{"-max-conns", "100"}, "max=100 per_address=25 pending=16 "},
+		{"variable", map[string]string{envName("max-conns"): "2000"}, nil, "max=2000 per_address=500 pending=250 "},
+		{"per-address cap given", nil, []string{"-max-conns", "2000", "-max-conns-per-ip", "30"}, "max=2000 per_address=30 pending=250 "},
+		{"no per-address cap", map[string]string{envName("max-conns-per-ip"): "0"}, []string{"-max-conns", "2000"}, "max=2000 per_address=0 pending=250 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startInProcess(t, tc.env, append(baseArgs(t.TempDir(), "-api-key", apiKey), tc.args...)...)
+			if line := s.awaitLog("connection budget"); !strings.Contains(line, tc.want) {
+				t.Errorf("%s\nwant %q", line, tc.want)
+			}
+		})
+	}
+}

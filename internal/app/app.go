@@ -113,8 +113,8 @@ type Config struct {
 
 	// Connections (package connbudget): caps on the open connections
 	// overall, per source address, and of those not done sending a
-	// request's headers. Zero takes connbudget.Defaults of the process's
-	// file limit; a negative value is no cap.
+	// request. Zero takes the default (ConnCaps); a negative value is no
+	// cap.
 	MaxConns        int
 	MaxConnsPerAddr int
 	MaxPendingConns int
@@ -243,18 +243,11 @@ func (c *Config) defaults() error {
 	if c.FanoutAsyncThreshold <= 0 {
 		c.FanoutAsyncThreshold = 10000
 	}
-	def := connbudget.Defaults(connbudget.FileLimit())
-	for _, lim := range []struct {
-		v   *int
-		def int
-	}{{&c.MaxConns, def.Max}, {&c.MaxConnsPerAddr, def.PerAddr}, {&c.MaxPendingConns, def.Pending}} {
-		switch {
-		case *lim.v == 0:
-			*lim.v = lim.def
-		case *lim.v < 0:
-			*lim.v = 0 // no cap
-		}
+	caps, err := c.ConnCaps()
+	if err != nil {
+		return err
 	}
+	c.MaxConns, c.MaxConnsPerAddr, c.MaxPendingConns = caps.Max, caps.PerAddr, caps.Pending
 	if c.HeaderTimeout <= 0 {
 		c.HeaderTimeout = 5 * time.Second
 	}
@@ -364,6 +357,43 @@ func (c *Config) ValidateTiming() error {
 		return fmt.Errorf("close grace %s is negative", c.CloseGrace)
 	}
 	return nil
+}
+
+// ConnCaps returns the connection caps in force: MaxConns, or by default
+// the process's file limit less a reserve (connbudget.Defaults); the
+// per-address and pending caps, or by default their shares of that
+// MaxConns (connbudget.ForMax; with no overall cap, of the file limit's
+// default). A cap of 0 in the result is no cap. A per-address or pending
+// cap above MaxConns is an error.
+func (c *Config) ConnCaps() (connbudget.Config, error) {
+	def := connbudget.Defaults(connbudget.FileLimit())
+	caps := connbudget.Config{Max: c.MaxConns, PerAddr: c.MaxConnsPerAddr, Pending: c.MaxPendingConns}
+	if caps.Max == 0 {
+		caps.Max = def.Max
+	}
+	if caps.Max > 0 {
+		def = connbudget.ForMax(caps.Max)
+	}
+	for _, lim := range []struct {
+		v   *int
+		def int
+	}{{&caps.Max, 0}, {&caps.PerAddr, def.PerAddr}, {&caps.Pending, def.Pending}} {
+		switch {
+		case *lim.v == 0:
+			*lim.v = lim.def
+		case *lim.v < 0:
+			*lim.v = 0 // no cap
+		}
+	}
+	if caps.Max > 0 {
+		if caps.PerAddr > caps.Max {
+			return caps, fmt.Errorf("connections per address %d (-max-conns-per-ip) above the %d of the node (-max-conns): one address could never use its cap", caps.PerAddr, caps.Max)
+		}
+		if caps.Pending > caps.Max {
+			return caps, fmt.Errorf("pending connections %d (-max-pending-conns) above the %d of the node (-max-conns)", caps.Pending, caps.Max)
+		}
+	}
+	return caps, nil
 }
 
 // New opens the stores and builds the node. Call Run to serve, or use

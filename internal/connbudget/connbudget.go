@@ -63,16 +63,22 @@ type Config struct {
 
 // Defaults derives the caps from the process's file limit: a reserve of
 // one sixteenth (at least 100) stays for the node's own files and backend
-// connections; one source address may hold a quarter of the rest, and
-// pending connections an eighth of it (at most 1,024).
+// connections, the rest is Max, and the other caps follow from it
+// (ForMax).
 func Defaults(fileLimit uint64) Config {
 	limit := int(min(fileLimit, 1<<30))
 	reserve := max(100, limit/16)
-	total := max(64, limit-reserve)
+	return ForMax(max(64, limit-reserve))
+}
+
+// ForMax derives the caps from a cap of n open connections: one source
+// address may hold a quarter of them, and pending connections an eighth
+// (at most 1,024); both at least 16, and never more than n.
+func ForMax(n int) Config {
 	return Config{
-		Max:     total,
-		PerAddr: max(16, total/4),
-		Pending: min(1024, max(16, total/8)),
+		Max:     n,
+		PerAddr: min(n, max(16, n/4)),
+		Pending: min(n, 1024, max(16, n/8)),
 	}
 }
 

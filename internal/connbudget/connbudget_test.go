@@ -312,6 +312,24 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestForMax: the per-address and pending caps are shares of the overall
+// one, never above it.
+func TestForMax(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want Config
+	}{
+		{100, Config{Max: 100, PerAddr: 25, Pending: 16}},
+		{2000, Config{Max: 2000, PerAddr: 500, Pending: 250}},
+		{100000, Config{Max: 100000, PerAddr: 25000, Pending: 1024}},
+		{10, Config{Max: 10, PerAddr: 10, Pending: 10}},
+	} {
+		if got := ForMax(tc.n); got != tc.want {
+			t.Errorf("ForMax(%d) = %+v, want %+v", tc.n, got, tc.want)
+		}
+	}
+}
+
 // BenchmarkRequestCycle is the listener's bookkeeping of one keep-alive
 // request: its first bytes make the idle connection pending, its headers
 // read make it busy, its answer idle again (1,000 other connections open).
