@@ -934,15 +934,17 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		a.log.Info("serving HTTPS and WSS", "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter)
 	}
 
-	// The budget counts TCP connections, before any TLS handshake (which
-	// the http.Server bounds by HeaderTimeout, its shortest timeout); the
-	// TLS listener goes around it.
+	// The budget counts TCP connections, before any TLS handshake, and
+	// bounds the time from the accept to the end of the first request's
+	// head (handshake included) by HeaderTimeout; the TLS listener goes
+	// around it.
 	var tlsConf *tls.Config
 	if a.cert != nil {
 		tlsConf = a.cert.Config()
 	}
 	budget := connbudget.New(ln, connbudget.Config{Max: a.cfg.MaxConns, PerAddr: a.cfg.MaxConnsPerAddr,
-		Pending: a.cfg.MaxPendingConns, MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log, TLS: tlsConf})
+		Pending: a.cfg.MaxPendingConns, HeaderTimeout: a.cfg.HeaderTimeout, MaxHeaderBytes: a.cfg.MaxHeaderBytes,
+		Logger: a.log, TLS: tlsConf})
 	var clients net.Listener = budget
 	if tlsConf != nil {
 		clients = tls.NewListener(budget, tlsConf)
@@ -974,7 +976,8 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("listen for health checks: %w", err)
 		}
 		// Its own small budget: probes are few.
-		hb := connbudget.New(hln, connbudget.Config{Max: 128, Pending: 32, MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log})
+		hb := connbudget.New(hln, connbudget.Config{Max: 128, Pending: 32, HeaderTimeout: a.cfg.HeaderTimeout,
+			MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log})
 		healthSrv = a.httpServer(healthOnly(a.handler), hb)
 		a.log.Info("health checks listening", "addr", hln.Addr().String())
 		go func() {
@@ -1117,11 +1120,13 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 }
 
 // httpServer serves h on a budgeted listener: short deadlines for a
-// request's headers, a small cap on their size.
+// request's headers, a small cap on their size, and the budget's watch
+// over request bodies (connbudget.Listener.Handler).
 func (a *App) httpServer(h http.Handler, b *connbudget.Listener) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           b.Handler(h),
 		ConnState:         b.ConnState,
+		ConnContext:       b.ConnContext,
 		ReadHeaderTimeout: a.cfg.HeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

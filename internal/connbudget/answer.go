@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // jsonResponse is a complete HTTP/1.1 answer that closes the connection,
 // with the body every error of the service has: {"error":{code,message}}.
-func jsonResponse(status int, code, message string) []byte {
+// extra are more header lines, each ending in CRLF.
+func jsonResponse(status int, code, message string, extra ...string) []byte {
 	body, _ := json.Marshal(struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -20,8 +22,8 @@ func jsonResponse(status int, code, message string) []byte {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}{code, message}})
-	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		status, http.StatusText(status), len(body), body)
+	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n%s\r\n%s",
+		status, http.StatusText(status), len(body), strings.Join(extra, ""), body)
 }
 
 // cannedHeaders follow the status line of the plain-text answers net/http

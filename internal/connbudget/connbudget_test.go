@@ -29,12 +29,24 @@ func serve(t *testing.T, cfg Config) (*Listener, string) {
 }
 
 // serveOn runs srv on l (bl or a listener around it) with the test's
-// handlers, /ok and /hold, and bl's ConnState hook, until the end of the
-// test.
+// handlers and bl's hooks (ConnState, ConnContext, Handler) until the end
+// of the test: /ok, /hold (hijacks the connection and keeps it), /echo
+// (answers the body it reads) and /auth (401 without reading the body).
 func serveOn(t *testing.T, bl *Listener, l net.Listener, srv *http.Server) {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ok", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Write(b)
+	})
+	mux.HandleFunc("POST /auth", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "who are you", http.StatusUnauthorized)
+	})
 	var (
 		mu   sync.Mutex
 		held []net.Conn
@@ -49,7 +61,7 @@ func serveOn(t *testing.T, bl *Listener, l net.Listener, srv *http.Server) {
 		held = append(held, c)
 		mu.Unlock()
 	})
-	srv.Handler, srv.ConnState = mux, bl.ConnState
+	srv.Handler, srv.ConnState, srv.ConnContext = bl.Handler(mux), bl.ConnState, bl.ConnContext
 	go srv.Serve(l)
 	t.Cleanup(func() {
 		srv.Close()
@@ -125,12 +137,29 @@ func jsonError(t *testing.T, body string) (code, message string) {
 	return e.Error.Code, e.Error.Message
 }
 
-// Connections that never send a request take no more than Pending places:
-// each new one closes the oldest.
+// stalledCount counts the pending connections that stalled.
+func stalledCount(bl *Listener) int {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	n := 0
+	for c := bl.pending.head; c != nil; c = c.links[global].next {
+		if c.stalled(mono(), bl.stall) {
+			n++
+		}
+	}
+	return n
+}
+
+// Connections that never send a request take no more than Pending places
+// once they stalled: each new one closes the oldest.
 func TestPendingCap(t *testing.T) {
-	bl, addr := serve(t, Config{Pending: 5})
+	bl, addr := serve(t, Config{Pending: 5, Stall: 50 * time.Millisecond})
 	var silent []net.Conn
-	for range 8 {
+	for range 5 {
+		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
+	}
+	await(t, "5 stalled", func() bool { return stalledCount(bl) == 5 })
+	for range 3 {
 		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
 	}
 	await(t, "8 accepted", func() bool { s := bl.Stats(); return s.Pending+int(s.Evicted) == 8 })

@@ -1,0 +1,74 @@
+package app_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/app"
+)
+
+// dialFrom connects to addr from the loopback source address src.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestBodiesThatNeverCome: a request refused before its body was read is
+// answered at once and its connection closed, though the body never
+// comes; connections whose body never comes, from four addresses each at
+// its cap, fill the node, and a client of another address still gets
+// through.
+func TestBodiesThatNeverCome(t *testing.T) {
+	addr := runNode(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1,
+		MaxConns: 8, MaxConnsPerAddr: 2, HeaderTimeout: 400 * time.Millisecond})
+
+	c := dialFrom(t, "127.0.0.2", addr)
+	io.WriteString(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a request without credentials whose body never comes: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Fatalf("%d, Connection %q: want 401 closing the connection", resp.StatusCode, resp.Header.Get("Connection"))
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the connection is open after the 401")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the connection was not closed after the 401")
+	}
+
+	// With the API key, the handler waits for the body.
+	for a := 2; a <= 5; a++ {
+		for range 2 {
+			c := dialFrom(t, fmt.Sprintf("127.0.0.%d", a), addr)
+			fmt.Fprintf(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100000\r\n\r\n{", testKey)
+		}
+	}
+	// Until they stalled, a newcomer is answered 503 with Retry-After
+	// (call checks it); then it takes the place of one of them.
+	waitUntil(t, "a client of another address answered", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz") // from 127.0.0.1
+		if err != nil {
+			t.Fatalf("GET /healthz under the flood: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+			t.Fatal("503 without Retry-After")
+		}
+		return resp.StatusCode == http.StatusOK
+	})
+}
