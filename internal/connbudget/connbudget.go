@@ -78,9 +78,9 @@ type Config struct {
 	MaxHeaderBytes int
 	Logger         *slog.Logger
 	// TLS is the configuration of the TLS listener around this one, if
-	// any: refusals are then written over TLS, after a handshake bounded
-	// by a second (by one of the few answering goroutines; when they are
-	// all busy, a refused connection is closed without a word).
+	// any: refusals are then written over TLS, after a handshake (when
+	// the goroutines that answer refusals are all busy, a refused TLS
+	// connection is closed without a word).
 	TLS *tls.Config
 }
 
@@ -172,7 +172,7 @@ func New(ln net.Listener, cfg Config) *Listener {
 		log:       log,
 		stall:     int64(cfg.Stall),
 		addrs:     make(map[netip.Prefix]*addr),
-		answering: make(chan struct{}, 32),
+		answering: make(chan struct{}, 64),
 	}
 }
 
@@ -283,45 +283,51 @@ func (l *Listener) stalledLocked(r *ring, which int, now int64) *Conn {
 	return nil
 }
 
-// answer writes r to a refused connection and closes it. The answer is
-// written at once (a new connection's send buffer takes it), then the
-// connection lingers (linger); over TLS, one of the answering goroutines
-// first does the handshake, bounded by a second, and writes the answer.
+// answer writes r to a refused connection and closes it. One of a
+// bounded number of goroutines waits for the client's request (its first
+// bytes: an answer that comes before the request is no answer to it, and
+// HTTP clients drop it), writes the answer after it and lingers (drain);
+// over TLS it first does the handshake. The whole takes at most a second.
+// When those goroutines are all busy, a plain answer is written at once
+// and the connection closed.
 func (l *Listener) answer(nc net.Conn, r *refusal) {
 	msg := jsonResponse(r.status, "too_many_connections", r.message, "Retry-After: 1\r\n")
-	if l.cfg.TLS == nil {
-		_ = nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-		_, _ = nc.Write(msg)
-		l.linger(nc)
-		return
-	}
 	select {
 	case l.answering <- struct{}{}:
 	default:
+		if l.cfg.TLS == nil {
+			_ = nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+			_, _ = nc.Write(msg)
+		}
 		_ = nc.Close()
 		return
 	}
 	go func() {
 		defer func() { <-l.answering }()
-		tc := tls.Server(nc, l.cfg.TLS)
 		_ = nc.SetDeadline(time.Now().Add(time.Second))
-		if err := tc.Handshake(); err != nil {
+		conn := nc
+		if l.cfg.TLS != nil {
+			tc := tls.Server(nc, l.cfg.TLS)
+			if err := tc.Handshake(); err != nil {
+				_ = nc.Close()
+				return
+			}
+			conn = tc
+		}
+		var buf [4096]byte
+		_, _ = conn.Read(buf[:]) // nothing within the second: answered all the same
+		if _, err := conn.Write(msg); err != nil {
 			_ = nc.Close()
 			return
 		}
-		if _, err := tc.Write(msg); err != nil {
-			_ = nc.Close()
-			return
-		}
-		drain(nc)
+		drain(nc, buf[:])
 	}()
 }
 
 // linger closes nc, whose answer was written, so that the answer is not
 // lost to a reset (which closing a socket with unread bytes sends): one of
-// a bounded number of goroutines closes its writing half, reads what the
-// client still sends for up to a second, then closes it. When they are all
-// busy, nc is closed at once.
+// the answering goroutines lingers (drain) for up to a second. When they
+// are all busy, nc is closed at once.
 func (l *Listener) linger(nc net.Conn) {
 	select {
 	case l.answering <- struct{}{}:
@@ -331,18 +337,20 @@ func (l *Listener) linger(nc net.Conn) {
 	}
 	go func() {
 		defer func() { <-l.answering }()
-		drain(nc)
+		_ = nc.SetReadDeadline(time.Now().Add(time.Second))
+		var buf [4096]byte
+		drain(nc, buf[:])
 	}()
 }
 
-func drain(nc net.Conn) {
+// drain closes nc's writing half, reads what its client still sends (up to
+// 64 KiB, until its read deadline), and closes it.
+func drain(nc net.Conn, buf []byte) {
 	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
-	_ = nc.SetReadDeadline(time.Now().Add(time.Second))
-	var buf [4096]byte
 	for range 16 {
-		if _, err := nc.Read(buf[:]); err != nil {
+		if _, err := nc.Read(buf); err != nil {
 			break
 		}
 	}

@@ -2,6 +2,7 @@ package connbudget
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -301,4 +302,46 @@ func (l *chanListener) Close() error {
 	defer func() { recover() }() // closed twice
 	close(l.conns)
 	return nil
+}
+
+// TestRefusalAnswersTheRequest: a refused client reads the refusal — 503
+// with Retry-After — as the answer to its request (an answer written
+// before the request is dropped by HTTP clients: Go's reports an
+// unsolicited response).
+func TestRefusalAnswersTheRequest(t *testing.T) {
+	bl, addr := serve(t, Config{Max: 1})
+	if code, _ := get(t, dialFrom(t, "127.0.0.1", addr), "/hold"); code != 101 {
+		t.Fatal("hold")
+	}
+	// The client's connections reach it once the listener refused them,
+	// and what it wrote at once, if anything, is in.
+	var refused uint64
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		refused++
+		await(t, "refused", func() bool { return bl.Stats().Refused == refused })
+		for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline) && !readable(c); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return c, nil
+	}
+	client := &http.Client{Timeout: waitTimeout, Transport: &http.Transport{DialContext: dial}}
+	defer client.CloseIdleConnections()
+	for i := range 3 {
+		resp, err := client.Get("http://" + addr + "/ok")
+		if err != nil {
+			t.Fatalf("refusal %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if code, _ := jsonError(t, string(b)); resp.StatusCode != http.StatusServiceUnavailable || code != "too_many_connections" || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("refusal %d: %d %s, Retry-After %q", i, resp.StatusCode, b, resp.Header.Get("Retry-After"))
+		}
+	}
+	if s := bl.Stats(); s.Refused != 3 {
+		t.Fatalf("stats %+v, want 3 refused", s)
+	}
 }
