@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +72,22 @@ func TestBodiesThatNeverCome(t *testing.T) {
 		}
 		return resp.StatusCode == http.StatusOK
 	})
+}
+
+// TestSmugglingRefused: a request with both Content-Length and
+// Transfer-Encoding, hiding another in its body, is answered 400 and its
+// connection closed: the hidden request is never answered.
+func TestSmugglingRefused(t *testing.T) {
+	addr := runNode(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1})
+	c := dialFrom(t, "127.0.0.1", addr)
+	fmt.Fprintf(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 50\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", testKey)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c) // to the close
+	if err != nil {
+		t.Fatalf("reading to the close: %v (%q)", err, b)
+	}
+	if !strings.HasPrefix(string(b), "HTTP/1.1 400 ") || !strings.Contains(string(b), `"bad_request"`) || strings.Count(string(b), "HTTP/1.1 ") != 1 {
+		t.Fatalf("got %q, want one answer: 400 bad_request", b)
+	}
 }

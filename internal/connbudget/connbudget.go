@@ -415,9 +415,12 @@ func (l *Listener) setLocked(c *Conn, st state) {
 		c.a.idle.remove(c, local)
 	}
 	if c.st != stateBody && st == statePending {
-		// A new request: the node has not waited on it yet.
+		// A new request: the node has not waited on it yet, nor read
+		// its head.
 		c.waited.Store(0)
 		c.readSince.Store(0)
+		c.head = headScan{}
+		c.mixed.Store(false)
 	}
 	c.st = st
 	c.reading.Store(st == stateIdle)
@@ -509,6 +512,12 @@ type Conn struct {
 	// linger: the connection is closed with bytes of a request unread
 	// (Handler): its close lingers (Listener.linger).
 	linger atomic.Bool
+	// head scans the head of the request being read (plain connections:
+	// the reads are the head's bytes), set to the start of a head with
+	// the pending state, by the goroutine that reads it; mixed tells
+	// that it has both Content-Length and Transfer-Encoding (Handler).
+	head   headScan
+	mixed  atomic.Bool
 	links  [2]link // in the Listener's ring of its state, and its address's
 	closed atomic.Bool
 }
@@ -526,6 +535,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		n, err := c.Conn.Read(b)
 		if n > 0 && c.reading.Load() {
 			c.l.set(c, statePending)
+			c.scan(b[:n])
 		}
 		return n, err
 	}
@@ -534,7 +544,21 @@ func (c *Conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.readSince.Store(0)
 	c.waited.Add(mono() - t0)
+	if n > 0 {
+		c.scan(b[:n])
+	}
 	return n, err
+}
+
+// scan reads b, bytes of a plain connection's request head, for the
+// fields that say its length.
+func (c *Conn) scan(b []byte) {
+	if c.l.cfg.TLS != nil || c.head.done {
+		return
+	}
+	if c.head.feed(b) {
+		c.mixed.Store(true)
+	}
 }
 
 // stalled reports whether the node has waited on c's client for stall

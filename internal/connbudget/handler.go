@@ -35,18 +35,40 @@ func (l *Listener) ConnContext(ctx context.Context, nc net.Conn) context.Context
 //     rest (lingering: the client reads the answer, not a reset).
 //   - A request whose body comes in chunks (Transfer-Encoding) is
 //     answered and its connection closed: what follows its last chunk is
-//     never read as another request.
+//     never read as another request. One that also has a Content-Length
+//     (request smuggling) is answered 400 and its connection closed, on
+//     plain connections whose head began a read (over TLS, the listener
+//     sees no head: such a request is answered by its chunks and its
+//     connection closed).
 //
 // Requests without a body go to h untouched.
 func (l *Listener) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		if (r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody) && r.ProtoAtLeast(1, 1) {
 			h.ServeHTTP(w, r)
 			return
 		}
 		c, _ := r.Context().Value(connKey{}).(*Conn)
 		if c != nil && c.l != l {
 			c = nil
+		}
+		if c != nil && c.mixed.Load() {
+			// Content-Length and Transfer-Encoding: a server in front
+			// may have read another length than net/http (which takes
+			// the chunks), and a request hidden in the body (RFC 9112
+			// §6.1, request smuggling).
+			c.linger.Store(true)
+			_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+			hdr := w.Header()
+			hdr.Set("Content-Type", "application/json")
+			hdr.Set("Connection", "close")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"error":{"code":"bad_request","message":"the request has both Content-Length and Transfer-Encoding: give its length one way"}}`)
+			return
+		}
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
 		}
 		hdr := w.Header()
 		hdr["Connection"] = connectionClose
