@@ -2,15 +2,20 @@ package app_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gobwas/ws"
+
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/auth"
 )
 
 // dialFrom connects to addr from the loopback source address src.
@@ -90,4 +95,60 @@ func TestSmugglingRefused(t *testing.T) {
 	if !strings.HasPrefix(string(b), "HTTP/1.1 400 ") || !strings.Contains(string(b), `"bad_request"`) || strings.Count(string(b), "HTTP/1.1 ") != 1 {
 		t.Fatalf("got %q, want one answer: 400 bad_request", b)
 	}
+}
+
+// TestReconnectStorm: WebSockets opened all at once, far more than the
+// pending cap (an eighth of MaxConns: 50) but below the other caps — the
+// clients of a dead node reconnecting — all get through, and none is
+// evicted: their clients sent their requests, the node was only behind.
+func TestReconnectStorm(t *testing.T) {
+	addr := runNode(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1,
+		MaxConns: 400})
+	const addrs, each = 6, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, addrs*each)
+	start := make(chan struct{})
+	for a := range addrs {
+		src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+a))}
+		for i := range each {
+			wg.Go(func() {
+				tok, err := auth.Sign(testSecret, fmt.Sprintf("u%d-%d", a, i), "", time.Now(), time.Hour)
+				if err != nil {
+					errs <- err
+					return
+				}
+				d := ws.Dialer{Timeout: 30 * time.Second, NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					return (&net.Dialer{LocalAddr: src}).DialContext(ctx, network, addr)
+				}}
+				<-start
+				nc, _, _, err := d.Dial(context.Background(), "ws://"+addr+"/v1/ws?token="+tok)
+				if err != nil {
+					errs <- err
+					return
+				}
+				t.Cleanup(func() { nc.Close() })
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a reconnect failed: %v", err)
+	}
+	_, metrics := call(t, addr, "GET", "/metrics", "")
+	if !strings.Contains(metrics, "\npresenced_connections_evicted_total 0\n") {
+		t.Errorf("connections evicted:\n%s", grepLines(metrics, "presenced_connections"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
