@@ -22,9 +22,9 @@ var (
 	descFrames     = prometheus.NewDesc("presenced_fanout_frames_total", "Distinct presence messages encoded (one per view per change).", nil, nil)
 	descAsync      = prometheus.NewDesc("presenced_fanout_async_batches_total", "Batches of the path for users with very many watchers.", nil, nil)
 	descAsyncQueue = prometheus.NewDesc("presenced_fanout_async_pending", "Users with a change waiting on the batched path.", nil, nil)
-	descOpen       = prometheus.NewDesc("presenced_connections", "Open client connections (HTTP and WebSocket) by state: pending (headers not yet read), idle (keep-alive), other (a request in flight, or a WebSocket).", []string{"state"}, nil)
+	descOpen       = prometheus.NewDesc("presenced_connections", "Open client connections (HTTP and WebSocket) by state: pending (the node waits on its client to send a request: head, TLS handshake, or a body a handler reads), idle (keep-alive), other (a request in flight, or a WebSocket).", []string{"state"}, nil)
 	descRefused    = prometheus.NewDesc("presenced_connections_refused_total", "Connections refused at a cap (overall or per source address).", nil, nil)
-	descEvicted    = prometheus.NewDesc("presenced_connections_evicted_total", "Pending or idle connections closed to make room for a new one.", nil, nil)
+	descEvicted    = prometheus.NewDesc("presenced_connections_evicted_total", "Stalled pending or idle connections closed to make room for a new one.", nil, nil)
 )
 
 type edgeCollector struct {
