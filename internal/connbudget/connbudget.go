@@ -6,7 +6,8 @@
 // nor hold the node's memory, nor lock other clients out.
 //
 // A pending connection is a target only once it has stalled: the node has
-// waited on its client for Config.Stall in all, and nothing it sent is
+// waited on its client for Config.Stall in all (a fifth of it, for a
+// client that has sent nothing since it connected), and nothing it sent is
 // waiting to be read. A client that sent its request is never one, however
 // long the node takes to read it (a reconnect storm: the node is behind,
 // not its clients). When a cap is reached, a new connection first takes
@@ -72,7 +73,10 @@ type Config struct {
 	HeaderTimeout time.Duration
 	// Stall is how long the node must have waited on a pending
 	// connection's client, in all, before the connection may be closed
-	// for another. Default: half of HeaderTimeout, or 1 s without one.
+	// for another; a fifth of it, for one whose client has sent nothing
+	// since its accept (an honest client sends its request, or its TLS
+	// hello, as it connects). Default: half of HeaderTimeout, or 1 s
+	// without one.
 	Stall time.Duration
 	// MaxHeaderBytes is the server's header limit, named by the 431.
 	MaxHeaderBytes int
@@ -131,6 +135,7 @@ type Listener struct {
 	cfg   Config
 	log   *slog.Logger
 	stall int64 // cfg.Stall in nanoseconds
+	quiet int64 // a fifth of it: for a connection silent since its accept
 
 	mu      sync.Mutex
 	open    int
@@ -171,8 +176,9 @@ func New(ln net.Listener, cfg Config) *Listener {
 		cfg:       cfg,
 		log:       log,
 		stall:     int64(cfg.Stall),
+		quiet:     int64(cfg.Stall) / 5,
 		addrs:     make(map[netip.Prefix]*addr),
-		answering: make(chan struct{}, 64),
+		answering: make(chan struct{}, 32),
 	}
 }
 
@@ -275,7 +281,7 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 func (l *Listener) stalledLocked(r *ring, which int, now int64) *Conn {
 	n := 0
 	for c := r.head; c != nil && n < scanLimit; c = c.links[which].next {
-		if c.stalled(now, l.stall) {
+		if l.stalled(c, now) {
 			return c
 		}
 		n++
@@ -503,6 +509,8 @@ type Conn struct {
 	watch     atomic.Bool
 	waited    atomic.Int64
 	readSince atomic.Int64
+	// heard: the client has sent a byte since the accept.
+	heard atomic.Bool
 	// headEnd is the deadline of the first request's head (Unix
 	// nanoseconds; 0: none, or the head is read): read deadlines set
 	// before it are cut to it, and wantRead (likewise) is the one the
@@ -545,6 +553,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.readSince.Store(0)
 	c.waited.Add(mono() - t0)
 	if n > 0 {
+		if !c.heard.Load() {
+			c.heard.Store(true)
+		}
 		c.scan(b[:n])
 	}
 	return n, err
@@ -561,15 +572,20 @@ func (c *Conn) scan(b []byte) {
 	}
 }
 
-// stalled reports whether the node has waited on c's client for stall
-// nanoseconds in all, this request, and nothing the client sent waits to
-// be read (else the node is behind, not the client).
-func (c *Conn) stalled(now, stall int64) bool {
+// stalled reports whether the node has waited on c's client for Stall in
+// all, this request (a fifth of it if the client has sent nothing since
+// the accept), and nothing the client sent waits to be read (else the
+// node is behind, not the client).
+func (l *Listener) stalled(c *Conn, now int64) bool {
 	w := c.waited.Load()
 	if s := c.readSince.Load(); s != 0 {
 		w += now - s
 	}
-	return w >= stall && !readable(c.Conn)
+	limit := l.stall
+	if !c.heard.Load() {
+		limit = l.quiet
+	}
+	return w >= limit && !readable(c.Conn)
 }
 
 // SetReadDeadline sets the read deadline, cut to the deadline of the first

@@ -143,7 +143,7 @@ func stalledCount(bl *Listener) int {
 	defer bl.mu.Unlock()
 	n := 0
 	for c := bl.pending.head; c != nil; c = c.links[global].next {
-		if c.stalled(mono(), bl.stall) {
+		if bl.stalled(c, mono()) {
 			n++
 		}
 	}

@@ -227,12 +227,12 @@ func TestStalledNeedsSilence(t *testing.T) {
 	defer nc.Close()
 	c := nc.(*Conn)
 	c.readSince.Store(mono() - int64(time.Hour)) // a read parked for an hour
-	if !c.stalled(mono(), bl.stall) {
+	if !bl.stalled(c, mono()) {
 		t.Fatal("a connection silent for an hour is not stalled")
 	}
 	io.WriteString(cl, "GET /")
 	await(t, "the bytes in", func() bool { return readable(c.Conn) })
-	if c.stalled(mono(), bl.stall) {
+	if bl.stalled(c, mono()) {
 		t.Fatal("stalled with the client's bytes unread: the node is behind, not the client")
 	}
 }
@@ -343,5 +343,40 @@ func TestRefusalAnswersTheRequest(t *testing.T) {
 	}
 	if s := bl.Stats(); s.Refused != 3 {
 		t.Fatalf("stats %+v, want 3 refused", s)
+	}
+}
+
+// TestSilentStallsSooner: a client that has sent nothing since it
+// connected has stalled after a fifth of Stall; one that began its
+// request, only after Stall.
+func TestSilentStallsSooner(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl := New(ln, Config{Max: 10, Stall: time.Hour})
+	var conns [2]*Conn
+	for i := range conns {
+		cl := dialFrom(t, "127.0.0.1", ln.Addr().String())
+		nc, err := bl.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		conns[i] = nc.(*Conn)
+		if i == 1 {
+			io.WriteString(cl, "G")
+			var b [1]byte
+			if _, err := conns[i].Read(b[:]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conns[i].readSince.Store(mono() - int64(30*time.Minute)) // a read parked for half of Stall
+	}
+	if !bl.stalled(conns[0], mono()) {
+		t.Error("a client silent since it connected, waited on for half of Stall, has not stalled")
+	}
+	if bl.stalled(conns[1], mono()) {
+		t.Error("a client that began its request, waited on for half of Stall, has stalled")
 	}
 }
