@@ -423,14 +423,24 @@ func (l *Listener) setLocked(c *Conn, st state) {
 	if c.st != stateBody && st == statePending {
 		// A new request: the node has not waited on it yet, nor read
 		// its head.
-		c.waited.Store(0)
-		c.readSince.Store(0)
+		if c.waited.Load() != 0 {
+			c.waited.Store(0)
+		}
+		if c.readSince.Load() != 0 {
+			c.readSince.Store(0)
+		}
 		c.head = headScan{}
-		c.mixed.Store(false)
+		if c.mixed.Load() {
+			c.mixed.Store(false)
+		}
 	}
 	c.st = st
-	c.reading.Store(st == stateIdle)
-	c.watch.Store(st == statePending || st == stateBody)
+	if r := st == stateIdle; c.reading.Load() != r {
+		c.reading.Store(r)
+	}
+	if w := st == statePending || st == stateBody; c.watch.Load() != w {
+		c.watch.Store(w)
+	}
 	switch st {
 	case statePending, stateBody:
 		l.pending.push(c, global)
@@ -615,7 +625,7 @@ func (c *Conn) SetDeadline(t time.Time) error {
 // endHead lifts the deadline of the first request's head, once it is
 // read, for the one the layers above set.
 func (c *Conn) endHead() {
-	if c.headEnd.Swap(0) == 0 {
+	if c.headEnd.Load() == 0 || c.headEnd.Swap(0) == 0 {
 		return
 	}
 	var t time.Time

@@ -436,6 +436,65 @@ func BenchmarkKeepAliveRequest(b *testing.B) {
 	}
 }
 
+// BenchmarkBodyRequest compares one keep-alive POST with a small body
+// (an HTTP heartbeat's size) over loopback on a plain listener and on a
+// budgeted one with Handler, whose handler reads the body and answers
+// with headers of its own, as the API does, in one run.
+func BenchmarkBodyRequest(b *testing.B) {
+	for _, budgeted := range []bool{false, true} {
+		name := "plain"
+		if budgeted {
+			name = "budgeted"
+		}
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json") // as the API's answers do
+				w.Header().Set("Content-Length", "15")
+				io.WriteString(w, `{"status":"ok"}`)
+			})
+			srv := &http.Server{}
+			var serve net.Listener = ln
+			if budgeted {
+				bl := New(ln, Defaults(FileLimit()))
+				h = bl.Handler(h)
+				srv.ConnState, srv.ConnContext = bl.ConnState, bl.ConnContext
+				serve = bl
+			}
+			srv.Handler = h
+			go srv.Serve(serve)
+			defer srv.Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req := []byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 39\r\n\r\n{\"user_id\":\"alice\",\"device_id\":\"phone\"}")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.Close {
+					b.Fatal("the connection is not kept")
+				}
+			}
+		})
+	}
+}
+
 // wrapped is a connection around another that names it, as a *tls.Conn
 // and wsaccept's replayed connections do.
 type wrapped struct{ net.Conn }
