@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/testsvc"
 )
 
@@ -414,6 +415,14 @@ func TestKubernetes(t *testing.T) {
 	n := startNode(t, cmd, true)
 	if !strings.Contains(n.logs.String(), `"mode":"redis+postgres+nats`) {
 		t.Errorf("the node does not log the mode redis+postgres+nats:\n%s", n.logs)
+	}
+	// One client address may hold its share of -max-conns, not all of it.
+	want := connbudget.ForMax(maxConns)
+	if v := flagValue(c.Args, "max-conns-per-ip"); v != "" {
+		want.PerAddr, _ = strconv.Atoi(v)
+	}
+	if budget := fmt.Sprintf(`"msg":"connection budget","max":%d,"per_address":%d,`, want.Max, want.PerAddr); !strings.Contains(n.logs.String(), budget) {
+		t.Errorf("no %s in the logs:\n%s", budget, n.logs)
 	}
 	health := n.health
 	waitReady(t, n, health)

@@ -21,8 +21,9 @@ import (
 // A node whose file limit is 1,024 — its connection caps derived from it —
 // is flooded from eight source addresses with 2,000 connections that only
 // hold a place (half idle after one request, half never sending a byte):
-// it never runs out of files, and /healthz (on the clients' listener and on
-// -health-addr), a client's heartbeat and a WebSocket still get through.
+// it never runs out of files, and /healthz (on the clients' listener, once
+// the silent ones stalled, and on -health-addr), a client's heartbeat and
+// a WebSocket still get through.
 func TestConnectionFlood(t *testing.T) {
 	t.Parallel()
 	key, secret := apiKey, clusterSecret
@@ -79,14 +80,25 @@ func TestConnectionFlood(t *testing.T) {
 	}
 	wg.Wait()
 
+	// A newcomer takes the place of a connection that only holds one
+	// once it stalled (one silent since it connected: after a tenth of
+	// -header-timeout); until then, the node answers it 503 with
+	// Retry-After, and it does as told.
 	for _, base := range []string{p.base, health} {
-		resp, err := http.Get(base + "/healthz")
-		if err != nil {
-			t.Fatalf("%s/healthz under the flood: %v", base, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s/healthz under the flood: %d", base, resp.StatusCode)
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			resp, err := http.Get(base + "/healthz")
+			if err != nil {
+				t.Fatalf("%s/healthz under the flood: %v", base, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || time.Now().After(deadline) {
+				t.Fatalf("%s/healthz under the flood: %d, Retry-After %q", base, resp.StatusCode, resp.Header.Get("Retry-After"))
+			}
+			time.Sleep(100 * time.Millisecond) // less than Retry-After: the test has no time to lose
 		}
 	}
 	p.heartbeat(key, "alice", "phone")
@@ -120,5 +132,31 @@ func TestConnectionFlood(t *testing.T) {
 	}
 	if strings.Contains(p.logs.String(), "too many open files") {
 		t.Fatalf("the node ran out of files:\n%s", p.logs)
+	}
+}
+
+// TestConnCapsFollowMaxConns: the per-address and pending caps default to
+// a quarter and an eighth of the -max-conns in force, given as a flag or
+// as its variable; one given is taken as it is, 0 is no cap.
+func TestConnCapsFollowMaxConns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"flag", nil, []string{"-max-conns", "100"}, "max=100 per_address=25 pending=16 "},
+		{"variable", map[string]string{envName("max-conns"): "2000"}, nil, "max=2000 per_address=500 pending=250 "},
+		{"per-address cap given", nil, []string{"-max-conns", "2000", "-max-conns-per-ip", "30"}, "max=2000 per_address=30 pending=250 "},
+		{"no per-address cap", map[string]string{envName("max-conns-per-ip"): "0"}, []string{"-max-conns", "2000"}, "max=2000 per_address=0 pending=250 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startInProcess(t, tc.env, append(baseArgs(t.TempDir(), "-api-key", apiKey), tc.args...)...)
+			if line := s.awaitLog("connection budget"); !strings.Contains(line, tc.want) {
+				t.Errorf("%s\nwant %q", line, tc.want)
+			}
+		})
 	}
 }

@@ -96,8 +96,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		noIngest      = fset.Bool("no-ingest", false, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
 		readReplica   = fset.Bool("read-replica", false, "with -redis-url and -nats-url: keep every user's public status in this node, fed by every change on the bus, and answer GET /presence/batch from it (memory: ~100 B a user held)")
 		maxConns      = fset.Int("max-conns", budget.Max, "open client connections (HTTP and WebSocket); by default the file limit less a reserve; 0: no cap")
-		maxConnsIP    = fset.Int("max-conns-per-ip", budget.PerAddr, "open connections of one source address (IPv6: one /64); by default a quarter of -max-conns (with -dev: no cap); 0: no cap (behind a proxy, all clients share its address)")
-		maxPending    = fset.Int("max-pending-conns", budget.Pending, "connections that have not finished sending a request's headers (the oldest makes room for a new one); by default an eighth of -max-conns, at most 1024; 0: no cap")
+		maxConnsIP    = fset.Int("max-conns-per-ip", 0, "open connections of one source address (IPv6: one /64); by default a quarter of -max-conns (with -dev: no cap); 0: no cap (behind a proxy, all clients share its address)")
+		maxPending    = fset.Int("max-pending-conns", 0, "connections the node waits on to send a request (head, body, TLS handshake): beyond it, the one stalled longest makes room for a new one; by default an eighth of -max-conns, at most 1024; 0: no cap")
 		headerTO      = fset.Duration("header-timeout", 5*time.Second, "a request's line and headers must arrive within this")
 		maxHeader     = fset.Int("max-header-bytes", app.DefaultMaxHeaderBytes, "request line and headers, in bytes; beyond it 431")
 		healthAddr    = fset.String("health-addr", "", "also serve /healthz, /readyz and /metrics on this address, outside the clients' connection caps (e.g. :8081 for a load balancer's probes)")
@@ -204,9 +204,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *asyncFanout < 1 {
 		return fmt.Errorf("-fanout-async-threshold %d: at least 1", *asyncFanout)
 	}
-	if *dev && !given["max-conns-per-ip"] && getenv(envName("max-conns-per-ip")) == "" {
-		*maxConnsIP = 0 // development: every client is this machine
-	}
+	// The connection caps: app takes 0 for its default (the per-address
+	// and pending caps derive from the -max-conns in force), a negative
+	// value for no cap.
+	set := func(name string) bool { return given[name] || getenv(envName(name)) != "" }
 	for _, f := range []struct {
 		name string
 		v    *int
@@ -214,9 +215,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		switch {
 		case *f.v < 0:
 			return fmt.Errorf("-%s %d: 0 (no cap) or more", f.name, *f.v)
-		case *f.v == 0:
-			*f.v = -1 // app: no cap
+		case *f.v == 0 && set(f.name):
+			*f.v = -1 // no cap
 		}
+	}
+	if *dev && !set("max-conns-per-ip") {
+		*maxConnsIP = -1 // development: every client is this machine
 	}
 	if *headerTO < 100*time.Millisecond {
 		return fmt.Errorf("-header-timeout %s: at least 100ms", *headerTO)
@@ -302,6 +306,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err := cfg.ValidateTiming(); err != nil {
 		return err // before anything is written to the data directory
+	}
+	if _, err := cfg.ConnCaps(); err != nil {
+		return err // likewise
 	}
 	if !*dev {
 		// Given credentials are checked before anything is written to the

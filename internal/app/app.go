@@ -116,8 +116,8 @@ type Config struct {
 
 	// Connections (package connbudget): caps on the open connections
 	// overall, per source address, and of those not done sending a
-	// request's headers. Zero takes connbudget.Defaults of the process's
-	// file limit; a negative value is no cap.
+	// request. Zero takes the default (ConnCaps); a negative value is no
+	// cap.
 	MaxConns        int
 	MaxConnsPerAddr int
 	MaxPendingConns int
@@ -268,18 +268,11 @@ func (c *Config) defaults() error {
 	if c.FanoutAsyncThreshold <= 0 {
 		c.FanoutAsyncThreshold = 10000
 	}
-	def := connbudget.Defaults(connbudget.FileLimit())
-	for _, lim := range []struct {
-		v   *int
-		def int
-	}{{&c.MaxConns, def.Max}, {&c.MaxConnsPerAddr, def.PerAddr}, {&c.MaxPendingConns, def.Pending}} {
-		switch {
-		case *lim.v == 0:
-			*lim.v = lim.def
-		case *lim.v < 0:
-			*lim.v = 0 // no cap
-		}
+	caps, err := c.ConnCaps()
+	if err != nil {
+		return err
 	}
+	c.MaxConns, c.MaxConnsPerAddr, c.MaxPendingConns = caps.Max, caps.PerAddr, caps.Pending
 	if c.HeaderTimeout <= 0 {
 		c.HeaderTimeout = 5 * time.Second
 	}
@@ -393,6 +386,43 @@ func (c *Config) ValidateTiming() error {
 		return fmt.Errorf("close grace %s is negative", c.CloseGrace)
 	}
 	return nil
+}
+
+// ConnCaps returns the connection caps in force: MaxConns, or by default
+// the process's file limit less a reserve (connbudget.Defaults); the
+// per-address and pending caps, or by default their shares of that
+// MaxConns (connbudget.ForMax; with no overall cap, of the file limit's
+// default). A cap of 0 in the result is no cap. A per-address or pending
+// cap above MaxConns is an error.
+func (c *Config) ConnCaps() (connbudget.Config, error) {
+	def := connbudget.Defaults(connbudget.FileLimit())
+	caps := connbudget.Config{Max: c.MaxConns, PerAddr: c.MaxConnsPerAddr, Pending: c.MaxPendingConns}
+	if caps.Max == 0 {
+		caps.Max = def.Max
+	}
+	if caps.Max > 0 {
+		def = connbudget.ForMax(caps.Max)
+	}
+	for _, lim := range []struct {
+		v   *int
+		def int
+	}{{&caps.Max, 0}, {&caps.PerAddr, def.PerAddr}, {&caps.Pending, def.Pending}} {
+		switch {
+		case *lim.v == 0:
+			*lim.v = lim.def
+		case *lim.v < 0:
+			*lim.v = 0 // no cap
+		}
+	}
+	if caps.Max > 0 {
+		if caps.PerAddr > caps.Max {
+			return caps, fmt.Errorf("connections per address %d (-max-conns-per-ip) above the %d of the node (-max-conns): one address could never use its cap", caps.PerAddr, caps.Max)
+		}
+		if caps.Pending > caps.Max {
+			return caps, fmt.Errorf("pending connections %d (-max-pending-conns) above the %d of the node (-max-conns)", caps.Pending, caps.Max)
+		}
+	}
+	return caps, nil
 }
 
 // New opens the stores and builds the node. Call Run to serve, or use
@@ -1029,15 +1059,17 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 		a.log.Info("serving HTTPS and WSS", "subject", leaf.Subject.String(), "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter)
 	}
 
-	// The budget counts TCP connections, before any TLS handshake (which
-	// the http.Server bounds by HeaderTimeout, its shortest timeout); the
-	// TLS listener goes around it.
+	// The budget counts TCP connections, before any TLS handshake, and
+	// bounds the time from the accept to the end of the first request's
+	// head (handshake included) by HeaderTimeout; the TLS listener goes
+	// around it.
 	var tlsConf *tls.Config
 	if a.cert != nil {
 		tlsConf = a.cert.Config()
 	}
 	budget := connbudget.New(ln, connbudget.Config{Max: a.cfg.MaxConns, PerAddr: a.cfg.MaxConnsPerAddr,
-		Pending: a.cfg.MaxPendingConns, MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log, TLS: tlsConf})
+		Pending: a.cfg.MaxPendingConns, HeaderTimeout: a.cfg.HeaderTimeout, MaxHeaderBytes: a.cfg.MaxHeaderBytes,
+		Logger: a.log, TLS: tlsConf})
 	var clients net.Listener = budget
 	if tlsConf != nil {
 		clients = tls.NewListener(budget, tlsConf)
@@ -1069,7 +1101,8 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("listen for health checks: %w", err)
 		}
 		// Its own small budget: probes are few.
-		hb := connbudget.New(hln, connbudget.Config{Max: 128, Pending: 32, MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log})
+		hb := connbudget.New(hln, connbudget.Config{Max: 128, Pending: 32, HeaderTimeout: a.cfg.HeaderTimeout,
+			MaxHeaderBytes: a.cfg.MaxHeaderBytes, Logger: a.log})
 		healthSrv = a.httpServer(healthOnly(a.handler), hb)
 		a.log.Info("health checks listening", "addr", hln.Addr().String())
 		go func() {
@@ -1212,11 +1245,13 @@ func (a *App) Run(ctx context.Context, ln net.Listener) error {
 }
 
 // httpServer serves h on a budgeted listener: short deadlines for a
-// request's headers, a small cap on their size.
+// request's headers, a small cap on their size, and the budget's watch
+// over request bodies (connbudget.Listener.Handler).
 func (a *App) httpServer(h http.Handler, b *connbudget.Listener) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           b.Handler(h),
 		ConnState:         b.ConnState,
+		ConnContext:       b.ConnContext,
 		ReadHeaderTimeout: a.cfg.HeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/connbudget"
 )
 
 // TestCredentialRules: outside development mode a node refuses an API key
@@ -50,5 +51,36 @@ func TestCredentialRules(t *testing.T) {
 				t.Fatalf("New: %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestConnCaps: the per-address and pending caps default to their shares
+// of the MaxConns in force; a negative cap is none; a per-address or
+// pending cap above MaxConns is refused.
+func TestConnCaps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  app.Config
+		want connbudget.Config
+		err  string
+	}{
+		{"shares of MaxConns", app.Config{MaxConns: 100}, connbudget.Config{Max: 100, PerAddr: 25, Pending: 16}, ""},
+		{"one given", app.Config{MaxConns: 2000, MaxConnsPerAddr: 30}, connbudget.Config{Max: 2000, PerAddr: 30, Pending: 250}, ""},
+		{"no per-address cap", app.Config{MaxConns: 2000, MaxConnsPerAddr: -1}, connbudget.Config{Max: 2000, PerAddr: 0, Pending: 250}, ""},
+		{"no cap at all", app.Config{MaxConns: -1}, connbudget.Config{PerAddr: connbudget.Defaults(connbudget.FileLimit()).PerAddr, Pending: connbudget.Defaults(connbudget.FileLimit()).Pending}, ""},
+		{"the file limit's", app.Config{}, connbudget.Defaults(connbudget.FileLimit()), ""},
+		{"per-address above", app.Config{MaxConns: 100, MaxConnsPerAddr: 101}, connbudget.Config{}, "connections per address 101 (-max-conns-per-ip) above the 100 of the node"},
+		{"pending above", app.Config{MaxConns: 100, MaxPendingConns: 200}, connbudget.Config{}, "pending connections 200 (-max-pending-conns) above the 100 of the node"},
+	} {
+		got, err := tc.cfg.ConnCaps()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %+v %v, want %+v", tc.name, got, err, tc.want)
+		}
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // jsonResponse is a complete HTTP/1.1 answer that closes the connection,
 // with the body every error of the service has: {"error":{code,message}}.
-func jsonResponse(status int, code, message string) []byte {
+// extra are more header lines, each ending in CRLF.
+func jsonResponse(status int, code, message string, extra ...string) []byte {
 	body, _ := json.Marshal(struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -20,8 +22,8 @@ func jsonResponse(status int, code, message string) []byte {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}{code, message}})
-	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		status, http.StatusText(status), len(body), body)
+	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n%s\r\n%s",
+		status, http.StatusText(status), len(body), strings.Join(extra, ""), body)
 }
 
 // cannedHeaders follow the status line of the plain-text answers net/http
@@ -75,4 +77,59 @@ func rewrite(b []byte, maxHeaderBytes int) (out []byte, ok bool) {
 		message += ": " + detail
 	}
 	return jsonResponse(status, code, message), true
+}
+
+// headScan finds the fields Content-Length and Transfer-Encoding in a
+// request head read in pieces (net/http removes both from the request it
+// hands on once it has chosen between them). It matches a field's name at
+// the start of a line, in any case, up to the head's empty line; what
+// follows it (the body) is not looked at. Its zero value is at the start
+// of a head.
+type headScan struct {
+	line  [len(teField)]byte // the current line's first bytes, lower case
+	n     int                // bytes of the current line (from len(line) on, no more are kept)
+	found uint8              // the fields seen: 1 Content-Length, 2 Transfer-Encoding
+	begun bool               // a byte of the request line was read (empty lines before it are skipped, as net/http may)
+	done  bool               // the head's empty line was read
+}
+
+const (
+	clField = "content-length:"
+	teField = "transfer-encoding:"
+)
+
+// feed scans b and reports whether the head has both fields so far.
+func (h *headScan) feed(b []byte) bool {
+	for _, ch := range b {
+		if h.done {
+			break
+		}
+		switch ch {
+		case '\n':
+			h.done = h.n == 0 && h.begun
+			h.n = 0
+			continue
+		case '\r':
+			continue
+		}
+		h.begun = true
+		if h.n < len(h.line) {
+			if 'A' <= ch && ch <= 'Z' {
+				ch += 'a' - 'A'
+			}
+			h.line[h.n] = ch
+		}
+		h.n++
+		switch h.n {
+		case len(clField):
+			if string(h.line[:h.n]) == clField {
+				h.found |= 1
+			}
+		case len(teField):
+			if string(h.line[:h.n]) == teField {
+				h.found |= 2
+			}
+		}
+	}
+	return h.found == 3
 }

@@ -1,30 +1,44 @@
 // Package connbudget keeps clients from using up a node's connections: a
 // net.Listener that caps the open connections overall, per source address
-// and, among them, those that have not finished sending a request's headers
-// (pending), so that a flood of idle or slow connections can neither exhaust
-// the process's file limit nor hold the node's memory.
+// and, among them, those the node waits on to send a request (pending:
+// its head, its TLS handshake, or a body a handler reads), so that a flood
+// of idle or slow connections can neither exhaust the process's file limit
+// nor hold the node's memory, nor lock other clients out.
 //
-// When a cap is reached, a new connection first takes the place of the
-// cheapest one of its kind to lose: the oldest pending connection, then the
-// oldest idle keep-alive connection (between two requests). Only when every
-// connection in the way is busy (a request in flight, or a WebSocket) is the
-// new one refused, with a short JSON answer: 429 too_many_connections for a
-// source address at its cap, 503 too_many_connections for the node at its
-// cap. A client that behaves — sends its request and reads the answer — so
+// A pending connection is a target only once it has stalled: the node has
+// waited on its client for Config.Stall in all (a fifth of it, for a
+// client that has sent nothing since it connected), and nothing it sent is
+// waiting to be read. A client that sent its request is never one, however
+// long the node takes to read it (a reconnect storm: the node is behind,
+// not its clients). When a cap is reached, a new connection first takes
+// the place of the cheapest one of its kind to lose: the oldest stalled
+// connection, then the oldest idle keep-alive connection (between two
+// requests). Only when no connection in the way is either is the new one
+// refused, with a short JSON answer and Retry-After: 429
+// too_many_connections for a source address at its cap, 503
+// too_many_connections for the node at its cap. The pending cap never
+// refuses: beyond it, each new connection makes a stalled one give way.
+// A client that behaves — sends its request and reads the answer — so
 // still gets through a flood of connections that only hold a place.
 //
+// The first request's head (after a TLS handshake, if any) must arrive
+// within Config.HeaderTimeout of the accept, one absolute deadline over
+// every layer that reads it: the read deadlines the layers above set
+// meanwhile are cut to it.
+//
 // The listener learns each connection's state from net/http through
-// ConnState (set it as the http.Server's ConnState). Its connections also
-// turn net/http's own plain-text answers to unreadable requests (400, 431,
-// 501, 505, and a plain HTTP request to a TLS port) into the JSON errors of
-// every other answer.
+// ConnState (set it as the http.Server's ConnState), and of a request's
+// body through Handler and ConnContext. Handler also answers a request
+// refused before its body was read at once, and closes its connection. Its
+// connections turn net/http's own plain-text answers to unreadable
+// requests (400, 431, 501, 505, and a plain HTTP request to a TLS port)
+// into the JSON errors of every other answer.
 //
 // For HTTPS, wrap the Listener in the TLS listener (tls.NewListener(l,
 // cfg)) and set Config.TLS: the caps then count TCP connections from their
 // accept on, a connection in its TLS handshake is pending (so a flood of
 // handshakes that never finish is evicted like one of silent connections),
-// and refusals are answered over TLS. The handshake's time limit is the
-// http.Server's (the shortest of its timeouts: ReadHeaderTimeout).
+// and refusals are answered over TLS.
 package connbudget
 
 import (
@@ -48,31 +62,50 @@ type Config struct {
 	// PerAddr caps the open connections of one source address (an IPv4
 	// address, an IPv6 /64).
 	PerAddr int
-	// Pending caps the connections that have not finished sending a
-	// request's headers: new ones, and idle ones that began the next.
+	// Pending caps the connections the node waits on to send a request:
+	// new ones, idle ones that began the next, and those whose body a
+	// handler reads. Beyond it, a new connection closes the oldest
+	// stalled one, if any (it is never refused for it).
 	Pending int
+	// HeaderTimeout bounds the time from a connection's accept to the end
+	// of its first request's head, a TLS handshake included. 0: no bound
+	// of the listener's own.
+	HeaderTimeout time.Duration
+	// Stall is how long the node must have waited on a pending
+	// connection's client, in all, before the connection may be closed
+	// for another; a fifth of it, for one whose client has sent nothing
+	// since its accept (an honest client sends its request, or its TLS
+	// hello, as it connects). Default: half of HeaderTimeout, or 1 s
+	// without one.
+	Stall time.Duration
 	// MaxHeaderBytes is the server's header limit, named by the 431.
 	MaxHeaderBytes int
 	Logger         *slog.Logger
 	// TLS is the configuration of the TLS listener around this one, if
-	// any: refusals are then written over TLS, after a handshake bounded
-	// by a second (by one of the few answering goroutines; when they are
-	// all busy, a refused connection is closed without a word).
+	// any: refusals are then written over TLS, after a handshake (when
+	// the goroutines that answer refusals are all busy, a refused TLS
+	// connection is closed without a word).
 	TLS *tls.Config
 }
 
 // Defaults derives the caps from the process's file limit: a reserve of
 // one sixteenth (at least 100) stays for the node's own files and backend
-// connections; one source address may hold a quarter of the rest, and
-// pending connections an eighth of it (at most 1,024).
+// connections, the rest is Max, and the other caps follow from it
+// (ForMax).
 func Defaults(fileLimit uint64) Config {
 	limit := int(min(fileLimit, 1<<30))
 	reserve := max(100, limit/16)
-	total := max(64, limit-reserve)
+	return ForMax(max(64, limit-reserve))
+}
+
+// ForMax derives the caps from a cap of n open connections: one source
+// address may hold a quarter of them, and pending connections an eighth
+// (at most 1,024); both at least 16, and never more than n.
+func ForMax(n int) Config {
 	return Config{
-		Max:     total,
-		PerAddr: max(16, total/4),
-		Pending: min(1024, max(16, total/8)),
+		Max:     n,
+		PerAddr: min(n, max(16, n/4)),
+		Pending: min(n, 1024, max(16, n/8)),
 	}
 }
 
@@ -90,7 +123,7 @@ func FileLimit() uint64 {
 // Stats are the listener's counters.
 type Stats struct {
 	Open    int // connections open now
-	Pending int // of them, not done sending a request's headers
+	Pending int // of them, waited on to send a request (head, TLS handshake, body)
 	Idle    int // of them, idle keep-alive connections
 	Refused uint64
 	Evicted uint64 // closed to make room for a new connection
@@ -99,8 +132,10 @@ type Stats struct {
 // Listener is a net.Listener with the caps of Config.
 type Listener struct {
 	net.Listener
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	stall int64 // cfg.Stall in nanoseconds
+	quiet int64 // a fifth of it: for a connection silent since its accept
 
 	mu      sync.Mutex
 	open    int
@@ -110,7 +145,8 @@ type Listener struct {
 
 	refused atomic.Uint64
 	evicted atomic.Uint64
-	// answering bounds the goroutines that answer refused connections.
+	// answering bounds the goroutines that answer refused connections
+	// and let closed ones linger.
 	answering chan struct{}
 }
 
@@ -129,10 +165,18 @@ func New(ln net.Listener, cfg Config) *Listener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Stall <= 0 {
+		cfg.Stall = time.Second
+		if cfg.HeaderTimeout > 0 {
+			cfg.Stall = cfg.HeaderTimeout / 2
+		}
+	}
 	return &Listener{
 		Listener:  ln,
 		cfg:       cfg,
 		log:       log,
+		stall:     int64(cfg.Stall),
+		quiet:     int64(cfg.Stall) / 5,
 		addrs:     make(map[netip.Prefix]*addr),
 		answering: make(chan struct{}, 32),
 	}
@@ -157,7 +201,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		c, victims, refusal := l.admit(nc)
 		for _, v := range victims {
 			l.evicted.Add(1)
-			_ = v.Close()
+			_ = v.Conn.Close() // at once: its client stalled
 		}
 		if refusal != nil {
 			l.refused.Add(1)
@@ -174,10 +218,19 @@ type refusal struct {
 	message string
 }
 
+// scanLimit bounds the pending connections looked at for a stalled one,
+// oldest first, when a cap is reached.
+const scanLimit = 64
+
 // admit registers nc as a pending connection, choosing the connections to
 // close to make room for it, or refuses it.
 func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 	key := prefixOf(nc.RemoteAddr())
+	now := mono()
+	c := &Conn{Conn: nc, l: l, key: key}
+	if l.cfg.HeaderTimeout > 0 {
+		c.headEnd.Store(time.Now().Add(l.cfg.HeaderTimeout).UnixNano())
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a := l.addrs[key]
@@ -186,7 +239,7 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 	}
 	var victims []*Conn
 	if l.cfg.PerAddr > 0 && a.n >= l.cfg.PerAddr {
-		v := a.pending.head
+		v := l.stalledLocked(&a.pending, local, now)
 		if v == nil {
 			v = a.idle.head
 		}
@@ -197,7 +250,7 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 		victims = append(victims, l.releaseLocked(v))
 	}
 	if l.cfg.Max > 0 && l.open >= l.cfg.Max {
-		v := l.pending.head
+		v := l.stalledLocked(&l.pending, global, now)
 		if v == nil {
 			v = l.idle.head
 		}
@@ -208,29 +261,80 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 		victims = append(victims, l.releaseLocked(v))
 	}
 	if l.cfg.Pending > 0 && l.pending.n >= l.cfg.Pending {
-		victims = append(victims, l.releaseLocked(l.pending.head))
+		if v := l.stalledLocked(&l.pending, global, now); v != nil {
+			victims = append(victims, l.releaseLocked(v))
+		}
 	}
 	if a.n == 0 {
 		l.addrs[key] = a
 	}
-	c := &Conn{Conn: nc, l: l, key: key, a: a}
+	c.a = a
 	l.open++
 	a.n++
 	l.setLocked(c, statePending)
 	return c, victims, nil
 }
 
-// answer writes r to a refused connection and closes it. The answer is
-// written at once (a new connection's send buffer takes it); a bounded
-// number of goroutines then read what the client sent for up to a second,
-// so that closing does not reset the connection before the client read the
-// answer.
-func (l *Listener) answer(nc net.Conn, r *refusal) {
-	msg := jsonResponse(r.status, "too_many_connections", r.message)
-	if l.cfg.TLS == nil {
-		_ = nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-		_, _ = nc.Write(msg)
+// stalledLocked returns the oldest connection of r (of the node's rings
+// or an address's: which) that stalled, looking at the scanLimit oldest;
+// nil if none did.
+func (l *Listener) stalledLocked(r *ring, which int, now int64) *Conn {
+	n := 0
+	for c := r.head; c != nil && n < scanLimit; c = c.links[which].next {
+		if l.stalled(c, now) {
+			return c
+		}
+		n++
 	}
+	return nil
+}
+
+// answer writes r to a refused connection and closes it. One of a
+// bounded number of goroutines waits for the client's request (its first
+// bytes: an answer that comes before the request is no answer to it, and
+// HTTP clients drop it), writes the answer after it and lingers (drain);
+// over TLS it first does the handshake. The whole takes at most a second.
+// When those goroutines are all busy, a plain answer is written at once
+// and the connection closed.
+func (l *Listener) answer(nc net.Conn, r *refusal) {
+	msg := jsonResponse(r.status, "too_many_connections", r.message, "Retry-After: 1\r\n")
+	select {
+	case l.answering <- struct{}{}:
+	default:
+		if l.cfg.TLS == nil {
+			_ = nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+			_, _ = nc.Write(msg)
+		}
+		_ = nc.Close()
+		return
+	}
+	go func() {
+		defer func() { <-l.answering }()
+		_ = nc.SetDeadline(time.Now().Add(time.Second))
+		conn := nc
+		if l.cfg.TLS != nil {
+			tc := tls.Server(nc, l.cfg.TLS)
+			if err := tc.Handshake(); err != nil {
+				_ = nc.Close()
+				return
+			}
+			conn = tc
+		}
+		var buf [4096]byte
+		_, _ = conn.Read(buf[:]) // nothing within the second: answered all the same
+		if _, err := conn.Write(msg); err != nil {
+			_ = nc.Close()
+			return
+		}
+		drain(nc, buf[:])
+	}()
+}
+
+// linger closes nc, whose answer was written, so that the answer is not
+// lost to a reset (which closing a socket with unread bytes sends): one of
+// the answering goroutines lingers (drain) for up to a second. When they
+// are all busy, nc is closed at once.
+func (l *Listener) linger(nc net.Conn) {
 	select {
 	case l.answering <- struct{}{}:
 	default:
@@ -239,36 +343,47 @@ func (l *Listener) answer(nc net.Conn, r *refusal) {
 	}
 	go func() {
 		defer func() { <-l.answering }()
-		if l.cfg.TLS != nil {
-			tc := tls.Server(nc, l.cfg.TLS)
-			_ = nc.SetDeadline(time.Now().Add(time.Second))
-			if err := tc.Handshake(); err != nil {
-				_ = nc.Close()
-				return
-			}
-			if _, err := tc.Write(msg); err != nil {
-				_ = nc.Close()
-				return
-			}
-			nc = tc
-		}
-		if cw, ok := nc.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		}
 		_ = nc.SetReadDeadline(time.Now().Add(time.Second))
 		var buf [4096]byte
-		for range 16 {
-			if _, err := nc.Read(buf[:]); err != nil {
-				break
-			}
-		}
-		_ = nc.Close()
+		drain(nc, buf[:])
 	}()
+}
+
+// drain closes nc's writing half, reads what its client still sends (up to
+// 64 KiB, until its read deadline), and closes it.
+func drain(nc net.Conn, buf []byte) {
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	for range 16 {
+		if _, err := nc.Read(buf); err != nil {
+			break
+		}
+	}
+	_ = nc.Close()
 }
 
 // ConnState is the http.Server's ConnState hook: it moves a connection
 // between pending, busy and idle as net/http serves it.
 func (l *Listener) ConnState(nc net.Conn, s http.ConnState) {
+	c := l.own(nc)
+	if c == nil {
+		return
+	}
+	switch s {
+	case http.StateActive:
+		l.set(c, stateBusy)
+		c.endHead()
+	case http.StateIdle:
+		l.set(c, stateIdle)
+	case http.StateHijacked:
+		l.set(c, stateHijacked)
+		c.endHead()
+	}
+}
+
+// own returns the connection of l under nc, or nil.
+func (l *Listener) own(nc net.Conn) *Conn {
 	c, ok := nc.(*Conn)
 	for !ok {
 		// A *tls.Conn (or a connection whose first bytes were read
@@ -281,16 +396,9 @@ func (l *Listener) ConnState(nc net.Conn, s http.ConnState) {
 		c, ok = nc.(*Conn)
 	}
 	if !ok || c.l != l {
-		return
+		return nil
 	}
-	switch s {
-	case http.StateActive:
-		l.set(c, stateBusy)
-	case http.StateIdle:
-		l.set(c, stateIdle)
-	case http.StateHijacked:
-		l.set(c, stateHijacked)
-	}
+	return c
 }
 
 func (l *Listener) set(c *Conn, st state) {
@@ -305,17 +413,36 @@ func (l *Listener) setLocked(c *Conn, st state) {
 		return
 	}
 	switch c.st {
-	case statePending:
+	case statePending, stateBody:
 		l.pending.remove(c, global)
 		c.a.pending.remove(c, local)
 	case stateIdle:
 		l.idle.remove(c, global)
 		c.a.idle.remove(c, local)
 	}
+	if c.st != stateBody && st == statePending {
+		// A new request: the node has not waited on it yet, nor read
+		// its head.
+		if c.waited.Load() != 0 {
+			c.waited.Store(0)
+		}
+		if c.readSince.Load() != 0 {
+			c.readSince.Store(0)
+		}
+		c.head = headScan{}
+		if c.mixed.Load() {
+			c.mixed.Store(false)
+		}
+	}
 	c.st = st
-	c.reading.Store(st == stateIdle)
+	if r := st == stateIdle; c.reading.Load() != r {
+		c.reading.Store(r)
+	}
+	if w := st == statePending || st == stateBody; c.watch.Load() != w {
+		c.watch.Store(w)
+	}
 	switch st {
-	case statePending:
+	case statePending, stateBody:
 		l.pending.push(c, global)
 		c.a.pending.push(c, local)
 	case stateIdle:
@@ -369,6 +496,7 @@ const (
 	stateNone     state = iota // not yet admitted
 	statePending               // accepted, or idle and sending the next request
 	stateBusy                  // a request in flight
+	stateBody                  // a request in flight whose body a handler waits for
 	stateIdle                  // keep-alive, between two requests
 	stateHijacked              // a WebSocket
 	stateClosed
@@ -385,18 +513,126 @@ type Conn struct {
 	// reading is set while the connection is idle: its next read with
 	// bytes makes it pending again (a request begun).
 	reading atomic.Bool
-	links   [2]link // in the Listener's ring of its state, and its address's
-	closed  atomic.Bool
+	// watch is set while the connection is pending: its reads are waits
+	// on its client, counted in waited (nanoseconds, this request) and,
+	// while one lasts, readSince (mono when it began; 0: none).
+	watch     atomic.Bool
+	waited    atomic.Int64
+	readSince atomic.Int64
+	// heard: the client has sent a byte since the accept.
+	heard atomic.Bool
+	// headEnd is the deadline of the first request's head (Unix
+	// nanoseconds; 0: none, or the head is read): read deadlines set
+	// before it are cut to it, and wantRead (likewise) is the one the
+	// layers above asked for, set when the head is read.
+	headEnd  atomic.Int64
+	wantRead atomic.Int64
+	// linger: the connection is closed with bytes of a request unread
+	// (Handler): its close lingers (Listener.linger).
+	linger atomic.Bool
+	// head scans the head of the request being read (plain connections:
+	// the reads are the head's bytes), set to the start of a head with
+	// the pending state, by the goroutine that reads it; mixed tells
+	// that it has both Content-Length and Transfer-Encoding (Handler).
+	head   headScan
+	mixed  atomic.Bool
+	links  [2]link // in the Listener's ring of its state, and its address's
+	closed atomic.Bool
 }
+
+// epoch is the origin of mono.
+var epoch = time.Now()
+
+// mono is a monotonic clock in nanoseconds, never 0.
+func mono() int64 { return int64(time.Since(epoch)) + 1 }
 
 // Read reads from the connection; bytes of a new request on an idle
 // connection make it pending until its headers are read.
 func (c *Conn) Read(b []byte) (int, error) {
+	if !c.watch.Load() {
+		n, err := c.Conn.Read(b)
+		if n > 0 && c.reading.Load() {
+			c.l.set(c, statePending)
+			c.scan(b[:n])
+		}
+		return n, err
+	}
+	t0 := mono()
+	c.readSince.Store(t0)
 	n, err := c.Conn.Read(b)
-	if n > 0 && c.reading.Load() {
-		c.l.set(c, statePending)
+	c.readSince.Store(0)
+	c.waited.Add(mono() - t0)
+	if n > 0 {
+		if !c.heard.Load() {
+			c.heard.Store(true)
+		}
+		c.scan(b[:n])
 	}
 	return n, err
+}
+
+// scan reads b, bytes of a plain connection's request head, for the
+// fields that say its length.
+func (c *Conn) scan(b []byte) {
+	if c.l.cfg.TLS != nil || c.head.done {
+		return
+	}
+	if c.head.feed(b) {
+		c.mixed.Store(true)
+	}
+}
+
+// stalled reports whether the node has waited on c's client for Stall in
+// all, this request (a fifth of it if the client has sent nothing since
+// the accept), and nothing the client sent waits to be read (else the
+// node is behind, not the client).
+func (l *Listener) stalled(c *Conn, now int64) bool {
+	w := c.waited.Load()
+	if s := c.readSince.Load(); s != 0 {
+		w += now - s
+	}
+	limit := l.stall
+	if !c.heard.Load() {
+		limit = l.quiet
+	}
+	return w >= limit && !readable(c.Conn)
+}
+
+// SetReadDeadline sets the read deadline, cut to the deadline of the first
+// request's head while it is read.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if end := c.headEnd.Load(); end != 0 {
+		var want int64
+		if !t.IsZero() {
+			want = t.UnixNano()
+		}
+		c.wantRead.Store(want)
+		if want == 0 || want > end {
+			t = time.Unix(0, end)
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets both deadlines, the read one as SetReadDeadline does.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// endHead lifts the deadline of the first request's head, once it is
+// read, for the one the layers above set.
+func (c *Conn) endHead() {
+	if c.headEnd.Load() == 0 || c.headEnd.Swap(0) == 0 {
+		return
+	}
+	var t time.Time
+	if want := c.wantRead.Load(); want != 0 {
+		t = time.Unix(0, want)
+	}
+	_ = c.Conn.SetReadDeadline(t)
 }
 
 // Write writes to the connection, turning net/http's plain-text answer to
@@ -419,6 +655,10 @@ func (c *Conn) Close() error {
 		c.l.mu.Lock()
 		c.l.releaseLocked(c)
 		c.l.mu.Unlock()
+		if c.linger.Load() {
+			c.l.linger(c.Conn)
+			return nil
+		}
 	}
 	return c.Conn.Close()
 }

@@ -29,12 +29,24 @@ func serve(t *testing.T, cfg Config) (*Listener, string) {
 }
 
 // serveOn runs srv on l (bl or a listener around it) with the test's
-// handlers, /ok and /hold, and bl's ConnState hook, until the end of the
-// test.
+// handlers and bl's hooks (ConnState, ConnContext, Handler) until the end
+// of the test: /ok, /hold (hijacks the connection and keeps it), /echo
+// (answers the body it reads) and /auth (401 without reading the body).
 func serveOn(t *testing.T, bl *Listener, l net.Listener, srv *http.Server) {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ok", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Write(b)
+	})
+	mux.HandleFunc("POST /auth", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "who are you", http.StatusUnauthorized)
+	})
 	var (
 		mu   sync.Mutex
 		held []net.Conn
@@ -49,7 +61,7 @@ func serveOn(t *testing.T, bl *Listener, l net.Listener, srv *http.Server) {
 		held = append(held, c)
 		mu.Unlock()
 	})
-	srv.Handler, srv.ConnState = mux, bl.ConnState
+	srv.Handler, srv.ConnState, srv.ConnContext = bl.Handler(mux), bl.ConnState, bl.ConnContext
 	go srv.Serve(l)
 	t.Cleanup(func() {
 		srv.Close()
@@ -125,12 +137,29 @@ func jsonError(t *testing.T, body string) (code, message string) {
 	return e.Error.Code, e.Error.Message
 }
 
-// Connections that never send a request take no more than Pending places:
-// each new one closes the oldest.
+// stalledCount counts the pending connections that stalled.
+func stalledCount(bl *Listener) int {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	n := 0
+	for c := bl.pending.head; c != nil; c = c.links[global].next {
+		if bl.stalled(c, mono()) {
+			n++
+		}
+	}
+	return n
+}
+
+// Connections that never send a request take no more than Pending places
+// once they stalled: each new one closes the oldest.
 func TestPendingCap(t *testing.T) {
-	bl, addr := serve(t, Config{Pending: 5})
+	bl, addr := serve(t, Config{Pending: 5, Stall: 50 * time.Millisecond})
 	var silent []net.Conn
-	for range 8 {
+	for range 5 {
+		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
+	}
+	await(t, "5 stalled", func() bool { return stalledCount(bl) == 5 })
+	for range 3 {
 		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
 	}
 	await(t, "8 accepted", func() bool { s := bl.Stats(); return s.Pending+int(s.Evicted) == 8 })
@@ -312,6 +341,24 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestForMax: the per-address and pending caps are shares of the overall
+// one, never above it.
+func TestForMax(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want Config
+	}{
+		{100, Config{Max: 100, PerAddr: 25, Pending: 16}},
+		{2000, Config{Max: 2000, PerAddr: 500, Pending: 250}},
+		{100000, Config{Max: 100000, PerAddr: 25000, Pending: 1024}},
+		{10, Config{Max: 10, PerAddr: 10, Pending: 10}},
+	} {
+		if got := ForMax(tc.n); got != tc.want {
+			t.Errorf("ForMax(%d) = %+v, want %+v", tc.n, got, tc.want)
+		}
+	}
+}
+
 // BenchmarkRequestCycle is the listener's bookkeeping of one keep-alive
 // request: its first bytes make the idle connection pending, its headers
 // read make it busy, its answer idle again (1,000 other connections open).
@@ -384,6 +431,65 @@ func BenchmarkKeepAliveRequest(b *testing.B) {
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkBodyRequest compares one keep-alive POST with a small body
+// (an HTTP heartbeat's size) over loopback on a plain listener and on a
+// budgeted one with Handler, whose handler reads the body and answers
+// with headers of its own, as the API does, in one run.
+func BenchmarkBodyRequest(b *testing.B) {
+	for _, budgeted := range []bool{false, true} {
+		name := "plain"
+		if budgeted {
+			name = "budgeted"
+		}
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json") // as the API's answers do
+				w.Header().Set("Content-Length", "15")
+				io.WriteString(w, `{"status":"ok"}`)
+			})
+			srv := &http.Server{}
+			var serve net.Listener = ln
+			if budgeted {
+				bl := New(ln, Defaults(FileLimit()))
+				h = bl.Handler(h)
+				srv.ConnState, srv.ConnContext = bl.ConnState, bl.ConnContext
+				serve = bl
+			}
+			srv.Handler = h
+			go srv.Serve(serve)
+			defer srv.Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req := []byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 39\r\n\r\n{\"user_id\":\"alice\",\"device_id\":\"phone\"}")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.Close {
+					b.Fatal("the connection is not kept")
+				}
 			}
 		})
 	}

@@ -19,20 +19,27 @@ import (
 // which bounds the handshake.
 func serveTLS(t *testing.T, cfg Config, handshakeTimeout time.Duration) (*Listener, string, *tlstest.CA) {
 	t.Helper()
+	var ca *tlstest.CA
+	cfg.TLS, ca = tlsConfig(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl := New(ln, cfg)
+	serveOn(t, bl, tls.NewListener(bl, cfg.TLS), &http.Server{ReadHeaderTimeout: handshakeTimeout})
+	return bl, ln.Addr().String(), ca
+}
+
+// tlsConfig is the server side of a certificate of a new CA.
+func tlsConfig(t *testing.T) (*tls.Config, *tlstest.CA) {
+	t.Helper()
 	ca := tlstest.NewCA(t)
 	certFile, keyFile := ca.Issue(t, t.TempDir(), "node", 2)
 	store, err := tlscert.Load(certFile, keyFile, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.TLS = store.Config()
-	bl := New(ln, cfg)
-	serveOn(t, bl, tls.NewListener(bl, cfg.TLS), &http.Server{ReadHeaderTimeout: handshakeTimeout})
-	return bl, ln.Addr().String(), ca
+	return store.Config(), ca
 }
 
 func dialTLS(t *testing.T, ca *tlstest.CA, addr string) *tls.Conn {
@@ -74,9 +81,13 @@ func TestTLSStates(t *testing.T) {
 // handshake are pending, counted before any handshake: at the cap the
 // oldest make room, and a client that handshakes gets through.
 func TestTLSHandshakesArePending(t *testing.T) {
-	bl, addr, ca := serveTLS(t, Config{Pending: 3}, time.Minute)
+	bl, addr, ca := serveTLS(t, Config{Pending: 3, Stall: 50 * time.Millisecond}, time.Minute)
 	var silent []net.Conn
-	for range 5 {
+	for range 3 {
+		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
+	}
+	await(t, "3 stalled", func() bool { return stalledCount(bl) == 3 })
+	for range 2 {
 		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
 	}
 	await(t, "5 accepted", func() bool { s := bl.Stats(); return s.Pending+int(s.Evicted) == 5 })

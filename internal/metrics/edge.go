@@ -24,9 +24,9 @@ var (
 	descAsyncQueue = prometheus.NewDesc("presenced_fanout_async_pending", "Users with a change waiting on the batched path.", nil, nil)
 	descResynced   = prometheus.NewDesc("presenced_fanout_resynced_total", "Connections resynchronised (after a state store outage or a bus reconnection): each sent what changed of the users it watches.", nil, nil)
 	descNotSent    = prometheus.NewDesc("presenced_fanout_not_sent_total", "Presence messages not sent to a connection, by reason: stale (it was sent that version of the user or a later one), unchanged (the same view as the last it was sent).", []string{"reason"}, nil)
-	descOpen       = prometheus.NewDesc("presenced_connections", "Open client connections (HTTP and WebSocket) by state: pending (headers not yet read), idle (keep-alive), other (a request in flight, or a WebSocket).", []string{"state"}, nil)
+	descOpen       = prometheus.NewDesc("presenced_connections", "Open client connections (HTTP and WebSocket) by state: pending (the node waits on its client to send a request: head, TLS handshake, or a body a handler reads), idle (keep-alive), other (a request in flight, or a WebSocket).", []string{"state"}, nil)
 	descRefused    = prometheus.NewDesc("presenced_connections_refused_total", "Connections refused at a cap (overall or per source address).", nil, nil)
-	descEvicted    = prometheus.NewDesc("presenced_connections_evicted_total", "Pending or idle connections closed to make room for a new one.", nil, nil)
+	descEvicted    = prometheus.NewDesc("presenced_connections_evicted_total", "Stalled pending or idle connections closed to make room for a new one.", nil, nil)
 )
 
 type edgeCollector struct {

@@ -32,7 +32,10 @@ type Config struct {
 	// or "GET Path?…" is an upgrade.
 	Path string
 	// HeaderTimeout bounds the wait for a new connection's first request
-	// head (a TLS handshake included). Default 5 s.
+	// head (a TLS handshake included). Default 5 s. A first request that
+	// is no upgrade goes on to net/http, whose ReadHeaderTimeout starts
+	// anew: over a connbudget.Listener, whose HeaderTimeout cuts every
+	// read deadline of the first head, the two share one deadline.
 	HeaderTimeout time.Duration
 	// MaxHeaderBytes bounds an upgrade request's head. Default 32 KiB.
 	MaxHeaderBytes int

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/tlscert/tlstest"
 	"github.com/presenced/presenced/internal/wsaccept"
 )
@@ -283,5 +284,42 @@ func TestCloseBeforeServing(t *testing.T) {
 	}
 	if _, err := l.Accept(); err == nil {
 		t.Error("Accept after Close succeeded")
+	}
+}
+
+// TestOneHeadDeadline: under a connection budget with a header timeout, a
+// first request that is no upgrade has that long from the accept for its
+// whole head, not the peek's time and then net/http's (both an hour here):
+// then it is closed (a head cut short within the peek is answered 400).
+func TestOneHeadDeadline(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := connbudget.New(inner, connbudget.Config{Max: 10, HeaderTimeout: 200 * time.Millisecond})
+	l := wsaccept.New(budget, wsaccept.Config{Path: "/v1/ws", HeaderTimeout: time.Hour,
+		Upgrade: func(c net.Conn, _ *bufio.Reader, _ *http.Request) bool { c.Close(); return false }})
+	srv := &http.Server{ReadHeaderTimeout: time.Hour, ConnState: budget.ConnState,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	for _, sent := range []string{"G", "GET /healthz HTTP/1.1\r\n"} { // in the peek, then past it
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, sent)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(c)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%q: the connection is open 10 s after its accept, with a header timeout of 200ms", sent)
+		}
+		if len(b) > 0 && !strings.Contains(string(b), " 400 ") {
+			t.Errorf("%q: %q, want nothing or a 400", sent, b)
+		}
+	}
+	if s := budget.Stats(); s.Open != 0 {
+		t.Errorf("stats %+v, want every place back", s)
 	}
 }
