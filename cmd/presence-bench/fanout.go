@@ -5,10 +5,11 @@ package main
 //
 //	presence-bench fanout -url ws://127.0.0.1:18081 -dev -watchers 500 -targets 10
 //
-// T target users each hold a few device connections on the first -url and
+// T target users each hold -devices connections on the first -url and
 // change status (set_status busy ↔ online) every -interval, taking their
-// devices in turn so that no connection exceeds the server's limit of one
-// set_status per second. W watcher connections (spread round-robin over the
+// devices in turn; a user's status changes share one bucket on the server
+// (ratelimit.Status: one a second), so -interval is at least that and a
+// higher rate of changes takes more targets. W watcher connections (spread round-robin over the
 // other -url values, or on the first when there is only one) subscribe to
 // every target. Device 0 of each target also watches its own user: the
 // presence messages it receives tell which version each change got. A
@@ -47,6 +48,8 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/presenced/presenced/internal/ratelimit"
 )
 
 // Bounds of the fanout scenario.
@@ -85,8 +88,8 @@ func parseFanout(args []string, stderr io.Writer) (*fanoutConfig, error) {
 	fs.Var(&urls, "url", "presenced node(s), loopback only; repeat or comma-separate: targets on the first, watchers round-robin on the others (default "+defaultURL+")")
 	fs.IntVar(&c.watchers, "watchers", 500, "watcher connections, each subscribed to every target")
 	fs.IntVar(&c.targets, "targets", 1, "target users who change status")
-	fs.IntVar(&c.devices, "devices", 0, "connections per target taking turns at set_status (0: enough for the server's 1/s per connection)")
-	fs.DurationVar(&c.interval, "interval", 250*time.Millisecond, "time between two changes of one target")
+	fs.IntVar(&c.devices, "devices", 1, "connections per target, taking turns at set_status")
+	fs.DurationVar(&c.interval, "interval", ratelimit.Status.Every, "time between two changes of one target (at least the server's limit of a user's status changes)")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "how long targets change status")
 	fs.IntVar(&c.changes, "changes", 0, "stop after this many changes in all (0: run for -duration)")
 	fs.DurationVar(&c.drain, "drain", 5*time.Second, "how long to wait for the last deliveries")
@@ -110,12 +113,9 @@ func parseFanout(args []string, stderr io.Writer) (*fanoutConfig, error) {
 	if c.targets < 1 || c.targets > maxFanoutTargets {
 		return nil, fmt.Errorf("-targets %d: must be between 1 and %d (each watcher subscribes to all)", c.targets, maxFanoutTargets)
 	}
-	if c.interval < 10*time.Millisecond || c.interval > time.Minute {
-		return nil, fmt.Errorf("-interval %v: must be between 10ms and 1m", c.interval)
-	}
-	if c.devices == 0 {
-		// One set_status per second per connection, with room to spare.
-		c.devices = int((time.Second+c.interval-1)/c.interval) + 1
+	if c.interval < ratelimit.Status.Every || c.interval > time.Minute {
+		return nil, fmt.Errorf("-interval %v: must be between %v (the server's limit of one user's status changes; more targets make more changes) and 1m",
+			c.interval, ratelimit.Status.Every)
 	}
 	if c.devices < 1 || c.devices > 200 {
 		return nil, fmt.Errorf("-devices %d: must be between 1 and 200", c.devices)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/app/apptest"
+	"github.com/presenced/presenced/internal/ratelimit"
 	"github.com/presenced/presenced/internal/testsvc"
 )
 
@@ -44,12 +45,12 @@ func startNodeWith(t *testing.T, cfg app.Config) string {
 func TestFanoutInProcess(t *testing.T) {
 	url := startNode(t, 0)
 	cfg, err := parseFanout([]string{"-url", url, "-dev", "-watchers", "20", "-targets", "3",
-		"-interval", "100ms", "-duration", "2s"}, io.Discard)
+		"-devices", "2", "-duration", "3s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.devices != 11 {
-		t.Errorf("devices per target %d, want 11 for one set_status per second per connection", cfg.devices)
+	if cfg.interval != ratelimit.Status.Every {
+		t.Errorf("interval %v, want the server's limit of a user's status changes, %v", cfg.interval, ratelimit.Status.Every)
 	}
 	var progress bytes.Buffer
 	res, err := runFanout(context.Background(), cfg, &progress)
@@ -97,7 +98,7 @@ func TestFanoutCommandJSONAndBaseline(t *testing.T) {
 	rd := testsvc.SharedRedis(t)
 	var out, errb bytes.Buffer
 	code := runFanoutCmd([]string{"-url", url, "-dev", "-watchers", "10", "-targets", "2",
-		"-interval", "200ms", "-changes", "6", "-duration", "5s", "-json", "-baseline-redis", rd.URL}, &out, &errb)
+		"-changes", "6", "-duration", "5s", "-json", "-baseline-redis", rd.URL}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -128,7 +129,7 @@ func TestFanoutTokens(t *testing.T) {
 	url := startNode(t, 0)
 	t.Setenv(jwtSecretEnv, testJWTSecret)
 	var out, errb bytes.Buffer
-	if code := runFanoutCmd([]string{"-url", url, "-watchers", "3", "-changes", "2", "-interval", "300ms"}, &out, &errb); code != 0 {
+	if code := runFanoutCmd([]string{"-url", url, "-watchers", "3", "-changes", "2"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	if !strings.Contains(out.String(), "deliveries 6 of 6 expected, missing 0") {
@@ -146,10 +147,11 @@ func TestParseFanoutRefuses(t *testing.T) {
 		{"-dev", "-watchers", "1000000"},     // absurd
 		{"-dev", "-targets", "501"},          // over a connection's subscriptions
 		{"-dev", "-interval", "1ms"},         //
+		{"-dev", "-interval", "500ms"},       // faster than a user may change status
 		{"-dev", "-duration", "5h"},          //
 		{"-dev", "-changes", "-1"},           //
 		{"-dev", "-baseline-redis", "redis://10.1.1.1:6379"},
-		{"-dev", "-watchers", "20000", "-targets", "500", "-interval", "10ms"}, // too many samples
+		{"-dev", "-watchers", "20000", "-targets", "500", "-duration", "10m"}, // too many samples
 	} {
 		if _, err := parseFanout(args, io.Discard); err == nil {
 			t.Errorf("%q: accepted", args)
