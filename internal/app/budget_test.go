@@ -40,7 +40,7 @@ func TestBodiesThatNeverCome(t *testing.T) {
 		MaxConns: 8, MaxConnsPerAddr: 2, HeaderTimeout: 400 * time.Millisecond})
 
 	c := dialFrom(t, "127.0.0.2", addr)
-	io.WriteString(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+	fmt.Fprintf(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\n{", addr)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
@@ -61,7 +61,7 @@ func TestBodiesThatNeverCome(t *testing.T) {
 	for a := 2; a <= 5; a++ {
 		for range 2 {
 			c := dialFrom(t, fmt.Sprintf("127.0.0.%d", a), addr)
-			fmt.Fprintf(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100000\r\n\r\n{", testKey)
+			fmt.Fprintf(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 100000\r\n\r\n{", addr, testKey)
 		}
 	}
 	// Until they stalled, a newcomer is answered 503 with Retry-After
@@ -85,8 +85,8 @@ func TestBodiesThatNeverCome(t *testing.T) {
 func TestSmugglingRefused(t *testing.T) {
 	addr := runNode(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1})
 	c := dialFrom(t, "127.0.0.1", addr)
-	fmt.Fprintf(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 50\r\nTransfer-Encoding: chunked\r\n\r\n"+
-		"0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", testKey)
+	fmt.Fprintf(c, "POST /v1/heartbeat HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 50\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"0\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", addr, testKey)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	b, err := io.ReadAll(c) // to the close
 	if err != nil {
