@@ -96,6 +96,8 @@ func TestStalledBodiesGiveWay(t *testing.T) {
 			c := dialFrom(t, fmt.Sprintf("127.0.0.%d", a), addr)
 			io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
 			held = append(held, c)
+			// In its body before the next begins: the ring's order.
+			await(t, "waiting for the body", func() bool { return inBody(bl) == len(held) })
 		}
 	}
 	await(t, "8 stalled in their bodies", func() bool { return stalledCount(bl) == 8 })
@@ -108,6 +110,19 @@ func TestStalledBodiesGiveWay(t *testing.T) {
 	if !closedByServer(held[0]) {
 		t.Error("the oldest stalled connection is open")
 	}
+}
+
+// inBody counts the connections whose body a handler waits for.
+func inBody(bl *Listener) int {
+	bl.mu.Lock()
+	defer bl.mu.Unlock()
+	n := 0
+	for c := bl.pending.head; c != nil; c = c.links[global].next {
+		if c.st == stateBody {
+			n++
+		}
+	}
+	return n
 }
 
 // TestStormIsNotEvicted: connections whose clients sent their whole
