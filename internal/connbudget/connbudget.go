@@ -13,13 +13,15 @@
 // not its clients). When a cap is reached, a new connection first takes
 // the place of the cheapest one of its kind to lose: the oldest stalled
 // connection, then the oldest idle keep-alive connection (between two
-// requests). Only when no connection in the way is either is the new one
-// refused, with a short JSON answer and Retry-After: 429
-// too_many_connections for a source address at its cap, 503
-// too_many_connections for the node at its cap. The pending cap never
-// refuses: beyond it, each new connection makes a stalled one give way.
-// A client that behaves — sends its request and reads the answer — so
-// still gets through a flood of connections that only hold a place.
+// requests) whose client has not sent its next request — one that did is
+// never closed for another either (most clients would not send it again).
+// Only when no connection in the way is either is the new one refused,
+// with a short JSON answer and Retry-After: 429 too_many_connections for
+// a source address at its cap, 503 too_many_connections for the node at
+// its cap. The pending cap never refuses: beyond it, each new connection
+// makes a stalled one give way. A client that behaves — sends its request
+// and reads the answer — so still gets through a flood of connections
+// that only hold a place.
 //
 // The first request's head (after a TLS handshake, if any) must arrive
 // within Config.HeaderTimeout of the accept, one absolute deadline over
@@ -218,8 +220,9 @@ type refusal struct {
 	message string
 }
 
-// scanLimit bounds the pending connections looked at for a stalled one,
-// oldest first, when a cap is reached.
+// scanLimit bounds the connections looked at, oldest first, when a cap is
+// reached: pending ones for a stalled one, idle ones for one without a
+// request.
 const scanLimit = 64
 
 // admit registers nc as a pending connection, choosing the connections to
@@ -241,7 +244,7 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 	if l.cfg.PerAddr > 0 && a.n >= l.cfg.PerAddr {
 		v := l.stalledLocked(&a.pending, local, now)
 		if v == nil {
-			v = a.idle.head
+			v = l.idleLocked(&a.idle, local)
 		}
 		if v == nil {
 			return nil, nil, &refusal{http.StatusTooManyRequests,
@@ -252,7 +255,7 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 	if l.cfg.Max > 0 && l.open >= l.cfg.Max {
 		v := l.stalledLocked(&l.pending, global, now)
 		if v == nil {
-			v = l.idle.head
+			v = l.idleLocked(&l.idle, global)
 		}
 		if v == nil {
 			return nil, nil, &refusal{http.StatusServiceUnavailable,
@@ -282,6 +285,22 @@ func (l *Listener) stalledLocked(r *ring, which int, now int64) *Conn {
 	n := 0
 	for c := r.head; c != nil && n < scanLimit; c = c.links[which].next {
 		if l.stalled(c, now) {
+			return c
+		}
+		n++
+	}
+	return nil
+}
+
+// idleLocked returns the oldest connection of r (idle, of the node's
+// rings or an address's: which) whose client has not begun its next
+// request, looking at the scanLimit oldest; nil if none. One whose next
+// request came, though the node has not read it yet (it is behind), is
+// never closed for another: most clients would not send it again.
+func (l *Listener) idleLocked(r *ring, which int) *Conn {
+	n := 0
+	for c := r.head; c != nil && n < scanLimit; c = c.links[which].next {
+		if !readable(c.Conn) {
 			return c
 		}
 		n++
