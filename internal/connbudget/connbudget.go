@@ -142,8 +142,9 @@ type Listener struct {
 	mu      sync.Mutex
 	open    int
 	addrs   map[netip.Prefix]*addr
-	pending ring // all pending connections, oldest first
-	idle    ring // all idle connections, oldest first
+	pending ring   // all pending connections, oldest first
+	idle    ring   // all idle connections, oldest first
+	probes  uint64 // readable checks made
 
 	refused atomic.Uint64
 	evicted atomic.Uint64
@@ -225,11 +226,28 @@ type refusal struct {
 // request.
 const scanLimit = 64
 
+// probeLimit bounds the readable checks (a system call each, under l.mu)
+// of one admit. A connection found with bytes unread is not checked again
+// until its next read begins or it changes state (the bytes wait until
+// then), so an accept at a cap while the node is behind on a storm does
+// a small, constant amount of work, and each connection is checked about
+// once a read. A connection the checks left cannot reach is not closed:
+// when none is found, the newcomer is refused with Retry-After, and the
+// next accept looks further.
+const probeLimit = 8
+
+// scan is what one admit may still do: the time it looks at, and the
+// readable checks it has left.
+type scan struct {
+	now    int64
+	probes int
+}
+
 // admit registers nc as a pending connection, choosing the connections to
 // close to make room for it, or refuses it.
 func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 	key := prefixOf(nc.RemoteAddr())
-	now := mono()
+	sc := scan{now: mono(), probes: probeLimit}
 	c := &Conn{Conn: nc, l: l, key: key}
 	if l.cfg.HeaderTimeout > 0 {
 		c.headEnd.Store(time.Now().Add(l.cfg.HeaderTimeout).UnixNano())
@@ -242,9 +260,9 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 	}
 	var victims []*Conn
 	if l.cfg.PerAddr > 0 && a.n >= l.cfg.PerAddr {
-		v := l.stalledLocked(&a.pending, local, now)
+		v := l.stalledLocked(&a.pending, local, &sc)
 		if v == nil {
-			v = l.idleLocked(&a.idle, local)
+			v = l.idleLocked(&a.idle, local, &sc)
 		}
 		if v == nil {
 			return nil, nil, &refusal{http.StatusTooManyRequests,
@@ -253,9 +271,9 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 		victims = append(victims, l.releaseLocked(v))
 	}
 	if l.cfg.Max > 0 && l.open >= l.cfg.Max {
-		v := l.stalledLocked(&l.pending, global, now)
+		v := l.stalledLocked(&l.pending, global, &sc)
 		if v == nil {
-			v = l.idleLocked(&l.idle, global)
+			v = l.idleLocked(&l.idle, global, &sc)
 		}
 		if v == nil {
 			return nil, nil, &refusal{http.StatusServiceUnavailable,
@@ -264,7 +282,7 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 		victims = append(victims, l.releaseLocked(v))
 	}
 	if l.cfg.Pending > 0 && l.pending.n >= l.cfg.Pending {
-		if v := l.stalledLocked(&l.pending, global, now); v != nil {
+		if v := l.stalledLocked(&l.pending, global, &sc); v != nil {
 			victims = append(victims, l.releaseLocked(v))
 		}
 	}
@@ -280,11 +298,11 @@ func (l *Listener) admit(nc net.Conn) (*Conn, []*Conn, *refusal) {
 
 // stalledLocked returns the oldest connection of r (of the node's rings
 // or an address's: which) that stalled, looking at the scanLimit oldest;
-// nil if none did.
-func (l *Listener) stalledLocked(r *ring, which int, now int64) *Conn {
+// nil if none did, as far as sc's checks tell.
+func (l *Listener) stalledLocked(r *ring, which int, sc *scan) *Conn {
 	n := 0
 	for c := r.head; c != nil && n < scanLimit; c = c.links[which].next {
-		if l.stalled(c, now) {
+		if l.waitedOut(c, sc.now) && l.drainedLocked(c, sc) {
 			return c
 		}
 		n++
@@ -297,15 +315,35 @@ func (l *Listener) stalledLocked(r *ring, which int, now int64) *Conn {
 // request, looking at the scanLimit oldest; nil if none. One whose next
 // request came, though the node has not read it yet (it is behind), is
 // never closed for another: most clients would not send it again.
-func (l *Listener) idleLocked(r *ring, which int) *Conn {
+func (l *Listener) idleLocked(r *ring, which int, sc *scan) *Conn {
 	n := 0
 	for c := r.head; c != nil && n < scanLimit; c = c.links[which].next {
-		if !readable(c.Conn) {
+		if l.drainedLocked(c, sc) {
 			return c
 		}
 		n++
 	}
 	return nil
+}
+
+// drainedLocked reports whether nothing c's client sent waits unread,
+// with one of sc's checks; false when c was found with bytes unread since
+// its last read began, in this state, or when sc has no check left.
+func (l *Listener) drainedLocked(c *Conn, sc *scan) bool {
+	reads := c.reads.Load() // before the check: a read begun after it makes it stale
+	if c.unread && c.unreadAt == reads {
+		return false
+	}
+	if sc.probes == 0 {
+		return false
+	}
+	sc.probes--
+	l.probes++
+	if readable(c.Conn) {
+		c.unread, c.unreadAt = true, reads
+		return false
+	}
+	return true
 }
 
 // answer writes r to a refused connection and closes it. One of a
@@ -454,6 +492,7 @@ func (l *Listener) setLocked(c *Conn, st state) {
 		}
 	}
 	c.st = st
+	c.unread = false
 	if r := st == stateIdle; c.reading.Load() != r {
 		c.reading.Store(r)
 	}
@@ -540,6 +579,13 @@ type Conn struct {
 	readSince atomic.Int64
 	// heard: the client has sent a byte since the accept.
 	heard atomic.Bool
+	// reads counts the reads begun while pending. unread (guarded by
+	// l.mu): the connection was found, in its state, with bytes its
+	// client sent waiting unread when reads was unreadAt; they wait
+	// until the next read begins.
+	reads    atomic.Uint32
+	unread   bool
+	unreadAt uint32
 	// headEnd is the deadline of the first request's head (Unix
 	// nanoseconds; 0: none, or the head is read): read deadlines set
 	// before it are cut to it, and wantRead (likewise) is the one the
@@ -576,6 +622,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		}
 		return n, err
 	}
+	c.reads.Add(1)
 	t0 := mono()
 	c.readSince.Store(t0)
 	n, err := c.Conn.Read(b)
@@ -601,11 +648,11 @@ func (c *Conn) scan(b []byte) {
 	}
 }
 
-// stalled reports whether the node has waited on c's client for Stall in
-// all, this request (a fifth of it if the client has sent nothing since
-// the accept), and nothing the client sent waits to be read (else the
-// node is behind, not the client).
-func (l *Listener) stalled(c *Conn, now int64) bool {
+// waitedOut reports whether the node has waited on c's client for Stall
+// in all, this request (a fifth of it if the client has sent nothing
+// since the accept). c has stalled if, besides, nothing the client sent
+// waits to be read (else the node is behind, not the client).
+func (l *Listener) waitedOut(c *Conn, now int64) bool {
 	w := c.waited.Load()
 	if s := c.readSince.Load(); s != 0 {
 		w += now - s
@@ -614,7 +661,7 @@ func (l *Listener) stalled(c *Conn, now int64) bool {
 	if !c.heard.Load() {
 		limit = l.quiet
 	}
-	return w >= limit && !readable(c.Conn)
+	return w >= limit
 }
 
 // SetReadDeadline sets the read deadline, cut to the deadline of the first

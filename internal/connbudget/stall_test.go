@@ -125,6 +125,11 @@ func inBody(bl *Listener) int {
 	return n
 }
 
+// stalled reports whether c has stalled, checked now (no scan's bounds).
+func (l *Listener) stalled(c *Conn, now int64) bool {
+	return l.waitedOut(c, now) && !readable(c.Conn)
+}
+
 // TestStormIsNotEvicted: connections whose clients sent their whole
 // request are never closed for others, however long the node takes to
 // read them (a reconnect storm: the node is behind, not its clients), and
@@ -393,5 +398,73 @@ func TestSilentStallsSooner(t *testing.T) {
 	}
 	if bl.stalled(conns[1], mono()) {
 		t.Error("a client that began its request, waited on for half of Stall, has stalled")
+	}
+}
+
+// TestAdmitChecksAreBounded: behind a storm of connections whose requests
+// wait unread, an accept at the cap makes at most probeLimit readable
+// checks, and none once it knows them all; a connection read since it was
+// checked (its bytes may be gone) is checked again, and gives way if it
+// stalled.
+func TestAdmitChecksAreBounded(t *testing.T) {
+	const n = 20
+	bl, conns := behindListener(t, n, Config{Max: n})
+	newcomer := fakeConn{addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)}}
+	for i := 0; ; i++ {
+		before := checks(bl)
+		if _, _, r := bl.admit(newcomer); r == nil {
+			t.Fatalf("accept %d: admitted beyond the cap, none stalled", i)
+		}
+		made := checks(bl) - before
+		if made > probeLimit {
+			t.Fatalf("accept %d made %d readable checks, want at most %d", i, made, probeLimit)
+		}
+		if made == 0 {
+			break
+		}
+		if i > n {
+			t.Fatalf("accept %d still made %d checks: the connections found readable are checked again", i, made)
+		}
+	}
+	// The node reads one request (the connection is checked again) and
+	// then waits on its client for an hour: it stalled.
+	c := conns[n/2]
+	c.SetReadDeadline(time.Now().Add(waitTimeout))
+	var buf [512]byte
+	if _, err := c.Read(buf[:]); err != nil {
+		t.Fatal(err)
+	}
+	c.readSince.Store(mono() - int64(time.Hour))
+	before := checks(bl)
+	_, victims, r := bl.admit(newcomer)
+	if r != nil || len(victims) != 1 || victims[0] != c {
+		t.Fatalf("refused %v, victims %d: want the stalled connection to give way", r, len(victims))
+	}
+	if made := checks(bl) - before; made != 1 {
+		t.Fatalf("%d readable checks, want 1: the one read since", made)
+	}
+}
+
+// TestCheckedAgainWhenIdle: a connection found with its request unread
+// while pending is checked again once idle: the read that took the
+// request may have begun before the check (here the inner connection's,
+// which the listener does not count), and then no read begins before it
+// is idle.
+func TestCheckedAgainWhenIdle(t *testing.T) {
+	bl, conns := behindListener(t, 1, Config{Max: 1})
+	c := conns[0]
+	newcomer := fakeConn{addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)}}
+	if _, _, r := bl.admit(newcomer); r == nil {
+		t.Fatal("admitted beyond the cap, the request unread")
+	}
+	c.Conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	var buf [512]byte
+	if _, err := c.Conn.Read(buf[:]); err != nil {
+		t.Fatal(err)
+	}
+	bl.ConnState(c, http.StateActive)
+	bl.ConnState(c, http.StateIdle)
+	if _, victims, r := bl.admit(newcomer); r != nil || len(victims) != 1 || victims[0] != c {
+		t.Fatalf("refused %v, victims %d: want the idle connection to give way", r, len(victims))
 	}
 }
