@@ -51,6 +51,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -151,7 +152,25 @@ type Listener struct {
 	// answering bounds the goroutines that answer refused connections
 	// and let closed ones linger.
 	answering chan struct{}
+	// placesMu guards places: the connections that hold an answering
+	// goroutine (refused ones waiting for their request or answered,
+	// closed ones lingering), oldest first.
+	placesMu sync.Mutex
+	places   []*place
 }
+
+// place is a connection an answering goroutine holds.
+type place struct {
+	nc    net.Conn
+	state atomic.Int32 // placeWaiting, placeAnswering, placeDraining, placeTaken
+}
+
+const (
+	placeWaiting   = iota // refused, waiting for its request
+	placeAnswering        // its request came (or the wait ended): being answered
+	placeDraining         // answered: reading what its client still sends
+	placeTaken            // closed for a newer connection, which took its place
+)
 
 // addr is what one source address holds.
 type addr struct {
@@ -351,13 +370,13 @@ func (l *Listener) drainedLocked(c *Conn, sc *scan) bool {
 // bytes: an answer that comes before the request is no answer to it, and
 // HTTP clients drop it), writes the answer after it and lingers (drain);
 // over TLS it first does the handshake. The whole takes at most a second.
-// When those goroutines are all busy, a plain answer is written at once
-// and the connection closed.
+// When those goroutines are all busy, one of them is taken (hold); only
+// when none can be is a plain answer written at once and the connection
+// closed.
 func (l *Listener) answer(nc net.Conn, r *refusal) {
 	msg := jsonResponse(r.status, "too_many_connections", r.message, "Retry-After: 1\r\n")
-	select {
-	case l.answering <- struct{}{}:
-	default:
+	p := l.hold(nc, placeWaiting)
+	if p == nil {
 		if l.cfg.TLS == nil {
 			_ = nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 			_, _ = nc.Write(msg)
@@ -366,7 +385,7 @@ func (l *Listener) answer(nc net.Conn, r *refusal) {
 		return
 	}
 	go func() {
-		defer func() { <-l.answering }()
+		defer l.free(p)
 		_ = nc.SetDeadline(time.Now().Add(time.Second))
 		conn := nc
 		if l.cfg.TLS != nil {
@@ -379,31 +398,92 @@ func (l *Listener) answer(nc net.Conn, r *refusal) {
 		}
 		var buf [4096]byte
 		_, _ = conn.Read(buf[:]) // nothing within the second: answered all the same
+		if !p.state.CompareAndSwap(placeWaiting, placeAnswering) {
+			return // taken: closed
+		}
 		if _, err := conn.Write(msg); err != nil {
 			_ = nc.Close()
 			return
 		}
-		drain(nc, buf[:])
+		if p.state.CompareAndSwap(placeAnswering, placeDraining) {
+			drain(nc, buf[:])
+		}
 	}()
 }
 
 // linger closes nc, whose answer was written, so that the answer is not
 // lost to a reset (which closing a socket with unread bytes sends): one of
-// the answering goroutines lingers (drain) for up to a second. When they
-// are all busy, nc is closed at once.
+// the answering goroutines lingers (drain) for up to a second. When none
+// is free or can be taken, nc is closed at once.
 func (l *Listener) linger(nc net.Conn) {
-	select {
-	case l.answering <- struct{}{}:
-	default:
+	p := l.hold(nc, placeDraining)
+	if p == nil {
 		_ = nc.Close()
 		return
 	}
 	go func() {
-		defer func() { <-l.answering }()
+		defer l.free(p)
 		_ = nc.SetReadDeadline(time.Now().Add(time.Second))
 		var buf [4096]byte
 		drain(nc, buf[:])
 	}()
+}
+
+// hold gives nc one of the answering goroutines' places, in state, or
+// returns nil when all are held and none can be taken: the refused
+// connection that has waited longest without sending a byte — a flood's
+// silent connection, which no answer would reach anyway — or else the
+// longest draining one with nothing unread (closing it loses nothing: its
+// answer is out, and only unread bytes make a close a reset). So a flood
+// that holds every place cannot keep a newcomer from its answer.
+func (l *Listener) hold(nc net.Conn, state int32) *place {
+	select {
+	case l.answering <- struct{}{}:
+	default:
+		if !l.take() {
+			return nil
+		}
+	}
+	p := &place{nc: nc}
+	p.state.Store(state)
+	l.placesMu.Lock()
+	l.places = append(l.places, p)
+	l.placesMu.Unlock()
+	return p
+}
+
+// take closes a held connection that can give its place up (hold), whose
+// place the caller then holds; it reports whether there was one.
+func (l *Listener) take() bool {
+	l.placesMu.Lock()
+	defer l.placesMu.Unlock()
+	for _, from := range [...]int32{placeWaiting, placeDraining} {
+		for i, p := range l.places {
+			if p.state.Load() != from || from == placeDraining && readable(p.nc) {
+				continue
+			}
+			if p.state.CompareAndSwap(from, placeTaken) {
+				l.places = slices.Delete(l.places, i, i+1)
+				_ = p.nc.Close()
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// free ends p's hold of its place, unless it was taken (its taker holds
+// the place now).
+func (l *Listener) free(p *place) {
+	l.placesMu.Lock()
+	defer l.placesMu.Unlock()
+	if p.state.Swap(placeTaken) == placeTaken {
+		return
+	}
+	if i := slices.Index(l.places, p); i >= 0 {
+		l.places = slices.Delete(l.places, i, i+1)
+	}
+	<-l.answering
 }
 
 // drain closes nc's writing half, reads what its client still sends (up to

@@ -468,3 +468,42 @@ func TestCheckedAgainWhenIdle(t *testing.T) {
 		t.Fatalf("refused %v, victims %d: want the idle connection to give way", r, len(victims))
 	}
 }
+
+// TestFloodedRefusalsGiveWay: refused connections of a flood hold every
+// goroutine that answers refusals — silent ones (waiting for a request)
+// or answered ones their clients keep open (lingering) — and a client
+// refused after them is still answered after its request, not before it
+// (HTTP clients drop an answer that comes first): the flood's
+// connection that held its place longest gives it up.
+func TestFloodedRefusalsGiveWay(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		request bool
+	}{{"silent", false}, {"answered and kept open", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			bl, addr := serve(t, Config{Max: 1})
+			if code, _ := get(t, dialFrom(t, "127.0.0.1", addr), "/hold"); code != 101 {
+				t.Fatal("hold")
+			}
+			flood := 2 * cap(bl.answering)
+			for i := range flood {
+				c := dialFrom(t, fmt.Sprintf("127.0.0.%d", 2+i%8), addr)
+				if tc.request {
+					fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+				}
+			}
+			await(t, "the flood refused", func() bool { return bl.Stats().Refused == uint64(flood) })
+			c := dialFrom(t, "127.0.0.1", addr)
+			await(t, "the client refused", func() bool { return bl.Stats().Refused == uint64(flood)+1 })
+			time.Sleep(100 * time.Millisecond) // what the node would write at once is in
+			if readable(c) {
+				t.Fatalf("the refusal was written before the request, behind %d connections of a flood", flood)
+			}
+			fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, b := readResponse(t, c, bufio.NewReader(c))
+			if code, _ := jsonError(t, b); resp.StatusCode != http.StatusServiceUnavailable || code != "too_many_connections" || resp.Header.Get("Retry-After") != "1" {
+				t.Fatalf("%d %s, Retry-After %q", resp.StatusCode, b, resp.Header.Get("Retry-After"))
+			}
+		})
+	}
+}
