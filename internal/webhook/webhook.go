@@ -137,6 +137,12 @@ type endpoint struct {
 	cursor atomic.Uint64
 	// stream: the messages in hand and the consumer's backlog last seen
 	held, backlog atomic.Int64
+	// stream: where this node last saw the consumer (stream.consumer),
+	// the endpoint's goroutine's (and New's before it): the creation
+	// time of its stream, and the stream sequence up to which it had
+	// acknowledged every change
+	born  time.Time
+	acked uint64
 
 	delivered, retried, dropped, rejected atomic.Uint64
 }
