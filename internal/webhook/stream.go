@@ -280,8 +280,10 @@ func (st *stream) acquire(ctx context.Context, e *endpoint) *lease {
 // renew renews the lease every LeaseTTL/3 until release. The lease counts
 // as lost — ctx ends — when another node holds it, or two thirds of
 // LeaseTTL after the last renewal that went through was sent (the stream
-// forgets it LeaseTTL after it got it), so a node never delivers once
-// another may.
+// forgets it LeaseTTL after it got it), so a running node stops before
+// another may take over. A node paused for longer than that (a long GC
+// pause, a frozen process) may still have a request under way when
+// another took over: receivers drop what they had by user and version.
 func (l *lease) renew(sent time.Time, e *endpoint) {
 	defer close(l.done)
 	ttl := l.st.cfg.LeaseTTL
