@@ -263,20 +263,22 @@ func TestStreamConsumerLostBeforeLead(t *testing.T) {
 			}
 			e.publish(users, 6, 10)
 			rctx, stop := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { s.Run(rctx); close(done) }()
-			defer func() { stop(); <-done }()
+			a := &running{Sender: s, cancel: stop, done: make(chan struct{})}
+			go func() { s.Run(rctx); close(a.done) }()
+			defer a.stop()
 			waitFor(t, "every change since the loss", func() bool {
 				for _, vs := range r.versionsOf(users) {
-					if len(vs) == 0 || vs[len(vs)-1] != 10 {
+					if !slices.Contains(vs, 10) {
 						return false
 					}
 				}
 				return true
 			})
+			a.stop()
 			for u, vs := range r.versionsOf(users) {
-				if fmt.Sprint(vs) != "[6 7 8 9 10]" {
-					t.Errorf("%s got versions %v, want [6 7 8 9 10]", u, vs)
+				got := slices.Compact(slices.Sorted(slices.Values(vs)))
+				if fmt.Sprint(got) != "[6 7 8 9 10]" {
+					t.Errorf("%s got versions %v, want 6 to 10", u, vs)
 				}
 			}
 		})
@@ -309,7 +311,7 @@ func TestStreamConsumerLostBehind(t *testing.T) {
 	}
 	fails := r.fails.Load()
 	r.mode.Store(modeOnce)
-	waitFor(t, "the second batch refused", func() bool { return r.count() == 4 && r.fails.Load() > fails })
+	waitFor(t, "the next batch refused", func() bool { return r.count() > 0 && r.fails.Load() > fails })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := conn.JS.DeleteConsumer(ctx, e.stream, ConsumerPrefix+endpointKey(cfg.URLs[0])); err != nil {
@@ -318,7 +320,7 @@ func TestStreamConsumerLostBehind(t *testing.T) {
 	r.mode.Store(modeOK)
 	waitFor(t, "every change", func() bool {
 		for _, vs := range r.versionsOf(users) {
-			if len(vs) == 0 || vs[len(vs)-1] != 5 {
+			if !slices.Contains(vs, 5) {
 				return false
 			}
 		}
