@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/presence"
@@ -328,4 +330,54 @@ func TestStreamConsumerLostBehind(t *testing.T) {
 	})
 	a.stop()
 	r.checkAll(t, users, 5)
+}
+
+// TestStreamConfirmWhileTheStreamIsMissing: while the change stream is
+// missing and cannot be created again (a stream of another service holds
+// one of its subjects), Confirm does not hold callers up, however long
+// ConfirmTimeout: it reports false and counts each change unconfirmed,
+// as while the outbox refuses writes; once the stream is back, Confirm
+// waits for it again.
+func TestStreamConfirmWhileTheStreamIsMissing(t *testing.T) {
+	e := newStreamEnv(t, testsvc.SharedNATS(t))
+	r := newReceiver(t)
+	s, conn := e.node("a", Config{URLs: []string{"http://" + r.addr + "/hook"}, ConfirmTimeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := conn.JS.DeleteStream(ctx, e.stream); err != nil {
+		t.Fatal(err)
+	}
+	blocker := e.stream + "_OTHER"
+	if _, err := conn.JS.CreateStream(ctx, jetstream.StreamConfig{Name: blocker, Subjects: []string{e.subject + ".x"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.bus.Publish(event("ann", 1))
+	waitFor(t, "the stream found missing", func() bool { return e.bus.Stream().Missing })
+	confirmed := make(chan bool, 1)
+	go func() {
+		for v := uint64(2); v <= 10; v++ {
+			e.bus.Publish(event("ann", v))
+			if s.Confirm(context.Background()) {
+				confirmed <- true
+				return
+			}
+		}
+		confirmed <- false
+	}()
+	select {
+	case ok := <-confirmed:
+		if ok {
+			t.Fatal("Confirm: true while the stream is missing")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Confirm waits while the stream is missing")
+	}
+	if st := s.Stats(); st.Unconfirmed != 9 {
+		t.Errorf("stats %+v: want 9 unconfirmed", st)
+	}
+	if err := conn.JS.DeleteStream(ctx, blocker); err != nil {
+		t.Fatal(err)
+	}
+	e.bus.Publish(event("ann", 11))
+	waitFor(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
 }
