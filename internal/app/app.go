@@ -862,11 +862,16 @@ func (a *App) natsReady(ctx context.Context) error {
 }
 
 // gatewayWorkers is how many goroutines read WebSockets. With the state in
-// memory a heartbeat never waits, and 16 keep two cores busy. With Redis
-// each one waits for its script's round trip: only as many heartbeats are
-// in flight — and pipelined together by the client — as there are
-// workers, so a few hundred keep Redis, not the round trip, the limit
-// (measured: 16 workers held one node to 6.7k beats/s).
+// memory a heartbeat waits for nothing, and 16 keep two cores busy. With
+// Redis each one waits for its script's round trip: only as many
+// heartbeats are in flight — and pipelined together by the client — as
+// there are workers, so a few hundred keep Redis, not the round trip, the
+// limit (measured: 16 workers held one node to 6.7k beats/s). With
+// webhooks, either way, a heartbeat that changes the user's status also
+// waits until the change is in their log (confirm.go: the outbox's fsync,
+// shared by the changes queued with it, or the stream's ack), at most
+// webhook.Config.ConfirmTimeout and not at all while that log is known
+// failing; one that changes nothing waits for nothing more.
 func gatewayWorkers(cfg Config) int {
 	if cfg.RedisURL != "" {
 		return 512

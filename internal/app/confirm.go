@@ -61,9 +61,11 @@ func (c confirming) Bye(ctx context.Context, user, device string) (presence.Chan
 	return ch, err
 }
 
-// confirm waits for the webhooks' log if ch is a change they are sent.
+// confirm waits for the webhooks' log if ch is a change they are sent
+// (not a change of settings alone, nor one only the user sees:
+// webhook.Sender.Publish).
 func (c confirming) confirm(ctx context.Context, ch presence.Change) {
-	if ch.Changed && !ch.Event.SettingsOnly {
+	if ch.Changed && !ch.Event.SettingsOnly && !ch.Event.SelfOnly {
 		c.hooks.Confirm(ctx)
 	}
 }

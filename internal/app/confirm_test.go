@@ -4,8 +4,10 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/presenced/presenced/internal/memstore"
+	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/webhook"
@@ -47,5 +49,44 @@ func TestConfirmingHeartbeatAllocs(t *testing.T) {
 	}
 	if st := hooks.Stats(); st.Unconfirmed != 0 {
 		t.Errorf("stats %+v: the first heartbeat's change was not confirmed", st)
+	}
+}
+
+// TestConfirmingSkipsSelfOnly: a change only the user sees (an invisible
+// user's text) is sent to no webhook, so its answer waits for no log: it
+// leaves the count of unconfirmed changes alone while the log confirms
+// nothing (here: the Sender is not run, so its outbox is never written).
+func TestConfirmingSkipsSelfOnly(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "presenced.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	hooks, err := webhook.New(ctx, webhook.Config{URLs: []string{"http://127.0.0.1:1/"}, Secret: []byte("secret"), Outbox: db,
+		ConfirmTimeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.New(tracker.Config{Store: memstore.New(memstore.Config{}), Durable: db, Publisher: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := confirming{tr, hooks}
+	if ch, err := c.Heartbeat(ctx, "u1", "d1", true); err != nil || !ch.Changed {
+		t.Fatalf("first heartbeat: %+v, %v", ch, err)
+	}
+	if ch, err := c.SetStatus(ctx, "u1", presence.ManualInvisible, "lunch"); err != nil || !ch.Changed || ch.Event.SelfOnly {
+		t.Fatalf("going invisible: %+v, %v", ch, err)
+	}
+	if st := hooks.Stats(); st.Unconfirmed != 2 {
+		t.Fatalf("stats %+v: want the 2 changes so far unconfirmed (the outbox is not written)", st)
+	}
+	ch, err := c.SetStatus(ctx, "u1", presence.ManualInvisible, "gone fishing")
+	if err != nil || !ch.Changed || !ch.Event.SelfOnly {
+		t.Fatalf("a text while invisible: %+v, %v; want a change only the user sees", ch, err)
+	}
+	if st := hooks.Stats(); st.Unconfirmed != 2 {
+		t.Errorf("stats %+v: the change only the user sees waited for the webhooks' log", st)
 	}
 }

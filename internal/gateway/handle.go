@@ -45,8 +45,11 @@ var opSpanNames = [...]string{
 // is closing.
 func (c *conn) handle(m *clientMsg) bool {
 	if m.kind == msgHeartbeat {
-		// No timer of its own: a heartbeat never waits on a durable write,
-		// and the tracker bounds the calls to a remote state store.
+		// No timer of its own: the tracker bounds the calls to a remote
+		// state store, and the one durable write a heartbeat may wait on
+		// — with webhooks, a change's place in their log (app's
+		// confirming) — is bounded by webhook.Config.ConfirmTimeout and
+		// not waited on while that log is known failing.
 		if _, err := c.g.tracker.SocketBeat(c.g.ctx, c.user, c.device, m.active); err != nil {
 			c.opError("heartbeat", err)
 			return true

@@ -17,19 +17,23 @@ func (b *Bus) Mark() uint64 { return b.q.accepted.Load() }
 const waitPoll = 50 * time.Millisecond
 
 // Wait waits until the stream acknowledged every event numbered up to
-// mark (see Mark) and reports true; or reports false at once when the
-// bus is not connected to NATS or closed (the events wait in the queue,
-// and a crash would lose them), when it disconnects meanwhile, or when
-// ctx ends first. An event dropped because the queue was full
-// (Stats.Dropped) is never acknowledged: Wait does not tell of it. Safe
-// for concurrent use.
+// mark (see Mark) and reports true. It reports false at once — and as
+// soon as one of these happens while it waits — when the bus is not
+// connected to NATS or closed, while the stream is known missing, or
+// while its publishes are known failing (one failed since NATS last came
+// back, and none was acknowledged since): the events wait for the
+// publisher's retries and a crash would lose them, and callers waiting
+// for each would be held up one after another until their ctx ended. It
+// also reports false when ctx ends first. An event dropped because the
+// queue was full (Stats.Dropped) is never acknowledged: Wait does not
+// tell of it. Safe for concurrent use.
 func (b *Bus) Wait(ctx context.Context, mark uint64) bool {
 	var t *time.Timer
 	for {
 		if b.conf.done.Load() >= mark {
 			return true
 		}
-		if b.shut.Load() || !b.nc.IsConnected() || ctx.Err() != nil {
+		if b.shut.Load() || !b.nc.IsConnected() || b.streamMissing.Load() || b.failing() || ctx.Err() != nil {
 			return false
 		}
 		ch := b.conf.waitChan()
@@ -48,6 +52,14 @@ func (b *Bus) Wait(ctx context.Context, mark uint64) bool {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// failing reports whether the stream's publishes are known failing: one
+// failed, and none was acknowledged since, on the connection as it is
+// now (once NATS is back the publisher sends them again at once: worth
+// waiting for, until that fails too).
+func (b *Bus) failing() bool {
+	return b.failingSince.Load() != 0 && b.failedConn.Load() == b.nc.Stats().Reconnects
 }
 
 // confirmed follows the events the stream acknowledged: done is the
@@ -86,6 +98,11 @@ func (c *confirmed) acked(seq uint64) {
 		d++
 	}
 	c.done.Store(d)
+	c.wake()
+}
+
+// wake wakes the callers of Wait to look again.
+func (c *confirmed) wake() {
 	if c.waiters.Load() {
 		c.mu.Lock()
 		if c.waited {

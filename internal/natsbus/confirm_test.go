@@ -2,8 +2,11 @@ package natsbus
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presenced/presenced/internal/testsvc"
 )
@@ -73,5 +76,101 @@ func TestConfirmedInOrder(t *testing.T) {
 	}
 	if len(c.early) != 0 {
 		t.Errorf("early acks left: %v", c.early)
+	}
+}
+
+// TestWaitWhileTheStreamFails: while the stream is missing and cannot be
+// created again (a stream of another service holds one of its
+// subjects), or refuses what is published (full: no room for a new
+// message), Wait reports false at once — as while NATS is down — instead
+// of holding each caller until its context ends; once the stream takes
+// the changes again, Wait waits for them and reports true.
+func TestWaitWhileTheStreamFails(t *testing.T) {
+	defer func(d time.Duration) { ackTimeout = d }(ackTimeout)
+	ackTimeout = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name        string
+		break_, fix func(t *testing.T, e *env, js jetstream.JetStream)
+	}{{
+		name: "missing",
+		break_: func(t *testing.T, e *env, js jetstream.JetStream) {
+			if err := js.DeleteStream(context.Background(), e.stream); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: e.stream + "_OTHER",
+				Subjects: []string{subjectOf(e.subject+".", "x")}}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		fix: func(t *testing.T, e *env, js jetstream.JetStream) {
+			if err := js.DeleteStream(context.Background(), e.stream+"_OTHER"); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}, {
+		name: "full",
+		break_: func(t *testing.T, e *env, js jetstream.JetStream) {
+			setLimit(t, js, e.stream, 1)
+		},
+		fix: func(t *testing.T, e *env, js jetstream.JetStream) {
+			setLimit(t, js, e.stream, -1)
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, testsvc.SharedNATS(t))
+			a, b := e.open("a"), e.open("b")
+			b.watch("u") // a publish no stream captures times out, as to a stalled server
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			a.Publish(event("u", 1))
+			if !a.Wait(ctx, a.Mark()) {
+				t.Fatal("Wait: false with the stream there")
+			}
+			js, err := jetstream.New(b.nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.break_(t, e, js)
+			a.Publish(event("u", 2))
+			waitForf(t, func() string { return fmt.Sprintf("the bus to find the stream failing: %+v", a.Stream()) }, func() bool {
+				h := a.Stream()
+				return h.Unacked > 0 || h.Missing
+			})
+			for v := uint64(3); v < 103; v++ {
+				a.Publish(event("u", v))
+				if a.Wait(ctx, a.Mark()) {
+					t.Fatalf("Wait of version %d: true while the stream fails (%+v)", v, a.Stream())
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("Wait of version %d: false only once its context ended, while the bus knew the stream failing (%+v)", v, a.Stream())
+				}
+			}
+			tc.fix(t, e, js)
+			waitForf(t, func() string { return fmt.Sprintf("every change acked: %+v", a.Stats()) }, func() bool { return a.Stats().Acked == 102 })
+			a.Publish(event("u", 103))
+			if !a.Wait(ctx, a.Mark()) {
+				t.Errorf("Wait after the stream took the changes again: false (%+v)", a.Stats())
+			}
+		})
+	}
+}
+
+// setLimit sets the most messages the stream keeps, refusing more
+// (DiscardNew), or with -1 no limit (DiscardOld, as the bus makes it).
+func setLimit(t *testing.T, js jetstream.JetStream, name string, max int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgs, cfg.Discard = max, jetstream.DiscardOld
+	if max > 0 {
+		cfg.Discard = jetstream.DiscardNew
+	}
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
 }

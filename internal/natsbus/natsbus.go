@@ -331,8 +331,9 @@ type Bus struct {
 	contactsDropped                           atomic.Uint64
 	recreated                                 atomic.Uint64
 	streamMissing                             atomic.Bool
-	failingSince                              atomic.Int64 // unix ns of the first failed publish since the last ack; 0: none
-	lastDropLog, lastSlowLog, lastDecodeLog   atomic.Int64 // unix ns: rate limits of logLimited
+	failingSince                              atomic.Int64  // unix ns of the first failed publish since the last ack; 0: none
+	failedConn                                atomic.Uint64 // nc's Reconnects at the last failed publish (Bus.failing)
+	lastDropLog, lastSlowLog, lastDecodeLog   atomic.Int64  // unix ns: rate limits of logLimited
 	lastPubLog, lastAnnLog, lastContLog       atomic.Int64
 }
 

@@ -228,7 +228,10 @@ func (p *publisher) failedHead(err error) {
 // a subject that nodes subscribe to (a watched user) reaches those
 // subscribers and times out instead, like a publish to a slow server.
 func (p *publisher) fail(err error) {
-	p.b.failingSince.CompareAndSwap(0, time.Now().UnixNano())
+	p.b.failedConn.Store(p.b.nc.Stats().Reconnects) // before failingSince: Bus.failing
+	if p.b.failingSince.CompareAndSwap(0, time.Now().UnixNano()) {
+		p.b.conf.wake() // Wait gives up now
+	}
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
 		p.check = true
 	}

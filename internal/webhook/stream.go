@@ -95,7 +95,7 @@ func openStream(ctx context.Context, s *Sender) (*stream, error) {
 	// Every node creates the consumers at start, before its tracker
 	// publishes anything: no change made from now on is missed.
 	for _, e := range s.endpoints {
-		if _, err := st.consumer(ctx, e, time.Time{}); err != nil {
+		if _, err := st.consumer(ctx, e, true); err != nil {
 			return nil, err
 		}
 	}
@@ -128,16 +128,37 @@ func (st *stream) ensureLeases(ctx context.Context) error {
 }
 
 // consumer binds e's durable consumer of the change stream, creating it
-// if it is missing: delivering what is new, or — when it was lost (NATS
-// lost its store) after since — what the stream holds from since on.
-func (st *stream) consumer(ctx context.Context, e *endpoint, since time.Time) (jetstream.Consumer, error) {
+// if it is missing. At start (fresh) a missing consumer is a new
+// endpoint's: it is sent the changes from now on. Later a missing
+// consumer was lost, and what it had not delivered is not known to the
+// server any more, only to this node (endpoint.born, endpoint.acked):
+//
+//   - with the stream itself — NATS lost its store, or the stream was
+//     deleted, and it was created again (another creation time than the
+//     stream the consumer was last seen on, or fewer messages than it had
+//     acknowledged): nothing of the new stream was delivered, so the new
+//     consumer delivers everything it holds;
+//   - alone (an operator deleted it): from the first change it had not
+//     acknowledged when this node last saw it. Another node may have
+//     delivered more since: that is sent again, never skipped.
+//
+// Acknowledged by stream sequence, not by time: a consumer behind (an
+// endpoint down, or slow) had not delivered changes much older than the
+// last time it answered.
+func (st *stream) consumer(ctx context.Context, e *endpoint, fresh bool) (jetstream.Consumer, error) {
 	name := ConsumerPrefix + e.key
-	c, err := st.js.Consumer(ctx, st.cfg.Stream, name)
-	if err == nil || !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if err != nil {
-			err = fmt.Errorf("webhook: consumer %s of %s: %w", name, st.cfg.Stream, err)
-		}
-		return c, err
+	s, err := st.js.Stream(ctx, st.cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: stream %s: %w", st.cfg.Stream, err)
+	}
+	info := s.CachedInfo()
+	c, err := s.Consumer(ctx, name)
+	if err == nil {
+		e.seen(info.Created, c.CachedInfo())
+		return c, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("webhook: consumer %s of %s: %w", name, st.cfg.Stream, err)
 	}
 	cfg := jetstream.ConsumerConfig{
 		Durable:       name,
@@ -148,17 +169,45 @@ func (st *stream) consumer(ctx context.Context, e *endpoint, since time.Time) (j
 		MaxDeliver:    -1,
 		MaxAckPending: st.s.cfg.MaxBatch,
 	}
-	if !since.IsZero() {
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	newStream := !info.Created.Equal(e.born) || info.State.LastSeq < e.acked
+	switch {
+	case fresh:
+	case newStream:
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	default:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, e.acked+1
 	}
-	c, err = st.js.CreateConsumer(ctx, st.cfg.Stream, cfg)
-	if errors.Is(err, jetstream.ErrConsumerExists) {
-		c, err = st.js.Consumer(ctx, st.cfg.Stream, name) // another node's
+	c, err = s.CreateConsumer(ctx, cfg)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerExists):
+		c, err = s.Consumer(ctx, name) // another node's
+	case err == nil && !fresh:
+		st.s.log.Warn("webhook: the endpoint's consumer was gone; created again", "url", e.url,
+			"stream_created_again", newStream, "from_sequence", c.CachedInfo().Delivered.Stream+1)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("webhook: create consumer %s of %s: %w", name, st.cfg.Stream, err)
 	}
+	e.seen(info.Created, c.CachedInfo())
 	return c, nil
+}
+
+// seen records where e's consumer is: on the stream created at born,
+// every change up to its ack floor acknowledged — up to the last it
+// delivered when none awaits its ack (a consumer that acknowledged
+// nothing yet has a floor of 0 on some servers, wherever it started) —
+// and on the same stream at least what was acknowledged before (a
+// consumer created again from further back by another node delivers
+// those again; they were delivered all the same).
+func (e *endpoint) seen(born time.Time, ci *jetstream.ConsumerInfo) {
+	floor := ci.AckFloor.Stream
+	if ci.NumAckPending == 0 {
+		floor = max(floor, ci.Delivered.Stream)
+	}
+	if born.Equal(e.born) {
+		floor = max(floor, e.acked)
+	}
+	e.born, e.acked = born, floor
 }
 
 // redact drops what a URL may hold of credentials (user information, the
@@ -231,8 +280,10 @@ func (st *stream) acquire(ctx context.Context, e *endpoint) *lease {
 // renew renews the lease every LeaseTTL/3 until release. The lease counts
 // as lost — ctx ends — when another node holds it, or two thirds of
 // LeaseTTL after the last renewal that went through was sent (the stream
-// forgets it LeaseTTL after it got it), so a node never delivers once
-// another may.
+// forgets it LeaseTTL after it got it), so a running node stops before
+// another may take over. A node paused for longer than that (a long GC
+// pause, a frozen process) may still have a request under way when
+// another took over: receivers drop what they had by user and version.
 func (l *lease) renew(sent time.Time, e *endpoint) {
 	defer close(l.done)
 	ttl := l.st.cfg.LeaseTTL
@@ -306,23 +357,21 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 	defer func() { e.held.Store(0); e.backlog.Store(0) }() // another node's to tell now
 
 	var cons jetstream.Consumer
-	var aliveAt time.Time // when the consumer last answered
-	var last uint64       // the stream sequence of the last message taken
+	var last uint64 // the stream sequence of the last message taken
 	backoff := e.s.cfg.MinBackoff
 	// failed handles an error of the consumer: one that says it is gone
 	// (NATS lost its store, or an operator deleted it) has it created
-	// again, from the last moment it answered; others are waited out. It
-	// reports false once work ended.
+	// again (consumer says from where); others are waited out. It reports
+	// false once work ended.
 	failed := func(what string, err error) bool {
 		if work.Err() != nil {
 			return false
 		}
 		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
 			errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders) {
-			c, cerr := st.consumer(work, e, aliveAt.Add(-time.Second))
+			c, cerr := st.consumer(work, e, false)
 			if cerr == nil {
 				cons, last = c, 0
-				st.s.log.Warn("webhook: the endpoint's consumer was gone; created again", "url", e.url, "from", aliveAt)
 				return true
 			}
 			err = cerr
@@ -334,7 +383,7 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 	}
 	for cons == nil {
 		var err error
-		if cons, err = st.consumer(work, e, aliveAt); err != nil && !failed("binding the consumer failed", err) {
+		if cons, err = st.consumer(work, e, false); err != nil && !failed("binding the consumer failed", err) {
 			return
 		}
 	}
@@ -346,7 +395,6 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 			return
 		}
 	}
-	aliveAt = time.Now()
 	var batch []entry
 	var body []byte
 	for work.Err() == nil {
@@ -368,10 +416,11 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 				continue
 			}
 			e.backlog.Store(int64(info.NumPending))
-			backoff, aliveAt = e.s.cfg.MinBackoff, time.Now()
+			e.seen(e.born, info) // (another node may have moved it)
+			backoff = e.s.cfg.MinBackoff
 			continue
 		}
-		backoff, aliveAt = e.s.cfg.MinBackoff, time.Now()
+		backoff = e.s.cfg.MinBackoff
 		e.held.Store(int64(len(msgs)))
 		batch, last = e.take(msgs, batch[:0], last)
 		if len(batch) > 0 {
@@ -386,8 +435,12 @@ func (e *endpoint) lead(ctx context.Context, l *lease) {
 		// AckAll: the last message acknowledges the batch (also when the
 		// node is stopping, as long as it holds the lease).
 		actx, acancel := context.WithTimeout(l.ctx, setupTimeout)
-		if err := msgs[len(msgs)-1].DoubleAck(actx); err != nil && l.ctx.Err() == nil {
-			st.s.logLimited("webhook: acknowledging a delivered batch failed; it will be delivered again", "url", e.url, "err", err)
+		if err := msgs[len(msgs)-1].DoubleAck(actx); err != nil {
+			if l.ctx.Err() == nil {
+				st.s.logLimited("webhook: acknowledging a delivered batch failed; it will be delivered again", "url", e.url, "err", err)
+			}
+		} else if last > e.acked {
+			e.acked = last
 		}
 		acancel()
 		e.held.Store(0)

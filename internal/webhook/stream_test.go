@@ -2,10 +2,14 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/natsbus"
@@ -51,6 +55,14 @@ func newStreamEnv(t *testing.T, srv *testsvc.Server) *streamEnv {
 // own.
 func (e *streamEnv) node(name string, cfg Config) (*running, *jsstream.Conn) {
 	e.t.Helper()
+	cfg, conn := e.config(name, cfg)
+	return run(e.t, cfg), conn
+}
+
+// config is cfg reading the env's stream through a connection of its
+// own, as node name.
+func (e *streamEnv) config(name string, cfg Config) (Config, *jsstream.Conn) {
+	e.t.Helper()
 	conn, err := jsstream.Dial(e.srv.URL, name, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		e.t.Fatal(err)
@@ -58,11 +70,12 @@ func (e *streamEnv) node(name string, cfg Config) (*running, *jsstream.Conn) {
 	e.t.Cleanup(conn.Close)
 	cfg.Stream = &StreamConfig{Conn: conn, Stream: e.stream, Confirmer: e.bus, NodeID: name,
 		AckWait: time.Second, LeaseTTL: 600 * time.Millisecond, LeaseStream: e.leases, LeaseSubject: e.leaseSub}
-	return run(e.t, cfg), conn
+	return cfg, conn
 }
 
-// publish publishes versions 1…n of each user and waits for the stream
-// to hold them.
+// publish publishes versions from…to of each user and waits for the
+// stream to hold them (it may have to be created again first: Wait
+// reports false at once while it is missing).
 func (e *streamEnv) publish(users []string, from, to uint64) {
 	e.t.Helper()
 	for v := from; v <= to; v++ {
@@ -72,8 +85,11 @@ func (e *streamEnv) publish(users []string, from, to uint64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if !e.bus.Wait(ctx, e.bus.Mark()) {
-		e.t.Fatal("the stream did not take the changes")
+	for !e.bus.Wait(ctx, e.bus.Mark()) {
+		if ctx.Err() != nil {
+			e.t.Fatalf("the stream did not take the changes: %+v", e.bus.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -197,4 +213,171 @@ func TestStreamConsumerLost(t *testing.T) {
 	if _, err := conn.JS.Consumer(ctx, e.stream, ConsumerPrefix+endpointKey(cfg.URLs[0])); err != nil {
 		t.Errorf("the consumer was not created again: %v", err)
 	}
+}
+
+// versionsOf returns the versions r got of each of users, in the order
+// they came.
+func (r *receiver) versionsOf(users []string) map[string][]uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string][]uint64{}
+	for _, u := range users {
+		out[u] = slices.Clone(r.got[u])
+	}
+	return out
+}
+
+// TestStreamConsumerLostBeforeLead: a node starts (its endpoint's
+// consumer created or found), and before it first delivers, the consumer
+// is lost — with the stream, which NATS lost and the bus created again
+// holding the changes made since, or alone (an operator deleted it) —
+// and changes are made. The node creates the consumer again from where
+// it stood: every change of the new stream, or every change after those
+// the consumer had acknowledged; not only what comes once it delivers,
+// nor everything the stream ever held.
+func TestStreamConsumerLostBeforeLead(t *testing.T) {
+	for _, withStream := range []bool{true, false} {
+		name := "consumer alone"
+		if withStream {
+			name = "with the stream"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newStreamEnv(t, testsvc.SharedNATS(t))
+			r := newReceiver(t)
+			users := names(3)
+			e.publish(users, 1, 5) // before the node: not its endpoint's
+			cfg, conn := e.config("a", Config{URLs: []string{"http://" + r.addr + "/hook"}, MaxBatch: 8, Linger: 5 * time.Millisecond,
+				MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+			cfg.Secret = secret
+			s, err := New(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if withStream {
+				err = conn.JS.DeleteStream(ctx, e.stream)
+			} else {
+				err = conn.JS.DeleteConsumer(ctx, e.stream, ConsumerPrefix+endpointKey(cfg.URLs[0]))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.publish(users, 6, 10)
+			rctx, stop := context.WithCancel(context.Background())
+			a := &running{Sender: s, cancel: stop, done: make(chan struct{})}
+			go func() { s.Run(rctx); close(a.done) }()
+			defer a.stop()
+			waitFor(t, "every change since the loss", func() bool {
+				for _, vs := range r.versionsOf(users) {
+					if !slices.Contains(vs, 10) {
+						return false
+					}
+				}
+				return true
+			})
+			a.stop()
+			for u, vs := range r.versionsOf(users) {
+				got := slices.Compact(slices.Sorted(slices.Values(vs)))
+				if fmt.Sprint(got) != "[6 7 8 9 10]" {
+					t.Errorf("%s got versions %v, want 6 to 10", u, vs)
+				}
+			}
+		})
+	}
+}
+
+// TestStreamConsumerLostBehind: the endpoint's consumer is deleted while
+// the endpoint is behind — it failed while the changes were made, took
+// one batch more than a second later, and fails the next — so the
+// changes it has not had are much older than the last time the consumer
+// answered. Created again from the first change it had not acknowledged,
+// it loses none of them (created again from a moment shortly before it
+// last answered, it skipped them).
+func TestStreamConsumerLostBehind(t *testing.T) {
+	e := newStreamEnv(t, testsvc.SharedNATS(t))
+	r := newReceiver(t)
+	r.mode.Store(modeFail)
+	cfg := Config{URLs: []string{"http://" + r.addr + "/hook"}, MaxBatch: 4, Linger: 5 * time.Millisecond,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	a, conn := e.node("a", cfg)
+	users := names(4)
+	made := time.Now()
+	e.publish(users, 1, 5) // 5 batches of 4: each version of every user
+	waitFor(t, "the first batch in hand", func() bool { return a.endpoints[0].held.Load() > 0 })
+	// The next batch is taken more than a second after the changes
+	// were made (the wait is for the start from a moment; from a
+	// sequence, nothing depends on it).
+	for time.Since(made) < 1500*time.Millisecond {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fails := r.fails.Load()
+	r.mode.Store(modeOnce)
+	waitFor(t, "the next batch refused", func() bool { return r.count() > 0 && r.fails.Load() > fails })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := conn.JS.DeleteConsumer(ctx, e.stream, ConsumerPrefix+endpointKey(cfg.URLs[0])); err != nil {
+		t.Fatal(err)
+	}
+	r.mode.Store(modeOK)
+	waitFor(t, "every change", func() bool {
+		for _, vs := range r.versionsOf(users) {
+			if !slices.Contains(vs, 5) {
+				return false
+			}
+		}
+		return true
+	})
+	a.stop()
+	r.checkAll(t, users, 5)
+}
+
+// TestStreamConfirmWhileTheStreamIsMissing: while the change stream is
+// missing and cannot be created again (a stream of another service holds
+// one of its subjects), Confirm does not hold callers up, however long
+// ConfirmTimeout: it reports false and counts each change unconfirmed,
+// as while the outbox refuses writes; once the stream is back, Confirm
+// waits for it again.
+func TestStreamConfirmWhileTheStreamIsMissing(t *testing.T) {
+	e := newStreamEnv(t, testsvc.SharedNATS(t))
+	r := newReceiver(t)
+	s, conn := e.node("a", Config{URLs: []string{"http://" + r.addr + "/hook"}, ConfirmTimeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := conn.JS.DeleteStream(ctx, e.stream); err != nil {
+		t.Fatal(err)
+	}
+	blocker := e.stream + "_OTHER"
+	if _, err := conn.JS.CreateStream(ctx, jetstream.StreamConfig{Name: blocker, Subjects: []string{e.subject + ".x"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.bus.Publish(event("ann", 1))
+	waitFor(t, "the stream found missing", func() bool { return e.bus.Stream().Missing })
+	confirmed := make(chan bool, 1)
+	go func() {
+		for v := uint64(2); v <= 10; v++ {
+			e.bus.Publish(event("ann", v))
+			if s.Confirm(context.Background()) {
+				confirmed <- true
+				return
+			}
+		}
+		confirmed <- false
+	}()
+	select {
+	case ok := <-confirmed:
+		if ok {
+			t.Fatal("Confirm: true while the stream is missing")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Confirm waits while the stream is missing")
+	}
+	if st := s.Stats(); st.Unconfirmed != 9 {
+		t.Errorf("stats %+v: want 9 unconfirmed", st)
+	}
+	if err := conn.JS.DeleteStream(ctx, blocker); err != nil {
+		t.Fatal(err)
+	}
+	e.bus.Publish(event("ann", 11))
+	waitFor(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
 }

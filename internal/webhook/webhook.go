@@ -3,7 +3,8 @@
 // of the first), signed (client.WebhookSignature: HMAC-SHA256 over the
 // timestamp and the body), retried with exponential backoff and jitter on
 // 5xx, 408, 429, timeouts and refused connections — at least once, and in
-// order, since an endpoint has one request in flight at a time.
+// order, since an endpoint has one request in flight at a time (but for a
+// node paused past its lease, below).
 //
 // The changes come from a durable log, never from memory alone, so a
 // change a client was told of reaches every endpoint even if the node dies
@@ -11,12 +12,14 @@
 //
 //   - With NATS (Config.Stream), the log is the stream of every change,
 //     PRESENCE_CHANGES (package natsbus), and each endpoint has a durable
-//     consumer of it shared by every node (stream.go). One node at a time
-//     delivers for an endpoint: the holder of the endpoint's lease, a
-//     message on a small JetStream stream that the holder renews (a node
-//     that dies loses it within the lease's time). The consumer acknowledges
-//     a batch once the endpoint accepted it (or refused it for good); a
-//     batch a dead node held is delivered again, before anything newer.
+//     consumer of it shared by every node (stream.go). One node delivers
+//     for an endpoint: the holder of the endpoint's lease, a message on a
+//     small JetStream stream that the holder renews (a node that dies loses
+//     it within the lease's time; one paused past it may still have a
+//     request under way when another node took over). The consumer
+//     acknowledges a batch once the endpoint accepted it (or refused it for
+//     good); a batch a dead node held is delivered again, before anything
+//     newer.
 //   - On the embedded node (Config.Outbox), the log is an outbox in the
 //     node's SQLite file (outbox.go): Publish queues a change, a writer
 //     appends what is queued in one fsynced transaction, and each endpoint
@@ -137,6 +140,12 @@ type endpoint struct {
 	cursor atomic.Uint64
 	// stream: the messages in hand and the consumer's backlog last seen
 	held, backlog atomic.Int64
+	// stream: where this node last saw the consumer (stream.consumer),
+	// the endpoint's goroutine's (and New's before it): the creation
+	// time of its stream, and the stream sequence up to which it had
+	// acknowledged every change
+	born  time.Time
+	acked uint64
 
 	delivered, retried, dropped, rejected atomic.Uint64
 }

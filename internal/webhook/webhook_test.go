@@ -29,9 +29,10 @@ var secret = []byte("webhook-test-secret-0123456789abcdef")
 // after the sender's timeout) or be gone (its port closed), and records
 // every event of every request it answered 200, checking the signature.
 type receiver struct {
-	t    *testing.T
-	addr string
-	mode atomic.Int32 // modeOK, modeFail, modeStall
+	t     *testing.T
+	addr  string
+	mode  atomic.Int32 // modeOK, modeFail, modeStall, modeSlow, modeOnce
+	fails atomic.Int64 // requests answered 500 (modeFail)
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -45,6 +46,7 @@ const (
 	modeFail
 	modeStall
 	modeSlow // records, then answers 200 after 300 ms
+	modeOnce // answers one request as modeOK, then turns to modeFail
 )
 
 func newReceiver(t *testing.T) *receiver {
@@ -101,8 +103,15 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 	}
 	switch r.mode.Load() {
 	case modeFail:
+		r.fails.Add(1)
 		http.Error(w, "down for maintenance", http.StatusInternalServerError)
 		return
+	case modeOnce:
+		if !r.mode.CompareAndSwap(modeOnce, modeFail) {
+			r.fails.Add(1)
+			http.Error(w, "down for maintenance", http.StatusInternalServerError)
+			return
+		}
 	case modeStall:
 		time.Sleep(300 * time.Millisecond) // past the sender's timeout
 		w.WriteHeader(http.StatusOK)
