@@ -291,6 +291,33 @@ func (p *Profile) Public() (text string, version uint64) {
 	return p.PubText, p.PubVersion
 }
 
+// Raise moves the version of a profile read from a durable store up by
+// margin (a version 0, a user never changed, stays 0) and then to at
+// least floor, and the public version along with it, keeping its
+// distance below: the one rule of every load and cold read (Lua's
+// load.lua follows it). PubText and PubVersion are then set, whatever
+// they said before (Public).
+func (p *Profile) Raise(margin, floor uint64) {
+	p.PubText, p.PubVersion = p.Public()
+	p.Version, p.PubVersion = raise(p.Version, p.PubVersion, margin, floor)
+}
+
+// raise returns version v raised by margin (unless 0) and then to at
+// least floor, and public version pub moved along at its distance below
+// v. A public version above the version (no store writes one) counts as
+// the version: v is raised to it first, so that the distance is never
+// negative and pub never reads as 0 ("the version": Public) but where v
+// was.
+func raise(v, pub, margin, floor uint64) (uint64, uint64) {
+	v = max(v, pub)
+	lag := v - pub
+	if v > 0 {
+		v += margin
+	}
+	v = max(v, floor)
+	return v, v - lag
+}
+
 // Snapshot is the true state of one user at one moment, as read by the query
 // path. It must go through the privacy filter before anyone but the user
 // sees it.
@@ -317,6 +344,12 @@ func (s *Snapshot) Public() (text string, version uint64) {
 		return s.Text, s.Version
 	}
 	return s.PubText, s.PubVersion
+}
+
+// Raise is Profile.Raise of a snapshot read from a durable profile.
+func (s *Snapshot) Raise(margin, floor uint64) {
+	s.PubText, s.PubVersion = s.Public()
+	s.Version, s.PubVersion = raise(s.Version, s.PubVersion, margin, floor)
 }
 
 // SnapshotFromProfile is the snapshot of a user with no live device.

@@ -127,11 +127,11 @@ type User struct {
 	Pub     Status // last published public status
 }
 
-// NewUser returns the hot state of a user loaded from its durable profile.
+// NewUser returns the hot state of a user loaded from its durable profile
+// (a public version above the version counts as the version: Profile.Raise).
 func NewUser(p Profile) *User {
-	u := &User{Profile: p, Pub: Offline}
-	u.PubText, u.PubVersion = p.Public()
-	return u
+	p.Raise(0, 0)
+	return &User{Profile: p, Pub: Offline}
 }
 
 // Beat applies a heartbeat of device at now (Unix ms). A heartbeat counts as

@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T, rules presence.Rules) tracker
 		{"InvisibleLikeBye", testInvisibleLikeBye},
 		{"InvisibleText", testInvisibleText},
 		{"InvisibleFromTheStart", testInvisibleFromTheStart},
+		{"LoadFaceAboveVersion", testLoadFaceAboveVersion},
 		{"VersionsIncrease", testVersionsIncrease},
 		{"VersionsAboveEpoch", testVersionsAboveEpoch},
 		{"VersionsIgnoreClock", testVersionsIgnoreClock},
@@ -1763,5 +1764,23 @@ func testInvisibleFromTheStart(t *testing.T, f Factory) {
 			}
 			h.wantNoEvents("the device dies", h.expire(t0+5*sec+h.ttl()))
 		})
+	}
+}
+
+// testLoadFaceAboveVersion: a profile whose public version is above its
+// version (no store writes one) is loaded with the public version as its
+// version: the user never reads a version below what others read, and
+// the next change is above both.
+func testLoadFaceAboveVersion(t *testing.T, f Factory) {
+	h := newH(t, f, DefaultRules)
+	h.load(t0, presence.Profile{UserID: "u", Text: "lunch", Version: 10, PubText: "lunch", PubVersion: 12})
+	s := h.get(t0, "u")
+	self, other := privacy.Filter(privacy.Relation{Self: true}, &s), privacy.Filter(privacy.Relation{}, &s)
+	if self.Version < 12 || other.Version != self.Version {
+		t.Errorf("loaded: the user reads version %d, others %d; want both the same, at 12 at least", self.Version, other.Version)
+	}
+	e := h.wantEvent("online", h.beat(t0+sec, "u", "d", true), ev{user: "u", prev: presence.Offline, status: presence.Online, text: "lunch"})
+	if e.Version <= max(self.Version, other.Version) {
+		t.Errorf("the next change at version %d, want above %d", e.Version, max(self.Version, other.Version))
 	}
 }

@@ -834,12 +834,7 @@ func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profil
 	if err != nil {
 		return p, t.loadFailed(ctx, user, err)
 	}
-	if p.Version > 0 {
-		p.Version += t.reloadMargin
-	}
-	if p.PubVersion > 0 {
-		p.PubVersion += t.reloadMargin // keeps its distance below the version
-	}
+	p.Raise(t.reloadMargin, 0) // the store raises it to its floor
 	for try := 0; ; try++ {
 		b := t.bound(ctx)
 		err = t.store.Load(b.ctx, t.Now(), &p)
