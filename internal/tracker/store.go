@@ -151,7 +151,8 @@ type Durable interface {
 	SaveLastSeen(ctx context.Context, batch []presence.Profile) error
 }
 
-// Publisher receives every change of visible presence. Changes of one user
+// Publisher receives every change of presence: of what others see, and
+// of what only the user sees (presence.Event.SelfOnly). Changes of one user
 // made by concurrent operations may reach Publish out of order; each event
 // carries the whole visible state and a version that grows with every
 // change, so a consumer applies an event only if its version is above the
