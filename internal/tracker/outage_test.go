@@ -825,3 +825,26 @@ func TestDegradedReadHidesATextSetWhileInvisible(t *testing.T) {
 		})
 	}
 }
+
+// TestDegradedReadFaceAboveVersion: a durable record whose public
+// version is above its version (no store writes one) is read degraded by
+// the one rule of loads (presence.Profile.Raise): its face stays the
+// face, also when buffered operations are applied to it.
+func TestDegradedReadFaceAboveVersion(t *testing.T) {
+	d := newMemDurable(presence.Profile{UserID: "u", Manual: presence.ManualInvisible, Text: "secret",
+		LastSeen: ms(0), PubLastSeen: ms(0), PubText: "lunch", PubVersion: 5})
+	f := newOutageFixture(t, d, tracker.Config{})
+	f.sw.off.Store(true)
+	f.at(time.Second)
+	for _, beat := range []bool{false, true} {
+		if beat {
+			f.beat("u", "phone", true)
+		}
+		s := f.read("u")[0]
+		other, self := privacy.Filter(privacy.Relation{}, &s), privacy.Filter(privacy.Relation{Self: true}, &s)
+		if other.Text != "lunch" || other.Version != 5 || self.Text != "secret" || self.Version < other.Version {
+			t.Errorf("beat %v: others read %q at %d, the user %q at %d; want %q at 5, %q at 5 at least",
+				beat, other.Text, other.Version, self.Text, self.Version, "lunch", "secret")
+		}
+	}
+}
