@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"LoadManyIDs", testLoadManyIDs},
 		{"LastSeenNeverBackwards", testLastSeenNeverBackwards},
 		{"PublicFace", testPublicFace},
+		{"StatusKeepsTheFace", testStatusKeepsTheFace},
 		{"ShuffledBatch", testShuffledBatch},
 		{"WritesTouchOnlyTheirColumns", testWritesTouchOnlyTheirColumns},
 		{"BigBatch", testBigBatch},
@@ -140,8 +141,8 @@ func testProfileRoundTrip(t *testing.T, s Store) {
 			p := tc.p
 			save(t, s, &p)
 			got := load(t, s, p.UserID)
-			if g, ok := got[p.UserID]; !ok || g != p {
-				t.Errorf("LoadProfiles(%q)\n got %+v (found %v)\nwant %+v", p.UserID, g, ok, p)
+			if g, ok := got[p.UserID]; !ok || g != stored(p) {
+				t.Errorf("LoadProfiles(%q)\n got %+v (found %v)\nwant %+v", p.UserID, g, ok, stored(p))
 			}
 		})
 	}
@@ -289,6 +290,101 @@ func testPublicFace(t *testing.T, s Store) {
 	}
 }
 
+// testStatusKeepsTheFace: a status written keeps the public face in the
+// same write (Profile.SaveStatus), so that a record read before the next
+// checkpoint — or with none to come — never shows anyone a text the user
+// set while invisible: invisible keeps the face the record shows (at
+// version 1 at least, for a user never checkpointed), any other status
+// makes the text the face; and a checkpoint taken before the status was
+// written does not undo it (Profile.Checkpoint), while one taken after
+// brings the face up to date.
+func testStatusKeepsTheFace(t *testing.T, s Store) {
+	ctx := t.Context()
+	type face struct {
+		text    string
+		version uint64
+	}
+	st := func(m presence.Manual, text string) faceStep { return faceStep{m: m, text: text} }
+	cp := func(m presence.Manual, text string, version uint64, pubText string, pubVersion uint64) faceStep {
+		return faceStep{cp: &presence.Profile{Manual: m, Text: text, LastSeen: int64(version), PubLastSeen: int64(version),
+			Version: version, PubText: pubText, PubVersion: pubVersion}}
+	}
+	inv, none := presence.ManualInvisible, presence.ManualNone
+	tests := []struct {
+		name  string
+		steps []faceStep
+		want  face // Public() of the record read back
+		text  string
+	}{
+		{"invisible from nothing", []faceStep{st(inv, "at the doctor")}, face{"", 1}, "at the doctor"},
+		{"provisioned invisible, then a text", []faceStep{st(inv, ""), st(inv, "at the doctor")}, face{"", 1}, "at the doctor"},
+		{"invisible before any checkpoint", []faceStep{st(none, "lunch"), st(inv, "at the clinic")}, face{"lunch", 1}, "at the clinic"},
+		{"invisible after a checkpoint", []faceStep{st(none, "lunch"), cp(none, "lunch", 12, "lunch", 12), st(inv, "at the clinic")},
+			face{"lunch", 12}, "at the clinic"},
+		{"a face kept stays", []faceStep{cp(inv, "nap", 12, "lunch", 10), st(inv, "at the clinic")}, face{"lunch", 10}, "at the clinic"},
+		{"visible again", []faceStep{cp(inv, "nap", 12, "lunch", 10), st(inv, "at the clinic"), st(presence.ManualBusy, "back")},
+			face{"back", 12}, "back"},
+		{"a checkpoint taken before the status", []faceStep{st(none, "lunch"), st(inv, "secret"), cp(none, "lunch", 12, "lunch", 12)},
+			face{"lunch", 1}, "secret"},
+		{"a checkpoint taken after the status", []faceStep{st(none, ""), st(inv, "lunch"), cp(inv, "lunch", 12, "lunch", 12)},
+			face{"lunch", 12}, "lunch"},
+		{"a text changed since that checkpoint", []faceStep{st(none, ""), st(inv, "lunch"), cp(inv, "lunch", 12, "lunch", 12), st(inv, "secret")},
+			face{"lunch", 12}, "secret"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			user := fmt.Sprintf("sf%d", i)
+			for _, st := range tc.steps {
+				if st.cp != nil {
+					p := *st.cp
+					p.UserID = user
+					if err := s.SaveLastSeen(ctx, []presence.Profile{p}); err != nil {
+						t.Fatalf("SaveLastSeen(%+v): %v", p, err)
+					}
+					continue
+				}
+				if err := s.SaveStatus(ctx, user, st.m, st.text); err != nil {
+					t.Fatalf("SaveStatus(%v, %q): %v", st.m, st.text, err)
+				}
+			}
+			p, ok := load(t, s, user)[user]
+			text, v := p.Public()
+			if got := (face{text, v}); !ok || got != tc.want || p.Text != tc.text || v > p.Version {
+				t.Errorf("after %v: public %+v, own %q at %d (found %v); want public %+v, own %q, the public version not above the version",
+					tc.steps, got, p.Text, p.Version, ok, tc.want, tc.text)
+			}
+			// The rule the stores follow, and the tracker's tests'
+			// durable stand-in applies.
+			var q presence.Profile
+			for _, st := range tc.steps {
+				if st.cp != nil {
+					q.Checkpoint(st.cp)
+				} else {
+					q.SaveStatus(st.m, st.text)
+				}
+			}
+			if text, v := q.Public(); (face{text, v}) != tc.want || q.Text != tc.text {
+				t.Errorf("presence.Profile after %v: public %q at %d, own %q; want %+v, %q", tc.steps, text, v, q.Text, tc.want, tc.text)
+			}
+		})
+	}
+}
+
+// faceStep is a step of testStatusKeepsTheFace: a status (m, text) or,
+// with cp set, a checkpoint.
+type faceStep struct {
+	m    presence.Manual
+	text string
+	cp   *presence.Profile
+}
+
+func (s faceStep) String() string {
+	if s.cp != nil {
+		return fmt.Sprintf("checkpoint(%v %q v%d, face %q v%d)", s.cp.Manual, s.cp.Text, s.cp.Version, s.cp.PubText, s.cp.PubVersion)
+	}
+	return fmt.Sprintf("status(%v %q)", s.m, s.text)
+}
+
 // testShuffledBatch writes a batch naming each of a few users many times,
 // in an order where newer and older checkpoints alternate; the newest must
 // win whatever way the backend splits the batch into statements.
@@ -340,6 +436,7 @@ func testWritesTouchOnlyTheirColumns(t *testing.T, s Store) {
 			return s.SaveStatus(ctx, user, presence.ManualNone, "")
 		}, func(p presence.Profile) presence.Profile {
 			p.Manual, p.Text = presence.ManualNone, ""
+			p.PubText, p.PubVersion = "", 0 // the text is the face now: Profile.SaveStatus
 			return p
 		}},
 		{"SaveSettings leaves last_seen, version, status and text", func(ctx context.Context, user string) error {
@@ -357,7 +454,7 @@ func testWritesTouchOnlyTheirColumns(t *testing.T, s Store) {
 			if err := tc.write(ctx, p.UserID); err != nil {
 				t.Fatalf("write: %v", err)
 			}
-			want := tc.want(p)
+			want := tc.want(stored(p)) // the invisible user's face kept
 			if got := load(t, s, p.UserID)[p.UserID]; got != want {
 				t.Errorf("after write\n got %+v\nwant %+v", got, want)
 			}
@@ -601,7 +698,10 @@ func testConcurrentStatusOrder(t *testing.T, s Store) {
 	got := load(t, s, ids...)
 	for g := range writers {
 		user := fmt.Sprintf("w%d", g)
-		want := presence.Profile{UserID: user, Manual: presence.ManualBusy, Text: fmt.Sprintf("%d/%d", g, last), Settings: wantSettings}
+		// A status invisible among the writes gave the record a face at
+		// version 1 (Profile.SaveStatus); the last, busy, made its text
+		// the face.
+		want := presence.Profile{UserID: user, Manual: presence.ManualBusy, Text: fmt.Sprintf("%d/%d", g, last), Version: 1, Settings: wantSettings}
 		if g := got[user]; g != want {
 			t.Errorf("%s\n got %+v\nwant %+v", user, g, want)
 		}
@@ -982,6 +1082,18 @@ func testPingAndClose(t *testing.T, s Store) {
 	}
 }
 
+// stored is what a durable store reads back of a profile written whole
+// (save): the public face kept where Profile.Frozen says so, none
+// otherwise.
+func stored(p presence.Profile) presence.Profile {
+	if p.Frozen() {
+		p.PubText, p.PubVersion = p.Public()
+	} else {
+		p.PubText, p.PubVersion = "", 0
+	}
+	return p
+}
+
 // save writes every durable field of p through the three writes.
 func save(t *testing.T, s Store, p *presence.Profile) {
 	t.Helper()
@@ -1099,8 +1211,8 @@ func RunReopen(t *testing.T, open func(t *testing.T) Store) Store {
 	s = open(t)
 	got := load(t, s, "1", "2", "3")
 	for _, w := range want {
-		if g, ok := got[w.UserID]; !ok || g != w {
-			t.Errorf("after reopen %s:\n got %+v\nwant %+v", w.UserID, g, w)
+		if g, ok := got[w.UserID]; !ok || g != stored(w) {
+			t.Errorf("after reopen %s:\n got %+v\nwant %+v", w.UserID, g, stored(w))
 		}
 	}
 	if len(got) != len(want) {

@@ -784,11 +784,14 @@ func (h *Hub) ContactsChanged(ctx context.Context, owner string, contacts []stri
 		return
 	}
 	snap.UserID = owner
+	// The watchers flipped are not the user: they are sent the public
+	// version (an invisible user's frozen face), never the user's own.
+	_, version := snap.Public()
 	// One frame per direction (other → contact, contact → other).
 	var fr frames
 	var send [numClasses]bool
 	for c := classOther; c <= classContact; c++ {
-		v, ok := privacy.Reveal(privacy.Filter(relations[1-c], &snap), privacy.Filter(relations[c], &snap), snap.Version)
+		v, ok := privacy.Reveal(privacy.Filter(relations[1-c], &snap), privacy.Filter(relations[c], &snap), version)
 		if ok {
 			fr.b[c], fr.fp[c], send[c] = wire.AppendPresence(nil, &v), h.fingerprint(&v), true
 		}
@@ -798,7 +801,7 @@ func (h *Hub) ContactsChanged(ctx context.Context, owner string, contacts []stri
 	for _, f := range flips {
 		// Still watching, and not flipped back by a later change.
 		if f.w.t != nil && f.w.class != f.from && send[f.w.class] {
-			n.add(f.w.offer(snap.Version, fr.fp[f.w.class], fr.b[f.w.class]))
+			n.add(f.w.offer(version, fr.fp[f.w.class], fr.b[f.w.class]))
 		}
 	}
 	sh.mu.RUnlock()

@@ -1329,6 +1329,40 @@ func TestContactsChangedReveals(t *testing.T) {
 	}
 }
 
+// TestContactsChangedPublicVersion: the watchers who gain or lose sight
+// of an invisible user whose text changed since they vanished are sent
+// the public face at the public version — the lost sight too —, never the
+// version only the user sees (which would count the user's hidden
+// changes).
+func TestContactsChangedPublicVersion(t *testing.T) {
+	r := newRels()
+	r.set("target", "friend")
+	h := newHub(t, r, fanout.Config{})
+	friend, stranger := newSink("friend"), newSink("stranger")
+	for _, s := range []*sink{friend, stranger} {
+		subscribe(t, h, s, "target")
+	}
+	snap := presence.Snapshot{UserID: "target", Known: true, Status: presence.Invisible, Manual: presence.ManualInvisible,
+		Text: "gone fishing", Devices: 1, LastSeen: ms, PubLastSeen: ms - 1000, Version: 12, PubText: "lunch", PubVersion: 10,
+		Settings: presence.Settings{Status: presence.Contacts}}
+	state := func(context.Context, string) (presence.Snapshot, error) { return snap, nil }
+	r.set("target", "stranger")
+	h.ContactsChanged(context.Background(), "target", []string{"stranger"}, state)
+	if st, v, n := lastOf(t, stranger); n != 1 || st != "offline" || v != 10 {
+		t.Errorf("gained sight: %q v%d (%d frames), want offline v10", st, v, n)
+	}
+	if st, v, n := lastOf(t, friend); n != 1 || st != "" || v != 10 {
+		t.Errorf("lost sight: %q v%d (%d frames), want null v10", st, v, n)
+	}
+	for _, s := range []*sink{friend, stranger} {
+		for _, f := range s.frames() {
+			if strings.Contains(string(f.b), "gone fishing") {
+				t.Errorf("%s was sent the user's own text: %s", s.viewer, f.b)
+			}
+		}
+	}
+}
+
 // TestAsyncKeepsALostSight: a celebrity's change of settings that waits in
 // the batched path's queue and is then overtaken by a newer change (or
 // arrives after it, late) still tells the watchers who lost sight.

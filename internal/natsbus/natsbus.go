@@ -1,8 +1,9 @@
 // Package natsbus is the bus between presenced nodes and the durable
 // presence.changes stream, both on NATS JetStream.
 //
-// Every change of visible presence a node's tracker makes (a
-// presence.Event) is published once, by that node, to a JetStream stream.
+// Every change of presence a node's tracker makes (a presence.Event:
+// those everyone may see, and those only the user sees, self_only) is
+// published once, by that node, to a JetStream stream.
 // The same message carries the change to the other nodes: each node holds a
 // core NATS subscription on the subject of every user its own WebSocket
 // watchers watch, and hands what arrives to its local fan-out (Local), which
@@ -43,10 +44,12 @@
 //     "online", "away" or "busy" (an invisible user reads "offline").
 //   - text: the public status text ("" when none).
 //   - last_seen: the public last_seen, or null when the user was never seen.
-//   - version: grows with every change of the user. Changes of one user may
-//     be stored out of order (and, across an outage longer than the
-//     Duplicates window, more than once): a consumer applies an event only
-//     if its version is above the last one it applied for that user.
+//   - version: grows with every change of the user, those only the user
+//     sees included (a consumer that leaves them out sees the version skip
+//     them). Changes of one user may be stored out of order (and, across
+//     an outage longer than the Duplicates window, more than once): a
+//     consumer applies an event only if its version is above the last one
+//     it applied for that user.
 //   - at: when the change was made.
 //   - settings: the user's privacy settings at the change ("everyone",
 //     "contacts" or "nobody" for each of status and last_seen). The payload
@@ -509,7 +512,7 @@ func (b *Bus) ensureStream(ctx context.Context) (err error) {
 	defer cancel()
 	cfg := jetstream.StreamConfig{
 		Name:         b.cfg.Stream,
-		Description:  "presenced: every change of visible presence (see package natsbus)",
+		Description:  "presenced: every change of presence, those only the user sees (self_only) included (see package natsbus)",
 		Subjects:     []string{b.cfg.Subject + ".>"},
 		Retention:    jetstream.LimitsPolicy,
 		Discard:      jetstream.DiscardOld,

@@ -275,7 +275,10 @@ func (s *Store) LoadProfiles(ctx context.Context, ids []string, fn func(*presenc
 }
 
 // SaveStatus records a user's manual status and status text, creating the
-// user's record if needed; nothing else of the record changes. It returns
+// user's record if needed, and in the same statement the public face that
+// goes with them (presence.Profile.SaveStatus: kept for a status
+// invisible, the text's for any other); nothing else of the record
+// changes. It returns
 // once the write is committed, group committed with the other status and
 // settings writes of the moment on this node (internal/groupcommit: one
 // statement, one round trip and one WAL flush for all of them), or with
@@ -315,10 +318,20 @@ type profileWrite struct {
 	st       presence.Settings
 }
 
+// statusFace is how a status write sets the public face of an existing
+// record u with the status excluded (presence.Profile.SaveStatus): kept
+// (at version 1 at least) for a status invisible (3), none for any other.
+// A new record's version and face version are 1 for invisible, else 0.
+const statusFace = `pub_text = CASE WHEN excluded.manual <> 3 THEN '' WHEN u.pub_version = 0 THEN u.status_text ELSE u.pub_text END,
+		pub_version = CASE WHEN excluded.manual <> 3 THEN 0 WHEN u.pub_version = 0 THEN GREATEST(u.version, 1) ELSE u.pub_version END,
+		version = CASE WHEN excluded.manual = 3 THEN GREATEST(u.version, 1) ELSE u.version END,
+		manual = excluded.manual, status_text = excluded.status_text`
+
 // saveStatus and saveSettings write one user's status or settings.
 const (
-	saveStatus = `INSERT INTO users (user_id, manual, status_text) VALUES ($1, $2, $3)
-		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
+	saveStatus = `INSERT INTO users AS u (user_id, manual, status_text, version, pub_version)
+		VALUES ($1, $2::smallint, $3, CASE WHEN $2::smallint = 3 THEN 1 ELSE 0 END, CASE WHEN $2::smallint = 3 THEN 1 ELSE 0 END)
+		ON CONFLICT (user_id) DO UPDATE SET ` + statusFace
 	saveSettings = `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES ($1, $2, $3)
 		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
 			last_seen_visibility = excluded.last_seen_visibility`
@@ -328,9 +341,10 @@ const (
 // users in parallel arrays (sorted by id, each id once), locking the rows
 // in the order of the arrays, as upsertLastSeen does.
 const (
-	upsertStatuses = `INSERT INTO users AS u (user_id, manual, status_text)
-	SELECT * FROM unnest($1::text[], $2::smallint[], $3::text[])
-	ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
+	upsertStatuses = `INSERT INTO users AS u (user_id, manual, status_text, version, pub_version)
+	SELECT id, m, t, CASE WHEN m = 3 THEN 1 ELSE 0 END, CASE WHEN m = 3 THEN 1 ELSE 0 END
+	FROM unnest($1::text[], $2::smallint[], $3::text[]) AS s(id, m, t)
+	ON CONFLICT (user_id) DO UPDATE SET ` + statusFace
 	upsertSettings = `INSERT INTO users AS u (user_id, status_visibility, last_seen_visibility)
 	SELECT * FROM unnest($1::text[], $2::smallint[], $3::smallint[])
 	ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
@@ -341,7 +355,11 @@ const (
 // its settings in another, in one round trip and one (implicit)
 // transaction. An upsert may touch a row only once, so of a user's writes
 // of one kind only the group's last is sent: the others would have been
-// overwritten within the same transaction anyway.
+// overwritten within the same transaction anyway. (Only the public face
+// may differ: a status invisible after another status of the same group
+// keeps the face of before the group rather than the text of that other
+// status — either one everyone was shown; the next checkpoint writes the
+// face that is.)
 func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err error) {
 	defer callCommitWrites.Start(ctx).Done(&err)
 	if len(group) == 1 {
@@ -399,8 +417,9 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err err
 // users in parallel arrays (sorted by id, each id once), each only
 // forwards, so a replayed or reordered batch changes nothing it should
 // not, and the public face (pub_text, pub_version) that goes with the
-// newest version. A new record gets the defaults for everything else; an
-// unchanged one is not rewritten.
+// newest version — but a face of none leaves an invisible user's
+// (presence.Profile.Checkpoint). A new record gets the defaults for
+// everything else; an unchanged one is not rewritten.
 //
 // The rows are inserted, and so locked, in the order of the arrays: a
 // function scan of unnest returns them in order. Two checkpoints that lock
@@ -411,8 +430,10 @@ const upsertLastSeen = `INSERT INTO users AS u (user_id, last_seen, pub_last_see
 		last_seen     = GREATEST(u.last_seen, excluded.last_seen),
 		pub_last_seen = GREATEST(u.pub_last_seen, excluded.pub_last_seen),
 		version       = GREATEST(u.version, excluded.version),
-		pub_text      = CASE WHEN excluded.version >= u.version THEN excluded.pub_text ELSE u.pub_text END,
-		pub_version   = CASE WHEN excluded.version >= u.version THEN excluded.pub_version ELSE u.pub_version END
+		pub_text      = CASE WHEN excluded.version >= u.version AND (excluded.pub_version <> 0 OR u.manual <> 3)
+			THEN excluded.pub_text ELSE u.pub_text END,
+		pub_version   = CASE WHEN excluded.version >= u.version AND (excluded.pub_version <> 0 OR u.manual <> 3)
+			THEN excluded.pub_version ELSE u.pub_version END
 	WHERE excluded.last_seen > u.last_seen
 		OR excluded.pub_last_seen > u.pub_last_seen
 		OR excluded.version > u.version`
@@ -443,7 +464,9 @@ func (b *lastSeenBatch) columns(batch []presence.Profile) {
 		p := &batch[i]
 		pt, pv := "", int64(0)
 		if p.Frozen() {
-			pt, pv = p.PubText, int64(p.PubVersion)
+			var v uint64
+			pt, v = p.Public()
+			pv = int64(v)
 		}
 		if n := len(b.ids); n > 0 && b.ids[n-1] == p.UserID {
 			// An upsert may not touch a row twice: merge, column by

@@ -276,11 +276,65 @@ type Profile struct {
 	PubVersion uint64
 }
 
-// Frozen reports whether the public face differs from the user's own
-// text and version, so that a durable store must keep PubText and
-// PubVersion beside them; otherwise Public is Text and Version.
+// Frozen reports whether a durable store must keep the public face
+// (Public) beside the user's own text and version: it differs from them,
+// or the user is invisible (and was ever changed) — their text may change
+// under the face at any moment (SaveStatus), before the next checkpoint.
+// Otherwise the face is Text and Version.
 func (p *Profile) Frozen() bool {
+	if p.Manual == ManualInvisible {
+		return p.Version != 0 || p.PubVersion != 0
+	}
 	return p.PubVersion != 0 && (p.PubVersion != p.Version || p.PubText != p.Text)
+}
+
+// SaveStatus applies a status the user set (tracker.Durable.SaveStatus)
+// to p, the user's durable record, as a durable store does in that same
+// write: the manual status and text and the public face, so that nothing
+// rebuilt from the record before the next checkpoint (a read while the
+// state store is down, a reload, a restart after a crash) shows a text
+// the user set while invisible. A status invisible keeps the face the
+// record shows (Public), at version 1 at least so that it reads as a face
+// (a version 0 would read as "the user's own"); the face a change to
+// invisible publishes (a text set in the same breath by a user who was
+// visible) comes with the next checkpoint. Any other status makes the
+// user's own text their face: everyone sees it now.
+func (p *Profile) SaveStatus(m Manual, text string) {
+	if m == ManualInvisible {
+		if p.PubVersion == 0 {
+			p.PubText, p.PubVersion = p.Text, max(p.Version, 1)
+		}
+		p.Version = max(p.Version, 1)
+	} else {
+		p.PubText, p.PubVersion = "", 0
+	}
+	p.Manual, p.Text = m, text
+}
+
+// Checkpoint applies c, a checkpoint of the user (one profile of
+// tracker.Durable.SaveLastSeen), to p, the user's durable record, as a
+// durable store does: nothing if c advances none of last_seen, public
+// last_seen and version; otherwise each of them forwards and, if c's
+// version is at least p's, c's public face — kept (Public) where c is
+// Frozen, none otherwise. A face of none does not replace the face of
+// an invisible user's record: c was taken before the status that made
+// them invisible was saved (SaveStatus), and "the user's own text" would
+// be a text they set since.
+func (p *Profile) Checkpoint(c *Profile) {
+	if c.LastSeen <= p.LastSeen && c.PubLastSeen <= p.PubLastSeen && c.Version <= p.Version {
+		return
+	}
+	if c.Version >= p.Version {
+		switch {
+		case c.Frozen():
+			p.PubText, p.PubVersion = c.Public()
+		case p.Manual != ManualInvisible:
+			p.PubText, p.PubVersion = "", 0
+		}
+	}
+	p.LastSeen = max(p.LastSeen, c.LastSeen)
+	p.PubLastSeen = max(p.PubLastSeen, c.PubLastSeen)
+	p.Version = max(p.Version, c.Version)
 }
 
 // Public returns the status text and version everyone else sees.
@@ -289,6 +343,33 @@ func (p *Profile) Public() (text string, version uint64) {
 		return p.Text, p.Version
 	}
 	return p.PubText, p.PubVersion
+}
+
+// Raise moves the version of a profile read from a durable store up by
+// margin (a version 0, a user never changed, stays 0) and then to at
+// least floor, and the public version along with it, keeping its
+// distance below: the one rule of every load and cold read (Lua's
+// load.lua follows it). PubText and PubVersion are then set, whatever
+// they said before (Public).
+func (p *Profile) Raise(margin, floor uint64) {
+	p.PubText, p.PubVersion = p.Public()
+	p.Version, p.PubVersion = raise(p.Version, p.PubVersion, margin, floor)
+}
+
+// raise returns version v raised by margin (unless 0) and then to at
+// least floor, and public version pub moved along at its distance below
+// v. A public version above the version (no store writes one) counts as
+// the version: v is raised to it first, so that the distance is never
+// negative and pub never reads as 0 ("the version": Public) but where v
+// was.
+func raise(v, pub, margin, floor uint64) (uint64, uint64) {
+	v = max(v, pub)
+	lag := v - pub
+	if v > 0 {
+		v += margin
+	}
+	v = max(v, floor)
+	return v, v - lag
 }
 
 // Snapshot is the true state of one user at one moment, as read by the query
@@ -317,6 +398,12 @@ func (s *Snapshot) Public() (text string, version uint64) {
 		return s.Text, s.Version
 	}
 	return s.PubText, s.PubVersion
+}
+
+// Raise is Profile.Raise of a snapshot read from a durable profile.
+func (s *Snapshot) Raise(margin, floor uint64) {
+	s.PubText, s.PubVersion = s.Public()
+	s.Version, s.PubVersion = raise(s.Version, s.PubVersion, margin, floor)
 }
 
 // SnapshotFromProfile is the snapshot of a user with no live device.

@@ -127,11 +127,11 @@ type User struct {
 	Pub     Status // last published public status
 }
 
-// NewUser returns the hot state of a user loaded from its durable profile.
+// NewUser returns the hot state of a user loaded from its durable profile
+// (a public version above the version counts as the version: Profile.Raise).
 func NewUser(p Profile) *User {
-	u := &User{Profile: p, Pub: Offline}
-	u.PubText, u.PubVersion = p.Public()
-	return u
+	p.Raise(0, 0)
+	return &User{Profile: p, Pub: Offline}
 }
 
 // Beat applies a heartbeat of device at now (Unix ms). A heartbeat counts as
@@ -179,6 +179,18 @@ func (u *User) SetStatus(r *Rules, now int64, m Manual, text string) Change {
 	ch := u.settle(r, now)
 	if ch.Changed || text == old {
 		return ch
+	}
+	if u.PubVersion == 0 {
+		// A user never shown to anyone has a face at version 0, which
+		// reads as "the face is the user's own" (Profile.Public): it takes
+		// a version below the change's, so that it stays frozen wherever
+		// it is kept — the floor of the epoch (what a read of a user not
+		// held already shows, and where redisstore loads one), or in epoch
+		// 0 a version of its own. Nothing is published.
+		if u.PubVersion = r.Epoch << 32; u.PubVersion == 0 {
+			u.PubVersion = u.nextVersion(r)
+		}
+		u.Version = max(u.Version, u.PubVersion)
 	}
 	v := u.nextVersion(r)
 	u.Version = v
@@ -357,10 +369,10 @@ func (u *User) settle(r *Rules, now int64) Change {
 		u.PubLastSeen = u.LastSeen
 	}
 	// An invisible user who shows offline already: the public face stays
-	// as it was when they vanished, text included. (One who was never
-	// shown at all — no version yet — has no face to keep: a text set
-	// while offline shows as anyone's does, and the face is made.)
-	if pub == prev && (u.Text == u.PubText || u.Manual == ManualInvisible && u.PubVersion != 0) {
+	// as it was when they vanished, text included — also the face of a
+	// user never shown at all (invisible from the start: the text they
+	// set is theirs alone, SetStatus).
+	if pub == prev && (u.Text == u.PubText || u.Manual == ManualInvisible) {
 		return Change{}
 	}
 	u.Pub = pub

@@ -145,14 +145,8 @@ func (r *Reader) read(ctx context.Context, viewer string, ids []string, out []pr
 				// The public version keeps its distance below the
 				// version (an invisible user's face: presence.Profile).
 				floor := snaps[i].Version
-				s := &snaps[i]
-				*s = presence.SnapshotFromProfile(p)
-				lag := s.Version - s.PubVersion
-				if s.Version > 0 {
-					s.Version += r.margin
-				}
-				s.Version = max(s.Version, floor)
-				s.PubVersion = s.Version - lag
+				snaps[i] = presence.SnapshotFromProfile(p)
+				snaps[i].Raise(r.margin, floor)
 			}
 		})
 		if err != nil {

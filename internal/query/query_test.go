@@ -256,3 +256,37 @@ func TestColdFaceKeepsItsDistance(t *testing.T) {
 		}
 	}
 }
+
+// A cold read of a durable record whose public version is above its
+// version (no store writes one; a record damaged or written by hand)
+// counts the public version as the version: nobody reads a public version
+// above what the user reads, whatever the margin and the floor.
+func TestColdFaceAboveTheVersion(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rules := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	const floor = 7 << 32
+	face := presence.Profile{Manual: presence.ManualInvisible, Text: "gone fishing", PubText: "lunch", LastSeen: 9, PubLastSeen: 5}
+	below, above := face, face
+	below.UserID, below.Version, below.PubVersion = "below", 5<<32+1, 5<<32+3
+	above.UserID, above.Version, above.PubVersion = "above", 8<<32+1, 8<<32+3
+	d := &durable{profiles: map[string]presence.Profile{"below": below, "above": above}}
+	r, err := query.New(query.Config{States: floorStates{memstore.New(memstore.Config{Rules: rules}), floor},
+		Profiles: d, Contacts: d, Clock: clock.NewFake(t0), ColdVersionMargin: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"below", "above"}
+	want := []uint64{floor, 8<<32 + 3 + 1<<16}
+	for _, viewer := range ids {
+		out := make([]privacy.View, len(ids))
+		if err := r.Read(ctx, viewer, ids, out); err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range ids {
+			if text := map[bool]string{true: "gone fishing", false: "lunch"}[id == viewer]; out[i].Text != text || out[i].Version != want[i] {
+				t.Errorf("%s read by %s: %q at %d, want %q at %d", id, viewer, out[i].Text, out[i].Version, text, want[i])
+			}
+		}
+	}
+}

@@ -130,6 +130,9 @@ func (d *differ) step(i int) {
 			// A checkpoint of an invisible user whose text changed
 			// since they vanished: its public face.
 			p.PubText, p.PubVersion = diffTexts[r.IntN(len(diffTexts))], p.Version-uint64(r.IntN(3))
+			if r.IntN(4) == 0 {
+				p.PubVersion = p.Version + 1 + uint64(r.IntN(2)) // no store writes one: it counts as the version
+			}
 		}
 		what = fmt.Sprintf("Load(%d, %+v)", now, p)
 		d.same(what, func(s tracker.Store) (presence.Change, error) {

@@ -407,7 +407,10 @@ func (s *Store) loadProfiles(ctx context.Context, ids []string, p *presence.Prof
 }
 
 // SaveStatus records a user's manual status and status text, creating the
-// user's record if needed; nothing else of the record changes. It returns
+// user's record if needed, and in the same statement the public face that
+// goes with them (presence.Profile.SaveStatus: kept for a status
+// invisible, the text's for any other); nothing else of the record
+// changes. It returns
 // once the write is durable, group committed with the other status and
 // settings writes of the moment (see the package doc), or with its own
 // error. Writes are committed in the order they are queued, so of two calls
@@ -449,12 +452,29 @@ type profileWrite struct {
 }
 
 const (
-	saveStatusSQL = `INSERT INTO users (user_id, manual, status_text) VALUES (?, ?, ?)
-		ON CONFLICT (user_id) DO UPDATE SET manual = excluded.manual, status_text = excluded.status_text`
+	// saveStatusSQL is presence.Profile.SaveStatus: the record's face
+	// kept (at version 1 at least) for a status invisible (3), none for
+	// any other. Its last argument is 1 for a status invisible, else 0:
+	// a new record's version and face version.
+	saveStatusSQL = `INSERT INTO users (user_id, manual, status_text, version, pub_version) VALUES (?1, ?2, ?3, ?4, ?4)
+		ON CONFLICT (user_id) DO UPDATE SET
+			pub_text    = CASE WHEN excluded.manual <> 3 THEN '' WHEN pub_version = 0 THEN status_text ELSE pub_text END,
+			pub_version = CASE WHEN excluded.manual <> 3 THEN 0 WHEN pub_version = 0 THEN MAX(version, 1) ELSE pub_version END,
+			version     = CASE WHEN excluded.manual = 3 THEN MAX(version, 1) ELSE version END,
+			manual = excluded.manual, status_text = excluded.status_text`
 	saveSettingsSQL = `INSERT INTO users (user_id, status_visibility, last_seen_visibility) VALUES (?, ?, ?)
 		ON CONFLICT (user_id) DO UPDATE SET status_visibility = excluded.status_visibility,
 			last_seen_visibility = excluded.last_seen_visibility`
 )
+
+// faceVersion is the version and face version of a record that a status
+// m creates (saveStatusSQL): 1 for invisible, whose face is kept, else 0.
+func faceVersion(m presence.Manual) int64 {
+	if m == presence.ManualInvisible {
+		return 1
+	}
+	return 0
+}
 
 // commitWrites is the group commit: the writes, in order, in one
 // transaction.
@@ -472,7 +492,7 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err err
 		if w.settings {
 			_, err = s.saveSettings.ExecContext(ctx, w.user, int64(w.st.Status), int64(w.st.LastSeen))
 		} else {
-			_, err = s.saveStatus.ExecContext(ctx, w.user, int64(w.manual), w.text)
+			_, err = s.saveStatus.ExecContext(ctx, w.user, int64(w.manual), w.text, faceVersion(w.manual))
 		}
 		return err
 	}
@@ -489,7 +509,7 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err err
 			if w.settings {
 				_, err = settings.ExecContext(ctx, w.user, int64(w.st.Status), int64(w.st.LastSeen))
 			} else {
-				_, err = status.ExecContext(ctx, w.user, int64(w.manual), w.text)
+				_, err = status.ExecContext(ctx, w.user, int64(w.manual), w.text, faceVersion(w.manual))
 			}
 			if err != nil {
 				return err
@@ -507,8 +527,10 @@ const lastSeenRows = maxVars / 6
 // upsertLastSeen returns the statement that writes n profiles' last_seen,
 // pub_last_seen and version, each only forwards, so a replayed or reordered
 // batch changes nothing it should not, and the public face (pub_text,
-// pub_version) that goes with the newest version. A new record gets the
-// defaults for everything else; an unchanged one is not rewritten. A user
+// pub_version) that goes with the newest version — but a face of none
+// leaves an invisible user's (presence.Profile.Checkpoint). A new record
+// gets the defaults for everything else; an unchanged one is not
+// rewritten. A user
 // named twice in one statement is upserted twice, in order, which MAX
 // makes harmless.
 func upsertLastSeen(n int) string {
@@ -524,8 +546,8 @@ func upsertLastSeen(n int) string {
 		last_seen     = MAX(last_seen, excluded.last_seen),
 		pub_last_seen = MAX(pub_last_seen, excluded.pub_last_seen),
 		version       = MAX(version, excluded.version),
-		pub_text      = CASE WHEN excluded.version >= version THEN excluded.pub_text ELSE pub_text END,
-		pub_version   = CASE WHEN excluded.version >= version THEN excluded.pub_version ELSE pub_version END
+		pub_text      = CASE WHEN excluded.version >= version AND (excluded.pub_version <> 0 OR manual <> 3) THEN excluded.pub_text ELSE pub_text END,
+		pub_version   = CASE WHEN excluded.version >= version AND (excluded.pub_version <> 0 OR manual <> 3) THEN excluded.pub_version ELSE pub_version END
 	WHERE excluded.last_seen > last_seen
 		OR excluded.pub_last_seen > pub_last_seen
 		OR excluded.version > version`)
@@ -538,12 +560,13 @@ var (
 )
 
 // face returns the pub_text and pub_version columns of p: "" and 0 when
-// its public face is its own text and version.
+// its public face is its own text and version (presence.Profile.Frozen).
 func face(p *presence.Profile) (text string, version int64) {
 	if !p.Frozen() {
 		return "", 0
 	}
-	return p.PubText, int64(p.PubVersion)
+	text, v := p.Public()
+	return text, int64(v)
 }
 
 // SaveLastSeen writes the LastSeen, PubLastSeen and Version of every profile

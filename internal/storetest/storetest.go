@@ -68,6 +68,8 @@ func Run(t *testing.T, newStore func(t *testing.T, rules presence.Rules) tracker
 		{"InvisibleWhileOffline", testInvisibleWhileOffline},
 		{"InvisibleLikeBye", testInvisibleLikeBye},
 		{"InvisibleText", testInvisibleText},
+		{"InvisibleFromTheStart", testInvisibleFromTheStart},
+		{"LoadFaceAboveVersion", testLoadFaceAboveVersion},
 		{"VersionsIncrease", testVersionsIncrease},
 		{"VersionsAboveEpoch", testVersionsAboveEpoch},
 		{"VersionsIgnoreClock", testVersionsIgnoreClock},
@@ -1702,5 +1704,83 @@ func testInvisibleText(t *testing.T, f Factory) {
 	}
 	if s := h.get(back, "u"); privacy.Filter(privacy.Relation{}, &s).Version != e.Version {
 		t.Errorf("visible again: others read version %d, want %d", privacy.Filter(privacy.Relation{}, &s).Version, e.Version)
+	}
+}
+
+// testInvisibleFromTheStart: a user invisible before anyone ever saw them
+// (a backend that provisions its users invisible, a user who set it
+// before their first heartbeat, a profile loaded so) has a public face
+// all the same: the text they set is theirs alone, everyone else reads an
+// offline user without it — in events, reads, and what is checkpointed
+// for later reads — and the heartbeats that follow show nothing.
+func testInvisibleFromTheStart(t *testing.T, f Factory) {
+	for _, tc := range []struct {
+		name    string
+		profile presence.Profile
+	}{
+		{"set invisible", presence.Profile{UserID: "u"}},
+		{"loaded invisible", presence.Profile{UserID: "u", Manual: presence.ManualInvisible}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newH(t, f, DefaultRules)
+			h.load(t0, tc.profile)
+			h.wantNone("invisible", h.status(t0, "u", presence.ManualInvisible, ""))
+			h.wantNone("a beat", h.beat(t0+sec, "u", "d", true))
+			s := h.get(t0+sec, "u")
+			before := privacy.Filter(privacy.Relation{}, &s)
+			last := before.Version
+			for i, text := range []string{"at the doctor", "still there"} {
+				now := t0 + int64(2+i)*sec
+				ch := h.status(now, "u", presence.ManualInvisible, text)
+				e := ch.Event
+				if !ch.Changed || !e.SelfOnly || e.Status != presence.Offline || e.Text != "" || e.SelfText != text || e.Version <= last {
+					t.Fatalf("text %q: got changed=%v %s self_only=%v self_text=%q; want a change only the user sees, above v%d",
+						text, ch.Changed, gotEv(e), ch.Event.SelfOnly, e.SelfText, last)
+				}
+				last = e.Version
+				s := h.get(now, "u")
+				if v := privacy.Filter(privacy.Relation{}, &s); v.Status != presence.Offline || v.Text != "" || v.Version < before.Version || v.Version >= e.Version {
+					t.Errorf("text %q: another viewer reads %+v, want offline without a text, at a version in [%d, %d)", text, v, before.Version, e.Version)
+				}
+				if v := privacy.Filter(privacy.Relation{Self: true}, &s); v.Text != text || v.Version != e.Version {
+					t.Errorf("text %q: the user reads %q at %d, want %q at %d", text, v.Text, v.Version, text, e.Version)
+				}
+				h.wantNone("a beat after the text", h.beat(now+sec/2, "u", "d", true))
+			}
+			var p presence.Profile
+			for _, d := range h.dirty() {
+				if d.UserID == "u" {
+					p = d
+				}
+			}
+			if text, v := p.Public(); text != "" || v >= last || p.Text != "still there" || p.Version != last {
+				t.Errorf("checkpoint: public %q v%d, own %q v%d; want no text below v%d, and %q v%d", text, v, p.Text, p.Version, last, "still there", last)
+			}
+			p.UserID = "copy"
+			h.load(t0+5*sec, p)
+			if s := h.get(t0+5*sec, "copy"); privacy.Filter(privacy.Relation{}, &s).Text != "" || s.Text != "still there" {
+				t.Errorf("loaded from the checkpoint: others read %q, the user %q; want none and %q",
+					privacy.Filter(privacy.Relation{}, &s).Text, s.Text, "still there")
+			}
+			h.wantNoEvents("the device dies", h.expire(t0+5*sec+h.ttl()))
+		})
+	}
+}
+
+// testLoadFaceAboveVersion: a profile whose public version is above its
+// version (no store writes one) is loaded with the public version as its
+// version: the user never reads a version below what others read, and
+// the next change is above both.
+func testLoadFaceAboveVersion(t *testing.T, f Factory) {
+	h := newH(t, f, DefaultRules)
+	h.load(t0, presence.Profile{UserID: "u", Text: "lunch", Version: 10, PubText: "lunch", PubVersion: 12})
+	s := h.get(t0, "u")
+	self, other := privacy.Filter(privacy.Relation{Self: true}, &s), privacy.Filter(privacy.Relation{}, &s)
+	if self.Version < 12 || other.Version != self.Version {
+		t.Errorf("loaded: the user reads version %d, others %d; want both the same, at 12 at least", self.Version, other.Version)
+	}
+	e := h.wantEvent("online", h.beat(t0+sec, "u", "d", true), ev{user: "u", prev: presence.Offline, status: presence.Online, text: "lunch"})
+	if e.Version <= max(self.Version, other.Version) {
+		t.Errorf("the next change at version %d, want above %d", e.Version, max(self.Version, other.Version))
 	}
 }

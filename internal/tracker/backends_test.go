@@ -12,6 +12,7 @@ import (
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -194,6 +195,177 @@ func TestRedisOutage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInvisibleTextAfterDataLoss: an invisible user sets a text while
+// Redis is down; Redis comes back empty and the user is reloaded from
+// SQLite, where the status was written at once. Nobody else reads that
+// text — not while Redis is down, not after the reload (which Redis then
+// keeps), not from what is checkpointed next — only the user. Others read
+// the text the user vanished with if a checkpoint carried it before
+// Redis went away, the one before otherwise (presence.Profile.SaveStatus).
+func TestInvisibleTextAfterDataLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		checkpoint bool
+		want       string
+	}{
+		{"checkpointed", true, "lunch"},
+		{"not checkpointed", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testInvisibleTextAfterDataLoss(t, tc.checkpoint, tc.want) })
+	}
+}
+
+func testInvisibleTextAfterDataLoss(t *testing.T, checkpoint bool, want string) {
+	srv := testsvc.Redis(t)
+	c, err := redisstore.Dial(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	rs, _, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "p.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	f := &fixture{t: t, ctx: context.Background(), clock: clock.NewFake(start), pub: &recorder{}}
+	f.tr, err = tracker.New(tracker.Config{
+		Store: pingStore{&switchStore{s: rs}}, Durable: db, Publisher: f.pub, Clock: f.clock, Rules: redisRules,
+		StoreTimeout: 300 * time.Millisecond, ProbeInterval: 20 * time.Millisecond,
+		SweepInterval: time.Hour, FlushInterval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runTracker(t, f.tr)
+	f.beat("u", "d", true)
+	f.status("u", presence.ManualInvisible, "lunch")
+	if checkpoint {
+		if err := f.tr.Checkpoint(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	f.at(500 * time.Millisecond)
+	f.beat("u", "d", true) // meets the outage: buffered
+	f.status("u", presence.ManualInvisible, "at the clinic")
+	check := func(when string) {
+		t.Helper()
+		s := f.read("u")[0]
+		if v := privacy.Filter(privacy.Relation{}, &s); v.Status != presence.Offline || v.Text != want {
+			t.Errorf("%s: others read %s %q, want offline %q", when, v.Status, v.Text, want)
+		}
+		if v := privacy.Filter(privacy.Relation{Self: true}, &s); v.Text != "at the clinic" {
+			t.Errorf("%s: the user reads %q, want %q", when, v.Text, "at the clinic")
+		}
+	}
+	check("Redis down")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitUp()
+	if s := f.tr.Stats(); s.StoreResets != 1 {
+		t.Errorf("store resets %d, want 1 (Redis came back empty)", s.StoreResets)
+	}
+	check("reloaded")
+	if u := f.debug("u"); u.PubText != want || u.Text != "at the clinic" {
+		t.Errorf("Redis holds the public text %q and the user's %q, want %q and %q", u.PubText, u.Text, want, "at the clinic")
+	}
+	if err := f.tr.Checkpoint(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.LoadProfiles(f.ctx, []string{"u"}, func(p *presence.Profile) {
+		if text, _ := p.Public(); text != want || p.Text != "at the clinic" {
+			t.Errorf("checkpointed: public text %q, the user's %q; want %q and %q", text, p.Text, want, "at the clinic")
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInvisibleTextAfterACrash: the embedded node (memory and SQLite)
+// dies before the checkpoint of an invisible user's new text; the node
+// that starts again on the same file shows everyone else the text the
+// user vanished with (the one before if no checkpoint carried it) — read
+// cold from the file, and once the user's device is back — and the user
+// theirs.
+func TestInvisibleTextAfterACrash(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		checkpoint bool
+		want       string
+	}{
+		{"checkpointed", true, "lunch"},
+		{"not checkpointed", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testInvisibleTextAfterACrash(t, tc.checkpoint, tc.want) })
+	}
+}
+
+func testInvisibleTextAfterACrash(t *testing.T, checkpoint bool, want string) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	open := func() (*sqlitestore.Store, *fixture) {
+		db, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		epoch, err := db.NextEpoch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rules
+		r.Epoch = epoch
+		f := &fixture{t: t, ctx: ctx, clock: clock.NewFake(start), pub: &recorder{}}
+		f.tr, err = tracker.New(tracker.Config{Store: memstore.New(memstore.Config{Rules: r}), Durable: db,
+			Publisher: f.pub, Clock: f.clock, Rules: r, SweepInterval: time.Hour, FlushInterval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, f
+	}
+	db, f := open()
+	f.beat("u", "d", true)
+	f.status("u", presence.ManualInvisible, "lunch")
+	if checkpoint {
+		if err := f.tr.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.at(time.Second)
+	f.status("u", presence.ManualInvisible, "at the clinic")
+	// The crash: the hot state is gone, the last checkpoint never made.
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, f = open()
+	defer db.Close()
+	check := func(when string, s presence.Snapshot) {
+		t.Helper()
+		if v := privacy.Filter(privacy.Relation{}, &s); v.Status != presence.Offline || v.Text != want {
+			t.Errorf("%s: others read %s %q, want offline %q", when, v.Status, v.Text, want)
+		}
+		if v := privacy.Filter(privacy.Relation{Self: true}, &s); v.Text != "at the clinic" {
+			t.Errorf("%s: the user reads %q, want %q", when, v.Text, "at the clinic")
+		}
+	}
+	if err := db.LoadProfiles(ctx, []string{"u"}, func(p *presence.Profile) {
+		check("read cold", presence.SnapshotFromProfile(p))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.at(2 * time.Second)
+	if ch := f.beat("u", "d", true); ch.Changed {
+		t.Errorf("the device back: published %+v, want nothing (the user is invisible)", ch.Event)
+	}
+	check("the device back", f.read("u")[0])
 }
 
 // TestCheckpointPostgresOutage: while PostgreSQL is stopped checkpoints

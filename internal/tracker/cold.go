@@ -269,7 +269,7 @@ func (t *Tracker) applyCold(ctx context.Context, user string, p presence.Profile
 	u.Expire(&t.rules, now)
 	if u.LastSeen > p.LastSeen || u.PubLastSeen > p.PubLastSeen {
 		seen := []presence.Profile{{UserID: user, LastSeen: u.LastSeen, PubLastSeen: u.PubLastSeen, Version: p.Version,
-			Text: u.Text, PubText: u.PubText, PubVersion: u.PubVersion}} // the public face as it is
+			Manual: u.Manual, Text: u.Text, PubText: u.PubText, PubVersion: u.PubVersion}} // the public face as it is
 		lctx, cancel := context.WithTimeout(ctx, t.loadTimeout)
 		err := t.durable.SaveLastSeen(lctx, seen)
 		cancel()

@@ -718,6 +718,7 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 	err := t.profiles(ctx, ids, func(p *presence.Profile) {
 		i := first[p.UserID]
 		profiles[i], have[i] = *p, true
+		profiles[i].Raise(0, 0) // a public version above the version counts as the version
 	}, false)
 	if err != nil {
 		return fmt.Errorf("tracker: state store down and durable profiles unavailable: %w", err)

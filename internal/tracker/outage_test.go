@@ -786,3 +786,65 @@ func TestDegradedReadKeepsTheFrozenFace(t *testing.T) {
 		t.Errorf("while down, visible again: others read %+v, want online %q at version 12", v, "back")
 	}
 }
+
+// TestDegradedReadHidesATextSetWhileInvisible: an invisible user sets a
+// text while the store is down. The status is durable at once, and a
+// read computed from the durable record and the buffer shows everyone
+// else the face the record keeps — the text the user vanished with once
+// a checkpoint carried it, the one before otherwise (the checkpoint
+// brings the newer: presence.Profile.SaveStatus) — never the new text.
+func TestDegradedReadHidesATextSetWhileInvisible(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		checkpoint bool
+		want       string
+	}{
+		{"checkpointed", true, "lunch"},
+		{"not checkpointed", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newOutageFixture(t, newMemDurable(), tracker.Config{FlushInterval: time.Hour})
+			f.beat("u", "phone", true)
+			f.status("u", presence.ManualInvisible, "lunch")
+			if tc.checkpoint {
+				if err := f.tr.Checkpoint(f.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.sw.off.Store(true)
+			f.at(time.Second)
+			f.beat("u", "phone", true) // (a degraded read knows the devices that beat since)
+			f.status("u", presence.ManualInvisible, "at the clinic")
+			s := f.read("u")[0]
+			if v := privacy.Filter(privacy.Relation{}, &s); v.Status != presence.Offline || v.Text != tc.want {
+				t.Errorf("while down: others read %s %q, want offline %q", v.Status, v.Text, tc.want)
+			}
+			if v := privacy.Filter(privacy.Relation{Self: true}, &s); v.Status != presence.Invisible || v.Text != "at the clinic" {
+				t.Errorf("while down: the user reads %s %q, want invisible %q", v.Status, v.Text, "at the clinic")
+			}
+		})
+	}
+}
+
+// TestDegradedReadFaceAboveVersion: a durable record whose public
+// version is above its version (no store writes one) is read degraded by
+// the one rule of loads (presence.Profile.Raise): its face stays the
+// face, also when buffered operations are applied to it.
+func TestDegradedReadFaceAboveVersion(t *testing.T) {
+	d := newMemDurable(presence.Profile{UserID: "u", Manual: presence.ManualInvisible, Text: "secret",
+		LastSeen: ms(0), PubLastSeen: ms(0), PubText: "lunch", PubVersion: 5})
+	f := newOutageFixture(t, d, tracker.Config{})
+	f.sw.off.Store(true)
+	f.at(time.Second)
+	for _, beat := range []bool{false, true} {
+		if beat {
+			f.beat("u", "phone", true)
+		}
+		s := f.read("u")[0]
+		other, self := privacy.Filter(privacy.Relation{}, &s), privacy.Filter(privacy.Relation{Self: true}, &s)
+		if other.Text != "lunch" || other.Version != 5 || self.Text != "secret" || self.Version < other.Version {
+			t.Errorf("beat %v: others read %q at %d, the user %q at %d; want %q at 5, %q at 5 at least",
+				beat, other.Text, other.Version, self.Text, self.Version, "lunch", "secret")
+		}
+	}
+}

@@ -133,21 +133,26 @@ type Store interface {
 type Durable interface {
 	// LoadProfiles calls fn for each of ids that has a durable record.
 	LoadProfiles(ctx context.Context, ids []string, fn func(*presence.Profile)) error
-	// SaveStatus durably records a manual status and text. The tracker
-	// calls it while it applies and publishes the status, and acknowledges
-	// the status only once it returned nil; a store should commit
-	// concurrent calls together (internal/groupcommit).
+	// SaveStatus durably records a manual status and text and, in the
+	// same write, the public face that goes with them
+	// (presence.Profile.SaveStatus: a text set while invisible is never
+	// read from the record as everyone's). The tracker calls it while it
+	// applies and publishes the status, and acknowledges the status only
+	// once it returned nil; a store should commit concurrent calls
+	// together (internal/groupcommit).
 	SaveStatus(ctx context.Context, user string, m presence.Manual, text string) error
 	// SaveSettings durably records privacy settings, before they are applied.
 	SaveSettings(ctx context.Context, user string, s presence.Settings) error
 	// SaveLastSeen writes a batch of last_seen checkpoints in one transaction
 	// (group commit). Only LastSeen, PubLastSeen and Version are written,
 	// each only forwards, and with the newest version the public face
-	// (PubText and PubVersion where Profile.Frozen, none otherwise).
+	// (where Profile.Frozen, none otherwise; none leaves an invisible
+	// user's face: presence.Profile.Checkpoint).
 	SaveLastSeen(ctx context.Context, batch []presence.Profile) error
 }
 
-// Publisher receives every change of visible presence. Changes of one user
+// Publisher receives every change of presence: of what others see, and
+// of what only the user sees (presence.Event.SelfOnly). Changes of one user
 // made by concurrent operations may reach Publish out of order; each event
 // carries the whole visible state and a version that grows with every
 // change, so a consumer applies an event only if its version is above the

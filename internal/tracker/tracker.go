@@ -834,12 +834,7 @@ func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profil
 	if err != nil {
 		return p, t.loadFailed(ctx, user, err)
 	}
-	if p.Version > 0 {
-		p.Version += t.reloadMargin
-	}
-	if p.PubVersion > 0 {
-		p.PubVersion += t.reloadMargin // keeps its distance below the version
-	}
+	p.Raise(t.reloadMargin, 0) // the store raises it to its floor
 	for try := 0; ; try++ {
 		b := t.bound(ctx)
 		err = t.store.Load(b.ctx, t.Now(), &p)
@@ -988,9 +983,9 @@ func dedupeNewest(b []presence.Profile) []presence.Profile {
 			// last_seen).
 			q := &out[i]
 			if p.Version >= q.Version && p.PubVersion != 0 {
-				// The face goes with the newest version (Text says
-				// whether it is frozen: Profile.Frozen).
-				q.Text, q.PubText, q.PubVersion = p.Text, p.PubText, p.PubVersion
+				// The face goes with the newest version (Manual and
+				// Text say whether it is kept: Profile.Frozen).
+				q.Manual, q.Text, q.PubText, q.PubVersion = p.Manual, p.Text, p.PubText, p.PubVersion
 			}
 			q.LastSeen = max(q.LastSeen, p.LastSeen)
 			q.PubLastSeen = max(q.PubLastSeen, p.PubLastSeen)

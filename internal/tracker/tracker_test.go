@@ -115,7 +115,8 @@ func (d *memDurable) SaveStatus(_ context.Context, user string, m presence.Manua
 		return err
 	}
 	p := d.profiles[user]
-	p.UserID, p.Manual, p.Text = user, m, text
+	p.UserID = user
+	p.SaveStatus(m, text) // the face with the status, as the SQL stores write it
 	d.profiles[user] = p
 	return nil
 }
@@ -132,8 +133,8 @@ func (d *memDurable) SaveSettings(_ context.Context, user string, s presence.Set
 	return nil
 }
 
-// SaveLastSeen writes the batch all or nothing and, like the SQL stores,
-// never moves a value back.
+// SaveLastSeen writes the batch all or nothing as the SQL stores do
+// (presence.Profile.Checkpoint): never moving a value back.
 func (d *memDurable) SaveLastSeen(_ context.Context, batch []presence.Profile) error {
 	if d.beforeSaveLastSeen != nil {
 		d.beforeSaveLastSeen()
@@ -147,12 +148,7 @@ func (d *memDurable) SaveLastSeen(_ context.Context, batch []presence.Profile) e
 	for _, b := range batch {
 		p := d.profiles[b.UserID]
 		p.UserID = b.UserID
-		if b.Version >= p.Version {
-			p.PubText, p.PubVersion = b.PubText, b.PubVersion
-		}
-		p.LastSeen = max(p.LastSeen, b.LastSeen)
-		p.PubLastSeen = max(p.PubLastSeen, b.PubLastSeen)
-		p.Version = max(p.Version, b.Version)
+		p.Checkpoint(&b)
 		d.profiles[b.UserID] = p
 	}
 	return nil
@@ -838,6 +834,33 @@ func TestCheckpointRetriesFailedBatch(t *testing.T) {
 	}
 	if err := f.tr.Checkpoint(f.ctx); err != nil || len(d.written()) != 1 {
 		t.Errorf("Checkpoint after the retry: got %v with %d batches, want nothing new", err, len(d.written()))
+	}
+}
+
+// TestCheckpointRetryKeepsTheFace: a checkpoint that failed is retried
+// with a newer one of the same user, who went invisible in between with a
+// text everyone was shown (their face): the merged checkpoint writes that
+// face, kept as an invisible user's is (presence.Profile.Frozen), so the
+// text they set next stays theirs alone in the durable record too.
+func TestCheckpointRetryKeepsTheFace(t *testing.T) {
+	d := newMemDurable()
+	f := newFixture(t, d)
+	f.beat("u", "d", true)
+	d.setFail("SaveLastSeen", errDown)
+	if err := f.tr.Checkpoint(f.ctx); !errors.Is(err, errDown) {
+		t.Fatalf("Checkpoint with the durable store down: got %v, want %v", err, errDown)
+	}
+	f.at(time.Second)
+	gone := f.status("u", presence.ManualInvisible, "lunch").Event
+	d.setFail("SaveLastSeen", nil)
+	if err := f.tr.Checkpoint(f.ctx); err != nil {
+		t.Fatalf("Checkpoint after recovery: %v", err)
+	}
+	f.at(2 * time.Second)
+	f.status("u", presence.ManualInvisible, "at the clinic")
+	p, _ := d.profile("u")
+	if text, v := p.Public(); text != "lunch" || v != gone.Version || p.Text != "at the clinic" {
+		t.Errorf("durable record: public %q at %d, own %q; want %q at %d, %q", text, v, p.Text, "lunch", gone.Version, "at the clinic")
 	}
 }
 

@@ -35,7 +35,7 @@ local function fastbeat(key, dirty, id, now, dev, act, readback)
   local v = redis.call('HGET', key, id)
   if not v then return false end
   local u = unpack_user(key, id, v)
-  if not ((u.t == u.pt or (u.m == 3 and u.pv ~= 0)) and u.ev == 0 and u.s > now) then return false end
+  if not ((u.t == u.pt or u.m == 3) and u.ev == 0 and u.s > now) then return false end
   local d = nil
   for _, x in ipairs(u.devs) do
     if x.id == dev then d = x end

@@ -94,8 +94,9 @@ end
 -- {1, status, prev, text, public last_seen, version, settings status,
 -- settings last_seen, true status, the user's own text}; nil if nothing
 -- visible changed. While the user is invisible and shows offline already
--- their public face is frozen: a text they set changes nothing here
--- (set_status.lua tells the user alone).
+-- their public face is frozen (also one never shown: invisible from the
+-- start): a text they set changes nothing here (set_status.lua tells the
+-- user alone).
 local function settle(u, now)
   local live = {}
   for _, d in ipairs(u.devs) do
@@ -115,7 +116,7 @@ local function settle(u, now)
   elseif prev ~= 0 then
     u.pls = u.ls
   end
-  if pub == prev and (u.t == u.pt or (u.m == 3 and u.pv ~= 0)) then return nil end
+  if pub == prev and (u.t == u.pt or u.m == 3) then return nil end
   u.pub = pub
   u.pt = u.t
   local v = stamp(u)

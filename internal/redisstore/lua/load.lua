@@ -8,14 +8,16 @@
 -- (Store.RaiseFloor) above every version of before and loads again. A
 -- user loaded counts on from the floor at least, so nothing it publishes
 -- repeats a lost version; its public version keeps its distance below
--- the version.
+-- the version (presence.Profile.Raise: a public version above the version
+-- counts as the version).
 local id, now = ARGV[1], tonumber(ARGV[2])
 if redis.call('HEXISTS', KEYS[1], id) == 1 then return 0 end
 local fl = redis.call('GET', KEYS[3])
 if not fl then return -3 end
 local v, pt, pv = tonumber(ARGV[7]), ARGV[4], tonumber(ARGV[7])
 if tonumber(ARGV[11]) ~= 0 then pt, pv = ARGV[10], tonumber(ARGV[11]) end
-local lag = math.max(0, v - pv)
+v = math.max(v, pv)
+local lag = v - pv
 v = math.max(v, tonumber(fl))
 local u = {key = KEYS[1], id = id, m = tonumber(ARGV[3]), t = ARGV[4], ls = tonumber(ARGV[5]),
   pls = tonumber(ARGV[6]), v = v, pv = v - lag, pub = 0, pt = pt, ev = 0,

@@ -11,6 +11,10 @@ u.m = tonumber(ARGV[3])
 u.t = ARGV[4]
 local ch = settle(u, now)
 if not ch and u.t ~= old then
+  -- A face at version 0 (never shown) would read as the user's own: it
+  -- gets a version of its own first (User.SetStatus; a user is loaded at
+  -- the floor, so this is epoch 0 only).
+  if u.pv == 0 then u.pv = stamp(u) end
   ch = {3, u.pub, u.pub, u.pt, fmt(u.pls), fmt(stamp(u)), u.ss, u.sl, status(u, now), u.t}
 end
 schedule(KEYS[2], id, u, now)
