@@ -336,12 +336,39 @@ func TestLayoutIsChecked(t *testing.T) {
 	}
 	for _, sb := range [][2]int{{16, 32}, {8, 64}} {
 		err := open(sb[0], sb[1])
-		if err == nil || !strings.Contains(err.Error(), `"packed shards=16 buckets=64"`) || !strings.Contains(err.Error(), "-redis-buckets") {
+		if err == nil || !strings.Contains(err.Error(), `"packed+face shards=16 buckets=64"`) || !strings.Contains(err.Error(), "-redis-buckets") {
 			t.Errorf("open with %d shards, %d buckets over 16 × 64: %v", sb[0], sb[1], err)
 		}
 	}
 	if err := open(16, 64); err != nil {
 		t.Errorf("open again with the same layout: %v", err)
+	}
+}
+
+// A node of the packed layout's first format (which cannot read an
+// invisible user's frozen face) recorded the layout: a node of this one
+// opens on it and records its own, so that a node of the first format
+// no longer opens (it refuses another layout).
+func TestLayoutFirstFormatIsMovedOn(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	prefix := testsvc.Unique(t) + ":"
+	key := prefix + "layout"
+	if err := c.Do(ctx, c.B().Set().Key(key).Value("packed shards=16 buckets=64").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err != nil {
+		t.Fatalf("open over the first format: %v", err)
+	}
+	if got, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); err != nil || got != "packed+face shards=16 buckets=64" {
+		t.Fatalf("layout recorded %q (%v), want this format's", got, err)
+	}
+	// The first format with other numbers is still another layout.
+	if err := c.Do(ctx, c.B().Set().Key(key).Value("packed shards=16 buckets=32").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err == nil {
+		t.Fatal("open over the first format with other buckets: no error")
 	}
 }
 

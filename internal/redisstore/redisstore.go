@@ -264,9 +264,29 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error
 }
 
 // layout names how users are packed: every node must place a user in
-// the same bucket.
-func (s *Store) layout() string {
-	return fmt.Sprintf("packed shards=%d buckets=%d", len(s.shards), s.buckets)
+// the same bucket and read every field of its value. "packed+face" adds
+// an invisible user's frozen public face (packed.lua, flag 0x80) to the
+// first format, "packed", which builds before it wrote and cannot read
+// (they would take the face for a device).
+func (s *Store) layout() string { return s.layoutAs("packed+face") }
+
+// layoutFirst is the layout a build of the packed layout's first format
+// recorded for s's shards and buckets.
+func (s *Store) layoutFirst() string { return s.layoutAs("packed") }
+
+func (s *Store) layoutAs(format string) string {
+	return fmt.Sprintf("%s shards=%d buckets=%d", format, len(s.shards), s.buckets)
+}
+
+// recordLayout replaces the first format's record of s's shards and
+// buckets with this layout's (layoutRecorded).
+func (s *Store) recordLayout(ctx context.Context) (err error) {
+	defer callCheckLayout.Start(ctx).Done(&err)
+	_, err = s.c.Do(ctx, s.c.B().Set().Key(s.prefix+"layout").Value(s.layout()).Build()).ToString()
+	if err != nil {
+		return fmt.Errorf("redisstore: record layout: %w", err)
+	}
+	return nil
 }
 
 // CheckLayout records in Redis (<prefix>layout) how this store packs its
@@ -289,7 +309,7 @@ func (s *Store) CheckLayout(ctx context.Context) (err error) {
 }
 
 // layoutRecorded reports whether Redis holds this store's layout
-// (CheckLayout), and fails if it holds another.
+// (CheckLayout) or its first format's, and fails if it holds another.
 func (s *Store) layoutRecorded(ctx context.Context) (bool, error) {
 	got, err := s.c.Do(ctx, s.c.B().Get().Key(s.prefix+"layout").Build()).ToString()
 	switch {
@@ -297,6 +317,13 @@ func (s *Store) layoutRecorded(ctx context.Context) (bool, error) {
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("redisstore: check layout: %w", err)
+	}
+	if got == s.layoutFirst() {
+		// A node of the packed layout's first format was here: its users
+		// read as they are (a user's frozen face is an optional field
+		// that format lacks), and recording this format keeps a node of
+		// a build that cannot read that field from starting on them.
+		return true, s.recordLayout(ctx)
 	}
 	return true, s.layoutErr(got)
 }
