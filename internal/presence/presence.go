@@ -435,22 +435,12 @@ type Change struct {
 // would see it with no privacy setting in the way. Version grows with every
 // event of the user, so consumers can drop duplicates and stale replays.
 type Event struct {
-	UserID   string
-	Status   Status // public status: never Invisible
-	Prev     Status // public status before the change
-	Text     string // public status text
-	LastSeen int64  // public last_seen, Unix ms
-	Version  uint64
-	At       int64 // Unix ms of the change
-	// Settings are the user's privacy settings when the change was made,
-	// so every exit can filter the event without another look-up.
-	Settings Settings
+	UserID string
+	Status Status // public status: never Invisible
+	Prev   Status // public status before the change
 	// Self is the status as the user themselves sees it (Invisible
 	// included): what the user's own sockets are shown.
 	Self Status
-	// SelfText is the status text as the user sees it: Text but while the
-	// user is invisible, whose public text is frozen (SelfView).
-	SelfText string
 	// SelfOnly marks a change that only the user themselves may see: the
 	// text of an invisible user (User.SetStatus). Status, Text and
 	// LastSeen are the frozen public face, the version is new; nobody but
@@ -464,11 +454,21 @@ type Event struct {
 	// it differs from its view under PrevSettings (a null status where
 	// sight was lost), and nothing to anyone else. Merge folds a later
 	// event into one not yet sent.
-	SettingsOnly bool
+	SettingsOnly    bool
+	SettingsChanged bool // PrevSettings are set
+	// Settings are the user's privacy settings when the change was made,
+	// so every exit can filter the event without another look-up.
+	Settings Settings
 	// PrevSettings are the settings before the event when SettingsChanged
 	// is set (Before reads them either way).
-	PrevSettings    Settings
-	SettingsChanged bool
+	PrevSettings Settings
+	Text         string // public status text
+	// SelfText is the status text as the user sees it: Text but while the
+	// user is invisible, whose public text is frozen (SelfView).
+	SelfText string
+	LastSeen int64 // public last_seen, Unix ms
+	Version  uint64
+	At       int64 // Unix ms of the change
 }
 
 // SelfView returns the status and status text the user themselves is

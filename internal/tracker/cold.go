@@ -285,7 +285,7 @@ func (t *Tracker) applyCold(ctx context.Context, user string, p presence.Profile
 		if err != nil && !domainError(err) {
 			return err
 		}
-		t.emit(ch)
+		t.emit(&ch)
 	}
 	return nil
 }

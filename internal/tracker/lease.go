@@ -335,7 +335,7 @@ func (t *Tracker) takeOver(ctx context.Context, now int64, lease uint64, renewed
 	}
 	t.release(b)
 	for i := range out {
-		t.emit(out[i])
+		t.emit(&out[i])
 	}
 	t.partsFailed(err)
 	if err = t.storeErr(ctx, err); err != nil {
@@ -458,7 +458,7 @@ func (t *Tracker) touchAll(ctx context.Context, now int64, touches []Touch) {
 		r.Lost = tc.Lost
 		switch err := t.storeErrUser(ctx, tc.User, tc.Err); {
 		case err == nil:
-			t.emit(tc.Change)
+			t.emit(&tc.Change)
 		case errors.Is(err, ErrNotLoaded):
 			r.Reclaim = true
 		default:
@@ -487,7 +487,7 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 		case err == nil:
 			if ch.Changed {
 				last = ch
-				t.emit(ch)
+				t.emit(&ch)
 			}
 		case errors.Is(err, ErrNotLoaded):
 			r.Reclaim = true
@@ -612,7 +612,7 @@ func (t *Tracker) handOff(ctx context.Context) {
 				return t.leaser.HandOff(c, t.Now(), lease, h.user, h.devs)
 			})
 			if err == nil {
-				t.emit(ch)
+				t.emit(&ch)
 			}
 		})
 	}
@@ -661,7 +661,7 @@ func (t *Tracker) redoOwned(ctx context.Context, downAt int64) {
 		if err != nil {
 			return // down again: the claims wait in the table; these releases are given up
 		}
-		t.emit(ch)
+		t.emit(&ch)
 	}
 }
 

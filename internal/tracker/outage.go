@@ -565,12 +565,12 @@ func (t *Tracker) publishIfTrue(ctx context.Context, ch, self presence.Change) {
 	if pubText, _ := s[0].Public(); ch.Changed && (s[0].Status.Public() != ch.Event.Status || pubText != ch.Event.Text) {
 		t.staleReplays.Add(1)
 	} else {
-		t.emit(ch)
+		t.emit(&ch)
 	}
 	if self.Changed && s[0].Text != self.Event.SelfText {
 		t.staleReplays.Add(1)
 	} else {
-		t.emit(self)
+		t.emit(&self)
 	}
 }
 

@@ -326,8 +326,8 @@ func (t *Tracker) Now() int64 { return t.clock.Now().UnixMilli() }
 // takes one shard lock and allocates nothing. While the store is down the
 // beat is buffered and an empty Change returned (ErrUnavailable if the
 // buffer is full).
-func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
-	ch, _, err := t.HeartbeatRead(ctx, user, device, active, nil)
+func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active bool) (ch presence.Change, err error) {
+	_, err = t.heartbeatRead(ctx, user, device, active, nil, &ch)
 	return ch, err
 }
 
@@ -337,7 +337,15 @@ func (t *Tracker) Heartbeat(ctx context.Context, user, device string, active boo
 // reports whether it did. Otherwise (an embedded store, a beat buffered
 // or held, a user whose state needs the whole record) the caller reads
 // the user.
-func (t *Tracker) HeartbeatRead(ctx context.Context, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error) {
+func (t *Tracker) HeartbeatRead(ctx context.Context, user, device string, active bool, snap *presence.Snapshot) (ch presence.Change, read bool, err error) {
+	read, err = t.heartbeatRead(ctx, user, device, active, snap, &ch)
+	return ch, read, err
+}
+
+// heartbeatRead is HeartbeatRead with the change written to ch: on the
+// path of every heartbeat a Change (an Event) is passed down by its
+// address rather than copied out of every call.
+func (t *Tracker) heartbeatRead(ctx context.Context, user, device string, active bool, snap *presence.Snapshot, ch *presence.Change) (bool, error) {
 	if t.storeBeats == nil {
 		t.beats.add()
 	}
@@ -347,21 +355,20 @@ func (t *Tracker) HeartbeatRead(ctx context.Context, user, device string, active
 	now := t.Now()
 	o := op{kind: opBeat, at: now, device: device, active: active}
 	var read bool
-	ch, kept, err := t.throughStore(user, keepHeld, func() op { return o }, func() (presence.Change, error) {
-		var ch presence.Change
-		var err error
-		ch, read, err = t.applyBeatRead(ctx, now, user, device, active, snap)
-		return ch, err
+	kept, err := t.throughStore(user, keepHeld, func() op { return o }, ch, func() (err error) {
+		read, err = t.applyBeatRead(ctx, now, user, device, active, snap, ch)
+		return err
 	})
 	if err != nil && !kept && profileUnavailable(err) {
 		// The durable store is down: wait for the profile (cold.go).
+		*ch = presence.Change{}
 		_, err = t.hold(user, o, false)
-		return presence.Change{}, false, err
+		return false, err
 	}
 	if err != nil && !kept {
-		return ch, false, fmt.Errorf("heartbeat: %w", err)
+		return false, fmt.Errorf("heartbeat: %w", err)
 	}
-	return ch, read && !kept, err
+	return read && !kept, err
 }
 
 // How throughStore keeps an operation the store cannot take now.
@@ -376,9 +383,11 @@ const (
 // while users wait for their profiles, see held). A call that finds the
 // store down on its first try (errOutage) is kept the same way. This is
 // the one place where the hot path meets an outage; kept reports that the
-// operation was kept (its Change is then empty, and err the buffer's
-// refusal, if any). Other errors of apply are returned as they are.
-func (t *Tracker) throughStore(user string, held bool, o func() op, apply func() (presence.Change, error)) (_ presence.Change, kept bool, _ error) {
+// operation was kept (its Change, which apply writes to ch, is then empty,
+// and err the buffer's refusal, if any); apply is given no argument, so
+// that ch, which it captures, stays on its caller's stack. Other errors of apply are
+// returned as they are.
+func (t *Tracker) throughStore(user string, held bool, o func() op, ch *presence.Change, apply func() error) (kept bool, _ error) {
 	for try := 0; ; try++ {
 		if !t.upFor(user) || (held && t.cold.n.Load() > 0) {
 			var ok bool
@@ -389,18 +398,19 @@ func (t *Tracker) throughStore(user string, held bool, o func() op, apply func()
 				ok, err = t.buffer(user, o())
 			}
 			if ok {
-				return presence.Change{}, true, err
+				*ch = presence.Change{}
+				return true, err
 			}
 		}
-		ch, err := apply()
+		err := apply()
 		if try == 0 && errors.Is(err, errOutage) {
 			continue // the store is down now: keep the operation
 		}
 		if err != nil {
-			return ch, false, err
+			return false, err
 		}
 		t.emit(ch)
-		return ch, false, nil
+		return false, nil
 	}
 }
 
@@ -410,32 +420,34 @@ func asBeatReader(s Store) BeatReader {
 }
 
 // applyBeat applies a beat to the store, loading the user if needed.
-func (t *Tracker) applyBeat(ctx context.Context, now int64, user, device string, active bool) (presence.Change, error) {
-	ch, _, err := t.applyBeatRead(ctx, now, user, device, active, nil)
+func (t *Tracker) applyBeat(ctx context.Context, now int64, user, device string, active bool) (ch presence.Change, err error) {
+	_, err = t.applyBeatRead(ctx, now, user, device, active, nil, &ch)
 	return ch, err
 }
 
-// applyBeatRead is applyBeat that fills snap (if not nil: the store is a
-// BeatReader) in the same call, and reports whether it did.
-func (t *Tracker) applyBeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error) {
-	beat := func() (presence.Change, bool, error) {
+// applyBeatRead is applyBeat that writes the change to ch and fills snap
+// (if not nil: the store is a BeatReader) in the same call, and reports
+// whether it did.
+func (t *Tracker) applyBeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot, ch *presence.Change) (bool, error) {
+	beat := func() (read bool, err error) {
 		b := t.bound(ctx)
 		defer t.release(b)
 		if snap != nil {
-			return t.beatReader.BeatRead(b.ctx, now, user, device, active, snap)
+			*ch, read, err = t.beatReader.BeatRead(b.ctx, now, user, device, active, snap)
+			return read, err
 		}
-		ch, err := t.store.Beat(b.ctx, now, user, device, active)
-		return ch, false, err
+		*ch, err = t.store.Beat(b.ctx, now, user, device, active)
+		return false, err
 	}
-	ch, read, err := beat()
+	read, err := beat()
 	if err = t.storeErrUser(ctx, user, err); errors.Is(err, ErrNotLoaded) {
 		if err = t.load(ctx, user); err != nil {
-			return ch, false, err
+			return false, err
 		}
-		ch, read, err = beat()
+		read, err = beat()
 		err = t.storeErrUser(ctx, user, err)
 	}
-	return ch, read && err == nil, err
+	return read && err == nil, err
 }
 
 // SetStatus sets a manual status (ManualNone clears it) and a status text.
@@ -479,7 +491,7 @@ func (t *Tracker) setStatusOverlapped(ctx context.Context, user string, prior ma
 	go func() { saved <- t.saveStatus(ctx, user, m, text) }()
 	ch, err := t.applyStatus(ctx, t.Now(), user, m, text)
 	if err == nil {
-		t.emit(ch)
+		t.emit(&ch)
 	}
 	if derr := <-saved; derr != nil {
 		if err == nil {
@@ -519,10 +531,12 @@ func (t *Tracker) saveStatus(ctx context.Context, user string, m presence.Manual
 // status change, or a reload from the durable store, sets it right).
 func (t *Tracker) undoStatus(ctx context.Context, user string, prior manualStatus) {
 	ctx = context.WithoutCancel(ctx) // the caller's deadline may be what failed
-	if _, _, err := t.throughStore(user, keepBuffered, func() op {
+	var ch presence.Change
+	if _, err := t.throughStore(user, keepBuffered, func() op {
 		return op{kind: opStatus, at: t.Now(), manual: prior.manual, text: prior.text}
-	}, func() (presence.Change, error) {
-		return t.applyStatus(ctx, t.Now(), user, prior.manual, prior.text)
+	}, &ch, func() (err error) {
+		ch, err = t.applyStatus(ctx, t.Now(), user, prior.manual, prior.text)
+		return err
 	}); err != nil {
 		t.log.Error("could not undo a status that did not become durable", "user", user, "err", err)
 	}
@@ -530,11 +544,12 @@ func (t *Tracker) undoStatus(ctx context.Context, user string, prior manualStatu
 
 // applyStatusSaved applies a status that is durable already, or buffers
 // it while the store is down.
-func (t *Tracker) applyStatusSaved(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
-	ch, kept, err := t.throughStore(user, keepBuffered, func() op {
+func (t *Tracker) applyStatusSaved(ctx context.Context, user string, m presence.Manual, text string) (ch presence.Change, err error) {
+	kept, err := t.throughStore(user, keepBuffered, func() op {
 		return op{kind: opStatus, at: t.Now(), manual: m, text: text}
-	}, func() (presence.Change, error) {
-		return t.applyStatus(ctx, t.Now(), user, m, text)
+	}, &ch, func() (err error) {
+		ch, err = t.applyStatus(ctx, t.Now(), user, m, text)
+		return err
 	})
 	if err != nil && !kept {
 		return ch, fmt.Errorf("set status: %w", err)
@@ -575,7 +590,7 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 				})
 				if err == nil {
 					t.owned.Released(now, user, d, true)
-					t.emit(ch)
+					t.emit(&ch)
 					return ch, nil
 				}
 				if !errors.Is(err, errOutage) {
@@ -586,10 +601,12 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 			// replay removes the device whoever owns it.
 		}
 	}
-	ch, kept, err := t.throughStore(user, keepHeld, func() op {
+	var ch presence.Change
+	kept, err := t.throughStore(user, keepHeld, func() op {
 		return op{kind: opBye, at: now, device: device}
-	}, func() (presence.Change, error) {
-		return t.applyBye(ctx, now, user, device)
+	}, &ch, func() (err error) {
+		ch, err = t.applyBye(ctx, now, user, device)
+		return err
 	})
 	if err != nil && !kept {
 		return ch, fmt.Errorf("bye: %w", err)
@@ -629,7 +646,7 @@ func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int
 		}
 		return fmt.Errorf("disconnect: %w", err)
 	}
-	t.emit(ch)
+	t.emit(&ch)
 	return nil
 }
 
@@ -648,10 +665,12 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 		return fmt.Errorf("set settings: %w", err)
 	}
 	// Each watcher whose view changed is sent the new one.
-	_, kept, err := t.throughStore(user, keepBuffered, func() op {
+	var ch presence.Change
+	kept, err := t.throughStore(user, keepBuffered, func() op {
 		return op{kind: opSettings, settings: s}
-	}, func() (presence.Change, error) {
-		return t.applySettings(ctx, t.Now(), user, &s)
+	}, &ch, func() (err error) {
+		ch, err = t.applySettings(ctx, t.Now(), user, &s)
+		return err
 	})
 	if err != nil && !kept {
 		return fmt.Errorf("set settings: %w", err)
@@ -688,7 +707,7 @@ func (t *Tracker) ContactsChanged(ctx context.Context, user string) error {
 	if err != nil {
 		return fmt.Errorf("contacts changed: %w", err)
 	}
-	t.emit(ch)
+	t.emit(&ch)
 	return nil
 }
 
@@ -850,7 +869,7 @@ func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profil
 
 // emit counts and publishes a change. It takes the change by value so that
 // the common no-change heartbeat keeps its Change on the stack.
-func (t *Tracker) emit(ch presence.Change) {
+func (t *Tracker) emit(ch *presence.Change) {
 	if ch.Changed {
 		t.publish(ch.Event)
 	}
@@ -903,7 +922,7 @@ func (t *Tracker) Sweep(ctx context.Context) (int, error) {
 		t.partsFailed(err)
 		err = t.storeErr(ctx, err)
 		for i := range out {
-			t.emit(out[i])
+			t.emit(&out[i])
 		}
 		total += len(out)
 		clear(out)
