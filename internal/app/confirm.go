@@ -27,44 +27,44 @@ type confirming struct {
 
 func (c confirming) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
 	ch, err := c.Tracker.Heartbeat(ctx, user, device, active)
-	c.confirm(ctx, ch)
+	c.confirm(ctx, &ch)
 	return ch, err
 }
 
 func (c confirming) HeartbeatRead(ctx context.Context, user, device string, active bool, snap *presence.Snapshot) (presence.Change, bool, error) {
 	ch, read, err := c.Tracker.HeartbeatRead(ctx, user, device, active, snap)
-	c.confirm(ctx, ch)
+	c.confirm(ctx, &ch)
 	return ch, read, err
 }
 
 func (c confirming) SocketBeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
 	ch, err := c.Tracker.SocketBeat(ctx, user, device, active)
-	c.confirm(ctx, ch)
+	c.confirm(ctx, &ch)
 	return ch, err
 }
 
 func (c confirming) SocketConnect(ctx context.Context, user, device string) (presence.Change, error) {
 	ch, err := c.Tracker.SocketConnect(ctx, user, device)
-	c.confirm(ctx, ch)
+	c.confirm(ctx, &ch)
 	return ch, err
 }
 
 func (c confirming) SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
 	ch, err := c.Tracker.SetStatus(ctx, user, m, text)
-	c.confirm(ctx, ch)
+	c.confirm(ctx, &ch)
 	return ch, err
 }
 
 func (c confirming) Bye(ctx context.Context, user, device string) (presence.Change, error) {
 	ch, err := c.Tracker.Bye(ctx, user, device)
-	c.confirm(ctx, ch)
+	c.confirm(ctx, &ch)
 	return ch, err
 }
 
 // confirm waits for the webhooks' log if ch is a change they are sent
 // (not a change of settings alone, nor one only the user sees:
 // webhook.Sender.Publish).
-func (c confirming) confirm(ctx context.Context, ch presence.Change) {
+func (c confirming) confirm(ctx context.Context, ch *presence.Change) {
 	if ch.Changed && !ch.Event.SettingsOnly && !ch.Event.SelfOnly {
 		c.hooks.Confirm(ctx)
 	}
