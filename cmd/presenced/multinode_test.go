@@ -1041,7 +1041,7 @@ func TestNATSOutage(t *testing.T) {
 // The master that holds the leases is killed (its replica is promoted a
 // few seconds later), then another master is handed over by a manual
 // failover, while 40 users beat over WebSockets on node 1 and a watcher on
-// node 2 watches them: nobody is shown offline (before issue 9's owned
+// node 2 watches them: nobody is shown offline (before nodes owned their
 // devices the kill alone sent hundreds of false offlines), every user
 // reads online through node 2 afterwards, and no lease is taken over.
 func TestRedisClusterFailover(t *testing.T) {
