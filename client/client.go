@@ -2,14 +2,13 @@
 // (docs/protocol.md): one device of one user, holding one socket.
 //
 // Dial connects, reads the server's welcome and from then on keeps the
-// device alive on its own: it sends heartbeats on the server's interval with
-// ±10% jitter, reconnects with bounded exponential backoff and jitter when
-// the connection drops, reuses the device id so that a reconnect within the
-// ttl is invisible to everyone watching, and subscribes again to every user
-// the application watches. What the server says arrives on Updates as typed
-// values — presence as Event (snapshots included), connection state as
-// StateChange, refusals as *ServerError — with stale and duplicate presence
-// already dropped by version.
+// device alive on its own: heartbeats on the server's interval with ±10%
+// jitter, reconnects with bounded exponential backoff and jitter reusing
+// the device id (so a reconnect within the close grace is invisible to
+// everyone watching), and re-subscriptions. What the server says arrives on
+// Updates as typed values — presence as Event (snapshots included),
+// connection state as StateChange, refusals as *ServerError — with stale
+// and duplicate presence already dropped by version.
 //
 //	c, err := client.Dial(ctx, client.Config{URL: "http://127.0.0.1:8080", Token: token})
 //	if err != nil { … }
@@ -23,9 +22,7 @@
 //		}
 //	}
 //
-// Close leaves the device alive for the server's close grace (5 s by
-// default), exactly like a lost connection, so a reconnect within it shows
-// nothing; Bye ends it at once (logout, app closed).
+// Close leaves the device alive for the close grace; Bye ends it at once.
 package client
 
 import (

@@ -1,46 +1,28 @@
 // Package connbudget keeps clients from using up a node's connections: a
 // net.Listener that caps the open connections overall, per source address
-// and, among them, those the node waits on to send a request (pending:
-// its head, its TLS handshake, or a body a handler reads), so that a flood
-// of idle or slow connections can neither exhaust the process's file limit
-// nor hold the node's memory, nor lock other clients out.
+// and, among them, those the node waits on to send a request (pending: its
+// head, its TLS handshake, or a body a handler reads), so that a flood of
+// idle or slow connections can neither exhaust the file limit nor hold the
+// node's memory, nor lock other clients out.
 //
-// A pending connection is a target only once it has stalled: the node has
-// waited on its client for Config.Stall in all (a fifth of it, for a
-// client that has sent nothing since it connected), and nothing it sent is
-// waiting to be read. A client that sent its request is never one, however
-// long the node takes to read it (a reconnect storm: the node is behind,
-// not its clients). When a cap is reached, a new connection first takes
-// the place of the cheapest one of its kind to lose: the oldest stalled
-// connection, then the oldest idle keep-alive connection (between two
-// requests) whose client has not sent its next request — one that did is
-// never closed for another either (most clients would not send it again).
-// Only when no connection in the way is either is the new one refused,
-// with a short JSON answer and Retry-After: 429 too_many_connections for
-// a source address at its cap, 503 too_many_connections for the node at
-// its cap. The pending cap never refuses: beyond it, each new connection
-// makes a stalled one give way. A client that behaves — sends its request
-// and reads the answer — so still gets through a flood of connections
-// that only hold a place.
+// At a cap, a new connection takes the place of the cheapest one to lose:
+// the oldest that stalled (the node waited on its client for Config.Stall
+// and nothing it sent waits unread), then the oldest idle keep-alive
+// connection whose next request has not come. A client that sent its
+// request is never closed for another. Only when there is neither is the
+// newcomer refused, with JSON and Retry-After (429, or 503 at the node's
+// cap); the pending cap never refuses. The first request's head must
+// arrive within Config.HeaderTimeout of the accept, over every layer.
 //
-// The first request's head (after a TLS handshake, if any) must arrive
-// within Config.HeaderTimeout of the accept, one absolute deadline over
-// every layer that reads it: the read deadlines the layers above set
-// meanwhile are cut to it.
-//
-// The listener learns each connection's state from net/http through
-// ConnState (set it as the http.Server's ConnState), and of a request's
-// body through Handler and ConnContext. Handler also answers a request
-// refused before its body was read at once, and closes its connection. Its
-// connections turn net/http's own plain-text answers to unreadable
-// requests (400, 431, 501, 505, and a plain HTTP request to a TLS port)
-// into the JSON errors of every other answer.
-//
-// For HTTPS, wrap the Listener in the TLS listener (tls.NewListener(l,
-// cfg)) and set Config.TLS: the caps then count TCP connections from their
-// accept on, a connection in its TLS handshake is pending (so a flood of
-// handshakes that never finish is evicted like one of silent connections),
-// and refusals are answered over TLS.
+// The listener learns each connection's state from net/http (ConnState)
+// and of a body through Handler and ConnContext; Handler also answers a
+// request refused before its body was read at once, and its connections
+// turn net/http's own plain-text answers (400, 431, 501, 505) into JSON.
+// Under TLS
+// (tls.NewListener around it, Config.TLS) the caps count TCP connections
+// from their accept. The limits and their defaults are in
+// docs/configuration.md ("Limits"); the layers, in docs/operations.md
+// ("TLS and browser origins").
 package connbudget
 
 import (

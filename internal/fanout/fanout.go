@@ -4,29 +4,22 @@
 // filter for that connection's user.
 //
 // A Hub receives the tracker's events (it is a tracker.Publisher). For each
-// event it asks privacy.FilterEvent what each kind of watcher may see — the
-// user themselves, a viewer in the user's contact list, anyone else —,
-// encodes each distinct view once as a WebSocket "presence" message
-// (internal/wire) and hands the same bytes to every watcher of that view. A
-// watcher who may not see the status gets nothing at all for the event.
+// event it asks privacy what each kind of watcher may see — the user
+// themselves, a contact, anyone else —, encodes each distinct view once
+// (internal/wire) and hands the same bytes to every watcher of that view.
+// Users watched by more than Config.AsyncThreshold connections are
+// delivered by Hub.Run in coalescing batches, so one celebrity never delays
+// anybody else (docs/internals.md, "What each watcher holds").
 //
-// Users watched by more than Config.AsyncThreshold connections of this node
-// ("celebrities") are not delivered inside Publish: Publish records the
-// newest event per such user in a coalescing queue and Hub.Run delivers it in
-// batches, yielding between them, so one celebrity never delays anybody
-// else's change.
-//
-// # Locks
-//
-// The registry is sharded by target user; each shard's RWMutex guards its
-// targets, their watcher slots, and each watch's class and position.
-// Publish and Run hold a shard's read lock while they call Sink.Deliver;
-// Subscribe, Unsubscribe, Remove and ContactsChanged take it for writing
-// briefly. Per sink, subMu serializes Subscribe calls (and is held across
-// the Relations look-up, so the cap is exact), and mu guards the sink's own
-// subscriptions. Lock order: sinkState.subMu → sinkState.mu → shard.mu;
-// sinkShard.mu is never held with another lock. No lock is held across a
-// call to Relations.
+// Locks: the registry is sharded by target user; each shard's RWMutex
+// guards its targets, their watcher slots, and each watch's class and
+// position. Publish and Run hold a shard's read lock while they call
+// Sink.Deliver; Subscribe, Unsubscribe, Remove and ContactsChanged take it
+// for writing briefly. Per sink, subMu serializes Subscribe calls (held
+// across the Relations look-up, so the cap is exact), and mu guards the
+// sink's own subscriptions. Lock order: sinkState.subMu → sinkState.mu →
+// shard.mu; sinkShard.mu is never held with another lock. No lock is held
+// across a call to Relations.
 package fanout
 
 import (

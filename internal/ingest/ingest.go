@@ -1,128 +1,23 @@
 // Package ingest feeds presence from an existing connection layer: a
 // gateway of some other system that already holds the users' sockets
-// publishes session events to NATS JetStream, and every presenced node runs
-// a Consumer that applies them through the tracker, as if the devices had
-// sent heartbeats and byes over presenced's own WebSocket.
+// publishes session events (session_connected, heartbeat,
+// session_disconnected) to NATS JetStream under presence.ingest., and every
+// presenced node runs a Consumer that applies them through the tracker, as
+// if the devices had sent heartbeats and byes over presenced's own
+// WebSocket.
 //
-// # Message format (for the authors of the connection layer)
+// Every node binds to one shared durable pull consumer, so each message is
+// applied by one node, in the order of the stream per device, and
+// acknowledged only once the tracker took it. Redelivery is harmless:
+// stale beats are skipped, and Memory remembers each device's latest
+// disconnect so that a connect redelivered after it does not bring the
+// device back. Errors the event itself causes terminate it (Refused); any
+// other is retried with a growing delay.
 //
-// Publish one JSON object per message, to any subject under the configured
-// subject (default "presence.ingest."), for example
-// "presence.ingest.gw-3" or "presence.ingest.<user>":
-//
-//	{"type":"session_connected","user_id":"42","device_id":"tab-1","at":"2026-11-23T01:02:03.456Z"}
-//	{"type":"heartbeat","user_id":"42","device_id":"tab-1","at":"2026-11-23T01:02:18.456Z","active":false}
-//	{"type":"session_disconnected","user_id":"42","device_id":"tab-1","at":"2026-11-23T01:05:00.000Z"}
-//
-// Fields:
-//
-//   - type (required): "session_connected" or "heartbeat" (both keep the
-//     device alive for one heartbeat ttl of the deployment, exactly like a
-//     heartbeat of presenced's own clients) or "session_disconnected" (ends
-//     the device at once, like a bye).
-//   - user_id, device_id (required): 1 to 64 bytes, no spaces, commas or
-//     control characters (presence.ValidateID). A device is one session
-//     (a tab, an app install); a user is online while one device is alive.
-//   - at (required): when the event happened at the connection layer, in
-//     RFC 3339, UTC, with milliseconds (the wire.TimeLayout of presenced,
-//     "2006-01-02T15:04:05.000Z"; other fractions and offsets are
-//     accepted). It must
-//     not be more than MaxSkew (default 5 s) in the future of the
-//     consuming node's clock.
-//   - active (optional, default true): false marks a background beat that
-//     keeps the device alive but is not user activity (the user may turn
-//     away while such beats go on).
-//
-// Unknown fields are ignored. A message is at most MaxMessageSize (4 KiB).
-// Send each device's heartbeats at least every ttl/3 or so, as presenced's
-// own clients do; a connect and the first heartbeat may be the same event.
-//
-// Set the header Nats-Msg-Id to a unique id of the event (for instance
-// "<gateway>-<sequence>"): the stream drops a second publish with the same
-// id within its duplicate window (DuplicateWindow, default 2 minutes), so a
-// publisher may retry a publish whose acknowledgement it did not get.
-//
-// A message that is not valid (not JSON, unknown type, bad id, missing or
-// unparsable at, too far in the future, too large) is terminated: it is
-// never retried, it is counted (Stats.Invalid) and logged (at most once a
-// second), and the consumer goes on with the next one.
-//
-// # Delivery, order and idempotency
-//
-// The stream (default "PRESENCE_INGEST", file storage, work-queue
-// retention: a message is removed once acknowledged; MaxAge bounds what
-// waits when no node consumes) captures Subject+".>". Every node binds to
-// one shared durable pull consumer (default "presenced-ingest"), so each
-// message is handed to one node at a time. A node fetches batches (Batch
-// messages) and applies them with a few workers (Workers): the events of
-// one (user, device) always go to the same worker, in the order of the
-// stream, so a node never reorders the events of a device. It
-// acknowledges a message only after the tracker call returned
-// successfully. JetStream redelivers a message that
-// was not acknowledged within AckWait (the node died, the ack was lost) or
-// that was negatively acknowledged, possibly to another node. Applying is
-// therefore made idempotent:
-//
-//   - A heartbeat or session_connected applied twice is harmless by nature:
-//     the device is alive from the tracker's now, either way.
-//   - A heartbeat or session_connected whose at is older than now − TTL is
-//     stale (the device would be dead by now anyway): acknowledged and
-//     skipped (Stats.Stale). So a backlog replayed after an outage does not
-//     bring back devices that have since gone.
-//   - Each node remembers, for TTL + AckWait and for at most MaxRemembered
-//     devices (oldest dropped first), the latest session_disconnected at it
-//     applied per (user, device). A heartbeat or session_connected of that
-//     device with at ≤ it is skipped (Stats.Ignored): a connect redelivered
-//     or republished after the disconnect does not resurrect the device.
-//     Likewise, once a device reconnected after a remembered disconnect, an
-//     older disconnect redelivered later is skipped, so it does not end the
-//     new session.
-//   - A session_disconnected applied twice is harmless (the second finds no
-//     device). Disconnects are never considered stale.
-//
-// What remains: the memory and the ordering are per node. A redelivered
-// connect or heartbeat that lands on another node than the one that
-// applied the disconnect (or after the memory dropped the entry) is
-// applied; and two nodes that fetched consecutive batches may apply a
-// device's connect and its disconnect in the wrong order. Either way the
-// device is kept alive for at most one TTL, after which it expires as
-// usual. (An event is applied at the tracker's own now, like a heartbeat
-// of presenced's clients; at only decides staleness and order.)
-//
-// # Errors
-//
-// A tracker error that says the event itself cannot be applied
-// (presence.ErrTooManyDevices and the other client errors of package
-// presence) terminates the message (Stats.Refused). Any other error (the
-// store is down, a timeout) negatively acknowledges it with a growing delay
-// (RetryDelay doubled per delivery, at most RetryMaxDelay; Stats.Retried),
-// so it comes back later, here or on another node. Until that delay has
-// passed the node tries no other message either: it hands the ones it
-// receives back with the rest of the delay (also Stats.Retried) and
-// pauses its pulls, so a store that is down is not hammered and fetched
-// messages do not wait out their AckWait behind failing calls (a message
-// on its last delivery is always tried). On its last delivery
-// (MaxDeliver) a failing message is terminated and counted in
-// Stats.GivenUp.
-//
-// Losing the NATS connection only pauses the consumer: the client
-// reconnects, and Run goes on fetching. After every reconnect, and when a
-// pull says the consumer is gone, Run creates the stream and consumer
-// again if they are missing (a server that lost its storage).
-//
-// # Concurrency
-//
-// Open creates the stream and the durable consumer idempotently, so any
-// number of nodes may start at once with the same Config. Run fetches in
-// its own goroutine and applies in Workers goroutines it starts, each with
-// a bounded queue (Batch messages) and its own share of the disconnect
-// memory; it stops and waits for all of them before it returns, when its
-// context is done or Close is called. A tracker call in progress is
-// bounded by ApplyTimeout and finishes even when Run is asked to stop;
-// messages fetched but not yet applied then are negatively acknowledged at
-// once, so another node takes them. Acknowledgements are sent without
-// waiting for the server's confirmation: a lost one is a redelivery,
-// which the rules above make harmless.
+// Decode, Memory and Refused are shared with package kafka, which applies
+// the same events from a Kafka topic. The message format, the guarantees
+// and their limits are in docs/operations.md ("Feeding presence from an
+// existing connection layer").
 package ingest
 
 import (

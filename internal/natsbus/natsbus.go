@@ -1,142 +1,24 @@
-// Package natsbus is the bus between presenced nodes and the durable
-// presence.changes stream, both on NATS JetStream.
+// Package natsbus is the bus between presenced nodes, on NATS JetStream:
+// every change of presence a node's tracker makes is published once, by
+// that node, to presence.changes.<base64url(user)>, which the stream
+// PRESENCE_CHANGES captures for other services (and webhooks), and which
+// carries the change to the other nodes. Each node subscribes (core NATS)
+// only to the users its own WebSocket watchers watch, and hands what
+// arrives to its fan-out (Local), so it receives each change it needs once.
 //
-// Every change of presence a node's tracker makes (a presence.Event:
-// those everyone may see, and those only the user sees, self_only) is
-// published once, by that node, to a JetStream stream.
-// The same message carries the change to the other nodes: each node holds a
-// core NATS subscription on the subject of every user its own WebSocket
-// watchers watch, and hands what arrives to its local fan-out (Local), which
-// filters it per watcher by the event's privacy settings. A node therefore
-// receives only the changes of users it watches, and each change once.
+// Bus is the tracker's Publisher on a scale-out node. Publish never
+// blocks: events wait in a bounded queue, are retried until the stream
+// acknowledges them, and go out in order per user. Watch and Unwatch keep
+// a user's subscription in step with Local.Watched, and Watch flushes
+// before the caller reads the snapshot, so no change falls between the
+// two. With Config.Mirror every change of the other nodes also goes to the
+// read replica. Mark and Wait tell whether the stream acknowledged what was
+// published before a point (what webhooks confirm); Stream whether it is
+// missing.
 //
-// # Subjects and stream
-//
-// With the default Config.Subject "presence.changes", the change of user U
-// is published on
-//
-//	presence.changes.<base64url(U)>
-//
-// where base64url is base64.RawURLEncoding (RFC 4648 §5, no padding) of the
-// user id's UTF-8 bytes, so ids holding '.', '*', '>', spaces or any
-// Unicode are each exactly one subject token. The stream (default name
-// PRESENCE_CHANGES, file storage, limits retention, MaxAge default 24h)
-// captures "presence.changes.>". Open creates it, or updates it to the
-// configuration, and many nodes may do so at once.
-//
-// Each message has the headers
-//
-//	Nats-Msg-Id:    <user id>:<version>   (the stream keeps one copy per id
-//	                                       within the Duplicates window, 2m)
-//	Presenced-Node: <node id of the publisher>
-//
-// and a JSON object as payload:
-//
-//	{"user_id":"42","status":"busy","prev":"online","text":"in a meeting",
-//	 "last_seen":"2026-11-22T23:08:49.123Z","version":123,
-//	 "at":"2026-11-22T23:08:50.000Z",
-//	 "settings":{"status":"everyone","last_seen":"contacts"}}
-//
-// Its fields:
-//
-//   - user_id: the user (also the base64url token of the subject).
-//   - status, prev: the public status after and before the change: "offline",
-//     "online", "away" or "busy" (an invisible user reads "offline").
-//   - text: the public status text ("" when none).
-//   - last_seen: the public last_seen, or null when the user was never seen.
-//   - version: grows with every change of the user, those only the user
-//     sees included (a consumer that leaves them out sees the version skip
-//     them). Changes of one user may be stored out of order (and, across
-//     an outage longer than the Duplicates window, more than once): a
-//     consumer applies an event only if its version is above the last one
-//     it applied for that user.
-//   - at: when the change was made.
-//   - settings: the user's privacy settings at the change ("everyone",
-//     "contacts" or "nobody" for each of status and last_seen). The payload
-//     is the unfiltered view: a consumer that shows it to people must apply
-//     them.
-//   - self_status (only when it differs from status: "invisible"): the
-//     status as the user themselves see it, for the user's own devices.
-//     A consumer must never show it to anyone else.
-//   - self_text (only when it differs from text): the user's own status
-//     text — an invisible user's text stays, in text, the one they vanished
-//     with. Never to be shown to anyone else either.
-//   - self_only: true on a change only the user sees (an invisible user's
-//     text): nothing anyone else sees changed, the version is one only the
-//     user is shown; a consumer sends it to the user's own devices alone.
-//   - prev_settings (only on a change of settings): the settings before;
-//     settings_only: true when nothing but the settings changed (status,
-//     text and last_seen are as last published, the version is new). A
-//     consumer sends each viewer whose view changed with the settings its
-//     new view, and nothing to the others.
-//
-// Times are RFC 3339 in UTC with milliseconds (wire.TimeLayout). Unknown
-// fields may be added later; consumers must ignore them.
-//
-// Contact-list changes are announced on "<Subject>-internal.contacts"
-// ("presence.changes-internal.contacts": core NATS only, outside the stream), payload the owner's user id, header
-// Presenced-Node: a node that watches the owner refreshes what its watchers
-// may see (Config.OnContactsChanged).
-//
-// # Goroutines and queues
-//
-// Publish (the tracker.Publisher) never blocks: it copies the event into a
-// bounded queue (Config.QueueSize) and drops, counting, when it is full. Run
-// owns three goroutines until its context ends:
-//
-//   - the publisher drains the queue, encodes each event and publishes it
-//     with JetStream's asynchronous publish, at most maxInFlight awaiting
-//     their acknowledgement. A publish that fails or is not acknowledged in
-//     time is sent again (same Nats-Msg-Id, so the stream keeps one copy),
-//     with backoff, before any newer event (so a user's events reach the
-//     stream in order, except that a retried one may follow newer events
-//     that were already in flight); while NATS is down events wait in the
-//     queue. After a reconnection, a publish refused for want of a stream
-//     (no responders), or a second failed round (a publish to a subject
-//     that nodes subscribe to times out when no stream captures it), the
-//     stream is looked up before anything is sent, and created again if
-//     it is missing (NATS lost its store, or an operator deleted it);
-//     Stream reports it missing meanwhile. Failed contact announcements
-//     are re-sent the same way.
-//   - the dispatcher drains one bounded channel into which every per-user
-//     subscription delivers (nats.go's ChanSubscribe: no goroutine per
-//     subscription), skips the messages this node published itself (its hub
-//     had them from the tracker already), decodes and calls Local.Publish.
-//     When the channel is full nats.go drops the message; these drops are
-//     counted (Stats.SlowConsumer) and Config.OnReconnect is called, so
-//     the watchers are sent the current state as after a disconnection. A
-//     message that does not decode is counted and logged, never fatal. A
-//     publish retried after a lost ack reaches the subscribers twice: a
-//     message of one of the last few versions delivered for the same user
-//     is dropped (Stats.Duplicates). Contact announcements of watched
-//     owners are queued (bounded, one entry per owner) for the third:
-//   - the contacts goroutine calls Config.OnContactsChanged, which reads a
-//     database, so that a slow database never holds up the changes. The
-//     changes of an owner that arrive after the owner's announcement wait
-//     until the callback returned (the newest is then delivered), so none
-//     is filtered with the contact list of before the announced change.
-//
-// With Config.Mirror a fourth goroutine hands every change of the other
-// nodes, from a subscription to the whole subject tree with a bounded
-// channel of its own, to the mirror (a node's read replica); when nats.go
-// drops its messages Config.OnMirrorLost is called.
-//
-// The connection reconnects forever, with backoff; nats.go restores the
-// subscriptions on reconnection. Changes other nodes publish while this
-// node is disconnected do not reach its watchers (core NATS keeps nothing
-// for a subscriber away; they are in the stream): Config.OnReconnect tells
-// the node to send its watchers the current state. Close publishes what is still queued (for
-// a bounded time), flushes and closes the connection.
-//
-// # Watching
-//
-// Watch and Unwatch reconcile a user's subscription with Local.Watched:
-// under a per-user (striped) lock, the user ends subscribed if and only if
-// Local.Watched(user) is true at that moment, so concurrent Watch and
-// Unwatch calls of the same user settle on "subscribed iff watched". Watch
-// then flushes the connection once (bounded) so the server knows of the new
-// interest before the caller reads the user's snapshot: no change made after
-// that read is missed.
+// The subjects, the message and its fields are in docs/operations.md
+// ("NATS subjects and streams"); the goroutines, queues and why, in
+// docs/internals.md ("The bus's goroutines and queues").
 package natsbus
 
 import (

@@ -1,39 +1,18 @@
 // Package origin decides which browser pages may call the node, from the
 // Origin header browsers send (RFC 6454): the node's own pages always, the
 // pages of the origins an operator lists (-allowed-origins), and no other.
-// Requests without an Origin header — backends, curl, native clients —
-// are not a browser page's and pass.
+// Requests without an Origin header — backends, curl, native clients — are
+// not a browser page's and pass. Policy holds the list; Check says none,
+// same, allowed or refused; Refusal is the 403 origin_not_allowed both
+// edges answer.
 //
-// A list entry is one of:
+// The node's own origin is only as good as the Host: a page whose name was
+// pointed at the node's address (DNS rebinding) sends a Host of that name.
+// Hosts (hosts.go) says which Host names a node answers to at all.
 //
-//   - scheme://host[:port] — exactly that origin. The scheme is http or
-//     https; a missing port is the scheme's default (80, 443), so
-//     https://app.example.com and https://app.example.com:443 are one
-//     entry. Case does not matter. No path, query, user or fragment.
-//   - scheme://*.domain[:port] — every origin of that scheme and port
-//     whose host ends in ".domain", at any depth (a.domain, a.b.domain),
-//     but not domain itself (list it too if wanted). The "*." must lead
-//     the host, domain must have two labels or more (*.com is refused),
-//     and there is no other wildcard: not in the middle of a label, not in
-//     the scheme, not in the port.
-//   - * — every origin, including "null" (sandboxed frames, file: pages):
-//     the check is off. Client tokens are bearer tokens, not cookies, so a
-//     foreign page still needs a user's token; but under -dev any page
-//     could act for anybody.
-//
-// "null" cannot be listed on its own: every sandboxed frame and local file
-// sends it, so allowing it would allow them all.
-//
-// The node's own origin is the request's Host header with the Origin's
-// scheme: Origin https://h (or http://h) matches Host h, and
-// https://h:8443 matches Host h:8443 (a Host without a port has the
-// Origin scheme's default). Both schemes are taken because a proxy in
-// front may end TLS and forward plain HTTP with the Host unchanged; a node
-// that serves TLS itself takes only https.
-//
-// The node's own origin is only as good as the Host: a page whose name
-// was pointed at the node's address (DNS rebinding) sends a Host of that
-// name. Hosts says which Host names a node answers to at all.
+// The rules of entries, wildcards, ports and "null" are in
+// docs/protocol.md ("Origins"); the Host rule in docs/operations.md ("TLS
+// and browser origins").
 package origin
 
 import (

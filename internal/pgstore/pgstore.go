@@ -4,27 +4,19 @@
 //
 // It keeps the promises of the embedded store (internal/sqlitestore) and
 // runs the same conformance suite (internal/durabletest). Every method is
-// one round trip where it can be: a last_seen checkpoint of any size is one
-// INSERT … SELECT FROM unnest(arrays) … ON CONFLICT upsert, a bulk read is
-// one query with = ANY(array).
-//
-// Ids and contact ids are stored as text COLLATE "C", so contact lists come
-// back in byte order, as from SQLite, whatever the database's collation.
-// Times are Unix milliseconds in bigint. Versions are uint64 in Go and
-// stored in bigint with the same bit pattern; they stay far below 2^63, so
-// the signed comparisons the store makes (GREATEST) order them correctly.
+// one round trip where it can be: a checkpoint of any size is one unnest
+// upsert, a bulk read one query with = ANY(array). Statuses and settings
+// are group committed (internal/groupcommit) and contact-list writes
+// admitted through a writegate.Gate.
 //
 // The store expects a database (or a schema, chosen with search_path in the
 // URL) of its own: it creates the tables users, contacts, contact_lists,
-// meta and schema_version.
-//
-// Every error that says PostgreSQL cannot be reached or cannot serve for
-// now — a connection refused or lost, the server starting up or shutting
-// down (SQLSTATE 57P03, 57P01), too many connections, a deadlock that
-// persists after the store's own retries; the list is in errors.go — has
-// a method Unavailable() bool that reports true: the operation changed
-// nothing and may be retried later (tracker.Unavailable, HTTP 503). Callers
-// need not know pgx.
+// meta and schema_version, migrating under an advisory lock. Every error
+// that says PostgreSQL cannot serve for now (errors.go) has a method
+// Unavailable() bool that reports true: the operation changed nothing and
+// may be retried (tracker.Unavailable, HTTP 503); callers need not know
+// pgx. How ids, times and versions are stored, and why, is in
+// docs/internals.md ("Durability").
 package pgstore
 
 import (

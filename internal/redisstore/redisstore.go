@@ -1,86 +1,24 @@
 // Package redisstore is the state store of presenced on Redis (or a Redis
-// Cluster), for running several nodes over one shared state: a
-// tracker.Store whose every operation is a Lua script (EVALSHA) applying
-// the rules of presence.User atomically to the user's keys. Heartbeats
-// that arrive while a call is in flight share the next call (beat.go).
+// Cluster), for several nodes over one shared state: a tracker.Store and
+// tracker.Leaser whose every operation is a Lua script (lua/*.lua,
+// EVALSHA) applying the rules of presence.User atomically to the user's
+// keys. helpers.lua holds the rules, ported from package presence;
+// packed.lua the format of a user, which packed.go decodes for reads.
 //
-// # Keys
+// Users are spread over 256 shards and, within a shard, over buckets: each
+// user is one binary field of a small hash, its bucket, and every key
+// carries its shard as a Cluster hash tag. Heartbeats that arrive while a
+// call is in flight share the next call (beat.go); the devices a node owns
+// live under its lease (lease.go), and their claims wait for the master's
+// replicas (replicated.go). Expire and Dirty claim due and changed users
+// atomically, so any number of nodes may sweep and checkpoint at once. A
+// version floor per shard keeps versions from repeating when Redis loses
+// its data (tracker.ErrStoreReset).
 //
-// Users are spread over Config.Shards shards by FNV-1a of the user id (the
-// same on every node), and within a shard over Config.Buckets buckets by
-// the same hash. Every key carries its shard as a Redis Cluster hash tag,
-// so a user's bucket and the shard's sets live in one slot and one script
-// may touch them all:
-//
-//	<prefix>{<shard>}p:<n>      hash: user → the whole user packed in binary (lua/packed.lua)
-//	<prefix>{<shard>}due        sorted set: user → next deadline (Unix ms)
-//	<prefix>{<shard>}dirty      set: users changed since the last Dirty
-//	<prefix>{<shard>}floor      string: the version every user loaded into the shard starts from
-//	<prefix>{<shard>}ob:<lease> set: the buckets where a lease claimed devices (lease.go)
-//
-// A user costs no key of its own: a bucket of up to 128 users of ≤ 64
-// bytes each is one listpack in Redis (hash-max-listpack-entries and
-// -value, Redis's defaults), ~58 bytes an online user with one device a
-// node owns, against ~70 bytes for a key alone. A user in a fuller bucket,
-// or with a value past 64 bytes (a long status text, several devices),
-// turns its bucket into a hash table: right, only larger
-// (docs/operations.md says how to size Buckets and those settings).
-//
-// # Versions when Redis loses its data
-//
-// A user's version lives in its packed value and reaches the durable
-// store with the checkpoint, up to a second later. If Redis loses it
-// (restarted empty, a failover that lost writes), the versions published
-// since the
-// last checkpoint are gone, and counting on from the durable copy would
-// publish them again with other contents (consumers drop those as stale).
-// Each shard therefore keeps a floor, raised by every node at start to its
-// epoch<<32 (RaiseFloor) — above every version of the runs before — and
-// every user loaded counts on from it at least. A shard that lost its data
-// lost its floor too: Load then fails with tracker.ErrStoreReset, and the
-// tracker takes a new epoch from the durable store, raises the floor of
-// every shard above everything published before, and loads again.
-// CheckFloor finds such a loss even when no call failed (Redis restarted
-// between two calls). Reads of users the shard does not hold carry the
-// shard's floor as their version (Get), so a cold read is ordered after
-// everything published before and before everything that follows.
-//
-// # Expiry, checkpoints, eviction
-//
-// Expire claims the due members of a shard in one script (ZRANGEBYSCORE …
-// LIMIT, remove, apply, re-arm), so any number of nodes may sweep at once
-// and each transition is returned to exactly one of them. A sweep probes
-// every shard for a due member in one pipelined round trip, then runs the
-// script on the due shards in another, sharing max between them. Nothing
-// relies on keyspace notifications. Dirty drains every shard's dirty set, one script per
-// shard, all in one pipelined round trip.
-//
-// Eviction follows memstore: a user without devices gets an eviction
-// deadline EvictAfter after it lost its last device; when it comes due and
-// the user's last change was checkpointed (not in the dirty set) the user
-// leaves its bucket and reads of the user are served from the durable
-// store; otherwise it is re-armed EvictAfter later. No Redis TTL is set
-// on a bucket, so state is never dropped before its checkpoint.
-//
-// # Reads
-//
-// Get of many ids is one pipelined round trip of an HMGET per bucket
-// touched (rueidis sends the commands of one DoMulti together and, on a
-// Cluster, one batch per node); each answer is the whole user, from which
-// presence.User derives the snapshot at now.
-//
-// # Client
-//
-// The store uses github.com/redis/rueidis: it pipelines automatically,
-// so concurrent heartbeats from many goroutines share round trips without
-// the callers batching by hand (the issue measured plain one-call-at-a-time
-// SETEX at 9–18k/s against 106–227k/s pipelined on this machine), DoMulti
-// sends a batch in one write per node, and its Lua helper runs EVALSHA and
-// loads the script on NOSCRIPT. go-redis v9 pipelines only explicitly.
-//
-// Limits: times and versions are handled as Lua numbers (doubles), exact
-// below 2^53, which the versions of the design stay under (so Rules.Epoch
-// must be below 2^21). The key prefix must not contain '{'.
+// The keys, the layout and its costs, the client (rueidis) and the limits
+// are in docs/internals.md ("The Redis layout", "Versions"); sizing the
+// buckets in docs/operations.md. TestDifferential checks the scripts
+// against memstore, which applies the same rules in Go.
 package redisstore
 
 import (

@@ -1,47 +1,27 @@
 // Package testsvc starts real Redis, PostgreSQL and NATS JetStream servers
 // for tests: private processes on free 127.0.0.1 ports, each in its own
-// temporary directory, that a test can stop, kill and start again on the
-// same port. No mocks: the store and bus tests talk to the real thing.
+// temporary directory. No mocks: the store and bus tests talk to the real
+// thing, and fault tests Stop, Kill (SIGKILL), Pause and Resume
+// (SIGSTOP/SIGCONT: a hung server) and Start them again on the same port
+// and data; a Proxy (NewProxy) stalls or cuts a link (a partition).
 //
-// Fault tests have Stop (graceful), Kill (SIGKILL to all the server's
-// processes, as a crash), Pause and Resume (SIGSTOP/SIGCONT: a hung server,
-// connections open but silent) and Start (again, on the same port, with
-// the same data directory).
-//
-// Two ways to get one:
-//
-//   - Redis(t), Postgres(t), NATS(t) start a private server for one test and
-//     stop it (and remove its directory) at t.Cleanup. Use these for fault
-//     tests: s.Stop, s.Kill and s.Start act on that test's server alone.
-//   - SharedRedis(t), SharedPostgres(t), SharedNATS(t) start one server per
-//     test binary, on first use, for tests that only need isolation by
-//     database (Postgres: s.NewDatabase(t)), key prefix or subject/stream
-//     name (Unique(t)). A shared server refuses Stop, Kill and Start.
-//
-// RedisCluster(t, n) starts a private Redis Cluster of n masters (about 2 s:
-// Redis holds a new master's cluster state back that long), and
-// RedisClusterReplicas(t, m, r) one of m masters with r replicas each, for
-// failover tests: the Cluster names the master of a key and its replicas,
-// waits for a killed master's replica to be promoted (WaitPromoted), runs
-// a manual failover (Failover) and brings a killed node back as a replica
-// (Rejoin).
-//
-// A package that uses the shared servers stops them in its TestMain:
+// Redis(t), Postgres(t) and NATS(t) start a private server for one test;
+// use them for fault tests. SharedRedis(t), SharedPostgres(t) and
+// SharedNATS(t) start one server per test binary, for tests isolated by
+// database (s.NewDatabase(t)), key prefix or subject (Unique(t)); a shared
+// server refuses Stop, Kill and Start, and the package's TestMain stops it:
 //
 //	func TestMain(m *testing.M) { testsvc.Main(m) }
 //
-// StartRedis, StartPostgres and StartNATS are the variants without a
-// testing.TB (for TestMain or a benchmark harness); the caller Closes them.
+// RedisCluster and RedisClusterReplicas start a Redis Cluster (about 2 s)
+// for failover tests (WaitPromoted, Failover, Rejoin). StartRedis,
+// StartPostgres and StartNATS are the variants without a testing.TB.
 //
-// Binaries are looked up on PATH and in Debian's places (/usr/bin,
-// /usr/sbin, /usr/lib/postgresql/*/bin). A missing binary fails the test
-// with the Debian package to install: a suite that silently skips its real
-// backends is a failing suite. scripts/test.sh installs them.
-//
-// When the tests run as root, PostgreSQL (which refuses root) runs as the
-// postgres OS user, which Debian's postgresql package creates.
-//
-// All functions and methods are safe for concurrent use.
+// Binaries are looked up on PATH and in Debian's places; a missing one
+// fails the test naming the Debian package (scripts/test.sh installs
+// them): a suite that silently skips its real backends is a failing suite.
+// As root, PostgreSQL runs as the postgres user. All functions and methods
+// are safe for concurrent use.
 package testsvc
 
 import (

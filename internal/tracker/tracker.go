@@ -463,7 +463,7 @@ func (t *Tracker) applyBeatRead(ctx context.Context, now int64, user, device str
 // them, as before. After such a failure, and while the store is down, the
 // status is written durably first and applied after, one step at a time,
 // until a durable write succeeds again: a durable store that keeps failing
-// makes no flicker of its own. See docs/architecture.md, "Durability".
+// makes no flicker of its own. See docs/internals.md, "Durability".
 func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual, text string) (presence.Change, error) {
 	mu := t.writeLock(user)
 	mu.Lock()

@@ -1,40 +1,20 @@
 // Package webhook POSTs every change of presence to the app's HTTP
 // endpoints: batched (up to MaxBatch events, or what arrived within Linger
 // of the first), signed (client.WebhookSignature: HMAC-SHA256 over the
-// timestamp and the body), retried with exponential backoff and jitter on
-// 5xx, 408, 429, timeouts and refused connections — at least once, and in
-// order, since an endpoint has one request in flight at a time (but for a
-// node paused past its lease, below).
+// timestamp and the body), retried with exponential backoff and jitter,
+// at least once and in order, one request in flight per endpoint.
 //
-// The changes come from a durable log, never from memory alone, so a
-// change a client was told of reaches every endpoint even if the node dies
-// right after (docs/operations.md, "Webhooks"):
+// The changes come from a durable log, never from memory alone, so a change
+// a client was told of reaches every endpoint even if the node dies right
+// after: with NATS (Config.Stream) the stream PRESENCE_CHANGES through a
+// durable consumer per endpoint, delivered by the node that holds the
+// endpoint's lease (stream.go); on the embedded node (Config.Outbox) an
+// outbox in the node's SQLite file (outbox.go). Confirm is what makes this
+// hold for the clients: the node answers a request that made a change only
+// once the change is in the log.
 //
-//   - With NATS (Config.Stream), the log is the stream of every change,
-//     PRESENCE_CHANGES (package natsbus), and each endpoint has a durable
-//     consumer of it shared by every node (stream.go). One node delivers
-//     for an endpoint: the holder of the endpoint's lease, a message on a
-//     small JetStream stream that the holder renews (a node that dies loses
-//     it within the lease's time; one paused past it may still have a
-//     request under way when another node took over). The consumer
-//     acknowledges a batch once the endpoint accepted it (or refused it for
-//     good); a batch a dead node held is delivered again, before anything
-//     newer.
-//   - On the embedded node (Config.Outbox), the log is an outbox in the
-//     node's SQLite file (outbox.go): Publish queues a change, a writer
-//     appends what is queued in one fsynced transaction, and each endpoint
-//     reads the outbox from its cursor; what every endpoint is past is
-//     removed. A node that restarts delivers what is left.
-//
-// Confirm is what makes this hold for the clients: the node answers a
-// client whose request made a change only once the change is in the log.
-//
-// The body is {"events":[…]}, each event the change as wire.AppendChange
-// writes it (user, status, previous status, text, last_seen, version,
-// settings) — with NATS, the stream's message itself. A receiver drops an
-// event whose version is not above the last it stored for that user (a
-// retry after a lost answer, or a batch delivered again after a crash,
-// repeats events). Changes of settings alone are not sent.
+// The body, the signature, the guarantee and what can still be lost are in
+// docs/operations.md ("Webhooks").
 package webhook
 
 import (
