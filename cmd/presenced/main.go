@@ -23,12 +23,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go func() {
-		// After the first signal starts a graceful shutdown, a second one
-		// kills the process the usual way.
-		<-ctx.Done()
-		stop()
-	}()
+	// After the first signal starts a graceful shutdown, a second one
+	// kills the process the usual way.
+	context.AfterFunc(ctx, stop)
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "presenced:", err)
 		os.Exit(1)
