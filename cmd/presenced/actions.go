@@ -32,9 +32,9 @@ func (o *options) checkPrintToken() error {
 	return nil
 }
 
-// printToken prints a client token for user, signed with cfg's JWT
+// signToken prints a client token for user, signed with cfg's JWT
 // secret, valid for its maximum lifetime, with its audience and issuer.
-func printToken(stdout io.Writer, user string, cfg app.Config) error {
+func signToken(stdout io.Writer, user string, cfg app.Config) error {
 	t := auth.Token{User: user, Audience: cfg.TokenAudience, Issuer: cfg.TokenIssuer}
 	tok, err := t.Sign(cfg.JWTSecret, time.Now(), cfg.MaxTokenLifetime)
 	if err != nil {

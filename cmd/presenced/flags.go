@@ -16,8 +16,8 @@ type options struct {
 	cfg                              app.Config
 	apiKey, jwtSecret, webhookSecret string
 	logLevel, logFormat              string
-	version                          bool
-	healthcheck, printToken          string
+	showVersion                      bool
+	healthURL, printToken            string
 	pprofAddr                        string
 	// set reports whether a flag was given, on the command line or by
 	// its environment variable.
@@ -130,8 +130,8 @@ func (o *options) commandFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text (logfmt) or json (one object a line)")
 	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060 (off by default)")
-	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.StringVar(&o.healthcheck, "healthcheck", "", "GET this URL (e.g. http://127.0.0.1:8081/healthz) and exit 0 if it answers 200, 1 if not: a container's HEALTHCHECK, as the image has no curl")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	fs.StringVar(&o.healthURL, "healthcheck", "", "GET this URL (e.g. http://127.0.0.1:8081/healthz) and exit 0 if it answers 200, 1 if not: a container's HEALTHCHECK, as the image has no curl")
 	fs.StringVar(&o.printToken, "print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
 }
 

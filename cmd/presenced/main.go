@@ -42,11 +42,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	case err != nil:
 		return err
-	case o.version:
+	case o.showVersion:
 		fmt.Fprintln(stdout, "presenced", version())
 		return nil
-	case o.healthcheck != "":
-		return healthcheck(ctx, o.healthcheck, stdout)
+	case o.healthURL != "":
+		return healthcheck(ctx, o.healthURL, stdout)
 	}
 	if err := o.checkPrintToken(); err != nil {
 		return err
@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if o.printToken != "" {
-		return printToken(stdout, o.printToken, cfg)
+		return signToken(stdout, o.printToken, cfg)
 	}
 	if cfg.Dev {
 		log.Warn("INSECURE DEVELOPMENT MODE (-dev): requests without credentials are accepted for any user id. Never use it in production.")
