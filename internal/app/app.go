@@ -1,21 +1,19 @@
 // Package app is the composition root of one presenced node. Config says
-// what to build (a zero field takes its value from Defaults, which are
-// also cmd/presenced's flags); New builds the node as a list of parts,
-// one small open step each, in order of opening:
+// what to build; a zero field takes its value from Defaults, which are
+// also cmd/presenced's flags.
 //
-//	edges' rules → durable store → state store → hub → replica → bus (NATS)
-//	→ webhooks → Kafka producer → beacon and peers → tracker → ingest
-//	→ Kafka consumer → reader → edges (gateway, metrics, HTTP API)
+// New builds the node as a list of components, one small open step each,
+// in the order of opening its list gives. A step builds its component and
+// declares its part (parts.go): how it runs, in which phase Run stops it,
+// what it releases, what readiness checks of it and whether it takes the
+// tracker's changes; it also sets the counters metrics reads. Adding a
+// component is its open step and its line in New.
 //
-// A step declares what its part needs of the node (parts.go): how it
-// runs, in which phase Run stops it, what it releases, what readiness
-// checks of it, whether it takes the tracker's changes; it sets the
-// counters metrics reads. Run serves the edges while the parts run, then
-// stops taking requests and stops the parts phase by phase — gateway,
-// ingest, tracker (last checkpoint), bus and what else carries changes
-// out, hub — and Close releases them in reverse order of opening, the
-// durable store last. Adding a component is its open step and its line in
-// New.
+// Run serves the edges while the parts run; then it stops taking
+// requests, stops the parts phase by phase (the gateway first, the
+// tracker with its last checkpoint before what carries changes out, the
+// hub last), and Close releases them in reverse order of opening, the
+// durable store last.
 package app
 
 import (
@@ -49,11 +47,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.openWebhooks, // -webhook-url
 		a.openKafkaOut, // -kafka-brokers
 		a.openBeacon,   // and the peers: NATS and Redis
-		a.openTracker,
-		a.openIngest,  // NATS
-		a.openKafkaIn, // -kafka-brokers
-		a.openReader,
-		a.openEdges, // gateway, metrics, HTTP API
+		a.openTracker,  // the only code that changes presence
+		a.openIngest,   // NATS, unless -no-ingest
+		a.openKafkaIn,  // -kafka-brokers
+		a.openReader,   // the edges' bulk reads
+		a.openEdges,    // gateway, metrics, HTTP API
 	} {
 		if err := open(ctx); err != nil {
 			a.release()
