@@ -42,8 +42,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	o := &options{}
 	fs := flag.NewFlagSet("presenced", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o.nodeFlags(fs, app.Defaults())
-	o.edgeFlags(fs, app.Defaults())
+	d := app.Defaults()
+	o.nodeFlags(fs, d)
+	o.edgeFlags(fs, d)
 	o.commandFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: presenced [flags]\n\nEvery flag can also be set by its environment variable, e.g. -heartbeat-ttl by %s.\n\n", envName("heartbeat-ttl"))
