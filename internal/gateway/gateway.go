@@ -62,6 +62,12 @@ type Reader interface {
 	Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error
 }
 
+// The defaults of Config's caps of one user's and one device's sockets.
+const (
+	DefaultMaxSocketsPerUser   = 64
+	DefaultMaxSocketsPerDevice = 8
+)
+
 // Config configures a Gateway. Zero values take the documented defaults.
 type Config struct {
 	Tracker Tracker             // required
@@ -86,7 +92,8 @@ type Config struct {
 	MaxUserSubscriptions int
 	// MaxSocketsPerUser and MaxSocketsPerDevice cap one user's open
 	// connections to this node, and those of one of their devices (tabs
-	// of one browser share its device). Defaults 64 and 8.
+	// of one browser share its device). Defaults DefaultMaxSocketsPerUser
+	// and DefaultMaxSocketsPerDevice.
 	MaxSocketsPerUser   int
 	MaxSocketsPerDevice int
 	// MaxMessage is the largest client message in bytes. Default 64 KiB.
@@ -209,10 +216,10 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.MaxUserSubscriptions = 10 * cfg.MaxSubscriptions
 	}
 	if cfg.MaxSocketsPerUser <= 0 {
-		cfg.MaxSocketsPerUser = 64
+		cfg.MaxSocketsPerUser = DefaultMaxSocketsPerUser
 	}
 	if cfg.MaxSocketsPerDevice <= 0 {
-		cfg.MaxSocketsPerDevice = 8
+		cfg.MaxSocketsPerDevice = DefaultMaxSocketsPerDevice
 	}
 	if cfg.MaxMessage <= 0 {
 		cfg.MaxMessage = 64 << 10

@@ -82,6 +82,9 @@ type Observer interface {
 	Observe(route string, code int, d time.Duration)
 }
 
+// DefaultPollInterval is Config.PollInterval's default.
+const DefaultPollInterval = 30 * time.Second
+
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
 	Tracker        Tracker     // required
@@ -98,7 +101,7 @@ type Config struct {
 	// none: ready unless draining.
 	Checks []Check
 	// PollInterval throttles reads by clients with their own token: one per
-	// user per interval. Default 30s; negative disables.
+	// user per interval. Default DefaultPollInterval; negative disables.
 	PollInterval time.Duration
 	// MaxBody is the largest request body in bytes. Default 1 MiB (a full
 	// contact list); the batch read accepts what 1,000 ids need.
@@ -169,7 +172,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.Rules = cfg.Rules.WithDefaults()
 	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 30 * time.Second
+		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20

@@ -47,11 +47,17 @@ var (
 	_ tracker.Floorer = (*Store)(nil)
 )
 
+// The defaults of Config's key prefix and buckets a shard.
+const (
+	DefaultPrefix  = "presenced:"
+	DefaultBuckets = 64
+)
+
 // Config configures a Store. The zero value takes the documented defaults.
 type Config struct {
 	Rules presence.Rules
 	// Prefix starts every key, so several deployments (or tests) share one
-	// Redis. Default "presenced:". It must not contain '{'.
+	// Redis. Default DefaultPrefix. It must not contain '{'.
 	Prefix string
 	// Shards is the number of shards (hash tags, deadline and dirty sets).
 	// Default 256. All nodes of a deployment must agree on it.
@@ -60,8 +66,8 @@ type Config struct {
 	// packed in (lua/packed.lua). Redis keeps a bucket of at most 128 users
 	// (hash-max-listpack-entries) in one listpack, a few bytes a user; a
 	// fuller one is a hash table, ~100 bytes more a user. Size it at the
-	// users held / Shards / 64. Default 64 (1M users: 61 a bucket). All
-	// nodes of a deployment must agree on it.
+	// users held / Shards / 64. Default DefaultBuckets (1M users: 61 a
+	// bucket). All nodes of a deployment must agree on it.
 	Buckets int
 	// EvictAfter is how long a user with no device is kept after its last
 	// change has been checkpointed. Default 10m.
@@ -109,7 +115,7 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: epoch %d too large (versions must stay below 2^53)", cfg.Rules.Epoch)
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = "presenced:"
+		cfg.Prefix = DefaultPrefix
 	}
 	if strings.Contains(cfg.Prefix, "{") {
 		return nil, fmt.Errorf("redisstore: key prefix %q contains '{'", cfg.Prefix)
@@ -118,7 +124,7 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		cfg.Shards = 256
 	}
 	if cfg.Buckets <= 0 {
-		cfg.Buckets = 64
+		cfg.Buckets = DefaultBuckets
 	}
 	if cfg.EvictAfter <= 0 {
 		cfg.EvictAfter = 10 * time.Minute

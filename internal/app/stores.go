@@ -1,0 +1,103 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/presenced/presenced/internal/httpapi"
+	"github.com/presenced/presenced/internal/memstore"
+	"github.com/presenced/presenced/internal/pgstore"
+	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/replica"
+	"github.com/presenced/presenced/internal/sqlitestore"
+)
+
+// openDurable opens PostgreSQL when configured, else the embedded SQLite
+// file, and takes this run's epoch from it: versions of this run start
+// above every earlier run's.
+func (a *App) openDurable(ctx context.Context) error {
+	var (
+		d     durableStore
+		err   error
+		check httpapi.Check
+	)
+	if a.cfg.PostgresURL != "" {
+		d, err = pgstore.Open(ctx, pgstore.Config{URL: a.cfg.PostgresURL, Logger: a.cfg.Logger.With("component", "postgres")})
+		check = httpapi.Check{Name: "postgres", Shared: true}
+	} else {
+		d, err = sqlitestore.Open(ctx, sqlitestore.Config{
+			Path:   filepath.Join(a.cfg.DataDir, "presenced.db"),
+			Logger: a.cfg.Logger.With("component", "sqlite"),
+		})
+		check = httpapi.Check{Name: "sqlite"} // this node's own
+	}
+	if err != nil {
+		return fmt.Errorf("open durable store: %w", err)
+	}
+	a.durable, check.Check = d, d.Ping
+	a.add(part{close: d.Close, check: check})
+	a.rules.Epoch, err = d.NextEpoch(ctx)
+	return err
+}
+
+// openState opens the hot state: Redis when configured, else memory.
+func (a *App) openState(ctx context.Context) error {
+	if a.cfg.RedisURL == "" {
+		ms := memstore.New(memstore.Config{Rules: a.rules})
+		a.store, a.stats.Users = ms, ms.Len
+		return nil
+	}
+	var err error
+	if a.redis, err = redisstore.Dial(a.cfg.RedisURL); err != nil {
+		return err
+	}
+	a.add(part{close: noErr(a.redis.Close), check: httpapi.Check{Name: "redis", Shared: true, Check: a.redisReady}})
+	// Versions of this run start above every earlier run's, also for
+	// users loaded into Redis (see redisstore's package doc); data of
+	// a build before the packed layout is moved into it.
+	rs, n, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: a.rules, Prefix: a.cfg.RedisPrefix, Buckets: a.cfg.RedisBuckets})
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		a.log.Info("moved the users Redis holds into the packed layout", "users", n)
+	}
+	a.store, a.stats.SharedState = rs, true
+	return nil
+}
+
+// errStoreDown is the readiness check of Redis failing.
+var errStoreDown = errors.New("the state store is down: writes are buffered in the node")
+
+// redisReady is the readiness check of Redis: the tracker does not
+// buffer its writes.
+func (a *App) redisReady(context.Context) error {
+	if a.tracker.StoreDown() {
+		return errStoreDown
+	}
+	return nil
+}
+
+// openReplica builds, with ReadReplica, the replica of every user's
+// public status: filled from Redis, kept by this node's changes and, from
+// the bus, everyone else's (replicaFresh says when it may answer).
+func (a *App) openReplica(context.Context) error {
+	if !a.cfg.ReadReplica {
+		return nil
+	}
+	src, ok := a.store.(replica.Source)
+	if !ok { // validate refused a replica without Redis
+		return errors.New("a read replica needs Redis")
+	}
+	var err error
+	a.replica, err = replica.New(replica.Config{Source: src, Fresh: a.replicaFresh,
+		Logger: a.cfg.Logger.With("component", "replica")})
+	if err != nil {
+		return err
+	}
+	a.stats.Replica = a.replica.Stats
+	a.add(part{run: quiet(a.replica.Run), stop: stopBus, publish: a.replica})
+	return nil
+}
