@@ -401,8 +401,6 @@ func Dial(url string) (rueidis.Client, error) {
 	return c, nil
 }
 
-func (s *Store) shardOf(user string) *shardKeys { return &s.shards[s.shardIndex(user)] }
-
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
 
 // userKeys returns the keys of a user's scripts: bucket, due, dirty.
