@@ -471,14 +471,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, err
 		}
 		// Versions of this run start above every earlier run's, also for
-		// users loaded into Redis (see redisstore's package doc); data of
-		// a build before the packed layout is moved into it.
-		rs, n, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix, Buckets: cfg.RedisBuckets})
+		// users loaded into Redis (see redisstore's package doc).
+		rs, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: rules, Prefix: cfg.RedisPrefix, Buckets: cfg.RedisBuckets})
 		if err != nil {
 			return nil, err
-		}
-		if n > 0 {
-			cfg.Logger.Info("moved the users Redis holds into the packed layout", "users", n)
 		}
 		a.store = rs
 		if cfg.ReadReplica {
