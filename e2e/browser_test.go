@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -179,9 +178,11 @@ func startServer(t *testing.T, root, dir string) *server {
 
 func build(t *testing.T, root, bin string) {
 	t.Helper()
+	// go test puts the go command's own GOROOT/bin first on the PATH of
+	// the tests it runs.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("go build: %v", err)
 	}
 	args := []string{"build", "-o", bin}
 	if raceEnabled {

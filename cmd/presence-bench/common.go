@@ -253,9 +253,3 @@ type padded struct {
 	n atomic.Int64
 	_ [56]byte
 }
-
-// notYet answers for a scenario that is not built yet.
-func notYet(name string, stderr io.Writer) int {
-	fmt.Fprintf(stderr, "presence-bench: scenario %s is not built yet\n", name)
-	return 2
-}

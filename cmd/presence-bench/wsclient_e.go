@@ -19,6 +19,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/wsframe"
 )
 
 // The WebSocket client shared by the fanout and churn scenarios: one
@@ -190,7 +191,7 @@ func (c *benchConn) beat() time.Duration {
 func (c *benchConn) read(deadline time.Time) (*wsMsg, error) {
 	for {
 		_ = c.nc.SetReadDeadline(deadline)
-		f, err := ws.ReadFrame(c.rd)
+		f, err := wsframe.Read(c.rd)
 		if err != nil {
 			return nil, err
 		}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/wsframe"
 )
 
 const (
@@ -754,7 +755,7 @@ func TestMaxSubscriptionsFlag(t *testing.T) {
 	read := func() map[string]any {
 		t.Helper()
 		_ = nc.SetReadDeadline(time.Now().Add(waitTimeout))
-		f, err := ws.ReadFrame(r)
+		f, err := wsframe.Read(r)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/wsframe"
 )
 
 // watcher is a WebSocket client that records every snapshot entry and
@@ -61,7 +62,7 @@ func newWatcher(t *testing.T, addr, user string) *watcher {
 func (w *watcher) read(r *bufio.Reader) {
 	defer close(w.done)
 	for {
-		f, err := ws.ReadFrame(r)
+		f, err := wsframe.Read(r)
 		if err == nil && f.Header.OpCode != ws.OpText {
 			err = fmt.Errorf("opcode %d", f.Header.OpCode)
 		}

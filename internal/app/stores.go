@@ -55,14 +55,10 @@ func (a *App) openState(ctx context.Context) error {
 	}
 	a.add(part{close: noErr(a.redis.Close), check: httpapi.Check{Name: "redis", Shared: true, Check: a.redisReady}})
 	// Versions of this run start above every earlier run's, also for
-	// users loaded into Redis (see redisstore's package doc); data of
-	// a build before the packed layout is moved into it.
-	rs, n, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: a.rules, Prefix: a.cfg.RedisPrefix, Buckets: a.cfg.RedisBuckets})
+	// users loaded into Redis (see redisstore's package doc).
+	rs, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: a.rules, Prefix: a.cfg.RedisPrefix, Buckets: a.cfg.RedisBuckets})
 	if err != nil {
 		return err
-	}
-	if n > 0 {
-		a.log.Info("moved the users Redis holds into the packed layout", "users", n)
 	}
 	a.store, a.stats.SharedState = rs, true
 	return nil

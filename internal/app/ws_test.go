@@ -14,6 +14,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/wsframe"
 )
 
 // The whole node on a real listener: the WebSocket route, the hub wired
@@ -60,7 +61,7 @@ func (c *wsClient) send(s string) {
 func (c *wsClient) next() (ws.OpCode, []byte) {
 	c.t.Helper()
 	_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	f, err := ws.ReadFrame(c.r)
+	f, err := wsframe.Read(c.r)
 	if err != nil {
 		c.t.Fatalf("read: %v", err)
 	}

@@ -76,9 +76,9 @@ type Call struct {
 	span  trace.Span // nil unless traced
 }
 
-// Start begins a call. ctx is the caller's (nil is allowed): if it
-// carries a span being recorded (internal/tracing), the call is its child
-// span, named "<backend> <op>".
+// Start begins a call. ctx is the caller's (context.Background() for a
+// call made on behalf of none): if it carries a span being recorded
+// (internal/tracing), the call is its child span, named "<backend> <op>".
 func (o *Op) Start(ctx context.Context) Call {
 	var span trace.Span
 	if tracing.On() {

@@ -13,6 +13,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/wsframe"
 )
 
 type nopTracker struct{}
@@ -57,7 +58,7 @@ func pipeConn(t *testing.T, queueLen int) (*Gateway, *conn, *bufio.Reader) {
 
 func readFrame(t *testing.T, r *bufio.Reader) ws.Frame {
 	t.Helper()
-	f, err := ws.ReadFrame(r)
+	f, err := wsframe.Read(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestFeedSplits(t *testing.T) {
 		go func() {
 			n := 0
 			for range msgs {
-				f, err := ws.ReadFrame(r)
+				f, err := wsframe.Read(r)
 				if err != nil {
 					break
 				}

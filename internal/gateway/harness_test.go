@@ -29,6 +29,7 @@ import (
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/tlscert/tlstest"
 	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/wsframe"
 )
 
 // The tests run real parts — memory store, SQLite, tracker, reader, hub,
@@ -292,7 +293,7 @@ func (c *client) send(s string) { c.t.Helper(); c.sendFrame(ws.OpText, true, []b
 // frame reads the next frame.
 func (c *client) frame(timeout time.Duration) (ws.Frame, error) {
 	_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
-	return ws.ReadFrame(c.r)
+	return wsframe.Read(c.r)
 }
 
 // msg reads the next text message and decodes it.

@@ -347,7 +347,7 @@ func TestHeartbeatStatusBye(t *testing.T) {
 		t.Errorf("after bye of d1: got %+v, want online with 1 device", v)
 	}
 	e.advance(2 * time.Second)
-	r = e.ok("POST", "/v1/bye", keyHdr, `{"user_id":"1","device_id":"d2"}`)
+	e.ok("POST", "/v1/bye", keyHdr, `{"user_id":"1","device_id":"d2"}`)
 	if v := e.getView("1", keyHdr, ""); show(v.Status) != `"offline"` || show(v.Devices) != "0" ||
 		show(v.LastSeen) != jstr(fmtTime(e.clk.Now())) {
 		t.Errorf("after bye of d2: got %+v, want offline, 0 devices, last_seen at the bye", v)

@@ -10,15 +10,14 @@ import (
 // truth is what a target really is, and what everyone else should see of it
 // when they may see anything.
 type truth struct {
-	id                  string
-	selfStatus          string // what the user sees of itself
-	pubStatus           string // what others see
-	selfLast, pubLast   string
-	selfDevs, pubDevs   int
-	text                string // "" reads as null
-	version             uint64 // filled from the self view
-	contacts            []string
-	contactOf, stranger string
+	id                string
+	selfStatus        string // what the user sees of itself
+	pubStatus         string // what others see
+	selfLast, pubLast string
+	selfDevs, pubDevs int
+	text              string // "" reads as null
+	version           uint64 // filled from the self view
+	contacts          []string
 }
 
 // expected is an oracle written from the contract, independent of the

@@ -133,7 +133,7 @@ func (p *publisher) run(ctx context.Context, flush bool) int {
 	b := p.b
 	for {
 		p.harvest()
-		p.sendAnnouncements()
+		p.sendAnnouncements(ctx)
 		p.send(ctx)
 		p.setHeld()
 		pendingQueue := b.q.len() > 0
@@ -277,7 +277,7 @@ func (p *publisher) send(ctx context.Context) {
 			}
 			m = p.encode(&p.batch[p.next])
 		}
-		m.sent = callPublish.Start(nil)
+		m.sent = callPublish.Start(ctx)
 		paf, err := b.js.PublishMsgAsync(m.msg)
 		if err != nil {
 			m.sent.End(err)

@@ -57,7 +57,7 @@ func (b *Bus) stripe(user string) *sync.Mutex {
 func (b *Bus) Watch(users []string) {
 	added := 0
 	for _, u := range users {
-		if b.reconcile(u) > 0 {
+		if b.reconcile(context.Background(), u) > 0 {
 			added++
 		}
 	}
@@ -77,14 +77,16 @@ func (b *Bus) Watch(users []string) {
 // concurrent use.
 func (b *Bus) Unwatch(users []string) {
 	for _, u := range users {
-		b.reconcile(u)
+		b.reconcile(context.Background(), u)
 	}
 }
 
 // reconcile makes user subscribed iff Local.Watched(user), under the
 // user's stripe lock, and returns +1 if it subscribed, -1 if it
-// unsubscribed, 0 if nothing changed.
-func (b *Bus) reconcile(user string) int {
+// unsubscribed, 0 if nothing changed. ctx is the caller's, for the
+// calls' spans: the hub's Watch and Unwatch carry none, and pass
+// context.Background().
+func (b *Bus) reconcile(ctx context.Context, user string) int {
 	if user == "" {
 		return 0
 	}
@@ -97,7 +99,7 @@ func (b *Bus) reconcile(user string) int {
 	b.subsMu.Unlock()
 	switch {
 	case want && us == nil:
-		c := callSubscribe.Start(nil)
+		c := callSubscribe.Start(ctx)
 		sub, err := b.nc.ChanSubscribe(subjectOf(b.prefix, user), b.in)
 		c.End(err)
 		if err != nil {
@@ -113,7 +115,7 @@ func (b *Bus) reconcile(user string) int {
 		return 1
 	case !want && us != nil:
 		dropped, _ := us.sub.Dropped()
-		c := callUnsubscribe.Start(nil)
+		c := callUnsubscribe.Start(ctx)
 		err := us.sub.Unsubscribe()
 		c.End(err)
 		if err != nil && b.nc.IsConnected() {
@@ -224,7 +226,8 @@ func (b *Bus) ContactsChanged(owner string) {
 	if owner == "" {
 		return
 	}
-	if err := b.announce(owner); err == nil {
+	// The caller passes no context: the call's span, if any, has no parent.
+	if err := b.announce(context.Background(), owner); err == nil {
 		return
 	}
 	b.annMu.Lock()
@@ -242,8 +245,10 @@ func (b *Bus) ContactsChanged(owner string) {
 	}
 }
 
-func (b *Bus) announce(owner string) (err error) {
-	defer callAnnounce.Start(nil).Done(&err)
+// announce publishes that owner's contact list changed. ctx is the
+// caller's, for the call's span.
+func (b *Bus) announce(ctx context.Context, owner string) (err error) {
+	defer callAnnounce.Start(ctx).Done(&err)
 	m := &nats.Msg{Subject: b.contacts, Data: []byte(owner), Header: nats.Header{nodeHeader: {b.node}}}
 	if err := b.nc.PublishMsg(m); err != nil {
 		return err
@@ -253,8 +258,8 @@ func (b *Bus) announce(owner string) (err error) {
 }
 
 // sendAnnouncements sends the announcements that failed earlier, if NATS is
-// connected; the publisher calls it.
-func (p *publisher) sendAnnouncements() {
+// connected; the publisher calls it with its own ctx.
+func (p *publisher) sendAnnouncements(ctx context.Context) {
 	b := p.b
 	if !b.nc.IsConnected() {
 		return
@@ -264,7 +269,7 @@ func (p *publisher) sendAnnouncements() {
 	b.annPending = nil
 	b.annMu.Unlock()
 	for i, owner := range pending {
-		if err := b.announce(owner); err != nil {
+		if err := b.announce(ctx, owner); err != nil {
 			b.annMu.Lock()
 			b.annPending = append(pending[i:], b.annPending...)
 			b.annMu.Unlock()

@@ -399,27 +399,3 @@ func BenchmarkReadLayouts(b *testing.B) {
 		})
 	})
 }
-
-// BenchmarkMigrate: what a node starting on data of a build before the
-// packed layout spends per user held (Migrate: SCAN of the keys, one
-// script per user), 100,000 users on a private Redis. Figures: time per
-// user.
-func BenchmarkMigrate(b *testing.B) {
-	c := dial(b, testsvc.Redis(b).URL)
-	const n, prefix = 100_000, "presenced:"
-	s := newStore(b, c, redisstore.Config{Prefix: prefix})
-	ids := populate(b, s, n, 1_700_000_000_000)
-	ctx := context.Background()
-	for b.Loop() {
-		b.StopTimer()
-		if held := writeOldLayout(b, c, s, prefix, 256, 64, ids); held != n {
-			b.Fatalf("%d users in the old layout, want %d", held, n)
-		}
-		b.StartTimer()
-		got, err := s.Migrate(ctx)
-		if err != nil || got != n {
-			b.Fatalf("migrated %d users, %v; want %d", got, err, n)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/user")
-}

@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,120 +84,6 @@ func getAll(t *testing.T, s *redisstore.Store, now int64, ids []string) []presen
 		t.Fatal(err)
 	}
 	return out
-}
-
-// writeOldLayout rewrites the users ids of s the way builds before the
-// packed layout kept them, as their scripts saved them — a hash per user,
-// each lease's owned users a set of ids, a read hash per shard — and
-// deletes the packed layout's buckets and sets. It returns the users held.
-func writeOldLayout(t testing.TB, c rueidis.Client, s *redisstore.Store, prefix string, shards, buckets int, ids []string) int {
-	t.Helper()
-	ctx := context.Background()
-	shardOf := s.Part // a shard is a part of the store
-	held := 0
-	leases := map[uint64]bool{}
-	var cmds rueidis.Commands
-	for _, id := range ids {
-		u, deadline, ok, err := s.Debug(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			continue
-		}
-		held++
-		due := deadline
-		kv := []string{"m", fmt.Sprint(int(u.Manual)), "t", u.Text, "ls", fmt.Sprint(u.LastSeen), "pls", fmt.Sprint(u.PubLastSeen),
-			"v", fmt.Sprint(u.Version), "ss", fmt.Sprint(int(u.Settings.Status)), "sl", fmt.Sprint(int(u.Settings.LastSeen)),
-			"pub", fmt.Sprint(int(u.Pub)), "pt", u.PubText, "ev", "0"}
-		for _, d := range u.Devices {
-			v := fmt.Sprintf("%d:%d", d.LastBeat, d.LastActive)
-			switch {
-			case d.Owner != 0:
-				v += fmt.Sprintf(":%d:%d", d.Closed, d.Owner)
-				if due == 0 {
-					due = 1 << 52
-				}
-				leases[d.Owner] = true
-				cmds = append(cmds, c.B().Sadd().Key(fmt.Sprintf("%s{%d}own:%d", prefix, shardOf(id), d.Owner)).Member(id).Build())
-			case d.Closed != 0:
-				v += fmt.Sprintf(":%d", d.Closed)
-			}
-			kv = append(kv, "d:"+d.ID, v)
-		}
-		kv = append(kv, "s", fmt.Sprint(due))
-		cmd := c.B().Hset().Key(fmt.Sprintf("%s{%d}u:", prefix, shardOf(id)) + id).FieldValue()
-		for i := 0; i < len(kv); i += 2 {
-			cmd = cmd.FieldValue(kv[i], kv[i+1])
-		}
-		cmds = append(cmds, cmd.Build(),
-			c.B().Hset().Key(fmt.Sprintf("%s{%d}b", prefix, shardOf(id))).FieldValue().FieldValue(id, "1:2:3:").Build())
-		if len(cmds) >= 1000 {
-			do(t, c, cmds)
-			cmds = cmds[:0]
-		}
-	}
-	for k := range shards {
-		for b := range buckets {
-			cmds = append(cmds, c.B().Del().Key(fmt.Sprintf("%s{%d}p:%d", prefix, k, b)).Build())
-		}
-		for l := range leases {
-			cmds = append(cmds, c.B().Del().Key(fmt.Sprintf("%s{%d}ob:%d", prefix, k, l)).Build())
-		}
-	}
-	do(t, c, cmds)
-	return held
-}
-
-func do(t testing.TB, c rueidis.Client, cmds rueidis.Commands) {
-	t.Helper()
-	for _, r := range c.DoMulti(context.Background(), cmds...) {
-		if err := r.Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// Data of a build before the packed layout (each user a hash of its own,
-// each lease's owned users a set of ids, a read hash per shard) is moved
-// into the packed layout by Migrate: every user reads as before, the old
-// keys are gone, the lease's devices are still found by a takeover, and a
-// second Migrate moves nothing.
-func TestMigrateFromTheHashLayout(t *testing.T) {
-	f := newReadsFixture(t)
-	c, prefix, s, ids, at := f.c, f.prefix, f.s, f.ids, f.at
-	ctx := context.Background()
-	want := getAll(t, s, at, ids)
-	held := writeOldLayout(t, c, s, prefix, readsShards, 64, ids)
-	if got := getAll(t, s, at, ids); got[0].Known {
-		t.Fatalf("the test's old layout still reads through the packed one: %+v", got[0])
-	}
-	n, err := s.Migrate(ctx)
-	if err != nil || n != held {
-		t.Fatalf("migrate: %d users, %v; want %d", n, err, held)
-	}
-	if got := getAll(t, s, at, ids); !slices.Equal(got, want) {
-		t.Fatalf("read after the migration:\n got %+v\nwant %+v", got, want)
-	}
-	old, err := c.Do(ctx, c.B().Keys().Pattern(prefix+"{*}[ub]*").Build()).AsStrSlice()
-	if err != nil || len(old) != 0 {
-		t.Fatalf("keys of the old layout left: %v %v", old, err)
-	}
-	old, err = c.Do(ctx, c.B().Keys().Pattern(prefix+"{*}own:*").Build()).AsStrSlice()
-	if err != nil || len(old) != 0 {
-		t.Fatalf("owned sets of the old layout left: %v %v", old, err)
-	}
-	if n, err := s.Migrate(ctx); err != nil || n != 0 {
-		t.Fatalf("second migrate: %d users, %v; want none", n, err)
-	}
-	// The owned device moved with its lease's set: a takeover finds it.
-	if _, err := s.TakeOver(ctx, at, 7, at, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	u, _, _, err := s.Debug(ctx, "owned")
-	if err != nil || len(u.Devices) != 1 || u.Devices[0].Owner != 0 {
-		t.Fatalf("owned after its lease was taken over: %+v %v, want its device owned by nobody", u, err)
-	}
 }
 
 // A user evicted from Redis leaves its bucket: nothing of a user gone
@@ -328,7 +213,7 @@ func TestLayoutIsChecked(t *testing.T) {
 	ctx := context.Background()
 	prefix := testsvc.Unique(t) + ":"
 	open := func(shards, buckets int) error {
-		_, _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: shards, Buckets: buckets})
+		_, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: shards, Buckets: buckets})
 		return err
 	}
 	if err := open(16, 64); err != nil {
@@ -357,7 +242,7 @@ func TestLayoutFirstFormatIsMovedOn(t *testing.T) {
 	if err := c.Do(ctx, c.B().Set().Key(key).Value("packed shards=16 buckets=64").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err != nil {
+	if _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err != nil {
 		t.Fatalf("open over the first format: %v", err)
 	}
 	if got, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); err != nil || got != "packed+face shards=16 buckets=64" {
@@ -367,31 +252,7 @@ func TestLayoutFirstFormatIsMovedOn(t *testing.T) {
 	if err := c.Do(ctx, c.B().Set().Key(key).Value("packed shards=16 buckets=32").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err == nil {
+	if _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err == nil {
 		t.Fatal("open over the first format with other buckets: no error")
-	}
-}
-
-// Open moves an older layout in only until a node of this layout has
-// recorded it: later starts skip the walk over every key (a user hash of
-// an old node that was not stopped is not moved then: docs/operations.md
-// says to stop those first).
-func TestOpenMigratesOnlyBeforeTheLayoutIsRecorded(t *testing.T) {
-	c := client(t)
-	ctx := context.Background()
-	prefix := testsvc.Unique(t) + ":"
-	cfg := redisstore.Config{Prefix: prefix, Shards: 4}
-	old := prefix + "{1}u:late"
-	if err := c.Do(ctx, c.B().Hset().Key(old).FieldValue().FieldValue("ls", "5").FieldValue("v", "1").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if _, n, err := redisstore.Open(ctx, c, cfg); err != nil || n != 1 {
-		t.Fatalf("first open: %d moved, %v; want the old user moved", n, err)
-	}
-	if err := c.Do(ctx, c.B().Hset().Key(old).FieldValue().FieldValue("ls", "5").FieldValue("v", "1").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if _, n, err := redisstore.Open(ctx, c, cfg); err != nil || n != 0 {
-		t.Fatalf("open after the layout was recorded: %d moved, %v; want no walk", n, err)
 	}
 }

@@ -90,7 +90,6 @@ type Store struct {
 
 	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty, raiseFloor *script
 	claim, touch, release, handoff, takeover, renewLease, takeLease                *script
-	migrate                                                                        *script
 	floors                                                                         []atomic.Uint64 // per shard: the floor last read or raised (cold reads carry it)
 	leases                                                                         string          // the leases hash (lease.go)
 
@@ -154,7 +153,6 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		{&s.expire, []string{"packed", "helpers", "expire"}},
 		{&s.dirty, []string{"packed", "helpers", "dirty"}},
 		{&s.raiseFloor, []string{"raise_floor"}},
-		{&s.migrate, []string{"packed", "helpers", "migrate"}},
 		{&s.claim, []string{"packed", "helpers", "claim"}},
 		{&s.touch, []string{"packed", "touch_fast", "helpers", "touch"}},
 		{&s.release, []string{"packed", "helpers", "release"}},
@@ -175,36 +173,28 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 }
 
 // Open is what a node does with its store before it serves: New, the
-// version floors raised to this run's epoch (cfg.Rules.Epoch << 32: see
-// the package doc) and, unless Redis says a node of this layout was here
-// (CheckLayout's key), what builds before the packed layout kept moved
-// into it (Migrate) and the layout recorded — after the move, so that a
-// node stopped during it moves the rest at its next start. It returns the store and the number of users moved.
-func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, int, error) {
+// layout Redis holds checked (another is refused; the first format's
+// record is moved on: layoutRecorded), the version floors raised to this
+// run's epoch (cfg.Rules.Epoch << 32: see the package doc) and, when
+// Redis holds no layout yet, this one recorded (CheckLayout).
+func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 	s, err := New(c, cfg)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	packed, err := s.layoutRecorded(ctx)
+	recorded, err := s.layoutRecorded(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if err := s.RaiseFloor(ctx, s.rules.Epoch<<32); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	if packed {
-		// A node of this layout was here: nothing older is left to move
-		// (a SCAN of every key would cost each start seconds at scale).
-		return s, 0, nil
+	if !recorded {
+		if err := s.CheckLayout(ctx); err != nil {
+			return nil, err
+		}
 	}
-	n, err := s.Migrate(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := s.CheckLayout(ctx); err != nil {
-		return nil, 0, err
-	}
-	return s, n, nil
+	return s, nil
 }
 
 // layout names how users are packed: every node must place a user in
@@ -237,8 +227,8 @@ func (s *Store) recordLayout(ctx context.Context) (err error) {
 // users — the shards and the buckets of each — unless a node recorded it
 // before, and fails if that node's differs: nodes that disagree look for a
 // user in different buckets (users reload without their devices, and the
-// old copies are never read again). Open calls it once nothing older is
-// left to move in.
+// old copies are never read again). Open calls it when Redis holds no
+// layout yet.
 func (s *Store) CheckLayout(ctx context.Context) (err error) {
 	defer callCheckLayout.Start(ctx).Done(&err)
 	want := s.layout()
@@ -344,8 +334,6 @@ func Dial(url string) (rueidis.Client, error) {
 	}
 	return c, nil
 }
-
-func (s *Store) shardOf(user string) *shardKeys { return &s.shards[s.shardIndex(user)] }
 
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
 
@@ -1047,7 +1035,6 @@ var (
 	callTouch         = backendcall.New("redis", "touch")
 	callRelease       = backendcall.New("redis", "release")
 	callHandOff       = backendcall.New("redis", "hand_off")
-	callMigrate       = backendcall.New("redis", "migrate")
 	callScanReads     = backendcall.New("redis", "scan_reads")
 	callPing          = backendcall.New("redis", "ping")
 	callPingPart      = backendcall.New("redis", "ping_part")

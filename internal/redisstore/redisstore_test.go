@@ -40,7 +40,7 @@ func newStore(t testing.TB, c rueidis.Client, cfg redisstore.Config) *redisstore
 	if cfg.Prefix == "" {
 		cfg.Prefix = testsvc.Unique(t) + ":" // the tests share one server
 	}
-	s, _, err := redisstore.Open(context.Background(), c, cfg)
+	s, err := redisstore.Open(context.Background(), c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -835,25 +835,6 @@ func (s *Store) write(ctx context.Context, k writegate.Kind, fn func(*sql.Tx) er
 	return nil
 }
 
-// execEach runs query, a statement with two variables, once for
-// (user, item) for each item, through one prepared statement.
-func execEach(ctx context.Context, tx *sql.Tx, query, user string, items []string) error {
-	if len(items) == 0 {
-		return nil
-	}
-	stmt, err := tx.PrepareContext(ctx, query)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for _, it := range items {
-		if _, err := stmt.ExecContext(ctx, user, it); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // placeholders returns "(?, ?, …)" with n variables. It carries no values.
 func placeholders(n int) string {
 	var b strings.Builder

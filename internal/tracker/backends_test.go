@@ -37,7 +37,7 @@ func TestRedisOutage(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(c.Close)
-			rs, _, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules})
+			rs, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -224,7 +224,7 @@ func testInvisibleTextAfterDataLoss(t *testing.T, checkpoint bool, want string) 
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	rs, _, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules})
+	rs, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Sto
 	t.Cleanup(cl.Close)
 	r := leaseRules
 	r.Epoch = epoch
-	rs, _, err := redisstore.Open(context.Background(), cl, redisstore.Config{Rules: r, Prefix: c.prefix})
+	rs, err := redisstore.Open(context.Background(), cl, redisstore.Config{Rules: r, Prefix: c.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestLeaseLostAsksForAResync(t *testing.T) {
 	if err := cl.Do(context.Background(), cl.B().Flushall().Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	other, _, err := redisstore.Open(context.Background(), cl, redisstore.Config{Rules: leaseRules, Prefix: c.prefix})
+	other, err := redisstore.Open(context.Background(), cl, redisstore.Config{Rules: leaseRules, Prefix: c.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

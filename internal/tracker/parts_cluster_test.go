@@ -32,7 +32,7 @@ func TestClusterMasterDownAffectsOnlyItsUsers(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	prefix := testsvc.Unique(t) + ":"
-	rs, _, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules, Prefix: prefix})
+	rs, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestWholeReadFailureCountsOnlyThePartsThatFailed(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	prefix := testsvc.Unique(t) + ":"
-	rs, _, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules, Prefix: prefix})
+	rs, err := redisstore.Open(context.Background(), c, redisstore.Config{Rules: redisRules, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

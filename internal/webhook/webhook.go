@@ -1,6 +1,6 @@
 // Package webhook POSTs every change of presence to the app's HTTP
 // endpoints: batched (up to MaxBatch events, or what arrived within Linger
-// of the first), signed (client.WebhookSignature: HMAC-SHA256 over the
+// of the first), signed (package webhooksig: HMAC-SHA256 over the
 // timestamp and the body), retried with exponential backoff and jitter,
 // at least once and in order, one request in flight per endpoint.
 //
@@ -33,9 +33,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/presenced/presenced/client"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/webhooksig"
 )
 
 // Config configures a Sender. Zero values take the documented defaults.
@@ -397,8 +397,8 @@ func (e *endpoint) post(ctx context.Context, body []byte) (time.Duration, error)
 	ts := e.s.cfg.Clock.Now().Unix()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "presenced-webhook")
-	req.Header.Set(client.WebhookTimestampHeader, strconv.FormatInt(ts, 10))
-	req.Header.Set(client.WebhookSignatureHeader, client.WebhookSignature(e.s.cfg.Secret, ts, body))
+	req.Header.Set(webhooksig.TimestampHeader, strconv.FormatInt(ts, 10))
+	req.Header.Set(webhooksig.SignatureHeader, webhooksig.Sign(e.s.cfg.Secret, ts, body))
 	resp, err := e.s.cfg.Client.Do(req)
 	if err != nil {
 		return 0, err
