@@ -17,6 +17,7 @@ import (
 	"github.com/presenced/presenced/client"
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // The client against the real server, in process on a loopback port.
@@ -68,7 +69,7 @@ func startNode(t *testing.T, dir, addr string, opts ...func(*app.Config)) *node 
 	t.Cleanup(n.shutdown)
 	// Run serves HTTP while the gateway is still starting (503 until then).
 	probe := n.url() + "/v1/ws?token=" + token(t, "probe")
-	eventually(t, "the gateway to take connections", func() bool {
+	testwait.For(t, "the gateway to take connections", func() bool {
 		resp, err := http.Get(probe) // no Upgrade header: refused before any heartbeat
 		if err != nil {
 			return false
@@ -191,17 +192,6 @@ func debugUser(t *testing.T, n *node, user string) (status string, devices []str
 	return d.Status, devices
 }
 
-// eventually polls cond until it holds or 10s have passed.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestE2EWelcomeAndDevice(t *testing.T) {
 	n := startNode(t, t.TempDir(), "127.0.0.1:0")
 	c := dial(t, n, "1", "")
@@ -245,7 +235,7 @@ func TestE2ESetStatusAndBye(t *testing.T) {
 	if err := c.SetStatus(ctx, client.Busy, "in a meeting"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "busy", func() bool { s, _ := debugUser(t, n, "1"); return s == "busy" })
+	testwait.For(t, "busy", func() bool { s, _ := debugUser(t, n, "1"); return s == "busy" })
 	if err := c.SetStatus(ctx, "sleeping", ""); err == nil {
 		t.Fatal("SetStatus accepted an unknown status")
 	}
@@ -312,7 +302,7 @@ func clientGoroutines() int {
 
 func TestE2ECloseStopsEverything(t *testing.T) {
 	n := startNode(t, t.TempDir(), "127.0.0.1:0")
-	eventually(t, "the goroutines of earlier tests to end", func() bool { return clientGoroutines() == 0 })
+	testwait.For(t, "the goroutines of earlier tests to end", func() bool { return clientGoroutines() == 0 })
 	var cs []*client.Client
 	for i := range 5 {
 		cs = append(cs, dial(t, n, fmt.Sprint(i), ""))
@@ -331,7 +321,7 @@ func TestE2ECloseStopsEverything(t *testing.T) {
 			t.Fatal("Done open after Close")
 		}
 	}
-	eventually(t, "the goroutines of the clients to end", func() bool { return clientGoroutines() == 0 })
+	testwait.For(t, "the goroutines of the clients to end", func() bool { return clientGoroutines() == 0 })
 	// Close leaves the device alive until its ttl, like a lost connection.
 	if status, devices := debugUser(t, n, "2"); status != "online" || len(devices) != 1 {
 		t.Fatalf("after Close: %s with devices %v, want still online", status, devices)

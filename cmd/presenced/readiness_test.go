@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // A node is frozen (SIGSTOP) while a /readyz probe waits for PostgreSQL
@@ -47,7 +48,7 @@ func TestReadinessWhileFrozen(t *testing.T) {
 	if err := b.redis.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() string { return fmt.Sprintf("redis unavailable: %v", checks()) }, func() bool {
+	testwait.Forf(t, func() string { return fmt.Sprintf("redis unavailable: %v", checks()) }, func() bool {
 		c := checks()
 		return c["redis"] == "unavailable" && c["postgres"] == "ok" && c["nats"] == "ok"
 	})
@@ -72,7 +73,7 @@ func TestReadinessWhileFrozen(t *testing.T) {
 	if err := <-probed; err == nil {
 		t.Error("the probe was answered while the node was frozen")
 	}
-	eventually(t, func() string { return fmt.Sprintf("postgres and nats ok: %v", checks()) }, func() bool {
+	testwait.Forf(t, func() string { return fmt.Sprintf("postgres and nats ok: %v", checks()) }, func() bool {
 		c := checks()
 		return c["postgres"] == "ok" && c["nats"] == "ok"
 	})

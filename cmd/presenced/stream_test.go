@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	wsclient "github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // streamChanges returns "user status" of every change the stream
@@ -110,14 +111,14 @@ func TestNATSLosesItsStore(t *testing.T) {
 	}
 	restarted := time.Now()
 	var got []string
-	eventually(t, func() string { return fmt.Sprintf("the stream back with u1's change: %v, %v", got, err) }, func() bool {
+	testwait.Forf(t, func() string { return fmt.Sprintf("the stream back with u1's change: %v, %v", got, err) }, func() bool {
 		got, err = streamChanges(js)
 		return err == nil && slices.Contains(got, "u1 busy")
 	})
 	t.Logf("%v after NATS came back, the stream holds %v", time.Since(restarted).Round(time.Millisecond), got)
 	// Every node is back on NATS (and subscribed again) before the next
 	// change, so that its watchers see it live.
-	eventually(t, func() string { return "every node's NATS check ok" }, func() bool {
+	testwait.Forf(t, func() string { return "every node's NATS check ok" }, func() bool {
 		for _, n := range nodes {
 			if readyNATS(t, n) != "ok" {
 				return false
@@ -129,7 +130,7 @@ func TestNATSLosesItsStore(t *testing.T) {
 	for i, w := range watchers {
 		w.await(t, fmt.Sprint("w", i+1), "u2", wsclient.Busy)
 	}
-	eventually(t, func() string { return fmt.Sprintf("the stream with u1's and u2's changes: %v, %v", got, err) }, func() bool {
+	testwait.Forf(t, func() string { return fmt.Sprintf("the stream with u1's and u2's changes: %v, %v", got, err) }, func() bool {
 		got, err = streamChanges(js)
 		return err == nil && slices.Contains(got, "u1 busy") && slices.Contains(got, "u2 busy")
 	})
@@ -161,7 +162,7 @@ func TestNATSLosesItsStore(t *testing.T) {
 	for i, w := range watchers {
 		w.await(t, fmt.Sprint("w", i+1), "u3", wsclient.Away)
 	}
-	eventually(t, func() string { return "node 3 reports the stream missing" }, func() bool {
+	testwait.Forf(t, func() string { return "node 3 reports the stream missing" }, func() bool {
 		return readyNATS(t, nodes[2]) == "stream_missing" && metric(t, nodes[2].server, "presenced_bus_stream_missing") == 1
 	})
 	t.Logf("node 3 reports the stream missing %v after u3's change", time.Since(changed).Round(time.Millisecond))
@@ -173,29 +174,16 @@ func TestNATSLosesItsStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	freed := time.Now()
-	eventually(t, func() string { return fmt.Sprintf("u3's change in the stream: %v, %v", got, err) }, func() bool {
+	testwait.Forf(t, func() string { return fmt.Sprintf("u3's change in the stream: %v, %v", got, err) }, func() bool {
 		got, err = streamChanges(js)
 		return err == nil && slices.Contains(got, "u3 away")
 	})
 	t.Logf("u3's change in the stream %v after the other stream was deleted: %v", time.Since(freed).Round(time.Millisecond), got)
-	eventually(t, func() string { return "node 3's NATS check ok" }, func() bool { return readyNATS(t, nodes[2]) == "ok" })
+	testwait.Forf(t, func() string { return "node 3's NATS check ok" }, func() bool { return readyNATS(t, nodes[2]) == "ok" })
 	if m := metric(t, nodes[2].server, "presenced_bus_stream_missing"); m != 0 {
 		t.Errorf("presenced_bus_stream_missing %v after the re-creation", m)
 	}
 	if strings.Contains(nodes[2].logs.String(), "level=ERROR") {
 		t.Errorf("errors logged:\n%s", nodes[2].logs)
-	}
-}
-
-// eventually polls cond until it holds or waitTimeout passes; what says
-// what it waits for (and what it saw).
-func eventually(t *testing.T, what func() string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what())
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/presenced/presenced/internal/beacon"
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 func TestMain(m *testing.M) { testsvc.Main(m) }
@@ -45,8 +46,8 @@ func TestNodesHearEachOther(t *testing.T) {
 	ctxA, stopA := context.WithCancel(ctx)
 	go a.Run(ctxA, leaseA.Load)
 	go b.Run(ctx, leaseB.Load)
-	waitFor(t, "b hears a", func() bool { return b.Alive(7) })
-	waitFor(t, "a hears b", func() bool { return a.Alive(8) })
+	testwait.For(t, "b hears a", func() bool { return b.Alive(7) })
+	testwait.For(t, "a hears b", func() bool { return a.Alive(8) })
 	if b.Alive(9) {
 		// Right after start a node cannot tell yet; past Timeout it can.
 		time.Sleep(300 * time.Millisecond)
@@ -55,24 +56,13 @@ func TestNodesHearEachOther(t *testing.T) {
 		}
 	}
 	stopA()
-	waitFor(t, "b finds a silent", func() bool { return !b.Alive(7) })
+	testwait.For(t, "b finds a silent", func() bool { return !b.Alive(7) })
 	// NATS goes away: b cannot hear, and calls a lease alive for Blind.
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b deaf", func() bool { return b.Alive(42) })
-	waitFor(t, "b judges by the store alone after Blind", func() bool { return !b.Alive(42) })
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "b deaf", func() bool { return b.Alive(42) })
+	testwait.For(t, "b judges by the store alone after Blind", func() bool { return !b.Alive(42) })
 }
 
 // A node's beacon carries its name: the others list it under its lease
@@ -102,8 +92,8 @@ func TestNodesNamed(t *testing.T) {
 		}
 		return m
 	}
-	waitFor(t, "a hears both, named", func() bool { m := names(a); return m[7] == "node-a" && m[8] == "node-b" })
-	waitFor(t, "b hears both, named", func() bool { m := names(b); return m[7] == "node-a" && m[8] == "node-b" })
+	testwait.For(t, "a hears both, named", func() bool { m := names(a); return m[7] == "node-a" && m[8] == "node-b" })
+	testwait.For(t, "b hears both, named", func() bool { m := names(b); return m[7] == "node-a" && m[8] == "node-b" })
 	if got, want := a.Timeout(), 150*time.Millisecond; got != want {
 		t.Errorf("Timeout() = %s, want 3 intervals = %s", got, want)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -609,18 +610,6 @@ func TestConcurrency(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func runHub(t *testing.T, h *fanout.Hub) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -673,8 +662,8 @@ func TestAsyncCoalesces(t *testing.T) {
 		t.Fatalf("stats %+v: want 1 pending, 4 queued, 3 coalesced", st)
 	}
 	runHub(t, h)
-	waitFor(t, "the celebrity's contact to get the event", func() bool { return fans[1].count() == 1 })
-	waitFor(t, "the queue to drain", func() bool { return h.Stats().AsyncPending == 0 })
+	testwait.For(t, "the celebrity's contact to get the event", func() bool { return fans[1].count() == 1 })
+	testwait.For(t, "the queue to drain", func() bool { return h.Stats().AsyncPending == 0 })
 	// Only the contact may see it (status: contacts), and only v3.
 	for i, s := range fans {
 		got := s.frames()
@@ -719,7 +708,7 @@ func TestAsyncDoesNotDelayOthers(t *testing.T) {
 	}
 	close(held.gate)
 	for _, s := range append(fans, friends...) {
-		waitFor(t, s.viewer+" to get the celebrity's change", func() bool {
+		testwait.For(t, s.viewer+" to get the celebrity's change", func() bool {
 			for _, f := range s.frames() {
 				if f.user == "celeb" {
 					return true
@@ -747,7 +736,7 @@ func TestAsyncNewerEventMidway(t *testing.T) {
 	h.Publish(event("celeb", presence.Away, 2, presence.Settings{}))
 	close(held.gate)
 	for _, s := range fans {
-		waitFor(t, s.viewer+" to get v2", func() bool {
+		testwait.For(t, s.viewer+" to get v2", func() bool {
 			got := s.frames()
 			return len(got) > 0 && got[len(got)-1].version == 2
 		})
@@ -796,7 +785,7 @@ func TestAsyncUnsubscribeMidway(t *testing.T) {
 	<-left
 	for i := 1; i < 200; i += 2 {
 		s := fans[i]
-		waitFor(t, s.viewer, func() bool { return s.count() == 1 })
+		testwait.For(t, s.viewer, func() bool { return s.count() == 1 })
 	}
 	for i := 0; i < 100; i += 2 {
 		if fans[i].count() != 1 {
@@ -812,7 +801,7 @@ func TestAsyncUnsubscribeMidway(t *testing.T) {
 	h.Publish(event("celeb", presence.Away, 2, presence.Settings{}))
 	for i := 1; i < 200; i += 2 {
 		s := fans[i]
-		waitFor(t, s.viewer+" v2", func() bool { return s.count() == 2 })
+		testwait.For(t, s.viewer+" v2", func() bool { return s.count() == 2 })
 	}
 }
 
@@ -821,7 +810,7 @@ func TestRunTwice(t *testing.T) {
 	fans := celebrity(t, h, 2)
 	runHub(t, h)
 	h.Publish(event("celeb", presence.Online, 1, presence.Settings{}))
-	waitFor(t, "Run to deliver", func() bool { return fans[1].count() == 1 })
+	testwait.For(t, "Run to deliver", func() bool { return fans[1].count() == 1 })
 	if err := h.Run(context.Background()); err == nil {
 		t.Fatal("a second Run: want an error")
 	}
@@ -886,7 +875,7 @@ func TestAsyncThresholdBoundary(t *testing.T) {
 		}
 		runHub(t, h)
 		for _, s := range fans {
-			waitFor(t, s.viewer, func() bool { return s.count() == 1 })
+			testwait.For(t, s.viewer, func() bool { return s.count() == 1 })
 			if m := decode(t, s.frames()[0].b); m.Status == nil || *m.Status != "online" {
 				t.Errorf("%s got %s", s.viewer, s.frames()[0].b)
 			}
@@ -1386,7 +1375,7 @@ func TestAsyncKeepsALostSight(t *testing.T) {
 				h.Publish(ev)
 			}
 			runHub(t, h)
-			waitFor(t, "every fan to hear", func() bool {
+			testwait.For(t, "every fan to hear", func() bool {
 				for _, s := range fans {
 					if s.count() == 0 {
 						return false
@@ -1394,7 +1383,7 @@ func TestAsyncKeepsALostSight(t *testing.T) {
 				}
 				return true
 			})
-			waitFor(t, "the queue to drain", func() bool { return h.Stats().AsyncPending == 0 })
+			testwait.For(t, "the queue to drain", func() bool { return h.Stats().AsyncPending == 0 })
 			for i, s := range fans {
 				st, v, n := lastOf(t, s)
 				want := ""

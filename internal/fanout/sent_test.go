@@ -11,6 +11,7 @@ import (
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // store is what a resync reads in these tests: the view of each user,
@@ -178,10 +179,10 @@ func TestNoOlderVersionAfterNewer(t *testing.T) {
 	runHub(t, h2)
 	fans := celebrity(t, h2, 3)
 	h2.Publish(event("celeb", presence.Busy, 5, presence.Settings{}))
-	waitFor(t, "the batched delivery", func() bool { return fans[2].count() == 1 })
+	testwait.For(t, "the batched delivery", func() bool { return fans[2].count() == 1 })
 	h2.Publish(event("celeb", presence.Online, 4, presence.Settings{}))
 	h2.Publish(event("celeb", presence.Away, 6, presence.Settings{}))
-	waitFor(t, "the newer change", func() bool { return fans[2].count() == 2 })
+	testwait.For(t, "the newer change", func() bool { return fans[2].count() == 2 })
 	for _, f := range fans {
 		if got := versions(f, "celeb"); len(got) != 2 || got[0] != 5 || got[1] != 6 {
 			t.Errorf("%s: versions sent %v, want [5 6]", f.viewer, got)
@@ -276,8 +277,8 @@ func TestSelfOnly(t *testing.T) {
 			only := *gone
 			only.Version, only.SelfText, only.SelfOnly = 4, "gone fishing", true
 			h.Publish(&only)
-			waitFor(t, "the offline everyone sees", func() bool { return a.count() == 1 && b.count() == 1 })
-			waitFor(t, "the user's own change", func() bool { return slices.Contains(versions(self, "u"), 4) })
+			testwait.For(t, "the offline everyone sees", func() bool { return a.count() == 1 && b.count() == 1 })
+			testwait.For(t, "the user's own change", func() bool { return slices.Contains(versions(self, "u"), 4) })
 			last := self.frames()[self.count()-1]
 			m := decode(t, last.b)
 			if last.version != 4 || m.Status == nil || *m.Status != "invisible" || m.StatusText == nil || *m.StatusText != "gone fishing" {
@@ -291,7 +292,7 @@ func TestSelfOnly(t *testing.T) {
 			back := event("u", presence.Online, 5, presence.Settings{})
 			back.Self, back.SelfText, back.Text = presence.Online, "back", "back"
 			h.Publish(back)
-			waitFor(t, "the change everyone sees", func() bool { return a.count() == 2 && b.count() == 2 && self.count() == n+1 })
+			testwait.For(t, "the change everyone sees", func() bool { return a.count() == 2 && b.count() == 2 && self.count() == n+1 })
 			for _, s := range []*sink{a, b} {
 				if got := versions(s, "u"); len(got) != 2 || got[0] != 3 || got[1] != 5 {
 					t.Errorf("%s got versions %v, want [3 5]", s.viewer, got)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // upgradeRequest sends a valid WebSocket handshake as user's device and
@@ -54,7 +55,7 @@ func TestSocketCaps(t *testing.T) {
 	n.dial("v", "d1").msgType("welcome")
 	// A socket closed: its place is free again.
 	a.nc.Close()
-	waitFor(t, "the closed socket's place", func() bool {
+	testwait.For(t, "the closed socket's place", func() bool {
 		resp := n.upgradeRequest("u", "d3")
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusSwitchingProtocols
@@ -77,11 +78,11 @@ func TestUserSubscriptionCap(t *testing.T) {
 	}
 	b.watch("4", "5")
 	a.send(`{"type":"unsubscribe","user_ids":["1","9"]}`) // 9 was never watched
-	waitFor(t, "the unsubscribe", func() bool { return n.hub.(*fanout.Hub).Stats().Subscriptions == 4 })
+	testwait.For(t, "the unsubscribe", func() bool { return n.hub.(*fanout.Hub).Stats().Subscriptions == 4 })
 	b.watch("6")
 	// b holds 3, a 2: a closed, another socket may take its 2.
 	a.nc.Close()
-	waitFor(t, "a's subscriptions gone", func() bool { return n.hub.(*fanout.Hub).Stats().Subscriptions == 3 })
+	testwait.For(t, "a's subscriptions gone", func() bool { return n.hub.(*fanout.Hub).Stats().Subscriptions == 3 })
 	c := n.dial("w", "c")
 	c.msgType("welcome")
 	c.watch("7", "8")

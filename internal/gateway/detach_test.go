@@ -11,6 +11,7 @@ import (
 
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // A plain socket is read and written on its own descriptor, without its
@@ -36,14 +37,14 @@ func TestPlainSocketsAreDetached(t *testing.T) {
 		c.watch("1")
 	}
 	cs[0].nc.Close()
-	waitFor(t, "the closed socket's place given back", func() bool {
+	testwait.For(t, "the closed socket's place given back", func() bool {
 		_, open := gateway.Detached(n.gw)
 		return open == 2 && n.budget.Stats().Open == 2
 	})
 	// The server closes one (a bye is not a close; an idle timeout is).
 	cs[1].send(`{"type":"bye"}`)
 	cs[1].nc.Close()
-	waitFor(t, "both places given back", func() bool { return n.budget.Stats().Open == 1 })
+	testwait.For(t, "both places given back", func() bool { return n.budget.Stats().Open == 1 })
 
 	tn := newNode(t, opts{tls: true})
 	tc := tn.dial("1", "d")

@@ -18,6 +18,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // recorder keeps the events the tracker publishes.
@@ -193,12 +194,12 @@ func TestHeartbeatSetStatusBye(t *testing.T) {
 	c.send(`{"type":"heartbeat"}`)
 	c.send(`{"type":"heartbeat","active":false}`)
 	c.send(`{"type":"set_status","status":"busy","text":"in a meeting"}`)
-	waitFor(t, "busy", func() bool { return len(rec.of("1")) == 2 })
+	testwait.For(t, "busy", func() bool { return len(rec.of("1")) == 2 })
 	if ev := rec.of("1")[1]; ev.Status != presence.Busy || ev.Text != "in a meeting" {
 		t.Fatalf("event %+v", ev)
 	}
 	c.send(`{"type":"set_status","status":"online"}`)
-	waitFor(t, "online", func() bool { return len(rec.of("1")) == 3 })
+	testwait.For(t, "online", func() bool { return len(rec.of("1")) == 3 })
 	if ev := rec.of("1")[2]; ev.Status != presence.Online || ev.Text != "" {
 		t.Fatalf("event %+v", ev)
 	}
@@ -295,7 +296,7 @@ func TestHeartbeatsReadTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.silent(100 * time.Millisecond) // no rate_limited, no close
-	waitFor(t, "coalesced heartbeats", func() bool { return n.gw.Stats().CoalescedBeats > 0 })
+	testwait.For(t, "coalesced heartbeats", func() bool { return n.gw.Stats().CoalescedBeats > 0 })
 	if s := n.gw.Stats(); s.RateLimited != 0 || s.ClosedRate != 0 {
 		t.Fatalf("stats %+v", s)
 	}
@@ -397,7 +398,7 @@ func TestDropDoesNothing(t *testing.T) {
 	c := n.dial("1", "phone")
 	c.msgType("welcome")
 	c.nc.Close()
-	waitFor(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
+	testwait.For(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
 	n.clk.Advance(presence.DefaultCloseGrace - time.Millisecond) // back within the close grace
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
@@ -549,7 +550,7 @@ func TestUsersGauge(t *testing.T) {
 	n := newNode(t, opts{})
 	want := func(what string, conns, users int) {
 		t.Helper()
-		waitFor(t, what, func() bool {
+		testwait.For(t, what, func() bool {
 			s := n.gw.Stats()
 			return s.Connections == conns && s.Users == users
 		})
@@ -602,7 +603,7 @@ func TestTokenExpiryCloses(t *testing.T) {
 	if s := n.gw.Stats(); s.ClosedExpired != 1 || s.ClosedIdle != 0 {
 		t.Fatalf("stats %+v, want one 4003", s)
 	}
-	waitFor(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
+	testwait.For(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
 	n.clk.Advance(presence.DefaultCloseGrace - time.Millisecond)
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
@@ -618,7 +619,7 @@ func TestTokenExpiryCloses(t *testing.T) {
 	}
 	// Not back within the grace: offline at its end, as after any drop.
 	c.nc.Close()
-	waitFor(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
+	testwait.For(t, "connection gone", func() bool { return n.gw.Stats().Connections == 0 })
 	n.clk.Advance(presence.DefaultCloseGrace)
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
 		t.Fatal(err)

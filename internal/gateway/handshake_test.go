@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // TestBadHandshakeIsNoHeartbeat: a handshake the upgrader would refuse is
@@ -119,7 +121,7 @@ func TestStatusRate(t *testing.T) {
 	n.clk.Advance(time.Second)
 	c.send(`{"type":"set_status","status":"away"}`)
 	c.send(`{"type":"heartbeat"}`)
-	waitFor(t, "status away after the bucket refilled", func() bool {
+	testwait.For(t, "status away after the bucket refilled", func() bool {
 		u, _, _, _ := n.tr.Debug(context.Background(), "u1")
 		return u.Manual.String() == "away"
 	})

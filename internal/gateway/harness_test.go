@@ -27,6 +27,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tlscert/tlstest"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wsframe"
@@ -199,7 +200,7 @@ func newNode(t testing.TB, o opts) *node {
 	}
 	n.url = "ws" + strings.TrimPrefix(n.srv.URL, "http")
 	// Wait until Run has started.
-	waitFor(t, "gateway running", func() bool {
+	testwait.For(t, "gateway running", func() bool {
 		resp, err := n.http.Get(n.srv.URL + "/v1/ws?token=x")
 		if err != nil {
 			return false
@@ -229,18 +230,6 @@ func (n *node) token(user, device string) string {
 		n.t.Fatal(err)
 	}
 	return tok
-}
-
-// waitFor polls cond until it holds or 5 seconds pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // client is a raw WebSocket client.

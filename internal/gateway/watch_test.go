@@ -15,6 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // watch subscribes c to ids and returns the snapshot's users.
@@ -87,7 +88,7 @@ func TestReconnectWithinCloseGraceIsSilent(t *testing.T) {
 	w.msgType("welcome")
 	w.watch("2")
 	target.nc.Close() // the signal drops
-	waitFor(t, "drop", func() bool { return n.gw.Stats().Connections == 1 })
+	testwait.For(t, "drop", func() bool { return n.gw.Stats().Connections == 1 })
 	n.clk.Advance(presence.DefaultCloseGrace - time.Millisecond)
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
@@ -101,7 +102,7 @@ func TestReconnectWithinCloseGraceIsSilent(t *testing.T) {
 	w.silent(100 * time.Millisecond)
 	// A real drop is seen when the close grace ends, not the ttl.
 	again.nc.Close()
-	waitFor(t, "drop", func() bool { return n.gw.Stats().Connections == 1 })
+	testwait.For(t, "drop", func() bool { return n.gw.Stats().Connections == 1 })
 	n.clk.Advance(presence.DefaultCloseGrace - time.Millisecond)
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
@@ -162,23 +163,11 @@ func (w *world) status(user string) (presence.Status, int) {
 	return out[0].Status, out[0].Devices
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // settled waits until the durable consumer has nothing pending or
 // unacknowledged: every message published so far has ended.
 func (w *world) settled() {
 	w.t.Helper()
-	waitFor(w.t, "the consumer to settle", func() bool {
+	testwait.For(w.t, "the consumer to settle", func() bool {
 		ctx, cancel := context.WithTimeout(w.ctx, 2*time.Second)
 		defer cancel()
 		c, err := w.pub.Consumer(ctx, w.cfg.Stream, w.cfg.Durable)
@@ -197,15 +186,15 @@ func TestConnectedThenDisconnected(t *testing.T) {
 	c, _ := w.open(nil, nil)
 
 	w.publish(event("session_connected", "42", "tab-1", w.clk.Now(), nil))
-	waitFor(t, "user online", func() bool { s, _ := w.status("42"); return s == presence.Online })
+	testwait.For(t, "user online", func() bool { s, _ := w.status("42"); return s == presence.Online })
 
 	w.clk.Advance(time.Second)
 	w.publish(event("session_disconnected", "42", "tab-1", w.clk.Now(), nil))
-	waitFor(t, "user offline", func() bool { s, n := w.status("42"); return s == presence.Offline && n == 0 })
+	testwait.For(t, "user offline", func() bool { s, n := w.status("42"); return s == presence.Offline && n == 0 })
 
 	// The consumer counts an event just after the tracker applied it: the
 	// status can be read a moment before the count moves.
-	waitFor(t, "both events counted", func() bool { return c.Stats().Applied >= 2 })
+	testwait.For(t, "both events counted", func() bool { return c.Stats().Applied >= 2 })
 	if st := c.Stats(); st.Applied != 2 || st.Invalid+st.Stale+st.Ignored+st.Retried != 0 {
 		t.Errorf("Stats = %+v, want 2 applied and nothing else", st)
 	}
@@ -217,11 +206,11 @@ func TestBackgroundHeartbeatKeepsOnlineWithoutActivity(t *testing.T) {
 
 	connectedAt := w.clk.Now().UnixMilli()
 	w.publish(event("session_connected", "7", "phone", w.clk.Now(), nil))
-	waitFor(t, "connect applied", func() bool { return c.Stats().Applied == 1 })
+	testwait.For(t, "connect applied", func() bool { return c.Stats().Applied == 1 })
 
 	w.clk.Advance(40 * time.Second)
 	w.publish(event("heartbeat", "7", "phone", w.clk.Now(), ptr(false)))
-	waitFor(t, "heartbeat applied", func() bool { return c.Stats().Applied == 2 })
+	testwait.For(t, "heartbeat applied", func() bool { return c.Stats().Applied == 2 })
 
 	// Past the first beat's ttl, the background beat keeps the device.
 	w.clk.Advance(30 * time.Second)
@@ -283,7 +272,7 @@ func TestTwoNodesApplyEachMessageOnce(t *testing.T) {
 	for i := range n {
 		w.publish(event("session_connected", fmt.Sprint("u", i), "d", w.clk.Now(), nil))
 	}
-	waitFor(t, "all applied", func() bool { return a.Stats().Applied+b.Stats().Applied >= n })
+	testwait.For(t, "all applied", func() bool { return a.Stats().Applied+b.Stats().Applied >= n })
 	w.settled()
 	for i := range n {
 		if got := ct.get(fmt.Sprint("u", i)); got != 1 {
@@ -307,7 +296,7 @@ func TestWorkersKeepTheOrderOfADevice(t *testing.T) {
 		w.publish(event("heartbeat", fmt.Sprint("o", i), "d", at.Add(time.Millisecond), nil))
 		w.publish(event("session_disconnected", fmt.Sprint("o", i), "d", at.Add(2*time.Millisecond), nil))
 	}
-	waitFor(t, "all applied", func() bool { return c.Stats().Applied == 3*n })
+	testwait.For(t, "all applied", func() bool { return c.Stats().Applied == 3*n })
 	for i := range n {
 		if s, _ := w.status(fmt.Sprint("o", i)); s != presence.Offline {
 			t.Errorf("user o%d: status %v after connect, heartbeat, disconnect; want offline", i, s)
@@ -328,7 +317,7 @@ func TestDuplicatePublishAppliedOnce(t *testing.T) {
 		t.Error("second publish with the same Nats-Msg-Id not reported as a duplicate")
 	}
 	w.publish(event("session_connected", "marker", "d", w.clk.Now(), nil))
-	waitFor(t, "marker applied", func() bool { return ct.get("marker") == 1 })
+	testwait.For(t, "marker applied", func() bool { return ct.get("marker") == 1 })
 	w.settled()
 	if got := ct.get("dup"); got != 1 {
 		t.Errorf("duplicate publish applied %d times, want once", got)
@@ -393,7 +382,7 @@ func TestFailureDefersTheRestOfTheBatch(t *testing.T) {
 		w.publish(event("session_connected", fmt.Sprint("b", i), "d", w.clk.Now(), nil))
 	}
 	c, _ = w.open(ft, func(cfg *ingest.Config) { cfg.RetryDelay, cfg.Workers = time.Second, 1 })
-	waitFor(t, "all applied", func() bool { return c.Stats().Applied == 5 })
+	testwait.For(t, "all applied", func() bool { return c.Stats().Applied == 5 })
 	w.settled()
 	if st := c.Stats(); st.Retried != 5 || st.GivenUp != 0 {
 		t.Errorf("Stats = %+v, want 5 retried (1 failed, 4 deferred), 5 applied", st)
@@ -405,7 +394,7 @@ func TestFailedApplyIsRedelivered(t *testing.T) {
 	c, _ := w.open(&failingTracker{next: w.tr, fails: 1}, nil)
 
 	w.publish(event("session_connected", "retry", "d", w.clk.Now(), nil))
-	waitFor(t, "user online after a redelivery", func() bool { s, _ := w.status("retry"); return s == presence.Online })
+	testwait.For(t, "user online after a redelivery", func() bool { s, _ := w.status("retry"); return s == presence.Online })
 	w.settled()
 	if st := c.Stats(); st.Retried != 1 || st.Applied != 1 || st.GivenUp != 0 {
 		t.Errorf("Stats = %+v, want 1 retried then 1 applied", st)
@@ -417,7 +406,7 @@ func TestGivenUpAfterMaxDeliver(t *testing.T) {
 	c, _ := w.open(&failingTracker{next: w.tr, fails: -1}, func(cfg *ingest.Config) { cfg.MaxDeliver = 3 })
 
 	w.publish(event("session_connected", "never", "d", w.clk.Now(), nil))
-	waitFor(t, "given up", func() bool { return c.Stats().GivenUp == 1 })
+	testwait.For(t, "given up", func() bool { return c.Stats().GivenUp == 1 })
 	w.settled()
 	if st := c.Stats(); st.Retried != 2 || st.Applied != 0 {
 		t.Errorf("Stats = %+v, want 2 retried and 1 given up", st)
@@ -433,7 +422,7 @@ func TestClientErrorTerminates(t *testing.T) {
 
 	w.publish(event("session_connected", "u", "one", w.clk.Now(), nil))
 	w.publish(event("session_connected", "u", "two", w.clk.Now(), nil))
-	waitFor(t, "refused", func() bool { return c.Stats().Refused == 1 })
+	testwait.For(t, "refused", func() bool { return c.Stats().Refused == 1 })
 	w.settled()
 	if st := c.Stats(); st.Applied != 1 || st.Retried != 0 {
 		t.Errorf("Stats = %+v, want 1 applied, 1 refused, no retry", st)
@@ -449,7 +438,7 @@ func TestStaleHeartbeatSkipped(t *testing.T) {
 
 	w.publish(event("heartbeat", "old", "d", w.clk.Now().Add(-ttl-time.Second), nil))
 	w.publish(event("session_connected", "old2", "d", w.clk.Now().Add(-2*ttl), nil))
-	waitFor(t, "stale skipped", func() bool { return c.Stats().Stale == 2 })
+	testwait.For(t, "stale skipped", func() bool { return c.Stats().Stale == 2 })
 	w.settled()
 	for _, u := range []string{"old", "old2"} {
 		if s, _ := w.status(u); s != presence.Offline {
@@ -469,7 +458,7 @@ func TestConnectAfterDisconnectDoesNotResurrect(t *testing.T) {
 	w.publish(connected)
 	w.clk.Advance(time.Second)
 	w.publish(event("session_disconnected", "z", "d", w.clk.Now(), nil))
-	waitFor(t, "offline", func() bool { return c.Stats().Applied == 2 })
+	testwait.For(t, "offline", func() bool { return c.Stats().Applied == 2 })
 	if s, _ := w.status("z"); s != presence.Offline {
 		t.Fatalf("status %v after the disconnect, want offline", s)
 	}
@@ -478,7 +467,7 @@ func TestConnectAfterDisconnectDoesNotResurrect(t *testing.T) {
 	// it (a new message id, so the stream does not drop it).
 	w.clk.Advance(time.Second)
 	w.publish(connected)
-	waitFor(t, "ignored", func() bool { return c.Stats().Ignored == 1 })
+	testwait.For(t, "ignored", func() bool { return c.Stats().Ignored == 1 })
 	if s, _ := w.status("z"); s != presence.Offline {
 		t.Errorf("status %v after the old connect came again, want offline", s)
 	}
@@ -486,9 +475,9 @@ func TestConnectAfterDisconnectDoesNotResurrect(t *testing.T) {
 	// A real reconnect, later, is applied; the old disconnect coming again
 	// then does not end it.
 	w.publish(event("session_connected", "z", "d", w.clk.Now(), nil))
-	waitFor(t, "reconnect applied", func() bool { return c.Stats().Applied == 3 })
+	testwait.For(t, "reconnect applied", func() bool { return c.Stats().Applied == 3 })
 	w.publish(event("session_disconnected", "z", "d", w.clk.Now().Add(-time.Second), nil))
-	waitFor(t, "old disconnect ignored", func() bool { return c.Stats().Ignored == 2 })
+	testwait.For(t, "old disconnect ignored", func() bool { return c.Stats().Ignored == 2 })
 	if s, _ := w.status("z"); s != presence.Online {
 		t.Errorf("status %v after the reconnect and an old disconnect, want online", s)
 	}
@@ -524,11 +513,11 @@ func TestRedeliveredConnectAfterDisconnectIgnored(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(w.ctx) }()
 	w.publish(event("session_disconnected", "r", "d", w.clk.Now().Add(time.Second), nil))
-	waitFor(t, "the disconnect", func() bool { return c.Stats().Applied == 1 })
+	testwait.For(t, "the disconnect", func() bool { return c.Stats().Applied == 1 })
 	if err := held[0].Nak(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the redelivered connect", func() bool { return c.Stats().Ignored == 1 })
+	testwait.For(t, "the redelivered connect", func() bool { return c.Stats().Ignored == 1 })
 	w.settled()
 	if s, n := w.status("r"); s != presence.Offline || n != 0 {
 		t.Errorf("status %v with %d devices, want offline", s, n)
@@ -569,7 +558,7 @@ func TestUnackedMessageRedeliveredToAnotherNode(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- b.Run(w.ctx) }()
-	waitFor(t, "applied by the surviving node", func() bool { s, _ := w.status("orphan"); return s == presence.Online })
+	testwait.For(t, "applied by the surviving node", func() bool { s, _ := w.status("orphan"); return s == presence.Online })
 	w.settled()
 	if st := b.Stats(); st.Applied != 1 {
 		t.Errorf("Stats = %+v, want 1 applied", st)
@@ -605,7 +594,7 @@ func TestInvalidMessagesTerminated(t *testing.T) {
 		w.publish([]byte(b))
 	}
 	w.publish(event("heartbeat", "good", "d", now, nil))
-	waitFor(t, "the valid message after the invalid ones", func() bool { s, _ := w.status("good"); return s == presence.Online })
+	testwait.For(t, "the valid message after the invalid ones", func() bool { s, _ := w.status("good"); return s == presence.Online })
 	w.settled()
 	st := c.Stats()
 	if st.Invalid != uint64(len(bad)) || st.Applied != 1 || st.Retried != 0 {
@@ -622,7 +611,7 @@ func TestResumesAfterNATSRestart(t *testing.T) {
 	c, _ := w.open(nil, nil)
 
 	w.publish(event("session_connected", "before", "d", w.clk.Now(), nil))
-	waitFor(t, "applied before the restart", func() bool { return c.Stats().Applied == 1 })
+	testwait.For(t, "applied before the restart", func() bool { return c.Stats().Applied == 1 })
 
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -631,7 +620,7 @@ func TestResumesAfterNATSRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.publish(event("session_connected", "after", "d", w.clk.Now(), nil))
-	waitFor(t, "applied after the restart", func() bool { s, _ := w.status("after"); return s == presence.Online })
+	testwait.For(t, "applied after the restart", func() bool { s, _ := w.status("after"); return s == presence.Online })
 	w.settled() // counted before its acknowledgement
 	if st := c.Stats(); st.Applied != 2 {
 		t.Errorf("Stats = %+v, want 2 applied", st)
@@ -643,7 +632,7 @@ func TestRecreatesStreamLostWithTheServer(t *testing.T) {
 	w := newWorld(t, srv, presence.Rules{})
 	c, _ := w.open(nil, nil)
 	w.publish(event("session_connected", "before", "d", w.clk.Now(), nil))
-	waitFor(t, "applied before the restart", func() bool { return c.Stats().Applied == 1 })
+	testwait.For(t, "applied before the restart", func() bool { return c.Stats().Applied == 1 })
 
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
@@ -656,7 +645,7 @@ func TestRecreatesStreamLostWithTheServer(t *testing.T) {
 	}
 	// The publish fails (no stream) until the consumer created it again.
 	w.publish(event("session_connected", "after", "d", w.clk.Now(), nil))
-	waitFor(t, "applied after the stream came back", func() bool { s, _ := w.status("after"); return s == presence.Online })
+	testwait.For(t, "applied after the stream came back", func() bool { s, _ := w.status("after"); return s == presence.Online })
 }
 
 func TestCloseStopsRun(t *testing.T) {
@@ -668,7 +657,7 @@ func TestCloseStopsRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(w.ctx) }()
 	w.publish(event("session_connected", "x", "d", w.clk.Now(), nil))
-	waitFor(t, "applied", func() bool { return c.Stats().Applied == 1 })
+	testwait.For(t, "applied", func() bool { return c.Stats().Applied == 1 })
 	if err := c.Run(w.ctx); err == nil || errors.Is(err, ingest.ErrClosed) {
 		t.Errorf("a second Run while one runs = %v, want an error", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/presenced/presenced/internal/ingest"
 	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // checkTransitions compares the transitions published per user with want
@@ -51,7 +52,7 @@ func TestIngest(t *testing.T) {
 		recs = append(recs, w.event("session_connected", u, "d1", -time.Second))
 	}
 	w.produce(recs...)
-	waitFor(t, "the connects applied and committed", w.committedAll)
+	testwait.For(t, "the connects applied and committed", w.committedAll)
 	n := len(recs)
 
 	recs = recs[:0]
@@ -70,7 +71,7 @@ func TestIngest(t *testing.T) {
 		w.event("heartbeat", "old", "d1", -2*ttl), // stale
 	)
 	w.produce(recs...)
-	waitFor(t, "the second batch applied and committed", w.committedAll)
+	testwait.For(t, "the second batch applied and committed", w.committedAll)
 	n += len(recs)
 
 	want := map[string][]string{}
@@ -172,10 +173,10 @@ func TestNodeKilledMidBatch(t *testing.T) {
 		recs = append(recs, w.event("session_connected", u, "d1", -time.Second))
 	}
 	w.produce(recs...)
-	waitFor(t, "the first batch applied and committed", w.committedAll)
+	testwait.For(t, "the first batch applied and committed", w.committedAll)
 
 	b := w.node("b", nil)
-	waitFor(t, "the partitions shared by both nodes", func() bool {
+	testwait.For(t, "the partitions shared by both nodes", func() bool {
 		o := w.owned()
 		return o["a"] == partitions/2 && o["b"] == partitions/2
 	})
@@ -191,14 +192,14 @@ func TestNodeKilledMidBatch(t *testing.T) {
 		}
 	}
 	w.produce(recs...)
-	waitFor(t, "node a dying in the middle of its poll", func() bool { return dy.waiting() > 0 })
+	testwait.For(t, "node a dying in the middle of its poll", func() bool { return dy.waiting() > 0 })
 	sw.kill()
 
-	waitFor(t, "node b owning every partition", func() bool {
+	testwait.For(t, "node b owning every partition", func() bool {
 		o := w.owned()
 		return len(o) == 1 && o["b"] == partitions
 	})
-	waitFor(t, "everything applied and committed", w.committedAll)
+	testwait.For(t, "everything applied and committed", w.committedAll)
 
 	for i, u := range all {
 		want := 1
@@ -235,13 +236,13 @@ func TestPartitionMoves(t *testing.T) {
 		recs = append(recs, w.event("session_connected", x, "d1", -time.Second))
 	}
 	w.produce(recs...)
-	waitFor(t, "the first batch applied and committed", w.committedAll)
+	testwait.For(t, "the first batch applied and committed", w.committedAll)
 	if o := w.owned(); o["a"] != partitions {
 		t.Fatalf("owned %v, want every partition on a", o)
 	}
 
 	b, stopB := w.stoppableNode("b")
-	waitFor(t, "partitions moved to b", func() bool {
+	testwait.For(t, "partitions moved to b", func() bool {
 		o := w.owned()
 		return o["a"] == partitions/2 && o["b"] == partitions/2
 	})
@@ -255,13 +256,13 @@ func TestPartitionMoves(t *testing.T) {
 		recs = append(recs, w.event("session_connected", x, "d1", 0))
 	}
 	w.produce(recs...)
-	waitFor(t, "the second batch applied and committed", w.committedAll)
+	testwait.For(t, "the second batch applied and committed", w.committedAll)
 	if a.Stats().Applied == appliedA || b.Stats().Applied == 0 {
 		t.Errorf("second batch: a applied %d, b %d; want both some", a.Stats().Applied-appliedA, b.Stats().Applied)
 	}
 
 	stopB()
-	waitFor(t, "partitions back on a", func() bool {
+	testwait.For(t, "partitions back on a", func() bool {
 		o := w.owned()
 		return len(o) == 1 && o["a"] == partitions
 	})
@@ -270,7 +271,7 @@ func TestPartitionMoves(t *testing.T) {
 		recs = append(recs, w.event("session_disconnected", x, "d1", 0))
 	}
 	w.produce(recs...)
-	waitFor(t, "the third batch applied and committed", w.committedAll)
+	testwait.For(t, "the third batch applied and committed", w.committedAll)
 
 	want := map[string][]string{}
 	for _, x := range u {
@@ -298,8 +299,8 @@ func TestBrokersUnreachable(t *testing.T) {
 		recs = append(recs, w.event("session_connected", x, "d1", -time.Second))
 	}
 	w.produce(recs...)
-	waitFor(t, "the connects applied and committed", w.committedAll)
-	waitFor(t, "their changes produced", func() bool { return p.Stats().Produced == uint64(len(u)) })
+	testwait.For(t, "the connects applied and committed", w.committedAll)
+	testwait.For(t, "their changes produced", func() bool { return p.Stats().Produced == uint64(len(u)) })
 
 	w.gate.close()
 	// Clients of this node's own WebSocket come and change their status
@@ -320,7 +321,7 @@ func TestBrokersUnreachable(t *testing.T) {
 	w.gate.open()
 	back := time.Now()
 
-	waitFor(t, "the queued changes produced", func() bool { s := p.Stats(); return s.Queued == 0 && s.Produced == uint64(len(u)+len(v)) })
+	testwait.For(t, "the queued changes produced", func() bool { s := p.Stats(); return s.Queued == 0 && s.Produced == uint64(len(u)+len(v)) })
 	t.Logf("the queued changes were produced %v after the brokers were back", time.Since(back).Round(time.Millisecond))
 	recs = recs[:0]
 	for _, x := range u {
@@ -328,7 +329,7 @@ func TestBrokersUnreachable(t *testing.T) {
 	}
 	w.produce(recs...)
 	t.Logf("the connection layer produced again %v after the brokers were back", time.Since(back).Round(time.Millisecond))
-	waitFor(t, "the consumer applying again", func() bool { return w.committedAll() && len(w.rec.events()) == 2*len(u)+len(v) })
+	testwait.For(t, "the consumer applying again", func() bool { return w.committedAll() && len(w.rec.events()) == 2*len(u)+len(v) })
 	t.Logf("the consumer applied new events %v after the brokers were back", time.Since(back).Round(time.Millisecond))
 
 	want := map[string][]string{}
@@ -340,7 +341,7 @@ func TestBrokersUnreachable(t *testing.T) {
 	}
 	checkTransitions(t, w.rec.transitions(), want)
 	evs := w.rec.events()
-	waitFor(t, "every change produced", func() bool { return p.Stats().Produced == uint64(len(evs)) })
+	testwait.For(t, "every change produced", func() bool { return p.Stats().Produced == uint64(len(evs)) })
 	checkChanges(t, w.readChanges(len(evs)), evs)
 	t.Logf("consumer after the outage: %+v", c.Stats())
 }
@@ -397,7 +398,7 @@ func TestTrackerErrors(t *testing.T) {
 		recs = append(recs, w.event("session_connected", x, "d1", -time.Second))
 	}
 	w.produce(recs...)
-	waitFor(t, "the first batch applied and committed", w.committedAll)
+	testwait.For(t, "the first batch applied and committed", w.committedAll)
 
 	f.down.Store(true)
 	recs = recs[:0]
@@ -405,7 +406,7 @@ func TestTrackerErrors(t *testing.T) {
 		recs = append(recs, w.event("session_connected", x, "d1", 0))
 	}
 	w.produce(recs...)
-	waitFor(t, "tracker calls failing", func() bool { return f.failures.Load() >= 3 })
+	testwait.For(t, "tracker calls failing", func() bool { return f.failures.Load() >= 3 })
 	if w.committedAll() {
 		t.Error("offsets committed past events that failed")
 	}
@@ -418,7 +419,7 @@ func TestTrackerErrors(t *testing.T) {
 	}
 	f.down.Store(false)
 
-	waitFor(t, "everything applied or skipped, and committed", w.committedAll)
+	testwait.For(t, "everything applied or skipped, and committed", w.committedAll)
 	want := map[string][]string{}
 	for _, x := range u {
 		want[x] = []string{"offline>online"}
@@ -445,5 +446,5 @@ func TestIngestTopicCreatedLater(t *testing.T) {
 	r := w.event("session_connected", "kim", "d1", 0)
 	r.Topic = topic
 	w.produce(r)
-	waitFor(t, "kim online", func() bool { return w.devices("kim") == 1 })
+	testwait.For(t, "kim online", func() bool { return w.devices("kim") == 1 })
 }

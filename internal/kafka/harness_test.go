@@ -208,18 +208,6 @@ func (w *world) owned() map[string]int {
 	return m
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // recorder is a tracker.Publisher that keeps every change.
 type recorder struct {
 	mu  sync.Mutex

@@ -15,6 +15,7 @@ import (
 
 	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -158,7 +159,7 @@ func TestProducer(t *testing.T) {
 	if len(evs) != 3*20*4 {
 		t.Fatalf("%d changes published, want %d", len(evs), 3*20*4)
 	}
-	waitFor(t, "every change produced", func() bool { return p.Stats().Produced == uint64(len(evs)) })
+	testwait.For(t, "every change produced", func() bool { return p.Stats().Produced == uint64(len(evs)) })
 	checkChanges(t, w.readChanges(len(evs)), evs)
 	if s := p.Stats(); s.Queued != 0 || s.Dropped != 0 || s.Failed != 0 {
 		t.Errorf("stats %+v", s)
@@ -182,7 +183,7 @@ func TestProducerQueueBound(t *testing.T) {
 		t.Errorf("brokers away: stats %+v, want 5 queued, 3 dropped", s)
 	}
 	w.gate.open()
-	waitFor(t, "the queue produced", func() bool { s := p.Stats(); return s.Produced == 5 && s.Queued == 0 })
+	testwait.For(t, "the queue produced", func() bool { s := p.Stats(); return s.Produced == 5 && s.Queued == 0 })
 	checkChanges(t, w.readChanges(5), evs[:5])
 }
 
@@ -209,7 +210,7 @@ func TestProducerLeavesOutSelfOnly(t *testing.T) {
 		t.Fatalf("published %+v, want 4 changes, the third only the user's", evs)
 	}
 	want := append(slices.Clone(evs[:2]), evs[3])
-	waitFor(t, "the changes produced", func() bool { return p.Stats().Produced == 3 })
+	testwait.For(t, "the changes produced", func() bool { return p.Stats().Produced == 3 })
 	checkChanges(t, w.readChanges(3), want)
 }
 
@@ -225,7 +226,7 @@ func TestProducerTopicMissing(t *testing.T) {
 	for i := range 3 {
 		p.Publish(&presence.Event{UserID: "u", Status: presence.Online, Version: uint64(i + 1), At: epoch.UnixMilli()})
 	}
-	waitFor(t, "the changes failed", func() bool { s := p.Stats(); return s.Failed == 3 && s.Queued == 0 })
+	testwait.For(t, "the changes failed", func() bool { s := p.Stats(); return s.Failed == 3 && s.Queued == 0 })
 	if s := p.Stats(); s.Produced != 0 || s.Dropped != 0 {
 		t.Errorf("stats %+v", s)
 	}

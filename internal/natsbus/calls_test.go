@@ -7,6 +7,7 @@ import (
 
 	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // TestBackendCallHistograms: the bus's calls to NATS record each in
@@ -22,7 +23,7 @@ func TestBackendCallHistograms(t *testing.T) {
 	e := newEnv(t, testsvc.SharedNATS(t))
 	a := e.open("a")
 	a.Publish(event("alice", 1))
-	waitFor(t, "the publish acked", func() bool { return a.Stats().Acked == 1 })
+	testwait.For(t, "the publish acked", func() bool { return a.Stats().Acked == 1 })
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := a.Ping(ctx); err != nil {
@@ -31,7 +32,7 @@ func TestBackendCallHistograms(t *testing.T) {
 	a.watch("bob")
 	a.unwatch("bob")
 	a.ContactsChanged("alice")
-	waitFor(t, "the announcement", func() bool { return a.Stats().Announced >= 1 })
+	testwait.For(t, "the announcement", func() bool { return a.Stats().Announced >= 1 })
 	for _, op := range ops {
 		if got := backendcall.New("nats", op).Count(); got <= before[op] {
 			t.Errorf("nats %s: %d calls recorded before and %d after", op, before[op], got)

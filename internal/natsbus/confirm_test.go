@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // TestWaitForTheStream: Wait(Mark()) returns true once the stream holds
@@ -44,7 +45,7 @@ func TestWaitForTheStream(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the disconnection", func() bool { return !a.nc.IsConnected() })
+	testwait.For(t, "the disconnection", func() bool { return !a.nc.IsConnected() })
 	a.Publish(event("w", 51))
 	start := time.Now()
 	if a.Wait(ctx, a.Mark()) {
@@ -56,7 +57,7 @@ func TestWaitForTheStream(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the reconnection", func() bool { return a.nc.IsConnected() })
+	testwait.For(t, "the reconnection", func() bool { return a.nc.IsConnected() })
 	if !a.Wait(ctx, a.Mark()) {
 		t.Fatal("Wait after the reconnection: false")
 	}
@@ -132,7 +133,7 @@ func TestWaitWhileTheStreamFails(t *testing.T) {
 			}
 			tc.break_(t, e, js)
 			a.Publish(event("u", 2))
-			waitForf(t, func() string { return fmt.Sprintf("the bus to find the stream failing: %+v", a.Stream()) }, func() bool {
+			testwait.Forf(t, func() string { return fmt.Sprintf("the bus to find the stream failing: %+v", a.Stream()) }, func() bool {
 				h := a.Stream()
 				return h.Unacked > 0 || h.Missing
 			})
@@ -146,7 +147,7 @@ func TestWaitWhileTheStreamFails(t *testing.T) {
 				}
 			}
 			tc.fix(t, e, js)
-			waitForf(t, func() string { return fmt.Sprintf("every change acked: %+v", a.Stats()) }, func() bool { return a.Stats().Acked == 102 })
+			testwait.Forf(t, func() string { return fmt.Sprintf("every change acked: %+v", a.Stats()) }, func() bool { return a.Stats().Acked == 102 })
 			a.Publish(event("u", 103))
 			if !a.Wait(ctx, a.Mark()) {
 				t.Errorf("Wait after the stream took the changes again: false (%+v)", a.Stats())

@@ -7,6 +7,7 @@ import (
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // mirrorLog records what a bus's Mirror is handed.
@@ -48,16 +49,16 @@ func TestMirrorGetsEveryChange(t *testing.T) {
 	a.Publish(event("u1", 1))
 	a.Publish(event("w", 1))
 	a.Publish(event("u2", 7))
-	waitFor(t, "b's mirror to get u2", func() bool { return bm.of("u2") == 1 })
+	testwait.For(t, "b's mirror to get u2", func() bool { return bm.of("u2") == 1 })
 	if bm.of("u1") != 1 || bm.of("w") != 1 {
 		t.Errorf("b's mirror got u1 %d, w %d times, want once each", bm.of("u1"), bm.of("w"))
 	}
-	waitFor(t, "b's watcher to get w", func() bool { return len(b.rec.of("w")) == 1 })
+	testwait.For(t, "b's watcher to get w", func() bool { return len(b.rec.of("w")) == 1 })
 	if len(b.rec.of("u1")) != 0 {
 		t.Error("b's watchers got u1, which nobody on b watches")
 	}
 	b.Publish(event("marker", 1))
-	waitFor(t, "a's mirror to get b's marker", func() bool { return am.of("marker") == 1 })
+	testwait.For(t, "a's mirror to get b's marker", func() bool { return am.of("marker") == 1 })
 	if n := am.of("u1") + am.of("u2") + am.of("w"); n != 0 {
 		t.Errorf("a's mirror got %d of its own changes back", n)
 	}
@@ -81,7 +82,7 @@ func TestMirrorLostWhenBehind(t *testing.T) {
 	for i := range incomingBuffer + 2000 {
 		a.Publish(event("u", uint64(i+1)))
 	}
-	waitFor(t, "OnMirrorLost", func() bool { return lost.Load() > 0 })
+	testwait.For(t, "OnMirrorLost", func() bool { return lost.Load() > 0 })
 	close(bm.block)
 	if reconnects.Load() != 0 {
 		t.Errorf("OnReconnect called %d times for the mirror's drops", reconnects.Load())

@@ -22,6 +22,7 @@ import (
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 func TestMain(m *testing.M) { testsvc.Main(m) }
@@ -192,18 +193,6 @@ func (n *node) unwatch(users ...string) {
 	n.Unwatch(users)
 }
 
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func event(user string, version uint64) *presence.Event {
 	return &presence.Event{
 		UserID: user, Status: presence.Busy, Prev: presence.Online, Self: presence.Busy,
@@ -223,15 +212,15 @@ func TestDeliveryFollowsWatching(t *testing.T) {
 	a.Publish(event("u1", 1))
 	a.Publish(event("marker", 1))
 	// One publisher, one connection: whoever gets the marker got u1 before.
-	waitFor(t, "the marker on b", func() bool { return len(b.rec.of("marker")) == 1 })
-	waitFor(t, "the marker on c", func() bool { return len(c.rec.of("marker")) == 1 })
+	testwait.For(t, "the marker on b", func() bool { return len(b.rec.of("marker")) == 1 })
+	testwait.For(t, "the marker on c", func() bool { return len(c.rec.of("marker")) == 1 })
 	if got := b.rec.of("u1"); len(got) != 1 || got[0] != *event("u1", 1) {
 		t.Errorf("b got %+v, want exactly one %+v", got, *event("u1", 1))
 	}
 	if got := c.rec.of("u1"); len(got) != 0 {
 		t.Errorf("c, which does not watch u1, got %+v", got)
 	}
-	waitFor(t, "a to skip its own events", func() bool { return a.Stats().SkippedOwn == 2 })
+	testwait.For(t, "a to skip its own events", func() bool { return a.Stats().SkippedOwn == 2 })
 	if got := a.rec.all(); len(got) != 0 {
 		t.Errorf("a got its own events back: %+v", got)
 	}
@@ -242,7 +231,7 @@ func TestDeliveryFollowsWatching(t *testing.T) {
 	}
 	a.Publish(event("u1", 2))
 	a.Publish(event("marker", 2))
-	waitFor(t, "the second marker on b", func() bool { return len(b.rec.of("marker")) == 2 })
+	testwait.For(t, "the second marker on b", func() bool { return len(b.rec.of("marker")) == 2 })
 	if got := b.rec.of("u1"); len(got) != 1 {
 		t.Errorf("b got %d events of u1 after unwatching, want still 1", len(got))
 	}
@@ -250,7 +239,7 @@ func TestDeliveryFollowsWatching(t *testing.T) {
 	if st.Delivered != 3 || st.Decoding != 0 {
 		t.Errorf("b's stats: %+v", st)
 	}
-	waitFor(t, "a's acks", func() bool { return a.Stats().Acked == 4 })
+	testwait.For(t, "a's acks", func() bool { return a.Stats().Acked == 4 })
 }
 
 // A bus on a shared connection (the node's one, also used by ingest)
@@ -270,8 +259,8 @@ func TestSharedConn(t *testing.T) {
 	b.watch("u2")
 	b.Publish(event("u1", 1))
 	a.Publish(event("u2", 1))
-	waitFor(t, "u1 on a (shared connection)", func() bool { return len(a.rec.of("u1")) == 1 })
-	waitFor(t, "u2 on b", func() bool { return len(b.rec.of("u2")) == 1 })
+	testwait.For(t, "u1 on a (shared connection)", func() bool { return len(a.rec.of("u1")) == 1 })
+	testwait.For(t, "u2 on b", func() bool { return len(b.rec.of("u2")) == 1 })
 	subs := conn.NC.NumSubscriptions()
 	a.stop()
 	if err := a.Close(); err != nil {
@@ -286,7 +275,7 @@ func TestSharedConn(t *testing.T) {
 	a2 := e.open("a2", func(c *Config) { c.Conn, c.URL = conn, "" })
 	a2.watch("u1")
 	b.Publish(event("u1", 2))
-	waitFor(t, "u1 on a second bus of the shared connection", func() bool { return len(a2.rec.of("u1")) == 1 })
+	testwait.For(t, "u1 on a second bus of the shared connection", func() bool { return len(a2.rec.of("u1")) == 1 })
 }
 
 func TestAwkwardUserIDs(t *testing.T) {
@@ -297,7 +286,7 @@ func TestAwkwardUserIDs(t *testing.T) {
 	for i, id := range ids {
 		a.Publish(event(id, uint64(i+1)))
 	}
-	waitFor(t, "every id on b", func() bool { return len(b.rec.all()) >= len(ids) })
+	testwait.For(t, "every id on b", func() bool { return len(b.rec.all()) >= len(ids) })
 	for i, id := range ids {
 		got := b.rec.of(id)
 		if len(got) != 1 || got[0].Version != uint64(i+1) {
@@ -318,9 +307,9 @@ func TestStreamKeepsOneCopy(t *testing.T) {
 	noText := &presence.Event{UserID: "9", Status: presence.Offline, Prev: presence.Away, Version: 1, At: 1795000002000,
 		Settings: presence.Settings{Status: presence.Nobody, LastSeen: presence.Everyone}}
 	a.Publish(noText)
-	waitFor(t, "a's acks", func() bool { return a.Stats().Acked == 3 })
+	testwait.For(t, "a's acks", func() bool { return a.Stats().Acked == 3 })
 	b.Publish(ev) // another node, same change: still one copy
-	waitFor(t, "b's ack", func() bool { return b.Stats().Acked == 1 })
+	testwait.For(t, "b's ack", func() bool { return b.Stats().Acked == 1 })
 
 	// A plain JetStream consumer, as another service would read the stream.
 	nc, err := nats.Connect(e.url)
@@ -418,7 +407,7 @@ func TestWatchThenPublish(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "all events on b", func() bool { return len(b.rec.all()) == n })
+	testwait.For(t, "all events on b", func() bool { return len(b.rec.all()) == n })
 }
 
 // TestWatchUnwatchRace: the hub's pattern — Watch after a user's first
@@ -487,8 +476,8 @@ func TestContactsAnnouncement(t *testing.T) {
 	c.watch("marker")
 	a.ContactsChanged("owner")
 	a.ContactsChanged("marker")
-	waitFor(t, "the marker on c", func() bool { return len(c.rec.contactsSeen()) == 1 })
-	waitFor(t, "both on b", func() bool { return len(b.rec.contactsSeen()) == 2 })
+	testwait.For(t, "the marker on c", func() bool { return len(c.rec.contactsSeen()) == 1 })
+	testwait.For(t, "both on b", func() bool { return len(b.rec.contactsSeen()) == 2 })
 	if got := b.rec.contactsSeen(); got[0] != "owner" || got[1] != "marker" {
 		t.Errorf("b saw %v", got)
 	}
@@ -496,7 +485,7 @@ func TestContactsAnnouncement(t *testing.T) {
 		t.Errorf("c, which does not watch owner, saw %v", got)
 	}
 	a.ContactsChanged("marker")
-	waitFor(t, "the second marker on b", func() bool { return len(b.rec.contactsSeen()) == 3 })
+	testwait.For(t, "the second marker on b", func() bool { return len(b.rec.contactsSeen()) == 3 })
 	if got := a.rec.contactsSeen(); len(got) != 0 {
 		t.Errorf("a saw its own announcements: %v", got)
 	}
@@ -516,7 +505,7 @@ func TestNATSRestart(t *testing.T) {
 	b := e.open("b")
 	b.watch("during", "queued", "after")
 	a.Publish(event("before", 1))
-	waitFor(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
+	testwait.For(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
 
 	q.stop()
 	if err := srv.Stop(); err != nil {
@@ -527,7 +516,7 @@ func TestNATSRestart(t *testing.T) {
 		q.Publish(event("queued", v))
 	}
 	a.ContactsChanged("during") // kept and sent after reconnection
-	waitFor(t, "a's failed publish held for retry", func() bool {
+	testwait.For(t, "a's failed publish held for retry", func() bool {
 		st := a.Stats()
 		return st.InFlight > 0 && st.InFlight+st.Queued == 5
 	})
@@ -539,21 +528,21 @@ func TestNATSRestart(t *testing.T) {
 	}
 	// Acked counts at the ack, InFlight when the publisher next looks:
 	// wait for both.
-	waitFor(t, "a's events acked", func() bool { st := a.Stats(); return st.Acked == 6 && st.InFlight == 0 })
-	waitFor(t, "a's announcement sent", func() bool { return a.Stats().Announced == 1 })
+	testwait.For(t, "a's events acked", func() bool { st := a.Stats(); return st.Acked == 6 && st.InFlight == 0 })
+	testwait.For(t, "a's announcement sent", func() bool { return a.Stats().Announced == 1 })
 	if st := a.Stats(); st.Retried == 0 || st.Dropped != 0 || st.InFlight != 0 || st.Queued != 0 {
 		t.Errorf("a's stats after the restart: %+v", st)
 	}
 
 	// b's subscriptions are back once it has reconnected.
-	waitFor(t, "b reconnected", func() bool { return b.nc.IsConnected() && q.nc.IsConnected() })
+	testwait.For(t, "b reconnected", func() bool { return b.nc.IsConnected() && q.nc.IsConnected() })
 	if err := b.nc.FlushTimeout(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	q.start()
-	waitFor(t, "the queued events on b", func() bool { return len(b.rec.of("queued")) == 5 })
+	testwait.For(t, "the queued events on b", func() bool { return len(b.rec.of("queued")) == 5 })
 	a.Publish(event("after", 1))
-	waitFor(t, "an event after the restart on b", func() bool { return len(b.rec.of("after")) == 1 })
+	testwait.For(t, "an event after the restart on b", func() bool { return len(b.rec.of("after")) == 1 })
 	for i, ev := range b.rec.of("queued") {
 		if ev.Version != uint64(i+1) {
 			t.Errorf("queued event %d has version %d", i, ev.Version)
@@ -601,11 +590,11 @@ func TestPausedServer(t *testing.T) {
 	for v := uint64(1); v <= 3; v++ {
 		a.Publish(event("p", v))
 	}
-	waitFor(t, "a retry", func() bool { return a.Stats().Retried >= 1 })
+	testwait.For(t, "a retry", func() bool { return a.Stats().Retried >= 1 })
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the acks", func() bool { return a.Stats().Acked == 3 })
+	testwait.For(t, "the acks", func() bool { return a.Stats().Acked == 3 })
 	s := e.openStream(t, b.nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -618,7 +607,7 @@ func TestPausedServer(t *testing.T) {
 	}
 	// Every copy a sent reaches b: the original and each retry.
 	copies := 3 + a.Stats().Retried
-	waitFor(t, "every copy handled by b", func() bool {
+	testwait.For(t, "every copy handled by b", func() bool {
 		st := b.Stats()
 		return st.Received == copies && st.Delivered+st.Duplicates == copies
 	})
@@ -646,7 +635,7 @@ func TestStreamDeleted(t *testing.T) {
 				b.watch("d")
 			}
 			a.Publish(event("d", 1))
-			waitFor(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
+			testwait.For(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
 			js, err := jetstream.New(a.nc)
 			if err != nil {
 				t.Fatal(err)
@@ -657,7 +646,7 @@ func TestStreamDeleted(t *testing.T) {
 				t.Fatal(err)
 			}
 			a.Publish(event("d", 2))
-			waitFor(t, "the second ack", func() bool { return a.Stats().Acked == 2 })
+			testwait.For(t, "the second ack", func() bool { return a.Stats().Acked == 2 })
 			s, err := js.Stream(ctx, e.stream)
 			if err != nil {
 				t.Fatal(err)
@@ -698,7 +687,7 @@ func TestPublishNeverBlocks(t *testing.T) {
 		t.Errorf("stats %+v, want 10 published, 90 dropped, 10 queued", st)
 	}
 	a.start()
-	waitFor(t, "the queued events acked", func() bool { return a.Stats().Acked == 10 })
+	testwait.For(t, "the queued events acked", func() bool { return a.Stats().Acked == 10 })
 }
 
 // TestCloseFlushes: what is queued when Close is called is published.
@@ -779,7 +768,7 @@ func TestNoGoroutineLeft(t *testing.T) {
 	b.watch("g1", "g2")
 	a.Publish(event("g1", 1))
 	a.ContactsChanged("g2")
-	waitFor(t, "the delivery", func() bool { return len(b.rec.of("g1")) == 1 })
+	testwait.For(t, "the delivery", func() bool { return len(b.rec.of("g1")) == 1 })
 	b.unwatch("g1")
 	for _, n := range []*node{a, b} {
 		n.stop()
@@ -927,7 +916,7 @@ func TestBadMessages(t *testing.T) {
 	if err := nc.Publish(subj, appendEvent(nil, event("u", 9))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the good message", func() bool { return len(b.rec.of("u")) == 1 })
+	testwait.For(t, "the good message", func() bool { return len(b.rec.of("u")) == 1 })
 	if st := b.Stats(); st.Decoding != uint64(len(bad)) || st.Delivered != 1 || len(b.rec.all()) != 1 {
 		t.Errorf("stats %+v, recorded %+v; want %d decoding errors and one delivery", st, b.rec.all(), len(bad))
 	}
@@ -949,7 +938,7 @@ func TestDuplicateDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "all four handled", func() bool { st := b.Stats(); return st.Delivered+st.Duplicates == 4 })
+	testwait.For(t, "all four handled", func() bool { st := b.Stats(); return st.Delivered+st.Duplicates == 4 })
 	got := b.rec.of("u")
 	if len(got) != 2 || got[0].Version != 5 || got[1].Version != 6 || b.Stats().Duplicates != 2 {
 		t.Errorf("delivered %+v, stats %+v; want versions 5 and 6, two duplicates", got, b.Stats())
@@ -974,9 +963,9 @@ func TestSlowConsumerCounted(t *testing.T) {
 		}
 	}
 	nc.Flush()
-	waitFor(t, "the drops counted", func() bool { return b.Stats().SlowConsumer == extra })
+	testwait.For(t, "the drops counted", func() bool { return b.Stats().SlowConsumer == extra })
 	b.start()
-	waitFor(t, "the channel emptied", func() bool { return b.Stats().Delivered == incomingBuffer })
+	testwait.For(t, "the channel emptied", func() bool { return b.Stats().Delivered == incomingBuffer })
 	b.unwatch("u") // the count of a subscription survives its end
 	if got := b.Stats().SlowConsumer; got != extra {
 		t.Errorf("SlowConsumer = %d after unwatch, want %d", got, extra)
@@ -1072,8 +1061,8 @@ func TestSlowConsumerAsksForResync(t *testing.T) {
 		}
 	}
 	nc.Flush()
-	waitFor(t, "the drops counted", func() bool { return b.Stats().SlowConsumer > 0 })
-	waitFor(t, "a resync requested", func() bool { return resyncs.Load() > 0 })
+	testwait.For(t, "the drops counted", func() bool { return b.Stats().SlowConsumer > 0 })
+	testwait.For(t, "a resync requested", func() bool { return resyncs.Load() > 0 })
 	b.start()
 }
 
@@ -1096,12 +1085,12 @@ func TestSlowContactsCallbackDoesNotHoldChanges(t *testing.T) {
 	t.Cleanup(unblock) // before the nodes' own cleanups, which wait for Run
 	b.watch("owner", "u")
 	a.ContactsChanged("owner")
-	waitFor(t, "the callback entered", func() bool { return calls.Load() == 1 })
+	testwait.For(t, "the callback entered", func() bool { return calls.Load() == 1 })
 	for range 5 {
 		a.ContactsChanged("owner")
 	}
 	a.Publish(event("u", 1))
-	waitFor(t, "u's change delivered while the callback is blocked", func() bool { return len(b.rec.of("u")) == 1 })
+	testwait.For(t, "u's change delivered while the callback is blocked", func() bool { return len(b.rec.of("u")) == 1 })
 	unblock()
 	time.Sleep(200 * time.Millisecond)
 	if n := calls.Load(); n != 2 {
@@ -1130,23 +1119,23 @@ func TestChangeAfterAnnouncementWaitsForTheCallback(t *testing.T) {
 	t.Cleanup(unblock)
 	b.watch("owner", "u")
 	a.Publish(event("owner", 1)) // before the change: delivered at once
-	waitFor(t, "owner's change before the announcement", func() bool { return len(b.rec.of("owner")) == 1 })
+	testwait.For(t, "owner's change before the announcement", func() bool { return len(b.rec.of("owner")) == 1 })
 	a.ContactsChanged("owner")
-	waitFor(t, "the callback entered", func() bool { return calls.Load() == 1 })
+	testwait.For(t, "the callback entered", func() bool { return calls.Load() == 1 })
 	a.Publish(event("owner", 2))
 	a.Publish(event("owner", 3))
 	a.Publish(event("u", 1)) // marks that owner's changes have arrived
-	waitFor(t, "u's change", func() bool { return len(b.rec.of("u")) == 1 })
+	testwait.For(t, "u's change", func() bool { return len(b.rec.of("u")) == 1 })
 	time.Sleep(50 * time.Millisecond)
 	if got := b.rec.of("owner"); len(got) != 1 {
 		t.Fatalf("owner's changes delivered while its contact list was being read: %+v", got[1:])
 	}
 	unblock()
-	waitFor(t, "owner's newest change after the callback", func() bool { return len(b.rec.of("owner")) == 2 })
+	testwait.For(t, "owner's newest change after the callback", func() bool { return len(b.rec.of("owner")) == 2 })
 	time.Sleep(100 * time.Millisecond)
 	if got := b.rec.of("owner"); len(got) != 2 || got[1].Version != 3 {
 		t.Errorf("owner's changes: %+v, want versions 1 and 3", got)
 	}
 	a.Publish(event("owner", 4)) // nothing pending any more: at once
-	waitFor(t, "a later change", func() bool { return len(b.rec.of("owner")) == 3 })
+	testwait.For(t, "a later change", func() bool { return len(b.rec.of("owner")) == 3 })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // streamMsgIDs returns the Nats-Msg-Id of every message the env's stream
@@ -62,7 +63,7 @@ func TestStoreLost(t *testing.T) {
 				b.watch("u")
 			}
 			a.Publish(event("u", 1))
-			waitFor(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
+			testwait.For(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
 			if st := a.Stats(); st.StreamMissing || st.StreamRecreated != 0 {
 				t.Fatalf("before the loss: %+v", st)
 			}
@@ -77,7 +78,7 @@ func TestStoreLost(t *testing.T) {
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "a and b reconnected", func() bool { return a.nc.IsConnected() && b.nc.IsConnected() })
+			testwait.For(t, "a and b reconnected", func() bool { return a.nc.IsConnected() && b.nc.IsConnected() })
 			if err := b.nc.FlushTimeout(5 * time.Second); err != nil { // b's subscription is back
 				t.Fatal(err)
 			}
@@ -98,7 +99,7 @@ func TestStoreLost(t *testing.T) {
 			if ids[0] != "u:2" || ids[1] != "u:3" {
 				t.Errorf("the stream holds %v, want [u:2 u:3]", ids)
 			}
-			waitFor(t, "everything acked", func() bool { st := a.Stats(); return st.Acked == 3 && st.InFlight == 0 })
+			testwait.For(t, "everything acked", func() bool { st := a.Stats(); return st.Acked == 3 && st.InFlight == 0 })
 			// Each node looks at the stream when it reconnects: one of
 			// them (or both, at once) created it again.
 			sa, sb := a.Stats(), b.Stats()
@@ -108,7 +109,7 @@ func TestStoreLost(t *testing.T) {
 			if watched {
 				// (u:2 may have gone out before b subscribed again: a
 				// node resyncs its watchers after a reconnection.)
-				waitForf(t, func() string {
+				testwait.Forf(t, func() string {
 					return fmt.Sprintf("b got the change made after the restart: %+v, stats %+v", b.rec.of("u"), b.Stats())
 				}, func() bool {
 					evs := b.rec.of("u")
@@ -116,18 +117,6 @@ func TestStoreLost(t *testing.T) {
 				})
 			}
 		})
-	}
-}
-
-// waitForf is waitFor with a description made when it times out.
-func waitForf(t *testing.T, what func() string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what())
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -142,7 +131,7 @@ func TestStreamMissingReported(t *testing.T) {
 	a, b := e.open("a"), e.open("b")
 	b.watch("u")
 	a.Publish(event("u", 1))
-	waitFor(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
+	testwait.For(t, "the first ack", func() bool { return a.Stats().Acked == 1 })
 	if h := a.Stream(); h.Missing || h.Unacked != 0 || h.Waiting != 0 {
 		t.Fatalf("before: %+v", h)
 	}
@@ -160,7 +149,7 @@ func TestStreamMissingReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Publish(event("u", 2))
-	waitForf(t, func() string { return fmt.Sprintf("the stream reported missing: %+v", a.Stats()) }, func() bool {
+	testwait.Forf(t, func() string { return fmt.Sprintf("the stream reported missing: %+v", a.Stats()) }, func() bool {
 		h := a.Stream()
 		return h.Missing && h.Unacked > 0 && h.Waiting == 1
 	})
@@ -170,7 +159,7 @@ func TestStreamMissingReported(t *testing.T) {
 	if err := js.DeleteStream(ctx, blocker); err != nil {
 		t.Fatal(err)
 	}
-	waitForf(t, func() string { return fmt.Sprintf("the change acked: %+v", a.Stats()) }, func() bool { return a.Stats().Acked == 2 })
+	testwait.Forf(t, func() string { return fmt.Sprintf("the change acked: %+v", a.Stats()) }, func() bool { return a.Stats().Acked == 2 })
 	ids, err := e.streamMsgIDs(b.nc)
 	if err != nil || len(ids) != 1 || ids[0] != "u:2" {
 		t.Errorf("the stream holds %v (%v), want [u:2]", ids, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -107,7 +108,7 @@ func TestAskGathersEveryNode(t *testing.T) {
 		ids = append(ids, fmt.Sprint("u", i))
 	}
 	var got []tracker.DeviceSign
-	waitFor(t, "every node serving", func() bool {
+	testwait.For(t, "every node serving", func() bool {
 		var err error
 		got, err = askSigns(pa, ids)
 		if err != nil {
@@ -152,7 +153,7 @@ func TestAskWaitsForTheSilentOnlyUntilTimeout(t *testing.T) {
 	go func() { _ = p.Serve(ctx, a) }()
 	serve(t, srv.URL, "t.silent", live, b)
 	var got []tracker.DeviceSign
-	waitFor(t, "b answers", func() bool {
+	testwait.For(t, "b answers", func() bool {
 		got, _ = askSigns(p, []string{"u"})
 		return len(got) == 1
 	})
@@ -271,17 +272,6 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // A degraded read's question of 1,000 users to two other nodes, each
 // holding one device of every user (a socket), over a real NATS server.
 func BenchmarkAsk1000(b *testing.B) {
@@ -355,7 +345,7 @@ func TestAnswerTooLargeDropsOnlyTheLargestUsers(t *testing.T) {
 	pa := serve(t, srv.URL, "t.large", live, &node{lease: 1})
 	serve(t, srv.URL, "t.large", live, b)
 	var got []tracker.DeviceSign
-	waitFor(t, "b answers", func() bool {
+	testwait.For(t, "b answers", func() bool {
 		got, _ = askSigns(pa, []string{"u", "big"})
 		return len(got) > 0
 	})
@@ -397,7 +387,7 @@ func TestServeSkipsQuestionsTooLate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b answers", func() bool {
+	testwait.For(t, "b answers", func() bool {
 		got, _ := askSigns(pa, []string{"u"})
 		return len(got) == 1
 	})
@@ -469,7 +459,7 @@ func TestAskOncePerUser(t *testing.T) {
 	live := func() []uint64 { return []uint64{1, 2} }
 	pa := serve(t, srv.URL, "t.dup", live, &node{lease: 1})
 	serve(t, srv.URL, "t.dup", live, &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}})
-	waitFor(t, "b answers", func() bool {
+	testwait.For(t, "b answers", func() bool {
 		got, _ := askSigns(pa, []string{"u"})
 		return len(got) == 1
 	})
@@ -494,7 +484,7 @@ func TestAskFailsWithoutNATS(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "disconnected", func() bool { return !p.cfg.Conn.NC.IsConnected() })
+	testwait.For(t, "disconnected", func() bool { return !p.cfg.Conn.NC.IsConnected() })
 	for _, l := range [][]uint64{{1, 2}, nil} {
 		live = l
 		if got, err := askSigns(p, []string{"u"}); err == nil {
@@ -513,7 +503,7 @@ func TestNoLeaseNodeDoesNotAnswerItself(t *testing.T) {
 		signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "mine", At: 1}}}})
 	serve(t, srv.URL, "t.nolease", live, &node{lease: 2, signs: map[string][]tracker.DeviceSign{"u": {{User: "u", Device: "d", At: 3}}}})
 	var got []tracker.DeviceSign
-	waitFor(t, "b answers", func() bool {
+	testwait.For(t, "b answers", func() bool {
 		got, _ = askSigns(pa, []string{"u"})
 		return len(got) > 0
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -121,12 +122,12 @@ func TestClaimsWaitForTheReplicas(t *testing.T) {
 	if err := reps[0].Resume(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a claim once the replica is back", func() error { return claim(on[0]) })
+	testwait.NoErr(t, "a claim once the replica is back", func() error { return claim(on[0]) })
 
 	if err := reps[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a claim once the master has no replica left", func() error { return claim(on[0]) })
+	testwait.NoErr(t, "a claim once the master has no replica left", func() error { return claim(on[0]) })
 	start := time.Now()
 	for _, u := range on {
 		if err := claim(u); err != nil {
@@ -134,20 +135,4 @@ func TestClaimsWaitForTheReplicas(t *testing.T) {
 		}
 	}
 	t.Logf("%d claims on a master without replicas in %v", len(on), time.Since(start))
-}
-
-// eventually calls f until it succeeds, for at most 30 s.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %v after 30 s", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -539,7 +540,7 @@ func TestHeartbeatsWhilePostgresIsDown(t *testing.T) {
 	if err := pgSrv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every waiting user to be loaded", func() bool { return f.tr.Stats().AwaitingProfile == 0 })
+	testwait.For(t, "every waiting user to be loaded", func() bool { return f.tr.Stats().AwaitingProfile == 0 })
 
 	evs := f.pub.take()
 	byUser := map[string]presence.Event{}
@@ -638,7 +639,7 @@ func TestLoadsResumeAfterPostgresReturns(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a status change to succeed", func() bool {
+	testwait.For(t, "a status change to succeed", func() bool {
 		_, err := tr.SetStatus(ctx, "u", presence.ManualBusy, "")
 		return err == nil
 	})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -56,13 +57,13 @@ func TestColdRecovery(t *testing.T) {
 	d.setFail("SaveLastSeen", errDown)
 	d.setFail("LoadProfiles", nil)
 	// c's last_seen cannot be written: c waits; a and b are loaded.
-	waitFor(t, "a and b loaded", func() bool { return f.tr.Stats().ProfilesLoaded == 2 })
+	testwait.For(t, "a and b loaded", func() bool { return f.tr.Stats().ProfilesLoaded == 2 })
 	if n := f.tr.Stats().AwaitingProfile; n != 1 {
 		t.Errorf("AwaitingProfile = %d, want 1 (c, whose last_seen waits)", n)
 	}
 	f.wantEvents("a and b loaded", "a offline→online seen=0s", "b offline→busy seen=0s")
 	d.setFail("SaveLastSeen", nil)
-	waitFor(t, "c loaded", func() bool { return f.tr.Stats().AwaitingProfile == 0 })
+	testwait.For(t, "c loaded", func() bool { return f.tr.Stats().AwaitingProfile == 0 })
 	f.wantEvents("c's device ended while it waited")
 	if p, _ := d.profile("c"); p.LastSeen != ms(time.Second) || p.PubLastSeen != ms(time.Second) {
 		t.Errorf("c's durable last_seen %v, public %v; want 1s, 1s", offset(p.LastSeen), offset(p.PubLastSeen))

@@ -15,6 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -250,7 +251,7 @@ func TestClaimNotReplicatedIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	waitFor(t, "the replica in sync", func() bool {
+	testwait.For(t, "the replica in sync", func() bool {
 		var acked int64
 		_ = pc.Dedicated(func(dc rueidis.DedicatedClient) error {
 			r := dc.DoMulti(ctx, dc.B().Set().Key("sync").Value("1").Build(), dc.B().Wait().Numreplicas(1).Timeout(100).Build())

@@ -13,6 +13,7 @@ import (
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -205,21 +206,9 @@ func runTracker(t *testing.T, tr *tracker.Tracker) {
 	})
 }
 
-// waitFor polls cond until it holds or 15 s passed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func (f *fixture) waitUp() {
 	f.t.Helper()
-	waitFor(f.t, "the store to be up again", func() bool { return !f.tr.Stats().Down })
+	testwait.For(f.t, "the store to be up again", func() bool { return !f.tr.Stats().Down })
 }
 
 func (f *fixture) bye(user, device string) {
@@ -704,7 +693,7 @@ func TestOutageReplayWaitsForDurable(t *testing.T) {
 	f.beat("u", "d", true) // u is not in the store: its replay loads it
 	d.setFail("LoadProfiles", errDown)
 	f.sw.off.Store(false)
-	waitFor(t, "a failed replay", func() bool { return d.calledTimes("LoadProfiles") >= 3 })
+	testwait.For(t, "a failed replay", func() bool { return d.calledTimes("LoadProfiles") >= 3 })
 	if s := f.tr.Stats(); !s.Down || s.Buffered != 1 {
 		t.Errorf("after failed replays: Down=%v Buffered=%d, want true, 1", s.Down, s.Buffered)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -198,7 +199,7 @@ func TestOneOfTwoPartsDown(t *testing.T) {
 	f.beat("ann", "phone", true)
 	f.beat("cal", "pc", true)
 	ps.off[1].Store(false)
-	waitFor(t, "part 1 back", func() bool { return tr.Stats().PartsDown == 0 })
+	testwait.For(t, "part 1 back", func() bool { return tr.Stats().PartsDown == 0 })
 	f.wantEvents("replay of part 1", "bob online→busy seen=10s") // the last change it made, still true
 	if st := tr.Stats(); st.Buffered != 0 || st.Down {
 		t.Errorf("after part 1 came back: %+v", st)

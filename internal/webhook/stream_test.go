@@ -15,6 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // nobody is a natsbus.Local that watches nobody.
@@ -119,8 +120,8 @@ func TestStreamDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.publish(users, 11, 30)
-	waitFor(t, "every change", func() bool { return r.count() >= len(users)*30 })
-	waitFor(t, "the garbage skipped", func() bool { return a.Stats().Dropped+b.Stats().Dropped == 1 })
+	testwait.For(t, "every change", func() bool { return r.count() >= len(users)*30 })
+	testwait.For(t, "the garbage skipped", func() bool { return a.Stats().Dropped+b.Stats().Dropped == 1 })
 	a.stop()
 	b.stop()
 	r.checkAll(t, users, 30)
@@ -146,11 +147,11 @@ func TestStreamTakeover(t *testing.T) {
 	b, bConn := e.node("b", cfg)
 	users := names(4)
 	e.publish(users, 1, 5)
-	waitFor(t, "the first changes", func() bool { return r.count() >= len(users)*5 })
+	testwait.For(t, "the first changes", func() bool { return r.count() >= len(users)*5 })
 	r.mode.Store(modeFail)
 	e.publish(users, 6, 10)
 	leader, conn, other := a, aConn, b
-	waitFor(t, "a batch held", func() bool {
+	testwait.For(t, "a batch held", func() bool {
 		switch {
 		case a.endpoints[0].held.Load() > 0:
 			leader, conn, other = a, aConn, b
@@ -165,9 +166,9 @@ func TestStreamTakeover(t *testing.T) {
 	e.publish(users, 11, 15)
 	// The other node takes over once the lease lapsed, and is given the
 	// batch again once its AckWait passed.
-	waitFor(t, "the other node holding the batch", func() bool { return other.endpoints[0].held.Load() > 0 })
+	testwait.For(t, "the other node holding the batch", func() bool { return other.endpoints[0].held.Load() > 0 })
 	r.mode.Store(modeOK)
-	waitFor(t, "every change", func() bool {
+	testwait.For(t, "every change", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, u := range users {
@@ -192,14 +193,14 @@ func TestStreamConsumerLost(t *testing.T) {
 	_, conn := e.node("a", cfg)
 	users := names(3)
 	e.publish(users, 1, 5)
-	waitFor(t, "the first changes", func() bool { return r.count() >= len(users)*5 })
+	testwait.For(t, "the first changes", func() bool { return r.count() >= len(users)*5 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := conn.JS.DeleteConsumer(ctx, e.stream, ConsumerPrefix+endpointKey(cfg.URLs[0])); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(users, 6, 10)
-	waitFor(t, "every change", func() bool {
+	testwait.For(t, "every change", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, u := range users {
@@ -268,7 +269,7 @@ func TestStreamConsumerLostBeforeLead(t *testing.T) {
 			a := &running{Sender: s, cancel: stop, done: make(chan struct{})}
 			go func() { s.Run(rctx); close(a.done) }()
 			defer a.stop()
-			waitFor(t, "every change since the loss", func() bool {
+			testwait.For(t, "every change since the loss", func() bool {
 				for _, vs := range r.versionsOf(users) {
 					if !slices.Contains(vs, 10) {
 						return false
@@ -304,7 +305,7 @@ func TestStreamConsumerLostBehind(t *testing.T) {
 	users := names(4)
 	made := time.Now()
 	e.publish(users, 1, 5) // 5 batches of 4: each version of every user
-	waitFor(t, "the first batch in hand", func() bool { return a.endpoints[0].held.Load() > 0 })
+	testwait.For(t, "the first batch in hand", func() bool { return a.endpoints[0].held.Load() > 0 })
 	// The next batch is taken more than a second after the changes
 	// were made (the wait is for the start from a moment; from a
 	// sequence, nothing depends on it).
@@ -313,14 +314,14 @@ func TestStreamConsumerLostBehind(t *testing.T) {
 	}
 	fails := r.fails.Load()
 	r.mode.Store(modeOnce)
-	waitFor(t, "the next batch refused", func() bool { return r.count() > 0 && r.fails.Load() > fails })
+	testwait.For(t, "the next batch refused", func() bool { return r.count() > 0 && r.fails.Load() > fails })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := conn.JS.DeleteConsumer(ctx, e.stream, ConsumerPrefix+endpointKey(cfg.URLs[0])); err != nil {
 		t.Fatal(err)
 	}
 	r.mode.Store(modeOK)
-	waitFor(t, "every change", func() bool {
+	testwait.For(t, "every change", func() bool {
 		for _, vs := range r.versionsOf(users) {
 			if !slices.Contains(vs, 5) {
 				return false
@@ -352,7 +353,7 @@ func TestStreamConfirmWhileTheStreamIsMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.bus.Publish(event("ann", 1))
-	waitFor(t, "the stream found missing", func() bool { return e.bus.Stream().Missing })
+	testwait.For(t, "the stream found missing", func() bool { return e.bus.Stream().Missing })
 	confirmed := make(chan bool, 1)
 	go func() {
 		for v := uint64(2); v <= 10; v++ {
@@ -379,5 +380,5 @@ func TestStreamConfirmWhileTheStreamIsMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.bus.Publish(event("ann", 11))
-	waitFor(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
+	testwait.For(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
 }

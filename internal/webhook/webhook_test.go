@@ -18,6 +18,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/sqlitestore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/webhooksig"
 )
 
@@ -154,17 +155,6 @@ func (r *receiver) count() int {
 	return n
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // openDB opens a SQLite store at path as an outbox, closed when the
 // test ends.
 func openDB(t testing.TB, path string) *sqlitestore.Store {
@@ -279,20 +269,20 @@ func TestDeliveryThroughFailures(t *testing.T) {
 		}
 	}
 	publish(10)
-	waitFor(t, "the first events", func() bool { return r.count() >= 10*len(users) })
+	testwait.For(t, "the first events", func() bool { return r.count() >= 10*len(users) })
 	r.mode.Store(modeFail)
 	publish(10)
-	waitFor(t, "retries against a failing endpoint", func() bool { return s.Stats().Retried >= 3 })
+	testwait.For(t, "retries against a failing endpoint", func() bool { return s.Stats().Retried >= 3 })
 	r.mode.Store(modeStall)
 	publish(5)
-	waitFor(t, "retries against a stalled endpoint", func() bool { return s.Stats().Retried >= 6 })
+	testwait.For(t, "retries against a stalled endpoint", func() bool { return s.Stats().Retried >= 6 })
 	r.mode.Store(modeOK)
 	r.down()
 	publish(5)
-	waitFor(t, "retries against a closed port", func() bool { return s.Stats().Retried >= 9 })
+	testwait.For(t, "retries against a closed port", func() bool { return s.Stats().Retried >= 9 })
 	r.up()
 	publish(10)
-	waitFor(t, "every event", func() bool {
+	testwait.For(t, "every event", func() bool {
 		st := s.Stats()
 		return st.Queued == 0 && st.Delivered == uint64(len(users)*perUser)
 	})
@@ -317,8 +307,8 @@ func TestConfirmMeansInTheOutbox(t *testing.T) {
 	if !s.Confirm(context.Background()) {
 		t.Fatal("Confirm: false")
 	}
-	waitFor(t, "the first change", func() bool { return r.count() == 1 })
-	waitFor(t, "the cursor recorded", func() bool {
+	testwait.For(t, "the first change", func() bool { return r.count() == 1 })
+	testwait.For(t, "the cursor recorded", func() bool {
 		_, cur, err := cfg.Outbox.OutboxState(context.Background())
 		return err == nil && cur[endpointKey(cfg.URLs[0])] == 1
 	})
@@ -338,7 +328,7 @@ func TestConfirmMeansInTheOutbox(t *testing.T) {
 	r.up()
 	cfg.Outbox = openDB(t, path)
 	s = run(t, cfg)
-	waitFor(t, "the changes left in the outbox", func() bool { return r.count() >= 5 })
+	testwait.For(t, "the changes left in the outbox", func() bool { return r.count() >= 5 })
 	s.stop()
 	r.mu.Lock()
 	got := fmt.Sprint(r.got["ann"])
@@ -365,7 +355,7 @@ func TestBoundedOutbox(t *testing.T) {
 			t.Fatal("Confirm: false")
 		}
 	}
-	waitFor(t, "the oldest dropped", func() bool { st := s.Stats(); return st.Queued <= 10 && st.Dropped >= 990 })
+	testwait.For(t, "the oldest dropped", func() bool { st := s.Stats(); return st.Queued <= 10 && st.Dropped >= 990 })
 }
 
 // TestRejected: an endpoint that refuses a request for good (400) is not
@@ -389,9 +379,9 @@ func TestRejected(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	s := start(t, Config{URLs: []string{"http://" + ln.Addr().String()}, Linger: time.Millisecond})
 	s.Publish(event("u", 1))
-	waitFor(t, "the refusal", func() bool { return s.Stats().Rejected == 1 })
+	testwait.For(t, "the refusal", func() bool { return s.Stats().Rejected == 1 })
 	s.Publish(event("u", 2))
-	waitFor(t, "the next event", func() bool { return s.Stats().Delivered == 1 })
+	testwait.For(t, "the next event", func() bool { return s.Stats().Delivered == 1 })
 	if st := s.Stats(); st.Retried != 0 || calls.Load() != 2 || bad.Load() != 0 {
 		t.Fatalf("stats %+v, %d calls: a refused request is not retried", st, calls.Load())
 	}
@@ -528,8 +518,8 @@ func TestConfirmWhileTheOutboxFails(t *testing.T) {
 	}
 	s.Publish(event("ann", 2))
 	// The writer finds out at its next try.
-	waitFor(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
-	waitFor(t, "both changes", func() bool { return r.count() == 2 })
+	testwait.For(t, "Confirm true again", func() bool { return s.Confirm(context.Background()) })
+	testwait.For(t, "both changes", func() bool { return r.count() == 2 })
 }
 
 // TestStopLetsTheRequestFinish: a node stopped while a request is under
@@ -543,7 +533,7 @@ func TestStopLetsTheRequestFinish(t *testing.T) {
 		Outbox: openDB(t, path)}
 	s := run(t, cfg)
 	s.Publish(event("ann", 1))
-	waitFor(t, "the request under way", func() bool { return r.count() == 1 })
+	testwait.For(t, "the request under way", func() bool { return r.count() == 1 })
 	s.stop() // while the endpoint takes 300 ms to answer
 	cfg.Outbox.(*sqlitestore.Store).Close()
 
@@ -551,7 +541,7 @@ func TestStopLetsTheRequestFinish(t *testing.T) {
 	cfg.Outbox = openDB(t, path)
 	s = run(t, cfg)
 	s.Publish(event("ann", 2))
-	waitFor(t, "the next change", func() bool { return r.has("ann", 2) })
+	testwait.For(t, "the next change", func() bool { return r.has("ann", 2) })
 	s.stop()
 	r.mu.Lock()
 	defer r.mu.Unlock()

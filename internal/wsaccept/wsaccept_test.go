@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/connbudget"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tlscert/tlstest"
 	"github.com/presenced/presenced/internal/wsaccept"
 )
@@ -100,6 +101,13 @@ func TestSortsFirstRequests(t *testing.T) {
 			t.Errorf("%q answered %q, want net/http's", path, got)
 		}
 	}
+	// The hijacked state is told after Upgrade returns, which may be after
+	// the client read the 101 and its close.
+	testwait.For(t, "the upgrade's states", func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return len(n.states) >= 2
+	})
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.ups) != 1 || n.ups[0] != "GET /v1/ws?user_id=a host=x remote=true early=FRAME" {
