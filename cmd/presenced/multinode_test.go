@@ -40,15 +40,9 @@ type backends struct {
 
 func newBackends(t *testing.T) *backends {
 	t.Helper()
-	b := &backends{}
-	var wg sync.WaitGroup
-	wg.Go(func() { b.redis = testsvc.Redis(t) })
-	wg.Go(func() { b.postgres = testsvc.Postgres(t) })
-	wg.Go(func() { b.nats = testsvc.NATS(t) })
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
+	// One after the other, in the test's goroutine, where testsvc may
+	// skip the test (under -short, where no server is installed).
+	b := &backends{redis: testsvc.Redis(t), postgres: testsvc.Postgres(t), nats: testsvc.NATS(t)}
 	b.pgURL = b.postgres.NewDatabase(t)
 	b.prefix = "mn" + testsvc.Unique(t) + ":"
 	return b

@@ -53,7 +53,7 @@ func TestConcurrentEnsureOnAFreshServer(t *testing.T) {
 	for round := range rounds {
 		srv, err := testsvc.StartNATS()
 		if err != nil {
-			t.Fatal(err)
+			testsvc.Fatal(t, err)
 		}
 		nc, err := nats.Connect(srv.URL, nats.MaxReconnects(0))
 		if err != nil {

@@ -142,7 +142,7 @@ func clusterFromTB(tb testing.TB, start func() (*Cluster, error)) *Cluster {
 	tb.Helper()
 	c, err := start()
 	if err != nil {
-		tb.Fatal(err)
+		Fatal(tb, err)
 	}
 	tb.Cleanup(func() {
 		if tb.Failed() {

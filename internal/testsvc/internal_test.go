@@ -105,3 +105,42 @@ func TestPostgresKillAndPauseTakeTheBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// recordTB records what Fatal makes of an error instead of ending a test.
+type recordTB struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *recordTB) Helper()                     {}
+func (r *recordTB) Skipf(f string, args ...any) { r.skipped = fmt.Sprintf(f, args...) }
+func (r *recordTB) Fatal(args ...any)           { r.failed = fmt.Sprint(args...) }
+
+// A server that is not installed fails a test, except under -short, where
+// it skips it saying why; any other error fails it always.
+func TestFatalSkipsOnlyAMissingServerUnderShort(t *testing.T) {
+	_, missing := findBinary("presenced-no-such-server", "presenced-pkg", t.TempDir())
+	other := fmt.Errorf("testsvc: redis on 127.0.0.1:1 %w", errExited)
+	for _, c := range []struct {
+		name  string
+		err   error
+		short bool
+		skip  bool
+	}{
+		{"missing, full suite", missing, false, false},
+		{"missing, -short", missing, true, true},
+		{"wrapped missing, -short", fmt.Errorf("cluster node: %w", missing), true, true},
+		{"other, full suite", other, false, false},
+		{"other, -short", other, true, false},
+	} {
+		var r recordTB
+		fatal(&r, c.err, c.short)
+		if c.skip {
+			if r.failed != "" || !strings.Contains(r.skipped, "-short") || !strings.Contains(r.skipped, "presenced-no-such-server") {
+				t.Errorf("%s: failed %q, skipped %q; want skipped, naming -short and the binary", c.name, r.failed, r.skipped)
+			}
+		} else if r.skipped != "" || r.failed != c.err.Error() {
+			t.Errorf("%s: failed %q, skipped %q; want failed with %q", c.name, r.failed, r.skipped, c.err)
+		}
+	}
+}

@@ -65,7 +65,7 @@ func unprivileged() (*syscall.Credential, error) {
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		return nil, fmt.Errorf("testsvc: the tests run as root, which PostgreSQL refuses, and there is no postgres OS user to run it as (%v); install Debian's package \"postgresql\", which creates it, or run the tests as another user", err)
+		return nil, &notInstalledError{fmt.Sprintf("testsvc: the tests run as root, which PostgreSQL refuses, and there is no postgres OS user to run it as (%v); install Debian's package \"postgresql\", which creates it, or run the tests as another user", err)}
 	}
 	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)

@@ -20,6 +20,8 @@
 // Binaries are looked up on PATH and in Debian's places; a missing one
 // fails the test naming the Debian package (scripts/test.sh installs
 // them): a suite that silently skips its real backends is a failing suite.
+// Only under go test -short, the tier that needs nothing but Go, does a
+// missing server skip the test instead (Fatal says which).
 // As root, PostgreSQL runs as the postgres user. All functions and methods
 // are safe for concurrent use.
 package testsvc
@@ -564,13 +566,38 @@ func serverEnv() []string {
 	return append(env, "LC_ALL=C")
 }
 
-// fromTB starts a private server with start, failing tb if it cannot, and
-// closes it at tb's cleanup (logging its log's tail if the test failed).
+// Fatal fails tb with err, the error of a Start function, as tb.Fatal
+// does. Under go test -short it skips tb instead if err says a server is
+// not installed here: the short tier runs on a machine with Go alone.
+func Fatal(tb testing.TB, err error) {
+	tb.Helper()
+	fatal(tb, err, testing.Short())
+}
+
+func fatal(tb testing.TB, err error, short bool) {
+	tb.Helper()
+	var ni *notInstalledError
+	if short && errors.As(err, &ni) {
+		tb.Skipf("skipped under -short, where servers need not be installed (without -short this fails): %v", err)
+		return
+	}
+	tb.Fatal(err)
+}
+
+// notInstalledError says that a server's programs are not on this
+// machine (or cannot be run as they must be).
+type notInstalledError struct{ msg string }
+
+func (e *notInstalledError) Error() string { return e.msg }
+
+// fromTB starts a private server with start, failing tb if it cannot (see
+// Fatal), and closes it at tb's cleanup (logging its log's tail if the
+// test failed).
 func fromTB(tb testing.TB, start func() (*Server, error)) *Server {
 	tb.Helper()
 	s, err := start()
 	if err != nil {
-		tb.Fatal(err)
+		Fatal(tb, err)
 	}
 	tb.Cleanup(func() {
 		if tb.Failed() {
@@ -636,7 +663,7 @@ func getShared(tb testing.TB, kind string, start func() (*Server, error)) *Serve
 		}
 	})
 	if ss.err != nil {
-		tb.Fatal(ss.err)
+		Fatal(tb, ss.err)
 	}
 	return ss.s
 }
@@ -687,8 +714,8 @@ func missing(name, pkg string, dirs []string) error {
 	if os.Getenv("CI") == "true" {
 		ci = " under CI: the install step of scripts/test.sh did not provide it"
 	}
-	return fmt.Errorf("testsvc: %s not found on PATH nor in %s%s; the real-backend tests need it: install Debian's package %q: %s",
-		name, strings.Join(dirs, ", "), ci, pkg, how)
+	return &notInstalledError{fmt.Sprintf("testsvc: %s not found on PATH nor in %s%s; the real-backend tests need it: install Debian's package %q: %s",
+		name, strings.Join(dirs, ", "), ci, pkg, how)}
 }
 
 // tail returns the last lines of b, for error messages.
