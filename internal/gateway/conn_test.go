@@ -13,6 +13,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/wsframe"
 )
 
@@ -86,19 +87,12 @@ func TestCoalesce(t *testing.T) {
 
 func waitQueue(t *testing.T, c *conn, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	l := func() int {
 		c.mu.Lock()
-		l := len(c.queue)
-		c.mu.Unlock()
-		if l == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue length %d, want %d", l, n)
-		}
-		time.Sleep(time.Millisecond)
+		defer c.mu.Unlock()
+		return len(c.queue)
 	}
+	testwait.Forf(t, func() string { return fmt.Sprintf("queue length %d, want %d", l(), n) }, func() bool { return l() == n })
 }
 
 // TestQueueOverflow: a connection whose queue of distinct users fills up

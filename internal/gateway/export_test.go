@@ -13,3 +13,18 @@ func Detached(g *Gateway) (detached, open int) {
 	}
 	return detached, open
 }
+
+// Writing counts the open connections with a writer running.
+func Writing(g *Gateway) int {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	n := 0
+	for _, c := range g.conns {
+		c.mu.Lock()
+		if c.flushing {
+			n++
+		}
+		c.mu.Unlock()
+	}
+	return n
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // serverSide returns the accepted end of a loopback TCP connection and the
@@ -52,13 +53,7 @@ func TestSweepIdleSparesUnreadBytes(t *testing.T) {
 	if _, err := client.Write([]byte{0x81, 0x80}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !unread(c) {
-		if time.Now().After(deadline) {
-			t.Fatal("the written bytes never showed as unread")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, "the written bytes to show as unread", func() bool { return unread(c) })
 	clk.Advance(11 * time.Second)
 	g.sweepIdle()
 	if n := g.stats.closedIdle.Load(); n != 0 {

@@ -14,9 +14,9 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tlscert"
 	"github.com/presenced/presenced/internal/tlscert/tlstest"
 )
@@ -58,21 +58,15 @@ func BenchmarkIdleConnection(b *testing.B) {
 		ca.WriteCert(b, caFile)
 		ln = tls.NewListener(ln, store.Config())
 	}
+	<-g.ready // Run takes connections
+	// The baseline: memory before the server's accept loop starts
+	// (nothing to wait for but a GC; its stack is a byte a connection),
+	// goroutines with it.
+	before := usage()
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	for {
-		g.mu.Lock()
-		r := g.running
-		g.mu.Unlock()
-		if r {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(10 * time.Millisecond)
-
-	before := usage()
 	gBefore := runtime.NumGoroutine()
+
 	cmd := exec.Command(os.Args[0], "-test.run=TestDialHelper", "-test.v")
 	cmd.Env = append(os.Environ(), "GW_DIAL_ADDR="+ln.Addr().String(), "GW_DIAL_N="+strconv.Itoa(conns), "GW_DIAL_CA="+caFile)
 	stdin, _ := cmd.StdinPipe()
@@ -84,10 +78,8 @@ func BenchmarkIdleConnection(b *testing.B) {
 	sc := bufio.NewScanner(out)
 	for sc.Scan() && sc.Text() != "dialed" {
 	}
-	for g.Stats().Connections < conns {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // writers of the welcome end
+	testwait.For(b, "every connection open", func() bool { return g.Stats().Connections >= conns })
+	testwait.For(b, "the writers of the welcomes to end", func() bool { return Writing(g) == 0 })
 	after := usage()
 	per := float64(after-before) / conns
 	b.ReportMetric(per, "B/conn")
