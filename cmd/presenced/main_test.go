@@ -30,6 +30,7 @@ import (
 
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/wsframe"
 )
 
@@ -214,18 +215,17 @@ func (s *server) checkpoints() float64 {
 // awaitLog waits until the logs contain every one of subs on one line.
 func (s *server) awaitLog(subs ...string) string {
 	s.t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	var found string
+	testwait.Forf(s.t, func() string { return fmt.Sprintf("a log line with %q; logs:\n%s", subs, s.logs) }, func() bool {
 		for _, line := range strings.Split(s.logs.String(), "\n") {
 			if containsAll(line, subs...) {
-				return line
+				found = line
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("no log line with %q within %s; logs:\n%s", subs, waitTimeout, s.logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
+	return found
 }
 
 func containsAll(s string, subs ...string) bool {
@@ -442,13 +442,7 @@ func TestSIGKILLKeepsCheckpointsAndStatus(t *testing.T) {
 	if lastSeen == "" {
 		t.Fatalf("heartbeat: no last_seen: %v", hb)
 	}
-	deadline := time.Now().Add(waitTimeout)
-	for p.checkpoints() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint within %s", waitTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, "a checkpoint", func() bool { return p.checkpoints() >= 1 })
 	// u2 changes right before the kill, most likely after the last
 	// checkpoint: its versions are lost with the process.
 	p.heartbeat(apiKey, "u2", "d1")

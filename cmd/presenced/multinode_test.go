@@ -24,6 +24,7 @@ import (
 	wsclient "github.com/presenced/presenced/client"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 const (
@@ -120,14 +121,9 @@ func watcher(t *testing.T, n *proc, user string, ids ...string) *seen {
 	// Subscribe only sends the request: wait for each id's snapshot, so
 	// what the test does next is seen as a live event, not folded into a
 	// snapshot that came late.
-	deadline := time.Now().Add(waitTimeout)
 	for _, id := range ids {
-		for !slices.ContainsFunc(s.of(id), func(e seenEvent) bool { return e.snapshot }) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no snapshot of %s (events %+v)", user, id, s.of(id))
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testwait.Forf(t, func() string { return fmt.Sprintf("%s: a snapshot of %s (events %+v)", user, id, s.of(id)) },
+			func() bool { return slices.ContainsFunc(s.of(id), func(e seenEvent) bool { return e.snapshot }) })
 	}
 	return s
 }
@@ -161,13 +157,21 @@ func (s *seen) count(user string, st wsclient.Status) int {
 // await waits until the newest status seen of user is st.
 func (s *seen) await(t *testing.T, who, user string, st wsclient.Status) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for s.last(user) != st {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s is %q, want %q (events %+v)", who, user, s.last(user), st, s.of(user))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Forf(t, func() string {
+		return fmt.Sprintf("%s: %s to be %q; it is %q (events %+v)", who, user, st, s.last(user), s.of(user))
+	}, func() bool { return s.last(user) == st })
+}
+
+// checkpointed waits until PostgreSQL holds a last_seen of every one of
+// users: a checkpoint wrote them.
+func (b *backends) checkpointed(t *testing.T, users ...string) {
+	t.Helper()
+	conn := pgConnect(t, b.pgURL)
+	var n int
+	testwait.Forf(t, func() string { return fmt.Sprintf("a checkpoint of %v (%d of them in PostgreSQL)", users, n) }, func() bool {
+		err := conn.QueryRow(context.Background(), "SELECT count(*) FROM users WHERE user_id = ANY($1) AND last_seen > 0", users).Scan(&n)
+		return err == nil && n == len(users)
+	})
 }
 
 // dial connects a client of user (with device, or a generated one) to n.
@@ -246,11 +250,10 @@ func TestThreeNodes(t *testing.T) {
 
 	// dave's offline: within ttl + 1 s of his last heartbeat (with slack
 	// for this shared machine), exactly once on each surviving node.
-	deadline := killed.Add(clusterTTL + 5*time.Second)
-	for (w1.last("dave") != wsclient.Offline || w2.last("dave") != wsclient.Offline) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(2 * time.Second) // room for a duplicate to show up
+	w1.await(t, "w1", "dave", wsclient.Offline)
+	w2.await(t, "w2", "dave", wsclient.Offline)
+	t.Logf("dave offline on both surviving nodes %s after node 3 was killed", time.Since(killed).Round(time.Millisecond))
+	testwait.NothingWithin(2*time.Second, "a second offline of dave, or an offline of carol")
 	for name, w := range map[string]*seen{"node 1": w1, "node 2": w2} {
 		if n := w.count("dave", wsclient.Offline); n != 1 {
 			t.Errorf("%s: dave's offline arrived %d times, want once: %+v", name, n, w.of("dave"))
@@ -346,7 +349,7 @@ func TestCloseGraceAcrossNodes(t *testing.T) {
 			}
 			t.Fatalf("no reconnect within half the grace in %d tries", try+1)
 		}
-		time.Sleep(3 * grace) // room for a false offline to show up
+		testwait.NothingWithin(3*grace, "an offline of "+user)
 		if n := wf.count(user, wsclient.Offline); n != 0 || wf.last(user) != wsclient.Online {
 			t.Errorf("%s reconnected within the close grace but watchers saw %+v", user, wf.of(user))
 		}
@@ -375,14 +378,15 @@ func TestDuplicatedTabAcrossNodes(t *testing.T) {
 		w.await(t, "w", c.user, wsclient.Offline) // the snapshot
 		tab1 := dial(t, n1, c.user, "tab")
 		w.await(t, "w", c.user, wsclient.Online)
+		// Dial returns with the welcome, which node 2 sends once it has
+		// claimed the device.
 		tab2 := dial(t, n2, c.user, "tab")
-		time.Sleep(500 * time.Millisecond) // tab2's claim made
 		first, second := tab1, tab2
 		if !c.firstFirst {
 			first, second = tab2, tab1
 		}
 		first.Close()
-		time.Sleep(3 * grace) // room for a false offline to show up
+		testwait.NothingWithin(3*grace, "an offline of "+c.user+" while a tab is open")
 		if n := w.count(c.user, wsclient.Offline); n != 0 || w.last(c.user) != wsclient.Online {
 			t.Fatalf("one of %s's two tabs closed but the watcher saw %+v", c.user, w.of(c.user))
 		}
@@ -397,7 +401,7 @@ func TestDuplicatedTabAcrossNodes(t *testing.T) {
 		if lag := time.Since(closed); lag > ttl/2 {
 			t.Errorf("%s offline %s after her last tab closed: the ttl (%s), not the close grace (%s)", c.user, lag, ttl, grace)
 		}
-		time.Sleep(grace)
+		testwait.NothingWithin(grace, "a second offline of "+c.user)
 		if n := w.count(c.user, wsclient.Offline); n != 1 {
 			t.Errorf("%s announced offline %d times, want once: %+v", c.user, n, w.of(c.user))
 		}
@@ -458,7 +462,7 @@ func TestRedisFaultWhileUsersSetStatus(t *testing.T) {
 			for _, u := range users {
 				w.await(t, "w", u, wsclient.Online)
 			}
-			time.Sleep(1500 * time.Millisecond) // a checkpoint
+			b.checkpointed(t, users...)
 
 			resume := b.redis.Resume
 			var err error
@@ -470,7 +474,7 @@ func TestRedisFaultWhileUsersSetStatus(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(3 * time.Second)
+			time.Sleep(3 * time.Second) // the fault: a ttl long before the statuses
 			var wg sync.WaitGroup
 			for i, c := range clients {
 				wg.Go(func() {
@@ -482,14 +486,14 @@ func TestRedisFaultWhileUsersSetStatus(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			time.Sleep(7 * time.Second)
+			time.Sleep(7 * time.Second) // and on, to 10 s in all
 			if err := resume(); err != nil {
 				t.Fatal(err)
 			}
 			for _, u := range users {
 				w.await(t, "w", u, wsclient.Busy)
 			}
-			time.Sleep(clusterTTL + 2*time.Second) // a false offline would come by now
+			testwait.NothingWithin(clusterTTL+2*time.Second, "a false offline")
 			for _, u := range users {
 				if n := w.count(u, wsclient.Offline); n != 0 || w.last(u) != wsclient.Busy {
 					t.Errorf("%s kept beating and set busy during the fault, but the watcher saw %+v", u, w.of(u))
@@ -537,7 +541,7 @@ func TestNodePartitionedFromRedis(t *testing.T) {
 			} else {
 				proxy.Cut()
 			}
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // the partition: a second old when the statuses are set
 			for i, c := range clients {
 				wg.Go(func() {
 					ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -565,13 +569,13 @@ func TestNodePartitionedFromRedis(t *testing.T) {
 					t.Errorf("node 1 cut off from Redis reads %d %s, want p1 busy and quinn online", code, body)
 					break
 				}
-				time.Sleep(500 * time.Millisecond)
+				time.Sleep(500 * time.Millisecond) // the pace of the reads during the partition
 			}
 			proxy.Restore()
 			for _, u := range users {
 				w.await(t, "w", u, wsclient.Busy)
 			}
-			time.Sleep(3 * time.Second) // a false offline would come by now
+			testwait.NothingWithin(3*time.Second, "a false offline")
 			for _, u := range users {
 				if n := w.count(u, wsclient.Offline); n != 0 || w.last(u) != wsclient.Busy {
 					t.Errorf("%s kept beating on node 1 but the watcher on node 2 saw %+v", u, w.of(u))
@@ -612,10 +616,10 @@ func TestNodeKilledDuringRedisOutage(t *testing.T) {
 	if err := b.redis.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // Redis hangs for 2 s before node 1 dies…
 	n1.signal(t, syscall.SIGKILL)
 	n1.wait(t)
-	time.Sleep(8 * time.Second)
+	time.Sleep(8 * time.Second) // …and 8 s more: node 1's lease runs out meanwhile
 	if err := b.redis.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -625,7 +629,7 @@ func TestNodeKilledDuringRedisOutage(t *testing.T) {
 			w.await(t, "w", u, wsclient.Offline)
 		}
 	}
-	time.Sleep(clusterTTL + 2*time.Second) // room for a duplicate or a false offline
+	testwait.NothingWithin(clusterTTL+2*time.Second, "a second offline of k1 or k2, or an offline of s1 or s2")
 	for name, w := range map[string]*seen{"node 2": w2, "node 3": w3} {
 		for _, u := range []string{"k1", "k2"} {
 			var offs []seenEvent
@@ -683,7 +687,7 @@ func TestContactRemovedAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	wendy.await(t, "wendy", "olga", wsclient.Busy)
-	time.Sleep(500 * time.Millisecond)
+	testwait.NothingWithin(500*time.Millisecond, "olga's busy to vera")
 	if n := vera.count("olga", wsclient.Busy); n != 0 {
 		// The announcement may arrive after the change: then vera saw
 		// busy once, and nothing after a second change.
@@ -691,7 +695,7 @@ func TestContactRemovedAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		wendy.await(t, "wendy", "olga", wsclient.Away)
-		time.Sleep(500 * time.Millisecond)
+		testwait.NothingWithin(500*time.Millisecond, "olga's away to vera")
 		if n := vera.count("olga", wsclient.Away); n != 0 {
 			t.Errorf("vera, no longer olga's contact, still sees her status: %+v", vera.of("olga"))
 		}
@@ -726,7 +730,7 @@ func TestPrivacyChangesPushedAcrossNodes(t *testing.T) {
 	}
 	quiet := func(who string, s *seen, want int) {
 		t.Helper()
-		time.Sleep(300 * time.Millisecond)
+		testwait.NothingWithin(300*time.Millisecond, "another live event of olga to "+who)
 		if n := live(s); n != want {
 			t.Errorf("%s got %d live events of olga, want %d: %+v", who, n, want, s.of("olga"))
 		}
@@ -780,7 +784,7 @@ func TestRedisOutage(t *testing.T) {
 	// Redis comes back without him, and his watcher must learn it.
 	n1.heartbeat(apiKey, "vic", "pc")
 	w.await(t, "w", "vic", wsclient.Online)
-	time.Sleep(1500 * time.Millisecond) // a checkpoint
+	b.checkpointed(t, "vic")
 
 	if err := b.redis.Stop(); err != nil {
 		t.Fatal(err)
@@ -800,7 +804,7 @@ func TestRedisOutage(t *testing.T) {
 				t.Fatalf("read on node %d during the outage: %d %s, want %s", i+1, code, body, want)
 			}
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // the pace of the beats during the outage
 	}
 	if err := b.redis.Start(); err != nil {
 		t.Fatal(err)
@@ -809,32 +813,28 @@ func TestRedisOutage(t *testing.T) {
 	n2.heartbeat(apiKey, "hank", "pc")
 
 	// Converged: both users online in the shared state, read on either node.
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	const want = `{"alice":"online","hank":"online"}`
+	var body1, body2 []byte
+	testwait.Forf(t, func() string {
+		return fmt.Sprintf("after Redis returned: node 1 %s, node 2 %s, want %s", body1, body2, want)
+	}, func() bool {
 		n2.heartbeat(apiKey, "hank", "pc")
-		_, body1 := n1.do("GET", "/presence/batch?user_ids=alice,hank", apiKey, nil)
-		_, body2 := n2.do("GET", "/presence/batch?user_ids=alice,hank", apiKey, nil)
-		want := `{"alice":"online","hank":"online"}`
-		if strings.TrimSpace(string(body1)) == want && strings.TrimSpace(string(body2)) == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after Redis returned: node 1 %s, node 2 %s, want %s", body1, body2, want)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		_, body1 = n1.do("GET", "/presence/batch?user_ids=alice,hank", apiKey, nil)
+		_, body2 = n2.do("GET", "/presence/batch?user_ids=alice,hank", apiKey, nil)
+		return strings.TrimSpace(string(body1)) == want && strings.TrimSpace(string(body2)) == want
+	})
 	w.await(t, "w", "vic", wsclient.Offline) // the resync after recovery
-	time.Sleep(clusterTTL)                   // any false offline would come by now
+	testwait.NothingWithin(clusterTTL, "a false offline of alice")
 	if n := w.count("alice", wsclient.Offline); n != 0 {
 		t.Errorf("alice kept beating but her watcher saw offline %d times (Redis back at %s): %+v", n, back.Format("15:04:05.000"), w.of("alice"))
 	}
 	// ivan beat only during the outage; his last heartbeat was answered
 	// before lastBeat and after lastBeat − 500 ms (the loop's pause).
-	got := n2.call("GET", "/v1/presence/ivan", apiKey, nil)
-	for deadline := time.Now().Add(waitTimeout); got["status"] != "offline" && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
+	var got map[string]any
+	testwait.Forf(t, func() string { return fmt.Sprintf("ivan offline after the outage: %v", got) }, func() bool {
 		got = n2.call("GET", "/v1/presence/ivan", apiKey, nil)
-	}
+		return got["status"] == "offline"
+	})
 	ls, err := time.Parse(time.RFC3339Nano, fmt.Sprint(got["last_seen"]))
 	if err != nil || ls.Before(lastBeat.Add(-500*time.Millisecond)) || got["status"] != "offline" {
 		t.Errorf("ivan after the outage: %v; want offline, last seen at his last heartbeat of the outage (about %s)", got, lastBeat.UTC())
@@ -860,7 +860,7 @@ func TestPostgresOutage(t *testing.T) {
 	var last map[string]any
 	for range 8 {
 		last = n.heartbeat(apiKey, "ivy", "pc")
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // beats for 2 s: two checkpoints fail meanwhile
 	}
 	code, body := n.do("POST", "/v1/status", apiKey, map[string]any{"user_id": "ivy", "status": "busy"})
 	if code != 503 || !strings.Contains(string(body), `"code":"unavailable"`) {
@@ -878,32 +878,21 @@ func TestPostgresOutage(t *testing.T) {
 	if err := b.postgres.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		code, body := n.do("GET", "/v1/presence/newcomer", apiKey, nil)
-		if code == 200 && strings.Contains(string(body), `"status":"online"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("newcomer after PostgreSQL is back: %d %s, want online", code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Forf(t, func() string { return fmt.Sprintf("newcomer online after PostgreSQL is back: %d %s", code, body) }, func() bool {
+		code, body = n.do("GET", "/v1/presence/newcomer", apiKey, nil)
+		return code == 200 && strings.Contains(string(body), `"status":"online"`)
+	})
 
 	want, _ := time.Parse(time.RFC3339Nano, last["last_seen"].(string))
 	conn := pgConnect(t, b.pgURL)
-	deadline = time.Now().Add(waitTimeout)
-	for {
-		var ms int64
-		err := conn.QueryRow(context.Background(), "SELECT last_seen FROM users WHERE user_id = 'ivy'").Scan(&ms)
-		if err == nil && ms >= want.UnixMilli() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ivy's last_seen in PostgreSQL: %d (err %v), want %d", ms, err, want.UnixMilli())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var ms int64
+	var err error
+	testwait.Forf(t, func() string {
+		return fmt.Sprintf("ivy's last_seen in PostgreSQL to reach %d: %d (err %v)", want.UnixMilli(), ms, err)
+	}, func() bool {
+		err = conn.QueryRow(context.Background(), "SELECT last_seen FROM users WHERE user_id = 'ivy'").Scan(&ms)
+		return err == nil && ms >= want.UnixMilli()
+	})
 }
 
 func pgConnect(t *testing.T, raw string) *pgx.Conn {
@@ -911,16 +900,10 @@ func pgConnect(t *testing.T, raw string) *pgx.Conn {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	var conn *pgx.Conn
-	var err error
-	for deadline := time.Now().Add(waitTimeout); ; {
-		if conn, err = pgx.Connect(ctx, raw); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	testwait.NoErr(t, "connecting to PostgreSQL", func() (err error) {
+		conn, err = pgx.Connect(ctx, raw)
+		return err
+	})
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
 }
@@ -978,8 +961,14 @@ func TestIngestFromConnectionLayer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
+	const ms = "2006-01-02T15:04:05.000Z"
+	var lastAt string
 	event := func(typ string) []byte {
-		return fmt.Appendf(nil, `{"type":%q,"user_id":"zoe","device_id":"tab-1","at":%q}`, typ, time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
+		// Each event in a millisecond of its own: the disconnect is later
+		// than the connect.
+		testwait.For(t, "a new millisecond", func() bool { return time.Now().UTC().Format(ms) != lastAt })
+		lastAt = time.Now().UTC().Format(ms)
+		return fmt.Appendf(nil, `{"type":%q,"user_id":"zoe","device_id":"tab-1","at":%q}`, typ, lastAt)
 	}
 	publish := func(id string, body []byte) {
 		t.Helper()
@@ -990,15 +979,13 @@ func TestIngestFromConnectionLayer(t *testing.T) {
 	connected := event("session_connected")
 	publish("gw1-1", connected)
 	w.await(t, "w", "zoe", wsclient.Online)
-	time.Sleep(5 * time.Millisecond) // the disconnect comes later
 	publish("gw1-2", event("session_disconnected"))
 	w.await(t, "w", "zoe", wsclient.Offline)
 	// The same connect again, as a redelivery under a new id would bring it.
 	publish("gw1-1-again", connected)
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) && metric(t, n.server, `presenced_ingest_events_total{outcome="ignored"}`) < 1 {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, "the stale connect ignored", func() bool {
+		return metric(t, n.server, `presenced_ingest_events_total{outcome="ignored"}`) >= 1
+	})
 	if got := metric(t, n.server, `presenced_ingest_events_total{outcome="ignored"}`); got != 1 {
 		t.Errorf("the stale connect was not ignored: %v", got)
 	}
@@ -1024,7 +1011,9 @@ func TestNATSOutage(t *testing.T) {
 	}
 	n1.call("POST", "/v1/status", apiKey, map[string]any{"user_id": "pat", "status": "busy"})
 	n1.heartbeat(apiKey, "pat", "pc")
-	time.Sleep(time.Second)
+	testwait.For(t, "node 1 to hold the change for NATS", func() bool {
+		return metric(t, n1.server, "presenced_bus_queued")+metric(t, n1.server, "presenced_bus_in_flight") >= 1
+	})
 	if err := b.nats.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -1072,7 +1061,7 @@ func TestRedisClusterFailover(t *testing.T) {
 					t.Errorf("HTTP heartbeat of %s during the failovers: %d %s", u, code, body)
 				}
 			}
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // the pace of the HTTP beats
 		}
 	}()
 	defer func() { stopBeats(); <-beating }()
@@ -1117,7 +1106,7 @@ func TestRedisClusterFailover(t *testing.T) {
 		}
 	}
 	t.Logf("%d reads on node 2 during the failover", reads)
-	time.Sleep(clusterTTL + 2*time.Second) // a false offline would come by now
+	testwait.NothingWithin(clusterTTL+2*time.Second, "a false offline after the promotion")
 	// A clean handover of another master (one that still has its replica:
 	// not the one just promoted).
 	var replica *testsvc.Server
@@ -1136,23 +1125,17 @@ func TestRedisClusterFailover(t *testing.T) {
 	if err := cl.Failover(replica, waitTimeout); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(clusterTTL + 2*time.Second)
+	testwait.NothingWithin(clusterTTL+2*time.Second, "a false offline after the failover")
 	for _, u := range users {
 		if n := w.count(u, wsclient.Offline); n != 0 || w.last(u) != wsclient.Online {
 			t.Errorf("%s kept beating but the watcher saw %+v", u, w.of(u))
 		}
 	}
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		_, body := n2.do("GET", "/presence/batch?user_ids="+strings.Join(users, ","), apiKey, nil)
-		if strings.Count(string(body), `"online"`) == len(users) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node 2 reads after the failovers: %s", body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var read []byte
+	testwait.Forf(t, func() string { return fmt.Sprintf("node 2 to read every user online after the failovers: %s", read) }, func() bool {
+		_, read = n2.do("GET", "/presence/batch?user_ids="+strings.Join(users, ","), apiKey, nil)
+		return strings.Count(string(read), `"online"`) == len(users)
+	})
 	stopBeats()
 	<-beating
 	_, body := n1.do("GET", "/presence/batch?user_ids="+strings.Join(hw, ","), apiKey, nil)

@@ -12,6 +12,7 @@ import (
 
 	wsclient "github.com/presenced/presenced/client"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // Two nodes with -read-replica. Users change in every way a status read
@@ -80,9 +81,11 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 	// for both viewers, and returns how the last status read was answered.
 	agree := func(phase string) (byReplica bool) {
 		t.Helper()
-		deadline := time.Now().Add(waitTimeout)
-		for {
-			diff := ""
+		diff := ""
+		testwait.Forf(t, func() string {
+			return fmt.Sprintf("%s: node 2's status read to agree with its full read: %s", phase, diff)
+		}, func() bool {
+			diff = ""
 			s0 := served()
 			for _, viewer := range []string{"", "v"} {
 				if d := compareReads(t, n2, viewer, ids); d != "" {
@@ -90,14 +93,9 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 				}
 			}
 			byReplica = served() > s0
-			if diff == "" {
-				return byReplica
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: node 2's status read never agreed with its full read: %s", phase, diff)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return diff == ""
+		})
+		return byReplica
 	}
 
 	change(n1, 60)
@@ -105,20 +103,29 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 	if !agree("after changes on both nodes") {
 		// The last comparison may have come before the replica's fill; it
 		// must answer within moments.
-		deadline := time.Now().Add(waitTimeout)
-		for !agree("replica ready") {
-			if time.Now().After(deadline) {
-				t.Fatal("node 2's replica never answered a status read")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		testwait.For(t, "node 2's replica to answer a status read", func() bool { return agree("replica ready") })
 	}
 	if st := statusRead(t, n2, "v", ids)["v"]; st == nil || *st != "invisible" {
 		t.Errorf("v reads itself %s, want invisible", show(st))
 	}
 	// Expiry: every HTTP device ends a ttl after its last beat, announced
 	// by a sweep on either node; the sockets keep r0…r3 present.
-	time.Sleep(clusterTTL + time.Second)
+	testwait.For(t, "every HTTP device to expire (Redis reads 4 users present at most)", func() bool {
+		code, raw := n2.do("POST", "/v1/presence/batch", apiKey, map[string]any{"user_ids": ids})
+		var full map[string]struct {
+			Status *string `json:"status"`
+		}
+		if code != 200 || json.Unmarshal(raw, &full) != nil {
+			t.Fatalf("POST /v1/presence/batch: %d %s", code, raw)
+		}
+		present := 0
+		for _, u := range full {
+			if u.Status != nil && *u.Status != "offline" {
+				present++
+			}
+		}
+		return present <= 4
+	})
 	if !agree("after expiry") {
 		t.Error("the replica did not answer after expiry")
 	}
@@ -149,13 +156,7 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	change(n1, 20)
-	deadline := time.Now().Add(2 * waitTimeout)
-	for !agree("NATS back") {
-		if time.Now().After(deadline) {
-			t.Fatal("node 2's replica never answered again after NATS came back")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.For(t, "node 2's replica to answer again after NATS came back", func() bool { return agree("NATS back") })
 	if fills := metric(t, n2.server, "presenced_replica_fills_total"); fills < 2 {
 		t.Errorf("node 2's replica was filled %v times, want a fill at start and one after NATS came back", fills)
 	}
@@ -248,33 +249,31 @@ func TestReadReplicaStopsWhenANodeIsNotHeard(t *testing.T) {
 	served := func() float64 { return metric(t, n2.server, `presenced_replica_reads_total{source="replica"}`) }
 	readBy := func(phase string, replica bool) {
 		t.Helper()
-		deadline := time.Now().Add(waitTimeout)
-		for {
+		var by bool
+		var d string
+		testwait.Forf(t, func() string {
+			return fmt.Sprintf("%s: reads agreeing, answered by the replica %v; last: by the replica %v, %s", phase, replica, by, d)
+		}, func() bool {
 			s0 := served()
-			d := compareReads(t, n2, "", ids)
-			by := served() > s0
-			if d == "" && by == replica {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: want reads agreeing, answered by the replica %v; last: by the replica %v, %s", phase, replica, by, d)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			d = compareReads(t, n2, "", ids)
+			by = served() > s0
+			return d == "" && by == replica
+		})
 	}
 	readBy("before", true)
 
-	proxy.Stall()
-	time.Sleep(200 * time.Millisecond)
+	proxy.Stall() // at once: what node 1 publishes from now on is held
 	for _, id := range ids {
 		n1.call("POST", "/v1/status", apiKey, map[string]any{"user_id": id, "status": "busy"})
 	}
-	time.Sleep(4 * time.Second) // the bound (3 beacons) and a beacon's slack
+	// Once node 1's beacon has been silent for the bound (3 beacons), the
+	// replica refuses: the reads go to Redis and show the statuses.
+	readBy("node 1 not heard", false)
 	for i := 0; i < 10; i++ {
 		if d := compareReads(t, n2, "", ids); d != "" {
-			t.Fatalf("node 1 not heard for 4s: node 2 read %s", d)
+			t.Fatalf("node 1 still not heard: node 2 read %s", d)
 		}
-		time.Sleep(100 * time.Millisecond)
+		testwait.NothingWithin(100*time.Millisecond, "a read that differs, while node 1 is not heard")
 	}
 	if got := statusRead(t, n2, "", ids)["s0"]; got == nil || *got != "busy" {
 		t.Fatalf("s0 reads %s on node 2, want busy (from Redis)", show(got))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	wsclient "github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // Two nodes with the same webhook URL: each change is POSTed once (by the
@@ -74,17 +75,12 @@ func TestWebhooksAcrossNodes(t *testing.T) {
 	n2.call("POST", "/v1/bye", apiKey, map[string]string{"user_id": "bob", "device_id": "pc"})
 	onN1.await(t, "w1", "bob", wsclient.Offline)
 
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	testwait.For(t, "the webhook to get the four changes", func() bool {
 		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= 4 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond) // a duplicate would come within a linger
+		defer mu.Unlock()
+		return len(got) >= 4
+	})
+	testwait.NothingWithin(500*time.Millisecond, "a duplicate POST (it would come within a linger)")
 	mu.Lock()
 	defer mu.Unlock()
 	seen := map[string]int{}

@@ -1,7 +1,8 @@
 // Package testwait lets a test wait for what another goroutine, process
 // or server makes true, without guessing a sleep: it polls a condition
 // with a short backoff and fails the test, naming what it waited for,
-// once Timeout has passed.
+// once Timeout has passed. NothingWithin is the fixed wait of a test that
+// checks that something does not happen.
 package testwait
 
 import (
@@ -37,6 +38,16 @@ func NoErr(t testing.TB, what string, f func() error) {
 	if !poll(Timeout, func() bool { last = f(); return last == nil }) {
 		t.Fatalf("%s: still %v after %v", what, last, Timeout)
 	}
+}
+
+// NothingWithin is the one fixed wait a test keeps: it waits d, the time
+// within which what, which must not happen (a duplicate, a false
+// offline, a change sent to the wrong watcher), would have happened if it
+// were going to. No event stands for something that does not come; the
+// test checks afterwards that it did not.
+func NothingWithin(d time.Duration, what string) {
+	_ = what // named at the call site, for the reader
+	time.Sleep(d)
 }
 
 // poll reports whether cond held within d, checking at first every
