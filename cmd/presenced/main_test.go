@@ -292,6 +292,11 @@ func (p *proc) signal(t *testing.T, sig os.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("signal %v: %v", sig, err)
 	}
+	if sig == syscall.SIGSTOP {
+		if err := testsvc.AwaitStopped(p.cmd.Process.Pid, waitTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // wait waits for the process to exit and returns its exit code (-1 when a

@@ -246,11 +246,19 @@ func (s *Server) signalGroup(sig syscall.Signal) error {
 	if sig == syscall.SIGSTOP {
 		syscall.Kill(pid, sig) // forks no more while we look
 	}
-	for _, k := range descendants(pid) {
+	kids := descendants(pid)
+	for _, k := range kids {
 		syscall.Kill(k, sig)
 	}
 	if err := syscall.Kill(-pid, sig); err != nil {
 		return fmt.Errorf("testsvc: %s on %s: %v: %w", s.Kind, s.Addr, sig, err)
+	}
+	if sig == syscall.SIGSTOP {
+		for _, p := range append(kids, pid) {
+			if err := AwaitStopped(p, stopTimeout); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -729,4 +737,42 @@ func tail(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// AwaitStopped waits until every thread of process pid is stopped: a
+// SIGSTOP is delivered asynchronously, and a thread that runs on for a
+// moment after kill(2) returned can still answer what comes meanwhile.
+func AwaitStopped(pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !threadsStopped(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testsvc: process %d not stopped within %v of SIGSTOP", pid, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// threadsStopped reports whether every thread of pid is in state T
+// (stopped) or t (traced); a process that is gone counts as stopped.
+func threadsStopped(pid int) bool {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return true
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+		if err != nil {
+			continue // the thread ended
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			return false
+		}
+	}
+	return true
 }
