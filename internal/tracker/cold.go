@@ -2,7 +2,6 @@ package tracker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync/atomic"
@@ -21,35 +20,6 @@ type coldBuffer struct {
 	loaded atomic.Uint64 // users loaded and replayed from the buffer
 	shards [bufShards]bufShard
 }
-
-// errDurableDown is the cause of a load that was not tried because the
-// previous one found the durable store unavailable.
-var errDurableDown = errors.New("the durable store did not answer a moment ago")
-
-// profileError is a load of a user that failed because the durable store
-// is unavailable. It is Unavailable (HTTP 503) for the operations that
-// need the profile; a heartbeat or bye waits for it in the cold buffer.
-type profileError struct {
-	user string
-	err  error
-}
-
-func (e *profileError) Error() string {
-	return fmt.Sprintf("load %q: durable store unavailable: %v", e.user, e.err)
-}
-func (e *profileError) Unwrap() error     { return e.err }
-func (e *profileError) Unavailable() bool { return true }
-
-// errColdFull is returned by Heartbeat and Bye of a user whose profile
-// cannot be loaded when Config.MaxBuffered users already wait for theirs.
-var errColdFull error = coldFullError{}
-
-type coldFullError struct{}
-
-func (coldFullError) Error() string {
-	return "tracker: the durable store is unavailable and too many users wait for their profile; retry later"
-}
-func (coldFullError) Unavailable() bool { return true }
 
 func (t *Tracker) bufIndex(user string) uint64 {
 	return maphash.String(t.lockSeed, user) % bufShards
@@ -86,7 +56,7 @@ func (t *Tracker) hold(user string, o op, onlyIfHeld bool) (bool, error) {
 // already (so that o is applied after what it holds). It reports whether
 // it took o (recorded, or refused with the returned error).
 func (t *Tracker) held(user string, o op) (bool, error) {
-	if !t.upFor(user) {
+	if !t.link.upFor(user) {
 		if ok, err := t.buffer(user, o); ok {
 			return true, err
 		}
@@ -111,13 +81,6 @@ func (t *Tracker) loadFailed(ctx context.Context, user string, err error) error 
 	return &profileError{user: user, err: err}
 }
 
-// profileUnavailable reports whether err is a load that failed for the
-// durable store.
-func profileUnavailable(err error) bool {
-	var pe *profileError
-	return errors.As(err, &pe)
-}
-
 // coldBatch is how many users retryCold loads with one durable read.
 const coldBatch = 1000
 
@@ -126,7 +89,7 @@ const coldBatch = 1000
 // while the buffer is not empty or loads fail fast. It does nothing while
 // the state store is down (the outage buffer is replayed first).
 func (t *Tracker) retryCold(ctx context.Context) {
-	if !t.up() || t.cold.n.Load() == 0 && !t.cold.down.Load() {
+	if !t.link.up() || t.cold.n.Load() == 0 && !t.cold.down.Load() {
 		return
 	}
 	var users []string
@@ -149,7 +112,7 @@ func (t *Tracker) retryCold(ctx context.Context) {
 		}
 		return
 	}
-	for len(users) > 0 && ctx.Err() == nil && t.up() {
+	for len(users) > 0 && ctx.Err() == nil && t.link.up() {
 		chunk := users[:min(len(users), coldBatch)]
 		users = users[len(chunk):]
 		profiles := make(map[string]presence.Profile, len(chunk))

@@ -20,4 +20,4 @@ func (t *Tracker) CheckFloor(ctx context.Context) { t.checkFloor(ctx) }
 
 // ProbeSuspects probes the parts a call that failed as a whole made
 // suspect, as Run's probe does.
-func (t *Tracker) ProbeSuspects(ctx context.Context) { t.probeSuspects(ctx) }
+func (t *Tracker) ProbeSuspects(ctx context.Context) { t.link.probeSuspects(ctx) }

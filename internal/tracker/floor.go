@@ -13,18 +13,18 @@ import (
 // others find the floor back and return. A store without Floorer cannot
 // be helped: ErrStoreReset is returned.
 func (t *Tracker) resetFloor(ctx context.Context) error {
-	f, ok := t.store.(Floorer)
-	if !ok {
+	f := t.link.can.floorer
+	if f == nil {
 		return ErrStoreReset
 	}
 	t.floorMu.Lock()
 	defer t.floorMu.Unlock()
-	b := t.bound(ctx)
+	b := t.link.bound(ctx)
 	have, err := f.CheckFloor(b.ctx)
-	t.release(b)
+	t.link.release(b)
 	// A part that does not answer (PartialError) keeps its floor for all
 	// we know; the others' answer stands.
-	if err = t.storeErr(ctx, err); err != nil && !partial(err) {
+	if err = t.link.check(ctx, err); err != nil && !partial(err) {
 		return err
 	}
 	if have {
@@ -36,10 +36,10 @@ func (t *Tracker) resetFloor(ctx context.Context) error {
 			return fmt.Errorf("state store lost its data; a new epoch for its versions: %w", err)
 		}
 	}
-	b = t.bound(ctx)
+	b = t.link.bound(ctx)
 	err = f.RaiseFloor(b.ctx, epoch<<32)
-	t.release(b)
-	if err = t.storeErr(ctx, err); err != nil && !partial(err) {
+	t.link.release(b)
+	if err = t.link.check(ctx, err); err != nil && !partial(err) {
 		return err
 	}
 	t.resets.Add(1)
@@ -56,15 +56,15 @@ func (t *Tracker) resetFloor(ctx context.Context) error {
 // watchers (OnRecover): what they show may have been lost with it. Run
 // calls it every FlushInterval while the store is up.
 func (t *Tracker) checkFloor(ctx context.Context) {
-	f, ok := t.store.(Floorer)
-	if !ok || !t.up() {
+	f := t.link.can.floorer
+	if f == nil || !t.link.up() {
 		return
 	}
-	b := t.bound(ctx)
+	b := t.link.bound(ctx)
 	have, err := f.CheckFloor(b.ctx)
-	t.release(b)
-	t.partsFailed(err) // a node that only checks floors learns of a part down so too
-	if err = t.storeErr(ctx, err); err != nil && !partial(err) || have {
+	t.link.release(b)
+	t.link.partsFailed(err) // a node that only checks floors learns of a part down so too
+	if err = t.link.check(ctx, err); err != nil && !partial(err) || have {
 		return
 	}
 	if err := t.resetFloor(ctx); err != nil {

@@ -67,8 +67,8 @@ type peerLease struct {
 }
 
 func (t *Tracker) initLeases(cfg *Config) {
-	l, ok := cfg.Store.(Leaser)
-	if !ok || cfg.NoLeases {
+	l := t.link.can.leaser // nil with NoLeases
+	if l == nil {
 		return
 	}
 	t.leaser = l
@@ -158,10 +158,10 @@ func (t *Tracker) acquireLease(ctx context.Context) error {
 		return errors.New("tracker: this run took 65,535 leases; restart the node for a new epoch")
 	}
 	id := t.rules.Epoch<<16 | gen
-	b := t.bound(ctx)
+	b := t.link.bound(ctx)
 	err := t.leaser.AcquireLease(b.ctx, id, t.Now())
-	t.release(b)
-	if err = t.storeErrKey(ctx, err); err != nil {
+	t.link.release(b)
+	if err = t.link.checkKey(ctx, err); err != nil {
 		return err
 	}
 	t.lz.gen = gen
@@ -178,7 +178,7 @@ func (t *Tracker) tickLease(ctx context.Context) {
 	if t.leaser == nil {
 		return
 	}
-	if !t.up() {
+	if !t.link.up() {
 		// What this node cannot see it does not judge: every lease
 		// gets a fresh leaseTimeout once the store answers again.
 		t.lz.mu.Lock()
@@ -194,16 +194,16 @@ func (t *Tracker) tickLease(ctx context.Context) {
 	}
 	now := t.Now()
 	t.lz.mu.Lock()
-	b := t.bound(ctx)
+	b := t.link.bound(ctx)
 	all, err := t.leaser.RenewLease(b.ctx, t.lease.Load(), now, t.lz.buf[:0])
-	t.release(b)
+	t.link.release(b)
 	t.lz.buf = all
 	t.lz.mu.Unlock()
 	if errors.Is(err, ErrLeaseLost) {
 		t.leaseLost(ctx)
 		return
 	}
-	if err = t.storeErrKey(ctx, err); err != nil {
+	if err = t.link.checkKey(ctx, err); err != nil {
 		// What this node cannot see it does not judge (the leases' own
 		// master down, with a Partitioned store: the store is not marked
 		// down, so this is the only place that forgets).
@@ -288,10 +288,10 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 	t.lz.mu.Unlock()
 	for _, w := range work {
 		if w.mark {
-			b := t.bound(ctx)
+			b := t.link.bound(ctx)
 			ok, err := t.leaser.TakeLease(b.ctx, w.id, w.renewed, now)
-			t.release(b)
-			if err = t.storeErrKey(ctx, err); err != nil || !ok {
+			t.link.release(b)
+			if err = t.link.checkKey(ctx, err); err != nil || !ok {
 				continue
 			}
 			t.takeovers.Add(1)
@@ -305,10 +305,10 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 			continue
 		}
 		if w.end {
-			b := t.bound(ctx)
+			b := t.link.bound(ctx)
 			err := t.leaser.EndLease(b.ctx, w.id)
-			t.release(b)
-			_ = t.storeErrKey(ctx, err)
+			t.link.release(b)
+			_ = t.link.checkKey(ctx, err)
 		}
 	}
 }
@@ -323,9 +323,9 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 // not ended meanwhile, or the devices of those parts would stay held by
 // a lease nobody renews).
 func (t *Tracker) takeOver(ctx context.Context, now int64, lease uint64, renewed int64) error {
-	skip := t.downParts()
-	pt, _ := t.leaser.(PartTakeOver)
-	b := t.bound(ctx)
+	skip := t.link.downParts()
+	pt := t.link.can.partTakeOver
+	b := t.link.bound(ctx)
 	var out []presence.Change
 	var err error
 	if skip != nil && pt != nil {
@@ -333,12 +333,12 @@ func (t *Tracker) takeOver(ctx context.Context, now int64, lease uint64, renewed
 	} else {
 		out, err = t.leaser.TakeOver(b.ctx, now, lease, renewed, t.durableLastSeen, nil)
 	}
-	t.release(b)
+	t.link.release(b)
 	for i := range out {
 		t.emit(&out[i])
 	}
-	t.partsFailed(err)
-	if err = t.storeErr(ctx, err); err != nil {
+	t.link.partsFailed(err)
+	if err = t.link.check(ctx, err); err != nil {
 		return err
 	}
 	if skip != nil && pt != nil {
@@ -402,7 +402,7 @@ func (t *Tracker) socketBeat(ctx context.Context, user, device string, active, c
 // syncOwned hands the due work of the table to the store: releases of
 // devices that ended, claims that failed before, touches. Sweep calls it.
 func (t *Tracker) syncOwned(ctx context.Context) {
-	if t.owned == nil || t.lease.Load() == 0 || !t.up() {
+	if t.owned == nil || t.lease.Load() == 0 || !t.link.up() {
 		return
 	}
 	now := t.Now()
@@ -425,7 +425,7 @@ func (t *Tracker) syncOwned(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, w := range work {
 		if len(w.Claim) == 0 && len(w.Release) == 0 && len(w.Bye) == 0 {
-			if !t.upFor(w.User) {
+			if !t.link.upFor(w.User) {
 				// Its part is down: the touch waits, unsent, instead of
 				// holding every other touch of the batch for a timeout.
 				t.owned.Done(now, w.User, owned.Result{Failed: true, Unsent: true})
@@ -449,14 +449,14 @@ func (t *Tracker) syncOwned(ctx context.Context) {
 // touchAll sends touches in batches and reports each answer to the table.
 func (t *Tracker) touchAll(ctx context.Context, now int64, touches []Touch) {
 	lease := t.lease.Load()
-	b := t.bound(ctx)
+	b := t.link.bound(ctx)
 	t.leaser.Touch(b.ctx, t.Now(), lease, touches)
-	t.release(b)
+	t.link.release(b)
 	for i := range touches {
 		tc := &touches[i]
 		var r owned.Result
 		r.Lost = tc.Lost
-		switch err := t.storeErrUser(ctx, tc.User, tc.Err); {
+		switch err := t.link.checkUser(ctx, tc.User, tc.Err); {
 		case err == nil:
 			t.emit(&tc.Change)
 		case errors.Is(err, ErrNotLoaded):
@@ -504,7 +504,7 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 			}
 		}
 	}
-	if lease == 0 || !t.upFor(w.User) {
+	if lease == 0 || !t.link.upFor(w.User) {
 		r.Failed, r.Unsent = true, true
 		t.owned.Done(now, w.User, r)
 		return last, nil
@@ -521,10 +521,10 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 	}
 	if len(w.Touch) > 0 && !r.Failed {
 		ts := []Touch{{User: w.User, Devices: devices(w.Touch)}}
-		b := t.bound(ctx)
+		b := t.link.bound(ctx)
 		t.leaser.Touch(b.ctx, t.Now(), lease, ts)
-		t.release(b)
-		note(ts[0].Change, ts[0].Lost, t.storeErrUser(ctx, w.User, ts[0].Err))
+		t.link.release(b)
+		note(ts[0].Change, ts[0].Lost, t.link.checkUser(ctx, w.User, ts[0].Err))
 	}
 	for _, d := range w.Claim {
 		if r.Failed {
@@ -549,10 +549,10 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 func (t *Tracker) claim(ctx context.Context, lease uint64, user string, d owned.Device) (presence.Change, error) {
 	od := devices([]owned.Device{d})[0]
 	for try := 0; ; try++ {
-		b := t.bound(ctx)
+		b := t.link.bound(ctx)
 		ch, err := t.leaser.Claim(b.ctx, t.Now(), lease, user, od)
-		t.release(b)
-		err = t.storeErrUser(ctx, user, err)
+		t.link.release(b)
+		err = t.link.checkUser(ctx, user, err)
 		if !errors.Is(err, ErrNotLoaded) || try > 0 {
 			return ch, err
 		}
@@ -563,10 +563,10 @@ func (t *Tracker) claim(ctx context.Context, lease uint64, user string, d owned.
 }
 
 func (t *Tracker) ownedCall(ctx context.Context, user string, call func(context.Context) (presence.Change, []string, error)) (presence.Change, []string, error) {
-	b := t.bound(ctx)
+	b := t.link.bound(ctx)
 	ch, lost, err := call(b.ctx)
-	t.release(b)
-	return ch, lost, t.storeErrUser(ctx, user, err)
+	t.link.release(b)
+	return ch, lost, t.link.checkUser(ctx, user, err)
 }
 
 // devices is what the store is told of ds: a device the table says is
@@ -590,7 +590,7 @@ func devices(ds []owned.Device) []OwnedDevice {
 // out.
 func (t *Tracker) handOff(ctx context.Context) {
 	lease := t.lease.Load()
-	if t.owned == nil || lease == 0 || !t.up() {
+	if t.owned == nil || lease == 0 || !t.link.up() {
 		return
 	}
 	type held struct {
@@ -626,10 +626,10 @@ func (t *Tracker) handOff(ctx context.Context) {
 		t.log.Warn("handing off this node's devices failed; other nodes take them over when its lease runs out", "err", err)
 		return
 	}
-	b := t.bound(ctx)
+	b := t.link.bound(ctx)
 	err = t.leaser.EndLease(b.ctx, lease)
-	t.release(b)
-	if t.storeErr(ctx, err) == nil {
+	t.link.release(b)
+	if t.link.check(ctx, err) == nil {
 		t.lease.Store(0)
 		t.log.Info("handed this node's devices off", "users", len(all))
 	}

@@ -6,120 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"net"
 	"slices"
 	"sync"
 
 	"github.com/presenced/presenced/internal/presence"
 )
 
-// ErrUnavailable is returned by Heartbeat, Bye, SetStatus and SetSettings
-// while the state store is down and the outage buffer already holds
-// Config.MaxBuffered users, and wraps every other error that a store
-// outage makes a method return: the operation was not recorded and should
-// be retried later (HTTP 503). A SetStatus or SetSettings that fails so has
-// already been written to the durable store.
-var ErrUnavailable = errors.New("tracker: the presence state store is unavailable and the operation could not be buffered; retry later")
-
-// Pinger is an optional ability of a Store: a cheap round trip that tells
-// whether the store answers. While the store is down Run probes it with
-// Ping; a Store without it is probed with a Get of one id.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// errOutage marks the errors of store calls that put the store down.
-var errOutage = errors.New("tracker: state store unavailable")
-
-// outageError is a store error that marked the store down.
-type outageError struct{ err error }
-
-func (e *outageError) Error() string   { return "state store unavailable: " + e.err.Error() }
-func (e *outageError) Unwrap() []error { return []error{errOutage, ErrUnavailable, e.err} }
-
-// States of the store as the tracker sees it.
-const (
-	stateUp        uint32 = iota // operations go to the store
-	stateDown                    // operations are buffered; Run probes
-	stateReplaying               // the buffer is being replayed; users not in it go to the store
-)
-
-// storeErr classifies the error of a store call made with the caller's
-// ctx. Anything but ErrNotLoaded, a domain error of package presence, a
-// PartialError (part of the store answered: a Cluster master is down, and
-// only its users are affected) or the caller's own cancellation means the
-// store is unreachable (refused, reset, or silent past StoreTimeout): the
-// store is marked down and the error is returned wrapped so that
-// errors.Is(err, errOutage).
-func (t *Tracker) storeErr(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, ErrNotLoaded) || errors.Is(err, ErrStoreReset) || domainError(err) || ctx.Err() != nil ||
-		partial(err) || errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrTakeOverLeft) {
-		return err
-	}
-	t.markDown(err)
-	return &outageError{err}
-}
-
-// partial reports a PartialError: part of the store answered.
-func partial(err error) bool {
-	var pe *PartialError
-	return errors.As(err, &pe)
-}
-
-// domainError reports the errors of package presence, which say that the
-// operation is refused, not that the store is away.
-func domainError(err error) bool {
-	return errors.Is(err, presence.ErrTooManyDevices) || errors.Is(err, presence.ErrTooManyContacts) ||
-		errors.Is(err, presence.ErrUnknownStatus)
-}
-
-// markDown records an outage. A failure during a replay sends the store
-// back down without counting a new outage.
-func (t *Tracker) markDown(err error) {
-	if t.state.CompareAndSwap(stateUp, stateDown) {
-		t.downAt.Store(t.Now())
-		t.outages.Add(1)
-		t.log.Warn("state store unavailable; buffering operations and answering reads from the durable store", "err", err)
-		return
-	}
-	t.state.CompareAndSwap(stateReplaying, stateDown)
-}
-
-// up reports whether operations go to the store (fast path: one atomic load).
-func (t *Tracker) up() bool { return t.state.Load() == stateUp }
-
 // Degraded reports whether some operations do not reach the store now:
 // it is down or replaying, or a part of it is (their changes are not
 // published until they do). Cheap; safe for concurrent use.
 func (t *Tracker) Degraded() bool {
-	return !t.up() || (t.parts != nil && t.parts.down.Load() > 0)
-}
-
-// bounded is a store call's context: the caller's, bounded by
-// StoreTimeout for a remote store.
-type bounded struct {
-	ctx    context.Context
-	cancel context.CancelFunc // nil if ctx is the caller's own
-}
-
-// bound returns ctx bounded by StoreTimeout, so that a hung store (a
-// paused process, a silent network) is detected, unless the store is in
-// this process (it implements no Pinger: memstore, whose hot path stays
-// free of timers and allocations). A caller's deadline that comes first
-// still applies, and its expiry is the caller's, not an outage. The result
-// must be passed to release once the call returned.
-func (t *Tracker) bound(ctx context.Context) bounded {
-	if !t.remote {
-		return bounded{ctx: ctx}
-	}
-	c, cancel := context.WithTimeout(ctx, t.storeTimeout)
-	return bounded{ctx: c, cancel: cancel}
-}
-
-func (t *Tracker) release(b bounded) {
-	if b.cancel != nil {
-		b.cancel()
-	}
+	return !t.link.up() || t.link.partsDown()
 }
 
 // The outage buffer: per user, per device the latest operation, the latest
@@ -322,7 +219,7 @@ func (t *Tracker) buffer(user string, o op) (bool, error) {
 	sh := t.bufShard(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	st := t.stateFor(user) // under the lock: see replay
+	st := t.link.stateFor(user) // under the lock: see replay
 	if st == stateUp {
 		return false, nil
 	}
@@ -369,50 +266,49 @@ func (t *Tracker) bufferedDevices(user string, out []op) []op {
 
 // probe asks the store whether it answers, with Ping if it has one.
 func (t *Tracker) probe(ctx context.Context) error {
-	b := t.bound(ctx)
-	defer t.release(b)
-	if p, ok := t.store.(Pinger); ok {
+	b := t.link.bound(ctx)
+	defer t.link.release(b)
+	if p := t.link.can.pinger; p != nil {
 		return p.Ping(b.ctx)
 	}
 	var s [1]presence.Snapshot
-	return t.store.Get(b.ctx, t.Now(), []string{"\x00probe"}, s[:])
+	return t.link.store.Get(b.ctx, t.Now(), []string{"\x00probe"}, s[:])
 }
 
 // recover probes a store that is down and, if it answers, replays the
 // buffer and marks it up. Run calls it every ProbeInterval while down.
 func (t *Tracker) recover(ctx context.Context) {
-	if t.state.Load() != stateDown || t.probe(ctx) != nil {
+	if !t.link.down() || t.probe(ctx) != nil {
 		return
 	}
-	if !t.state.CompareAndSwap(stateDown, stateReplaying) {
+	if !t.link.beginReplay() {
 		return
 	}
 	n := t.buffered.Load()
 	// A store that came back empty lost its floor: raise it before any
 	// replayed user is loaded or read (resetFloor checks first).
-	if _, ok := t.store.(Floorer); ok {
+	if t.link.can.floorer != nil {
 		if err := t.resetFloor(ctx); err != nil {
-			t.state.CompareAndSwap(stateReplaying, stateDown)
+			t.link.replayFailed()
 			return
 		}
 	}
 	if err := t.replay(ctx, -1); err != nil {
-		t.state.CompareAndSwap(stateReplaying, stateDown)
+		t.link.replayFailed()
 		if ctx.Err() == nil {
 			t.log.Warn("replay of the outage buffer failed; will retry", "err", err)
 		}
 		return
 	}
-	// Sweeps wait RecoverGrace from now (see Sweep); set before going up.
-	t.recoveredAt.Store(t.Now())
-	if t.state.CompareAndSwap(stateReplaying, stateUp) {
+	// Sweeps wait RecoverGrace from now (see Sweep).
+	if t.link.recovered() {
 		t.log.Info("state store is back; outage buffer replayed", "users", n)
 		// What the devices this node holds did meanwhile (claims,
 		// releases) goes to the store now, before anyone resyncs; and
 		// what it wrote just before the outage, which a failover may
 		// have lost, again.
 		t.tickLease(ctx) // a lease taken over meanwhile is found before anything is claimed under it
-		t.redoOwned(ctx, t.downAt.Load())
+		t.redoOwned(ctx, t.link.downAt.Load())
 		t.syncOwned(ctx)
 		if t.onRecover != nil {
 			t.onRecover()
@@ -459,8 +355,8 @@ func (t *Tracker) replayShard(ctx context.Context, sh *bufShard, part int) error
 	users := make([]string, 0, len(sh.users))
 	for u := range sh.users {
 		switch {
-		case part >= 0 && t.parts.of(u) != part:
-		case part < 0 && !t.partUp(u): // its part is down: replayed when it answers
+		case part >= 0 && t.link.parts.of(u) != part:
+		case part < 0 && !t.link.partUp(u): // its part is down: replayed when it answers
 		default:
 			users = append(users, u)
 		}
@@ -468,9 +364,9 @@ func (t *Tracker) replayShard(ctx context.Context, sh *bufShard, part int) error
 	sh.mu.Unlock()
 	replaying := func() bool {
 		if part >= 0 {
-			return t.parts.states[part].Load() == stateReplaying && t.up()
+			return t.link.parts.replaying(part) && t.link.up()
 		}
-		return t.state.Load() == stateReplaying
+		return t.link.replaying()
 	}
 	var ops []op
 	for _, u := range users {
@@ -479,7 +375,7 @@ func (t *Tracker) replayShard(ctx context.Context, sh *bufShard, part int) error
 		}
 		var err error
 		if ops, err = t.replayUser(ctx, sh, u, ops[:0]); err != nil {
-			if part < 0 && !t.partUp(u) {
+			if part < 0 && !t.link.partUp(u) {
 				continue // its part went down: it stays buffered until that part answers
 			}
 			return err
@@ -555,9 +451,9 @@ func (t *Tracker) publishIfTrue(ctx context.Context, ch, self presence.Change) {
 		user = self.Event.UserID
 	}
 	var s [1]presence.Snapshot
-	b := t.bound(ctx)
-	err := t.store.Get(b.ctx, t.Now(), []string{user}, s[:])
-	t.release(b)
+	b := t.link.bound(ctx)
+	err := t.link.store.Get(b.ctx, t.Now(), []string{user}, s[:])
+	t.link.release(b)
 	if err != nil || !s[0].Known {
 		t.staleReplays.Add(1)
 		return
@@ -622,14 +518,14 @@ func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presen
 // get is Get; askPeers false reads degraded without asking the other
 // nodes (a read of settings, which never come from them).
 func (t *Tracker) get(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
-	if t.parts != nil && t.parts.down.Load() > 0 && t.state.Load() != stateDown {
+	if t.link.partsDown() && !t.link.down() {
 		// The users of a part that is down are read degraded, as every
 		// user while the whole store is down: the store would make the
 		// read wait StoreTimeout, or — its master back, the part not
 		// replayed yet — miss their buffered operations.
 		var down, up []int
 		for i, id := range ids {
-			if t.parts.states[t.parts.of(id)].Load() == stateDown {
+			if t.link.partDown(id) {
 				down = append(down, i)
 			} else {
 				up = append(up, i)
@@ -678,10 +574,10 @@ func readAt(ids []string, out []presence.Snapshot, idx []int, read func(sub []st
 
 // getAll is get asking the store for every id (unless it is down).
 func (t *Tracker) getAll(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
-	if t.state.Load() != stateDown {
-		b := t.bound(ctx)
-		err := t.store.Get(b.ctx, now, ids, out)
-		t.release(b)
+	if !t.link.down() {
+		b := t.link.bound(ctx)
+		err := t.link.store.Get(b.ctx, now, ids, out)
+		t.link.release(b)
 		var pe *PartialError
 		if errors.As(err, &pe) && ctx.Err() == nil {
 			// Part of the store answered (a Cluster master is down):
@@ -691,13 +587,13 @@ func (t *Tracker) getAll(ctx context.Context, now int64, ids []string, out []pre
 				return t.degradedGet(ctx, now, sub, got, askPeers)
 			})
 		}
-		if t.parts != nil && len(ids) > 0 && err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotLoaded) && !errors.Is(err, ErrStoreReset) {
+		if t.link.parts != nil && len(ids) > 0 && err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotLoaded) && !errors.Is(err, ErrStoreReset) {
 			// Nothing answered for these users: with a Partitioned store
 			// that is an outage of some of their parts (a read of one
 			// user whose master is down), not of the store; sweeps tell
 			// the store's.
-			t.partsFailedWhole(ids, err)
-		} else if err = t.storeErr(ctx, err); !errors.Is(err, errOutage) {
+			t.link.partsFailedWhole(ids, err)
+		} else if err = t.link.check(ctx, err); !errors.Is(err, errOutage) {
 			return err
 		}
 	}
@@ -775,34 +671,48 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 	return nil
 }
 
-func isPinger(s Store) bool {
-	_, ok := s.(Pinger)
-	return ok
-}
-
-// Unavailable reports whether err says that a backend cannot serve for
-// now, rather than that the request or the code is wrong. It is the one
-// classification of every edge: such an error is answered HTTP 503
-// `unavailable` (with Retry-After) and, over WebSocket, with the error
-// `unavailable`; anything else unexpected is 500 `internal`. The operation
-// that failed so changed nothing and may be retried later (a SetStatus or
-// SetSettings failing after its durable write has that write done). It is
-// true for
-//
-//   - ErrUnavailable (the state store is down and the operation could not
-//     be buffered, or it went down during the operation);
-//   - an error with a method Unavailable() bool that reports true: the
-//     backends mark their own transient errors, so that nobody else needs
-//     to know their drivers (pgstore: a connection refused or lost,
-//     PostgreSQL starting up or shutting down, too many connections, …;
-//     sqlitestore: the file locked by another process);
-//   - context.DeadlineExceeded: a backend did not answer in time (the
-//     caller's own cancellation, context.Canceled, is not);
-//   - a net.Error: a connection of a backend that does not mark its
-//     errors failed.
-func Unavailable(err error) bool {
-	var ne net.Error
-	var u interface{ Unavailable() bool }
-	return errors.Is(err, ErrUnavailable) || errors.As(err, &u) && u.Unavailable() ||
-		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne)
+// recoverParts probes every part that is down and, for each that answers,
+// replays its users' buffer and marks it up. Run calls it every
+// ProbeInterval while the store as a whole is up.
+func (t *Tracker) recoverParts(ctx context.Context) {
+	ps := t.link.parts
+	if ps == nil || ps.down.Load() == 0 || !t.link.up() {
+		return
+	}
+	downs := ps.downs()
+	errs := t.link.pingParts(ctx, downs)
+	recovered, since := false, int64(0)
+	for i, p := range downs {
+		if errs[i] != nil || !ps.beginReplay(p) {
+			continue
+		}
+		if err := t.replay(ctx, p); err != nil {
+			ps.replayFailed(p)
+			if ctx.Err() == nil {
+				t.log.Warn("replay of a part's outage buffer failed; will retry", "part", p, "err", err)
+			}
+			continue
+		}
+		ok, at, last := ps.recovered(p, t.Now())
+		if !ok {
+			continue
+		}
+		if last {
+			t.log.Info("every part of the state store is back; their users' buffer replayed", "outages", ps.outages.Load())
+		}
+		if !recovered || at < since {
+			since = at
+		}
+		recovered = true
+	}
+	if recovered {
+		// As after an outage of the whole store: what this node's devices
+		// did meanwhile, and what a failover may have lost, goes to the
+		// store again; watchers are resynced.
+		t.redoOwned(ctx, since)
+		t.syncOwned(ctx)
+		if t.onRecover != nil {
+			t.onRecover()
+		}
+	}
 }

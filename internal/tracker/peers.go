@@ -78,19 +78,19 @@ func (t *Tracker) Signs(now int64, ids []string, out []DeviceSign) []DeviceSign 
 // the store, or a user's part, is down here too; the read is bounded by
 // peerStoreTimeout, so that it fits in the asker's wait.
 func (t *Tracker) StoreSnapshots(ctx context.Context, now int64, ids []string, out []presence.Snapshot) []presence.Snapshot {
-	if !t.up() || len(ids) == 0 {
+	if !t.link.up() || len(ids) == 0 {
 		return out
 	}
 	// Not the users of a part that is down here too: the read would wait
 	// on it.
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !t.partUp(id) })
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !t.link.partUp(id) })
 	if len(ids) == 0 {
 		return out
 	}
-	ctx, cancel := context.WithTimeout(ctx, min(t.storeTimeout, peerStoreTimeout))
+	ctx, cancel := context.WithTimeout(ctx, min(t.link.timeout, peerStoreTimeout))
 	defer cancel()
 	snaps := make([]presence.Snapshot, len(ids))
-	err := t.store.Get(ctx, now, ids, snaps)
+	err := t.link.store.Get(ctx, now, ids, snaps)
 	var failed []int
 	var pe *PartialError
 	switch {
@@ -100,7 +100,7 @@ func (t *Tracker) StoreSnapshots(ctx context.Context, now int64, ids []string, o
 		return out
 	}
 	for i := range snaps {
-		if snaps[i].Known && !slices.Contains(failed, i) && t.partUp(ids[i]) {
+		if snaps[i].Known && !slices.Contains(failed, i) && t.link.partUp(ids[i]) {
 			snaps[i].UserID = ids[i]
 			out = append(out, snaps[i])
 		}
@@ -119,7 +119,7 @@ func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) (map[str
 	if t.peers == nil || len(ids) == 0 {
 		return nil, nil
 	}
-	ans, err := t.peers.Ask(ctx, ids, t.state.Load() != stateUp)
+	ans, err := t.peers.Ask(ctx, ids, !t.link.up())
 	if err != nil {
 		t.peerAskErrors.Add(1)
 		return nil, nil

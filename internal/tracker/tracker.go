@@ -177,7 +177,7 @@ const DefaultRecoverGrace = 2 * time.Second
 
 // Tracker applies presence operations. It is safe for concurrent use.
 type Tracker struct {
-	store   Store
+	link    *link // the store, as this node reaches it
 	durable Durable
 	pub     Publisher
 	clock   clock.Clock
@@ -187,8 +187,7 @@ type Tracker struct {
 	flushInterval time.Duration
 	sweepBatch    int
 
-	beats       stripedCounter // unless the store counts (storeBeats)
-	storeBeats  BeatCounter
+	beats       stripedCounter      // unless the store counts (link.can.beatCounter)
 	transitions [5][5]atomic.Uint64 // [prev][next] public status
 	textChanges atomic.Uint64
 	online      atomic.Int64 // users whose public status is not offline
@@ -208,19 +207,10 @@ type Tracker struct {
 
 	// Outages of the store (outage.go).
 	rules         presence.Rules
-	storeTimeout  time.Duration
 	probeInterval time.Duration
-	recoverGrace  time.Duration
 	maxBuffered   int
 	reloadMargin  uint64
-	remote        bool // the store implements Pinger: calls are bounded
 	onRecover     func()
-	state         atomic.Uint32 // stateUp, stateDown or stateReplaying
-	parts         *partStates   // nil unless the store is Partitioned (parts.go)
-	beatReader    BeatReader    // the store, if it is one
-	recoveredAt   atomic.Int64  // clock ms of the last recovery
-	downAt        atomic.Int64  // clock ms of the last outage's start
-	outages       atomic.Uint64
 	buffered      atomic.Int64 // users in buf
 	replayed      atomic.Uint64
 	staleReplays  atomic.Uint64 // replayed users whose last change was over before the replay
@@ -290,8 +280,12 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.LoadTimeout <= 0 {
 		cfg.LoadTimeout = 2 * time.Second
 	}
+	can := abilitiesOf(cfg.Store)
+	if cfg.NoLeases {
+		can.leaser, can.partTakeOver = nil, nil
+	}
 	t := &Tracker{
-		store:         cfg.Store,
+		link:          newLink(cfg.Store, can, &cfg),
 		durable:       cfg.Durable,
 		pub:           cfg.Publisher,
 		clock:         cfg.Clock,
@@ -300,19 +294,13 @@ func New(cfg Config) (*Tracker, error) {
 		flushInterval: cfg.FlushInterval,
 		sweepBatch:    cfg.SweepBatch,
 		lockSeed:      maphash.MakeSeed(),
-		storeBeats:    beatCounter(cfg.Store),
 		rules:         cfg.Rules,
-		storeTimeout:  cfg.StoreTimeout,
 		probeInterval: cfg.ProbeInterval,
-		recoverGrace:  cfg.RecoverGrace,
 		maxBuffered:   cfg.MaxBuffered,
 		reloadMargin:  cfg.ReloadMargin,
 		loadTimeout:   cfg.LoadTimeout,
-		remote:        isPinger(cfg.Store),
 		onRecover:     cfg.OnRecover,
 		peers:         cfg.Peers,
-		parts:         newPartStates(cfg.Store),
-		beatReader:    asBeatReader(cfg.Store),
 	}
 	t.initLeases(&cfg)
 	return t, nil
@@ -346,10 +334,10 @@ func (t *Tracker) HeartbeatRead(ctx context.Context, user, device string, active
 // path of every heartbeat a Change (an Event) is passed down by its
 // address rather than copied out of every call.
 func (t *Tracker) heartbeatRead(ctx context.Context, user, device string, active bool, snap *presence.Snapshot, ch *presence.Change) (bool, error) {
-	if t.storeBeats == nil {
+	if t.link.can.beatCounter == nil {
 		t.beats.add()
 	}
-	if t.beatReader == nil {
+	if t.link.can.beatReader == nil {
 		snap = nil
 	}
 	now := t.Now()
@@ -389,7 +377,7 @@ const (
 // returned as they are.
 func (t *Tracker) throughStore(user string, held bool, o func() op, ch *presence.Change, apply func() error) (kept bool, _ error) {
 	for try := 0; ; try++ {
-		if !t.upFor(user) || (held && t.cold.n.Load() > 0) {
+		if !t.link.upFor(user) || (held && t.cold.n.Load() > 0) {
 			var ok bool
 			var err error
 			if held {
@@ -414,11 +402,6 @@ func (t *Tracker) throughStore(user string, held bool, o func() op, ch *presence
 	}
 }
 
-func asBeatReader(s Store) BeatReader {
-	br, _ := s.(BeatReader)
-	return br
-}
-
 // applyBeat applies a beat to the store, loading the user if needed.
 func (t *Tracker) applyBeat(ctx context.Context, now int64, user, device string, active bool) (ch presence.Change, err error) {
 	_, err = t.applyBeatRead(ctx, now, user, device, active, nil, &ch)
@@ -430,22 +413,22 @@ func (t *Tracker) applyBeat(ctx context.Context, now int64, user, device string,
 // whether it did.
 func (t *Tracker) applyBeatRead(ctx context.Context, now int64, user, device string, active bool, snap *presence.Snapshot, ch *presence.Change) (bool, error) {
 	beat := func() (read bool, err error) {
-		b := t.bound(ctx)
-		defer t.release(b)
+		b := t.link.bound(ctx)
+		defer t.link.release(b)
 		if snap != nil {
-			*ch, read, err = t.beatReader.BeatRead(b.ctx, now, user, device, active, snap)
+			*ch, read, err = t.link.can.beatReader.BeatRead(b.ctx, now, user, device, active, snap)
 			return read, err
 		}
-		*ch, err = t.store.Beat(b.ctx, now, user, device, active)
+		*ch, err = t.link.store.Beat(b.ctx, now, user, device, active)
 		return false, err
 	}
 	read, err := beat()
-	if err = t.storeErrUser(ctx, user, err); errors.Is(err, ErrNotLoaded) {
+	if err = t.link.checkUser(ctx, user, err); errors.Is(err, ErrNotLoaded) {
 		if err = t.load(ctx, user); err != nil {
 			return false, err
 		}
 		read, err = beat()
-		err = t.storeErrUser(ctx, user, err)
+		err = t.link.checkUser(ctx, user, err)
 	}
 	return read && err == nil, err
 }
@@ -468,7 +451,7 @@ func (t *Tracker) SetStatus(ctx context.Context, user string, m presence.Manual,
 	mu := t.writeLock(user)
 	mu.Lock()
 	defer mu.Unlock()
-	if t.upFor(user) {
+	if t.link.upFor(user) {
 		prior, err := t.ensure(ctx, user)
 		switch {
 		case err == nil && !t.durableFailing.Load():
@@ -559,10 +542,10 @@ func (t *Tracker) applyStatusSaved(ctx context.Context, user string, m presence.
 
 func (t *Tracker) applyStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (presence.Change, error) {
 	for try := 0; ; try++ {
-		b := t.bound(ctx)
-		ch, err := t.store.SetStatus(b.ctx, now, user, m, text)
-		t.release(b)
-		err = t.storeErrUser(ctx, user, err)
+		b := t.link.bound(ctx)
+		ch, err := t.link.store.SetStatus(b.ctx, now, user, m, text)
+		t.link.release(b)
+		err = t.link.checkUser(ctx, user, err)
 		if errors.Is(err, ErrNotLoaded) && try < 3 {
 			if err = t.load(ctx, user); err != nil {
 				return ch, err
@@ -583,7 +566,7 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 		case owned.Deferred:
 			return presence.Change{}, nil // released after the work in flight
 		case owned.Release:
-			if lease := t.lease.Load(); lease != 0 && t.upFor(user) {
+			if lease := t.lease.Load(); lease != 0 && t.link.upFor(user) {
 				ch, _, err := t.ownedCall(ctx, user, func(c context.Context) (presence.Change, []string, error) {
 					return t.leaser.Release(c, now, lease, user,
 						[]OwnedDevice{{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}}, true)
@@ -615,10 +598,10 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 }
 
 func (t *Tracker) applyBye(ctx context.Context, now int64, user, device string) (presence.Change, error) {
-	b := t.bound(ctx)
-	ch, err := t.store.Bye(b.ctx, now, user, device)
-	t.release(b)
-	return ch, t.storeErrUser(ctx, user, err)
+	b := t.link.bound(ctx)
+	ch, err := t.link.store.Bye(b.ctx, now, user, device)
+	t.link.release(b)
+	return ch, t.link.checkUser(ctx, user, err)
 }
 
 // Disconnect tells the tracker that the connection of a device closed
@@ -634,13 +617,13 @@ func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int
 	if t.owned != nil && t.owned.Close(now, user, device, since) {
 		return nil // this node holds the device: its deadline is kept here
 	}
-	if !t.upFor(user) {
+	if !t.link.upFor(user) {
 		return nil
 	}
-	b := t.bound(ctx)
-	ch, err := t.store.Disconnect(b.ctx, now, user, device, since)
-	t.release(b)
-	if err = t.storeErrUser(ctx, user, err); err != nil {
+	b := t.link.bound(ctx)
+	ch, err := t.link.store.Disconnect(b.ctx, now, user, device, since)
+	t.link.release(b)
+	if err = t.link.checkUser(ctx, user, err); err != nil {
 		if errors.Is(err, errOutage) {
 			return nil // the device lives its whole ttl
 		}
@@ -656,7 +639,7 @@ func (t *Tracker) SetSettings(ctx context.Context, user string, s presence.Setti
 	mu := t.writeLock(user)
 	mu.Lock()
 	defer mu.Unlock()
-	if t.upFor(user) {
+	if t.link.upFor(user) {
 		if _, err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
 			return err
 		}
@@ -690,7 +673,7 @@ func (t *Tracker) ContactsChanged(ctx context.Context, user string) error {
 	mu := t.writeLock(user)
 	mu.Lock()
 	defer mu.Unlock()
-	if !t.upFor(user) {
+	if !t.link.upFor(user) {
 		return nil
 	}
 	var s [1]presence.Snapshot
@@ -713,10 +696,10 @@ func (t *Tracker) ContactsChanged(ctx context.Context, user string) error {
 
 func (t *Tracker) applySettings(ctx context.Context, now int64, user string, s *presence.Settings) (presence.Change, error) {
 	for try := 0; ; try++ {
-		b := t.bound(ctx)
-		ch, err := t.store.SetSettings(b.ctx, now, user, s)
-		t.release(b)
-		err = t.storeErrUser(ctx, user, err)
+		b := t.link.bound(ctx)
+		ch, err := t.link.store.SetSettings(b.ctx, now, user, s)
+		t.link.release(b)
+		err = t.link.checkUser(ctx, user, err)
 		if errors.Is(err, ErrNotLoaded) && try < 3 {
 			if err = t.load(ctx, user); err != nil {
 				return ch, err
@@ -734,7 +717,7 @@ func (t *Tracker) writeLock(user string) *sync.Mutex {
 // Settings returns a user's privacy settings (while the store is down:
 // from the durable store and the outage buffer).
 func (t *Tracker) Settings(ctx context.Context, user string) (presence.Settings, error) {
-	if t.upFor(user) {
+	if t.link.upFor(user) {
 		if _, err := t.ensure(ctx, user); err != nil && !errors.Is(err, errOutage) {
 			return presence.Settings{}, err
 		}
@@ -748,10 +731,10 @@ func (t *Tracker) Settings(ctx context.Context, user string) (presence.Settings,
 
 // Debug returns the hot state of a user and its next deadline.
 func (t *Tracker) Debug(ctx context.Context, user string) (presence.User, int64, bool, error) {
-	b := t.bound(ctx)
-	defer t.release(b)
-	u, deadline, ok, err := t.store.Debug(b.ctx, user)
-	return u, deadline, ok, t.storeErr(ctx, err)
+	b := t.link.bound(ctx)
+	defer t.link.release(b)
+	u, deadline, ok, err := t.link.store.Debug(b.ctx, user)
+	return u, deadline, ok, t.link.check(ctx, err)
 }
 
 // manualStatus is a user's manual status and status text.
@@ -765,10 +748,10 @@ type manualStatus struct {
 // user's manual status and text as the store holds them.
 func (t *Tracker) ensure(ctx context.Context, user string) (manualStatus, error) {
 	var s [1]presence.Snapshot
-	b := t.bound(ctx)
-	err := t.store.Get(b.ctx, t.Now(), []string{user}, s[:])
-	t.release(b)
-	if err = t.storeErrUser(ctx, user, err); err != nil {
+	b := t.link.bound(ctx)
+	err := t.link.store.Get(b.ctx, t.Now(), []string{user}, s[:])
+	t.link.release(b)
+	if err = t.link.checkUser(ctx, user, err); err != nil {
 		return manualStatus{}, err
 	}
 	if s[0].Known {
@@ -855,10 +838,10 @@ func (t *Tracker) loadProfile(ctx context.Context, user string) (presence.Profil
 	}
 	p.Raise(t.reloadMargin, 0) // the store raises it to its floor
 	for try := 0; ; try++ {
-		b := t.bound(ctx)
-		err = t.store.Load(b.ctx, t.Now(), &p)
-		t.release(b)
-		if err = t.storeErrUser(ctx, user, err); !errors.Is(err, ErrStoreReset) || try > 0 {
+		b := t.link.bound(ctx)
+		err = t.link.store.Load(b.ctx, t.Now(), &p)
+		t.link.release(b)
+		if err = t.link.checkUser(ctx, user, err); !errors.Is(err, ErrStoreReset) || try > 0 {
 			return p, err
 		}
 		if err = t.resetFloor(ctx); err != nil {
@@ -898,29 +881,29 @@ func (t *Tracker) publish(e presence.Event) {
 // is down and for RecoverGrace after it came back (see the package doc).
 func (t *Tracker) Sweep(ctx context.Context) (int, error) {
 	t.syncOwned(ctx)
-	if !t.up() || t.Now() < t.recoveredAt.Load()+t.recoverGrace.Milliseconds() {
+	if !t.link.sweepable() {
 		return 0, nil
 	}
 	t.sweepMu.Lock()
 	defer t.sweepMu.Unlock()
 	total := 0
-	skip := t.sweepSkip()
-	ps := t.partSweeper()
+	skip := t.link.sweepSkip()
+	ps := t.link.can.partSweeper
 	if skip != nil && ps == nil {
 		return 0, nil // a part is down or just back: no sweep until it is settled
 	}
 	for {
-		b := t.bound(ctx)
+		b := t.link.bound(ctx)
 		var out []presence.Change
 		var err error
 		if skip != nil {
 			out, err = ps.ExpireParts(b.ctx, t.Now(), t.sweepBatch, skip, t.sweepBuf[:0])
 		} else {
-			out, err = t.store.Expire(b.ctx, t.Now(), t.sweepBatch, t.sweepBuf[:0])
+			out, err = t.link.store.Expire(b.ctx, t.Now(), t.sweepBatch, t.sweepBuf[:0])
 		}
-		t.release(b)
-		t.partsFailed(err)
-		err = t.storeErr(ctx, err)
+		t.link.release(b)
+		t.link.partsFailed(err)
+		err = t.link.check(ctx, err)
 		for i := range out {
 			t.emit(&out[i])
 		}
@@ -946,17 +929,17 @@ func (t *Tracker) Checkpoint(ctx context.Context) error {
 	defer t.flushMu.Unlock()
 	retry := len(t.pending) > 0 // a failed batch is still waiting
 	batch := t.pending
-	if t.up() {
-		b := t.bound(ctx)
+	if t.link.up() {
+		b := t.link.bound(ctx)
 		var err error
-		if skip, ps := t.downParts(), t.partSweeper(); skip != nil && ps != nil {
+		if skip, ps := t.link.downParts(), t.link.can.partSweeper; skip != nil && ps != nil {
 			batch, err = ps.DirtyParts(b.ctx, skip, t.pending)
 		} else {
-			batch, err = t.store.Dirty(b.ctx, t.pending)
+			batch, err = t.link.store.Dirty(b.ctx, t.pending)
 		}
-		t.release(b)
+		t.link.release(b)
 		t.pending = batch
-		if err = t.storeErr(ctx, err); err != nil {
+		if err = t.link.check(ctx, err); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
@@ -1052,7 +1035,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 			t.tickLease(ctx)
 		case <-probe.C:
 			t.recover(ctx)
-			t.probeSuspects(ctx)
+			t.link.probeSuspects(ctx)
 			t.recoverParts(ctx)
 			t.retryCold(ctx)
 		case <-flush.C:
@@ -1083,7 +1066,7 @@ func (t *Tracker) Close(ctx context.Context) error {
 
 // StoreDown reports whether the state store is down (or its outage buffer
 // being replayed): operations are buffered and reads degraded.
-func (t *Tracker) StoreDown() bool { return !t.up() }
+func (t *Tracker) StoreDown() bool { return !t.link.up() }
 
 // Stats are the tracker's counters since start.
 type Stats struct {
@@ -1129,8 +1112,8 @@ func (t *Tracker) Stats() Stats {
 		Flushed:     t.flushed.Load(),
 		FlushErrors: t.flushErrors.Load(),
 
-		Down:          !t.up(),
-		Outages:       t.outages.Load(),
+		Down:          !t.link.up(),
+		Outages:       t.link.outages.Load(),
 		Buffered:      t.buffered.Load(),
 		Replayed:      t.replayed.Load(),
 		StaleReplays:  t.staleReplays.Load(),
@@ -1149,9 +1132,9 @@ func (t *Tracker) Stats() Stats {
 	if t.owned != nil {
 		s.OwnedDevices = t.owned.Len()
 	}
-	if t.parts != nil {
-		s.PartsDown = int(t.parts.down.Load())
-		s.PartOutages = t.parts.outages.Load()
+	if t.link.parts != nil {
+		s.PartsDown = int(t.link.parts.down.Load())
+		s.PartOutages = t.link.parts.outages.Load()
 	}
 	for p := range t.transitions {
 		for n := range t.transitions[p] {
@@ -1163,23 +1146,11 @@ func (t *Tracker) Stats() Stats {
 	return s
 }
 
-// BeatCounter is an optional ability of a Store: it counts the heartbeats
-// it applies where that costs nothing (under a lock it holds anyway), so the
-// tracker need not bump a counter shared between cores on every beat.
-type BeatCounter interface {
-	Beats() uint64
-}
-
-func beatCounter(s Store) BeatCounter {
-	c, _ := s.(BeatCounter)
-	return c
-}
-
 func (t *Tracker) countedByStore() uint64 {
-	if t.storeBeats == nil {
+	if t.link.can.beatCounter == nil {
 		return 0
 	}
-	return t.storeBeats.Beats()
+	return t.link.can.beatCounter.Beats()
 }
 
 // stripedCounter is a counter that many goroutines bump without fighting
