@@ -4,7 +4,11 @@ import "context"
 
 // TickLease renews the lease and takes over the leases that ran out, as
 // Run does every LeaseInterval.
-func (t *Tracker) TickLease(ctx context.Context) { t.tickLease(ctx) }
+func (t *Tracker) TickLease(ctx context.Context) {
+	if t.leases != nil {
+		t.leases.tick(ctx)
+	}
+}
 
 // Recover replays the outage buffer once the store answers, as Run's
 // probe does (review tests).

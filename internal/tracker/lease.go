@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/presenced/presenced/internal/owned"
@@ -45,8 +46,35 @@ import (
 // On Close the node hands every device back to the rules with its real
 // last beat (HandOff): its clients have their ttl to reconnect anywhere.
 
-// Lease bookkeeping of this node (Run's goroutine, or Close after it).
+// leases are the devices this node holds (owned.Table) and the lease
+// they are held under, with the other nodes' leases it watches and takes
+// over (see the section above). Nil without a Leaser store.
 type leases struct {
+	leaser    Leaser
+	takeParts PartTakeOver // nil: a takeover takes every part at once
+	table     *owned.Table
+	link      *link
+	events    *emitter
+	durable   Durable // the last_seen a silent node checkpointed (takeovers)
+	epoch     uint64  // this run's epoch: leases are epoch<<16 | generation
+	// load loads a user into the store by the ordinary path: a claim of
+	// a user the store does not hold.
+	load func(ctx context.Context, user string) error
+	// onRecover, if not nil, asks the application to resync its watchers
+	// (Config.OnRecover).
+	onRecover func()
+
+	id        atomic.Uint64 // this node's lease, 0 while it has none
+	losses    atomic.Uint64 // times this node found its lease taken over or lost
+	takeovers atomic.Uint64 // leases of other nodes this node marked and took over
+	workMu    sync.Mutex    // guards workBuf
+	workBuf   []owned.Work
+	book      leaseBook
+}
+
+// leaseBook is the lease bookkeeping of this node (Run's goroutine, or
+// Close after it).
+type leaseBook struct {
 	mu    sync.Mutex // guards the fields below
 	gen   uint64     // the generation of this node's lease: id = Epoch<<16 | gen
 	peers map[uint64]peerLease
@@ -66,23 +94,23 @@ type peerLease struct {
 	since   int64 // this node's clock when it was first seen
 }
 
-func (t *Tracker) initLeases(cfg *Config) {
-	l := t.link.can.leaser // nil with NoLeases
-	if l == nil {
-		return
+// newLeases returns the leases of a node on a Leaser store; interval is
+// Config.LeaseInterval (0: the default) and retry how soon failed work
+// is retried (Config.ProbeInterval).
+func newLeases(l Leaser, takeParts PartTakeOver, lk *link, events *emitter, durable Durable, rules presence.Rules,
+	interval, retry time.Duration, nodeAlive func(lease uint64) bool) *leases {
+	if interval <= 0 {
+		interval = DefaultLeaseInterval(rules.TTL)
 	}
-	t.leaser = l
-	t.owned = owned.New(owned.Config{Rules: cfg.Rules, Retry: cfg.ProbeInterval})
-	iv := cfg.LeaseInterval
-	if iv <= 0 {
-		iv = DefaultLeaseInterval(cfg.Rules.TTL)
-	}
-	t.lz.interval = iv.Milliseconds()
-	t.lz.timeout = leaseTimeout(iv, cfg.Rules.TTL).Milliseconds()
-	t.lz.linger = 10 * t.lz.timeout
-	t.lz.nodeAlive = cfg.NodeAlive
-	t.lz.peers = make(map[uint64]peerLease)
-	t.lz.took = make(map[uint64]int64)
+	ls := &leases{leaser: l, takeParts: takeParts, link: lk, events: events, durable: durable, epoch: rules.Epoch,
+		table: owned.New(owned.Config{Rules: rules, Retry: retry})}
+	ls.book.interval = interval.Milliseconds()
+	ls.book.timeout = leaseTimeout(interval, rules.TTL).Milliseconds()
+	ls.book.linger = 10 * ls.book.timeout
+	ls.book.nodeAlive = nodeAlive
+	ls.book.peers = make(map[uint64]peerLease)
+	ls.book.took = make(map[uint64]int64)
+	return ls
 }
 
 // DefaultLeaseInterval is Config.LeaseInterval's default for a ttl: the
@@ -102,10 +130,6 @@ func DefaultLeaseTimeout(ttl time.Duration) time.Duration {
 // a node starved of CPU for a second or two is not taken for dead.
 func leaseTimeout(interval, ttl time.Duration) time.Duration { return max(3*interval, ttl/2) }
 
-// LeaseID returns this node's lease, 0 while it has none (no Leaser
-// store, or not yet acquired).
-func (t *Tracker) LeaseID() uint64 { return t.lease.Load() }
-
 // PeerLease is what this node knows of another node's lease in the
 // store (PeerLeases).
 type PeerLease struct {
@@ -118,125 +142,112 @@ type PeerLease struct {
 	Since int64
 }
 
-// PeerLeases returns the other nodes' leases as of this node's last
-// renewal, and when that renewal listed them (this node's clock; 0: never,
-// e.g. a store without leases). It is safe for concurrent use.
-func (t *Tracker) PeerLeases() ([]PeerLease, int64) {
-	if t.leaser == nil {
-		return nil, 0
-	}
-	own := t.lease.Load()
-	t.lz.mu.Lock()
-	defer t.lz.mu.Unlock()
-	out := make([]PeerLease, 0, len(t.lz.buf))
-	for _, l := range t.lz.buf {
+// peerLeases returns the other nodes' leases as of this node's last
+// renewal, and when that renewal listed them (this node's clock).
+func (ls *leases) peerLeases() ([]PeerLease, int64) {
+	own := ls.id.Load()
+	ls.book.mu.Lock()
+	defer ls.book.mu.Unlock()
+	out := make([]PeerLease, 0, len(ls.book.buf))
+	for _, l := range ls.book.buf {
 		if l.ID == own {
 			continue
 		}
-		out = append(out, PeerLease{ID: l.ID, Renewed: l.Renewed, Taken: l.Taken, Since: t.lz.peers[l.ID].since})
+		out = append(out, PeerLease{ID: l.ID, Renewed: l.Renewed, Taken: l.Taken, Since: ls.book.peers[l.ID].since})
 	}
-	return out, t.lz.listed
+	return out, ls.book.listed
 }
 
-// LeaseTimeout is how long another node's lease may go unrenewed before
-// this node takes it over (0 without leases).
-func (t *Tracker) LeaseTimeout() time.Duration {
-	return time.Duration(t.lz.timeout) * time.Millisecond
-}
-
-// acquireLease takes a new lease: the epoch of this run, above every
+// acquire takes a new lease: the epoch of this run, above every
 // other node's and run's, and a generation counted in this run.
 // A lease taken after this node lost its first one (taken over, or gone
 // with the store's data) claims every device again: what the store holds
 // of them names the old lease.
-func (t *Tracker) acquireLease(ctx context.Context) error {
-	t.lz.mu.Lock()
-	defer t.lz.mu.Unlock()
-	gen := t.lz.gen + 1
+func (ls *leases) acquire(ctx context.Context) error {
+	ls.book.mu.Lock()
+	defer ls.book.mu.Unlock()
+	gen := ls.book.gen + 1
 	if gen >= 1<<16 {
 		// The next would be the id of this epoch + 1: another node's.
 		return errors.New("tracker: this run took 65,535 leases; restart the node for a new epoch")
 	}
-	id := t.rules.Epoch<<16 | gen
-	b := t.link.bound(ctx)
-	err := t.leaser.AcquireLease(b.ctx, id, t.Now())
-	t.link.release(b)
-	if err = t.link.checkKey(ctx, err); err != nil {
+	id := ls.epoch<<16 | gen
+	b := ls.link.bound(ctx)
+	err := ls.leaser.AcquireLease(b.ctx, id, ls.link.now())
+	ls.link.release(b)
+	if err = ls.link.checkKey(ctx, err); err != nil {
 		return err
 	}
-	t.lz.gen = gen
-	t.lease.Store(id)
+	ls.book.gen = gen
+	ls.id.Store(id)
 	if gen > 1 {
-		t.owned.Unclaim(t.Now())
+		ls.table.Unclaim(ls.link.now())
 	}
 	return nil
 }
 
-// tickLease renews this node's lease and takes over the leases that ran
+// tick renews this node's lease and takes over the leases that ran
 // out. Run calls it every LeaseInterval.
-func (t *Tracker) tickLease(ctx context.Context) {
-	if t.leaser == nil {
-		return
-	}
-	if !t.link.up() {
+func (ls *leases) tick(ctx context.Context) {
+	if !ls.link.up() {
 		// What this node cannot see it does not judge: every lease
 		// gets a fresh leaseTimeout once the store answers again.
-		t.lz.mu.Lock()
-		clear(t.lz.peers)
-		t.lz.mu.Unlock()
+		ls.book.mu.Lock()
+		clear(ls.book.peers)
+		ls.book.mu.Unlock()
 		return
 	}
-	if t.lease.Load() == 0 {
-		if err := t.acquireLease(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errOutage) {
-			t.log.Warn("acquiring this node's lease failed; will retry", "err", err)
+	if ls.id.Load() == 0 {
+		if err := ls.acquire(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, errOutage) {
+			ls.link.log.Warn("acquiring this node's lease failed; will retry", "err", err)
 		}
 		return
 	}
-	now := t.Now()
-	t.lz.mu.Lock()
-	b := t.link.bound(ctx)
-	all, err := t.leaser.RenewLease(b.ctx, t.lease.Load(), now, t.lz.buf[:0])
-	t.link.release(b)
-	t.lz.buf = all
-	t.lz.mu.Unlock()
+	now := ls.link.now()
+	ls.book.mu.Lock()
+	b := ls.link.bound(ctx)
+	all, err := ls.leaser.RenewLease(b.ctx, ls.id.Load(), now, ls.book.buf[:0])
+	ls.link.release(b)
+	ls.book.buf = all
+	ls.book.mu.Unlock()
 	if errors.Is(err, ErrLeaseLost) {
-		t.leaseLost(ctx)
+		ls.lost(ctx)
 		return
 	}
-	if err = t.link.checkKey(ctx, err); err != nil {
+	if err = ls.link.checkKey(ctx, err); err != nil {
 		// What this node cannot see it does not judge (the leases' own
 		// master down, with a Partitioned store: the store is not marked
 		// down, so this is the only place that forgets).
-		t.lz.mu.Lock()
-		clear(t.lz.peers)
-		t.lz.mu.Unlock()
+		ls.book.mu.Lock()
+		clear(ls.book.peers)
+		ls.book.mu.Unlock()
 		return
 	}
-	t.observe(ctx, now, all)
+	ls.observe(ctx, now, all)
 }
 
-// leaseLost answers a lease that another node took over, or that the
+// lost answers a lease that another node took over, or that the
 // store lost with its data: this node's devices are claimed again under a
 // new lease, and the application is asked to resync its watchers
 // (OnRecover). A store that lost its data may have taken changes with it,
 // and this node may not have seen the loss itself: another node found
 // the version floor gone first and raised it, and this node's calls never
 // failed (a Redis restarted between two of them).
-func (t *Tracker) leaseLost(ctx context.Context) {
-	t.leaseLosses.Add(1)
-	t.log.Warn("this node's lease was taken over or lost; claiming its devices again under a new one",
-		"lease", t.lease.Load(), "devices", t.owned.Len())
-	t.lease.Store(0)
-	_ = t.acquireLease(ctx) // claims everything again; if it fails, the next tick retries
-	if t.onRecover != nil {
-		t.onRecover()
+func (ls *leases) lost(ctx context.Context) {
+	ls.losses.Add(1)
+	ls.link.log.Warn("this node's lease was taken over or lost; claiming its devices again under a new one",
+		"lease", ls.id.Load(), "devices", ls.table.Len())
+	ls.id.Store(0)
+	_ = ls.acquire(ctx) // claims everything again; if it fails, the next tick retries
+	if ls.onRecover != nil {
+		ls.onRecover()
 	}
 }
 
 // observe takes over the leases in all that ran out (see the section
 // above).
-func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
-	own := t.lease.Load()
+func (ls *leases) observe(ctx context.Context, now int64, all []Lease) {
+	own := ls.id.Load()
 	type todo struct {
 		id      uint64
 		renewed int64
@@ -244,8 +255,8 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 		end     bool // the takeover is over: forget the lease
 	}
 	var work []todo
-	t.lz.mu.Lock()
-	t.lz.listed = now
+	ls.book.mu.Lock()
+	ls.book.listed = now
 	live := make(map[uint64]bool, len(all))
 	for _, l := range all {
 		if l.ID == own {
@@ -257,58 +268,58 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 			// it for a while — a claim its owner sent just before the
 			// mark may land after another node took the shard over —
 			// then forget it.
-			at, ok := t.lz.took[l.ID]
+			at, ok := ls.book.took[l.ID]
 			if !ok {
 				at = now
-				t.lz.took[l.ID] = now
+				ls.book.took[l.ID] = now
 			}
-			work = append(work, todo{id: l.ID, renewed: l.Renewed, end: now-at >= t.lz.linger})
+			work = append(work, todo{id: l.ID, renewed: l.Renewed, end: now-at >= ls.book.linger})
 			continue
 		}
-		p, ok := t.lz.peers[l.ID]
+		p, ok := ls.book.peers[l.ID]
 		if !ok || p.renewed != l.Renewed {
-			t.lz.peers[l.ID] = peerLease{renewed: l.Renewed, since: now}
+			ls.book.peers[l.ID] = peerLease{renewed: l.Renewed, since: now}
 			continue
 		}
-		if now-p.since < t.lz.timeout || (t.lz.nodeAlive != nil && t.lz.nodeAlive(l.ID)) {
+		if now-p.since < ls.book.timeout || (ls.book.nodeAlive != nil && ls.book.nodeAlive(l.ID)) {
 			continue
 		}
 		work = append(work, todo{id: l.ID, renewed: l.Renewed, mark: true})
 	}
-	for id := range t.lz.peers {
+	for id := range ls.book.peers {
 		if !live[id] {
-			delete(t.lz.peers, id)
+			delete(ls.book.peers, id)
 		}
 	}
-	for id := range t.lz.took {
+	for id := range ls.book.took {
 		if !live[id] {
-			delete(t.lz.took, id)
+			delete(ls.book.took, id)
 		}
 	}
-	t.lz.mu.Unlock()
+	ls.book.mu.Unlock()
 	for _, w := range work {
 		if w.mark {
-			b := t.link.bound(ctx)
-			ok, err := t.leaser.TakeLease(b.ctx, w.id, w.renewed, now)
-			t.link.release(b)
-			if err = t.link.checkKey(ctx, err); err != nil || !ok {
+			b := ls.link.bound(ctx)
+			ok, err := ls.leaser.TakeLease(b.ctx, w.id, w.renewed, now)
+			ls.link.release(b)
+			if err = ls.link.checkKey(ctx, err); err != nil || !ok {
 				continue
 			}
-			t.takeovers.Add(1)
-			t.log.Warn("a node's lease ran out; taking over its devices", "lease", w.id,
+			ls.takeovers.Add(1)
+			ls.link.log.Warn("a node's lease ran out; taking over its devices", "lease", w.id,
 				"silent_ms", now-w.renewed, "own", own)
 		}
-		if err := t.takeOver(ctx, now, w.id, w.renewed); err != nil {
+		if err := ls.takeOver(ctx, now, w.id, w.renewed); err != nil {
 			if ctx.Err() == nil && !errors.Is(err, errOutage) && !partial(err) && !errors.Is(err, errPartsLeft) && !errors.Is(err, ErrTakeOverLeft) {
-				t.log.Warn("taking over a lease failed; will retry", "lease", w.id, "err", err)
+				ls.link.log.Warn("taking over a lease failed; will retry", "lease", w.id, "err", err)
 			}
 			continue
 		}
 		if w.end {
-			b := t.link.bound(ctx)
-			err := t.leaser.EndLease(b.ctx, w.id)
-			t.link.release(b)
-			_ = t.link.checkKey(ctx, err)
+			b := ls.link.bound(ctx)
+			err := ls.leaser.EndLease(b.ctx, w.id)
+			ls.link.release(b)
+			_ = ls.link.checkKey(ctx, err)
 		}
 	}
 }
@@ -322,23 +333,23 @@ func (t *Tracker) observe(ctx context.Context, now int64, all []Lease) {
 // once every part was taken over (errPartsLeft until then: the lease is
 // not ended meanwhile, or the devices of those parts would stay held by
 // a lease nobody renews).
-func (t *Tracker) takeOver(ctx context.Context, now int64, lease uint64, renewed int64) error {
-	skip := t.link.downParts()
-	pt := t.link.can.partTakeOver
-	b := t.link.bound(ctx)
+func (ls *leases) takeOver(ctx context.Context, now int64, lease uint64, renewed int64) error {
+	skip := ls.link.downParts()
+	pt := ls.takeParts
+	b := ls.link.bound(ctx)
 	var out []presence.Change
 	var err error
 	if skip != nil && pt != nil {
-		out, err = pt.TakeOverParts(b.ctx, now, lease, renewed, t.durableLastSeen, skip, nil)
+		out, err = pt.TakeOverParts(b.ctx, now, lease, renewed, ls.lastSeen, skip, nil)
 	} else {
-		out, err = t.leaser.TakeOver(b.ctx, now, lease, renewed, t.durableLastSeen, nil)
+		out, err = ls.leaser.TakeOver(b.ctx, now, lease, renewed, ls.lastSeen, nil)
 	}
-	t.link.release(b)
+	ls.link.release(b)
 	for i := range out {
-		t.emit(&out[i])
+		ls.events.emit(&out[i])
 	}
-	t.link.partsFailed(err)
-	if err = t.link.check(ctx, err); err != nil {
+	ls.link.partsFailed(err)
+	if err = ls.link.check(ctx, err); err != nil {
 		return err
 	}
 	if skip != nil && pt != nil {
@@ -350,68 +361,51 @@ func (t *Tracker) takeOver(ctx context.Context, now int64, lease uint64, renewed
 // errPartsLeft says that a takeover left the parts that are down for later.
 var errPartsLeft = errors.New("tracker: takeover of the parts that are down left for when they are back")
 
-// durableLastSeen returns the durable last_seen of users: what their
+// lastSeen returns the durable last_seen of users: what their
 // owner checkpointed before it went silent.
-func (t *Tracker) durableLastSeen(ctx context.Context, users []string) (map[string]int64, error) {
+func (ls *leases) lastSeen(ctx context.Context, users []string) (map[string]int64, error) {
 	m := make(map[string]int64, len(users))
-	err := t.durable.LoadProfiles(ctx, users, func(p *presence.Profile) { m[p.UserID] = p.LastSeen })
+	err := ls.durable.LoadProfiles(ctx, users, func(p *presence.Profile) { m[p.UserID] = p.LastSeen })
 	return m, err
 }
 
-// SocketBeat records a heartbeat of a device through a socket this node
-// holds. With a store that implements Leaser the node owns the device (see
-// the section above): the common beat makes no store call. Otherwise it is
-// Heartbeat. A beat that needs the store while the store is down, or while
-// the user cannot be loaded, succeeds with an empty Change: the device is
-// alive here and reaches the store when it answers.
-func (t *Tracker) SocketBeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
-	return t.socketBeat(ctx, user, device, active, false)
-}
-
-// SocketConnect is the first heartbeat of a new socket (active): with a
-// Leaser store the device is claimed again whatever this node knew of it,
-// since it may have been held by another node meanwhile.
-func (t *Tracker) SocketConnect(ctx context.Context, user, device string) (presence.Change, error) {
-	return t.socketBeat(ctx, user, device, true, true)
-}
-
-func (t *Tracker) socketBeat(ctx context.Context, user, device string, active, connect bool) (presence.Change, error) {
-	if t.owned == nil {
-		return t.Heartbeat(ctx, user, device, active)
-	}
-	t.beats.add()
-	now := t.Now()
-	need := t.owned.Beat(now, user, device, active, connect)
+// beat records a heartbeat of a device through a socket this node holds
+// (connect: its first, with the device claimed again whatever this node
+// knew of it). The common beat takes one lock of the table and makes no
+// store call.
+func (ls *leases) beat(ctx context.Context, user, device string, active, connect bool) (presence.Change, error) {
+	now := ls.link.now()
+	need := ls.table.Beat(now, user, device, active, connect)
 	if need == owned.NeedNothing {
 		return presence.Change{}, nil
 	}
-	devs := t.owned.Pending(user, need, nil)
+	devs := ls.table.Pending(user, need, nil)
 	w := owned.Work{User: user}
 	if need == owned.NeedClaim {
 		w.Claim = devs
 	} else {
 		w.Touch = devs
 	}
-	ch, err := t.doWork(ctx, now, w)
+	ch, err := ls.work(ctx, now, w)
 	if err != nil {
 		return presence.Change{}, fmt.Errorf("heartbeat: %w", err)
 	}
 	return ch, nil
 }
 
-// syncOwned hands the due work of the table to the store: releases of
+// sendDue hands the due work of the table to the store: releases of
 // devices that ended, claims that failed before, touches. Sweep calls it.
-func (t *Tracker) syncOwned(ctx context.Context) {
-	if t.owned == nil || t.lease.Load() == 0 || !t.link.up() {
+func (ls *leases) sendDue(ctx context.Context) {
+	if ls.id.Load() == 0 || !ls.link.up() {
 		return
 	}
-	now := t.Now()
-	t.workMu.Lock()
-	work := t.owned.Due(now, t.workBuf[:0])
+	now := ls.link.now()
+	ls.workMu.Lock()
+	work := ls.table.Due(now, ls.workBuf[:0])
 	defer func() {
 		clear(work)
-		t.workBuf = work[:0]
-		t.workMu.Unlock()
+		ls.workBuf = work[:0]
+		ls.workMu.Unlock()
 	}()
 	if len(work) == 0 {
 		return
@@ -425,59 +419,59 @@ func (t *Tracker) syncOwned(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, w := range work {
 		if len(w.Claim) == 0 && len(w.Release) == 0 && len(w.Bye) == 0 {
-			if !t.link.upFor(w.User) {
+			if !ls.link.upFor(w.User) {
 				// Its part is down: the touch waits, unsent, instead of
 				// holding every other touch of the batch for a timeout.
-				t.owned.Done(now, w.User, owned.Result{Failed: true, Unsent: true})
+				ls.table.Done(now, w.User, owned.Result{Failed: true, Unsent: true})
 				continue
 			}
-			touches = append(touches, Touch{User: w.User, Devices: devices(w.Touch)})
+			touches = append(touches, Touch{User: w.User, Devices: toOwned(w.Touch)})
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, _ = t.doWork(ctx, now, w)
+			_, _ = ls.work(ctx, now, w)
 		})
 	}
 	if len(touches) > 0 {
-		t.touchAll(ctx, now, touches)
+		ls.touchAll(ctx, now, touches)
 	}
 	wg.Wait()
 }
 
 // touchAll sends touches in batches and reports each answer to the table.
-func (t *Tracker) touchAll(ctx context.Context, now int64, touches []Touch) {
-	lease := t.lease.Load()
-	b := t.link.bound(ctx)
-	t.leaser.Touch(b.ctx, t.Now(), lease, touches)
-	t.link.release(b)
+func (ls *leases) touchAll(ctx context.Context, now int64, touches []Touch) {
+	lease := ls.id.Load()
+	b := ls.link.bound(ctx)
+	ls.leaser.Touch(b.ctx, ls.link.now(), lease, touches)
+	ls.link.release(b)
 	for i := range touches {
 		tc := &touches[i]
 		var r owned.Result
 		r.Lost = tc.Lost
-		switch err := t.link.checkUser(ctx, tc.User, tc.Err); {
+		switch err := ls.link.checkUser(ctx, tc.User, tc.Err); {
 		case err == nil:
-			t.emit(&tc.Change)
+			ls.events.emit(&tc.Change)
 		case errors.Is(err, ErrNotLoaded):
 			r.Reclaim = true
 		default:
 			r.Failed = true
 			if !errors.Is(err, errOutage) && ctx.Err() == nil {
-				t.log.Warn("telling the state store about this node's devices failed; will retry", "user", tc.User, "err", err)
+				ls.link.log.Warn("telling the state store about this node's devices failed; will retry", "user", tc.User, "err", err)
 			}
 		}
-		t.owned.Done(now, tc.User, r)
+		ls.table.Done(now, tc.User, r)
 	}
 }
 
-// doWork tells the store what w says, publishes the changes and reports
+// work tells the store what w says, publishes the changes and reports
 // the answers to the table. It returns the last change and an error only
 // for a claim the rules refused (too many devices) or an unexpected
 // failure; a store or durable store that does not answer leaves the work
 // to be retried.
-func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence.Change, error) {
-	lease := t.lease.Load()
+func (ls *leases) work(ctx context.Context, now int64, w owned.Work) (presence.Change, error) {
+	lease := ls.id.Load()
 	var r owned.Result
 	var last presence.Change
 	var refused error
@@ -487,7 +481,7 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 		case err == nil:
 			if ch.Changed {
 				last = ch
-				t.emit(&ch)
+				ls.events.emit(&ch)
 			}
 		case errors.Is(err, ErrNotLoaded):
 			r.Reclaim = true
@@ -500,37 +494,37 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 			// (it would repeat every retry while a replica lags; the
 			// backend call metrics count it).
 			if !errors.Is(err, errOutage) && !profileUnavailable(err) && !errors.Is(err, ErrNotReplicated) && ctx.Err() == nil {
-				t.log.Warn("telling the state store about this node's devices failed; will retry", "user", w.User, "err", err)
+				ls.link.log.Warn("telling the state store about this node's devices failed; will retry", "user", w.User, "err", err)
 			}
 		}
 	}
-	if lease == 0 || !t.link.upFor(w.User) {
+	if lease == 0 || !ls.link.upFor(w.User) {
 		r.Failed, r.Unsent = true, true
-		t.owned.Done(now, w.User, r)
+		ls.table.Done(now, w.User, r)
 		return last, nil
 	}
 	if len(w.Release) > 0 {
-		note(t.ownedCall(ctx, w.User, func(c context.Context) (presence.Change, []string, error) {
-			return t.leaser.Release(c, t.Now(), lease, w.User, devices(w.Release), false)
+		note(ls.call(ctx, w.User, func(c context.Context) (presence.Change, []string, error) {
+			return ls.leaser.Release(c, ls.link.now(), lease, w.User, toOwned(w.Release), false)
 		}))
 	}
 	if len(w.Bye) > 0 {
-		note(t.ownedCall(ctx, w.User, func(c context.Context) (presence.Change, []string, error) {
-			return t.leaser.Release(c, t.Now(), lease, w.User, devices(w.Bye), true)
+		note(ls.call(ctx, w.User, func(c context.Context) (presence.Change, []string, error) {
+			return ls.leaser.Release(c, ls.link.now(), lease, w.User, toOwned(w.Bye), true)
 		}))
 	}
 	if len(w.Touch) > 0 && !r.Failed {
-		ts := []Touch{{User: w.User, Devices: devices(w.Touch)}}
-		b := t.link.bound(ctx)
-		t.leaser.Touch(b.ctx, t.Now(), lease, ts)
-		t.link.release(b)
-		note(ts[0].Change, ts[0].Lost, t.link.checkUser(ctx, w.User, ts[0].Err))
+		ts := []Touch{{User: w.User, Devices: toOwned(w.Touch)}}
+		b := ls.link.bound(ctx)
+		ls.leaser.Touch(b.ctx, ls.link.now(), lease, ts)
+		ls.link.release(b)
+		note(ts[0].Change, ts[0].Lost, ls.link.checkUser(ctx, w.User, ts[0].Err))
 	}
 	for _, d := range w.Claim {
 		if r.Failed {
 			break
 		}
-		ch, err := t.claim(ctx, lease, w.User, d)
+		ch, err := ls.claim(ctx, lease, w.User, d)
 		switch {
 		case errors.Is(err, ErrClaimStale):
 			r.Lost = append(r.Lost, d.ID)
@@ -540,39 +534,41 @@ func (t *Tracker) doWork(ctx context.Context, now int64, w owned.Work) (presence
 		note(ch, nil, err)
 	}
 	r.Reclaim = r.Reclaim && !r.Failed
-	t.owned.Done(now, w.User, r)
+	ls.table.Done(now, w.User, r)
 	return last, refused
 }
 
 // claim claims one device, loading the user first if the store does not
 // hold it.
-func (t *Tracker) claim(ctx context.Context, lease uint64, user string, d owned.Device) (presence.Change, error) {
-	od := devices([]owned.Device{d})[0]
+func (ls *leases) claim(ctx context.Context, lease uint64, user string, d owned.Device) (presence.Change, error) {
+	od := toOwned([]owned.Device{d})[0]
 	for try := 0; ; try++ {
-		b := t.link.bound(ctx)
-		ch, err := t.leaser.Claim(b.ctx, t.Now(), lease, user, od)
-		t.link.release(b)
-		err = t.link.checkUser(ctx, user, err)
+		b := ls.link.bound(ctx)
+		ch, err := ls.leaser.Claim(b.ctx, ls.link.now(), lease, user, od)
+		ls.link.release(b)
+		err = ls.link.checkUser(ctx, user, err)
 		if !errors.Is(err, ErrNotLoaded) || try > 0 {
 			return ch, err
 		}
-		if err = t.load(ctx, user); err != nil {
+		if err = ls.load(ctx, user); err != nil {
 			return ch, err
 		}
 	}
 }
 
-func (t *Tracker) ownedCall(ctx context.Context, user string, call func(context.Context) (presence.Change, []string, error)) (presence.Change, []string, error) {
-	b := t.link.bound(ctx)
-	ch, lost, err := call(b.ctx)
-	t.link.release(b)
-	return ch, lost, t.link.checkUser(ctx, user, err)
+// call makes one call about user's owned devices, bounded, and
+// classifies its error.
+func (ls *leases) call(ctx context.Context, user string, fn func(context.Context) (presence.Change, []string, error)) (presence.Change, []string, error) {
+	b := ls.link.bound(ctx)
+	ch, lost, err := fn(b.ctx)
+	ls.link.release(b)
+	return ch, lost, ls.link.checkUser(ctx, user, err)
 }
 
-// devices is what the store is told of ds: a device the table says is
+// toOwned is what the store is told of ds: a device the table says is
 // active is held active (presence.Forever) until the table says it
 // turned idle.
-func devices(ds []owned.Device) []OwnedDevice {
+func toOwned(ds []owned.Device) []OwnedDevice {
 	out := make([]OwnedDevice, len(ds))
 	for i, d := range ds {
 		out[i] = OwnedDevice{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}
@@ -588,9 +584,9 @@ func devices(ds []owned.Device) []OwnedDevice {
 // that was in flight) and ends the lease. Close calls it; while the store
 // is down nothing is done: other nodes take the lease over once it runs
 // out.
-func (t *Tracker) handOff(ctx context.Context) {
-	lease := t.lease.Load()
-	if t.owned == nil || lease == 0 || !t.link.up() {
+func (ls *leases) handOff(ctx context.Context) {
+	lease := ls.id.Load()
+	if lease == 0 || !ls.link.up() {
 		return
 	}
 	type held struct {
@@ -598,8 +594,8 @@ func (t *Tracker) handOff(ctx context.Context) {
 		devs []OwnedDevice
 	}
 	var all []held
-	t.owned.Each(func(user string, claimed []owned.Device) {
-		all = append(all, held{user, devices(claimed)})
+	ls.table.Each(func(user string, claimed []owned.Device) {
+		all = append(all, held{user, toOwned(claimed)})
 	})
 	const parallel = 32
 	sem := make(chan struct{}, parallel)
@@ -608,70 +604,67 @@ func (t *Tracker) handOff(ctx context.Context) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			ch, _, err := t.ownedCall(ctx, h.user, func(c context.Context) (presence.Change, []string, error) {
-				return t.leaser.HandOff(c, t.Now(), lease, h.user, h.devs)
+			ch, _, err := ls.call(ctx, h.user, func(c context.Context) (presence.Change, []string, error) {
+				return ls.leaser.HandOff(c, ls.link.now(), lease, h.user, h.devs)
 			})
 			if err == nil {
-				t.emit(&ch)
+				ls.events.emit(&ch)
 			}
 		})
 	}
 	wg.Wait()
-	now := t.Now()
-	err := t.takeOver(ctx, now, lease, now)
+	now := ls.link.now()
+	err := ls.takeOver(ctx, now, lease, now)
 	for errors.Is(err, ErrTakeOverLeft) && ctx.Err() == nil {
-		err = t.takeOver(ctx, now, lease, now) // a large store: in several calls
+		err = ls.takeOver(ctx, now, lease, now) // a large store: in several calls
 	}
 	if err != nil {
-		t.log.Warn("handing off this node's devices failed; other nodes take them over when its lease runs out", "err", err)
+		ls.link.log.Warn("handing off this node's devices failed; other nodes take them over when its lease runs out", "err", err)
 		return
 	}
-	b := t.link.bound(ctx)
-	err = t.leaser.EndLease(b.ctx, lease)
-	t.link.release(b)
-	if t.link.check(ctx, err) == nil {
-		t.lease.Store(0)
-		t.log.Info("handed this node's devices off", "users", len(all))
+	b := ls.link.bound(ctx)
+	err = ls.leaser.EndLease(b.ctx, lease)
+	ls.link.release(b)
+	if ls.link.check(ctx, err) == nil {
+		ls.id.Store(0)
+		ls.link.log.Info("handed this node's devices off", "users", len(all))
 	}
 }
 
 // redoWindow is how far before an outage was noticed the writes about
-// owned devices are made again after it (redoOwned): longer than a Redis
+// owned devices are made again after it (redo): longer than a Redis
 // Cluster's failover takes to begin (cluster-node-timeout, 15 s by
 // default), during which a master that is cut off from its replicas may
 // still acknowledge writes that the failover then loses.
 const redoWindow = 30 * time.Second
 
-// redoOwned makes again, after the store came back, the claims, touches
+// redo makes again, after the store came back, the claims, touches
 // and releases of owned devices that it acknowledged in the redoWindow
 // before the outage: Redis replicates asynchronously, and a failover may
 // have lost them (a lost claim would leave a device this node holds
 // unknown to the store; a lost release, a device online for ever). Made
 // again on a store that kept them, they change nothing.
-func (t *Tracker) redoOwned(ctx context.Context, downAt int64) {
-	lease := t.lease.Load()
-	if t.owned == nil || lease == 0 {
+func (ls *leases) redo(ctx context.Context, downAt int64) {
+	lease := ls.id.Load()
+	if lease == 0 {
 		return
 	}
-	now := t.Now()
-	for _, r := range t.owned.Redo(now, downAt-redoWindow.Milliseconds()) {
-		ch, _, err := t.ownedCall(ctx, r.User, func(c context.Context) (presence.Change, []string, error) {
-			return t.leaser.Release(c, t.Now(), lease, r.User, devices([]owned.Device{r.Device}), r.Bye)
+	now := ls.link.now()
+	for _, r := range ls.table.Redo(now, downAt-redoWindow.Milliseconds()) {
+		ch, _, err := ls.call(ctx, r.User, func(c context.Context) (presence.Change, []string, error) {
+			return ls.leaser.Release(c, ls.link.now(), lease, r.User, toOwned([]owned.Device{r.Device}), r.Bye)
 		})
 		if err != nil {
 			return // down again: the claims wait in the table; these releases are given up
 		}
-		t.emit(&ch)
+		ls.events.emit(&ch)
 	}
 }
 
-// ownedOps appends the devices of user this node holds, alive at now, as
+// opsOf appends the devices of user this node holds, alive at now, as
 // beats (for degraded reads).
-func (t *Tracker) ownedOps(now int64, user string, ops []op) []op {
-	if t.owned == nil {
-		return ops
-	}
-	for _, d := range t.owned.Devices(now, user, nil) {
+func (ls *leases) opsOf(now int64, user string, ops []op) []op {
+	for _, d := range ls.table.Devices(now, user, nil) {
 		if d.LastActive > 0 {
 			ops = append(ops, op{kind: opBeat, at: d.LastActive, device: d.ID, active: true})
 		}
@@ -681,3 +674,57 @@ func (t *Tracker) ownedOps(now int64, user string, ops []op) []op {
 	}
 	return ops
 }
+
+// bye ends a device this node holds at once, if it holds it: done says
+// that it did (or that the bye waits for the work in flight); otherwise
+// the bye goes the ordinary way. err is an error of the release that is
+// no outage (with an outage the bye is buffered, and its replay removes
+// the device whoever owns it).
+func (ls *leases) bye(ctx context.Context, now int64, user, device string) (done bool, _ presence.Change, err error) {
+	d, how := ls.table.Remove(now, user, device)
+	switch how {
+	case owned.Deferred:
+		return true, presence.Change{}, nil // released after the work in flight
+	case owned.Release:
+		if lease := ls.id.Load(); lease != 0 && ls.link.upFor(user) {
+			ch, _, err := ls.call(ctx, user, func(c context.Context) (presence.Change, []string, error) {
+				return ls.leaser.Release(c, now, lease, user,
+					[]OwnedDevice{{ID: d.ID, LastBeat: d.LastBeat, LastActive: d.LastActive}}, true)
+			})
+			if err == nil {
+				ls.table.Released(now, user, d, true)
+				ls.events.emit(&ch)
+				return true, ch, nil
+			}
+			if !errors.Is(err, errOutage) {
+				return true, ch, err
+			}
+		}
+	}
+	return false, presence.Change{}, nil
+}
+
+// closed records that the socket of a device closed without a bye at now,
+// its last beat through it at since, and reports whether this node holds
+// the device (its deadline is then kept here).
+func (ls *leases) closed(now int64, user, device string, since int64) bool {
+	return ls.table.Close(now, user, device, since)
+}
+
+// dirty appends the last beats of the devices this node holds, for the
+// checkpoint: the store does not hear of them.
+func (ls *leases) dirty(out []presence.Profile) []presence.Profile { return ls.table.Dirty(out) }
+
+// unclaim has every device this node holds claimed again (the store lost
+// what it knew of them).
+func (ls *leases) unclaim(now int64) { ls.table.Unclaim(now) }
+
+// held is how many devices this node holds.
+func (ls *leases) held() int { return ls.table.Len() }
+
+// timeout is how long another node's lease may go unrenewed before this
+// node takes it over.
+func (ls *leases) timeout() time.Duration { return time.Duration(ls.book.timeout) * time.Millisecond }
+
+// interval is how often Run renews the lease.
+func (ls *leases) interval() time.Duration { return time.Duration(ls.book.interval) * time.Millisecond }

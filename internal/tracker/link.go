@@ -11,13 +11,6 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 )
 
-// States of the store (or of one of its parts) as the tracker sees it.
-const (
-	stateUp        uint32 = iota // operations go to the store
-	stateDown                    // operations are buffered; Run probes
-	stateReplaying               // the buffer is being replayed; users not in it go to the store
-)
-
 // link is the store as this node reaches it: its calls, bounded when the
 // store lives in another process, and whether it answers — as a whole
 // and, for a Partitioned store, part by part. Every part of the tracker
@@ -36,11 +29,6 @@ type link struct {
 	downAt      atomic.Int64  // clock ms of the last outage's start
 	recoveredAt atomic.Int64  // clock ms of the last recovery
 	outages     atomic.Uint64
-}
-
-func newLink(s Store, can abilities, cfg *Config) *link {
-	return &link{store: s, can: can, timeout: cfg.StoreTimeout, grace: cfg.RecoverGrace.Milliseconds(),
-		clock: cfg.Clock, log: cfg.Logger, parts: newPartStates(can.partitioned)}
 }
 
 func (l *link) now() int64 { return l.clock.Now().UnixMilli() }
@@ -183,7 +171,8 @@ func (l *link) recovered() bool {
 }
 
 // sweepable reports whether sweeps may run: the store is up, and was for
-// RecoverGrace since its last recovery (see the package doc).
+// RecoverGrace since its last recovery (docs/internals.md, "Outages of
+// the state store").
 func (l *link) sweepable() bool {
 	return l.up() && l.now() >= l.recoveredAt.Load()+l.grace
 }

@@ -4,6 +4,13 @@ import (
 	"sync/atomic"
 )
 
+// States of the store (or of one of its parts) as the tracker sees it.
+const (
+	stateUp        uint32 = iota // operations go to the store
+	stateDown                    // operations are buffered; Run probes
+	stateReplaying               // the buffer is being replayed; users not in it go to the store
+)
+
 // partStates are the states (stateUp, stateDown, stateReplaying) of the
 // parts of a Partitioned store, each apart from the others: an outage of
 // one part is its users' alone (see Partitioned).

@@ -247,7 +247,8 @@ type Publisher interface {
 // owned). The owner keeps an owned device's deadline itself, and the
 // store holds the device alive until the owner releases it, hands it off,
 // or the owner's lease is taken over; each node holds a lease that it
-// renews every LeaseInterval. See lease.go.
+// renews every LeaseInterval. See docs/internals.md, "Devices a node
+// owns".
 type Leaser interface {
 	// AcquireLease registers lease (unique among all nodes, ever) as
 	// renewed at now.
