@@ -14,7 +14,7 @@ import (
 // "Users the durable store cannot load"), and loads them once the
 // durable store answers again.
 type cold struct {
-	buf     *userBuffer
+	buf     userBuffer
 	down    atomic.Bool   // a load failed for the durable store: loads fail fast until retry reaches it
 	loaded  atomic.Uint64 // users loaded and replayed from the buffer
 	link    *link

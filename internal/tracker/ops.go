@@ -216,8 +216,10 @@ type bufShard struct {
 	_     [48]byte            // a shard per cache line
 }
 
-func newUserBuffer(maxUsers, maxDevices int) *userBuffer {
-	return &userBuffer{seed: maphash.MakeSeed(), max: maxUsers, maxDevices: maxDevices}
+// init readies b for at most maxUsers users of at most maxDevices live
+// devices each.
+func (b *userBuffer) init(maxUsers, maxDevices int) {
+	b.seed, b.max, b.maxDevices = maphash.MakeSeed(), maxUsers, maxDevices
 }
 
 func (b *userBuffer) shard(user string) *bufShard {

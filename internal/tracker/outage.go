@@ -17,7 +17,7 @@ import (
 // that tells when the store is back and the replay that then applies
 // the buffer (see docs/internals.md, "Outages of the state store").
 type outage struct {
-	buf    *userBuffer
+	buf    userBuffer
 	link   *link
 	events *emitter
 	log    *slog.Logger

@@ -224,15 +224,15 @@ func New(cfg Config) (*Tracker, error) {
 	t.writes.seed = maphash.MakeSeed()
 	t.floors = &floors{link: lk, floorer: can.floorer, epoch: cfg.Rules.Epoch}
 	t.floors.epochs, _ = cfg.Durable.(EpochCounter)
-	t.cold = &cold{buf: newUserBuffer(cfg.MaxBuffered, cfg.Rules.MaxDevices), link: lk, durable: cfg.Durable,
-		events: events, rules: cfg.Rules, timeout: cfg.LoadTimeout}
+	t.cold = &cold{link: lk, durable: cfg.Durable, events: events, rules: cfg.Rules, timeout: cfg.LoadTimeout}
+	t.cold.buf.init(cfg.MaxBuffered, cfg.Rules.MaxDevices)
 	if p, ok := cfg.Durable.(interface{ Ping(context.Context) error }); ok {
 		t.cold.ping = p.Ping
 	}
 	t.apply = &applier{link: lk, cps: t.cps, cold: t.cold, floors: t.floors, margin: cfg.ReloadMargin, timeout: cfg.LoadTimeout}
 	t.cold.beat = t.apply.beat
-	t.outage = &outage{buf: newUserBuffer(cfg.MaxBuffered, cfg.Rules.MaxDevices), link: lk, events: events,
-		log: cfg.Logger, apply: t.apply.replayed}
+	t.outage = &outage{link: lk, events: events, log: cfg.Logger, apply: t.apply.replayed}
+	t.outage.buf.init(cfg.MaxBuffered, cfg.Rules.MaxDevices)
 	if can.leaser != nil {
 		t.leases = newLeases(can.leaser, can.partTakeOver, lk, events, cfg.Durable, cfg.Rules,
 			cfg.LeaseInterval, cfg.ProbeInterval, cfg.NodeAlive)
