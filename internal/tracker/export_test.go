@@ -5,8 +5,8 @@ import "context"
 // TickLease renews the lease and takes over the leases that ran out, as
 // Run does every LeaseInterval.
 func (t *Tracker) TickLease(ctx context.Context) {
-	if t.leases != nil {
-		t.leases.tick(ctx)
+	if t.lease != nil {
+		t.lease.tick(ctx)
 	}
 }
 

@@ -146,8 +146,8 @@ func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out 
 			continue
 		}
 		ops := t.outage.heldOps(id)
-		if t.leases != nil {
-			ops = t.leases.opsOf(now, id, ops)
+		if t.owned != nil {
+			ops = t.owned.opsOf(now, id, ops)
 		}
 		if ps, ok := peerSnaps[id]; ok {
 			// A peer read the user in the store: that is the truth but
@@ -223,8 +223,8 @@ func (t *Tracker) Signs(now int64, ids []string, out []DeviceSign) []DeviceSign 
 	var ops []op
 	for _, id := range ids {
 		ops = t.outage.heldDevices(id, ops[:0])
-		if t.leases != nil {
-			ops = t.leases.opsOf(now, id, ops)
+		if t.owned != nil {
+			ops = t.owned.opsOf(now, id, ops)
 		}
 		for _, o := range ops {
 			switch o.kind {

@@ -11,8 +11,8 @@ import (
 // is down and for RecoverGrace after it came back (docs/internals.md,
 // "Outages of the state store").
 func (t *Tracker) Sweep(ctx context.Context) (int, error) {
-	if t.leases != nil {
-		t.leases.sendDue(ctx)
+	if t.owned != nil {
+		t.owned.sendDue(ctx)
 	}
 	return t.sweeps.sweep(ctx)
 }
@@ -35,11 +35,11 @@ func (t *Tracker) Run(ctx context.Context) error {
 	probe := time.NewTicker(t.every.probe)
 	defer probe.Stop()
 	var leaseTick <-chan time.Time
-	if t.leases != nil {
-		lt := time.NewTicker(t.leases.interval())
+	if t.lease != nil {
+		lt := time.NewTicker(t.lease.interval())
 		defer lt.Stop()
 		leaseTick = lt.C
-		t.leases.tick(ctx)
+		t.lease.tick(ctx)
 	}
 	var partialLogged time.Time // part of the store down: said at most every 10 s
 	for {
@@ -56,7 +56,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 				}
 			}
 		case <-leaseTick:
-			t.leases.tick(ctx)
+			t.lease.tick(ctx)
 		case <-probe.C:
 			t.recover(ctx)
 			t.link.probeSuspects(ctx)
@@ -82,8 +82,8 @@ func (t *Tracker) Close(ctx context.Context) error {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if t.leases != nil {
-			t.leases.handOff(ctx)
+		if t.owned != nil {
+			t.owned.handOff(ctx)
 		}
 		err = t.Checkpoint(ctx)
 	})
@@ -117,15 +117,15 @@ func (t *Tracker) recover(ctx context.Context) {
 		return
 	}
 	t.log.Info("state store is back; outage buffer replayed", "users", n)
-	if t.leases != nil {
+	if t.lease != nil {
 		// What the devices this node holds did meanwhile (claims,
 		// releases) goes to the store now, before anyone resyncs; and
 		// what it wrote just before the outage, which a failover may
 		// have lost, again. A lease taken over meanwhile is found first,
 		// before anything is claimed under it.
-		t.leases.tick(ctx)
-		t.leases.redo(ctx, t.link.downAt.Load())
-		t.leases.sendDue(ctx)
+		t.lease.tick(ctx)
+		t.owned.redo(ctx, t.link.downAt.Load())
+		t.owned.sendDue(ctx)
 	}
 	if t.onRecover != nil {
 		t.onRecover()
@@ -172,9 +172,9 @@ func (t *Tracker) recoverParts(ctx context.Context) {
 	// As after an outage of the whole store: what this node's devices did
 	// meanwhile, and what a failover may have lost, goes to the store
 	// again; watchers are resynced.
-	if t.leases != nil {
-		t.leases.redo(ctx, since)
-		t.leases.sendDue(ctx)
+	if t.owned != nil {
+		t.owned.redo(ctx, since)
+		t.owned.sendDue(ctx)
 	}
 	if t.onRecover != nil {
 		t.onRecover()
@@ -203,27 +203,27 @@ func (t *Tracker) Degraded() bool { return !t.link.up() || t.link.partsDown() }
 // LeaseID returns this node's lease, 0 while it has none (no Leaser
 // store, or not yet acquired).
 func (t *Tracker) LeaseID() uint64 {
-	if t.leases == nil {
+	if t.lease == nil {
 		return 0
 	}
-	return t.leases.id.Load()
+	return t.lease.current()
 }
 
 // PeerLeases returns the other nodes' leases as of this node's last
 // renewal, and when that renewal listed them (this node's clock; 0: never,
 // e.g. a store without leases). It is safe for concurrent use.
 func (t *Tracker) PeerLeases() ([]PeerLease, int64) {
-	if t.leases == nil {
+	if t.lease == nil {
 		return nil, 0
 	}
-	return t.leases.peerLeases()
+	return t.lease.peerLeases()
 }
 
 // LeaseTimeout is how long another node's lease may go unrenewed before
 // this node takes it over (0 without leases).
 func (t *Tracker) LeaseTimeout() time.Duration {
-	if t.leases == nil {
+	if t.lease == nil {
 		return 0
 	}
-	return t.leases.timeout()
+	return t.lease.timeout()
 }

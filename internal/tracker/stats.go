@@ -65,10 +65,10 @@ func (t *Tracker) Stats() Stats {
 		s.PeerSnapshots = t.peers.snapshots.Load()
 		s.PeerAskErrors = t.peers.askErrors.Load()
 	}
-	if t.leases != nil {
-		s.OwnedDevices = t.leases.held()
-		s.LeaseLosses = t.leases.losses.Load()
-		s.LeaseTakeovers = t.leases.takeovers.Load()
+	if t.lease != nil {
+		s.OwnedDevices = t.owned.held()
+		s.LeaseLosses = t.lease.losses.Load()
+		s.LeaseTakeovers = t.lease.takeovers.Load()
 	}
 	if t.link.parts != nil {
 		s.PartsDown = int(t.link.parts.down.Load())

@@ -10,8 +10,9 @@
 // way: link (the store as the node reaches it, and whether it answers),
 // applier (operations, users loaded first), outage (the buffer of what
 // happened while the store was down, its probe and replay), cold (users
-// whose profile the durable store could not load), leases (the devices
-// this node holds with Redis, and its lease), floors (the version floor
+// whose profile the durable store could not load), ownedDevices and
+// leaseKeeper (the devices this node holds with Redis, and the lease
+// they are held under), floors (the version floor
 // of a store that may lose its data), checkpoints, the sweeper and the
 // peers' answers for degraded reads. What a shared store (SharedStore)
 // can do is found once, by New.
@@ -121,19 +122,19 @@ type Tracker struct {
 	link    *link // the store as this node reaches it, and whether it answers
 	durable Durable
 	events  *emitter // every change, counted and published
-	clock   clock.Clock
 	log     *slog.Logger
 	rules   presence.Rules
 	every   intervals // of Run's work
 
-	apply  *applier     // operations to the store, users loaded first
-	outage *outage      // what happened while the store was down
-	cold   *cold        // users whose profile could not be loaded
-	floors *floors      // the version floor of a store that may lose its data
-	cps    *checkpoints // last_seen to the durable store
-	sweeps *sweeper     // deadlines due
-	leases *leases      // the devices this node holds; nil without a Leaser store
-	peers  *peerReads   // nil without Config.Peers
+	apply  *applier      // operations to the store, users loaded first
+	outage *outage       // what happened while the store was down
+	cold   *cold         // users whose profile could not be loaded
+	floors *floors       // the version floor of a store that may lose its data
+	cps    *checkpoints  // last_seen to the durable store
+	sweeps *sweeper      // deadlines due
+	lease  *leaseKeeper  // this node's lease; nil without a Leaser store
+	owned  *ownedDevices // the devices this node holds, under lease; nil without
+	peers  *peerReads    // nil without Config.Peers
 
 	beats         stripedCounter // heartbeats, unless the store counts them (BeatCounter)
 	degradedReads atomic.Uint64  // Get calls answered without the store
@@ -213,7 +214,6 @@ func New(cfg Config) (*Tracker, error) {
 		link:      lk,
 		durable:   cfg.Durable,
 		events:    events,
-		clock:     cfg.Clock,
 		log:       cfg.Logger,
 		rules:     cfg.Rules,
 		every:     intervals{sweep: cfg.SweepInterval, flush: cfg.FlushInterval, probe: cfg.ProbeInterval},
@@ -234,10 +234,12 @@ func New(cfg Config) (*Tracker, error) {
 	t.outage = &outage{link: lk, events: events, log: cfg.Logger, apply: t.apply.replayed}
 	t.outage.buf.init(cfg.MaxBuffered, cfg.Rules.MaxDevices)
 	if can.leaser != nil {
-		t.leases = newLeases(can.leaser, can.partTakeOver, lk, events, cfg.Durable, cfg.Rules,
-			cfg.LeaseInterval, cfg.ProbeInterval, cfg.NodeAlive)
-		t.leases.load, t.leases.onRecover = t.apply.load, cfg.OnRecover
-		t.cps.owned, t.floors.unclaim = t.leases.dirty, t.leases.unclaim
+		t.lease = newLeaseKeeper(can.leaser, can.partTakeOver, lk, events, cfg.Durable, cfg.Rules,
+			cfg.LeaseInterval, cfg.NodeAlive)
+		t.owned = newOwnedDevices(t.lease, cfg.Rules, cfg.ProbeInterval)
+		t.lease.claims, t.lease.onRecover = t.owned.table, cfg.OnRecover
+		t.owned.load = t.apply.load
+		t.cps.owned, t.floors.unclaim = t.owned.dirty, t.owned.unclaim
 	}
 	if cfg.Peers != nil {
 		t.peers = &peerReads{peers: cfg.Peers}
@@ -246,4 +248,4 @@ func New(cfg Config) (*Tracker, error) {
 }
 
 // Now returns the tracker's clock reading in Unix milliseconds.
-func (t *Tracker) Now() int64 { return t.clock.Now().UnixMilli() }
+func (t *Tracker) Now() int64 { return t.link.now() }

@@ -61,22 +61,22 @@ func (t *Tracker) heartbeatRead(ctx context.Context, user, device string, active
 // with an empty Change: the device is alive here and reaches the store
 // when it answers.
 func (t *Tracker) SocketBeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
-	if t.leases == nil {
+	if t.owned == nil {
 		return t.Heartbeat(ctx, user, device, active)
 	}
 	t.beats.add()
-	return t.leases.beat(ctx, user, device, active, false)
+	return t.owned.beat(ctx, user, device, active, false)
 }
 
 // SocketConnect is the first heartbeat of a new socket (active): with a
 // Leaser store the device is claimed again whatever this node knew of it,
 // since it may have been held by another node meanwhile.
 func (t *Tracker) SocketConnect(ctx context.Context, user, device string) (presence.Change, error) {
-	if t.leases == nil {
+	if t.owned == nil {
 		return t.Heartbeat(ctx, user, device, true)
 	}
 	t.beats.add()
-	return t.leases.beat(ctx, user, device, true, true)
+	return t.owned.beat(ctx, user, device, true, true)
 }
 
 // keeping says where an operation waits that the store cannot take now.
@@ -236,8 +236,8 @@ func (t *Tracker) applyStatusSaved(ctx context.Context, user string, m presence.
 // the bye is buffered and an empty Change returned.
 func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change, error) {
 	now := t.Now()
-	if t.leases != nil {
-		if done, ch, err := t.leases.bye(ctx, now, user, device); done {
+	if t.owned != nil {
+		if done, ch, err := t.owned.bye(ctx, now, user, device); done {
 			if err != nil {
 				return ch, fmt.Errorf("bye: %w", err)
 			}
@@ -263,7 +263,7 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 // recorded: the device then lives its whole ttl, as after missed beats.
 func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int64) error {
 	now := t.Now()
-	if t.leases != nil && t.leases.closed(now, user, device, since) {
+	if t.owned != nil && t.owned.closed(now, user, device, since) {
 		return nil // this node holds the device: its deadline is kept here
 	}
 	if !t.link.upFor(user) {
