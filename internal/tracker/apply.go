@@ -103,8 +103,11 @@ func (a *applier) bye(ctx context.Context, now int64, user, device string) (pres
 	return ch, a.link.checkUser(ctx, user, err)
 }
 
-// newSettings applies settings s (a copy: the store is given its
-// address).
+// newSettings applies settings s. The store is given the address of
+// this copy, which therefore lives on the heap; out of line, that copy
+// is made for settings only, not in apply, the path of every heartbeat.
+//
+//go:noinline
 func (a *applier) newSettings(ctx context.Context, now int64, user string, s presence.Settings) (presence.Change, error) {
 	return a.settings(ctx, now, user, &s)
 }
