@@ -42,9 +42,8 @@ import (
 )
 
 var (
-	_ tracker.Store   = (*Store)(nil)
-	_ tracker.Pinger  = (*Store)(nil)
-	_ tracker.Floorer = (*Store)(nil)
+	_ tracker.Store       = (*Store)(nil)
+	_ tracker.SharedStore = (*Store)(nil) // every ability of a store shared by nodes
 )
 
 // The defaults of Config's key prefix and buckets a shard.

@@ -4,7 +4,11 @@ import "context"
 
 // TickLease renews the lease and takes over the leases that ran out, as
 // Run does every LeaseInterval.
-func (t *Tracker) TickLease(ctx context.Context) { t.tickLease(ctx) }
+func (t *Tracker) TickLease(ctx context.Context) {
+	if t.lease != nil {
+		t.lease.tick(ctx)
+	}
+}
 
 // Recover replays the outage buffer once the store answers, as Run's
 // probe does (review tests).
@@ -20,4 +24,4 @@ func (t *Tracker) CheckFloor(ctx context.Context) { t.checkFloor(ctx) }
 
 // ProbeSuspects probes the parts a call that failed as a whole made
 // suspect, as Run's probe does.
-func (t *Tracker) ProbeSuspects(ctx context.Context) { t.probeSuspects(ctx) }
+func (t *Tracker) ProbeSuspects(ctx context.Context) { t.link.probeSuspects(ctx) }

@@ -1,423 +1,59 @@
 package tracker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
-	"net"
-	"slices"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/presenced/presenced/internal/presence"
 )
 
-// ErrUnavailable is returned by Heartbeat, Bye, SetStatus and SetSettings
-// while the state store is down and the outage buffer already holds
-// Config.MaxBuffered users, and wraps every other error that a store
-// outage makes a method return: the operation was not recorded and should
-// be retried later (HTTP 503). A SetStatus or SetSettings that fails so has
-// already been written to the durable store.
-var ErrUnavailable = errors.New("tracker: the presence state store is unavailable and the operation could not be buffered; retry later")
+// outage is the outage buffer of this node — per user, per device the
+// latest operation, the latest manual status and the latest settings of
+// the time the store (or the user's part of it) was down — with the probe
+// that tells when the store is back and the replay that then applies
+// the buffer (see docs/internals.md, "Outages of the state store").
+type outage struct {
+	buf    userBuffer
+	link   *link
+	events *emitter
+	log    *slog.Logger
+	// apply applies one operation by the ordinary path (the user loaded
+	// first), at the operation's own time.
+	apply func(ctx context.Context, user string, o op) (presence.Change, error)
 
-// Pinger is an optional ability of a Store: a cheap round trip that tells
-// whether the store answers. While the store is down Run probes it with
-// Ping; a Store without it is probed with a Get of one id.
-type Pinger interface {
-	Ping(ctx context.Context) error
+	replayed     atomic.Uint64 // users whose buffered operations were replayed
+	staleReplays atomic.Uint64 // of those, users whose last change was over before the replay
 }
 
-// errOutage marks the errors of store calls that put the store down.
-var errOutage = errors.New("tracker: state store unavailable")
-
-// outageError is a store error that marked the store down.
-type outageError struct{ err error }
-
-func (e *outageError) Error() string   { return "state store unavailable: " + e.err.Error() }
-func (e *outageError) Unwrap() []error { return []error{errOutage, ErrUnavailable, e.err} }
-
-// States of the store as the tracker sees it.
-const (
-	stateUp        uint32 = iota // operations go to the store
-	stateDown                    // operations are buffered; Run probes
-	stateReplaying               // the buffer is being replayed; users not in it go to the store
-)
-
-// storeErr classifies the error of a store call made with the caller's
-// ctx. Anything but ErrNotLoaded, a domain error of package presence, a
-// PartialError (part of the store answered: a Cluster master is down, and
-// only its users are affected) or the caller's own cancellation means the
-// store is unreachable (refused, reset, or silent past StoreTimeout): the
-// store is marked down and the error is returned wrapped so that
-// errors.Is(err, errOutage).
-func (t *Tracker) storeErr(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, ErrNotLoaded) || errors.Is(err, ErrStoreReset) || domainError(err) || ctx.Err() != nil ||
-		partial(err) || errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrTakeOverLeft) {
-		return err
-	}
-	t.markDown(err)
-	return &outageError{err}
-}
-
-// partial reports a PartialError: part of the store answered.
-func partial(err error) bool {
-	var pe *PartialError
-	return errors.As(err, &pe)
-}
-
-// domainError reports the errors of package presence, which say that the
-// operation is refused, not that the store is away.
-func domainError(err error) bool {
-	return errors.Is(err, presence.ErrTooManyDevices) || errors.Is(err, presence.ErrTooManyContacts) ||
-		errors.Is(err, presence.ErrUnknownStatus)
-}
-
-// markDown records an outage. A failure during a replay sends the store
-// back down without counting a new outage.
-func (t *Tracker) markDown(err error) {
-	if t.state.CompareAndSwap(stateUp, stateDown) {
-		t.downAt.Store(t.Now())
-		t.outages.Add(1)
-		t.log.Warn("state store unavailable; buffering operations and answering reads from the durable store", "err", err)
-		return
-	}
-	t.state.CompareAndSwap(stateReplaying, stateDown)
-}
-
-// up reports whether operations go to the store (fast path: one atomic load).
-func (t *Tracker) up() bool { return t.state.Load() == stateUp }
-
-// Degraded reports whether some operations do not reach the store now:
-// it is down or replaying, or a part of it is (their changes are not
-// published until they do). Cheap; safe for concurrent use.
-func (t *Tracker) Degraded() bool {
-	return !t.up() || (t.parts != nil && t.parts.down.Load() > 0)
-}
-
-// bounded is a store call's context: the caller's, bounded by
-// StoreTimeout for a remote store.
-type bounded struct {
-	ctx    context.Context
-	cancel context.CancelFunc // nil if ctx is the caller's own
-}
-
-// bound returns ctx bounded by StoreTimeout, so that a hung store (a
-// paused process, a silent network) is detected, unless the store is in
-// this process (it implements no Pinger: memstore, whose hot path stays
-// free of timers and allocations). A caller's deadline that comes first
-// still applies, and its expiry is the caller's, not an outage. The result
-// must be passed to release once the call returned.
-func (t *Tracker) bound(ctx context.Context) bounded {
-	if !t.remote {
-		return bounded{ctx: ctx}
-	}
-	c, cancel := context.WithTimeout(ctx, t.storeTimeout)
-	return bounded{ctx: c, cancel: cancel}
-}
-
-func (t *Tracker) release(b bounded) {
-	if b.cancel != nil {
-		b.cancel()
-	}
-}
-
-// The outage buffer: per user, per device the latest operation, the latest
-// manual status and the latest settings, in bufShards shards.
-const bufShards = 64
-
-type bufShard struct {
-	mu    sync.Mutex          // guards users and every *pending in it
-	users map[string]*pending // user → what happened while the store was down
-	_     [48]byte            // a shard per cache line
-}
-
-// opKind names a buffered operation.
-type opKind uint8
-
-const (
-	opSettings opKind = iota // first at equal times: events then carry them
-	opBeat
-	opStatus
-	opBye
-)
-
-// op is one operation to replay (or, for a read, to apply to a copy).
-type op struct {
-	kind     opKind
-	at       int64 // Unix ms; 0 for settings
-	device   string
-	active   bool
-	manual   presence.Manual
-	text     string
-	settings presence.Settings
-}
-
-// pendingDevice is what one device did while the store was down: beats
-// (the first at first, the last at beat, the last active one at active, 0
-// if none), then possibly a bye (0 if none).
-type pendingDevice struct {
-	id                       string
-	first, beat, active, bye int64
-}
-
-// pending is what one user did while the store was down.
-type pending struct {
-	devices     []pendingDevice
-	hasStatus   bool
-	manual      presence.Manual
-	text        string
-	statusAt    int64
-	hasSettings bool
-	settings    presence.Settings
-}
-
-func (p *pending) empty() bool {
-	return len(p.devices) == 0 && !p.hasStatus && !p.hasSettings
-}
-
-// add records o after what p holds. A beat of one device more than
-// maxDevices live ones is refused, as the store would refuse it; byes of
-// unknown devices beyond twice that are dropped (they change nothing the
-// buffer knows of), so one user's record stays small.
-func (p *pending) add(o op, maxDevices int) error {
-	switch o.kind {
-	case opSettings:
-		p.hasSettings, p.settings = true, o.settings
-		return nil
-	case opStatus:
-		p.hasStatus, p.manual, p.text, p.statusAt = true, o.manual, o.text, o.at
-		return nil
-	}
-	i := slices.IndexFunc(p.devices, func(d pendingDevice) bool { return d.id == o.device })
-	if o.kind == opBye {
-		if i >= 0 {
-			p.devices[i].bye = max(p.devices[i].bye, o.at)
-		} else if len(p.devices) < 2*maxDevices {
-			p.devices = append(p.devices, pendingDevice{id: o.device, bye: o.at})
-		}
-		return nil
-	}
-	if i < 0 {
-		live := 0
-		for _, d := range p.devices {
-			if d.bye == 0 {
-				live++
-			}
-		}
-		if live >= maxDevices {
-			return presence.ErrTooManyDevices
-		}
-		if len(p.devices) >= 2*maxDevices {
-			// Devices that said bye make room: the oldest bye is
-			// forgotten (that device, if the store holds it, lives out
-			// its ttl instead), so a client cycling through new device
-			// ids cannot grow one user's record without bound.
-			oldest := -1
-			for j, d := range p.devices {
-				if d.bye != 0 && (oldest < 0 || d.bye < p.devices[oldest].bye) {
-					oldest = j
-				}
-			}
-			p.devices = slices.Delete(p.devices, oldest, oldest+1) // live < maxDevices: one said bye
-		}
-		p.devices = append(p.devices, pendingDevice{id: o.device})
-		i = len(p.devices) - 1
-	}
-	d := &p.devices[i]
-	if d.bye != 0 {
-		// Beats after a bye start the device afresh; the bye is older
-		// than they are, so it adds nothing to last_seen.
-		*d = pendingDevice{id: d.id}
-	}
-	d.beat = max(d.beat, o.at)
-	if d.first == 0 || o.at < d.first {
-		d.first = o.at
-	}
-	if o.active {
-		d.active = max(d.active, o.at)
-	}
-	return nil
-}
-
-// ops appends to out the operations that replay p, in the order of their
-// times (settings first).
-//
-// The buffer keeps a device's first and last beats only. A status or a bye
-// replayed at its own time T would find a device that beat before and
-// after T as the store last saw it — possibly dead at T, its beats of the
-// outage not replayed yet — and announce a false offline. So each device
-// that beat both at or before T and after T gets a beat at T, just before
-// the operation (active if it was active at or after T): it was there.
-func (p *pending) ops(out []op) []op {
-	start := len(out)
-	if p.hasSettings {
-		out = append(out, op{kind: opSettings, settings: p.settings})
-	}
-	for _, d := range p.devices {
-		if d.active > 0 {
-			out = append(out, op{kind: opBeat, at: d.active, device: d.id, active: true})
-		}
-		if d.beat > d.active {
-			out = append(out, op{kind: opBeat, at: d.beat, device: d.id})
-		}
-		if d.bye > 0 {
-			out = append(out, op{kind: opBye, at: d.bye, device: d.id})
-			out = p.bridge(out, d.bye)
-		}
-	}
-	if p.hasStatus {
-		out = append(out, op{kind: opStatus, at: p.statusAt, manual: p.manual, text: p.text})
-		out = p.bridge(out, p.statusAt)
-	}
-	slices.SortStableFunc(out[start:], func(a, b op) int {
-		if c := cmp.Compare(a.at, b.at); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.kind, b.kind)
-	})
-	return out
-}
-
-// deviceOps appends to out each device's last active beat, last beat and
-// bye, unordered, without the bridging beats of ops: what a read of the
-// user ends with depends on these only (a bridging beat is older than its
-// device's last beat), and a user's bridges grow with the square of their
-// devices.
-func (p *pending) deviceOps(out []op) []op {
-	for _, d := range p.devices {
-		if d.active > 0 {
-			out = append(out, op{kind: opBeat, at: d.active, device: d.id, active: true})
-		}
-		if d.beat > d.active {
-			out = append(out, op{kind: opBeat, at: d.beat, device: d.id})
-		}
-		if d.bye > 0 {
-			out = append(out, op{kind: opBye, at: d.bye, device: d.id})
-		}
-	}
-	return out
-}
-
-// bridge appends a beat at T of every device that beat both at or before
-// T and after it (see ops).
-func (p *pending) bridge(out []op, at int64) []op {
-	for _, d := range p.devices {
-		if d.first != 0 && d.first <= at && at < d.beat {
-			out = append(out, op{kind: opBeat, at: at, device: d.id, active: d.active >= at})
-		}
-	}
-	return out
-}
-
-func (t *Tracker) bufShard(user string) *bufShard {
-	return &t.buf[maphash.String(t.lockSeed, user)%bufShards]
-}
-
-// buffer records o for user unless the store is up. It reports whether o
-// was taken (recorded, or refused with the returned error). While the
-// buffer is replayed only users still in it take operations, so that
-// theirs stay behind the older ones; the others go to the store.
-func (t *Tracker) buffer(user string, o op) (bool, error) {
-	sh := t.bufShard(user)
+// keep records o for user unless the store is up for the user. It
+// reports whether o was taken (recorded, or refused with the returned
+// error). While the buffer is replayed only users still in it take
+// operations, so that theirs stay behind the older ones; the others go
+// to the store.
+func (g *outage) keep(user string, o op) (bool, error) {
+	sh := g.buf.shard(user)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	st := t.stateFor(user) // under the lock: see replay
+	st := g.link.stateFor(user) // under the lock: see replay
 	if st == stateUp {
 		return false, nil
 	}
-	p := sh.users[user]
-	if p == nil {
-		if st != stateDown {
-			return false, nil
-		}
-		if t.buffered.Load() >= int64(t.maxBuffered) {
-			return true, ErrUnavailable
-		}
-		if sh.users == nil {
-			sh.users = make(map[string]*pending)
-		}
-		p = &pending{}
-		sh.users[user] = p
-		t.buffered.Add(1)
-	}
-	return true, p.add(o, t.rules.MaxDevices)
-}
-
-// bufferedOps returns a copy of the operations buffered for user, nil if none.
-func (t *Tracker) bufferedOps(user string) []op {
-	sh := t.bufShard(user)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if p := sh.users[user]; p != nil {
-		return p.ops(nil)
-	}
-	return nil
-}
-
-// bufferedDevices appends the last beats and byes of the devices buffered
-// for user to out (pending.deviceOps).
-func (t *Tracker) bufferedDevices(user string, out []op) []op {
-	sh := t.bufShard(user)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if p := sh.users[user]; p != nil {
-		return p.deviceOps(out)
-	}
-	return out
+	return g.buf.addLocked(sh, user, o, st == stateDown, ErrUnavailable)
 }
 
 // probe asks the store whether it answers, with Ping if it has one.
-func (t *Tracker) probe(ctx context.Context) error {
-	b := t.bound(ctx)
-	defer t.release(b)
-	if p, ok := t.store.(Pinger); ok {
+func (g *outage) probe(ctx context.Context) error {
+	b := g.link.bound(ctx)
+	defer g.link.release(b)
+	if p := g.link.can.pinger; p != nil {
 		return p.Ping(b.ctx)
 	}
 	var s [1]presence.Snapshot
-	return t.store.Get(b.ctx, t.Now(), []string{"\x00probe"}, s[:])
-}
-
-// recover probes a store that is down and, if it answers, replays the
-// buffer and marks it up. Run calls it every ProbeInterval while down.
-func (t *Tracker) recover(ctx context.Context) {
-	if t.state.Load() != stateDown || t.probe(ctx) != nil {
-		return
-	}
-	if !t.state.CompareAndSwap(stateDown, stateReplaying) {
-		return
-	}
-	n := t.buffered.Load()
-	// A store that came back empty lost its floor: raise it before any
-	// replayed user is loaded or read (resetFloor checks first).
-	if _, ok := t.store.(Floorer); ok {
-		if err := t.resetFloor(ctx); err != nil {
-			t.state.CompareAndSwap(stateReplaying, stateDown)
-			return
-		}
-	}
-	if err := t.replay(ctx, -1); err != nil {
-		t.state.CompareAndSwap(stateReplaying, stateDown)
-		if ctx.Err() == nil {
-			t.log.Warn("replay of the outage buffer failed; will retry", "err", err)
-		}
-		return
-	}
-	// Sweeps wait RecoverGrace from now (see Sweep); set before going up.
-	t.recoveredAt.Store(t.Now())
-	if t.state.CompareAndSwap(stateReplaying, stateUp) {
-		t.log.Info("state store is back; outage buffer replayed", "users", n)
-		// What the devices this node holds did meanwhile (claims,
-		// releases) goes to the store now, before anyone resyncs; and
-		// what it wrote just before the outage, which a failover may
-		// have lost, again.
-		t.tickLease(ctx) // a lease taken over meanwhile is found before anything is claimed under it
-		t.redoOwned(ctx, t.downAt.Load())
-		t.syncOwned(ctx)
-		if t.onRecover != nil {
-			t.onRecover()
-		}
-	}
+	return g.link.store.Get(b.ctx, g.link.now(), []string{"\x00probe"}, s[:])
 }
 
 // replayWorkers replay the buffer's shards in parallel (each a share of
@@ -427,15 +63,15 @@ const replayWorkers = 8
 var errReplayAborted = errors.New("replay aborted: the store is down again")
 
 // replay applies every buffered user's operations to the store through
-// the tracker's own paths (ErrNotLoaded → load included), with each
+// the ordinary paths (ErrNotLoaded → load included), with each
 // operation's own time as now, and publishes the changes. A user stays in
 // the buffer while it is replayed: operations arriving meanwhile are added
 // there and replayed after the older ones. On a failure the user's
 // operations go back in front of the newer ones and replay stops. part is
 // the part of a Partitioned store being replayed (its users only), or -1
 // for the whole store (the users of every part that is up).
-func (t *Tracker) replay(ctx context.Context, part int) error {
-	// The state is stateReplaying before any shard is read: buffer checks
+func (g *outage) replay(ctx context.Context, part int) error {
+	// The state is stateReplaying before any shard is read: keep checks
 	// the state under the shard lock, so no new user can enter a shard
 	// after replay has listed it.
 	var wg sync.WaitGroup
@@ -443,7 +79,7 @@ func (t *Tracker) replay(ctx context.Context, part int) error {
 	for w := range replayWorkers {
 		wg.Go(func() {
 			for i := w; i < bufShards; i += replayWorkers {
-				if err := t.replayShard(ctx, &t.buf[i], part); err != nil {
+				if err := g.replayShard(ctx, &g.buf.shards[i], part); err != nil {
 					errs[w] = err
 					return
 				}
@@ -454,23 +90,18 @@ func (t *Tracker) replay(ctx context.Context, part int) error {
 	return errors.Join(errs...)
 }
 
-func (t *Tracker) replayShard(ctx context.Context, sh *bufShard, part int) error {
-	sh.mu.Lock()
-	users := make([]string, 0, len(sh.users))
-	for u := range sh.users {
-		switch {
-		case part >= 0 && t.parts.of(u) != part:
-		case part < 0 && !t.partUp(u): // its part is down: replayed when it answers
-		default:
-			users = append(users, u)
+func (g *outage) replayShard(ctx context.Context, sh *bufShard, part int) error {
+	users := g.buf.usersIn(sh, func(u string) bool {
+		if part >= 0 {
+			return g.link.parts.of(u) == part
 		}
-	}
-	sh.mu.Unlock()
+		return g.link.partUp(u) // its part is down: replayed when it answers
+	}, nil)
 	replaying := func() bool {
 		if part >= 0 {
-			return t.parts.states[part].Load() == stateReplaying && t.up()
+			return g.link.parts.replaying(part) && g.link.up()
 		}
-		return t.state.Load() == stateReplaying
+		return g.link.replaying()
 	}
 	var ops []op
 	for _, u := range users {
@@ -478,8 +109,8 @@ func (t *Tracker) replayShard(ctx context.Context, sh *bufShard, part int) error
 			return errReplayAborted
 		}
 		var err error
-		if ops, err = t.replayUser(ctx, sh, u, ops[:0]); err != nil {
-			if part < 0 && !t.partUp(u) {
+		if ops, err = g.replayUser(ctx, sh, u, ops[:0]); err != nil {
+			if part < 0 && !g.link.partUp(u) {
 				continue // its part went down: it stays buffered until that part answers
 			}
 			return err
@@ -488,30 +119,17 @@ func (t *Tracker) replayShard(ctx context.Context, sh *bufShard, part int) error
 	return nil
 }
 
-func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops []op) ([]op, error) {
-	sh.mu.Lock()
-	p := sh.users[user]
-	batch := *p
-	*p = pending{}
-	sh.mu.Unlock()
+func (g *outage) replayUser(ctx context.Context, sh *bufShard, user string, ops []op) ([]op, error) {
 	// The newest change the replay made that everyone sees, and the
 	// newest one only the user sees (an invisible user's text) if it came
 	// after: each goes to different watchers.
 	var last, self presence.Change
-	for {
+	_, err := g.buf.drain(sh, user, func(batch *pending) error {
 		ops = batch.ops(ops[:0])
 		for _, o := range ops {
-			ch, err := t.replayOp(ctx, user, o)
+			ch, err := g.replayOp(ctx, user, o)
 			if err != nil {
-				sh.mu.Lock()
-				newer := p.ops(nil)
-				*p = batch
-				for _, o := range newer {
-					_ = p.add(o, t.rules.MaxDevices) // the newer ones were accepted once
-				}
-				sh.mu.Unlock()
-				t.publishIfTrue(ctx, last, self)
-				return ops, fmt.Errorf("replay of %q: %w", user, err)
+				return fmt.Errorf("replay of %q: %w", user, err)
 			}
 			switch {
 			case ch.Changed && ch.Event.SelfOnly:
@@ -520,19 +138,25 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 				last, self = ch, presence.Change{}
 			}
 		}
-		sh.mu.Lock()
-		if p.empty() {
-			delete(sh.users, user)
-			t.buffered.Add(-1)
-			t.replayed.Add(1)
-			sh.mu.Unlock()
-			t.publishIfTrue(ctx, last, self)
-			return ops, nil
-		}
-		batch = *p
-		*p = pending{}
-		sh.mu.Unlock()
+		return nil
+	})
+	if err == nil {
+		g.replayed.Add(1)
 	}
+	g.publishIfTrue(ctx, last, self)
+	return ops, err
+}
+
+// replayOp applies one buffered operation and returns its change. A
+// refusal by the rules (too many devices) drops it, as it would have been
+// dropped at the time.
+func (g *outage) replayOp(ctx context.Context, user string, o op) (presence.Change, error) {
+	ch, err := g.apply(ctx, user, o)
+	if err != nil && domainError(err) {
+		g.log.Warn("buffered operation refused on replay", "user", user, "err", err)
+		return presence.Change{}, nil
+	}
+	return ch, err
 }
 
 // publishIfTrue publishes the last change a user's replay made, if it is
@@ -546,7 +170,7 @@ func (t *Tracker) replayUser(ctx context.Context, sh *bufShard, user string, ops
 // self, if a change, is the newest change only the user sees that came
 // after ch (an invisible user's text): it is published after ch, if the
 // user still has that text.
-func (t *Tracker) publishIfTrue(ctx context.Context, ch, self presence.Change) {
+func (g *outage) publishIfTrue(ctx context.Context, ch, self presence.Change) {
 	if !ch.Changed && !self.Changed {
 		return
 	}
@@ -555,254 +179,32 @@ func (t *Tracker) publishIfTrue(ctx context.Context, ch, self presence.Change) {
 		user = self.Event.UserID
 	}
 	var s [1]presence.Snapshot
-	b := t.bound(ctx)
-	err := t.store.Get(b.ctx, t.Now(), []string{user}, s[:])
-	t.release(b)
+	b := g.link.bound(ctx)
+	err := g.link.store.Get(b.ctx, g.link.now(), []string{user}, s[:])
+	g.link.release(b)
 	if err != nil || !s[0].Known {
-		t.staleReplays.Add(1)
+		g.staleReplays.Add(1)
 		return
 	}
 	if pubText, _ := s[0].Public(); ch.Changed && (s[0].Status.Public() != ch.Event.Status || pubText != ch.Event.Text) {
-		t.staleReplays.Add(1)
+		g.staleReplays.Add(1)
 	} else {
-		t.emit(&ch)
+		g.events.emit(&ch)
 	}
 	if self.Changed && s[0].Text != self.Event.SelfText {
-		t.staleReplays.Add(1)
+		g.staleReplays.Add(1)
 	} else {
-		t.emit(&self)
+		g.events.emit(&self)
 	}
 }
 
-// replayOp applies one buffered operation and returns its change. A
-// refusal by the rules (too many devices) drops it, as it would have been
-// dropped at the time.
-func (t *Tracker) replayOp(ctx context.Context, user string, o op) (presence.Change, error) {
-	var ch presence.Change
-	var err error
-	switch o.kind {
-	case opSettings:
-		ch, err = t.applySettings(ctx, t.Now(), user, &o.settings)
-	case opBeat:
-		ch, err = t.applyBeat(ctx, o.at, user, o.device, o.active)
-	case opBye:
-		ch, err = t.applyBye(ctx, o.at, user, o.device)
-	case opStatus:
-		ch, err = t.applyStatus(ctx, o.at, user, o.manual, o.text)
-	}
-	if err != nil && domainError(err) {
-		t.log.Warn("buffered operation refused on replay", "user", user, "err", err)
-		return presence.Change{}, nil
-	}
-	return ch, err
-}
+// heldOps returns a copy of the operations buffered for user, in the
+// order of a replay; nil if none.
+func (g *outage) heldOps(user string) []op { return g.buf.opsOf(user) }
 
-// Get fills out[i] with the state of ids[i] at now, with the semantics of
-// Store.Get, so that readers may use the tracker as their States. While
-// the store answers (up, or its outage buffer being replayed: a read then
-// may miss operations not yet replayed) it is the store's Get. While the
-// store is down, or when the Get fails for it, it answers from what this node knows (a degraded read,
-// counted in Stats.DegradedReads): each user's durable profile (with any
-// checkpoint not yet durable) and, for users with operations in this
-// node's outage buffer, those operations applied to it by the rules of
-// presence.User — so a user beating on this node is online (or shows their
-// manual status; invisible stays invisible), last_seen is the later of the
-// durable and the buffered one, and the settings are the durable ones or
-// the buffered ones. What the other nodes hold of these users' devices
-// (Config.Peers: the sockets they own, their outage buffers) is applied
-// too, so a user beating only on another node reads online as well; a
-// user whose devices no node holds in memory (an HTTP device that has not
-// beaten since the store went down) reads as their durable profile. If the
-// durable store fails too, Get fails: it never answers with settings it
-// does not know.
-func (t *Tracker) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
-	return t.get(ctx, now, ids, out, true)
-}
+// heldDevices appends the last beats and byes of the devices buffered for
+// user to out (what a peer is told).
+func (g *outage) heldDevices(user string, out []op) []op { return g.buf.devicesOf(user, out) }
 
-// get is Get; askPeers false reads degraded without asking the other
-// nodes (a read of settings, which never come from them).
-func (t *Tracker) get(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
-	if t.parts != nil && t.parts.down.Load() > 0 && t.state.Load() != stateDown {
-		// The users of a part that is down are read degraded, as every
-		// user while the whole store is down: the store would make the
-		// read wait StoreTimeout, or — its master back, the part not
-		// replayed yet — miss their buffered operations.
-		var down, up []int
-		for i, id := range ids {
-			if t.parts.states[t.parts.of(id)].Load() == stateDown {
-				down = append(down, i)
-			} else {
-				up = append(up, i)
-			}
-		}
-		if len(down) > 0 {
-			return t.getSplit(ctx, now, ids, out, askPeers, down, up)
-		}
-	}
-	return t.getAll(ctx, now, ids, out, askPeers)
-}
-
-// getSplit is get of ids whose users at down have their part down: those
-// are read degraded, the users at up as get reads them.
-func (t *Tracker) getSplit(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool, down, up []int) error {
-	if len(up) > 0 {
-		err := readAt(ids, out, up, func(sub []string, got []presence.Snapshot) error {
-			return t.getAll(ctx, now, sub, got, askPeers)
-		})
-		if err != nil {
-			return err
-		}
-	}
-	t.degradedReads.Add(1)
-	return readAt(ids, out, down, func(sub []string, got []presence.Snapshot) error {
-		return t.degradedGet(ctx, now, sub, got, askPeers)
-	})
-}
-
-// readAt calls read for the ids at the indexes idx and puts its answers at
-// those places of out.
-func readAt(ids []string, out []presence.Snapshot, idx []int, read func(sub []string, got []presence.Snapshot) error) error {
-	sub := make([]string, len(idx))
-	for j, i := range idx {
-		sub[j] = ids[i]
-	}
-	got := make([]presence.Snapshot, len(idx))
-	if err := read(sub, got); err != nil {
-		return err
-	}
-	for j, i := range idx {
-		out[i] = got[j]
-	}
-	return nil
-}
-
-// getAll is get asking the store for every id (unless it is down).
-func (t *Tracker) getAll(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
-	if t.state.Load() != stateDown {
-		b := t.bound(ctx)
-		err := t.store.Get(b.ctx, now, ids, out)
-		t.release(b)
-		var pe *PartialError
-		if errors.As(err, &pe) && ctx.Err() == nil {
-			// Part of the store answered (a Cluster master is down):
-			// only the users it did not answer for are read degraded.
-			t.degradedReads.Add(1)
-			return readAt(ids, out, pe.Failed, func(sub []string, got []presence.Snapshot) error {
-				return t.degradedGet(ctx, now, sub, got, askPeers)
-			})
-		}
-		if t.parts != nil && len(ids) > 0 && err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotLoaded) && !errors.Is(err, ErrStoreReset) {
-			// Nothing answered for these users: with a Partitioned store
-			// that is an outage of some of their parts (a read of one
-			// user whose master is down), not of the store; sweeps tell
-			// the store's.
-			t.partsFailedWhole(ids, err)
-		} else if err = t.storeErr(ctx, err); !errors.Is(err, errOutage) {
-			return err
-		}
-	}
-	t.degradedReads.Add(1)
-	return t.degradedGet(ctx, now, ids, out, askPeers)
-}
-
-func (t *Tracker) degradedGet(ctx context.Context, now int64, ids []string, out []presence.Snapshot, askPeers bool) error {
-	first := make(map[string]int, len(ids)) // id → its first index
-	for i, id := range ids {
-		out[i] = presence.Snapshot{UserID: id}
-		if _, ok := first[id]; !ok {
-			first[id] = i
-		}
-	}
-	profiles := make([]presence.Profile, len(ids))
-	have := make([]bool, len(ids))
-	err := t.profiles(ctx, ids, func(p *presence.Profile) {
-		i := first[p.UserID]
-		profiles[i], have[i] = *p, true
-		profiles[i].Raise(0, 0) // a public version above the version counts as the version
-	}, false)
-	if err != nil {
-		return fmt.Errorf("tracker: state store down and durable profiles unavailable: %w", err)
-	}
-	var peers map[string][]op
-	var peerSnaps map[string]presence.Snapshot
-	if askPeers {
-		peers, peerSnaps = t.peerOps(ctx, now, ids)
-	}
-	for i, id := range ids {
-		if j := first[id]; j != i {
-			out[i] = out[j]
-			continue
-		}
-		ops := t.ownedOps(now, id, t.bufferedOps(id))
-		if ps, ok := peerSnaps[id]; ok {
-			// A peer read the user in the store: that is the truth but
-			// for what this node holds of them (withPeerSnapshot).
-			local := len(ops) > 0
-			defer func() { out[i] = withPeerSnapshot(out[i], ps, local) }()
-		}
-		ops = append(ops, peers[id]...)
-		if ops == nil {
-			if have[i] {
-				out[i] = presence.SnapshotFromProfile(&profiles[i])
-			}
-			continue
-		}
-		sortOps(ops) // this node's owned devices and the peers' signs came after the buffer's
-		profiles[i].UserID = id
-		u := presence.NewUser(profiles[i])
-		for _, o := range ops {
-			switch o.kind {
-			case opSettings:
-				u.Settings = o.settings
-			case opBeat:
-				_, _ = u.Beat(&t.rules, o.at, o.device, o.active) // a refused beat was refused when buffered
-			case opBye:
-				u.Bye(&t.rules, o.at, o.device)
-			case opStatus:
-				u.SetStatus(&t.rules, o.at, o.manual, o.text)
-			}
-		}
-		u.Snapshot(&t.rules, now, &out[i])
-		// No version is stamped here: the profile's, and its public one
-		// (an invisible user's frozen face) unless the operations made a
-		// change everyone sees.
-		_, pub := profiles[i].Public()
-		if out[i].PubVersion > profiles[i].Version {
-			pub = profiles[i].Version
-		}
-		out[i].Version, out[i].PubVersion = profiles[i].Version, pub
-	}
-	return nil
-}
-
-func isPinger(s Store) bool {
-	_, ok := s.(Pinger)
-	return ok
-}
-
-// Unavailable reports whether err says that a backend cannot serve for
-// now, rather than that the request or the code is wrong. It is the one
-// classification of every edge: such an error is answered HTTP 503
-// `unavailable` (with Retry-After) and, over WebSocket, with the error
-// `unavailable`; anything else unexpected is 500 `internal`. The operation
-// that failed so changed nothing and may be retried later (a SetStatus or
-// SetSettings failing after its durable write has that write done). It is
-// true for
-//
-//   - ErrUnavailable (the state store is down and the operation could not
-//     be buffered, or it went down during the operation);
-//   - an error with a method Unavailable() bool that reports true: the
-//     backends mark their own transient errors, so that nobody else needs
-//     to know their drivers (pgstore: a connection refused or lost,
-//     PostgreSQL starting up or shutting down, too many connections, …;
-//     sqlitestore: the file locked by another process);
-//   - context.DeadlineExceeded: a backend did not answer in time (the
-//     caller's own cancellation, context.Canceled, is not);
-//   - a net.Error: a connection of a backend that does not mark its
-//     errors failed.
-func Unavailable(err error) bool {
-	var ne net.Error
-	var u interface{ Unavailable() bool }
-	return errors.Is(err, ErrUnavailable) || errors.As(err, &u) && u.Unavailable() ||
-		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne)
-}
+// users is how many users have operations in the buffer.
+func (g *outage) users() int64 { return g.buf.n.Load() }

@@ -1,10 +1,8 @@
 package tracker
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/presenced/presenced/internal/presence"
@@ -50,78 +48,30 @@ type DeviceSign struct {
 	Bye          bool  // a bye at At, not a beat
 }
 
-// Signs appends to out what this node holds of ids' devices apart from the
-// store at now — the beats of the devices whose sockets it owns, the beats
-// and byes in its outage buffer — and returns it: what it answers a peer
-// that reads those users degraded. Statuses and settings are not signs: a
-// node writes them to the durable store before anything else, and a
-// degraded read starts from there.
-func (t *Tracker) Signs(now int64, ids []string, out []DeviceSign) []DeviceSign {
-	var ops []op
-	for _, id := range ids {
-		ops = t.ownedOps(now, id, t.bufferedDevices(id, ops[:0]))
-		for _, o := range ops {
-			switch o.kind {
-			case opBeat:
-				out = append(out, DeviceSign{User: id, Device: o.device, At: o.at, Active: o.active})
-			case opBye:
-				out = append(out, DeviceSign{User: id, Device: o.device, At: o.at, Bye: true})
-			}
-		}
-	}
-	return out
-}
-
-// StoreSnapshots appends to out the users of ids that this node's store
-// holds and answers for now, as Get reads them (its outage buffer aside):
-// what it answers a peer that cannot read the store itself. Nothing while
-// the store, or a user's part, is down here too; the read is bounded by
-// peerStoreTimeout, so that it fits in the asker's wait.
-func (t *Tracker) StoreSnapshots(ctx context.Context, now int64, ids []string, out []presence.Snapshot) []presence.Snapshot {
-	if !t.up() || len(ids) == 0 {
-		return out
-	}
-	// Not the users of a part that is down here too: the read would wait
-	// on it.
-	ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return !t.partUp(id) })
-	if len(ids) == 0 {
-		return out
-	}
-	ctx, cancel := context.WithTimeout(ctx, min(t.storeTimeout, peerStoreTimeout))
-	defer cancel()
-	snaps := make([]presence.Snapshot, len(ids))
-	err := t.store.Get(ctx, now, ids, snaps)
-	var failed []int
-	var pe *PartialError
-	switch {
-	case errors.As(err, &pe):
-		failed = pe.Failed
-	case err != nil:
-		return out
-	}
-	for i := range snaps {
-		if snaps[i].Known && !slices.Contains(failed, i) && t.partUp(ids[i]) {
-			snaps[i].UserID = ids[i]
-			out = append(out, snaps[i])
-		}
-	}
-	return out
-}
-
 // peerStoreTimeout bounds a store read made for a peer (the peer waits
 // 250 ms in all).
 const peerStoreTimeout = 150 * time.Millisecond
 
-// peerOps asks the peers about ids and returns their signs as operations
-// per id, each list in the order to apply, and the newest snapshot a peer
-// read of each id in its store. Nil without peers or answers.
-func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) (map[string][]op, map[string]presence.Snapshot) {
-	if t.peers == nil || len(ids) == 0 {
+// peerReads ask the other nodes what they hold of users' devices for
+// degraded reads (Config.Peers), and count what they said.
+type peerReads struct {
+	peers     Peers
+	signs     atomic.Uint64 // signs of devices the peers gave degraded reads
+	snapshots atomic.Uint64 // users the peers read in the store for degraded reads
+	askErrors atomic.Uint64 // degraded reads that could ask no peer
+}
+
+// ask asks the peers about ids (withStore: to read them in their store
+// too) and returns their signs as operations per id, each list in the
+// order to apply, and the newest snapshot a peer read of each id in its
+// store. Nil without answers.
+func (r *peerReads) ask(ctx context.Context, now int64, ids []string, withStore bool) (map[string][]op, map[string]presence.Snapshot) {
+	if len(ids) == 0 {
 		return nil, nil
 	}
-	ans, err := t.peers.Ask(ctx, ids, t.state.Load() != stateUp)
+	ans, err := r.peers.Ask(ctx, ids, withStore)
 	if err != nil {
-		t.peerAskErrors.Add(1)
+		r.askErrors.Add(1)
 		return nil, nil
 	}
 	var snaps map[string]presence.Snapshot
@@ -133,7 +83,7 @@ func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) (map[str
 			snaps[s.UserID] = s
 		}
 	}
-	t.peerSnapshots.Add(uint64(len(ans.Snapshots)))
+	r.snapshots.Add(uint64(len(ans.Snapshots)))
 	signs := ans.Signs
 	if len(signs) == 0 {
 		return nil, snaps
@@ -147,7 +97,7 @@ func (t *Tracker) peerOps(ctx context.Context, now int64, ids []string) (map[str
 		}
 		byUser[s.User] = append(byUser[s.User], o)
 	}
-	t.peerSigns.Add(uint64(len(signs)))
+	r.signs.Add(uint64(len(signs)))
 	return byUser, snaps
 }
 
@@ -168,15 +118,4 @@ func withPeerSnapshot(s, ps presence.Snapshot, local bool) presence.Snapshot {
 	ps.Version = max(ps.Version, s.Version)
 	ps.LastSeen = max(ps.LastSeen, s.LastSeen)
 	return ps
-}
-
-// sortOps orders operations gathered from several nodes by time, settings
-// first and byes after beats at equal times (as pending.ops does).
-func sortOps(ops []op) {
-	slices.SortStableFunc(ops, func(a, b op) int {
-		if c := cmp.Compare(a.at, b.at); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.kind, b.kind)
-	})
 }

@@ -84,6 +84,86 @@ type Floorer interface {
 	CheckFloor(ctx context.Context) (bool, error)
 }
 
+// Pinger is an optional ability of a Store: a cheap round trip that tells
+// whether the store answers. While the store is down Run probes it with
+// Ping; a Store without it is probed with a Get of one id. A Store with
+// it lives in another process: every call to it is bounded by
+// Config.StoreTimeout.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// BeatCounter is an optional ability of a Store: it counts the heartbeats
+// it applies where that costs nothing (under a lock it holds anyway), so the
+// tracker need not bump a counter shared between cores on every beat.
+type BeatCounter interface {
+	Beats() uint64
+}
+
+// Partitioned is an optional ability of a Store whose parts fail apart: a
+// Redis Cluster, where each master holds some shards. The users of one
+// part live there only (every key of a user is in its part). A store
+// that fails as a whole (one Redis) is not Partitioned, or says 1.
+//
+// With it an outage of one part is that part's users' alone: a write for
+// a user whose part does not answer puts that part down — the user's
+// operations, and those of every user of the part, are buffered as in an
+// outage of the whole store, reads of them are degraded — while the users
+// of the other parts go on as if nothing happened. Run probes each part
+// that is down with PingPart and replays its users' buffer when it
+// answers.
+type Partitioned interface {
+	Parts() int
+	Part(user string) int
+	PingPart(ctx context.Context, part int) error
+}
+
+// SharedStore is a Store that lives in another process and is shared by
+// the nodes of a deployment (redisstore): everything such a store does
+// beyond Store. memstore is none. New finds once what its Store can do
+// (abilities); a Store may also have only some of these abilities.
+type SharedStore interface {
+	Store
+	Pinger
+	Floorer
+	BeatReader
+	Partitioned
+	PartSweeper
+	Leaser
+	PartTakeOver
+}
+
+// abilities are what a Store can do beyond Store, found once by New: nil
+// where it cannot.
+type abilities struct {
+	pinger       Pinger // the store lives in another process
+	floorer      Floorer
+	beatReader   BeatReader
+	beatCounter  BeatCounter
+	partitioned  Partitioned
+	partSweeper  PartSweeper
+	leaser       Leaser
+	partTakeOver PartTakeOver
+}
+
+func abilitiesOf(s Store) abilities {
+	var a abilities
+	a.beatCounter, _ = s.(BeatCounter)
+	if sh, ok := s.(SharedStore); ok {
+		a.pinger, a.floorer, a.beatReader, a.partitioned = sh, sh, sh, sh
+		a.partSweeper, a.leaser, a.partTakeOver = sh, sh, sh
+		return a
+	}
+	a.pinger, _ = s.(Pinger)
+	a.floorer, _ = s.(Floorer)
+	a.beatReader, _ = s.(BeatReader)
+	a.partitioned, _ = s.(Partitioned)
+	a.partSweeper, _ = s.(PartSweeper)
+	a.leaser, _ = s.(Leaser)
+	a.partTakeOver, _ = s.(PartTakeOver)
+	return a
+}
+
 // EpochCounter is an optional ability of a Durable: it hands out a new
 // epoch, above every one handed out before to any node (the boot counter
 // of presence.Rules.Epoch).
@@ -167,7 +247,8 @@ type Publisher interface {
 // owned). The owner keeps an owned device's deadline itself, and the
 // store holds the device alive until the owner releases it, hands it off,
 // or the owner's lease is taken over; each node holds a lease that it
-// renews every LeaseInterval. See lease.go.
+// renews every LeaseInterval. See docs/internals.md, "Devices a node
+// owns".
 type Leaser interface {
 	// AcquireLease registers lease (unique among all nodes, ever) as
 	// renewed at now.
