@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // behindListener returns a listener at its caps (cfg, with Max or
@@ -34,13 +36,7 @@ func behindListener(tb testing.TB, n int, cfg Config) (*Listener, []*Conn) {
 		tb.Cleanup(func() { nc.Close() })
 		io.WriteString(cl, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 		c := nc.(*Conn)
-		deadline := time.Now().Add(waitTimeout)
-		for !readable(c.Conn) {
-			if time.Now().After(deadline) {
-				tb.Fatal("the request is not in")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testwait.For(tb, "the request to be in", func() bool { return readable(c.Conn) })
 		c.readSince.Store(mono() - int64(time.Hour)) // a read parked for an hour
 		conns = append(conns, c)
 	}

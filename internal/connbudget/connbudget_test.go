@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 const waitTimeout = 10 * time.Second
@@ -114,17 +116,6 @@ func closedByServer(c net.Conn) bool {
 	return err != nil
 }
 
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // jsonError decodes an {"error":{code,message}} body.
 func jsonError(t *testing.T, body string) (code, message string) {
 	t.Helper()
@@ -158,11 +149,11 @@ func TestPendingCap(t *testing.T) {
 	for range 5 {
 		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
 	}
-	await(t, "5 stalled", func() bool { return stalledCount(bl) == 5 })
+	testwait.For(t, "5 stalled", func() bool { return stalledCount(bl) == 5 })
 	for range 3 {
 		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
 	}
-	await(t, "8 accepted", func() bool { s := bl.Stats(); return s.Pending+int(s.Evicted) == 8 })
+	testwait.For(t, "8 accepted", func() bool { s := bl.Stats(); return s.Pending+int(s.Evicted) == 8 })
 	if s := bl.Stats(); s.Pending != 5 || s.Evicted != 3 || s.Open != 5 {
 		t.Fatalf("stats %+v, want 5 pending and open, 3 evicted", s)
 	}
@@ -193,7 +184,7 @@ func TestMaxEvictsIdleThenRefuses(t *testing.T) {
 			t.Fatal(code)
 		}
 		idle = append(idle, c)
-		await(t, "idle in order", func() bool { return bl.Stats().Idle == len(idle) })
+		testwait.For(t, "idle in order", func() bool { return bl.Stats().Idle == len(idle) })
 	}
 	// Two newcomers: the two oldest idle connections make room.
 	for range 2 {
@@ -216,7 +207,7 @@ func TestMaxEvictsIdleThenRefuses(t *testing.T) {
 			t.Fatalf("hold: %d", code)
 		}
 	}
-	await(t, "4 held", func() bool { s := bl.Stats(); return s.Idle == 0 && s.Pending == 0 && s.Open == 4 })
+	testwait.For(t, "4 held", func() bool { s := bl.Stats(); return s.Idle == 0 && s.Pending == 0 && s.Open == 4 })
 	code, body := get(t, dialFrom(t, "127.0.0.1", addr), "/ok")
 	if c, msg := jsonError(t, body); code != 503 || c != "too_many_connections" || !strings.Contains(msg, "4 connections") {
 		t.Fatalf("over the cap: %d %s", code, body)
@@ -247,7 +238,7 @@ func TestPerAddrCap(t *testing.T) {
 	if code, _ := get(t, other, "/ok"); code != 200 {
 		t.Fatal(code)
 	}
-	await(t, "idle", func() bool { return bl.Stats().Idle == 2 })
+	testwait.For(t, "idle", func() bool { return bl.Stats().Idle == 2 })
 	if code, _ := get(t, dialFrom(t, "127.0.0.3", addr), "/ok"); code != 200 {
 		t.Fatal(code)
 	}
@@ -265,13 +256,13 @@ func TestPlacesComeBack(t *testing.T) {
 		}
 		cs = append(cs, c)
 	}
-	await(t, "10 idle", func() bool { return bl.Stats().Idle == 10 })
+	testwait.For(t, "10 idle", func() bool { return bl.Stats().Idle == 10 })
 	fmt.Fprintf(cs[0], "GET /ok HTTP/1.1\r\n") // half a request
-	await(t, "one pending", func() bool { s := bl.Stats(); return s.Idle == 9 && s.Pending == 1 })
+	testwait.For(t, "one pending", func() bool { s := bl.Stats(); return s.Idle == 9 && s.Pending == 1 })
 	for _, c := range cs {
 		c.Close()
 	}
-	await(t, "all closed", func() bool { s := bl.Stats(); return s.Open == 0 && s.Idle == 0 && s.Pending == 0 })
+	testwait.For(t, "all closed", func() bool { s := bl.Stats(); return s.Open == 0 && s.Idle == 0 && s.Pending == 0 })
 	bl.mu.Lock()
 	n := len(bl.addrs)
 	bl.mu.Unlock()

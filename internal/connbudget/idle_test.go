@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // heldConn is a connection of the Listener whose server can be held back
@@ -139,7 +141,7 @@ func TestIdleWithARequestIsNotEvicted(t *testing.T) {
 			if code, body := get(t, behind, "/pause"); code != 200 || body != "paused" {
 				t.Fatalf("pause: %d %q", code, body)
 			}
-			await(t, "idle, the oldest", func() bool { return bl.Stats().Idle == 1 })
+			testwait.For(t, "idle, the oldest", func() bool { return bl.Stats().Idle == 1 })
 			var others []net.Conn
 			for range tc.others {
 				c := dialFrom(t, tc.src, addr)
@@ -148,10 +150,10 @@ func TestIdleWithARequestIsNotEvicted(t *testing.T) {
 				}
 				others = append(others, c)
 			}
-			await(t, "idle", func() bool { return bl.Stats().Idle == 1+tc.others })
+			testwait.For(t, "idle", func() bool { return bl.Stats().Idle == 1+tc.others })
 			// Its next request is in; the node does not read it.
 			fmt.Fprintf(behind, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
-			await(t, "the request in, unread", func() bool { return idleReadable(bl) == 1 })
+			testwait.For(t, "the request in, unread", func() bool { return idleReadable(bl) == 1 })
 
 			code, body := get(t, dialFrom(t, tc.from, addr), "/ok")
 			if code != tc.want {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // readResponse reads one answer from br, body included.
@@ -59,7 +61,7 @@ func TestAnswerBeforeTheBody(t *testing.T) {
 		t.Fatalf("answer %d, Connection %q: want 401 closing the connection", resp.StatusCode, resp.Header.Get("Connection"))
 	}
 	awaitClosed(t, "after the 401", c, br)
-	await(t, "its place back", func() bool { return bl.Stats().Open == 0 })
+	testwait.For(t, "its place back", func() bool { return bl.Stats().Open == 0 })
 }
 
 // TestBodyReadKeepsTheConnection: a request whose body its handler reads
@@ -76,7 +78,7 @@ func TestBodyReadKeepsTheConnection(t *testing.T) {
 			t.Fatalf("request %d: %d %q, close %v: want 200 hello on a kept connection", i, resp.StatusCode, body, resp.Close)
 		}
 	}
-	await(t, "idle", func() bool { s := bl.Stats(); return s.Idle == 1 && s.Pending == 0 })
+	testwait.For(t, "idle", func() bool { s := bl.Stats(); return s.Idle == 1 && s.Pending == 0 })
 	io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
 	resp, body := readResponse(t, c, br)
 	if resp.StatusCode != 200 || body != "hello" || !resp.Close {
@@ -97,10 +99,10 @@ func TestStalledBodiesGiveWay(t *testing.T) {
 			io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
 			held = append(held, c)
 			// In its body before the next begins: the ring's order.
-			await(t, "waiting for the body", func() bool { return inBody(bl) == len(held) })
+			testwait.For(t, "waiting for the body", func() bool { return inBody(bl) == len(held) })
 		}
 	}
-	await(t, "8 stalled in their bodies", func() bool { return stalledCount(bl) == 8 })
+	testwait.For(t, "8 stalled in their bodies", func() bool { return stalledCount(bl) == 8 })
 	if code, body := get(t, dialFrom(t, "127.0.0.6", addr), "/ok"); code != 200 {
 		t.Fatalf("a client of another address: %d %s", code, body)
 	}
@@ -205,7 +207,7 @@ func TestTLSStormIsNotEvicted(t *testing.T) {
 		held <- c
 	}
 	// Every ClientHello waits unread until the handshakes begin.
-	await(t, "the client hellos in", func() bool {
+	testwait.For(t, "the client hellos in", func() bool {
 		bl.mu.Lock()
 		defer bl.mu.Unlock()
 		k := 0
@@ -251,7 +253,7 @@ func TestStalledNeedsSilence(t *testing.T) {
 		t.Fatal("a connection silent for an hour is not stalled")
 	}
 	io.WriteString(cl, "GET /")
-	await(t, "the bytes in", func() bool { return readable(c.Conn) })
+	testwait.For(t, "the bytes in", func() bool { return readable(c.Conn) })
 	if bl.stalled(c, mono()) {
 		t.Fatal("stalled with the client's bytes unread: the node is behind, not the client")
 	}
@@ -273,9 +275,8 @@ func TestHeadDeadlineIsAbsolute(t *testing.T) {
 
 	// A head in time: its body may come after the head's deadline.
 	c = dialFrom(t, "127.0.0.1", ln.Addr().String())
-	start := time.Now()
 	io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
-	await(t, "past the head's deadline", func() bool { return time.Since(start) > 400*time.Millisecond })
+	time.Sleep(400 * time.Millisecond) // the scenario: the body comes past the head's 200 ms deadline
 	io.WriteString(c, "hello")
 	if resp, body := readResponse(t, c, bufio.NewReader(c)); resp.StatusCode != 200 || body != "hello" {
 		t.Fatalf("a body after the head's deadline: %d %q", resp.StatusCode, body)
@@ -289,7 +290,7 @@ func TestTLSHeadDeadlineIsAbsolute(t *testing.T) {
 	c := dialTLS(t, ca, addr)
 	io.WriteString(c, "GET /ok HTTP/1.1\r\n")
 	awaitClosed(t, "half a head after a handshake", c, bufio.NewReader(c))
-	await(t, "its place back", func() bool { return bl.Stats().Open == 0 })
+	testwait.For(t, "its place back", func() bool { return bl.Stats().Open == 0 })
 }
 
 // readStatus reads the status line and headers of an answer on c.
@@ -342,10 +343,8 @@ func TestRefusalAnswersTheRequest(t *testing.T) {
 			return nil, err
 		}
 		refused++
-		await(t, "refused", func() bool { return bl.Stats().Refused == refused })
-		for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline) && !readable(c); {
-			time.Sleep(5 * time.Millisecond)
-		}
+		testwait.For(t, "refused", func() bool { return bl.Stats().Refused == refused })
+		testwait.NothingWithin(200*time.Millisecond, "a refusal written before the request")
 		return c, nil
 	}
 	client := &http.Client{Timeout: waitTimeout, Transport: &http.Transport{DialContext: dial}}
@@ -492,10 +491,10 @@ func TestFloodedRefusalsGiveWay(t *testing.T) {
 					fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
 				}
 			}
-			await(t, "the flood refused", func() bool { return bl.Stats().Refused == uint64(flood) })
+			testwait.For(t, "the flood refused", func() bool { return bl.Stats().Refused == uint64(flood) })
 			c := dialFrom(t, "127.0.0.1", addr)
-			await(t, "the client refused", func() bool { return bl.Stats().Refused == uint64(flood)+1 })
-			time.Sleep(100 * time.Millisecond) // what the node would write at once is in
+			testwait.For(t, "the client refused", func() bool { return bl.Stats().Refused == uint64(flood)+1 })
+			testwait.NothingWithin(100*time.Millisecond, "a refusal written before the request")
 			if readable(c) {
 				t.Fatalf("the refusal was written before the request, behind %d connections of a flood", flood)
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tlscert"
 	"github.com/presenced/presenced/internal/tlscert/tlstest"
 )
@@ -61,12 +62,12 @@ func TestTLSStates(t *testing.T) {
 	if code, body := get(t, c, "/ok"); code != 200 || body != "ok" {
 		t.Fatalf("GET /ok over TLS: %d %q", code, body)
 	}
-	await(t, "the connection idle", func() bool { s := bl.Stats(); return s.Idle == 1 && s.Pending == 0 })
+	testwait.For(t, "the connection idle", func() bool { s := bl.Stats(); return s.Idle == 1 && s.Pending == 0 })
 	h := dialTLS(t, ca, addr)
 	if code, _ := get(t, h, "/hold"); code != 101 {
 		t.Fatalf("hold: %d", code)
 	}
-	await(t, "the held connection neither pending nor idle", func() bool {
+	testwait.For(t, "the held connection neither pending nor idle", func() bool {
 		s := bl.Stats()
 		return s.Open == 2 && s.Idle == 1 && s.Pending == 0
 	})
@@ -74,7 +75,7 @@ func TestTLSStates(t *testing.T) {
 	if code, _ := get(t, c, "/ok"); code != 200 {
 		t.Fatalf("second GET: %d", code)
 	}
-	await(t, "idle again", func() bool { return bl.Stats().Idle == 1 })
+	testwait.For(t, "idle again", func() bool { return bl.Stats().Idle == 1 })
 }
 
 // TestTLSHandshakesArePending: TCP connections that never finish a TLS
@@ -86,11 +87,11 @@ func TestTLSHandshakesArePending(t *testing.T) {
 	for range 3 {
 		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
 	}
-	await(t, "3 stalled", func() bool { return stalledCount(bl) == 3 })
+	testwait.For(t, "3 stalled", func() bool { return stalledCount(bl) == 3 })
 	for range 2 {
 		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
 	}
-	await(t, "5 accepted", func() bool { s := bl.Stats(); return s.Pending+int(s.Evicted) == 5 })
+	testwait.For(t, "5 accepted", func() bool { s := bl.Stats(); return s.Pending+int(s.Evicted) == 5 })
 	if s := bl.Stats(); s.Pending != 3 || s.Evicted != 2 {
 		t.Fatalf("stats %+v, want 3 pending, 2 evicted", s)
 	}
@@ -116,7 +117,7 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatalf("the server did not close a connection without a handshake within %s", waitTimeout)
 	}
-	await(t, "its place back", func() bool { return bl.Stats().Open == 0 })
+	testwait.For(t, "its place back", func() bool { return bl.Stats().Open == 0 })
 }
 
 // TestTLSRefusalOverTLS: a connection refused at the cap gets the JSON 503

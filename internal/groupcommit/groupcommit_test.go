@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // log is a commit function that records every group it is given; it
@@ -51,19 +53,13 @@ func (l *log) taken() [][]string {
 // waitQueued waits until n writes wait in c's queue.
 func waitQueued[W any](t *testing.T, c *Committer[W], n int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var have int
+	testwait.Forf(t, func() string { return fmt.Sprintf("%d queued writes (have %d)", n, have) }, func() bool {
 		c.mu.Lock()
-		have := len(c.queue)
+		have = len(c.queue)
 		c.mu.Unlock()
-		if have >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %d queued writes (have %d)", n, have)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return have >= n
+	})
 }
 
 // TestGroups: writes queued while a commit runs go together in the next

@@ -138,19 +138,17 @@ func (w *world) publish(data []byte) string {
 // server is away, and reports whether the stream took it as a duplicate.
 func (w *world) publishID(id string, data []byte) bool {
 	w.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var dup bool
+	testwait.NoErr(w.t, "publish "+id, func() error {
 		ctx, cancel := context.WithTimeout(w.ctx, 2*time.Second)
+		defer cancel()
 		ack, err := w.pub.Publish(ctx, w.cfg.Subject+".gw1", data, jetstream.WithMsgID(id))
-		cancel()
 		if err == nil {
-			return ack.Duplicate
+			dup = ack.Duplicate
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("publish %s: %v", id, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
+	return dup
 }
 
 // status returns the status and alive devices of user now.

@@ -314,7 +314,7 @@ func TestBrokersUnreachable(t *testing.T) {
 	if s := p.Stats(); s.Queued != len(v) || s.Produced != uint64(len(u)) {
 		t.Errorf("brokers away: producer stats %+v, want %d queued", s, len(v))
 	}
-	time.Sleep(10 * time.Second) // the outage
+	time.Sleep(10 * time.Second) // the scenario: the outage, five of the consumer's 2 s sessions
 	if s := p.Stats(); s.Queued != len(v) || s.Dropped != 0 || s.Failed != 0 {
 		t.Errorf("after 10 s away: producer stats %+v, want %d queued, none lost", s, len(v))
 	}
@@ -436,7 +436,8 @@ func TestIngestTopicCreatedLater(t *testing.T) {
 	w := newWorld(t)
 	const topic = "presence.updates.later"
 	w.startNodeWith("n1", nil, func(cfg *kafka.ConsumerConfig) { cfg.Topic = topic })
-	time.Sleep(2 * time.Second) // the node looks for its topic, finds none, and waits
+	// The node looks for its topic, finds none, and waits.
+	testwait.NothingWithin(2*time.Second, "the node joining its group before its topic exists")
 	if g := w.cluster.GroupInfo(group); g != nil && len(g.Members) > 0 {
 		t.Fatalf("the node joined its group before its topic existed: %+v", g)
 	}

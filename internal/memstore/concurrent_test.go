@@ -119,7 +119,7 @@ func TestConcurrentUse(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the scenario: 2 s of concurrent use, hundreds of compactions
 	close(stop)
 	wg.Wait()
 	if s.Compactions() == 0 {

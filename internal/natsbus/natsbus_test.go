@@ -776,14 +776,18 @@ func TestNoGoroutineLeft(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Forf(t, func() string {
+		buf := make([]byte, 1<<16)
+		return fmt.Sprintf("the bus's goroutines to end: %d goroutines, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+	}, func() bool { return runtime.NumGoroutine() <= base })
+}
+
+// contactsIdle reports whether no owner's announcement waits for, or is
+// in, OnContactsChanged.
+func (b *Bus) contactsIdle() bool {
+	b.contMu.Lock()
+	defer b.contMu.Unlock()
+	return len(b.contState) == 0
 }
 
 func TestOpenErrors(t *testing.T) {
@@ -1092,7 +1096,9 @@ func TestSlowContactsCallbackDoesNotHoldChanges(t *testing.T) {
 	a.Publish(event("u", 1))
 	testwait.For(t, "u's change delivered while the callback is blocked", func() bool { return len(b.rec.of("u")) == 1 })
 	unblock()
-	time.Sleep(200 * time.Millisecond)
+	// The announcements had all arrived (before u's change): once no
+	// owner waits for the callback, every call that was to come came.
+	testwait.For(t, "the announcements served", func() bool { return calls.Load() >= 2 && b.contactsIdle() })
 	if n := calls.Load(); n != 2 {
 		t.Errorf("OnContactsChanged called %d times, want 2 (5 announcements while one ran fold into one)", n)
 	}
@@ -1124,15 +1130,16 @@ func TestChangeAfterAnnouncementWaitsForTheCallback(t *testing.T) {
 	testwait.For(t, "the callback entered", func() bool { return calls.Load() == 1 })
 	a.Publish(event("owner", 2))
 	a.Publish(event("owner", 3))
-	a.Publish(event("u", 1)) // marks that owner's changes have arrived
+	// u's change marks that owner's have arrived: the dispatcher hands
+	// one node's changes on in the order it sent them.
+	a.Publish(event("u", 1))
 	testwait.For(t, "u's change", func() bool { return len(b.rec.of("u")) == 1 })
-	time.Sleep(50 * time.Millisecond)
 	if got := b.rec.of("owner"); len(got) != 1 {
 		t.Fatalf("owner's changes delivered while its contact list was being read: %+v", got[1:])
 	}
 	unblock()
 	testwait.For(t, "owner's newest change after the callback", func() bool { return len(b.rec.of("owner")) == 2 })
-	time.Sleep(100 * time.Millisecond)
+	testwait.NothingWithin(100*time.Millisecond, "owner's older parked change delivered after its newest")
 	if got := b.rec.of("owner"); len(got) != 2 || got[1].Version != 3 {
 		t.Errorf("owner's changes: %+v, want versions 1 and 3", got)
 	}

@@ -83,19 +83,14 @@ func TestStoreLost(t *testing.T) {
 				t.Fatal(err)
 			}
 			a.Publish(event("u", 3))
-			deadline := time.Now().Add(20 * time.Second)
 			var ids []string
 			var err error
-			for {
+			testwait.Forf(t, func() string {
+				return fmt.Sprintf("two changes in the stream after NATS came back: stream %v, err %v; a: %+v", ids, err, a.Stats())
+			}, func() bool {
 				ids, err = e.streamMsgIDs(b.nc)
-				if err == nil && len(ids) == 2 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("20 s after NATS came back: stream %v, err %v; a: %+v", ids, err, a.Stats())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return err == nil && len(ids) == 2
+			})
 			if ids[0] != "u:2" || ids[1] != "u:3" {
 				t.Errorf("the stream holds %v, want [u:2 u:3]", ids)
 			}

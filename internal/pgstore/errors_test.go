@@ -16,6 +16,7 @@ import (
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -150,21 +151,13 @@ func TestWriteInFlightAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, call := range storeCalls(s) {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			err := call(ctx)
-			if err == nil {
-				break
-			}
-			if !tracker.Unavailable(err) {
-				t.Errorf("%s after the restart: %v is not Unavailable", name, err)
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("%s still fails after the restart: %v", name, err)
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+		var err error
+		testwait.Forf(t, func() string { return fmt.Sprintf("%s to succeed after the restart; it fails: %v", name, err) }, func() bool {
+			err = call(ctx)
+			return err == nil || !tracker.Unavailable(err)
+		})
+		if err != nil {
+			t.Errorf("%s after the restart: %v is not Unavailable", name, err)
 		}
 	}
 }
@@ -174,20 +167,13 @@ func TestWriteInFlightAtShutdown(t *testing.T) {
 // statistics for its whole life.
 func awaitLockWait(t *testing.T, c *pgx.Conn) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.For(t, "a session to wait for the row lock", func() bool {
 		var n int
 		if err := c.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no session waits for the row lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n > 0
+	})
 }
 
 // storeCalls are one call of each method of the store.

@@ -3,12 +3,13 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/writegate"
 )
 
@@ -29,13 +30,8 @@ func TestContactWritesQueue(t *testing.T) {
 	}
 	queued := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for s.lists.Stats().Queued != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("contact-list writes waiting: %d, want %d", s.lists.Stats().Queued, n)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testwait.Forf(t, func() string { return fmt.Sprintf("%d contact-list writes waiting; %d are", n, s.lists.Stats().Queued) },
+			func() bool { return s.lists.Stats().Queued == n })
 	}
 	errs := make(chan error, 2)
 	for i, owner := range []string{"a", "b"} {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // TestOutage: while PostgreSQL is down every method fails (the tracker
@@ -64,17 +65,7 @@ func TestOutage(t *testing.T) {
 			}
 			// The tracker retries the checkpoint it could not write; the
 			// first tries may meet connections broken by the outage.
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				err := s.SaveLastSeen(ctx, checkpoint(2))
-				if err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("SaveLastSeen after the restart still fails: %v", err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			testwait.NoErr(t, "SaveLastSeen after the restart", func() error { return s.SaveLastSeen(ctx, checkpoint(2)) })
 			if err := s.Ping(ctx); err != nil {
 				t.Errorf("Ping after the restart: %v", err)
 			}

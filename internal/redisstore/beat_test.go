@@ -15,6 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -126,24 +127,30 @@ func TestBatchHasItsCallersTime(t *testing.T) {
 		}
 	}()
 	var wg sync.WaitGroup
-	beat := func(i int, d time.Duration) {
+	beat := func(i int, d time.Duration) time.Time {
+		deadline := time.Now().Add(d)
 		wg.Go(func() {
-			bctx, cancel := context.WithTimeout(ctx, d)
+			bctx, cancel := context.WithDeadline(ctx, deadline)
 			defer cancel()
 			_, err := s.Beat(bctx, t0+1, fmt.Sprint("u", i), "d", true)
 			if i != 1 && err != nil {
 				t.Errorf("u%d (10 s to spare) failed: %v", i, err)
 			}
 		})
+		return deadline
+	}
+	queue := func(want int) func() bool {
+		return func() bool { q, f := s.BeatQueue(); return q == want && f == 1 }
 	}
 	beat(0, 10*time.Second) // in flight, waiting on the paused Redis
-	time.Sleep(50 * time.Millisecond)
-	beat(1, 400*time.Millisecond) // first in the queue: sends the next call
-	time.Sleep(50 * time.Millisecond)
+	testwait.For(t, "u0's call in flight", queue(0))
+	u1 := beat(1, 400*time.Millisecond) // first in the queue: sends the next call
+	testwait.For(t, "u1 queued", queue(1))
 	for i := 2; i <= n; i++ {
 		beat(i, 10*time.Second)
 	}
-	time.Sleep(time.Second) // past u1's deadline
+	testwait.For(t, "every beat queued", queue(n))
+	time.Sleep(time.Until(u1)) // the scenario: Redis hangs past u1's deadline
 	if err := srv.Resume(); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,23 @@ func (s *Store) BeatBatch(ctx context.Context, beats []BeatArgs) ([]presence.Cha
 	return chs, errs
 }
 
+// BeatQueue returns how many heartbeats wait for a call of their group,
+// and in how many groups a call is in flight.
+func (s *Store) BeatQueue() (queued, inFlight int) {
+	for _, groups := range [][]beatGroup{s.mixedGroups, s.shardGroups} {
+		for i := range groups {
+			g := &groups[i]
+			g.mu.Lock()
+			queued += len(g.queue)
+			if g.running {
+				inFlight++
+			}
+			g.mu.Unlock()
+		}
+	}
+	return queued, inFlight
+}
+
 // BeatCalls returns the script calls that carried heartbeats so far.
 func (s *Store) BeatCalls() uint64 { return s.beatCalls.Load() }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // TestPing: Ping answers while Redis runs, fails while it is stopped and
@@ -29,11 +30,5 @@ func TestPing(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for err := s.Ping(ctx); err != nil; err = s.Ping(ctx) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Ping after Redis is back: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.NoErr(t, "Ping after Redis is back", func() error { return s.Ping(ctx) })
 }

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/storetest"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -107,15 +109,10 @@ func TestRestart(t *testing.T) {
 		}
 		// Back, empty: the client reconnects (maybe after a failed call).
 		var err error
-		for range 50 {
-			if _, err = s.Beat(ctx, t0+2, "u", "d", true); errors.Is(err, tracker.ErrNotLoaded) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if !errors.Is(err, tracker.ErrNotLoaded) {
-			t.Fatalf("Beat after restart: got %v, want ErrNotLoaded", err)
-		}
+		testwait.Forf(t, func() string { return fmt.Sprintf("Beat after restart to answer ErrNotLoaded; it answers %v", err) }, func() bool {
+			_, err = s.Beat(ctx, t0+2, "u", "d", true)
+			return errors.Is(err, tracker.ErrNotLoaded)
+		})
 		// It lost its floor with its data: Load says so until the floor
 		// is raised (the tracker takes a new epoch for it), and the user
 		// then counts on from the new floor.

@@ -3,12 +3,14 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // source is a store as a fill sees it: a fixed set of users, and a hook
@@ -71,13 +73,20 @@ func run(t *testing.T, cfg Config) *Replica {
 
 func awaitReady(t *testing.T, r *Replica) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !r.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("the replica never became ready")
+	testwait.For(t, "the replica to be ready", r.Ready)
+}
+
+// await waits until ch is closed.
+func await(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	testwait.For(t, what, func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
 		}
-		time.Sleep(time.Millisecond)
-	}
+	})
 }
 
 func get(t *testing.T, r *Replica, ids ...string) []presence.Snapshot {
@@ -99,12 +108,9 @@ func TestNotReadyUntilFilled(t *testing.T) {
 	src.fail = errors.New("redis down")
 	r := run(t, Config{Source: src})
 	out := make([]presence.Snapshot, 1)
-	time.Sleep(20 * time.Millisecond)
+	testwait.For(t, "the failed fill retried", func() bool { return src.scans.Load() >= 2 })
 	if err := r.Get(context.Background(), 0, []string{"a"}, out); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("Get before any fill succeeded: %v, want ErrNotReady", err)
-	}
-	if src.scans.Load() < 2 {
-		t.Errorf("a failed fill was tried %d times, want it retried", src.scans.Load())
 	}
 	src.mu.Lock()
 	src.fail = nil
@@ -190,19 +196,32 @@ func TestRefillDuringFill(t *testing.T) {
 	src.set("a", presence.Online, 5)
 	r := run(t, Config{Source: src})
 	awaitReady(t, r)
+	// The fill after the first Refill, and the one after it, each stop
+	// in the middle of their scan until released.
 	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	next, releaseNext := make(chan struct{}), make(chan struct{})
+	var mids atomic.Int32
 	src.mu.Lock()
-	src.mid = func() { once.Do(func() { close(entered); <-release }) }
+	src.mid = func() {
+		switch mids.Add(1) {
+		case 1:
+			close(entered)
+			<-release
+		case 2:
+			close(next)
+			<-releaseNext
+		}
+	}
 	src.mu.Unlock()
 	r.Refill()
-	<-entered
+	await(t, "the fill after the first Refill", entered)
 	r.Refill() // changes may have been missed after the running fill started
 	close(release)
-	time.Sleep(time.Millisecond)
-	if r.Ready() && src.scans.Load() < 3 {
+	await(t, "the fill after the second Refill", next)
+	if r.Ready() {
 		t.Error("ready after the fill that started before the second Refill")
 	}
+	close(releaseNext)
 	awaitReady(t, r)
 	if n := src.scans.Load(); n != 3 {
 		t.Errorf("%d scans, want 3 (the first fill, and one after each Refill)", n)
@@ -231,7 +250,8 @@ func TestRefillAfterWhileAFillWaits(t *testing.T) {
 	awaitReady(t, r)
 	start := time.Now()
 	r.Refill()
-	time.Sleep(10 * time.Millisecond) // the fill waits its 50 ms settle
+	// Run took the request: its fill waits its 50 ms settle.
+	testwait.For(t, "Run to take the Refill", func() bool { return len(r.wake) == 0 })
 	r.RefillAfter(300 * time.Millisecond)
 	awaitReady(t, r)
 	if d := time.Since(start); d < 300*time.Millisecond {
@@ -251,17 +271,11 @@ func TestBackgroundFill(t *testing.T) {
 	src.mu.Lock()
 	delete(src.users, "b")
 	src.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := get(t, r, "a", "b")
-		if got[0].Status == presence.Busy && !got[1].Known {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("background fills never corrected the replica: %+v", got)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var got []presence.Snapshot
+	testwait.Forf(t, func() string { return fmt.Sprintf("background fills to correct the replica: %+v", got) }, func() bool {
+		got = get(t, r, "a", "b")
+		return got[0].Status == presence.Busy && !got[1].Known
+	})
 	if st := r.Stats(); st.Refused != 0 || st.Fills < 2 {
 		t.Errorf("stats %+v: want reads answered throughout and several fills", st)
 	}
@@ -275,10 +289,7 @@ func TestFreshCheckedWithoutReads(t *testing.T) {
 	r := run(t, Config{Source: src, Check: 2 * time.Millisecond, Fresh: func() bool { calls.Add(1); return true }})
 	awaitReady(t, r)
 	n := calls.Load()
-	time.Sleep(50 * time.Millisecond)
-	if calls.Load()-n < 5 {
-		t.Errorf("Fresh called %d times in 50 ms without reads, want it checked every 2 ms", calls.Load()-n)
-	}
+	testwait.For(t, "Fresh called again and again without reads", func() bool { return calls.Load()-n >= 5 })
 }
 
 func TestFresh(t *testing.T) {
@@ -286,7 +297,7 @@ func TestFresh(t *testing.T) {
 	src.set("a", presence.Online, 5)
 	var fresh atomic.Bool
 	r := run(t, Config{Source: src, Fresh: fresh.Load})
-	time.Sleep(20 * time.Millisecond)
+	testwait.For(t, "the first fill", func() bool { return r.fills.Load() >= 1 })
 	out := make([]presence.Snapshot, 1)
 	if err := r.Get(context.Background(), 0, []string{"a"}, out); !errors.Is(err, ErrNotReady) {
 		t.Errorf("Get while a node is not heard: %v, want ErrNotReady", err)
@@ -306,17 +317,14 @@ func TestConcurrentUse(t *testing.T) {
 	r := run(t, Config{Source: src})
 	awaitReady(t, r)
 	ids := []string{"a0", "b1", "c2", "zz"}
+	// Four writers and readers, each asking for a refill every 50
+	// changes, until three of the fills they ask for ran among them.
+	fills := r.fills.Load() + 3
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
 	for g := range 4 {
 		wg.Go(func() {
 			out := make([]presence.Snapshot, len(ids))
-			for v := uint64(2); ; v++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for v := uint64(2); r.fills.Load() < fills; v++ {
 				r.Publish(ev(ids[g], presence.Away, v))
 				_ = r.Get(context.Background(), 0, ids, out)
 				if v%50 == 0 {
@@ -325,8 +333,6 @@ func TestConcurrentUse(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(200 * time.Millisecond)
-	close(stop)
 	wg.Wait()
 	awaitReady(t, r)
 	if got := get(t, r, "a0")[0]; got.Status != presence.Away {

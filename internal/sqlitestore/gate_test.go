@@ -3,12 +3,13 @@ package sqlitestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/writegate"
 )
 
@@ -38,13 +39,10 @@ func TestContactWritesQueue(t *testing.T) {
 	}
 	queued := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for s.gate.Stats().Queued != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("writes waiting for the writer: %d, want %d", s.gate.Stats().Queued, n)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testwait.Forf(t, func() string {
+			return fmt.Sprintf("%d writes waiting for the writer; %d are", n, s.gate.Stats().Queued)
+		},
+			func() bool { return s.gate.Stats().Queued == n })
 	}
 	errs := make(chan error, 3)
 	for i, owner := range []string{"a", "b"} {

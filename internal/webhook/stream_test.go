@@ -84,14 +84,10 @@ func (e *streamEnv) publish(users []string, from, to uint64) {
 			e.bus.Publish(event(u, v))
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Timeout)
 	defer cancel()
-	for !e.bus.Wait(ctx, e.bus.Mark()) {
-		if ctx.Err() != nil {
-			e.t.Fatalf("the stream did not take the changes: %+v", e.bus.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Forf(e.t, func() string { return fmt.Sprintf("the stream to take the changes: %+v", e.bus.Stats()) },
+		func() bool { return e.bus.Wait(ctx, e.bus.Mark()) })
 }
 
 // TestStreamDelivery: two nodes read one change stream; every change
@@ -306,12 +302,10 @@ func TestStreamConsumerLostBehind(t *testing.T) {
 	made := time.Now()
 	e.publish(users, 1, 5) // 5 batches of 4: each version of every user
 	testwait.For(t, "the first batch in hand", func() bool { return a.endpoints[0].held.Load() > 0 })
-	// The next batch is taken more than a second after the changes
-	// were made (the wait is for the start from a moment; from a
-	// sequence, nothing depends on it).
-	for time.Since(made) < 1500*time.Millisecond {
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The scenario: the next batch is taken more than a second after
+	// the changes were made (the wait is for the start from a moment;
+	// from a sequence, nothing depends on it).
+	time.Sleep(time.Until(made.Add(1500 * time.Millisecond)))
 	fails := r.fails.Load()
 	r.mode.Store(modeOnce)
 	testwait.For(t, "the next batch refused", func() bool { return r.count() > 0 && r.fails.Load() > fails })

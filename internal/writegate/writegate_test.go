@@ -3,23 +3,21 @@ package writegate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // waitQueued polls until n writes wait at g (a goroutine's Enter is
 // queued), with a deadline.
 func waitQueued(t *testing.T, g *Gate, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for g.Stats().Queued != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting writes: %d, want %d", g.Stats().Queued, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Forf(t, func() string { return fmt.Sprintf("%d writes waiting; %d are", n, g.Stats().Queued) },
+		func() bool { return g.Stats().Queued == n })
 }
 
 // enterAsync enters g in a goroutine; its name is sent on order once it

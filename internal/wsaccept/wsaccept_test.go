@@ -182,7 +182,7 @@ func TestCloseEndsHeadsBeingRead(t *testing.T) {
 	}
 	defer c.Close()
 	_, _ = io.WriteString(c, "GET /v1/") // half a request line
-	time.Sleep(50 * time.Millisecond)
+	testwait.For(t, "the head being read", func() bool { return n.l.Reading() == 1 })
 	closed := make(chan error, 1)
 	go func() { closed <- n.l.Close() }()
 	select {
@@ -266,7 +266,7 @@ func TestNothingTakenBeforeTheServerServes(t *testing.T) {
 	if _, err := io.WriteString(c, "GET /v1/ws?user_id=a HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	testwait.NothingWithin(100*time.Millisecond, "an upgrade handed over before the server serves")
 	if n := upgrades.Load(); n != 0 {
 		t.Fatalf("%d upgrades handed over before the server served", n)
 	}
