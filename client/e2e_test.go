@@ -53,17 +53,16 @@ func startNode(t *testing.T, dir, addr string, opts ...func(*app.Config)) *node 
 		t.Fatal(err)
 	}
 	var ln net.Listener
-	for deadline := time.Now().Add(5 * time.Second); ; { // a restarted node takes its old port back
-		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
-			break
+	defer func() {
+		if ln == nil { // NoErr failed the test
+			cancel()
+			a.Close()
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err != nil {
-		cancel()
-		a.Close()
-		t.Fatal(err)
-	}
+	}()
+	testwait.NoErr(t, "listen on "+addr, func() error { // a restarted node takes its old port back
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
 	n := &node{t: t, dir: dir, addr: ln.Addr().String(), opts: opts, stop: cancel, done: make(chan error, 1)}
 	go func() { n.done <- a.Run(ctx, ln) }()
 	t.Cleanup(n.shutdown)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // These tests exercise the client's own logic — backoff, jitter, the
@@ -247,19 +248,16 @@ func (c *fakeConn) send(v any) {
 // conn waits for the i-th connection (from 0).
 func (f *fake) conn(i int) *fakeConn {
 	f.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	var c *fakeConn
+	testwait.For(f.t, fmt.Sprintf("connection #%d", i), func() bool {
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		if len(f.conns) > i {
-			c := f.conns[i]
-			f.mu.Unlock()
-			return c
+			c = f.conns[i]
 		}
-		f.mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-	}
-	f.t.Fatalf("no connection #%d", i)
-	return nil
+		return c != nil
+	})
+	return c
 }
 
 // next returns the next client message of type typ, skipping heartbeats

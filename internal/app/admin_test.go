@@ -11,6 +11,7 @@ import (
 	"github.com/presenced/presenced/internal/apicontract"
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // stats is GET /v1/admin/stats.
@@ -72,12 +73,12 @@ func TestAdminStatsNode(t *testing.T) {
 	}
 	c := dialWS(t, addr, "u1")
 	c.msg("welcome")
-	waitUntil(t, "a connection and an online user", func() bool {
+	testwait.For(t, "a connection and an online user", func() bool {
 		m := getStats(t, addr).Metrics
 		return m["presenced_ws_connections"] == 1 && m["presenced_ws_users"] == 1 && m["presenced_online_users"] == 1
 	})
 	c.nc.Close()
-	waitUntil(t, "no connection", func() bool { return getStats(t, addr).Metrics["presenced_ws_connections"] == 0 })
+	testwait.For(t, "no connection", func() bool { return getStats(t, addr).Metrics["presenced_ws_connections"] == 0 })
 }
 
 // TestAdminStatsCluster: two nodes sharing Redis, PostgreSQL and NATS
@@ -104,7 +105,7 @@ func TestAdminStatsCluster(t *testing.T) {
 		}
 		return 0, ""
 	}
-	waitUntil(t, "each node lists the other alive", func() bool {
+	testwait.For(t, "each node lists the other alive", func() bool {
 		la, ha := peer(getStats(t, a), "node-b")
 		lb, hb := peer(getStats(t, b), "node-a")
 		return la != 0 && lb != 0 && ha == "alive" && hb == "alive"
@@ -143,7 +144,7 @@ func TestAdminStatsCluster(t *testing.T) {
 	if err := stopB(); err != nil {
 		t.Fatalf("node b: %v", err)
 	}
-	waitUntil(t, "node a no longer lists node b alive", func() bool {
+	testwait.For(t, "node a no longer lists node b alive", func() bool {
 		_, h := peer(getStats(t, a), "node-b")
 		return h != "alive"
 	})

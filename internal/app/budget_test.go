@@ -16,6 +16,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // dialFrom connects to addr from the loopback source address src.
@@ -66,7 +67,7 @@ func TestBodiesThatNeverCome(t *testing.T) {
 	}
 	// Until they stalled, a newcomer is answered 503 with Retry-After
 	// (call checks it); then it takes the place of one of them.
-	waitUntil(t, "a client of another address answered", func() bool {
+	testwait.For(t, "a client of another address answered", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz") // from 127.0.0.1
 		if err != nil {
 			t.Fatalf("GET /healthz under the flood: %v", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // Both edges read a JSON object by one rule (package strictjson): what
@@ -43,7 +44,7 @@ func TestMessagesDecodeLikeBodies(t *testing.T) {
 	c := dialWS(t, addr, "alice")
 	c.msg("welcome")
 	c.send(`{"type":"set_status","status":"busy"}`)
-	waitUntil(t, "alice busy", func() bool { return statusOf(t, addr, "alice") == "busy" })
+	testwait.For(t, "alice busy", func() bool { return statusOf(t, addr, "alice") == "busy" })
 
 	for _, m := range []struct{ msg, body, word string }{
 		{`{"type":"set_status","status":"busy","Status":"invisible"}`, `{"user_id":"alice","status":"busy","Status":"invisible"}`, `"Status"`},

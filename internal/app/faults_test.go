@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // runNode runs an app on 127.0.0.1 until the end of the test.
@@ -41,17 +41,6 @@ func call(t testing.TB, addr, method, path, body string) (int, string) {
 		t.Errorf("%s %s: 503 without Retry-After", method, path)
 	}
 	return resp.StatusCode, string(b)
-}
-
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func errorCode(t *testing.T, body string) string {
@@ -113,7 +102,7 @@ func TestPostgresStopsUnderANode(t *testing.T) {
 		httpDone <- answer{code, body}
 	}()
 	w.send(`{"type":"set_status","status":"busy"}`)
-	waitUntil(t, "both writes waiting on the row locks", func() bool {
+	testwait.For(t, "both writes waiting on the row locks", func() bool {
 		var n int
 		// From outside the locking transaction, which would see one
 		// snapshot of the statistics for its whole life.
@@ -158,14 +147,14 @@ func TestPostgresStopsUnderANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, u := range []string{"cold", "coldws"} {
-		waitUntil(t, u+" online", func() bool {
+		testwait.For(t, u+" online", func() bool {
 			code, body := call(t, addr, "GET", "/v1/presence/"+u, "")
 			return code == 200 && strings.Contains(body, `"status":"online"`)
 		})
 	}
 	// (A ping may first meet a pooled connection that died with the
 	// restart; the pool drops it.)
-	waitUntil(t, "readyz to report postgres ok", func() bool {
+	testwait.For(t, "readyz to report postgres ok", func() bool {
 		code, body := call(t, addr, "GET", "/readyz", "")
 		return code == 200 && strings.Contains(body, `"postgres":"ok"`)
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // DNS rebinding: a page at http://evil.example:PORT whose name the
@@ -167,7 +168,7 @@ func TestAllowedHosts(t *testing.T) {
 		})
 		_, port, _ := net.SplitHostPort(ln.Addr().String())
 		addr := "127.0.0.1:" + port
-		waitUntil(t, "the node ready", func() bool { code, _ := call(t, addr, "GET", "/readyz", ""); return code == 200 })
+		testwait.For(t, "the node ready", func() bool { code, _ := call(t, addr, "GET", "/readyz", ""); return code == 200 })
 		return addr
 	}
 	get := func(addr, host string) int {

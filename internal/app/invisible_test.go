@@ -8,6 +8,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // TestInvisibleTextStaysHidden runs two nodes on Redis, PostgreSQL and
@@ -30,7 +31,7 @@ func TestInvisibleTextStaysHidden(t *testing.T) {
 	watchers := []*watcher{newWatcher(t, nodes[0], "wa"), newWatcher(t, nodes[1], "wb")}
 	for _, w := range append([]*watcher{phone, laptop}, watchers...) {
 		w.send(t, `{"type":"subscribe","user_ids":["u"]}`)
-		waitUntil(t, w.name+"'s snapshot", func() bool { return w.count() >= 1 })
+		testwait.For(t, w.name+"'s snapshot", func() bool { return w.count() >= 1 })
 	}
 	phone.send(t, `{"type":"set_status","status":"invisible","text":"lunch"}`)
 	for _, w := range watchers {

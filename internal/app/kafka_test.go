@@ -17,6 +17,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -71,12 +72,12 @@ func testKafka(t *testing.T, withNATS bool) {
 	}
 
 	produce("session_connected", "kim")
-	waitUntil(t, "kim online through Kafka", reads("kim", "online"))
+	testwait.For(t, "kim online through Kafka", reads("kim", "online"))
 	if code, body := call(t, addr, "POST", "/v1/status", `{"user_id":"kim","status":"busy"}`); code != 200 {
 		t.Fatalf("status: %d %s", code, body)
 	}
 	produce("session_disconnected", "kim")
-	waitUntil(t, "kim offline through Kafka", reads("kim", "offline"))
+	testwait.For(t, "kim offline through Kafka", reads("kim", "offline"))
 	want := map[string][]string{"kim": {"online", "busy", "offline"}}
 
 	if withNATS {
@@ -95,7 +96,7 @@ func testKafka(t *testing.T, withNATS bool) {
 		if _, err := js.Publish(ctx, "presence.ingest.gw1", []byte(v)); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, "lee online through NATS", reads("lee", "online"))
+		testwait.For(t, "lee online through NATS", reads("lee", "online"))
 		want["lee"] = []string{"online"}
 	}
 
@@ -114,7 +115,7 @@ func testKafka(t *testing.T, withNATS bool) {
 	for u := range want {
 		n += len(want[u])
 	}
-	waitUntil(t, "the changes on Kafka", func() bool {
+	testwait.For(t, "the changes on Kafka", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
@@ -152,25 +153,18 @@ func testKafka(t *testing.T, withNATS bool) {
 		fmt.Sprintf("presenced_kafka_changes_produced_total %d", n),
 		"presenced_kafka_changes_queued 0",
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	missing := ""
+	testwait.Forf(t, func() string { return fmt.Sprintf("/metrics to have %q", missing) }, func() bool {
 		_, metrics := call(t, addr, "GET", "/metrics", "")
-		missing := ""
+		missing = ""
 		for _, s := range series {
 			if !strings.Contains(metrics, s) {
 				missing = s
-				break
+				return false
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("/metrics lacks %q after 10 s", missing)
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	})
 	if _, body := call(t, addr, "GET", "/readyz", ""); !strings.Contains(body, `"kafka":"ok"`) {
 		t.Errorf("/readyz %s, want kafka ok", body)
 	}

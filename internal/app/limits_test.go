@@ -16,6 +16,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/ratelimit"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // The per-user limits of a client, at the real edges. The node's clock
@@ -185,7 +186,7 @@ func TestSnapshotBudget(t *testing.T) {
 	for _, c := range cs {
 		c.nc.Close()
 	}
-	waitUntil(t, "the closed sockets gone", func() bool { return a.Gateway().Stats().Connections == 0 })
+	testwait.For(t, "the closed sockets gone", func() bool { return a.Gateway().Stats().Connections == 0 })
 	cs = devices()
 	for i, c := range cs {
 		if users, code := c.subscribe(contacts...); len(users) != perSocket {

@@ -13,6 +13,7 @@ import (
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/app/apptest"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // TestNoTimingSideChannel: no read path answers faster or slower because
@@ -175,7 +176,7 @@ func TestNoTimingSideChannel(t *testing.T) {
 func startNode(t testing.TB, cfg app.Config) (addr string, stop func() error) {
 	t.Helper()
 	_, addr, stop = apptest.Start(t, cfg)
-	waitUntil(t, "the node ready", func() bool { code, _ := call(t, addr, "GET", "/readyz", ""); return code == 200 })
+	testwait.For(t, "the node ready", func() bool { code, _ := call(t, addr, "GET", "/readyz", ""); return code == 200 })
 	return addr, stop
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracing"
 )
 
@@ -95,7 +96,7 @@ func TestTracing(t *testing.T) {
 	mark = len(exp.GetSpans())
 	c.send(`{"type":"heartbeat"}`)
 	c.send(`{"type":"set_status","status":"away","text":"lunch"}`)
-	waitUntil(t, "the set_status span", func() bool {
+	testwait.For(t, "the set_status span", func() bool {
 		for _, s := range exp.GetSpans()[mark:] {
 			if s.Name == "ws set_status" {
 				return true

@@ -22,6 +22,7 @@ import (
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // TestWebhooks: a node with a webhook URL POSTs each change it makes,
@@ -73,8 +74,8 @@ func TestWebhooks(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", req.method, req.path, code, body)
 		}
 	}
-	waitUntil(t, "three changes", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 3 })
-	time.Sleep(300 * time.Millisecond) // anything more would come within a linger
+	testwait.For(t, "three changes", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 3 })
+	testwait.NothingWithin(300*time.Millisecond, "a fourth change (the settings alone), which would come within a linger")
 	mu.Lock()
 	defer mu.Unlock()
 	want := []string{"online", "busy", "offline"}

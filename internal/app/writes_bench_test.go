@@ -16,6 +16,7 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // BenchmarkBystanderStatus measures one user's POST /v1/status on an
@@ -73,9 +74,7 @@ func benchBystander(b *testing.B, flood int) {
 		cancel()
 		wg.Wait()
 	}()
-	for done.Load() < int64(flood) { // the flood runs
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(b, "the flood to run", func() bool { return done.Load() >= int64(flood) })
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	defer hc.CloseIdleConnections()

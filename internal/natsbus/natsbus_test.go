@@ -511,6 +511,9 @@ func TestNATSRestart(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	// Until a's client reads the end of its connection, what it
+	// publishes goes into the dead socket as if sent.
+	testwait.For(t, "a to see NATS gone", func() bool { return !a.nc.IsConnected() })
 	for v := uint64(1); v <= 5; v++ {
 		a.Publish(event("during", v))
 		q.Publish(event("queued", v))
