@@ -21,9 +21,8 @@
 // fails the test naming the Debian package (scripts/test.sh installs
 // them): a suite that silently skips its real backends is a failing suite.
 // Only under go test -short, the tier that needs nothing but Go, does a
-// missing server skip the test instead (Fatal says which).
-// As root, PostgreSQL runs as the postgres user. All functions and methods
-// are safe for concurrent use.
+// missing server skip the test instead (Fatal says which). As root,
+// PostgreSQL runs as the postgres user. All of it is safe for concurrent use.
 package testsvc
 
 import (
