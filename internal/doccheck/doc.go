@@ -5,7 +5,8 @@
 //     package of the module, each with the module's packages it imports;
 //   - the flag table of docs/configuration.md against the flags the
 //     presenced binary prints with -h;
-//   - the presenced_* series README.md and docs name against the code.
+//   - the presenced_* series README.md and docs name against the code;
+//   - every package doc at most 25 lines.
 //
 // It has no code of its own; its tests run in the normal suite.
 package doccheck
