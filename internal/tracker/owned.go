@@ -57,13 +57,13 @@ func newOwnedDevices(lease *leaseKeeper, rules presence.Rules, retry time.Durati
 
 // beat records a heartbeat of a device through a socket this node holds
 // (connect: its first, with the device claimed again whatever this node
-// knew of it). The common beat takes one lock of the table and makes no
-// store call.
-func (od *ownedDevices) beat(ctx context.Context, user, device string, active, connect bool) (presence.Change, error) {
+// knew of it), and writes its change, if any, to ch. The common beat
+// takes one lock of the table and makes no store call.
+func (od *ownedDevices) beat(ctx context.Context, user, device string, active, connect bool, ch *presence.Change) error {
 	now := od.link.now()
 	need := od.table.Beat(now, user, device, active, connect)
 	if need == owned.NeedNothing {
-		return presence.Change{}, nil
+		return nil
 	}
 	devs := od.table.Pending(user, need, nil)
 	w := owned.Work{User: user}
@@ -72,11 +72,12 @@ func (od *ownedDevices) beat(ctx context.Context, user, device string, active, c
 	} else {
 		w.Touch = devs
 	}
-	ch, err := od.work(ctx, now, w)
+	c, err := od.work(ctx, now, w)
 	if err != nil {
-		return presence.Change{}, fmt.Errorf("heartbeat: %w", err)
+		return fmt.Errorf("heartbeat: %w", err)
 	}
-	return ch, nil
+	*ch = c
+	return nil
 }
 
 // sendDue hands the due work of the table to the store: releases of

@@ -60,23 +60,28 @@ func (t *Tracker) heartbeatRead(ctx context.Context, user, device string, active
 // while the store is down, or while the user cannot be loaded, succeeds
 // with an empty Change: the device is alive here and reaches the store
 // when it answers.
-func (t *Tracker) SocketBeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
-	if t.owned == nil {
-		return t.Heartbeat(ctx, user, device, active)
-	}
-	t.beats.add()
-	return t.owned.beat(ctx, user, device, active, false)
+func (t *Tracker) SocketBeat(ctx context.Context, user, device string, active bool) (ch presence.Change, err error) {
+	err = t.socketBeat(ctx, user, device, active, false, &ch)
+	return ch, err
 }
 
 // SocketConnect is the first heartbeat of a new socket (active): with a
 // Leaser store the device is claimed again whatever this node knew of it,
 // since it may have been held by another node meanwhile.
-func (t *Tracker) SocketConnect(ctx context.Context, user, device string) (presence.Change, error) {
+func (t *Tracker) SocketConnect(ctx context.Context, user, device string) (ch presence.Change, err error) {
+	err = t.socketBeat(ctx, user, device, true, true, &ch)
+	return ch, err
+}
+
+// socketBeat is SocketBeat (connect: SocketConnect) with the change
+// written to ch, passed down by its address as on every heartbeat's path.
+func (t *Tracker) socketBeat(ctx context.Context, user, device string, active, connect bool, ch *presence.Change) error {
 	if t.owned == nil {
-		return t.Heartbeat(ctx, user, device, true)
+		_, err := t.heartbeatRead(ctx, user, device, active, nil, ch)
+		return err
 	}
 	t.beats.add()
-	return t.owned.beat(ctx, user, device, true, true)
+	return t.owned.beat(ctx, user, device, active, connect, ch)
 }
 
 // keeping says where an operation waits that the store cannot take now.
