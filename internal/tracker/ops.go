@@ -51,6 +51,21 @@ type pendingDevice struct {
 	first, beat, active, bye int64
 }
 
+// ops appends the device's last active beat, last beat and bye, in that
+// order, each only if it happened.
+func (d *pendingDevice) ops(out []op) []op {
+	if d.active > 0 {
+		out = append(out, op{kind: opBeat, at: d.active, device: d.id, active: true})
+	}
+	if d.beat > d.active {
+		out = append(out, op{kind: opBeat, at: d.beat, device: d.id})
+	}
+	if d.bye > 0 {
+		out = append(out, op{kind: opBye, at: d.bye, device: d.id})
+	}
+	return out
+}
+
 // pending is what one user did while the store did not hear of it: per
 // device the latest operation, the latest manual status and the latest
 // settings.
@@ -146,15 +161,10 @@ func (p *pending) ops(out []op) []op {
 	if p.hasSettings {
 		out = append(out, op{kind: opSettings, settings: p.settings})
 	}
-	for _, d := range p.devices {
-		if d.active > 0 {
-			out = append(out, op{kind: opBeat, at: d.active, device: d.id, active: true})
-		}
-		if d.beat > d.active {
-			out = append(out, op{kind: opBeat, at: d.beat, device: d.id})
-		}
+	for i := range p.devices {
+		d := &p.devices[i]
+		out = d.ops(out)
 		if d.bye > 0 {
-			out = append(out, op{kind: opBye, at: d.bye, device: d.id})
 			out = p.bridge(out, d.bye)
 		}
 	}
@@ -172,16 +182,8 @@ func (p *pending) ops(out []op) []op {
 // device's last beat), and a user's bridges grow with the square of their
 // devices.
 func (p *pending) deviceOps(out []op) []op {
-	for _, d := range p.devices {
-		if d.active > 0 {
-			out = append(out, op{kind: opBeat, at: d.active, device: d.id, active: true})
-		}
-		if d.beat > d.active {
-			out = append(out, op{kind: opBeat, at: d.beat, device: d.id})
-		}
-		if d.bye > 0 {
-			out = append(out, op{kind: opBye, at: d.bye, device: d.id})
-		}
+	for i := range p.devices {
+		out = p.devices[i].ops(out)
 	}
 	return out
 }
