@@ -3,6 +3,7 @@ package tracker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -263,20 +264,38 @@ func TestClaimNotReplicatedIsRetried(t *testing.T) {
 	c := newCluster(t, primary)
 	a, b := c.add(1), c.add(2)
 	a.alive, b.alive = true, true
-	a.socketConnect("bob", "phone") // all well: the store learns of the replica
-	if evs := a.events(); len(evs) != 1 {
+	// now steps the fake clock on by the claim retry's 100 ms, so a
+	// claim whose WAIT ran out on a loaded machine is tried again.
+	var now time.Duration
+	step := func() {
+		now += 100 * time.Millisecond
+		c.at(now)
+		c.tick(a, b)
+	}
+	// All well: the store learns of the replica.
+	if _, err := a.tr.SocketConnect(a.ctx, "bob", "phone"); err != nil && !errors.Is(err, tracker.ErrNotReplicated) {
+		t.Fatalf("connect with the replica in sync: %v", err)
+	}
+	var evs []string
+	testwait.Forf(t, func() string { return fmt.Sprintf("bob's arrival, seen %v", evs) }, func() bool {
+		if evs = append(evs, a.events()...); len(evs) > 0 {
+			return true
+		}
+		step()
+		return false
+	})
+	if len(evs) != 1 {
 		t.Fatalf("bob's arrival: %v", evs)
 	}
 	if err := replica.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	c.at(100 * time.Millisecond)
+	step()
 	if _, err := a.tr.SocketConnect(a.ctx, "carol", "phone"); err != nil && !errors.Is(err, tracker.ErrNotReplicated) {
 		t.Fatalf("connect while claims are not replicated: %v", err)
 	}
-	for i := 2; i <= 4; i++ {
-		c.at(time.Duration(i) * 100 * time.Millisecond)
-		c.tick(a, b)
+	for range 3 {
+		step()
 	}
 	if st := a.tr.Stats(); st.Down || a.tr.Degraded() {
 		t.Fatalf("claims not replicated marked the store down: %+v", st)
@@ -287,16 +306,12 @@ func TestClaimNotReplicatedIsRetried(t *testing.T) {
 	if err := replica.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 5; i <= 30; i++ {
-		c.at(time.Duration(i) * 100 * time.Millisecond)
-		c.tick(a, b)
-		if s := b.read("carol")[0]; s.Status == presence.Online && a.pub.count() > 0 {
-			break
-		}
-	}
-	if s := b.read("carol")[0]; s.Status != presence.Online {
-		t.Fatalf("carol once the replica is back: %v, want online", s.Status)
-	}
+	testwait.Forf(t, func() string {
+		return fmt.Sprintf("carol online once the replica is back (reads %v)", b.read("carol")[0].Status)
+	}, func() bool {
+		step()
+		return b.read("carol")[0].Status == presence.Online && a.pub.count() > 0
+	})
 	if evs := a.events(); len(evs) != 1 || !strings.Contains(evs[0], "carol") || !strings.Contains(evs[0], "online") {
 		t.Fatalf("events: %v, want carol online once", evs)
 	}
