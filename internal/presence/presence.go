@@ -429,6 +429,11 @@ func SnapshotFromProfile(p *Profile) Snapshot {
 type Change struct {
 	Changed bool
 	Event   Event
+	// Rooms are the joins and leaves the operation caused, applied
+	// already: the leaves of a device that ended, those of a user who
+	// went invisible and the joins of one who came back. Nil for a user
+	// in no room (no allocation on a beat's path).
+	Rooms []RoomEvent
 }
 
 // Event is a change of a user's visible presence, as everyone but the user

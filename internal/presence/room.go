@@ -77,6 +77,11 @@ type RoomEvent struct {
 	At      int64 // Unix ms
 }
 
+// RoomMember reports whether u counts as a member of the rooms its
+// devices are in: it is not invisible. (A user whose every device ended
+// is in no room.) Every store applies this one rule.
+func (u *User) RoomMember() bool { return u.Pub != Offline }
+
 // RoomRules are the limits of rooms. The zero value takes the defaults.
 type RoomRules struct {
 	// MaxRooms caps the rooms one device is in at once; a join of one

@@ -10,7 +10,9 @@ import (
 // emitter counts every change of presence and hands it to the Publisher.
 // Every part of the tracker that makes a change publishes it here.
 type emitter struct {
-	pub         Publisher           // nil: changes are counted and dropped
+	pub         Publisher     // nil: changes are counted and dropped
+	roomPub     RoomPublisher // nil: room events are counted and dropped
+	roomEvents  atomic.Uint64
 	transitions [5][5]atomic.Uint64 // [prev][next] public status
 	textChanges atomic.Uint64
 	online      atomic.Int64 // users whose public status is not offline
@@ -22,6 +24,17 @@ type emitter struct {
 func (e *emitter) emit(ch *presence.Change) {
 	if ch.Changed {
 		e.publish(ch.Event)
+	}
+	for i := range ch.Rooms {
+		e.publishRoom(&ch.Rooms[i])
+	}
+}
+
+// publishRoom counts and publishes one join or leave.
+func (e *emitter) publishRoom(ev *presence.RoomEvent) {
+	e.roomEvents.Add(1)
+	if e.roomPub != nil {
+		e.roomPub.PublishRoom(ev)
 	}
 }
 

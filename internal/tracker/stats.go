@@ -7,6 +7,7 @@ type Stats struct {
 	Heartbeats  uint64
 	Transitions map[[2]presence.Status]uint64 // [prev, next] → count
 	TextChanges uint64
+	RoomEvents  uint64 // joins and leaves of rooms published
 	// Online counts users whose public status is not offline, from the
 	// transitions this tracker made: exact when it makes every transition
 	// of its store (a store in this process), not when nodes share the
@@ -42,6 +43,7 @@ func (t *Tracker) Stats() Stats {
 		Heartbeats:  t.beats.load(),
 		Transitions: make(map[[2]presence.Status]uint64),
 		TextChanges: t.events.textChanges.Load(),
+		RoomEvents:  t.events.roomEvents.Load(),
 		Online:      t.events.online.Load(),
 		Flushed:     t.cps.flushed.Load(),
 		FlushErrors: t.cps.failed.Load(),

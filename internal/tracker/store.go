@@ -144,11 +144,13 @@ type abilities struct {
 	partSweeper  PartSweeper
 	leaser       Leaser
 	partTakeOver PartTakeOver
+	rooms        RoomStore
 }
 
 func abilitiesOf(s Store) abilities {
 	var a abilities
 	a.beatCounter, _ = s.(BeatCounter)
+	a.rooms, _ = s.(RoomStore)
 	if sh, ok := s.(SharedStore); ok {
 		a.pinger, a.floorer, a.beatReader, a.partitioned = sh, sh, sh, sh
 		a.partSweeper, a.leaser, a.partTakeOver = sh, sh, sh

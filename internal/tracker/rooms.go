@@ -1,0 +1,102 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// RoomStore is an optional ability of a Store: rooms (presence/room.go).
+// A device's memberships live with the device: the store ends them in
+// the same step as the device (its bye, its ttl, the close grace) and
+// returns those leaves in the Change of that step (presence.Change.Rooms),
+// as it returns the joins and leaves of a user going invisible and back.
+type RoomStore interface {
+	// Join puts device of user in room; changed reports the user's join
+	// (ev). presence.ErrDeviceNotAlive when the store holds no such
+	// device alive, presence.ErrTooManyRooms at the device's cap.
+	Join(ctx context.Context, now int64, user, device, room string) (ev presence.RoomEvent, changed bool, err error)
+	// Leave takes device out of room; changed reports the user's leave.
+	Leave(ctx context.Context, now int64, user, device, room string) (ev presence.RoomEvent, changed bool, err error)
+	// RoomPage reads up to limit members of room after the member after
+	// ("" for the first page), in the store's one order of pages.
+	RoomPage(ctx context.Context, room, after string, limit int, out []string) (RoomPage, error)
+	// RoomCounts appends the count of each room to out.
+	RoomCounts(ctx context.Context, rooms []string, out []int) ([]int, error)
+}
+
+// RoomPage is one page of a room's members.
+type RoomPage struct {
+	Members []string
+	Count   int    // members of the whole room
+	Version uint64 // the room's version when read
+	More    bool   // members follow after the last of Members
+}
+
+// RoomPublisher is an optional ability of a Publisher: it receives every
+// join and leave. Events of one room may reach it out of order (two users
+// of two store shards); each carries the room's version, so a consumer
+// puts them back in order.
+type RoomPublisher interface {
+	PublishRoom(ev *presence.RoomEvent)
+}
+
+// ErrRoomsUnsupported is returned by the room methods when the state
+// store has no rooms (a shared Redis store, for now).
+var ErrRoomsUnsupported = errors.New("rooms are not available with this node's state store (-redis-url); run the embedded store for rooms")
+
+// Join puts device of user in room and publishes the user's join if it
+// became a member. The device joins after its first beat or connect
+// (presence.ErrDeviceNotAlive before).
+func (t *Tracker) Join(ctx context.Context, user, device, room string) (presence.RoomEvent, error) {
+	return t.room(ctx, user, device, room, true)
+}
+
+// Leave takes device of user out of room and publishes the user's leave
+// if it was the last of its devices there. Leaving a room the device is
+// not in changes nothing.
+func (t *Tracker) Leave(ctx context.Context, user, device, room string) (presence.RoomEvent, error) {
+	return t.room(ctx, user, device, room, false)
+}
+
+func (t *Tracker) room(ctx context.Context, user, device, room string, join bool) (presence.RoomEvent, error) {
+	rs := t.link.can.rooms
+	if rs == nil {
+		return presence.RoomEvent{}, ErrRoomsUnsupported
+	}
+	op := rs.Leave
+	if join {
+		op = rs.Join
+	}
+	ev, changed, err := op(ctx, t.Now(), user, device, room)
+	if err != nil {
+		if join {
+			return ev, fmt.Errorf("join %q: %w", room, err)
+		}
+		return ev, fmt.Errorf("leave %q: %w", room, err)
+	}
+	if changed {
+		t.events.publishRoom(&ev)
+	}
+	return ev, nil
+}
+
+// RoomPage reads a page of room's members (see RoomStore.RoomPage).
+func (t *Tracker) RoomPage(ctx context.Context, room, after string, limit int, out []string) (RoomPage, error) {
+	rs := t.link.can.rooms
+	if rs == nil {
+		return RoomPage{}, ErrRoomsUnsupported
+	}
+	return rs.RoomPage(ctx, room, after, limit, out)
+}
+
+// RoomCounts appends the member count of each room to out.
+func (t *Tracker) RoomCounts(ctx context.Context, rooms []string, out []int) ([]int, error) {
+	rs := t.link.can.rooms
+	if rs == nil {
+		return out, ErrRoomsUnsupported
+	}
+	return rs.RoomCounts(ctx, rooms, out)
+}
