@@ -14,6 +14,7 @@ import (
 
 	"github.com/presenced/presenced/internal/deadline"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/rooms"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -29,6 +30,8 @@ type Config struct {
 	// its last change has been checkpointed; reads of evicted users are
 	// served from the durable store. Default 10m.
 	EvictAfter time.Duration
+	// RoomRules are the limits of rooms (presence.RoomRules defaults).
+	RoomRules presence.RoomRules
 }
 
 // Store is a sharded in-memory tracker.Store. It is safe for concurrent use.
@@ -39,6 +42,7 @@ type Store struct {
 	mask       uint64
 	shards     []shard
 	scratch    sync.Pool // *getScratch
+	rooms      *rooms.Table
 }
 
 type shard struct {
@@ -47,6 +51,7 @@ type shard struct {
 	heap  deadline.Heap[uint32] // record indices
 	dirty []uint32              // records whose state changed since the last Dirty
 	beats uint64                // heartbeats applied (counted under the lock: no shared counter line)
+	devs  []string              // scratch of afterRooms
 	_     [64]byte              // keep neighbouring shards' locks off one cache line
 }
 
@@ -69,6 +74,7 @@ func New(cfg Config) *Store {
 		seed:       maphash.MakeSeed(),
 		mask:       uint64(n - 1),
 		shards:     make([]shard, n),
+		rooms:      rooms.New(rooms.Config{Rules: cfg.RoomRules, Epoch: cfg.Rules.Epoch}),
 	}
 	for i := range s.shards {
 		s.shards[i].t.init(s.seed, uint(bits.TrailingZeros(uint(n))), cfg.Rules.MaxDevices)
@@ -92,12 +98,14 @@ func (s *Store) Beat(_ context.Context, now int64, user, device string, active b
 		return presence.Change{}, tracker.ErrNotLoaded
 	}
 	u, tx := sh.t.inflate(idx, user)
+	member := u.RoomMember()
 	ch, err := u.Beat(&s.rules, now, device, active)
 	if err != nil {
 		sh.mu.Unlock()
 		return ch, err
 	}
 	sh.t.store(idx, &u, tx)
+	s.afterRooms(sh, h&s.mask, idx, &u, member, "", now, &ch)
 	sh.beats++
 	sh.touchLocked(idx)
 	s.scheduleLocked(sh, idx, &u, now)
@@ -115,8 +123,10 @@ func (s *Store) SetStatus(_ context.Context, now int64, user string, m presence.
 		return presence.Change{}, tracker.ErrNotLoaded
 	}
 	u, tx := sh.t.inflate(idx, user)
+	member := u.RoomMember()
 	ch := u.SetStatus(&s.rules, now, m, text)
 	sh.t.store(idx, &u, tx)
+	s.afterRooms(sh, h&s.mask, idx, &u, member, "", now, &ch)
 	if ch.Changed {
 		sh.touchLocked(idx)
 	}
@@ -134,8 +144,10 @@ func (s *Store) Bye(_ context.Context, now int64, user, device string) (presence
 		return presence.Change{}, nil
 	}
 	u, tx := sh.t.inflate(idx, user)
+	member := u.RoomMember()
 	ch := u.Bye(&s.rules, now, device)
 	sh.t.store(idx, &u, tx)
+	s.afterRooms(sh, h&s.mask, idx, &u, member, device, now, &ch)
 	sh.touchLocked(idx)
 	s.scheduleLocked(sh, idx, &u, now)
 	return ch, nil
@@ -151,8 +163,10 @@ func (s *Store) Disconnect(_ context.Context, now int64, user, device string, si
 		return presence.Change{}, nil
 	}
 	u, tx := sh.t.inflate(idx, user)
+	member := u.RoomMember()
 	ch := u.Disconnect(&s.rules, now, device, since)
 	sh.t.store(idx, &u, tx)
+	s.afterRooms(sh, h&s.mask, idx, &u, member, "", now, &ch)
 	if ch.Changed {
 		sh.touchLocked(idx)
 	}
@@ -212,14 +226,18 @@ func (s *Store) Expire(_ context.Context, now int64, max int, out []presence.Cha
 			}
 			r.sched = 0
 			u, tx := sh.t.inflate(idx, "")
+			member := u.RoomMember()
 			ch := u.Expire(&s.rules, now)
 			sh.t.store(idx, &u, tx)
+			s.afterRooms(sh, uint64(i), idx, &u, member, "", now, &ch)
 			if ch.Changed {
 				ch.Event.UserID = sh.t.str(r.id())
 				sh.touchLocked(idx)
+			}
+			if ch.Changed || len(ch.Rooms) > 0 {
 				out = append(out, ch)
 			}
-			if len(u.Devices) == 0 && r.evictAt != 0 && now >= r.evictAt {
+			if len(u.Devices) == 0 && r.flags&flagRooms == 0 && r.evictAt != 0 && now >= r.evictAt {
 				if r.flags&flagDirty == 0 {
 					sh.t.remove(maphash.String(s.seed, sh.t.str(r.id())), idx)
 					continue

@@ -26,6 +26,16 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+func TestRoomsConformance(t *testing.T) {
+	for _, shards := range []int{1, 256} {
+		t.Run(map[int]string{1: "one shard", 256: "256 shards"}[shards], func(t *testing.T) {
+			storetest.RunRooms(t, func(t *testing.T, r presence.Rules, rr presence.RoomRules) tracker.Store {
+				return memstore.New(memstore.Config{Rules: r, RoomRules: rr, Shards: shards, EvictAfter: 1000 * time.Hour})
+			})
+		})
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	s := memstore.New(memstore.Config{})
 	ctx := context.Background()

@@ -56,6 +56,7 @@ const (
 	flagLive  = 1 << iota // the record holds a user (else it is on the free list)
 	flagDirty             // in the shard's dirty list
 	flagText              // shard.texts holds its text, published text or published version
+	flagRooms             // a device of the user is in a room (Store.rooms)
 )
 
 // devRec is a presence.Device without pointers.

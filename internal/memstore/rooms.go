@@ -1,0 +1,126 @@
+package memstore
+
+import (
+	"context"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/rooms"
+	"github.com/presenced/presenced/internal/tracker"
+)
+
+// Rooms live in a rooms.Table beside the user tables. A user's side of
+// it (its devices' rooms) is changed only under the user's shard lock,
+// so a device's end and the leaves of its rooms are one step: every
+// operation that may end a device or turn the user invisible ends with
+// afterRooms, under the same lock, and returns the joins and leaves in
+// its Change. A record with a device in a room carries flagRooms, which
+// keeps the common beat of a user in no room off this path, and keeps
+// the record (whose index is the user's rooms.UserRef) from eviction.
+
+var _ tracker.RoomStore = (*Store)(nil)
+
+// ref is the rooms.UserRef of record idx of shard si: stable while the
+// record is live, and a record with flagRooms is never evicted.
+func ref(si uint64, idx int) rooms.UserRef { return rooms.UserRef(si<<24 | uint64(idx)) }
+
+// afterRooms is the end of an operation on record idx of shard si, whose
+// user is u after it and was a member (presence.User.RoomMember) before:
+// the devices of the user in rooms that the operation ended leave them
+// (bye is the device that said bye, if any), and a change of membership
+// (invisibility) is a leave or join of every room. The events are
+// appended to ch.Rooms. Held: sh.mu.
+func (s *Store) afterRooms(sh *shard, si uint64, idx int, u *presence.User, member bool, bye string, now int64, ch *presence.Change) {
+	r := &sh.t.recs[idx]
+	if r.flags&flagRooms == 0 {
+		return
+	}
+	ur := ref(si, idx)
+	sh.devs = s.rooms.Devices(ur, sh.devs[:0])
+	for _, d := range sh.devs {
+		if hasDevice(u, d) {
+			continue
+		}
+		reason := presence.ReasonEnded
+		if d == bye {
+			reason = presence.ReasonBye
+		}
+		ch.Rooms = s.rooms.LeaveAll(ur, d, reason, now, ch.Rooms)
+	}
+	clear(sh.devs)
+	if m := u.RoomMember(); m != member && s.rooms.InRooms(ur) {
+		ch.Rooms = s.rooms.SetCounted(ur, m, now, ch.Rooms)
+	}
+	if !s.rooms.InRooms(ur) {
+		r.flags &^= flagRooms
+	}
+}
+
+// hasDevice reports whether u holds device (alive: the rules dropped the
+// dead ones in the operation that inflated u).
+func hasDevice(u *presence.User, device string) bool {
+	for i := range u.Devices {
+		if u.Devices[i].ID == device {
+			return true
+		}
+	}
+	return false
+}
+
+// Join implements tracker.RoomStore.
+func (s *Store) Join(_ context.Context, now int64, user, device, room string) (presence.RoomEvent, bool, error) {
+	sh, h := s.locate(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	idx := sh.t.find(h, user)
+	if idx < 0 {
+		return presence.RoomEvent{}, false, presence.ErrDeviceNotAlive
+	}
+	u, _ := sh.t.inflate(idx, user)
+	alive := false
+	for i := range u.Devices {
+		if d := &u.Devices[i]; d.ID == device && now < s.rules.End(d) {
+			alive = true
+		}
+	}
+	if !alive {
+		return presence.RoomEvent{}, false, presence.ErrDeviceNotAlive
+	}
+	ev, changed, err := s.rooms.Join(ref(h&s.mask, idx), user, device, room, u.RoomMember(), now)
+	if err == nil {
+		sh.t.recs[idx].flags |= flagRooms
+	}
+	return ev, changed, err
+}
+
+// Leave implements tracker.RoomStore.
+func (s *Store) Leave(_ context.Context, now int64, user, device, room string) (presence.RoomEvent, bool, error) {
+	sh, h := s.locate(user)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	idx := sh.t.find(h, user)
+	if idx < 0 || sh.t.recs[idx].flags&flagRooms == 0 {
+		return presence.RoomEvent{}, false, nil
+	}
+	ur := ref(h&s.mask, idx)
+	ev, changed := s.rooms.Leave(ur, device, room, presence.ReasonLeft, now)
+	if !s.rooms.InRooms(ur) {
+		sh.t.recs[idx].flags &^= flagRooms
+	}
+	return ev, changed, nil
+}
+
+// RoomPage implements tracker.RoomStore.
+func (s *Store) RoomPage(_ context.Context, room, after string, limit int, out []string) (tracker.RoomPage, error) {
+	members, version, more := s.rooms.Page(room, after, limit, out)
+	n, _ := s.rooms.Count(room)
+	return tracker.RoomPage{Members: members, Count: n, Version: version, More: more}, nil
+}
+
+// RoomCounts implements tracker.RoomStore.
+func (s *Store) RoomCounts(_ context.Context, ids []string, out []int) ([]int, error) {
+	for _, id := range ids {
+		n, _ := s.rooms.Count(id)
+		out = append(out, n)
+	}
+	return out, nil
+}
