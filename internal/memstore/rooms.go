@@ -48,7 +48,11 @@ func (s *Store) afterRooms(sh *shard, si uint64, idx int, u *presence.User, memb
 	}
 	clear(sh.devs)
 	if m := u.RoomMember(); m != member && s.rooms.InRooms(ur) {
+		n := len(ch.Rooms)
 		ch.Rooms = s.rooms.SetCounted(ur, m, now, ch.Rooms)
+		for i := n; i < len(ch.Rooms); i++ {
+			face(&ch.Rooms[i], u)
+		}
 	}
 	if !s.rooms.InRooms(ur) {
 		r.flags &^= flagRooms
@@ -89,7 +93,16 @@ func (s *Store) Join(_ context.Context, now int64, user, device, room string) (p
 	if err == nil {
 		sh.t.recs[idx].flags |= flagRooms
 	}
+	face(&ev, &u)
 	return ev, changed, err
+}
+
+// face puts the public status and settings of u on a join (a leave
+// carries none).
+func face(ev *presence.RoomEvent, u *presence.User) {
+	if ev.Kind == presence.RoomJoin {
+		ev.Status, ev.Settings = u.Pub, u.Settings
+	}
 }
 
 // Leave implements tracker.RoomStore.
