@@ -101,6 +101,33 @@ func TestRoomGrowsAndShrinks(t *testing.T) {
 	if st := tb.Stats(); st != (Stats{Bytes: st.Bytes}) {
 		t.Fatalf("Stats of an emptied table: %+v", st)
 	}
+	// Fill again, thin every stretch of the order to a tenth (chunks
+	// shrink, then merge into shrunk neighbours) and empty it.
+	for _, k := range perm {
+		id := fmt.Sprint("user-", k)
+		tb.Join(UserRef(k), id, "d", "doc", true, 3)
+		in[id] = true
+	}
+	ids := sortedMembers(in)
+	byID := map[string]int{}
+	for _, k := range perm {
+		byID[fmt.Sprint("user-", k)] = k
+	}
+	for pass := range 2 {
+		for i, id := range ids {
+			if (i%10 != 0) == (pass == 0) {
+				tb.Leave(UserRef(byID[id]), "d", "doc", presence.ReasonLeft, 4)
+				delete(in, id)
+				if i%250 == 0 {
+					check(fmt.Sprintf("pass %d, at %d", pass, i))
+				}
+			}
+		}
+		check(fmt.Sprintf("after pass %d", pass))
+	}
+	if st := tb.Stats(); st != (Stats{Bytes: st.Bytes}) {
+		t.Fatalf("Stats of a table emptied again: %+v", st)
+	}
 }
 
 // TestPageWhileChanging pages through a large room while other users join
