@@ -52,6 +52,7 @@ type roomShard struct {
 	arena       []byte // ids; append-only, so a string into it never changes
 	garbage     int    // bytes of the arena nothing refers to
 	compactions int
+	compares    int // of member order keys, for a test of the cost of a page
 	slab        slab
 	floor       uint64 // the highest version of a room removed
 	live        int    // rooms with a member
@@ -212,6 +213,7 @@ func (s *roomShard) remove(h uint64, idx int) {
 
 // cmp compares member entry e with the order key (h, id).
 func (s *roomShard) cmp(e uint64, h uint32, id string) int {
+	s.compares++
 	if eh := uint32(e >> 32); eh != h {
 		if eh < h {
 			return -1
