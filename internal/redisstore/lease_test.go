@@ -565,7 +565,7 @@ func TestTakeOverLeftForTheNextCall(t *testing.T) {
 		if call == 40 {
 			t.Fatalf("not taken over in 40 calls (%d returned ErrTakeOverLeft)", left)
 		}
-		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		cctx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
 		out, err := s.TakeOver(cctx, now, 12, renewed, slowDurable, nil)
 		cancel()
 		for _, ch := range out {
@@ -581,7 +581,7 @@ func TestTakeOverLeftForTheNextCall(t *testing.T) {
 		break
 	}
 	if left == 0 {
-		t.Errorf("a takeover of 2000 users in rounds of 200 ms within 300 ms never stopped")
+		t.Errorf("a takeover of 2000 users in rounds of 200 ms within 600 ms never stopped")
 	}
 	for _, u := range users {
 		if got[u] != 1 {
