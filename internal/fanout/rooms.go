@@ -1,0 +1,691 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/tracker"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// A RoomHub is who, on this node, watches which room, and the delivery of
+// each join, leave and member's change of status to them, in the room's
+// version order, each watcher shown the status its relation to the member
+// allows.
+//
+// Events reach it out of order (two users' operations in two store
+// shards publish concurrently), so it puts them back in order: one
+// goroutine (Run) takes them from a bounded queue and applies each room's
+// events at consecutive versions, holding back an event that comes ahead
+// of a missing one for at most Config.GapWait; after that (or when the
+// queue overflowed) the room's watchers are sent a fresh snapshot. A
+// watcher starts with the snapshot read when it starts watching, and is
+// sent only what is newer than it.
+//
+// Locks: mu guards the rooms, the watchers and the member index. Sinks
+// are called under it and must not block or call back. No lock is held
+// across a call to the RoomReader or ContactLists.
+
+// RoomSink is a connection that watches rooms (the gateway's).
+type RoomSink interface {
+	// Viewer returns the user the connection belongs to; it never
+	// changes.
+	Viewer() string
+	// DeliverRoom queues frame, a complete message about room, for
+	// sending. It must not block and must not call back into the hub;
+	// frames of a room are never coalesced. frame is shared and must not
+	// be modified.
+	DeliverRoom(room string, frame []byte)
+}
+
+// RoomSnapshot is a room as one viewer reads it when it starts watching.
+type RoomSnapshot struct {
+	Frame   []byte // the "room" message
+	Version uint64
+	Count   int
+	// Members are the members Frame lists; Complete says they are all of
+	// them (a room larger than one page is not: its watchers get joins
+	// and leaves but no member's change of status).
+	Members  []string
+	Complete bool
+}
+
+// RoomReader reads a room as viewer sees it.
+type RoomReader interface {
+	RoomSnapshot(ctx context.Context, viewer, room string) (RoomSnapshot, error)
+}
+
+// ContactLists gives an owner's contact list (the durable store).
+type ContactLists interface {
+	Contacts(ctx context.Context, owner string) ([]string, error)
+}
+
+// Defaults of RoomConfig.
+const (
+	DefaultMaxWatchedRooms = 50
+	DefaultGapWait         = 500 * time.Millisecond
+	defaultRoomQueue       = 1 << 16
+	maxEarly               = 1024 // frames kept for a watcher whose snapshot is being read
+)
+
+// RoomConfig configures a RoomHub. Zero values take the defaults.
+type RoomConfig struct {
+	Reader   RoomReader   // required
+	Contacts ContactLists // required
+	// MaxWatched caps the rooms one sink watches (default 50).
+	MaxWatched int
+	// GapWait is how long an event is held back for a missing earlier
+	// one of its room before the room's watchers are sent a snapshot.
+	GapWait time.Duration
+	// Queue bounds the events waiting for Run (default 65,536); beyond
+	// it events are dropped and the watchers of every room resynced.
+	Queue  int
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// ErrTooManyWatchedRooms refuses a watch beyond RoomConfig.MaxWatched.
+var ErrTooManyWatchedRooms = errors.New("fanout: too many watched rooms for one connection")
+
+// RoomHub is the fan-out of rooms on one node. It is safe for concurrent
+// use; Run must be running for anything to be delivered.
+type RoomHub struct {
+	reader   RoomReader
+	contacts ContactLists
+	maxWatch int
+	gapWait  int64
+	clock    clock.Clock
+	log      *slog.Logger
+
+	q    chan roomItem
+	lost atomic.Bool // the queue overflowed: resync every room
+
+	mu    sync.Mutex
+	rooms map[string]*room
+	sinks map[RoomSink]map[string]*roomWatcher
+	index map[string]map[*room]struct{} // member → rooms with every member known
+
+	running                                               atomic.Bool
+	published, delivered, dropped, resyncs, stale, gaps   atomic.Uint64
+	statusEvents, contactLookups, contactErrors, snapErrs atomic.Uint64
+}
+
+var (
+	_ tracker.RoomPublisher = (*RoomHub)(nil)
+	_ tracker.Publisher     = (*RoomHub)(nil)
+)
+
+// roomItem is a queued event: a room's join or leave, or a user's change.
+type roomItem struct {
+	room *presence.RoomEvent
+	user *presence.Event
+}
+
+// room is one watched room.
+type room struct {
+	id       string
+	watchers map[RoomSink]*roomWatcher
+	known    bool   // applied and count are set (a snapshot was read)
+	applied  uint64 // the version whose state the hub holds
+	count    int
+	members  map[string]struct{} // nil when not every member is known
+	pending  map[uint64]heldEvent
+	gapSince int64 // ms; 0: no event held back
+	// shown is per member the status last sent to each class of watcher,
+	// so a change a class cannot see, or sees already, sends nothing.
+	shown map[string]*[numClasses]shownStatus
+}
+
+type shownStatus struct {
+	set     bool
+	visible bool
+	status  presence.Status
+}
+
+// heldEvent is an event held back for a missing earlier one, with the
+// member's contact list if it was looked up.
+type heldEvent struct {
+	ev       *presence.RoomEvent
+	contacts map[string]bool
+}
+
+// roomWatcher is one sink watching one room.
+type roomWatcher struct {
+	sink   RoomSink
+	viewer string
+	ready  bool   // its snapshot was sent
+	held   uint64 // the version of its snapshot
+	gen    uint64 // bumped by each resync: a snapshot read for an older one is dropped
+	early  []earlyFrame
+	over   bool // early overflowed: a resync follows
+}
+
+// earlyFrame is a frame for a watcher whose snapshot was not sent yet.
+type earlyFrame struct {
+	version uint64
+	status  bool // a member's change of status (sent at the room's version, not above it)
+	frame   []byte
+}
+
+// NewRoomHub returns an empty hub.
+func NewRoomHub(cfg RoomConfig) (*RoomHub, error) {
+	if cfg.Reader == nil || cfg.Contacts == nil {
+		return nil, errors.New("fanout: RoomConfig.Reader and Contacts are required")
+	}
+	if cfg.MaxWatched < 0 || cfg.GapWait < 0 || cfg.Queue < 0 {
+		return nil, fmt.Errorf("fanout: negative limit in %+v", cfg)
+	}
+	h := &RoomHub{
+		reader:   cfg.Reader,
+		contacts: cfg.Contacts,
+		maxWatch: cmp(cfg.MaxWatched, DefaultMaxWatchedRooms),
+		gapWait:  cmp(cfg.GapWait, DefaultGapWait).Milliseconds(),
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		q:        make(chan roomItem, cmp(cfg.Queue, defaultRoomQueue)),
+		rooms:    make(map[string]*room),
+		sinks:    make(map[RoomSink]map[string]*roomWatcher),
+		index:    make(map[string]map[*room]struct{}),
+	}
+	if h.clock == nil {
+		h.clock = clock.Real{}
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	return h, nil
+}
+
+// cmp is v, or def when v is zero.
+func cmp[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func (h *RoomHub) now() int64 { return h.clock.Now().UnixMilli() }
+
+// Watch makes s watch room: it reads the room's snapshot as s's viewer,
+// sends it, and from then on every change newer than it. Watching a room
+// s watches already sends a fresh snapshot.
+func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
+	h.mu.Lock()
+	ws := h.sinks[s]
+	w := ws[id]
+	if w == nil {
+		if len(ws) >= h.maxWatch {
+			h.mu.Unlock()
+			return ErrTooManyWatchedRooms
+		}
+		if ws == nil {
+			ws = make(map[string]*roomWatcher)
+			h.sinks[s] = ws
+		}
+		r := h.rooms[id]
+		if r == nil {
+			r = &room{id: id, watchers: make(map[RoomSink]*roomWatcher), pending: make(map[uint64]heldEvent)}
+			h.rooms[id] = r
+		}
+		w = &roomWatcher{sink: s, viewer: s.Viewer()}
+		ws[id] = w
+		r.watchers[s] = w
+	} else {
+		w.ready, w.early, w.over = false, nil, false
+		w.gen++
+	}
+	gen := w.gen
+	h.mu.Unlock()
+	snap, err := h.reader.RoomSnapshot(ctx, w.viewer, id)
+	if err != nil {
+		h.snapErrs.Add(1)
+		h.Unwatch(s, id)
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sinks[s][id] != w || w.gen != gen {
+		return nil // unwatched, or watched again, meanwhile
+	}
+	h.sendSnapshot(h.rooms[id], w, &snap)
+	return nil
+}
+
+// sendSnapshot sends w its snapshot and what came meanwhile that is newer;
+// the first snapshot of a room gives the hub its state. Held: mu.
+func (h *RoomHub) sendSnapshot(r *room, w *roomWatcher, snap *RoomSnapshot) {
+	if !r.known {
+		r.known, r.applied, r.count = true, snap.Version, snap.Count
+		if snap.Complete {
+			r.members = make(map[string]struct{}, len(snap.Members))
+			for _, m := range snap.Members {
+				h.addMember(r, m)
+			}
+		}
+	}
+	w.sink.DeliverRoom(r.id, snap.Frame)
+	h.delivered.Add(1)
+	w.ready, w.held = true, snap.Version
+	for _, f := range w.early {
+		if f.version > w.held || (f.status && f.version == w.held) {
+			w.sink.DeliverRoom(r.id, f.frame)
+			h.delivered.Add(1)
+		}
+	}
+	clear(w.early)
+	w.early = w.early[:0]
+	if r.known && len(r.pending) > 0 {
+		h.applyPending(r)
+	}
+}
+
+// Unwatch stops s watching room.
+func (h *RoomHub) Unwatch(s RoomSink, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unwatchLocked(s, id)
+}
+
+func (h *RoomHub) unwatchLocked(s RoomSink, id string) {
+	ws := h.sinks[s]
+	if ws[id] == nil {
+		return
+	}
+	delete(ws, id)
+	if len(ws) == 0 {
+		delete(h.sinks, s)
+	}
+	r := h.rooms[id]
+	delete(r.watchers, s)
+	if len(r.watchers) == 0 {
+		for m := range r.members {
+			h.dropMember(r, m)
+		}
+		delete(h.rooms, id)
+	}
+}
+
+// Remove stops s watching every room (its connection closed).
+func (h *RoomHub) Remove(s RoomSink) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id := range h.sinks[s] {
+		h.unwatchLocked(s, id)
+	}
+}
+
+// Watched returns the rooms s watches.
+func (h *RoomHub) Watched(s RoomSink) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sinks[s])
+}
+
+// PublishRoom queues a join or leave for Run (tracker.RoomPublisher).
+func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
+	e := *ev
+	h.enqueue(roomItem{room: &e})
+}
+
+// Publish queues a user's change for Run (tracker.Publisher): the
+// watchers of rooms the user is a member of are shown its new status.
+// Only users in a watched room are queued.
+func (h *RoomHub) Publish(ev *presence.Event) {
+	h.mu.Lock()
+	_, member := h.index[ev.UserID]
+	h.mu.Unlock()
+	if !member {
+		return
+	}
+	e := *ev
+	h.enqueue(roomItem{user: &e})
+}
+
+func (h *RoomHub) enqueue(it roomItem) {
+	h.published.Add(1)
+	select {
+	case h.q <- it:
+	default:
+		h.dropped.Add(1)
+		h.lost.Store(true)
+	}
+}
+
+// Run applies the queued events until ctx is done.
+func (h *RoomHub) Run(ctx context.Context) error {
+	if !h.running.CompareAndSwap(false, true) {
+		return errRunning
+	}
+	defer h.running.Store(false)
+	tick := time.NewTicker(time.Duration(max(h.gapWait/4, 10)) * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case it := <-h.q:
+			h.apply(ctx, it)
+		case <-tick.C:
+			h.checkGaps(ctx)
+		}
+	}
+}
+
+// apply applies one queued event.
+func (h *RoomHub) apply(ctx context.Context, it roomItem) {
+	if it.user != nil {
+		h.applyStatus(ctx, it.user)
+		return
+	}
+	ev := it.room
+	var contacts map[string]bool
+	if ev.Kind == presence.RoomJoin && ev.Settings.Status == presence.Contacts && h.watchedByOthers(ev) {
+		contacts = h.contactsOf(ctx, ev.UserID)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[ev.Room]
+	if r == nil {
+		return // nobody here watches it
+	}
+	if r.known && ev.Version <= r.applied {
+		h.stale.Add(1)
+		return
+	}
+	if !r.known || ev.Version > r.applied+1 {
+		if len(r.pending) >= maxEarly {
+			h.resyncLocked(ctx, r)
+			return
+		}
+		r.pending[ev.Version] = heldEvent{ev, contacts}
+		if r.known && r.gapSince == 0 {
+			r.gapSince = h.now()
+			h.gaps.Add(1)
+		}
+		return
+	}
+	h.applyEvent(r, ev, contacts)
+	h.applyPending(r)
+}
+
+// applyPending applies the held-back events that follow r.applied.
+// Held: mu.
+func (h *RoomHub) applyPending(r *room) {
+	for {
+		he, ok := r.pending[r.applied+1]
+		if !ok {
+			break
+		}
+		delete(r.pending, r.applied+1)
+		h.applyEvent(r, he.ev, he.contacts)
+	}
+	for v := range r.pending {
+		if v <= r.applied {
+			delete(r.pending, v)
+		}
+	}
+	if len(r.pending) == 0 {
+		r.gapSince = 0
+	}
+}
+
+// applyEvent applies ev, the event at r.applied+1, and sends it to every
+// watcher as its class sees it. Held: mu.
+func (h *RoomHub) applyEvent(r *room, ev *presence.RoomEvent, contacts map[string]bool) {
+	r.applied, r.count = ev.Version, ev.Count
+	if r.members != nil {
+		if ev.Kind == presence.RoomJoin {
+			h.addMember(r, ev.UserID)
+		} else {
+			h.dropMember(r, ev.UserID)
+		}
+	}
+	var frames [numClasses][]byte
+	snap := presence.Snapshot{UserID: ev.UserID, Known: true, Status: ev.Status, Settings: ev.Settings}
+	for _, w := range r.watchers {
+		c := classOf(w.viewer, ev.UserID, contacts)
+		if frames[c] == nil {
+			v := privacy.Filter(relations[c], &snap)
+			frames[c] = wire.AppendRoomChange(nil, ev, &v)
+			if ev.Kind == presence.RoomJoin && r.shown != nil {
+				r.shownOf(ev.UserID)[c] = shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
+			}
+		}
+		h.send(r, w, ev.Version, false, frames[c])
+	}
+	if ev.Kind == presence.RoomLeave && r.shown != nil {
+		delete(r.shown, ev.UserID)
+	}
+}
+
+func classOf(viewer, member string, contacts map[string]bool) class {
+	switch {
+	case viewer == member:
+		return classSelf
+	case contacts[viewer]:
+		return classContact
+	}
+	return classOther
+}
+
+// send gives w frame at version, now or once its snapshot is sent.
+// Held: mu.
+func (h *RoomHub) send(r *room, w *roomWatcher, version uint64, status bool, frame []byte) {
+	switch {
+	case !w.ready:
+		if len(w.early) >= maxEarly {
+			w.over = true
+			return
+		}
+		w.early = append(w.early, earlyFrame{version: version, status: status, frame: frame})
+	case version > w.held || (status && version == w.held):
+		w.sink.DeliverRoom(r.id, frame)
+		h.delivered.Add(1)
+	}
+}
+
+func (r *room) shownOf(member string) *[numClasses]shownStatus {
+	s := r.shown[member]
+	if s == nil {
+		s = new([numClasses]shownStatus)
+		r.shown[member] = s
+	}
+	return s
+}
+
+func (h *RoomHub) addMember(r *room, m string) {
+	if r.shown == nil {
+		r.shown = make(map[string]*[numClasses]shownStatus)
+	}
+	r.members[m] = struct{}{}
+	rs := h.index[m]
+	if rs == nil {
+		rs = make(map[*room]struct{}, 1)
+		h.index[m] = rs
+	}
+	rs[r] = struct{}{}
+}
+
+func (h *RoomHub) dropMember(r *room, m string) {
+	delete(r.members, m)
+	if rs := h.index[m]; rs != nil {
+		delete(rs, r)
+		if len(rs) == 0 {
+			delete(h.index, m)
+		}
+	}
+}
+
+// applyStatus sends a member's change of status to the watchers of its
+// rooms, each class only what it may see and was not shown already.
+func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event) {
+	var contacts map[string]bool
+	if privacy.NeedsContact(&ev.Settings) || (ev.SettingsChanged && privacy.NeedsContact(&ev.PrevSettings)) {
+		contacts = h.contactsOf(ctx, ev.UserID)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for r := range h.index[ev.UserID] {
+		var frames [numClasses][]byte
+		var decided [numClasses]bool
+		shown := r.shownOf(ev.UserID)
+		for _, w := range r.watchers {
+			c := classOf(w.viewer, ev.UserID, contacts)
+			if !decided[c] {
+				decided[c] = true
+				v, ok := privacy.Delivery(relations[c], ev)
+				now := shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
+				// A member is never offline to those who see it: an
+				// offline status comes with (and before) its leave.
+				if !ok || (v.StatusVisible && v.Status.Public() == presence.Offline) || shown[c] == now {
+					continue
+				}
+				shown[c] = now
+				frames[c] = wire.AppendRoomStatus(nil, r.id, &v, r.count, r.applied)
+				h.statusEvents.Add(1)
+			}
+			if frames[c] != nil {
+				h.send(r, w, r.applied, true, frames[c])
+			}
+		}
+	}
+}
+
+// watchedByOthers reports whether someone but the member watches ev's
+// room here (a contact list is looked up only then).
+func (h *RoomHub) watchedByOthers(ev *presence.RoomEvent) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[ev.Room]
+	if r == nil {
+		return false
+	}
+	for _, w := range r.watchers {
+		if w.viewer != ev.UserID {
+			return true
+		}
+	}
+	return false
+}
+
+// contactsOf returns owner's contact list as a set; nil (nobody a contact:
+// the side that shows less) if it cannot be read.
+func (h *RoomHub) contactsOf(ctx context.Context, owner string) map[string]bool {
+	h.contactLookups.Add(1)
+	list, err := h.contacts.Contacts(ctx, owner)
+	if err != nil {
+		h.contactErrors.Add(1)
+		h.log.Warn("rooms: reading a member's contact list failed; its contacts are shown what strangers are", "user_id", owner, "err", err)
+		return nil
+	}
+	m := make(map[string]bool, len(list))
+	for _, c := range list {
+		m[c] = true
+	}
+	return m
+}
+
+// checkGaps resyncs the rooms whose held-back events waited GapWait for
+// a missing one, and every room once the queue overflowed.
+func (h *RoomHub) checkGaps(ctx context.Context) {
+	all := h.lost.Swap(false)
+	now := h.now()
+	h.mu.Lock()
+	var todo []*room
+	for _, r := range h.rooms {
+		over := false
+		for _, w := range r.watchers {
+			over = over || w.over
+		}
+		if all || over || (r.gapSince != 0 && now-r.gapSince >= h.gapWait) {
+			todo = append(todo, r)
+		}
+	}
+	for _, r := range todo {
+		h.resyncLocked(ctx, r)
+	}
+	h.mu.Unlock()
+}
+
+// resyncLocked forgets what the hub holds of r and has each of its
+// watchers read a fresh snapshot (in a goroutine per room, owned by the
+// hub's ctx: the reads are I/O). Held: mu.
+func (h *RoomHub) resyncLocked(ctx context.Context, r *room) {
+	h.resyncs.Add(1)
+	for m := range r.members {
+		h.dropMember(r, m)
+	}
+	*r = room{id: r.id, watchers: r.watchers, pending: make(map[uint64]heldEvent)}
+	type job struct {
+		w   *roomWatcher
+		gen uint64
+	}
+	jobs := make([]job, 0, len(r.watchers))
+	for _, w := range r.watchers {
+		w.ready, w.early, w.over = false, nil, false
+		w.gen++
+		jobs = append(jobs, job{w, w.gen})
+	}
+	for _, j := range jobs {
+		snap, err := h.readUnlocked(ctx, j.w.viewer, r.id)
+		if h.rooms[r.id] != r || r.watchers[j.w.sink] != j.w || j.w.gen != j.gen {
+			continue
+		}
+		if err != nil {
+			h.snapErrs.Add(1)
+			h.log.Warn("rooms: reading a snapshot for a resync failed; the watcher is sent an error", "room", r.id, "err", err)
+			j.w.sink.DeliverRoom(r.id, wire.AppendError(nil, "unavailable", "the room "+r.id+" could not be read again; watch it again"))
+			h.unwatchLocked(j.w.sink, r.id)
+			continue
+		}
+		h.sendSnapshot(r, j.w, &snap)
+	}
+}
+
+// readUnlocked reads a snapshot with mu released. Held: mu (on entry and
+// return).
+func (h *RoomHub) readUnlocked(ctx context.Context, viewer, id string) (RoomSnapshot, error) {
+	h.mu.Unlock()
+	defer h.mu.Lock()
+	return h.reader.RoomSnapshot(ctx, viewer, id)
+}
+
+// RoomStats are the hub's counters and gauges.
+type RoomStats struct {
+	Rooms, Watchers int
+	Published       uint64 // events queued
+	Delivered       uint64 // frames handed to sinks
+	Dropped         uint64 // events lost to a full queue (every room resynced)
+	Resyncs         uint64 // rooms whose watchers were sent a fresh snapshot
+	Gaps            uint64 // events that came ahead of a missing one
+	Stale           uint64 // events at or below what the hub held
+	StatusEvents    uint64 // members' changes of status encoded
+	ContactLookups  uint64
+	ContactErrors   uint64
+	SnapshotErrors  uint64
+}
+
+// Stats returns the counters.
+func (h *RoomHub) Stats() RoomStats {
+	h.mu.Lock()
+	rooms, watchers := len(h.rooms), 0
+	for _, r := range h.rooms {
+		watchers += len(r.watchers)
+	}
+	h.mu.Unlock()
+	return RoomStats{
+		Rooms: rooms, Watchers: watchers,
+		Published: h.published.Load(), Delivered: h.delivered.Load(), Dropped: h.dropped.Load(),
+		Resyncs: h.resyncs.Load(), Gaps: h.gaps.Load(), Stale: h.stale.Load(),
+		StatusEvents: h.statusEvents.Load(), ContactLookups: h.contactLookups.Load(),
+		ContactErrors: h.contactErrors.Load(), SnapshotErrors: h.snapErrs.Load(),
+	}
+}

@@ -1,0 +1,309 @@
+package fanout_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/fanout"
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testwait"
+)
+
+// roomSink records the room messages it is given, decoded.
+type roomSink struct {
+	viewer string
+	mu     sync.Mutex
+	got    []map[string]any
+}
+
+func (s *roomSink) Viewer() string { return s.viewer }
+
+func (s *roomSink) DeliverRoom(room string, b []byte) {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		panic(fmt.Sprintf("frame of %s is not JSON: %s", room, b))
+	}
+	s.mu.Lock()
+	s.got = append(s.got, m)
+	s.mu.Unlock()
+}
+
+func (s *roomSink) msgs() []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
+}
+
+// lines formats the messages as "type user event status version".
+func (s *roomSink) lines() []string {
+	var out []string
+	for _, m := range s.msgs() {
+		switch m["type"] {
+		case "room":
+			out = append(out, fmt.Sprintf("room v%v", m["version"]))
+		case "room_change":
+			out = append(out, fmt.Sprintf("%v %v %v n%v v%v", m["event"], m["user_id"], m["status"], m["count"], m["version"]))
+		default:
+			out = append(out, fmt.Sprint(m))
+		}
+	}
+	return out
+}
+
+// roomModel is a RoomReader over a map of rooms; reads may be held.
+type roomModel struct {
+	mu      sync.Mutex
+	version map[string]uint64
+	members map[string][]string
+	reads   int
+	hold    chan struct{} // when set, a read waits for it to close
+}
+
+func newRoomModel() *roomModel {
+	return &roomModel{version: map[string]uint64{}, members: map[string][]string{}}
+}
+
+func (m *roomModel) RoomSnapshot(ctx context.Context, viewer, room string) (fanout.RoomSnapshot, error) {
+	m.mu.Lock()
+	hold := m.hold
+	m.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads++
+	v, members := m.version[room], slices.Clone(m.members[room])
+	frame := fmt.Appendf(nil, `{"type":"room","room":%q,"count":%d,"version":%d}`, room, len(members), v)
+	return fanout.RoomSnapshot{Frame: frame, Version: v, Count: len(members), Members: members, Complete: true}, nil
+}
+
+func (m *roomModel) set(room string, v uint64, members ...string) {
+	m.mu.Lock()
+	m.version[room], m.members[room] = v, members
+	m.mu.Unlock()
+}
+
+func (m *roomModel) readCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reads
+}
+
+// contactBook is ContactLists over a map.
+type contactBook map[string][]string
+
+func (c contactBook) Contacts(_ context.Context, owner string) ([]string, error) {
+	return c[owner], nil
+}
+
+func newRoomHub(t *testing.T, m *roomModel, c contactBook, cfg fanout.RoomConfig) *fanout.RoomHub {
+	t.Helper()
+	cfg.Reader, cfg.Contacts = m, c
+	h, err := fanout.NewRoomHub(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+func join(room, user string, v uint64, n int, status presence.Status, vis presence.Visibility) *presence.RoomEvent {
+	return &presence.RoomEvent{Room: room, UserID: user, Kind: presence.RoomJoin, Reason: presence.ReasonJoined,
+		Count: n, Version: v, Status: status, Settings: presence.Settings{Status: vis, LastSeen: vis}}
+}
+
+func leave(room, user string, v uint64, n int) *presence.RoomEvent {
+	return &presence.RoomEvent{Room: room, UserID: user, Kind: presence.RoomLeave, Reason: presence.ReasonLeft, Count: n, Version: v}
+}
+
+func waitLines(t *testing.T, s *roomSink, want ...string) {
+	t.Helper()
+	testwait.Forf(t, func() string { return fmt.Sprintf("%s to be sent %q, has %q", s.viewer, want, s.lines()) }, func() bool {
+		return slices.Equal(s.lines(), want)
+	})
+}
+
+func watch(t *testing.T, h *fanout.RoomHub, s fanout.RoomSink, room string) {
+	t.Helper()
+	if err := h.Watch(context.Background(), s, room); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Each watcher is shown a joining member's status as its relation allows:
+// the member itself, a contact, a stranger.
+func TestRoomJoinStatusPerViewer(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 10)
+	h := newRoomHub(t, m, contactBook{"dave": {"bob"}}, fanout.RoomConfig{})
+	dave, bob, carol := &roomSink{viewer: "dave"}, &roomSink{viewer: "bob"}, &roomSink{viewer: "carol"}
+	for _, s := range []*roomSink{dave, bob, carol} {
+		watch(t, h, s, "doc")
+	}
+	h.PublishRoom(join("doc", "dave", 11, 1, presence.Busy, presence.Contacts))
+	h.PublishRoom(join("doc", "erin", 12, 2, presence.Online, presence.Nobody))
+	h.PublishRoom(join("doc", "fred", 13, 3, presence.Away, presence.Everyone))
+	h.PublishRoom(leave("doc", "dave", 14, 2))
+	waitLines(t, dave, "room v10", "join dave busy n1 v11", "join erin <nil> n2 v12", "join fred away n3 v13", "leave dave <nil> n2 v14")
+	waitLines(t, bob, "room v10", "join dave busy n1 v11", "join erin <nil> n2 v12", "join fred away n3 v13", "leave dave <nil> n2 v14")
+	waitLines(t, carol, "room v10", "join dave <nil> n1 v11", "join erin <nil> n2 v12", "join fred away n3 v13", "leave dave <nil> n2 v14")
+}
+
+// Events that come out of order are sent in order; those at or below
+// what a watcher's snapshot holds are not sent at all.
+func TestRoomEventsInOrder(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5, "alice")
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{})
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "doc")
+	h.PublishRoom(join("doc", "carol", 8, 4, presence.Online, presence.Everyone))
+	h.PublishRoom(join("doc", "bob", 7, 3, presence.Online, presence.Everyone))
+	h.PublishRoom(join("doc", "old", 5, 1, presence.Online, presence.Everyone)) // the snapshot has it
+	h.PublishRoom(join("doc", "ann", 6, 2, presence.Online, presence.Everyone))
+	h.PublishRoom(join("doc", "ann", 6, 2, presence.Online, presence.Everyone)) // a duplicate
+	waitLines(t, s, "room v5", "join ann online n2 v6", "join bob online n3 v7", "join carol online n4 v8")
+	if st := h.Stats(); st.Stale != 2 || st.Gaps != 1 {
+		t.Fatalf("stats %+v, want 2 stale events and 1 gap", st)
+	}
+}
+
+// An event missing for GapWait gets the watchers a fresh snapshot, and
+// the events after it are applied from there.
+func TestRoomGapResyncs(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5)
+	fc := clock.NewFake(time.Unix(1000, 0))
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{Clock: fc, GapWait: 40 * time.Millisecond})
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "doc")
+	h.PublishRoom(join("doc", "bob", 7, 2, presence.Online, presence.Everyone)) // 6 never comes
+	testwait.For(t, "the gap to be seen", func() bool { return h.Stats().Gaps == 1 })
+	testwait.NothingWithin(100*time.Millisecond, "a resync before GapWait passed on the hub's clock")
+	waitLines(t, s, "room v5")
+	m.set("doc", 7, "ann", "bob")
+	fc.Advance(time.Second)
+	waitLines(t, s, "room v5", "room v7")
+	h.PublishRoom(leave("doc", "ann", 8, 1))
+	waitLines(t, s, "room v5", "room v7", "leave ann <nil> n1 v8")
+}
+
+// Events published while a watcher's snapshot is read are sent after it
+// if they are newer than it.
+func TestRoomEventsDuringSnapshot(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5)
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{})
+	first := &roomSink{viewer: "first"}
+	watch(t, h, first, "doc")
+	hold := make(chan struct{})
+	m.mu.Lock()
+	m.hold = hold
+	m.mu.Unlock()
+	late := &roomSink{viewer: "late"}
+	done := make(chan error, 1)
+	go func() { done <- h.Watch(context.Background(), late, "doc") }()
+	testwait.For(t, "the late watcher registered", func() bool { return h.Stats().Watchers == 2 })
+	h.PublishRoom(join("doc", "ann", 6, 1, presence.Online, presence.Everyone))
+	h.PublishRoom(join("doc", "bob", 7, 2, presence.Online, presence.Everyone))
+	waitLines(t, first, "room v5", "join ann online n1 v6", "join bob online n2 v7")
+	m.set("doc", 6, "ann") // the snapshot read has ann, not bob
+	m.mu.Lock()
+	m.hold = nil
+	m.mu.Unlock()
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, late, "room v6", "join bob online n2 v7")
+}
+
+// A member's change of status goes to each class of watcher that may see
+// it and was not shown it; an offline one (its leave follows) to nobody.
+func TestRoomMemberStatus(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5, "dave")
+	h := newRoomHub(t, m, contactBook{"dave": {"bob"}}, fanout.RoomConfig{})
+	dave, bob, carol := &roomSink{viewer: "dave"}, &roomSink{viewer: "bob"}, &roomSink{viewer: "carol"}
+	for _, s := range []*roomSink{dave, bob, carol} {
+		watch(t, h, s, "doc")
+	}
+	set := presence.Settings{Status: presence.Contacts, LastSeen: presence.Contacts}
+	ev := func(st presence.Status, v uint64) *presence.Event {
+		return &presence.Event{UserID: "dave", Status: st, Self: st, Prev: presence.Online, Version: v, Settings: set}
+	}
+	h.Publish(ev(presence.Away, 100))
+	h.Publish(ev(presence.Away, 101)) // the same view: nothing
+	h.Publish(&presence.Event{UserID: "nobody-here", Status: presence.Busy, Version: 1})
+	h.Publish(ev(presence.Offline, 102))
+	h.PublishRoom(leave("doc", "dave", 6, 0))
+	waitLines(t, dave, "room v5", "status dave away n1 v5", "leave dave <nil> n0 v6")
+	waitLines(t, bob, "room v5", "status dave away n1 v5", "leave dave <nil> n0 v6")
+	waitLines(t, carol, "room v5", "leave dave <nil> n0 v6")
+	// Once dave left, his changes are not even queued.
+	before := h.Stats().Published
+	h.Publish(ev(presence.Busy, 103))
+	if h.Stats().Published != before {
+		t.Fatal("a change of a user in no watched room was queued")
+	}
+}
+
+func TestRoomWatchLimitAndRemove(t *testing.T) {
+	m := newRoomModel()
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{MaxWatched: 2})
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "a")
+	watch(t, h, s, "b")
+	watch(t, h, s, "a") // again: a fresh snapshot, no new room
+	if err := h.Watch(context.Background(), s, "c"); !errors.Is(err, fanout.ErrTooManyWatchedRooms) {
+		t.Fatalf("a third room with a cap of 2: %v", err)
+	}
+	h.Unwatch(s, "a")
+	watch(t, h, s, "c")
+	h.Remove(s)
+	if st := h.Stats(); st.Rooms != 0 || st.Watchers != 0 || h.Watched(s) != 0 {
+		t.Fatalf("after Remove: %+v", st)
+	}
+	h.PublishRoom(join("c", "ann", 1, 1, presence.Online, presence.Everyone))
+	testwait.NothingWithin(50*time.Millisecond, "a delivery to a removed sink")
+	waitLines(t, s, "room v0", "room v0", "room v0", "room v0")
+}
+
+// A queue that overflows loses events; every watched room is resynced.
+func TestRoomQueueOverflowResyncs(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 1)
+	cfg := fanout.RoomConfig{Queue: 1, Reader: m, Contacts: contactBook{}}
+	h, err := fanout.NewRoomHub(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "doc")
+	// Run is not running yet: the second event finds the queue full.
+	h.PublishRoom(join("doc", "ann", 2, 1, presence.Online, presence.Everyone))
+	h.PublishRoom(join("doc", "bob", 3, 2, presence.Online, presence.Everyone))
+	if st := h.Stats(); st.Dropped != 1 {
+		t.Fatalf("stats %+v, want one dropped", st)
+	}
+	m.set("doc", 3, "ann", "bob")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitLines(t, s, "room v1", "join ann online n1 v2", "room v3")
+	if m.readCount() != 2 {
+		t.Fatalf("snapshots read: %d, want 2", m.readCount())
+	}
+}
