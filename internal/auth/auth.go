@@ -15,6 +15,11 @@
 // "sub", "Exp" not "exp"), none given twice, times as JSON numbers (not
 // strings of digits). Claims the node does not know are ignored: tokens
 // carry the app's own.
+//
+// A client token may carry the rooms its user may join and watch:
+// "rooms":["doc-42","team-7-*"], each a room id, a prefix followed by one
+// trailing "*", or "*" alone (every room). A bad rooms claim makes the
+// whole token invalid (ParseRooms says why); without one, no room.
 package auth
 
 import (
@@ -55,6 +60,9 @@ type Principal struct {
 	// other kinds, whose credentials do not expire. A WebSocket opened
 	// with the token is closed then.
 	Expires time.Time
+	// Rooms are a Client's rooms claim, parsed; nil without one (or with
+	// an empty one). They are immutable, so Principals share them.
+	Rooms *Rooms
 }
 
 // Errors callers branch on. Both mean 401.
@@ -202,7 +210,11 @@ func (a *Authenticator) Credential(cred string) (Principal, error) {
 			return Principal{}, fmt.Errorf("%w: token device: %v", ErrInvalid, err)
 		}
 	}
-	return Principal{Kind: Client, UserID: c.Subject, Device: c.Device, Expires: c.Exp.time()}, nil
+	rooms, err := ParseRooms(c.Rooms)
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: token rooms: %v", ErrInvalid, err)
+	}
+	return Principal{Kind: Client, UserID: c.Subject, Device: c.Device, Expires: c.Exp.time(), Rooms: rooms}, nil
 }
 
 // header is a token's JOSE header as the node reads it: alg is checked by
@@ -269,6 +281,7 @@ type claims struct {
 	Exp      *seconds         `json:"exp,omitempty"`
 	Nbf      *seconds         `json:"nbf,omitempty"`
 	Iat      *seconds         `json:"iat,omitempty"`
+	Rooms    []string         `json:"rooms,omitempty"`
 }
 
 // seconds is a NumericDate (RFC 7519 §2): seconds since the epoch, a JSON
@@ -327,10 +340,11 @@ func Sign(secret []byte, user, device string, now time.Time, ttl time.Duration) 
 
 // Token is the content of a client token that Sign makes.
 type Token struct {
-	User     string // sub
-	Device   string // device, optional
-	Audience string // aud, optional
-	Issuer   string // iss, optional
+	User     string   // sub
+	Device   string   // device, optional
+	Audience string   // aud, optional
+	Issuer   string   // iss, optional
+	Rooms    []string // rooms, optional: room ids and patterns (ParseRooms)
 }
 
 // Sign returns the HS256 token issued at now that expires after ttl.
@@ -338,8 +352,11 @@ func (t Token) Sign(secret []byte, now time.Time, ttl time.Duration) (string, er
 	if ttl <= 0 {
 		return "", errors.New("auth: a token needs a positive lifetime (tokens without exp are refused)")
 	}
+	if _, err := ParseRooms(t.Rooms); err != nil {
+		return "", fmt.Errorf("auth: token rooms: %v", err)
+	}
 	iat, exp := seconds(now.Unix()), seconds(now.Add(ttl).Unix())
-	c := &claims{Subject: t.User, Device: t.Device, Issuer: t.Issuer, Iat: &iat, Exp: &exp}
+	c := &claims{Subject: t.User, Device: t.Device, Issuer: t.Issuer, Iat: &iat, Exp: &exp, Rooms: t.Rooms}
 	if t.Audience != "" {
 		c.Audience = jwt.ClaimStrings{t.Audience}
 	}
@@ -396,6 +413,20 @@ func (p Principal) Manages(user string) error {
 	return nil
 }
 
+// AllowsRoom reports whether p may join and watch room: the API key and
+// the anonymous caller of development mode every room, a client the rooms
+// its token's claim matches (none without one). The room is an id that
+// was validated apart.
+func (p Principal) AllowsRoom(room string) bool {
+	switch p.Kind {
+	case Backend, Anonymous:
+		return true
+	case Client:
+		return p.Rooms.Allows(room)
+	}
+	return false
+}
+
 // DeviceFor returns the device p acts as when a request names claimed: a
 // client token bound to a device acts as that device only; otherwise the
 // named one (empty if none).
@@ -407,4 +438,93 @@ func (p Principal) DeviceFor(claimed string) (string, error) {
 		return p.Device, nil
 	}
 	return claimed, nil
+}
+
+// MaxRoomPatterns is the most entries a token's rooms claim may hold.
+const MaxRoomPatterns = 100
+
+// Rooms are the rooms a client token lets its user join and watch: the
+// parsed rooms claim. They never change once parsed and are safe for
+// concurrent use; a nil *Rooms allows no room.
+type Rooms struct {
+	all      bool     // "*": every room
+	ids      []string // rooms named exactly
+	prefixes []string // of the patterns "prefix*", without the *
+}
+
+// ParseRooms parses a rooms claim: at most MaxRoomPatterns entries, each
+// a room id ("doc-42"), a non-empty prefix followed by one trailing "*"
+// ("team-7-*": every room whose id starts with team-7-, team-7- itself
+// too), or "*" alone (every room). Ids and prefixes follow the rules of
+// ids (presence.ValidateID), and a "*" anywhere but at the end is
+// refused, so a room whose id holds one is named by a prefix only. A
+// nil or empty claim gives nil: no room.
+func ParseRooms(claim []string) (*Rooms, error) {
+	if len(claim) == 0 {
+		return nil, nil
+	}
+	if len(claim) > MaxRoomPatterns {
+		return nil, fmt.Errorf("the claim holds %d entries, the limit is %d", len(claim), MaxRoomPatterns)
+	}
+	r := &Rooms{}
+	for i, p := range claim {
+		if err := checkRoomPattern(p); err != nil {
+			return nil, fmt.Errorf("entry %d %s %v", i, quoteShort(p), err)
+		}
+		switch prefix, wild := strings.CutSuffix(p, "*"); {
+		case p == "*":
+			r.all = true
+		case wild:
+			r.prefixes = append(r.prefixes, prefix)
+		default:
+			r.ids = append(r.ids, p)
+		}
+	}
+	return r, nil
+}
+
+// checkRoomPattern says why p is no entry of a rooms claim (a predicate:
+// "is empty", "has a…"), or nil.
+func checkRoomPattern(p string) error {
+	if p == "" {
+		return errors.New(`is empty: want a room id, a prefix followed by "*", or "*" alone`)
+	}
+	if p == "*" {
+		return nil
+	}
+	id, wild := strings.CutSuffix(p, "*")
+	if i := strings.IndexByte(id, '*'); i >= 0 {
+		return fmt.Errorf(`has a "*" at byte %d: a "*" may only end a prefix ("doc-*") or stand alone ("*")`, i)
+	}
+	if err := presence.ValidateID(id); err != nil {
+		if wild {
+			return fmt.Errorf("is no prefix of room ids: %v", err)
+		}
+		return fmt.Errorf("is no room id: %v", err)
+	}
+	return nil
+}
+
+// quoteShort quotes s for an error message, cut after MaxIDLen bytes.
+func quoteShort(s string) string {
+	if len(s) > presence.MaxIDLen+1 {
+		return fmt.Sprintf("%q… (%d bytes)", s[:presence.MaxIDLen], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// Allows reports whether r lets its holder into room.
+func (r *Rooms) Allows(room string) bool {
+	if r == nil {
+		return false
+	}
+	if r.all || slices.Contains(r.ids, room) {
+		return true
+	}
+	for _, p := range r.prefixes {
+		if strings.HasPrefix(room, p) {
+			return true
+		}
+	}
+	return false
 }

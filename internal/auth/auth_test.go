@@ -515,3 +515,235 @@ func TestClaimsDecodedStrictly(t *testing.T) {
 		})
 	}
 }
+
+func signRooms(t *testing.T, rooms []string) string {
+	t.Helper()
+	tok, err := auth.Token{User: "alice", Rooms: rooms}.Sign(secret, t0, time.Hour)
+	if err != nil {
+		t.Fatalf("Sign: %v", err)
+	}
+	return tok
+}
+
+// TestRoomsClaim: a client token's rooms claim lets its user into the
+// rooms it names exactly, those a prefix pattern covers, or all with
+// "*"; a token without the claim into none, and is otherwise as before.
+func TestRoomsClaim(t *testing.T) {
+	a := auth.New(auth.Config{APIKey: "key", JWTSecret: secret, Clock: clock.NewFake(t0)})
+	for _, tc := range []struct {
+		name    string
+		rooms   []string
+		allowed []string
+		refused []string
+	}{
+		{"no claim", nil, nil, []string{"doc-42", "*", "a"}},
+		{"empty claim", []string{}, nil, []string{"doc-42", "*"}},
+		{"one room", []string{"doc-42"}, []string{"doc-42"}, []string{"doc-4", "doc-420", "Doc-42", "doc-", "doc-*", "*"}},
+		{"a prefix", []string{"doc-*"}, []string{"doc-", "doc-42", "doc-*", "doc--", "doc-名前"}, []string{"do", "doc", "Doc-42", "xdoc-42", "*"}},
+		{"every room", []string{"*"}, []string{"doc-42", "a", "*", "名前", strings.Repeat("z", 64)}, nil},
+		{"ids and prefixes", []string{"lobby", "team-7-*", "t*"},
+			[]string{"lobby", "team-7-", "team-7-a", "t", "team-8", "tx"}, []string{"lobby2", "lobb", "Team-7-a", "u"}},
+		{"a prefix of 64 bytes", []string{strings.Repeat("p", 64) + "*"}, []string{strings.Repeat("p", 64)}, []string{strings.Repeat("p", 63)}},
+		{"a prefix of one byte", []string{"a*"}, []string{"a", "ab", "a*"}, []string{"b", "A"}},
+		{"the same twice", []string{"doc-42", "doc-42", "doc-*", "doc-*"}, []string{"doc-42", "doc-1"}, []string{"do"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var tok string
+			if tc.rooms == nil {
+				tok = mustSign(t, "alice", "phone", t0, time.Hour)
+			} else {
+				tok = signRooms(t, tc.rooms)
+			}
+			p, err := a.Credential(tok)
+			if err != nil || p.Kind != auth.Client || p.UserID != "alice" {
+				t.Fatalf("got %+v, %v; want alice's token accepted", p, err)
+			}
+			if (p.Rooms == nil) != (len(tc.rooms) == 0) {
+				t.Errorf("Rooms %v for claim %q", p.Rooms, tc.rooms)
+			}
+			for _, r := range tc.allowed {
+				if !p.AllowsRoom(r) {
+					t.Errorf("claim %q: room %q refused", tc.rooms, r)
+				}
+			}
+			for _, r := range tc.refused {
+				if p.AllowsRoom(r) {
+					t.Errorf("claim %q: room %q allowed", tc.rooms, r)
+				}
+			}
+		})
+	}
+}
+
+// TestAllowsRoomByKind: the API key and development mode's anonymous
+// caller may enter every room; a client without a claim none.
+func TestAllowsRoomByKind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    auth.Principal
+		want bool
+	}{
+		{"backend", auth.Principal{Kind: auth.Backend}, true},
+		{"anonymous", auth.Principal{Kind: auth.Anonymous}, true},
+		{"client without claim", auth.Principal{Kind: auth.Client, UserID: "alice"}, false},
+		{"an unknown kind", auth.Principal{Kind: 9}, false},
+	} {
+		for _, room := range []string{"doc-42", "*", "x"} {
+			if got := tc.p.AllowsRoom(room); got != tc.want {
+				t.Errorf("%s: AllowsRoom(%q) = %v, want %v", tc.name, room, got, tc.want)
+			}
+		}
+	}
+	rooms, err := auth.ParseRooms([]string{"doc-*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := auth.Principal{Kind: auth.Client, UserID: "alice", Rooms: rooms}
+	if !client.AllowsRoom("doc-1") || client.AllowsRoom("dob-1") {
+		t.Errorf("client with doc-*: doc-1 %v, dob-1 %v", client.AllowsRoom("doc-1"), client.AllowsRoom("dob-1"))
+	}
+	var none *auth.Rooms
+	if none.Allows("doc-1") {
+		t.Error("nil Rooms allows a room")
+	}
+}
+
+// TestParseRooms: each entry is a room id, a non-empty prefix and one
+// trailing "*", or "*" alone, with ids' rules; each refusal says which
+// entry and why.
+func TestParseRooms(t *testing.T) {
+	many := make([]string, auth.MaxRoomPatterns+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("room-%d", i)
+	}
+	for _, tc := range []struct {
+		name  string
+		claim []string
+		want  string // a word of the refusal; "" accepted
+	}{
+		{"id", []string{"doc-42"}, ""},
+		{"prefix", []string{"doc-*"}, ""},
+		{"star", []string{"*"}, ""},
+		{"star among others", []string{"a", "*", "b*"}, ""},
+		{"id of 64 bytes", []string{strings.Repeat("a", 64)}, ""},
+		{"prefix of 64 bytes and the star", []string{strings.Repeat("a", 64) + "*"}, ""},
+		{"NFC", []string{"caf\u00e9", "caf\u00e9-*"}, ""},
+		{"100 entries", many[:100], ""},
+		{"101 entries", many, "the claim holds 101 entries, the limit is 100"},
+		{"empty", []string{"a", ""}, `entry 1 "" is empty`},
+		{"star first", []string{"*doc"}, `entry 0 "*doc" has a "*" at byte 0`},
+		{"star inside", []string{"a*b"}, `entry 0 "a*b" has a "*" at byte 1`},
+		{"two stars", []string{"**"}, `entry 0 "**" has a "*" at byte 0`},
+		{"two trailing stars", []string{"doc-**"}, `entry 0 "doc-**" has a "*" at byte 4`},
+		{"id of 65 bytes", []string{strings.Repeat("a", 65)}, "is no room id: id is 65 bytes long, the limit is 64"},
+		{"prefix of 65 bytes", []string{strings.Repeat("a", 65) + "*"}, "is no prefix of room ids: id is 65 bytes long"},
+		{"long entry quoted short", []string{strings.Repeat("a", 1000)}, `"` + strings.Repeat("a", 64) + `"… (1000 bytes)`},
+		{"space", []string{"doc 42"}, "is no room id: id contains a forbidden character"},
+		{"comma in a prefix", []string{"a,b*"}, "is no prefix of room ids: id contains a forbidden character ','"},
+		{"not NFC", []string{"cafe\u0301"}, "not in Unicode normalization form NFC"},
+		{"prefix not NFC", []string{"cafe\u0301*"}, "is no prefix of room ids: id is not in Unicode normalization form NFC"},
+		{"invalid UTF-8", []string{"doc-\xff"}, "not valid UTF-8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := auth.ParseRooms(tc.claim)
+			if tc.want == "" {
+				if err != nil || r == nil {
+					t.Fatalf("ParseRooms(%q) = %v, %v; want accepted", tc.claim, r, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || r != nil {
+				t.Fatalf("ParseRooms = %v, %v; want refused saying %q", r, err, tc.want)
+			}
+			// Sign refuses what the server would.
+			if tok, err := (auth.Token{User: "alice", Rooms: tc.claim}).Sign(secret, t0, time.Hour); err == nil || tok != "" {
+				t.Errorf("Sign: got %q, %v; want no token and an error", tok, err)
+			}
+		})
+	}
+	for _, empty := range [][]string{nil, {}} {
+		if r, err := auth.ParseRooms(empty); r != nil || err != nil {
+			t.Errorf("ParseRooms(%#v) = %v, %v; want nil, nil", empty, r, err)
+		}
+	}
+}
+
+// TestRoomsClaimDecodedStrictly: a bad rooms claim makes the whole token
+// invalid, with the reason; it is decoded by the rule of every claim.
+func TestRoomsClaimDecodedStrictly(t *testing.T) {
+	a := auth.New(auth.Config{JWTSecret: secret, Clock: clock.NewFake(t0)})
+	exp := t0.Add(time.Hour).Unix()
+	hs := `{"alg":"HS256","typ":"JWT"}`
+	many := strings.TrimSuffix(strings.Repeat(`"r",`, auth.MaxRoomPatterns+1), ",")
+	for _, tc := range []struct {
+		name, rooms string // the claim's JSON; "" none
+		want        string // a word of the refusal; "" accepted
+		room        string // a room the accepted token allows
+	}{
+		{"none", "", "", ""},
+		{"null", `null`, "", ""},
+		{"an empty list", `[]`, "", ""},
+		{"ids and a prefix", `["doc-42","team-7-*"]`, "", "team-7-x"},
+		{"every room", `["*"]`, "", "anything"},
+		{"a string", `"doc-42"`, `"rooms"`, ""},
+		{"an object", `{"doc-42":true}`, `"rooms"`, ""},
+		{"a number inside", `["doc-42",7]`, `"rooms"`, ""},
+		{"a null inside", `["doc-42",null]`, `token rooms: entry 1 "" is empty`, ""},
+		{"a bad pattern", `["doc-42","a*b"]`, `token rooms: entry 1 "a*b" has a "*"`, ""},
+		{"too many", "[" + many + "]", "token rooms: the claim holds 101 entries, the limit is 100", ""},
+		{"Rooms for rooms", `["*"],"Rooms":["*"]`, `"Rooms"`, ""},
+		{"rooms twice", `["doc-1"],"rooms":["*"]`, `"rooms" twice`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claims := fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp)
+			if tc.rooms != "" {
+				claims = fmt.Sprintf(`{"sub":"alice","exp":%d,"rooms":%s}`, exp, tc.rooms)
+			}
+			p, err := a.Credential(rawToken(secret, hs, claims))
+			if tc.want == "" {
+				if err != nil || p.Kind != auth.Client || p.UserID != "alice" {
+					t.Fatalf("got %+v, %v; want alice", p, err)
+				}
+				if tc.room == "" && (p.Rooms != nil || p.AllowsRoom("doc-42")) {
+					t.Errorf("claim %s: rooms %v, want none", tc.rooms, p.Rooms)
+				}
+				if tc.room != "" && !p.AllowsRoom(tc.room) {
+					t.Errorf("claim %s: room %q refused", tc.rooms, tc.room)
+				}
+				return
+			}
+			if !errors.Is(err, auth.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %+v, %v; want ErrInvalid saying %q", p, err, tc.want)
+			}
+			if p != (auth.Principal{}) {
+				t.Errorf("a refused token gave principal %+v", p)
+			}
+		})
+	}
+}
+
+// TestSignRooms: Token.Sign writes the rooms claim as given, and none
+// without rooms.
+func TestSignRooms(t *testing.T) {
+	p := jwt.NewParser(jwt.WithTimeFunc(func() time.Time { return t0 }))
+	for _, tc := range []struct {
+		rooms []string
+		want  any
+	}{
+		{[]string{"doc-42", "team-7-*", "*"}, []any{"doc-42", "team-7-*", "*"}},
+		{nil, nil},
+		{[]string{}, nil},
+	} {
+		var c jwt.MapClaims
+		if _, err := p.ParseWithClaims(signRooms(t, tc.rooms), &c, func(*jwt.Token) (any, error) { return secret, nil }); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := c["rooms"]
+		if tc.want == nil && ok {
+			t.Errorf("rooms %#v: claim %v present", tc.rooms, got)
+		}
+		if tc.want != nil && fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("rooms %#v: claim %v, want %v", tc.rooms, got, tc.want)
+		}
+	}
+}

@@ -9,7 +9,8 @@
 // over however many connections they come. A Bucket belongs to one owner
 // (a connection's read side); Keyed holds a bucket per key (a user) for
 // callers that share it, sharded, its memory bounded by the keys that
-// took a token within the last burst's worth of time.
+// took a token within the last burst's worth of time. Rooms is the limit
+// of one device's joins and leaves of rooms.
 //
 // Times are Unix milliseconds, as the gateway and the HTTP API read their
 // clocks.
@@ -42,6 +43,15 @@ var (
 	// Contacts limits changes of a contact list (replace, add, remove).
 	Contacts = Limit{Every: time.Second, Burst: 5}
 )
+
+// Rooms limits the joins and leaves of rooms of one device, counted per
+// room: ten a second once the burst is spent. A device rejoins all its
+// rooms after a reconnect (presence.DefaultMaxRooms, 100), so the burst
+// of 200 lets it do so twice in a row (a network change, then a node
+// restarting behind the load balancer) without a refusal, while a client
+// that joins and leaves in a loop churns its rooms' watchers ten times a
+// second at most.
+var Rooms = Limit{Every: 100 * time.Millisecond, Burst: 200}
 
 // Writes are the per-user buckets of a client's durable writes, one for
 // each kind, for every edge of a node to share.

@@ -197,3 +197,27 @@ func TestKeyedTakeN(t *testing.T) {
 		t.Errorf("TakeN and Give allocate %v times", allocs)
 	}
 }
+
+// TestRooms: a device rejoins its 100 rooms twice at once, then gets one
+// join or leave every 100 ms.
+func TestRooms(t *testing.T) {
+	const now = int64(1_795_388_929_123)
+	var b Bucket
+	for i := range 200 {
+		if ok, wait := b.Take(now, Rooms); !ok {
+			t.Fatalf("take %d of the burst of 200: refused, wait %d ms", i+1, wait)
+		}
+	}
+	if ok, wait := b.Take(now, Rooms); ok || wait != 100 {
+		t.Fatalf("take 201 at the same instant: got %v, %d ms; want refused, 100 ms", ok, wait)
+	}
+	if ok, wait := b.Take(now+100, Rooms); !ok {
+		t.Fatalf("100 ms later: refused, wait %d ms", wait)
+	}
+	if ok, _ := b.Take(now+100, Rooms); ok {
+		t.Fatal("a second take 100 ms later: admitted")
+	}
+	if got, want := Rooms.String(), "at most 10 per second, bursts of 200"; got != want {
+		t.Errorf("Rooms.String() = %q, want %q", got, want)
+	}
+}

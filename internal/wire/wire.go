@@ -1,6 +1,7 @@
 // Package wire is the JSON that presence leaves the server as: the string,
-// time and view encoders of the HTTP read paths and the messages of the
-// WebSocket protocol (docs/protocol.md). Everything is hand-written and
+// time and view encoders of the HTTP read paths, the messages of the
+// WebSocket protocol (docs/protocol.md), and the changes of users and
+// rooms as the API key's exits carry them. Everything is hand-written and
 // appends to a caller's buffer, so a message is built once, with no
 // reflection, and the same bytes can go to every watcher of one view.
 //
