@@ -48,7 +48,11 @@ func (s *Store) afterRooms(sh *shard, si uint64, idx int, u *presence.User, memb
 	}
 	clear(sh.devs)
 	if m := u.RoomMember(); m != member && s.rooms.InRooms(ur) {
+		n := len(ch.Rooms)
 		ch.Rooms = s.rooms.SetCounted(ur, m, now, ch.Rooms)
+		for i := n; i < len(ch.Rooms); i++ {
+			face(&ch.Rooms[i], u)
+		}
 	}
 	if !s.rooms.InRooms(ur) {
 		r.flags &^= flagRooms
@@ -89,7 +93,16 @@ func (s *Store) Join(_ context.Context, now int64, user, device, room string) (p
 	if err == nil {
 		sh.t.recs[idx].flags |= flagRooms
 	}
+	face(&ev, &u)
 	return ev, changed, err
+}
+
+// face puts the public status and settings of u on a join (a leave
+// carries none).
+func face(ev *presence.RoomEvent, u *presence.User) {
+	if ev.Kind == presence.RoomJoin {
+		ev.Status, ev.Settings = u.Pub, u.Settings
+	}
 }
 
 // Leave implements tracker.RoomStore.
@@ -110,10 +123,15 @@ func (s *Store) Leave(_ context.Context, now int64, user, device, room string) (
 }
 
 // RoomPage implements tracker.RoomStore.
+// The page and the count are read under the room's lock one after the
+// other: read again (rarely) until both are of one version.
 func (s *Store) RoomPage(_ context.Context, room, after string, limit int, out []string) (tracker.RoomPage, error) {
-	members, version, more := s.rooms.Page(room, after, limit, out)
-	n, _ := s.rooms.Count(room)
-	return tracker.RoomPage{Members: members, Count: n, Version: version, More: more}, nil
+	for {
+		members, version, more := s.rooms.Page(room, after, limit, out[:0])
+		if n, v := s.rooms.Count(room); v == version {
+			return tracker.RoomPage{Members: members, Count: n, Version: version, More: more}, nil
+		}
+	}
 }
 
 // RoomCounts implements tracker.RoomStore.

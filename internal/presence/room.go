@@ -75,6 +75,11 @@ type RoomEvent struct {
 	Count   int
 	Version uint64
 	At      int64 // Unix ms
+	// Status and Settings are the member's public status and privacy
+	// settings at a join, so each watcher is shown the status its
+	// relation allows without another read (zero for a leave).
+	Status   Status
+	Settings Settings
 }
 
 // RoomMember reports whether u counts as a member of the rooms its
