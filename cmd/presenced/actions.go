@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,22 +21,30 @@ import (
 // build information /metrics exports as presenced_build_info.
 func version() string { return buildinfo.Read().String() }
 
-// checkPrintToken refuses a -print-token user id that is none, before
+// checkPrintToken refuses a -print-token user id that is none, and
+// -print-token-rooms that are none or without -print-token, before
 // anything else is done.
 func (o *options) checkPrintToken() error {
 	if o.printToken == "" {
+		if len(o.printTokenRooms) > 0 {
+			return errors.New("-print-token-rooms is the rooms claim of -print-token's token: give -print-token too")
+		}
 		return nil
 	}
 	if err := presence.ValidateID(o.printToken); err != nil {
 		return fmt.Errorf("-print-token %q: %v", o.printToken, err)
 	}
+	if _, err := auth.ParseRooms(o.printTokenRooms); err != nil {
+		return fmt.Errorf("-print-token-rooms: %v", err)
+	}
 	return nil
 }
 
-// signToken prints a client token for user, signed with cfg's JWT
-// secret, valid for its maximum lifetime, with its audience and issuer.
-func signToken(stdout io.Writer, user string, cfg app.Config) error {
-	t := auth.Token{User: user, Audience: cfg.TokenAudience, Issuer: cfg.TokenIssuer}
+// signToken prints a client token for user (with the rooms claim rooms,
+// when given), signed with cfg's JWT secret, valid for its maximum
+// lifetime, with its audience and issuer.
+func signToken(stdout io.Writer, user string, rooms []string, cfg app.Config) error {
+	t := auth.Token{User: user, Audience: cfg.TokenAudience, Issuer: cfg.TokenIssuer, Rooms: rooms}
 	tok, err := t.Sign(cfg.JWTSecret, time.Now(), cfg.MaxTokenLifetime)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ type options struct {
 	logLevel, logFormat              string
 	showVersion                      bool
 	healthURL, printToken            string
+	printTokenRooms                  []string
 	pprofAddr                        string
 	// set reports whether a flag was given, on the command line or by
 	// its environment variable.
@@ -34,7 +35,7 @@ func envName(flagName string) string {
 
 // actions are the flags that are no setting but something to do, and
 // have no environment variable.
-var actions = map[string]bool{"print-token": true, "version": true, "healthcheck": true}
+var actions = map[string]bool{"print-token": true, "print-token-rooms": true, "version": true, "healthcheck": true}
 
 // parse reads args, then the environment (getenv) for the flags args do
 // not give. -h prints the usage to stderr and returns flag.ErrHelp.
@@ -134,6 +135,7 @@ func (o *options) commandFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	fs.StringVar(&o.healthURL, "healthcheck", "", "GET this URL (e.g. http://127.0.0.1:8081/healthz) and exit 0 if it answers 200, 1 if not: a container's HEALTHCHECK, as the image has no curl")
 	fs.StringVar(&o.printToken, "print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
+	fs.Var((*listFlag)(&o.printTokenRooms), "print-token-rooms", "with -print-token: the rooms the token lets its user enter, each a room id, a prefix ending in * (team-7-*), or * alone (every room); repeat the flag or separate them with commas")
 }
 
 // listFlag is a flag of a list (URLs, addresses): repeated, or separated

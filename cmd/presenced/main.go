@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if o.printToken != "" {
-		return signToken(stdout, o.printToken, cfg)
+		return signToken(stdout, o.printToken, o.printTokenRooms, cfg)
 	}
 	if cfg.Dev {
 		log.Warn("INSECURE DEVELOPMENT MODE (-dev): requests without credentials are accepted for any user id. Never use it in production.")

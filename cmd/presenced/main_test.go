@@ -882,6 +882,8 @@ func TestRunConfigErrors(t *testing.T) {
 		{"bad log level", nil, []string{"-log-level", "loud"}, "-log-level", true},
 		{"bad print-token id", nil, []string{"-print-token", strings.Repeat("a", 65)}, "-print-token", true},
 		{"print-token id with a comma", nil, []string{"-print-token", "a,b"}, "-print-token", true},
+		{"print-token-rooms alone", nil, []string{"-print-token-rooms", "doc-42"}, "give -print-token too", true},
+		{"bad print-token-rooms", nil, []string{"-print-token", "alice", "-print-token-rooms", "doc-42,a*b"}, `-print-token-rooms: entry 1 "a*b" has a "*" at byte 1`, true},
 		{"data is a file", nil, []string{"-data", "/dev/null"}, "data directory", false},
 		{"no device allowed", nil, []string{"-max-devices", "0"}, "-max-devices 0: between 1 and 1000", true},
 		{"more devices than a record counts", nil, []string{"-max-devices", "1001"}, "-max-devices 1001: between 1 and 1000", true},
@@ -1047,6 +1049,26 @@ func TestRunPrintToken(t *testing.T) {
 	}
 	if code, b := s.do("POST", "/v1/heartbeat", token+"x", map[string]any{"device_id": "d1"}); code != http.StatusUnauthorized {
 		t.Errorf("tampered token: %d %s, want 401", code, b)
+	}
+}
+
+// TestRunPrintTokenRooms: -print-token-rooms becomes the token's rooms
+// claim, which the server's checks read back.
+func TestRunPrintTokenRooms(t *testing.T) {
+	t.Parallel()
+	stdout, _, err := runQuick(t, nil, "-data", t.TempDir(), "-jwt-secret", testSecret, "-print-token", "carol",
+		"-print-token-rooms", "doc-42,team-7-*", "-print-token-rooms", "lobby")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := auth.New(auth.Config{JWTSecret: []byte(testSecret)}).Credential(strings.TrimSpace(stdout))
+	if err != nil || p.UserID != "carol" {
+		t.Fatalf("the printed token: %+v, %v; want carol's", p, err)
+	}
+	for room, want := range map[string]bool{"doc-42": true, "team-7-a": true, "lobby": true, "doc-4": false, "team-8": false} {
+		if got := p.AllowsRoom(room); got != want {
+			t.Errorf("the printed token allows %q: %v, want %v", room, got, want)
+		}
 	}
 }
 
