@@ -466,6 +466,125 @@ func (c *Client) Bye(ctx context.Context, userID, deviceID string) (SelfView, er
 	return v, err
 }
 
+// --- rooms ---
+
+// Room is a room after a join or leave: its members (invisible users are
+// not counted) and its version, which grows with every join and leave of
+// a member.
+type Room struct {
+	Room    string `json:"room"`
+	Count   int    `json:"count"`
+	Version uint64 `json:"version"`
+}
+
+// RoomPage is a page of a room's members as a viewer sees them.
+type RoomPage struct {
+	Room  string `json:"room"`
+	Count int    `json:"count"` // members of the whole room
+	// Members maps each member of this page to its status, nil when it
+	// is hidden from the viewer.
+	Members map[string]*Status `json:"members"`
+	// Next is the after of the following page; "" on the last.
+	Next    string `json:"next"`
+	Version uint64 `json:"version"`
+}
+
+// room is the path of a room.
+func room(id string) (string, error) {
+	if id == "" {
+		return "", errors.New("presenced: a room id is required")
+	}
+	return "/v1/rooms/" + url.PathEscape(id), nil
+}
+
+func (c *Client) roomOp(ctx context.Context, op, roomID, userID, deviceID string) (Room, error) {
+	var r Room
+	p, err := room(roomID)
+	if err != nil {
+		return r, err
+	}
+	req := struct {
+		UserID   string `json:"user_id"`
+		DeviceID string `json:"device_id"`
+	}{userID, deviceID}
+	err = c.do(ctx, http.MethodPost, p+"/"+op, req, &r, true)
+	return r, err
+}
+
+// Join puts a device of a user in a room (POST /v1/rooms/{room}/join)
+// until it leaves, says bye or ends; the device must be alive (a
+// heartbeat or a connect first: 409 device_not_alive). It answers the
+// room after the join.
+func (c *Client) Join(ctx context.Context, roomID, userID, deviceID string) (Room, error) {
+	return c.roomOp(ctx, "join", roomID, userID, deviceID)
+}
+
+// Leave takes a device of a user out of a room (POST
+// /v1/rooms/{room}/leave). It answers the room after the leave.
+func (c *Client) Leave(ctx context.Context, roomID, userID, deviceID string) (Room, error) {
+	return c.roomOp(ctx, "leave", roomID, userID, deviceID)
+}
+
+// Room reads a page of up to limit members of a room (1 to 1,000; 0:
+// the node's default, 100) after the member after ("" for the first
+// page), as viewer sees them (GET /v1/rooms/{room}). An empty viewer is
+// the anonymous everyone-view.
+func (c *Client) Room(ctx context.Context, roomID, after string, limit int, viewer string) (RoomPage, error) {
+	var pg RoomPage
+	p, err := room(roomID)
+	if err != nil {
+		return pg, err
+	}
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if viewer != "" {
+		q.Set("viewer_id", viewer)
+	}
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	var wire struct {
+		RoomPage
+		Next *string `json:"next"`
+	}
+	if err := c.do(ctx, http.MethodGet, p, nil, &wire, true); err != nil {
+		return pg, err
+	}
+	pg = wire.RoomPage
+	if wire.Next != nil {
+		pg.Next = *wire.Next
+	}
+	return pg, nil
+}
+
+// RoomCounts reads the member counts of up to 1,000 rooms (GET
+// /v1/rooms?ids=), keyed by room id.
+func (c *Client) RoomCounts(ctx context.Context, roomIDs []string) (map[string]int, error) {
+	for _, id := range roomIDs {
+		if id == "" || strings.Contains(id, ",") {
+			return nil, fmt.Errorf("presenced: room id %q: ids are not empty and have no commas", id)
+		}
+	}
+	var q strings.Builder
+	q.WriteString("/v1/rooms?ids=")
+	for i, id := range roomIDs {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		q.WriteString(url.QueryEscape(id))
+	}
+	out := map[string]int{}
+	if err := c.do(ctx, http.MethodGet, q.String(), nil, &out, true); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // --- a user's account ---
 
 // Settings reads a user's privacy settings.

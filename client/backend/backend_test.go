@@ -209,6 +209,44 @@ func TestBackendAgainstANode(t *testing.T) {
 		stats.Metrics["presenced_heartbeats_total"] < 1 {
 		t.Errorf("AdminStats: %+v", stats)
 	}
+	// Rooms: alice (contacts only, busy) and bob are in doc-42.
+	must[backend.SelfView](t, "Heartbeat")(b.Heartbeat(ctx, "bob", "laptop", true))
+	call("Join")
+	if r := must[backend.Room](t, "Join")(b.Join(ctx, "doc-42", "alice", "phone")); r.Room != "doc-42" || r.Count != 1 || r.Version == 0 {
+		t.Errorf("Join: %+v", r)
+	}
+	r := must[backend.Room](t, "Join")(b.Join(ctx, "doc-42", "bob", "laptop"))
+	if r.Count != 2 {
+		t.Errorf("Join of bob: %+v", r)
+	}
+	call("Room")
+	page := must[backend.RoomPage](t, "Room")(b.Room(ctx, "doc-42", "", 0, "zed"))
+	if page.Room != "doc-42" || page.Count != 2 || len(page.Members) != 2 || page.Members["alice"] != nil || status(page.Members["bob"]) != "online" ||
+		page.Next != "" || page.Version != r.Version {
+		t.Errorf("Room as zed: %+v", page)
+	}
+	first := must[backend.RoomPage](t, "Room")(b.Room(ctx, "doc-42", "", 1, "bob"))
+	if _, ok := first.Members[first.Next]; len(first.Members) != 1 || !ok {
+		t.Errorf("Room, a page of 1 as bob: %+v", first)
+	}
+	second := must[backend.RoomPage](t, "Room")(b.Room(ctx, "doc-42", first.Next, 1, "bob"))
+	if len(second.Members) != 1 || second.Next != "" {
+		t.Errorf("Room, the second page: %+v", second)
+	}
+	for u, s := range second.Members {
+		if _, dup := first.Members[u]; dup || (u == "alice" && status(s) != "busy") {
+			t.Errorf("Room pages as bob: %+v, %+v", first.Members, second.Members)
+		}
+	}
+	call("Leave")
+	if r := must[backend.Room](t, "Leave")(b.Leave(ctx, "doc-42", "bob", "laptop")); r.Count != 1 {
+		t.Errorf("Leave: %+v", r)
+	}
+	call("RoomCounts")
+	if n := must[map[string]int](t, "RoomCounts")(b.RoomCounts(ctx, []string{"doc-42", "empty"})); len(n) != 2 || n["doc-42"] != 1 || n["empty"] != 0 {
+		t.Errorf("RoomCounts: %v", n)
+	}
+
 	call("Bye")
 	v = must[backend.SelfView](t, "Bye")(b.Bye(ctx, "alice", "phone"))
 	if val(v.Devices) != 0 || v.DeviceID != "phone" {
@@ -243,6 +281,16 @@ func TestBackendAgainstANode(t *testing.T) {
 	}
 	if _, err := b.Statuses(ctx, []string{"a,b"}, ""); err == nil || errors.As(err, &e) {
 		t.Errorf("Statuses of an id with a comma: got %v, want a local error", err)
+	}
+	_, err = loose.Join(ctx, "doc-42", "alice", "gone")
+	wantError(t, "Join of a device that never beat", err, 409, "device_not_alive")
+	_, err = loose.Room(ctx, "doc-42", "", 1001, "")
+	wantError(t, "Room, a page of 1,001", err, 400, "invalid_query")
+	if _, err := b.RoomCounts(ctx, []string{"a,b"}); err == nil || errors.As(err, &e) {
+		t.Errorf("RoomCounts of an id with a comma: got %v, want a local error", err)
+	}
+	if _, err := b.Room(ctx, "", "", 0, ""); err == nil {
+		t.Errorf("Room of no room: no error")
 	}
 	if _, err := b.Settings(ctx, ""); err == nil {
 		t.Errorf("Settings of no user: no error")
@@ -286,6 +334,8 @@ func TestTypesMatchSchemas(t *testing.T) {
 		{reflect.TypeFor[backend.DebugViewer](), "DebugViewer"},
 		{reflect.TypeFor[backend.AdminStats](), "AdminStats"},
 		{reflect.TypeFor[backend.AdminNode](), "AdminNode"},
+		{reflect.TypeFor[backend.Room](), "RoomState"},
+		{reflect.TypeFor[backend.RoomPage](), "RoomPage"},
 	} {
 		name, prop, _ := strings.Cut(tc.schema, ".")
 		ref := c.Doc.Components.Schemas[name]

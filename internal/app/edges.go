@@ -14,6 +14,7 @@ import (
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/ratelimit"
 	"github.com/presenced/presenced/internal/tlscert"
+	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/web"
 )
 
@@ -42,16 +43,25 @@ func (a *App) prepareEdges(context.Context) error {
 
 // openReader builds the bulk reads of the edges: the tracker reads the
 // store, or what the node knows while Redis is down; with a read replica
-// the status-only batch is read from it.
+// the status-only batch is read from it. A room's members are the
+// tracker's too (tracker.ErrRoomsUnsupported on a store without rooms).
 func (a *App) openReader(context.Context) error {
 	qc := query.Config{States: a.tracker, Profiles: a.durable, Contacts: a.durable, Clock: a.cfg.Clock,
-		ColdVersionMargin: a.reloadMargin()}
+		ColdVersionMargin: a.reloadMargin(), Rooms: roomPages{a.tracker}}
 	if a.replica != nil {
 		qc.Statuses = a.replica
 	}
 	var err error
 	a.reader, err = query.New(qc)
 	return err
+}
+
+// roomPages is the tracker as the reader reads rooms' members.
+type roomPages struct{ t *tracker.Tracker }
+
+func (p roomPages) RoomPage(ctx context.Context, room, after string, limit int, out []string) (query.RoomPage, error) {
+	pg, err := p.t.RoomPage(ctx, room, after, limit, out)
+	return query.RoomPage(pg), err
 }
 
 // openEdges builds the WebSocket gateway, the metrics and the HTTP API,

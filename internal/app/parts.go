@@ -101,6 +101,7 @@ type durableStore interface {
 type edgeTracker interface {
 	httpapi.Tracker
 	httpapi.HeartbeatReader
+	httpapi.RoomTracker
 	gateway.Tracker
 	ingest.Tracker
 }

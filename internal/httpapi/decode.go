@@ -125,7 +125,7 @@ func decodeBatch(body []byte, sc *idScratch) (batchReq, error) {
 	if r.UserIDs == nil {
 		return r, badRequest("invalid_ids", "user_ids is required: a list of 1 to %d ids", query.MaxBatch)
 	}
-	ids, err := checkIDList(r.UserIDs, sc)
+	ids, err := checkIDList("user_ids", r.UserIDs, sc)
 	if err != nil {
 		return r, err
 	}
@@ -204,11 +204,12 @@ func (sc *idScratch) reset() {
 	clear(sc.seen)
 }
 
-// parseIDList parses the comma-separated user_ids of the seed endpoint.
-// The ids it returns live in sc.
-func parseIDList(s string, sc *idScratch) ([]string, error) {
+// parseIDList parses a comma-separated list of ids, the query parameter
+// field (user_ids of the seed endpoint, ids of the rooms' counts). The ids
+// it returns live in sc.
+func parseIDList(field, s string, sc *idScratch) ([]string, error) {
 	if s == "" {
-		return nil, badRequest("invalid_ids", "user_ids is required: 1 to %d comma-separated ids", query.MaxBatch)
+		return nil, badRequest("invalid_ids", "%s is required: 1 to %d comma-separated ids", field, query.MaxBatch)
 	}
 	if n := strings.Count(s, ",") + 1; n > query.MaxBatch {
 		return nil, badRequest("too_many_ids", "%d ids: at most %d per request", n, query.MaxBatch)
@@ -223,21 +224,21 @@ func parseIDList(s string, sc *idScratch) ([]string, error) {
 		s = rest
 	}
 	sc.ids = ids
-	return checkIDList(ids, sc)
+	return checkIDList(field, ids, sc)
 }
 
-// checkIDList validates a list of ids and drops duplicates, keeping order,
-// in place. It uses sc's set.
-func checkIDList(ids []string, sc *idScratch) ([]string, error) {
+// checkIDList validates a list of ids (field names it in errors) and
+// drops duplicates, keeping order, in place. It uses sc's set.
+func checkIDList(field string, ids []string, sc *idScratch) ([]string, error) {
 	if len(ids) == 0 {
-		return nil, badRequest("invalid_ids", "user_ids is empty: give 1 to %d ids", query.MaxBatch)
+		return nil, badRequest("invalid_ids", "%s is empty: give 1 to %d ids", field, query.MaxBatch)
 	}
 	if len(ids) > query.MaxBatch {
 		return nil, badRequest("too_many_ids", "%d ids: at most %d per request", len(ids), query.MaxBatch)
 	}
 	for i, id := range ids {
 		if err := presence.ValidateID(id); err != nil {
-			return nil, badRequest("invalid_id", "user_ids[%d]: %v", i, err)
+			return nil, badRequest("invalid_id", "%s[%d]: %v", field, i, err)
 		}
 	}
 	if len(ids) <= 32 {

@@ -268,7 +268,7 @@ func FuzzParseIDList(f *testing.F) {
 	sc := new(idScratch) // reused, as the pool reuses it
 	f.Fuzz(func(t *testing.T, s string) {
 		defer sc.reset()
-		ids, err := parseIDList(s, sc)
+		ids, err := parseIDList("user_ids", s, sc)
 		if err != nil {
 			checkErr(t, err)
 			return

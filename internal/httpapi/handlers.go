@@ -85,7 +85,7 @@ func (s *Server) batchSeed(w http.ResponseWriter, r *http.Request) error {
 	}
 	sc := getIDScratch()
 	defer putIDScratch(sc)
-	ids, err := parseIDList(raw, sc)
+	ids, err := parseIDList("user_ids", raw, sc)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (s *Server) publicGet(w http.ResponseWriter, r *http.Request) error {
 // heartbeat serves POST /v1/heartbeat {"user_id","device_id","active"}.
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	active := true
-	user, dev, err := s.deviceRequest(w, r, func(body []byte) (string, string, error) {
+	_, user, dev, err := s.deviceRequest(w, r, func(body []byte) (string, string, error) {
 		req, err := decodeHeartbeat(body)
 		active = req.Active == nil || *req.Active
 		return req.UserID, req.DeviceID, err
@@ -225,29 +225,30 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 }
 
 // deviceRequest authenticates and decodes a request about one device of
-// one user, and resolves who may act for which device.
-func (s *Server) deviceRequest(w http.ResponseWriter, r *http.Request, decode func([]byte) (user, dev string, err error)) (string, string, error) {
+// one user, and resolves who may act for which device. It returns who is
+// calling too.
+func (s *Server) deviceRequest(w http.ResponseWriter, r *http.Request, decode func([]byte) (user, dev string, err error)) (auth.Principal, string, string, error) {
 	p, err := s.principal(r)
 	if err != nil {
-		return "", "", err
+		return p, "", "", err
 	}
 	body, err := s.readBody(w, r)
 	if err != nil {
-		return "", "", err
+		return p, "", "", err
 	}
 	claimedUser, claimedDev, err := decode(body)
 	if err != nil {
-		return "", "", err
+		return p, "", "", err
 	}
 	user, err := s.actor(r, p, claimedUser)
 	if err != nil {
-		return "", "", err
+		return p, "", "", err
 	}
 	dev, err := device(p, claimedDev)
 	if err != nil {
-		return "", "", err
+		return p, "", "", err
 	}
-	return user, dev, nil
+	return p, user, dev, nil
 }
 
 // writeRecorded answers a heartbeat or bye that the tracker took with
@@ -325,7 +326,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 
 // bye serves POST /v1/bye {"user_id","device_id"}: the device ends at once.
 func (s *Server) bye(w http.ResponseWriter, r *http.Request) error {
-	user, dev, err := s.deviceRequest(w, r, func(body []byte) (string, string, error) {
+	_, user, dev, err := s.deviceRequest(w, r, func(body []byte) (string, string, error) {
 		req, err := decodeBye(body)
 		return req.UserID, req.DeviceID, err
 	})

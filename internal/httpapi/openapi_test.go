@@ -173,6 +173,10 @@ var unexercised = map[string]string{
 		"(200, the view's fields null), which the test checks",
 	"bye 503":       "as heartbeat 503",
 	"websocket 500": "needs the state store to fail for good under a running gateway; a stopped PostgreSQL is transient (the connect is taken)",
+	"roomJoin 500": "the rooms of the embedded store are in its memory and do not fail, and a Redis store has none (501); " +
+		"only a failure nobody expects answers it",
+	"roomLeave 500":     "as roomJoin 500",
+	"getRoomCounts 500": "as roomJoin 500: counts are read from memory only",
 }
 
 // unexercisedCodes are the documented error codes the contract test does
@@ -412,7 +416,7 @@ func wsHeaders() map[string]string {
 // concrete fills the parameters of an OpenAPI path with values a node
 // accepts.
 func concrete(path string) string {
-	return strings.NewReplacer("{user_id}", "u1", "{contact_id}", "u2", "{file}", "presence.js").Replace(path)
+	return strings.NewReplacer("{user_id}", "u1", "{contact_id}", "u2", "{room}", "r1", "{file}", "presence.js").Replace(path)
 }
 
 // origins is the part of the contract test about browser pages, on a node
@@ -427,6 +431,8 @@ func origins(t *testing.T, c *contract) {
 	base := e.srv.URL
 	tok := e.token("u1", "")
 	e.beat("u2", "phone", true)
+	e.beat("u1", "tab", true)
+	rtok := e.roomToken("u1", "tab", "r*")
 
 	ops := c.spec.Operations()
 	if len(ops) < 30 {
@@ -493,6 +499,15 @@ func origins(t *testing.T, c *contract) {
 		{"PUT", "/v1/users/u1/contacts/u4", tok, "", nil, 200},
 		{"DELETE", "/v1/users/u1/contacts/u4", tok, "", nil, 200},
 		{"DELETE", "/v1/users/u2/contacts/u4", tok, "", nil, 403},
+		{"POST", "/v1/rooms/r1/join", rtok, `{}`, nil, 200},
+		{"POST", "/v1/rooms/s1/join", rtok, `{}`, nil, 403},
+		{"POST", "/v1/rooms/r1/leave", rtok, `{}`, nil, 200},
+		{"GET", "/v1/rooms/r1", rtok, "", nil, 200},
+		{"GET", "/v1/rooms/r1", keyHdr, "", nil, 403}, // the API key from a page
+		{"GET", "/v1/rooms?ids=r1,r2", rtok, "", nil, 200},
+		{"GET", "/v1/rooms?ids=r1", keyHdr, "", nil, 403},
+		{"POST", "/v1/rooms/r1/join", keyHdr, `{"user_id":"u2","device_id":"phone"}`, nil, 403},
+		{"POST", "/v1/rooms/r1/leave", keyHdr, `{"user_id":"u2","device_id":"phone"}`, nil, 403},
 	} {
 		cl.header = from(cl.header)
 		r := c.do(base, cl)
@@ -664,10 +679,60 @@ func TestOpenAPIContract(t *testing.T) {
 	} {
 		c.do(base, cl)
 	}
+	// Rooms.
+	e.beat("ra", "d", true)
+	e.beat("1", "web", true)
+	rtok := e.roomToken("1", "web", "r*")
+	for _, cl := range []call{
+		{"POST", "/v1/rooms/r1/join", keyHdr, `{"user_id":"ra","device_id":"d"}`, nil, 200},
+		{"POST", "/v1/rooms/r1/join", rtok, `{}`, nil, 200},
+		{"POST", "/v1/rooms/r1/join", keyHdr, `{"user_id":"ra"}`, nil, 400},
+		{"POST", "/v1/rooms/r1/join", keyHdr, `{"user_id":"ra","device_id":"d","room":"r1"}`, nil, 400},
+		{"POST", "/v1/rooms/a,b/join", keyHdr, `{"user_id":"ra","device_id":"d"}`, nil, 400},
+		{"POST", "/v1/rooms/r1/join", "", `{"user_id":"ra","device_id":"d"}`, nil, 401},
+		{"POST", "/v1/rooms/r1/join", rtok, `{"user_id":"ra"}`, nil, 403},
+		{"POST", "/v1/rooms/s1/join", rtok, `{}`, nil, 403},
+		{"POST", "/v1/rooms/r1/join", keyHdr, `{"user_id":"ra","device_id":"gone"}`, nil, 409},
+		{"POST", "/v1/rooms/r1/join", keyHdr, big, nil, 413},
+
+		{"POST", "/v1/rooms/r2/leave", keyHdr, `{"user_id":"ra","device_id":"d"}`, nil, 200},
+		{"POST", "/v1/rooms/r1/leave", keyHdr, `{"user_id":"ra","device_id":"a b"}`, nil, 400},
+		{"POST", "/v1/rooms/r1/leave", keyHdr, `[]`, nil, 400},
+		{"POST", "/v1/rooms/r1/leave", "", `{"user_id":"ra","device_id":"d"}`, nil, 401},
+		{"POST", "/v1/rooms/r1/leave", rtok, `{"device_id":"other"}`, nil, 403},
+		{"POST", "/v1/rooms/s1/leave", rtok, `{}`, nil, 403},
+		{"POST", "/v1/rooms/r1/leave", keyHdr, big, nil, 413},
+
+		{"GET", "/v1/rooms/r1", keyHdr, "", nil, 200},
+		{"GET", "/v1/rooms/r1?viewer_id=1&limit=1", keyHdr, "", nil, 200},
+		{"GET", "/v1/rooms/r1?limit=1000&after=1", rtok, "", nil, 200},
+		{"GET", "/v1/rooms/a%20b", keyHdr, "", nil, 400},
+		{"GET", "/v1/rooms/r1?limit=0", keyHdr, "", nil, 400},
+		{"GET", "/v1/rooms/r1", "", "", nil, 401},
+		{"GET", "/v1/rooms/r1?viewer_id=2", rtok, "", nil, 403},
+		{"GET", "/v1/rooms/s1", rtok, "", nil, 403},
+
+		{"GET", "/v1/rooms?ids=r1,s1", keyHdr, "", nil, 200},
+		{"GET", "/v1/rooms?ids=r1,r2", rtok, "", nil, 200},
+		{"GET", "/v1/rooms?ids=", keyHdr, "", nil, 400},
+		{"GET", "/v1/rooms?ids=a&ids=b", keyHdr, "", nil, 400},
+		{"GET", "/v1/rooms?ids=" + strings.Repeat("x,", 1000) + "x", keyHdr, "", nil, 400},
+		{"GET", "/v1/rooms?ids=a,a%20b", keyHdr, "", nil, 400},
+		{"GET", "/v1/rooms?ids=r1", "", "", nil, 401},
+		{"GET", "/v1/rooms?ids=r1,s1", rtok, "", nil, 403},
+	} {
+		c.do(base, cl)
+	}
+	for i := range 99 { // ra/d is in r1: 99 more fill its 100
+		e.roomOp("join", "full"+strconv.Itoa(i), keyHdr, "ra", "d")
+	}
+	c.do(base, call{"POST", "/v1/rooms/one-more/join", keyHdr, `{"user_id":"ra","device_id":"d"}`, nil, 409})
+
 	// A body that ends before its Content-Length: invalid_body.
 	for _, p := range []struct{ method, path string }{
 		{"POST", "/v1/presence/batch"}, {"POST", "/v1/heartbeat"}, {"POST", "/v1/status"}, {"POST", "/v1/bye"},
 		{"PUT", "/v1/users/2/settings"}, {"PUT", "/v1/users/2/contacts"}, {"POST", "/v1/users/2/contacts"},
+		{"POST", "/v1/rooms/r1/join"}, {"POST", "/v1/rooms/r1/leave"},
 	} {
 		req, _ := http.NewRequest(p.method, base+p.path, strings.NewReader("{"))
 		req.ContentLength = 100
@@ -724,6 +789,24 @@ func TestOpenAPIContract(t *testing.T) {
 	c.do(lim.srv.URL, call{"POST", "/v1/users/1/contacts", ltok, `{"contacts":["2"]}`, nil, 429})
 	c.do(lim.srv.URL, call{"PUT", "/v1/users/1/contacts/2", ltok, "", nil, 429})
 	c.do(lim.srv.URL, call{"DELETE", "/v1/users/1/contacts/2", ltok, "", nil, 429})
+	// Rooms: reads share the poll throttle; joins and leaves are
+	// ratelimit.Rooms per device.
+	lrtok := lim.roomToken("1", "d", "*")
+	c.do(lim.srv.URL, call{"GET", "/v1/rooms/r1", lrtok, "", nil, 429})
+	c.do(lim.srv.URL, call{"GET", "/v1/rooms?ids=r1", lrtok, "", nil, 429})
+	lim.beat("1", "d", true)
+	for i := range 200 {
+		op := "join"
+		if i%2 == 1 {
+			op = "leave"
+		}
+		lim.roomOp(op, "r1", lrtok, "", "")
+	}
+	for _, op := range []string{"join", "leave"} {
+		if r := c.do(lim.srv.URL, call{"POST", "/v1/rooms/r1/" + op, lrtok, `{}`, nil, 429}); r.header.Get("Retry-After") == "" {
+			t.Errorf("%s: 429 without Retry-After", op)
+		}
+	}
 
 	// One device per user.
 	one := newEnv(t, opts{maxDevices: 1})
@@ -789,20 +872,49 @@ func TestOpenAPIContract(t *testing.T) {
 		}
 	}
 	closed := newEnv(t, opts{})
+	closed.beat("rm", "d", true)
+	closed.roomOp("join", "r1", keyHdr, "rm", "d")
+	closed.setSettings("rm", "contacts", "contacts") // a member whose read needs the durable store
 	if err := closed.a.Close(); err != nil {
 		t.Fatal(err)
 	}
 	outage(closed.srv.URL, 500, 500)
+	c.do(closed.srv.URL, call{"GET", "/v1/rooms/r1", keyHdr, "", nil, 500})
 
 	pg := testsvc.Postgres(t)
 	pgNode := runningNode(t, app.Config{DataDir: t.TempDir(), APIKey: apiKey, JWTSecret: secret, PollInterval: -1,
 		PostgresURL: pg.NewDatabase(t)})
+	for _, cl := range []call{
+		{"POST", "/v1/heartbeat", keyHdr, `{"user_id":"rm","device_id":"d"}`, nil, 200},
+		{"POST", "/v1/rooms/r1/join", keyHdr, `{"user_id":"rm","device_id":"d"}`, nil, 200},
+		{"PUT", "/v1/users/rm/settings", keyHdr, `{"status_visibility":"contacts","last_seen_visibility":"contacts"}`, nil, 200},
+	} {
+		c.do(pgNode, cl)
+	}
+	// A node whose state store is Redis has no rooms.
+	redisNode := runningNode(t, app.Config{DataDir: t.TempDir(), APIKey: apiKey, JWTSecret: secret, PollInterval: -1,
+		PostgresURL: pg.NewDatabase(t), RedisURL: testsvc.Redis(t).URL})
+	for _, cl := range []call{
+		{"POST", "/v1/rooms/r1/join", keyHdr, `{"user_id":"rm","device_id":"d"}`, nil, 501},
+		{"POST", "/v1/rooms/r1/leave", keyHdr, `{"user_id":"rm","device_id":"d"}`, nil, 501},
+		{"GET", "/v1/rooms/r1", keyHdr, "", nil, 501},
+		{"GET", "/v1/rooms?ids=r1", keyHdr, "", nil, 501},
+	} {
+		if r := c.do(redisNode, cl); r.header.Get("Retry-After") != "" {
+			t.Errorf("%s %s: 501 with Retry-After", cl.method, cl.path)
+		}
+	}
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	outage(pgNode, 503, 200)
+	c.do(pgNode, call{"GET", "/v1/rooms/r1", keyHdr, "", nil, 503})
 	c.do(pgNode, call{"GET", "/v1/ws?token=" + sign("o16", ""), "", "", wsHeaders(), 101})
 	c.do(pgNode, call{"GET", "/readyz", "", "", nil, 200}) // PostgreSQL is shared: reported, still ready
+	// PostgreSQL back, for the last checkpoint of rm's beat when the node stops.
+	if err := pg.Start(); err != nil {
+		t.Fatal(err)
+	}
 
 	c.covered()
 }

@@ -145,12 +145,15 @@ type Server struct {
 	// Per user of a client token: reads (one per PollInterval) and the
 	// durable writes (ratelimit.Writes, shared with the gateway).
 	// Backends and -dev requests are not limited.
-	polls    *ratelimit.Keyed
-	writes   *ratelimit.Writes
-	mux      *http.ServeMux
-	patterns []string // every pattern of mux, in order (Patterns)
-	draining atomic.Bool
-	origins  *origin.Policy
+	polls  *ratelimit.Keyed
+	writes *ratelimit.Writes
+	// Per device of a client token: joins and leaves of rooms
+	// (ratelimit.Rooms).
+	roomWrites *ratelimit.Keyed
+	mux        *http.ServeMux
+	patterns   []string // every pattern of mux, in order (Patterns)
+	draining   atomic.Bool
+	origins    *origin.Policy
 	// browser holds the patterns of the endpoints a browser page calls
 	// (see handleBrowser); written by New only.
 	browser map[string]bool
@@ -194,11 +197,12 @@ func New(cfg Config) (*Server, error) {
 		checkSt:  make([]string, len(cfg.Checks)),
 		maxBody:  cfg.MaxBody,
 
-		polls:   ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
-		writes:  cfg.Writes,
-		mux:     http.NewServeMux(),
-		origins: cfg.Origins,
-		browser: make(map[string]bool),
+		polls:      ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
+		writes:     cfg.Writes,
+		roomWrites: newRoomWrites(),
+		mux:        http.NewServeMux(),
+		origins:    cfg.Origins,
+		browser:    make(map[string]bool),
 
 		onContactsChanged: cfg.OnContactsChanged,
 		admin:             cfg.Admin,
@@ -237,6 +241,10 @@ func (s *Server) routes(metrics http.Handler) {
 	s.handleBrowser("POST /v1/users/{user_id}/contacts", "contacts_add", s.contactsAdd)
 	s.handleBrowser("PUT /v1/users/{user_id}/contacts/{contact_id}", "contact_add", s.contactAdd)
 	s.handleBrowser("DELETE /v1/users/{user_id}/contacts/{contact_id}", "contact_remove", s.contactRemove)
+	s.handleBrowser("POST /v1/rooms/{room}/join", "room_join", s.roomJoin)
+	s.handleBrowser("POST /v1/rooms/{room}/leave", "room_leave", s.roomLeave)
+	s.handleBrowser("GET /v1/rooms/{room}", "room_get", s.roomGet)
+	s.handleBrowser("GET /v1/rooms", "room_counts", s.roomCounts)
 	// The API key's alone: never CORS, so no page of another origin can
 	// read them (metrics below too).
 	s.handle("GET /v1/debug/users/{user_id}", "debug_user", s.debugUser)
