@@ -73,8 +73,14 @@ func (o *options) checkLimits(c *app.Config) error {
 	if c.MaxDevices < 1 || c.MaxDevices > presence.MaxMaxDevices {
 		return fmt.Errorf("-max-devices %d: between 1 and %d", c.MaxDevices, presence.MaxMaxDevices)
 	}
+	if c.MaxRooms < 1 || c.MaxRooms > presence.MaxMaxRooms {
+		return fmt.Errorf("-max-rooms %d: between 1 and %d", c.MaxRooms, presence.MaxMaxRooms)
+	}
 	if c.MaxSubscriptions < 1 {
 		return fmt.Errorf("-max-subscriptions %d: at least 1", c.MaxSubscriptions)
+	}
+	if c.MaxWatchedRooms < 1 {
+		return fmt.Errorf("-max-watched-rooms %d: at least 1", c.MaxWatchedRooms)
 	}
 	userSubs := c.MaxUserSubscriptions
 	if userSubs == 0 {

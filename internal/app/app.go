@@ -42,6 +42,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.openDurable,  // SQLite or PostgreSQL, and this run's epoch
 		a.openState,    // memory or Redis
 		a.openHub,      // with the contact relay and the resyncer
+		a.openRooms,    // the watchers of rooms
 		a.openReplica,  // -read-replica
 		a.openBus,      // -nats-url
 		a.openWebhooks, // -webhook-url

@@ -31,6 +31,7 @@ type Config struct {
 	CloseGrace   time.Duration // a WebSocket closed without bye: offline after this unless it reconnects; cut to TTL (= off)
 	PollInterval time.Duration // client HTTP read throttle; negative disables
 	MaxDevices   int           // alive devices per user
+	MaxRooms     int           // rooms one device is in at once
 	// APIKey and JWTSecret are the credentials (auth.Config); outside Dev
 	// each set one must be at least auth.MinSecretLen (32) bytes long.
 	APIKey    string
@@ -59,6 +60,8 @@ type Config struct {
 	MaxUserSubscriptions int
 	MaxSocketsPerUser    int
 	MaxSocketsPerDevice  int
+	// MaxWatchedRooms caps the rooms one WebSocket watches.
+	MaxWatchedRooms int
 	// FanoutAsyncThreshold is the number of watchers above which a user's
 	// changes take the batched fan-out path.
 	FanoutAsyncThreshold int
@@ -155,6 +158,8 @@ func Defaults() Config {
 		CloseGrace:           presence.DefaultCloseGrace,
 		PollInterval:         httpapi.DefaultPollInterval,
 		MaxDevices:           presence.DefaultMaxDevices,
+		MaxRooms:             presence.DefaultMaxRooms,
+		MaxWatchedRooms:      fanout.DefaultMaxWatchedRooms,
 		MaxTokenLifetime:     auth.DefaultMaxLifetime,
 		Logger:               slog.New(slog.DiscardHandler),
 		Clock:                clock.Real{},
@@ -191,6 +196,8 @@ func (c *Config) defaults() error {
 		c.PollInterval = d.PollInterval
 	}
 	orDefault(&c.MaxDevices, d.MaxDevices)
+	orDefault(&c.MaxRooms, d.MaxRooms)
+	orDefault(&c.MaxWatchedRooms, d.MaxWatchedRooms)
 	orDefault(&c.MaxTokenLifetime, d.MaxTokenLifetime)
 	c.Logger = cmp.Or(c.Logger, d.Logger)
 	c.Clock = cmp.Or(c.Clock, d.Clock)

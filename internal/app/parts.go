@@ -48,6 +48,7 @@ type App struct {
 	store    tracker.Store
 	redis    rueidis.Client   // nil: embedded hot state
 	hub      *fanout.Hub      // who on this node watches whom
+	rooms    *fanout.RoomHub  // who on this node watches which room
 	contacts *contactRelay    // hands changed contact lists to the hub
 	resync   *resyncer        // sends watchers the current state when asked
 	replica  *replica.Replica // nil without ReadReplica
@@ -91,6 +92,7 @@ type durableStore interface {
 	tracker.Durable
 	httpapi.ContactBook
 	fanout.Relations
+	fanout.ContactLists
 	NextEpoch(ctx context.Context) (uint64, error)
 	Ping(ctx context.Context) error
 	Close() error

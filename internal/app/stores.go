@@ -9,6 +9,7 @@ import (
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/memstore"
 	"github.com/presenced/presenced/internal/pgstore"
+	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/sqlitestore"
@@ -45,7 +46,7 @@ func (a *App) openDurable(ctx context.Context) error {
 // openState opens the hot state: Redis when configured, else memory.
 func (a *App) openState(ctx context.Context) error {
 	if a.cfg.RedisURL == "" {
-		ms := memstore.New(memstore.Config{Rules: a.rules})
+		ms := memstore.New(memstore.Config{Rules: a.rules, RoomRules: presence.RoomRules{MaxRooms: a.cfg.MaxRooms}})
 		a.store, a.stats.Users = ms, ms.Len
 		return nil
 	}
