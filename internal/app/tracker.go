@@ -9,8 +9,8 @@ import (
 )
 
 // openTracker builds the tracker over the stores: every change it makes
-// is logged at debug level, then handed to each part that publishes, in
-// the order they opened.
+// (and every room event) is logged at debug level, then handed to each
+// part that publishes, in the order they opened.
 func (a *App) openTracker(context.Context) error {
 	pubs := publishers{logPublisher{a.cfg.Logger.With("component", "events")}}
 	for _, p := range a.parts {
@@ -67,8 +67,13 @@ func (a *App) runTracker(ctx context.Context) error {
 	return err
 }
 
-// publishers hands every change to each of its publishers in turn.
+// publishers hands every change to each of its publishers in turn, and
+// every join and leave of a room to each of them that takes room events
+// (tracker.RoomPublisher: the bus, Kafka, webhooks on the outbox, the
+// log), in the same order.
 type publishers []tracker.Publisher
+
+var _ tracker.RoomPublisher = publishers(nil)
 
 func (ps publishers) Publish(ev *presence.Event) {
 	for _, p := range ps {
@@ -76,13 +81,28 @@ func (ps publishers) Publish(ev *presence.Event) {
 	}
 }
 
-// logPublisher logs every change of visible presence at debug level
-// (-log-level debug).
+func (ps publishers) PublishRoom(ev *presence.RoomEvent) {
+	for _, p := range ps {
+		if rp, ok := p.(tracker.RoomPublisher); ok {
+			rp.PublishRoom(ev)
+		}
+	}
+}
+
+// logPublisher logs every change of visible presence, and every join and
+// leave of a room, at debug level (-log-level debug).
 type logPublisher struct{ log *slog.Logger }
 
 func (p logPublisher) Publish(ev *presence.Event) {
 	if p.log.Enabled(context.Background(), slog.LevelDebug) {
 		p.log.Debug("presence change", "user_id", ev.UserID, "from", ev.Prev.String(), "to", ev.Status.String(),
 			"text", ev.Text, "version", ev.Version)
+	}
+}
+
+func (p logPublisher) PublishRoom(ev *presence.RoomEvent) {
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		p.log.Debug("room change", "room", ev.Room, "user_id", ev.UserID, "event", ev.Kind.String(),
+			"reason", ev.Reason.String(), "count", ev.Count, "version", ev.Version)
 	}
 }

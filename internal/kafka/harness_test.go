@@ -210,14 +210,28 @@ func (w *world) owned() map[string]int {
 
 // recorder is a tracker.Publisher that keeps every change.
 type recorder struct {
-	mu  sync.Mutex
-	evs []presence.Event
+	mu    sync.Mutex
+	evs   []presence.Event
+	rooms []presence.RoomEvent
 }
 
 func (r *recorder) Publish(ev *presence.Event) {
 	r.mu.Lock()
 	r.evs = append(r.evs, *ev)
 	r.mu.Unlock()
+}
+
+func (r *recorder) PublishRoom(ev *presence.RoomEvent) {
+	r.mu.Lock()
+	r.rooms = append(r.rooms, *ev)
+	r.mu.Unlock()
+}
+
+// roomEvents returns the room events published.
+func (r *recorder) roomEvents() []presence.RoomEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]presence.RoomEvent(nil), r.rooms...)
 }
 
 // transitions returns, per user, the public transitions published, as
@@ -257,6 +271,17 @@ func (p *publishers) Publish(ev *presence.Event) {
 	p.mu.Unlock()
 	for _, pub := range ps {
 		pub.Publish(ev)
+	}
+}
+
+func (p *publishers) PublishRoom(ev *presence.RoomEvent) {
+	p.mu.Lock()
+	ps := p.ps
+	p.mu.Unlock()
+	for _, pub := range ps {
+		if rp, ok := pub.(tracker.RoomPublisher); ok {
+			rp.PublishRoom(ev)
+		}
 	}
 }
 

@@ -10,7 +10,9 @@
 //     shows nothing twice, whatever part of it a dead node had applied.
 //   - Producer is a tracker.Publisher: every change this node makes goes to
 //     a topic (default "presence.changes"), keyed by user id, idempotently,
-//     as the message of the NATS stream (wire.AppendChange).
+//     as the message of the NATS stream (wire.AppendChange); and every join
+//     and leave of a room to the same topic, keyed by room id, with the
+//     header "kind: room" (wire.AppendRoomEvent).
 //
 // Kafka and NATS are independent: either runs on the embedded node as well
 // as with the scale-out backends, and both may run at once.

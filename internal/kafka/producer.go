@@ -17,7 +17,18 @@ import (
 	"github.com/presenced/presenced/internal/wire"
 )
 
-var _ tracker.Publisher = (*Producer)(nil)
+var (
+	_ tracker.Publisher     = (*Producer)(nil)
+	_ tracker.RoomPublisher = (*Producer)(nil)
+)
+
+// KindHeader is the header that marks a room event on the changes topic:
+// "kind: room" (KindRoom). A change of a user's presence has no header,
+// as before rooms.
+const (
+	KindHeader = "kind"
+	KindRoom   = "room"
+)
 
 // ProducerConfig configures a Producer. Zero values take the documented
 // defaults.
@@ -50,9 +61,12 @@ type ProducerStats struct {
 }
 
 // Producer is a tracker.Publisher that writes every change of presence to
-// a Kafka topic, keyed by user id. Publish never blocks and is safe for
-// concurrent use; the changes of one user must be published in order (the
-// tracker does), and they reach the topic in that order.
+// a Kafka topic, keyed by user id, and a tracker.RoomPublisher that writes
+// every join and leave of a room to the same topic, keyed by room id, with
+// the header "kind: room". Publish and PublishRoom never block and are
+// safe for concurrent use; the changes of one user (the events of one
+// room) must be published in order, and they reach the topic in that
+// order.
 type Producer struct {
 	cfg  ProducerConfig
 	cl   *kgo.Client
@@ -119,11 +133,7 @@ func (p *Producer) Publish(ev *presence.Event) {
 	if ev.SelfOnly {
 		return // only the user sees it: nothing anyone else sees changed
 	}
-	if p.queued.Add(1) > int64(p.cfg.QueueLen) {
-		p.queued.Add(-1)
-		if n := p.dropped.Add(1); n == 1 || n%10000 == 0 {
-			p.log.Warn("kafka changes queue full: changes dropped", "topic", p.cfg.Topic, "queue", p.cfg.QueueLen, "dropped_total", n)
-		}
+	if !p.reserve() {
 		return
 	}
 	value := wire.AppendChange(make([]byte, 0, 224+len(ev.UserID)+len(ev.Text)), ev)
@@ -132,6 +142,37 @@ func (p *Producer) Publish(ev *presence.Event) {
 		rec.Timestamp = time.UnixMilli(ev.At)
 	}
 	p.cl.TryProduce(context.Background(), rec, p.done)
+}
+
+// roomHeaders are the headers of every room event's record.
+var roomHeaders = []kgo.RecordHeader{{Key: KindHeader, Value: []byte(KindRoom)}}
+
+// PublishRoom queues a join or leave of a room for the topic, keyed by
+// the room's id, its value wire.AppendRoomEvent (as on the NATS stream).
+// It shares Publish's queue and bound, and never blocks.
+func (p *Producer) PublishRoom(ev *presence.RoomEvent) {
+	if !p.reserve() {
+		return
+	}
+	value := wire.AppendRoomEvent(make([]byte, 0, 160+len(ev.Room)+len(ev.UserID)), ev)
+	rec := &kgo.Record{Key: []byte(ev.Room), Value: value, Headers: roomHeaders}
+	if ev.At > 0 {
+		rec.Timestamp = time.UnixMilli(ev.At)
+	}
+	p.cl.TryProduce(context.Background(), rec, p.done)
+}
+
+// reserve takes a place in the queue for one record; false (the record
+// dropped and counted) while QueueLen wait for the brokers.
+func (p *Producer) reserve() bool {
+	if p.queued.Add(1) <= int64(p.cfg.QueueLen) {
+		return true
+	}
+	p.queued.Add(-1)
+	if n := p.dropped.Add(1); n == 1 || n%10000 == 0 {
+		p.log.Warn("kafka changes queue full: changes dropped", "topic", p.cfg.Topic, "queue", p.cfg.QueueLen, "dropped_total", n)
+	}
+	return false
 }
 
 // done is the promise of every record.
@@ -145,7 +186,7 @@ func (p *Producer) done(r *kgo.Record, err error) {
 	default:
 		p.failed.Add(1)
 		p.logs.Log(p.log, slog.LevelError, "failed", "a change was refused by Kafka and is lost",
-			"topic", p.cfg.Topic, "user_id", string(r.Key), "err", err)
+			"topic", p.cfg.Topic, "key", string(r.Key), "room", len(r.Headers) > 0, "err", err)
 	}
 }
 

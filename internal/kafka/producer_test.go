@@ -231,3 +231,108 @@ func TestProducerTopicMissing(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestProducerRooms: every join and leave the tracker publishes is
+// produced on the changes topic, keyed by its room, marked "kind: room",
+// as the NATS stream's message, each room's in order; the changes of
+// users beside them are produced as before, with no header.
+func TestProducerRooms(t *testing.T) {
+	w := newWorld(t)
+	p := w.producer(0)
+	w.pubs.add(p)
+	rooms := []string{"doc-1", "doc-2", "r:doc"}
+	for _, u := range users("u", 0, 6) {
+		if _, err := w.tr.Heartbeat(w.ctx, u, "d", true); err != nil {
+			t.Fatal(err)
+		}
+		for _, room := range rooms {
+			if _, err := w.tr.Join(w.ctx, u, "d", room); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := w.tr.Leave(w.ctx, u, "d", "doc-2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range users("u", 0, 3) {
+		if _, err := w.tr.Bye(w.ctx, u, "d"); err != nil { // leaves doc-1 and r:doc
+			t.Fatal(err)
+		}
+	}
+	evs, rms := w.rec.events(), w.rec.roomEvents()
+	if want := 6*(3+1) + 3*2; len(rms) != want {
+		t.Fatalf("%d room events published, want %d", len(rms), want)
+	}
+	n := len(evs) + len(rms)
+	testwait.For(t, "every event produced", func() bool { return p.Stats().Produced == uint64(n) })
+	var changes, roomRecs []*kgo.Record
+	for _, r := range w.readChanges(n) {
+		switch {
+		case len(r.Headers) == 0:
+			changes = append(changes, r)
+		case len(r.Headers) == 1 && r.Headers[0].Key == kafka.KindHeader && string(r.Headers[0].Value) == kafka.KindRoom:
+			roomRecs = append(roomRecs, r)
+		default:
+			t.Errorf("record %s: headers %v", r.Value, r.Headers)
+		}
+	}
+	checkChanges(t, changes, evs)
+
+	want := map[string][]string{} // the room's events, in order, as produced
+	for i := range rms {
+		want[rms[i].Room] = append(want[rms[i].Room], string(wire.AppendRoomEvent(nil, &rms[i])))
+	}
+	got := map[string][]string{}
+	part := map[string]int32{}
+	for _, r := range roomRecs {
+		room := string(r.Key)
+		got[room] = append(got[room], string(r.Value))
+		if p, seen := part[room]; seen && p != r.Partition {
+			t.Errorf("room %s on partitions %d and %d", room, p, r.Partition)
+		}
+		part[room] = r.Partition
+		if r.Timestamp.UnixMilli() != w.clk.Now().UnixMilli() {
+			t.Errorf("record %s: timestamp %v, want the event's", r.Value, r.Timestamp)
+		}
+	}
+	for _, room := range rooms {
+		if !slices.Equal(got[room], want[room]) {
+			t.Errorf("room %s on the topic:\n%v\nwant\n%v", room, got[room], want[room])
+		}
+	}
+	if len(got) != len(rooms) {
+		t.Errorf("records keyed by %d rooms, want %d", len(got), len(rooms))
+	}
+}
+
+// TestProducerRoomsShareTheBound: room events wait in the one queue of
+// QueueLen, beyond which they are dropped and counted like changes.
+func TestProducerRoomsShareTheBound(t *testing.T) {
+	w := newWorld(t)
+	w.gate.close()
+	p := w.producer(3)
+	p.Publish(&presence.Event{UserID: "u", Status: presence.Online, Version: 1, At: epoch.UnixMilli()})
+	for v := uint64(1); v <= 4; v++ {
+		p.PublishRoom(&presence.RoomEvent{Room: "doc", UserID: "u", Kind: presence.RoomJoin, Reason: presence.ReasonJoined,
+			Count: 1, Version: v, At: epoch.UnixMilli()})
+	}
+	if s := p.Stats(); s.Queued != 3 || s.Dropped != 2 {
+		t.Errorf("brokers away: stats %+v, want 3 queued, 2 dropped", s)
+	}
+	w.gate.open()
+	testwait.For(t, "the queue produced", func() bool { s := p.Stats(); return s.Produced == 3 && s.Queued == 0 })
+	recs := w.readChanges(3)
+	var rooms []uint64
+	for _, r := range recs {
+		if len(r.Headers) == 1 {
+			var m struct{ Version uint64 }
+			if err := json.Unmarshal(r.Value, &m); err != nil {
+				t.Fatal(err)
+			}
+			rooms = append(rooms, m.Version)
+		}
+	}
+	if !slices.Equal(rooms, []uint64{1, 2}) {
+		t.Errorf("room versions on the topic %v, want [1 2]", rooms)
+	}
+}

@@ -20,6 +20,18 @@ func subjectOf(prefix, user string) string {
 	return string(b)
 }
 
+// roomToken is the token after the prefix that starts the subjects of
+// rooms: prefix + "r." + base64url(room). A user's subject is the prefix
+// and one token, the base64url of a non-empty id (at least two
+// characters, never a '.'), so it is never a room's (two tokens) and no
+// user's token is "r".
+const roomToken = "r"
+
+// roomSubjectOf returns prefix + "r." + base64url(room).
+func roomSubjectOf(prefix, room string) string {
+	return subjectOf(prefix+roomToken+".", room)
+}
+
 // isSubjectOf reports whether subject is subjectOf(prefix, user), without
 // allocating.
 func isSubjectOf(subject, prefix, user string) bool {
@@ -45,6 +57,15 @@ func isSubjectOf(subject, prefix, user string) bool {
 // after the last colon, so ids holding colons stay unambiguous).
 func msgID(user string, version uint64) string {
 	return user + ":" + strconv.FormatUint(version, 10)
+}
+
+// roomMsgID is the Nats-Msg-Id of a room event: "r,<room>:<version>". A
+// user's is "<user>:<version>", and ids may hold ':' but never ',': with
+// "r:<room>:<version>" the user "r:doc" would share its ids with the room
+// "doc", and the stream would drop one of two events as the other's
+// duplicate.
+func roomMsgID(room string, version uint64) string {
+	return roomToken + "," + room + ":" + strconv.FormatUint(version, 10)
 }
 
 // appendEvent appends the JSON payload of ev (wire.AppendChange: the same

@@ -2,7 +2,9 @@
 // every change of presence a node's tracker makes is published once, by
 // that node, to presence.changes.<base64url(user)>, which the stream
 // PRESENCE_CHANGES captures for other services (and webhooks), and which
-// carries the change to the other nodes. Each node subscribes (core NATS)
+// carries the change to the other nodes. Joins and leaves of rooms go to
+// the same stream, in the same queue, to presence.changes.r.<base64url(room)>,
+// for other services and webhooks only: nodes read no room subject. Each node subscribes (core NATS)
 // only to the users its own WebSocket watchers watch, and hands what
 // arrives to its fan-out (Local), so it receives each change it needs once.
 //
@@ -121,7 +123,8 @@ type Config struct {
 
 // Stats are the bus's counters since Open.
 type Stats struct {
-	Published      uint64 // events accepted by Publish into the queue
+	Published      uint64 // events accepted by Publish and PublishRoom into the queue
+	PublishedRooms uint64 // of Published, room events (PublishRoom)
 	Acked          uint64 // events the stream acknowledged (duplicates included)
 	Retried        uint64 // publishes sent again after an error or a missing ack
 	Dropped        uint64 // events dropped because the queue was full
@@ -177,6 +180,7 @@ type Bus struct {
 	js       jetstream.JetStream
 	node     string
 	prefix   string // cfg.Subject + "."
+	rooms    string // prefix + "r.": the subjects of rooms start with it
 	contacts string // the announcement subject
 
 	q            queue
@@ -209,6 +213,7 @@ type Bus struct {
 	shut    atomic.Bool // Close has flushed: Publish drops
 
 	published, acked, retried, dropped        atomic.Uint64
+	publishedRooms                            atomic.Uint64
 	received, delivered, skippedOwn, decoding atomic.Uint64
 	duplicates, mirrored                      atomic.Uint64
 	nsubs                                     atomic.Int64
@@ -222,9 +227,12 @@ type Bus struct {
 	lastPubLog, lastAnnLog, lastContLog       atomic.Int64
 }
 
-// Bus is a tracker.Publisher (not imported here: the tracker does not need
-// to build for the bus to).
-var _ interface{ Publish(*presence.Event) } = (*Bus)(nil)
+// Bus is a tracker.Publisher and a tracker.RoomPublisher (not imported
+// here: the tracker does not need to build for the bus to).
+var _ interface {
+	Publish(*presence.Event)
+	PublishRoom(*presence.RoomEvent)
+} = (*Bus)(nil)
 
 // Open connects to NATS, creates or updates the stream and subscribes to
 // the contact announcements. It fails with a clear error if NATS cannot be
@@ -239,6 +247,7 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		log:        cfg.Logger.With("component", "natsbus", "node", cfg.NodeID),
 		node:       cfg.NodeID,
 		prefix:     cfg.Subject + ".",
+		rooms:      cfg.Subject + "." + roomToken + ".",
 		contacts:   cfg.Subject + contactsSuffix,
 		in:         make(chan *nats.Msg, incomingBuffer),
 		reconn:     make(chan struct{}, 1),
@@ -558,6 +567,7 @@ func (b *Bus) Close() error {
 func (b *Bus) Stats() Stats {
 	s := Stats{
 		Published:       b.published.Load(),
+		PublishedRooms:  b.publishedRooms.Load(),
 		Acked:           b.acked.Load(),
 		Retried:         b.retried.Load(),
 		Dropped:         b.dropped.Load(),

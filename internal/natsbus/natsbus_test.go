@@ -870,7 +870,7 @@ func BenchmarkPublish(b *testing.B) {
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
-		var buf []presence.Event
+		var buf []item
 		for {
 			select {
 			case <-stop:

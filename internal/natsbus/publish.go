@@ -12,6 +12,7 @@ import (
 
 	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/wire"
 )
 
 // Calls to NATS timed into presenced_backend_call_duration_seconds.
@@ -27,11 +28,20 @@ var (
 	callUnsubscribe  = backendcall.New("nats", "unsubscribe")
 )
 
-// queue is the bounded queue between Publish and the publisher goroutine.
-// Producers append to buf under mu; the publisher swaps the whole slice
-// out, so neither side allocates once the slices have grown. n counts the
-// events that were accepted and not yet handed to NATS (those in buf and
-// those the publisher took but has not sent), so the bound holds for both.
+// item is one event in the queue: a change of presence, or (room not
+// nil) a join or leave of a room. A room event is copied to the heap: a
+// change of presence, far more common, is queued without allocating.
+type item struct {
+	ev   presence.Event
+	room *presence.RoomEvent
+}
+
+// queue is the bounded queue between Publish (and PublishRoom) and the
+// publisher goroutine. Producers append to buf under mu; the publisher
+// swaps the whole slice out, so neither side allocates once the slices
+// have grown. n counts the events that were accepted and not yet handed
+// to NATS (those in buf and those the publisher took but has not sent),
+// so the bound holds for both.
 type queue struct {
 	max    int
 	n      atomic.Int64
@@ -40,8 +50,8 @@ type queue struct {
 	// the k-th is the event the publisher numbers k (Bus.Mark).
 	accepted atomic.Uint64
 
-	mu  sync.Mutex       // guards buf
-	buf []presence.Event // accepted events, oldest first
+	mu  sync.Mutex // guards buf
+	buf []item     // accepted events, oldest first
 }
 
 func (q *queue) init(max int) {
@@ -49,14 +59,23 @@ func (q *queue) init(max int) {
 	q.notify = make(chan struct{}, 1)
 }
 
-// push copies ev into the queue; false when the queue is full.
-func (q *queue) push(ev *presence.Event) bool {
+// push copies ev (or room, when ev is nil) into the queue; false when the
+// queue is full.
+func (q *queue) push(ev *presence.Event, room *presence.RoomEvent) bool {
 	if q.n.Add(1) > int64(q.max) {
 		q.n.Add(-1)
 		return false
 	}
+	if room != nil {
+		cp := *room
+		room = &cp
+	}
 	q.mu.Lock()
-	q.buf = append(q.buf, *ev)
+	if ev != nil {
+		q.buf = append(q.buf, item{ev: *ev})
+	} else {
+		q.buf = append(q.buf, item{room: room})
+	}
 	q.accepted.Add(1)
 	q.mu.Unlock()
 	select {
@@ -68,7 +87,7 @@ func (q *queue) push(ev *presence.Event) bool {
 
 // take returns the queued events and keeps spare (emptied) for the next
 // appends.
-func (q *queue) take(spare []presence.Event) []presence.Event {
+func (q *queue) take(spare []item) []item {
 	q.mu.Lock()
 	got := q.buf
 	q.buf = spare[:0]
@@ -83,12 +102,31 @@ func (q *queue) len() int { return int(q.n.Load()) }
 // queue is full the event is dropped and counted (Stats.Dropped), and a
 // warning is logged at most once a second. Safe for concurrent use.
 func (b *Bus) Publish(ev *presence.Event) {
-	if b.shut.Load() || !b.q.push(ev) {
-		b.dropped.Add(1)
-		b.logLimited(&b.lastDropLog, "outgoing queue full: presence events dropped", "queue_size", b.q.max, "dropped_total", b.dropped.Load())
+	if b.shut.Load() || !b.q.push(ev, nil) {
+		b.drop()
 		return
 	}
 	b.published.Add(1)
+}
+
+// PublishRoom queues a copy of a join or leave of a room for publishing,
+// in the same queue as the changes of presence and in order with them,
+// to the subject of the room (roomSubjectOf). Like Publish it never
+// blocks, and Mark and Wait count it. Safe for concurrent use.
+func (b *Bus) PublishRoom(ev *presence.RoomEvent) {
+	if b.shut.Load() || !b.q.push(nil, ev) {
+		b.drop()
+		return
+	}
+	b.published.Add(1)
+	b.publishedRooms.Add(1)
+}
+
+// drop counts an event the queue had no room for (or that came after
+// Close), and says so at most once a second.
+func (b *Bus) drop() {
+	b.dropped.Add(1)
+	b.logLimited(&b.lastDropLog, "outgoing queue full: presence events dropped", "queue_size", b.q.max, "dropped_total", b.dropped.Load())
 }
 
 // outMsg is one event on its way to the stream.
@@ -104,7 +142,7 @@ type outMsg struct {
 type publisher struct {
 	b *Bus
 
-	batch    []presence.Event // taken from the queue, batch[next:] not sent yet
+	batch    []item // taken from the queue, batch[next:] not sent yet
 	next     int
 	taken    uint64    // the events encoded from the queue so far (the last one's number)
 	inflight []*outMsg // sent, awaiting ack, oldest first
@@ -339,16 +377,25 @@ func (p *publisher) checkStream(ctx context.Context) bool {
 	return true
 }
 
-// encode builds the message of ev.
-func (p *publisher) encode(ev *presence.Event) *outMsg {
-	p.buf = appendEvent(p.buf[:0], ev)
+// encode builds the message of it: a change of presence to its user's
+// subject, a room event to its room's.
+func (p *publisher) encode(it *item) *outMsg {
+	var subject, id string
+	if ev := it.room; ev != nil {
+		p.buf = wire.AppendRoomEvent(p.buf[:0], ev)
+		subject, id = roomSubjectOf(p.b.prefix, ev.Room), roomMsgID(ev.Room, ev.Version)
+	} else {
+		ev := &it.ev
+		p.buf = appendEvent(p.buf[:0], ev)
+		subject, id = subjectOf(p.b.prefix, ev.UserID), msgID(ev.UserID, ev.Version)
+	}
 	data := make([]byte, len(p.buf))
 	copy(data, p.buf)
 	m := &nats.Msg{
-		Subject: subjectOf(p.b.prefix, ev.UserID),
+		Subject: subject,
 		Data:    data,
 		Header: nats.Header{
-			jetstream.MsgIDHeader: {msgID(ev.UserID, ev.Version)},
+			jetstream.MsgIDHeader: {id},
 			nodeHeader:            {p.b.node},
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -157,6 +158,9 @@ func (b *Bus) mirror(ctx context.Context) {
 		case m := <-b.mirrorIn:
 			if m.Header.Get(nodeHeader) == b.node {
 				continue // its tracker fed the mirror already
+			}
+			if strings.HasPrefix(m.Subject, b.rooms) {
+				continue // a room event: for the stream's readers, no change of a user
 			}
 			if b.decode(m, &ev) {
 				b.mirrored.Add(1)

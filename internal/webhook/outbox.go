@@ -14,7 +14,10 @@ import (
 // Outbox is the durable log of an embedded node's changes
 // (sqlitestore.Store). Entries are numbered by the Sender, one after
 // another, from 1; each endpoint's cursor is the number of the last entry
-// it is done with. Its methods must be safe for concurrent use.
+// it is done with. An entry is the JSON of a change (wire.AppendChange)
+// or of a room event (wire.AppendRoomEvent), told apart by how it starts
+// (isRoomEvent), so the log needs no column for it. Its methods must be
+// safe for concurrent use.
 type Outbox interface {
 	// AppendOutbox stores entries numbered first, first+1, … in one
 	// transaction, durable when it returns nil.
@@ -43,11 +46,11 @@ type outbox struct {
 	s  *Sender
 	db Outbox
 
-	mu       sync.Mutex       // guards pending and accepted's increments
-	pending  []presence.Event // published, not yet taken by the writer
-	accepted atomic.Uint64    // changes ever queued: the last one's number (Mark)
-	dropped  atomic.Uint64    // changes dropped: pending full, or trimmed unread
-	kick     chan struct{}    // cap 1: pending grew
+	mu       sync.Mutex    // guards pending and accepted's increments
+	pending  []queued      // published, not yet taken by the writer
+	accepted atomic.Uint64 // changes ever queued: the last one's number (Mark)
+	dropped  atomic.Uint64 // changes dropped: pending full, or trimmed unread
+	kick     chan struct{} // cap 1: pending grew
 
 	written atomic.Uint64 // every change numbered up to it is in the outbox
 	last    atomic.Uint64 // the number of the last entry in the outbox
@@ -58,9 +61,17 @@ type outbox struct {
 	waitCh chan struct{} // closed when written moves; nil while nobody waits
 
 	// The writer's own (run).
-	taking  []presence.Event
+	taking  []queued
 	buf     []byte
 	entries [][]byte
+}
+
+// queued is one event waiting for the writer: a change of presence, or
+// (room not nil) a join or leave of a room. A room event is copied to the
+// heap: a change, far more common, is queued without allocating.
+type queued struct {
+	ev   presence.Event
+	room *presence.RoomEvent
 }
 
 var _ Confirmer = (*outbox)(nil)
@@ -87,9 +98,13 @@ func openOutbox(ctx context.Context, s *Sender) (*outbox, error) {
 	return ob, nil
 }
 
-// push queues a copy of ev for the writer; beyond QueueLen it is dropped
-// and counted.
-func (ob *outbox) push(ev *presence.Event) {
+// push queues a copy of ev (or of room, when ev is nil) for the writer;
+// beyond QueueLen it is dropped and counted.
+func (ob *outbox) push(ev *presence.Event, room *presence.RoomEvent) {
+	if room != nil {
+		cp := *room
+		room = &cp
+	}
 	ob.mu.Lock()
 	if len(ob.pending) >= ob.s.cfg.QueueLen {
 		ob.mu.Unlock()
@@ -98,7 +113,11 @@ func (ob *outbox) push(ev *presence.Event) {
 		}
 		return
 	}
-	ob.pending = append(ob.pending, *ev)
+	if ev != nil {
+		ob.pending = append(ob.pending, queued{ev: *ev})
+	} else {
+		ob.pending = append(ob.pending, queued{room: room})
+	}
 	ob.accepted.Add(1)
 	ob.mu.Unlock()
 	select {
@@ -200,7 +219,11 @@ func (ob *outbox) flush(ctx context.Context) {
 		ob.buf, ob.entries = ob.buf[:0], ob.entries[:0]
 		for i := range batch {
 			start := len(ob.buf)
-			ob.buf = wire.AppendChange(ob.buf, &batch[i])
+			if q := &batch[i]; q.room != nil {
+				ob.buf = wire.AppendRoomEvent(ob.buf, q.room)
+			} else {
+				ob.buf = wire.AppendChange(ob.buf, &q.ev)
+			}
 			ob.entries = append(ob.entries, ob.buf[start:len(ob.buf):len(ob.buf)])
 		}
 		// ob.buf may have moved while it grew: cut the entries again.

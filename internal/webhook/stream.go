@@ -501,9 +501,9 @@ type change struct {
 	SelfOnly     bool    `json:"self_only"`
 }
 
-// take appends to batch the changes of msgs a webhook is sent (not a
-// change of settings alone, nor one only the user sees, nor a message
-// that is no change at all),
+// take appends to batch the changes and room events of msgs a webhook is
+// sent (not a change of settings alone, nor one only the user sees, nor a
+// message that is neither),
 // and counts the changes the stream no longer held (a gap in its
 // sequence since last, the sequence of the message before). It returns
 // the sequence of the last message.
@@ -524,7 +524,7 @@ func (e *endpoint) take(msgs []jetstream.Msg, batch []entry, last uint64) ([]ent
 		var c change
 		if err := json.Unmarshal(m.Data(), &c); err != nil || c.UserID == nil {
 			e.dropped.Add(1)
-			e.s.logLimited("webhook: a message of the change stream is not a change; skipped", "url", e.url, "subject", m.Subject())
+			e.s.logLimited("webhook: a message of the change stream is neither a change nor a room event; skipped", "url", e.url, "subject", m.Subject())
 			continue
 		}
 		if c.SettingsOnly || c.SelfOnly {

@@ -1,8 +1,10 @@
-// Package webhook POSTs every change of presence to the app's HTTP
-// endpoints: batched (up to MaxBatch events, or what arrived within Linger
-// of the first), signed (package webhooksig: HMAC-SHA256 over the
-// timestamp and the body), retried with exponential backoff and jitter,
-// at least once and in order, one request in flight per endpoint.
+// Package webhook POSTs every change of presence, and every join and
+// leave of a room, to the app's HTTP endpoints: batched (up to MaxBatch
+// events, or what arrived within Linger of the first), signed (package
+// webhooksig: HMAC-SHA256 over the timestamp and the body), retried with
+// exponential backoff and jitter, at least once and in order, one request
+// in flight per endpoint. Room events travel with the changes, through
+// the same log, and are listed apart in the body ("room_events").
 //
 // The changes come from a durable log, never from memory alone, so a change
 // a client was told of reaches every endpoint even if the node dies right
@@ -96,9 +98,9 @@ type Stats struct {
 	Unconfirmed uint64
 }
 
-// Sender delivers changes to webhooks. With an Outbox it is a
-// tracker.Publisher (Publish never blocks). Run delivers. Safe for
-// concurrent use.
+// Sender delivers changes and room events to webhooks. With an Outbox it
+// is a tracker.Publisher and a tracker.RoomPublisher (Publish and
+// PublishRoom never block). Run delivers. Safe for concurrent use.
 type Sender struct {
 	cfg       Config
 	log       *slog.Logger
@@ -130,11 +132,20 @@ type endpoint struct {
 	delivered, retried, dropped, rejected atomic.Uint64
 }
 
-// entry is one change on its way: its JSON and its number in the log.
+// entry is one change or room event on its way: its JSON and its number
+// in the log.
 type entry struct {
 	seq  uint64
 	data []byte
 }
+
+// roomEventStart is how the JSON of a room event starts
+// (wire.AppendRoomEvent); a change's starts with {"user_id":.
+var roomEventStart = []byte(`{"room":`)
+
+// isRoomEvent reports whether data, the JSON of a logged event, is a
+// room event's.
+func isRoomEvent(data []byte) bool { return bytes.HasPrefix(data, roomEventStart) }
 
 // New checks cfg and prepares the log: with an Outbox it reads where
 // each endpoint is; with a Stream it creates each endpoint's consumer if
@@ -218,7 +229,18 @@ func (s *Sender) Publish(ev *presence.Event) {
 	if ev.SettingsOnly || ev.SelfOnly || s.ob == nil {
 		return
 	}
-	s.ob.push(ev)
+	s.ob.push(ev, nil)
+}
+
+// PublishRoom queues a join or leave of a room for the outbox, in order
+// with the changes (with a Stream the room events come from the stream,
+// and PublishRoom does nothing). Confirm waits for it as for a change. It
+// never blocks.
+func (s *Sender) PublishRoom(ev *presence.RoomEvent) {
+	if s.ob == nil {
+		return
+	}
+	s.ob.push(nil, ev)
 }
 
 // Confirm waits until every change published before the call is in the
@@ -301,16 +323,41 @@ func (s *Sender) logLimited(msg string, args ...any) {
 	s.log.Warn(msg, args...)
 }
 
-// encode writes the body of a request: {"events":[…]}.
+// encode writes the body of a request: {"events":[…]}, the changes of
+// batch in order, and, when batch holds room events, ,"room_events":[…]
+// after them, the room events in order. A receiver that knows nothing of
+// rooms reads "events" as before.
 func encode(b []byte, batch []entry) []byte {
 	b = append(b, `{"events":[`...)
+	n, rooms := 0, 0
 	for i := range batch {
-		if i > 0 {
+		if isRoomEvent(batch[i].data) {
+			rooms++
+			continue
+		}
+		if n > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, batch[i].data...)
+		n++
 	}
-	return append(b, "]}"...)
+	b = append(b, ']')
+	if rooms > 0 {
+		b = append(b, `,"room_events":[`...)
+		n = 0
+		for i := range batch {
+			if !isRoomEvent(batch[i].data) {
+				continue
+			}
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, batch[i].data...)
+			n++
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
 }
 
 // deliver sends body until it is answered 2xx or refused for good; it

@@ -38,6 +38,7 @@ type receiver struct {
 	mu       sync.Mutex
 	srv      *http.Server
 	got      map[string][]uint64 // user → versions in the order received
+	rooms    map[string][]string // room → "<event> <user> <version>" in the order received
 	requests int
 	badSig   int
 }
@@ -51,7 +52,7 @@ const (
 )
 
 func newReceiver(t *testing.T) *receiver {
-	r := &receiver{t: t, got: map[string][]uint64{}}
+	r := &receiver{t: t, got: map[string][]uint64{}, rooms: map[string][]string{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -130,13 +131,25 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 			Status  string `json:"status"`
 			Version uint64 `json:"version"`
 		} `json:"events"`
+		RoomEvents []struct {
+			Room    string `json:"room"`
+			UserID  string `json:"user_id"`
+			Event   string `json:"event"`
+			Version uint64 `json:"version"`
+		} `json:"room_events"`
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
 		r.t.Errorf("body is not the documented JSON: %v: %s", err, body)
 		return
 	}
 	for _, ev := range b.Events {
+		if ev.Status == "" {
+			r.t.Errorf("an entry of events is no change: %s", body)
+		}
 		r.got[ev.UserID] = append(r.got[ev.UserID], ev.Version)
+	}
+	for _, ev := range b.RoomEvents {
+		r.rooms[ev.Room] = append(r.rooms[ev.Room], fmt.Sprintf("%s %s %d", ev.Event, ev.UserID, ev.Version))
 	}
 }
 

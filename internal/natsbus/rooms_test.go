@@ -1,0 +1,171 @@
+package natsbus
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
+)
+
+func roomEvent(room, user string, kind presence.RoomKind, version uint64) *presence.RoomEvent {
+	ev := &presence.RoomEvent{Room: room, UserID: user, Kind: kind, Reason: presence.ReasonJoined,
+		Count: 1, Version: version, At: 1795000003000}
+	if kind == presence.RoomLeave {
+		ev.Reason, ev.Count = presence.ReasonBye, 0
+	}
+	return ev
+}
+
+// Room events go to the stream, in order with the changes of users, each
+// to its room's subject with its id, once however often it is published;
+// a user whose id would make "r:<room>:<version>" is not taken for a room.
+// The other node's mirror and watchers are handed none of them.
+func TestRoomEventsOnTheStream(t *testing.T) {
+	e := newEnv(t, testsvc.SharedNATS(t))
+	var bm mirrorLog
+	a := e.open("a")
+	b := e.open("b", func(c *Config) { c.Mirror = bm.mirror })
+	b.watch("dave", "r:doc")
+
+	a.Publish(event("dave", 3))
+	join := roomEvent("doc", "dave", presence.RoomJoin, 5)
+	a.PublishRoom(join)
+	a.PublishRoom(join) // a re-published event: one copy
+	a.Publish(event("r:doc", 5))
+	a.PublishRoom(roomEvent("döc 42", "dave", presence.RoomLeave, 6))
+	a.Publish(event("marker", 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !a.Wait(ctx, a.Mark()) {
+		t.Fatal("Wait: the stream did not acknowledge the events")
+	}
+	if st := a.Stats(); st.Published != 6 || st.PublishedRooms != 3 || st.Acked != 6 {
+		t.Errorf("a's stats: published %d (rooms %d), acked %d; want 6 (3), 6", st.Published, st.PublishedRooms, st.Acked)
+	}
+
+	testwait.For(t, "b's mirror to get the marker", func() bool { return bm.of("marker") == 1 })
+	if bm.of("dave") != 1 || bm.of("r:doc") != 1 {
+		t.Errorf("b's mirror got dave %d, r:doc %d times, want once each", bm.of("dave"), bm.of("r:doc"))
+	}
+	testwait.For(t, "b's watchers to get r:doc", func() bool { return len(b.rec.of("r:doc")) == 1 })
+	if got := len(b.rec.of("dave")); got != 1 {
+		t.Errorf("b's watchers got %d events of dave, want 1 (no room event)", got)
+	}
+	if st := b.Stats(); st.Decoding != 0 || st.Mirrored != 3 {
+		t.Errorf("b: %d undecodable, %d mirrored; want 0, 3", st.Decoding, st.Mirrored)
+	}
+
+	nc, err := nats.Connect(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	msgs := readStream(t, e.openStream(t, nc), 5)
+	b64 := base64.RawURLEncoding.EncodeToString
+	want := []struct{ subject, id, body string }{
+		{e.subject + "." + b64([]byte("dave")), "dave:3", ""},
+		{e.subject + ".r." + b64([]byte("doc")), "r,doc:5",
+			`{"room":"doc","user_id":"dave","event":"join","reason":"joined","count":1,"version":5,"at":"2026-11-18T11:06:43.000Z"}`},
+		{e.subject + "." + b64([]byte("r:doc")), "r:doc:5", ""},
+		{e.subject + ".r." + b64([]byte("döc 42")), "r,döc 42:6",
+			`{"room":"döc 42","user_id":"dave","event":"leave","reason":"bye","count":0,"version":6,"at":"2026-11-18T11:06:43.000Z"}`},
+		{e.subject + "." + b64([]byte("marker")), "marker:1", ""},
+	}
+	if len(msgs) != len(want) {
+		t.Fatalf("the stream holds %d messages, want %d", len(msgs), len(want))
+	}
+	for i, w := range want {
+		m := msgs[i]
+		if m.Subject != w.subject || m.Header.Get(jetstream.MsgIDHeader) != w.id || m.Header.Get(nodeHeader) != "a" {
+			t.Errorf("message %d: subject %q, id %q, node %q; want %q, %q, a", i, m.Subject,
+				m.Header.Get(jetstream.MsgIDHeader), m.Header.Get(nodeHeader), w.subject, w.id)
+		}
+		if w.body != "" && string(m.Data) != w.body {
+			t.Errorf("message %d:\n got %s\nwant %s", i, m.Data, w.body)
+		}
+		if w.body != "" && !json.Valid(m.Data) {
+			t.Errorf("message %d is no JSON: %s", i, m.Data)
+		}
+	}
+}
+
+// readStream reads n messages of s, oldest first.
+func readStream(t *testing.T, s jetstream.Stream, n int) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(info.State.Msgs) != n {
+		t.Fatalf("the stream holds %d messages, want %d", info.State.Msgs, n)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// The subject of a room is never a user's, and a room's message id never
+// a user's, whatever the ids.
+func TestRoomSubjectsAndIDsApart(t *testing.T) {
+	ids := []string{"r", "doc", "r:doc", "r,doc", "r.doc", "a:1", "ü", "x:r,1"}
+	users := map[string]string{}
+	msgIDs := map[string]string{}
+	for _, id := range ids {
+		if presence.ValidateID(id) != nil {
+			continue // no such user or room
+		}
+		for v := uint64(0); v < 3; v++ {
+			msgIDs[msgID(id, v)] = "user " + id
+		}
+		users[subjectOf("p.", id)] = "user " + id
+	}
+	for _, id := range ids {
+		if presence.ValidateID(id) != nil {
+			continue
+		}
+		if who, ok := users[roomSubjectOf("p.", id)]; ok {
+			t.Errorf("room %q has the subject of %s", id, who)
+		}
+		for v := uint64(0); v < 3; v++ {
+			if who, ok := msgIDs[roomMsgID(id, v)]; ok {
+				t.Errorf("room %q version %d has the message id of %s", id, v, who)
+			}
+		}
+	}
+	if got := roomSubjectOf("p.", "doc"); got != "p.r."+base64.RawURLEncoding.EncodeToString([]byte("doc")) {
+		t.Errorf("roomSubjectOf = %q", got)
+	}
+	if fmt.Sprint(roomMsgID("doc", 5)) != "r,doc:5" {
+		t.Errorf("roomMsgID = %q", roomMsgID("doc", 5))
+	}
+}
+
+// PublishRoom never blocks either: beyond the queue's bound it drops and
+// counts.
+func TestPublishRoomNeverBlocks(t *testing.T) {
+	e := newEnv(t, testsvc.SharedNATS(t))
+	a := e.openIdle("a", func(c *Config) { c.QueueSize = 2 })
+	for v := uint64(1); v <= 5; v++ {
+		a.PublishRoom(roomEvent("doc", "dave", presence.RoomJoin, v))
+	}
+	if st := a.Stats(); st.Published != 2 || st.Dropped != 3 || st.Queued != 2 {
+		t.Errorf("published %d, dropped %d, queued %d; want 2, 3, 2", st.Published, st.Dropped, st.Queued)
+	}
+}
