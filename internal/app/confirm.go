@@ -61,11 +61,32 @@ func (c confirming) Bye(ctx context.Context, user, device string) (presence.Chan
 	return ch, err
 }
 
+func (c confirming) Join(ctx context.Context, user, device, room string) (presence.RoomEvent, error) {
+	ev, err := c.Tracker.Join(ctx, user, device, room)
+	c.confirmRoom(ctx, &ev)
+	return ev, err
+}
+
+func (c confirming) Leave(ctx context.Context, user, device, room string) (presence.RoomEvent, error) {
+	ev, err := c.Tracker.Leave(ctx, user, device, room)
+	c.confirmRoom(ctx, &ev)
+	return ev, err
+}
+
 // confirm waits for the webhooks' log if ch is a change they are sent
 // (not a change of settings alone, nor one only the user sees:
-// webhook.Sender.Publish).
+// webhook.Sender.Publish), or holds joins or leaves of rooms (a bye of
+// one of two devices leaves its rooms, the user online).
 func (c confirming) confirm(ctx context.Context, ch *presence.Change) {
-	if ch.Changed && !ch.Event.SettingsOnly && !ch.Event.SelfOnly {
+	if (ch.Changed && !ch.Event.SettingsOnly && !ch.Event.SelfOnly) || len(ch.Rooms) > 0 {
+		c.hooks.Confirm(ctx)
+	}
+}
+
+// confirmRoom waits for the webhooks' log if ev is a join or leave (a
+// join of a room the device is in already is none).
+func (c confirming) confirmRoom(ctx context.Context, ev *presence.RoomEvent) {
+	if ev.Kind != 0 {
 		c.hooks.Confirm(ctx)
 	}
 }

@@ -90,3 +90,48 @@ func TestConfirmingSkipsSelfOnly(t *testing.T) {
 		t.Errorf("stats %+v: the change only the user sees waited for the webhooks' log", st)
 	}
 }
+
+// TestConfirmingRooms: a join or leave waits for the webhooks' log as a
+// change does (here the Sender is not run: each wait runs out and is
+// counted unconfirmed); a join that changed nothing waits for nothing.
+func TestConfirmingRooms(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "presenced.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	hooks, err := webhook.New(ctx, webhook.Config{URLs: []string{"http://127.0.0.1:1/"}, Secret: []byte("secret"), Outbox: db,
+		ConfirmTimeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.New(tracker.Config{Store: memstore.New(memstore.Config{}), Durable: db, Publisher: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := confirming{tr, hooks}
+	if _, err := c.Heartbeat(ctx, "u1", "d1", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Heartbeat(ctx, "u1", "d2", true); err != nil {
+		t.Fatal(err)
+	}
+	before := hooks.Stats().Unconfirmed
+	if _, err := c.Join(ctx, "u1", "d1", "doc"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Join(ctx, "u1", "d1", "doc"); err != nil { // in it already
+		t.Fatal(err)
+	}
+	if n := hooks.Stats().Unconfirmed - before; n != 1 {
+		t.Fatalf("a join and a repeated join: %d waits ran out, want 1", n)
+	}
+	// The bye of d1 leaves doc while u1 stays online on d2: it waits too.
+	if ch, err := c.Bye(ctx, "u1", "d1"); err != nil || ch.Changed || len(ch.Rooms) != 1 {
+		t.Fatalf("bye: %+v %v", ch, err)
+	}
+	if n := hooks.Stats().Unconfirmed - before; n != 2 {
+		t.Fatalf("after the bye that left a room: %d waits ran out, want 2", n)
+	}
+}
