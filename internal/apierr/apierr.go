@@ -5,7 +5,8 @@
 // message with {"type":"error","code":…,"message":…}.
 //
 // Limits of the domain have their own 4xx; decisions on the caller
-// (package auth) are 401 or 403; a backend that cannot serve for now
+// (package auth) are 401 or 403; rooms a node's state store does not
+// have are 501 rooms_unavailable (no retry helps); a backend that cannot serve for now
 // (tracker.Unavailable, the one classification of transient failures) is
 // 503 unavailable; anything else unexpected is 500 internal, whose detail
 // stays in the server log.
@@ -56,6 +57,13 @@ var (
 		Message: "internal error (details are in the server log)"}
 )
 
+// RoomNotAllowed is the 403 of a client whose token's rooms claim does
+// not name room.
+func RoomNotAllowed(room string) *Error {
+	return New(http.StatusForbidden, "room_not_allowed",
+		"room %q is not among the rooms this token's rooms claim allows", room)
+}
+
 // Classify maps err to what the client is told.
 func Classify(err error) *Error {
 	var (
@@ -76,6 +84,14 @@ func Classify(err error) *Error {
 	case errors.Is(err, presence.ErrTooManyDevices):
 		return &Error{Status: http.StatusConflict, Code: "too_many_devices",
 			Message: presence.ErrTooManyDevices.Error() + ": end one with a bye, or let it expire"}
+	case errors.Is(err, presence.ErrTooManyRooms):
+		return &Error{Status: http.StatusConflict, Code: "too_many_rooms",
+			Message: presence.ErrTooManyRooms.Error() + ": leave one first"}
+	case errors.Is(err, presence.ErrDeviceNotAlive):
+		return &Error{Status: http.StatusConflict, Code: "device_not_alive", Message: presence.ErrDeviceNotAlive.Error()}
+	case errors.Is(err, tracker.ErrRoomsUnsupported):
+		// Not 503: the node's configuration, which no retry changes.
+		return &Error{Status: http.StatusNotImplemented, Code: "rooms_unavailable", Message: tracker.ErrRoomsUnsupported.Error()}
 	case errors.Is(err, presence.ErrTooManyContacts):
 		return &Error{Status: http.StatusBadRequest, Code: "too_many_contacts", Message: presence.ErrTooManyContacts.Error()}
 	case errors.Is(err, context.Canceled):

@@ -10,6 +10,7 @@ import (
 	"github.com/presenced/presenced/internal/apierr"
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/writegate"
 )
 
@@ -36,6 +37,10 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: expired", auth.ErrInvalid), 401, "unauthorized"},
 		{fmt.Errorf("beat: %w", presence.ErrTooManyDevices), 409, "too_many_devices"},
 		{presence.ErrTooManyContacts, 400, "too_many_contacts"},
+		{fmt.Errorf("join %q: %w", "r", presence.ErrTooManyRooms), 409, "too_many_rooms"},
+		{fmt.Errorf("join %q: %w", "r", presence.ErrDeviceNotAlive), 409, "device_not_alive"},
+		{tracker.ErrRoomsUnsupported, 501, "rooms_unavailable"},
+		{apierr.RoomNotAllowed("r"), 403, "room_not_allowed"},
 		{context.Canceled, 499, "canceled"},
 		{fmt.Errorf("contacts: %w", writegate.ErrBusy), 503, "busy"},
 		{fmt.Errorf("save: %w", unavailable{}), 503, "unavailable"},

@@ -1,7 +1,8 @@
 // Package query answers bulk reads of presence: one pass over the state
 // store for all ids, one durable read for the users the store does not
 // hold, one contact look-up for the targets whose settings depend on it,
-// and the privacy filter over every answer.
+// and the privacy filter over every answer. Room reads a page of a room's
+// members the same way.
 package query
 
 import (
@@ -53,6 +54,9 @@ type Config struct {
 	// settings and version only. When it returns an error (it may have
 	// missed changes) States answers instead.
 	Statuses States
+	// Rooms, if set, answers the member pages of Room; nil: Room
+	// returns ErrNoRooms.
+	Rooms Rooms
 }
 
 // Reader answers reads. It is safe for concurrent use.
@@ -61,6 +65,7 @@ type Reader struct {
 	statuses States // nil: States answers ReadStatuses too
 	profiles Profiles
 	contacts Contacts
+	rooms    Rooms // nil: no rooms
 	clock    clock.Clock
 	margin   uint64
 	bufs     sync.Pool // *buffers
@@ -82,7 +87,7 @@ func New(cfg Config) (*Reader, error) {
 		cfg.Clock = clock.Real{}
 	}
 	return &Reader{states: cfg.States, statuses: cfg.Statuses, profiles: cfg.Profiles, contacts: cfg.Contacts,
-		clock: cfg.Clock, margin: cfg.ColdVersionMargin}, nil
+		rooms: cfg.Rooms, clock: cfg.Clock, margin: cfg.ColdVersionMargin}, nil
 }
 
 // Read fills out[i] with what viewer may see of ids[i]; len(out) must be
