@@ -14,6 +14,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/ratelimit"
 )
 
@@ -57,6 +58,9 @@ type conn struct {
 	// expAt is when the connection's client token expires (Unix ms), 0:
 	// never (dev mode). The connection is closed 4003 then.
 	expAt int64
+	// rooms are the rooms the connection may join and watch: its token's
+	// claim (nil: none), every room under -dev without a token.
+	rooms *auth.Rooms
 
 	// read side
 	part    *partial         // an incomplete frame or message between reads; nil: none (an idle connection)
@@ -333,6 +337,9 @@ func (c *conn) forget() {
 	c.mu.Unlock()
 	if c.g.hub != nil {
 		c.g.hub.Remove(c)
+	}
+	if c.g.roomHub != nil {
+		c.g.roomHub.Remove(c)
 	}
 	if c.g.poll != nil && c.hasFD {
 		c.g.poll.remove(c)

@@ -16,6 +16,10 @@ const (
 	msgSubscribe
 	msgUnsubscribe
 	msgBye
+	msgJoin
+	msgLeave
+	msgWatchRoom
+	msgUnwatchRoom
 )
 
 // clientMsg is a decoded, validated client message.
@@ -25,6 +29,7 @@ type clientMsg struct {
 	manual  presence.Manual // set_status
 	text    string          // set_status
 	userIDs []string        // subscribe, unsubscribe: valid and distinct
+	room    string          // join, leave, watch_room, unwatch_room: a valid id
 }
 
 // protoError is a recoverable error answered with an error message.
@@ -44,6 +49,7 @@ type rawMsg struct {
 	Status  json.RawMessage `json:"status"`
 	Text    json.RawMessage `json:"text"`
 	UserIDs json.RawMessage `json:"user_ids"`
+	Room    json.RawMessage `json:"room"`
 }
 
 // The heartbeats of our clients, as they write them.
@@ -94,7 +100,7 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 		return m, perr("invalid_json", "message %v", err)
 	}
 	if r.Type == nil {
-		return m, perr("unknown_type", "type is required: heartbeat, set_status, subscribe, unsubscribe or bye")
+		return m, perr("unknown_type", "type is required: %s", knownTypes)
 	}
 	allowed := func(fields ...string) *protoError {
 		present := map[string]bool{
@@ -102,6 +108,7 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 			"status":   r.Status != nil,
 			"text":     r.Text != nil,
 			"user_ids": r.UserIDs != nil,
+			"room":     r.Room != nil,
 		}
 		for _, f := range fields {
 			delete(present, f)
@@ -179,10 +186,30 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 			return m, e
 		}
 		m.kind = msgBye
+	case "join", "leave", "watch_room", "unwatch_room":
+		if e := allowed("room"); e != nil {
+			return m, e
+		}
+		m.kind = roomKinds[*r.Type]
+		if r.Room == nil || isNull(r.Room) {
+			return m, perr("invalid_id", "room is required: the id of a room")
+		}
+		if err := json.Unmarshal(r.Room, &m.room); err != nil {
+			return m, perr("invalid_id", "room must be a string: the id of a room")
+		}
+		if err := presence.ValidateID(m.room); err != nil {
+			return m, perr("invalid_id", "room: %v", err)
+		}
 	default:
-		return m, perr("unknown_type", "unknown message type %q: want heartbeat, set_status, subscribe, unsubscribe or bye", *r.Type)
+		return m, perr("unknown_type", "unknown message type %q: want %s", *r.Type, knownTypes)
 	}
 	return m, nil
 }
+
+// knownTypes lists the types of client messages, for error messages.
+const knownTypes = "heartbeat, set_status, subscribe, unsubscribe, bye, join, leave, watch_room or unwatch_room"
+
+// roomKinds are the kinds of the messages about one room, by type.
+var roomKinds = map[string]int{"join": msgJoin, "leave": msgLeave, "watch_room": msgWatchRoom, "unwatch_room": msgUnwatchRoom}
 
 func isNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null" }

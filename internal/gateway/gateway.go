@@ -1,21 +1,22 @@
 // Package gateway is presenced's WebSocket edge, GET /v1/ws (see
 // docs/protocol.md): it authenticates the device, upgrades the connection,
-// decodes client messages into tracker calls and subscriptions, and writes
-// what the fan-out hub delivers through a bounded, coalescing per-connection
-// queue. An idle connection owns no goroutine: on Linux an epoll loop hands
-// readable sockets to a bounded worker pool, and a connection has a writer
-// goroutine only while it has frames queued.
+// decodes client messages into tracker calls, subscriptions and watches of
+// rooms, and writes what the fan-out hubs deliver through a bounded,
+// coalescing per-connection queue. An idle connection owns no goroutine: on
+// Linux an epoll loop hands readable sockets to a bounded worker pool, and a
+// connection has a writer goroutine only while it has frames queued.
 //
 // Error codes of {"type":"error"} messages (the connection stays up):
 // invalid_json (not one JSON object, unknown or misplaced field, wrong
 // type of a field, binary frame), unknown_type, invalid_status,
-// invalid_text, invalid_id (user_ids missing, empty or holding an invalid
-// id), too_many_subscriptions (nothing of that request was added),
-// too_many_devices, rate_limited (too many messages, status changes, or
-// snapshot ids of subscriptions: nothing of that message was done),
-// unavailable (a backend cannot serve
-// for now — tracker.Unavailable — or no hub; nothing changed, retry
-// later), internal (anything else; the detail is in the server log).
+// invalid_text, invalid_id (user_ids or room missing or invalid),
+// too_many_subscriptions (nothing of that request was added),
+// too_many_devices, too_many_rooms, too_many_watched_rooms,
+// device_not_alive, room_not_allowed, rooms_unavailable, rate_limited (too
+// many messages, status changes, joins and leaves, or snapshot ids:
+// nothing of that message was done), unavailable (a backend cannot serve
+// for now — tracker.Unavailable — or no hub; retry later), internal (the
+// detail is in the server log).
 //
 // Close codes: 1000 after bye (or echoing the client's close), 1001
 // shutdown, 1002 protocol error, 1007 invalid UTF-8, 1008 persistent rate
@@ -130,6 +131,10 @@ type Config struct {
 	// refused with 403 origin_not_allowed. nil: the node's own pages only.
 	// An upgrade without an Origin header (not from a browser) passes.
 	Origins *origin.Policy
+	// Rooms is the fan-out of rooms (*fanout.RoomHub) that watch_room and
+	// unwatch_room drive; nil: they answer rooms_unavailable. Join and
+	// leave need the Tracker's RoomTracker ability instead.
+	Rooms RoomHub
 }
 
 // Gateway serves GET /v1/ws. It is an http.Handler, safe for concurrent use.
@@ -144,6 +149,10 @@ type Gateway struct {
 	clock   clock.Clock
 	log     *slog.Logger
 	ttlMs   int64
+
+	roomHub     RoomHub     // Config.Rooms; nil: none
+	roomTracker RoomTracker // the Tracker's RoomTracker ability; nil: none
+
 	// msgLimit bounds a connection's messages (Rate, Burst); strikeLimit
 	// its refused messages, at half the rate, before it is closed 1008.
 	msgLimit, strikeLimit ratelimit.Limit
@@ -151,7 +160,10 @@ type Gateway struct {
 	// snapshots bounds the ids a user's subscriptions read, across their
 	// sockets (ratelimit.Snapshots of MaxUserSubscriptions).
 	snapshots *ratelimit.Keyed
-	poll      poller // set by Run before it takes connections; nil: a goroutine per connection
+	// roomOps bounds the joins and leaves of one device, across its
+	// sockets (ratelimit.Rooms), keyed by user and device.
+	roomOps *ratelimit.Keyed
+	poll    poller // set by Run before it takes connections; nil: a goroutine per connection
 
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
@@ -255,6 +267,8 @@ func New(cfg Config) (*Gateway, error) {
 		tracker:     cfg.Tracker,
 		reader:      cfg.Reader,
 		hub:         cfg.Hub,
+		roomHub:     cfg.Rooms,
+		roomOps:     ratelimit.NewKeyed(ratelimit.Rooms),
 		auth:        cfg.Auth,
 		clock:       cfg.Clock,
 		log:         cfg.Logger,
@@ -262,6 +276,7 @@ func New(cfg Config) (*Gateway, error) {
 		conns:       make(map[uint64]*conn),
 		users:       make(map[string]userConns),
 	}
+	g.roomTracker, _ = cfg.Tracker.(RoomTracker)
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil
 }

@@ -233,6 +233,11 @@ func TestErrors(t *testing.T) {
 		{`{"type":"subscribe","user_ids":["a b"]}`, "invalid_id"},
 		{`{"type":"unsubscribe","user_ids":"2"}`, "invalid_id"},
 		{`{"type":"bye","user_ids":["2"]}`, "invalid_json"},
+		{`{"type":"join"}`, "invalid_id"},
+		{`{"type":"leave","room":7}`, "invalid_id"},
+		{`{"type":"watch_room","room":"a b"}`, "invalid_id"},
+		{`{"type":"unwatch_room","room":""}`, "invalid_id"},
+		{`{"type":"join","room":"r","active":true}`, "invalid_json"},
 		// Names are exact and given once, as in HTTP bodies.
 		{`{"type":"set_status","status":"busy","Status":"invisible"}`, "invalid_json"},
 		{`{"type":"set_status","status":"busy","status":"invisible"}`, "invalid_json"},

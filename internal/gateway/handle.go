@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/gobwas/ws"
 	"go.opentelemetry.io/otel/trace"
@@ -39,6 +40,10 @@ var opSpanNames = [...]string{
 	msgSubscribe:   "ws subscribe",
 	msgUnsubscribe: "ws unsubscribe",
 	msgBye:         "ws bye",
+	msgJoin:        "ws join",
+	msgLeave:       "ws leave",
+	msgWatchRoom:   "ws watch_room",
+	msgUnwatchRoom: "ws unwatch_room",
 }
 
 // handle applies one decoded message. It returns false once the connection
@@ -91,6 +96,12 @@ func (c *conn) handle(m *clientMsg) bool {
 		c.lastBeat.Store(-1) // ended by the bye: nothing to shorten
 		c.close(closeNormal, "bye")
 		return false
+	case msgJoin, msgLeave:
+		c.joinLeave(ctx, m.room, m.kind == msgJoin)
+	case msgWatchRoom:
+		c.watchRoom(ctx, m.room)
+	case msgUnwatchRoom:
+		c.unwatchRoom(m.room)
 	}
 	return true
 }
@@ -170,6 +181,8 @@ func (c *conn) opError(op string, err error) {
 	switch {
 	case e == apierr.Internal:
 		c.g.log.Error("websocket operation failed", "op", op, "user_id", c.user, "err", err)
+	case e.Status == http.StatusNotImplemented:
+		// The node's configuration (rooms_unavailable), not a failure.
 	case e.Status >= 500:
 		c.g.log.Warn("websocket operation failed: a backend is unavailable", "op", op, "user_id", c.user, "err", err)
 	}

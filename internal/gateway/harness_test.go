@@ -56,6 +56,11 @@ type opts struct {
 	// budget serves through a connection budget (connbudget), as a node
 	// does; node.budget is it.
 	budget bool
+	// noRooms runs no room hub (Config.Rooms nil); maxRooms caps the rooms
+	// of a device (presence.RoomRules), maxWatched the rooms a connection
+	// watches (fanout.RoomConfig); 0: the defaults.
+	noRooms              bool
+	maxRooms, maxWatched int
 }
 
 // smallSendBuffer shrinks the send buffer of accepted sockets, so a slow
@@ -81,6 +86,7 @@ type node struct {
 	reader  *query.Reader
 	gw      *gateway.Gateway
 	hub     hubRunner
+	rooms   *fanout.RoomHub // nil with opts.noRooms
 	srv     *httptest.Server
 	url     string
 	stop    context.CancelFunc
@@ -100,8 +106,19 @@ type hubRunner interface {
 }
 
 type multiPub struct {
-	mu   sync.Mutex
-	subs []func(*presence.Event)
+	mu    sync.Mutex
+	subs  []func(*presence.Event)
+	rooms []func(*presence.RoomEvent)
+}
+
+// PublishRoom passes a join or leave on (tracker.RoomPublisher).
+func (m *multiPub) PublishRoom(ev *presence.RoomEvent) {
+	m.mu.Lock()
+	rooms := m.rooms
+	m.mu.Unlock()
+	for _, f := range rooms {
+		f(ev)
+	}
 }
 
 func (m *multiPub) Publish(ev *presence.Event) {
@@ -130,12 +147,12 @@ func newNode(t testing.TB, o opts) *node {
 		t.Fatal(err)
 	}
 	rules := presence.Rules{TTL: o.ttl, IdleAfter: 5 * time.Minute, Epoch: epoch, MaxDevices: o.devices}
-	store := memstore.New(memstore.Config{Rules: rules})
+	store := memstore.New(memstore.Config{Rules: rules, RoomRules: presence.RoomRules{MaxRooms: o.maxRooms}})
 	n.tr, err = tracker.New(tracker.Config{Store: store, Durable: durable, Publisher: n.pubs, Clock: n.clk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := query.New(query.Config{States: store, Profiles: durable, Contacts: durable, Clock: n.clk})
+	reader, err := query.New(query.Config{States: store, Profiles: durable, Contacts: durable, Clock: n.clk, Rooms: roomPages{n.tr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +162,14 @@ func newNode(t testing.TB, o opts) *node {
 	}
 	if n.hub != nil {
 		n.pubs.subs = append(n.pubs.subs, n.hub.Publish)
+	}
+	if !o.noRooms {
+		n.rooms, err = fanout.NewRoomHub(fanout.RoomConfig{Reader: roomSnapshots{reader}, Contacts: durable, MaxWatched: o.maxWatched, Clock: n.clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.pubs.subs = append(n.pubs.subs, n.rooms.Publish)
+		n.pubs.rooms = append(n.pubs.rooms, n.rooms.PublishRoom)
 	}
 	cfg := gateway.Config{
 		Tracker:          n.tr,
@@ -159,6 +184,9 @@ func newNode(t testing.TB, o opts) *node {
 	if n.hub != nil {
 		cfg.Hub = n.hub
 	}
+	if n.rooms != nil {
+		cfg.Rooms = n.rooms
+	}
 	if o.tweak != nil {
 		o.tweak(&cfg)
 	}
@@ -172,6 +200,10 @@ func newNode(t testing.TB, o opts) *node {
 	if n.hub != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = n.hub.Run(rctx) }()
+	}
+	if n.rooms != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = n.rooms.Run(rctx) }()
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = n.gw.Run(rctx) }()

@@ -158,7 +158,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		}
 		return nil
 	}
-	c := &conn{g: g, nc: nc, fd: -1, user: user, device: dev, expAt: expAt, id: g.nextID.Add(1), heapIdx: -1}
+	c := &conn{g: g, nc: nc, fd: -1, user: user, device: dev, expAt: expAt, rooms: roomsOf(p), id: g.nextID.Add(1), heapIdx: -1}
 	c.idleAt.Store(g.now() + g.ttlMs)
 	c.lastBeat.Store(g.now()) // the connect heartbeat
 	// What the client sent right after its handshake is already buffered.
