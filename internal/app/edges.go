@@ -109,6 +109,7 @@ func (a *App) openGateway(authn *auth.Authenticator, writes *ratelimit.Writes) e
 		MaxSocketsPerUser:    a.cfg.MaxSocketsPerUser,
 		MaxSocketsPerDevice:  a.cfg.MaxSocketsPerDevice,
 		Hub:                  a.hub,
+		Rooms:                a.rooms,
 		Workers:              gatewayWorkers(a.cfg),
 		Origins:              a.origins,
 	})

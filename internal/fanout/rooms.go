@@ -400,7 +400,7 @@ func (h *RoomHub) apply(ctx context.Context, it roomItem) {
 		h.stale.Add(1)
 		return
 	}
-	if !r.known || ev.Version > r.applied+1 {
+	if !r.known || !r.follows(ev) {
 		if len(r.pending) >= maxEarly {
 			h.resyncLocked(ctx, r)
 			return
@@ -419,12 +419,24 @@ func (h *RoomHub) apply(ctx context.Context, it roomItem) {
 // applyPending applies the held-back events that follow r.applied.
 // Held: mu.
 func (h *RoomHub) applyPending(r *room) {
-	for {
-		he, ok := r.pending[r.applied+1]
-		if !ok {
+	for len(r.pending) > 0 {
+		v := r.applied + 1
+		if _, ok := r.pending[v]; !ok && r.count == 0 {
+			// An empty room is no room: its next event, the join that
+			// makes it again, may be at any version above; the lowest
+			// held back is the one.
+			v = 0
+			for pv := range r.pending {
+				if pv > r.applied && (v == 0 || pv < v) {
+					v = pv
+				}
+			}
+		}
+		he, ok := r.pending[v]
+		if !ok || !r.follows(he.ev) {
 			break
 		}
-		delete(r.pending, r.applied+1)
+		delete(r.pending, v)
 		h.applyEvent(r, he.ev, he.contacts)
 	}
 	for v := range r.pending {
@@ -437,7 +449,15 @@ func (h *RoomHub) applyPending(r *room) {
 	}
 }
 
-// applyEvent applies ev, the event at r.applied+1, and sends it to every
+// follows reports whether ev is the room's next event: the one at the
+// version after the room's, or, when the room is empty (removed from the
+// store, its next version any above), a join that makes it again.
+func (r *room) follows(ev *presence.RoomEvent) bool {
+	return ev.Version == r.applied+1 ||
+		(r.count == 0 && ev.Version > r.applied && ev.Kind == presence.RoomJoin && ev.Count == 1)
+}
+
+// applyEvent applies ev, the room's next event (follows), and sends it to every
 // watcher as its class sees it. Held: mu.
 func (h *RoomHub) applyEvent(r *room, ev *presence.RoomEvent, contacts map[string]bool) {
 	r.applied, r.count = ev.Version, ev.Count

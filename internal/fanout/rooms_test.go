@@ -47,9 +47,9 @@ func (s *roomSink) lines() []string {
 	for _, m := range s.msgs() {
 		switch m["type"] {
 		case "room":
-			out = append(out, fmt.Sprintf("room v%v", m["version"]))
+			out = append(out, fmt.Sprintf("room v%.0f", m["version"]))
 		case "room_change":
-			out = append(out, fmt.Sprintf("%v %v %v n%v v%v", m["event"], m["user_id"], m["status"], m["count"], m["version"]))
+			out = append(out, fmt.Sprintf("%v %v %v n%v v%.0f", m["event"], m["user_id"], m["status"], m["count"], m["version"]))
 		default:
 			out = append(out, fmt.Sprint(m))
 		}
@@ -305,5 +305,25 @@ func TestRoomQueueOverflowResyncs(t *testing.T) {
 	waitLines(t, s, "room v1", "join ann online n1 v2", "room v3")
 	if m.readCount() != 2 {
 		t.Fatalf("snapshots read: %d, want 2", m.readCount())
+	}
+}
+
+// An empty room is no room in the store: the join that makes it again
+// comes at a version of its own, which the hub takes as the next one.
+func TestRoomMadeAgain(t *testing.T) {
+	m := newRoomModel()
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{GapWait: time.Hour})
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "doc") // no room: version 0
+	h.PublishRoom(join("doc", "ann", 1<<32+1, 1, presence.Online, presence.Everyone))
+	h.PublishRoom(leave("doc", "ann", 1<<32+2, 0))
+	// The room made again after others raised the floor; its second join
+	// comes first.
+	h.PublishRoom(join("doc", "cid", 1<<32+41, 2, presence.Online, presence.Everyone))
+	h.PublishRoom(join("doc", "bob", 1<<32+40, 1, presence.Online, presence.Everyone))
+	waitLines(t, s, "room v0", "join ann online n1 v4294967297", "leave ann <nil> n0 v4294967298",
+		"join bob online n1 v4294967336", "join cid online n2 v4294967337")
+	if st := h.Stats(); st.Resyncs != 0 {
+		t.Fatalf("stats %+v: a resync", st)
 	}
 }
