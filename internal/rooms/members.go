@@ -45,16 +45,18 @@ type roomShard struct {
 
 	// slots: 0 (empty) or tag<<32 | (index of the room + 1), tag being the
 	// high 32 bits of the id's hash. Its length is a power of two.
-	slots   []uint64
-	n       int // rooms held (records in use)
-	rooms   []room
-	free    []uint32
-	arena   []byte // ids; append-only, so a string into it never changes
-	garbage int    // bytes of the arena nothing refers to
-	slab    slab
-	floor   uint64 // the highest version of a room removed
-	live    int    // rooms with a member
-	members int    // the sum of the rooms' members
+	slots       []uint64
+	n           int // rooms held (records in use)
+	rooms       []room
+	free        []uint32
+	arena       []byte // ids; append-only, so a string into it never changes
+	garbage     int    // bytes of the arena nothing refers to
+	compactions int
+	compares    int // of member order keys, for a test of the cost of a page
+	slab        slab
+	floor       uint64 // the highest version of a room removed
+	live        int    // rooms with a member
+	members     int    // the sum of the rooms' members
 
 	seed  maphash.Seed
 	shift uint // the bits of a hash that chose the shard
@@ -120,6 +122,7 @@ func (s *roomShard) compact() {
 		}
 	}
 	s.arena, s.garbage = arena, 0
+	s.compactions++
 }
 
 func (s *roomShard) pos(h uint64) int { return int(h>>s.shift) & (len(s.slots) - 1) }
@@ -210,6 +213,7 @@ func (s *roomShard) remove(h uint64, idx int) {
 
 // cmp compares member entry e with the order key (h, id).
 func (s *roomShard) cmp(e uint64, h uint32, id string) int {
+	s.compares++
 	if eh := uint32(e >> 32); eh != h {
 		if eh < h {
 			return -1

@@ -3,6 +3,7 @@ package rooms
 import (
 	"cmp"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -101,6 +102,33 @@ func TestRoomGrowsAndShrinks(t *testing.T) {
 	if st := tb.Stats(); st != (Stats{Bytes: st.Bytes}) {
 		t.Fatalf("Stats of an emptied table: %+v", st)
 	}
+	// Fill again, thin every stretch of the order to a tenth (chunks
+	// shrink, then merge into shrunk neighbours) and empty it.
+	for _, k := range perm {
+		id := fmt.Sprint("user-", k)
+		tb.Join(UserRef(k), id, "d", "doc", true, 3)
+		in[id] = true
+	}
+	ids := sortedMembers(in)
+	byID := map[string]int{}
+	for _, k := range perm {
+		byID[fmt.Sprint("user-", k)] = k
+	}
+	for pass := range 2 {
+		for i, id := range ids {
+			if (i%10 != 0) == (pass == 0) {
+				tb.Leave(UserRef(byID[id]), "d", "doc", presence.ReasonLeft, 4)
+				delete(in, id)
+				if i%250 == 0 {
+					check(fmt.Sprintf("pass %d, at %d", pass, i))
+				}
+			}
+		}
+		check(fmt.Sprintf("after pass %d", pass))
+	}
+	if st := tb.Stats(); st != (Stats{Bytes: st.Bytes}) {
+		t.Fatalf("Stats of a table emptied again: %+v", st)
+	}
 }
 
 // TestPageWhileChanging pages through a large room while other users join
@@ -151,6 +179,29 @@ func TestPageWhileChanging(t *testing.T) {
 			if c != 1 {
 				t.Fatalf("round %d: %s listed %d times", round, id, c)
 			}
+		}
+	}
+}
+
+// TestPageCost: a page of a room of 100,000 costs a binary search, not a
+// walk of the members before it.
+func TestPageCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a room of 100,000")
+	}
+	tb, uids, rids := population(100_000, 1)
+	rs := &tb.rooms[maphash.String(tb.seed, rids[0])&tb.mask]
+	rng := rand.New(rand.NewPCG(3, 4))
+	var page []string
+	for range 100 {
+		before := rs.compares
+		var more bool
+		page, _, more = tb.Page(rids[0], uids[rng.IntN(len(uids))], 100, page[:0])
+		if n := rs.compares - before; n > 40 {
+			t.Fatalf("a page compared %d order keys, want at most 40", n)
+		}
+		if len(page) != 100 && more {
+			t.Fatalf("a page of %d members, and more", len(page))
 		}
 	}
 }

@@ -33,15 +33,16 @@ type userShard struct {
 
 	// slots: 0 (empty) or ref<<32 | (index of the record + 1). Its length
 	// is a power of two.
-	slots   []uint64
-	n       int // records held
-	counted int // records of counted users
-	recs    []user
-	free    []uint32
-	pairs   []pair
-	pfree   []uint32
-	arena   []byte // ids; append-only, so a string into it never changes
-	garbage int
+	slots       []uint64
+	n           int // records held
+	counted     int // records of counted users
+	recs        []user
+	free        []uint32
+	pairs       []pair
+	pfree       []uint32
+	arena       []byte // ids; append-only, so a string into it never changes
+	garbage     int
+	compactions int
 
 	scratch []uint32 // rooms, for SetCounted and LeaveAll
 	old     []uint32 // offsets, for compact and Devices
@@ -129,6 +130,7 @@ func (s *userShard) compact() {
 		}
 	}
 	s.arena, s.garbage = arena, 0
+	s.compactions++
 }
 
 // find returns the index of u's record, or -1.

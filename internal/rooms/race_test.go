@@ -1,0 +1,5 @@
+//go:build race
+
+package rooms
+
+const raceEnabled = true
