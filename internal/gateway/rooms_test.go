@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,16 @@ func (c *client) roomChange(room, user, event string) map[string]any {
 	return m
 }
 
+// members waits until room has k members (a join or leave sent on another
+// socket is applied).
+func (n *node) members(room string, k int) {
+	n.t.Helper()
+	testwait.For(n.t, fmt.Sprintf("room %s with %d members", room, k), func() bool {
+		c, err := n.tr.RoomCounts(context.Background(), []string{room}, nil)
+		return err == nil && c[0] == k
+	})
+}
+
 func (n *node) sweep() {
 	n.t.Helper()
 	if _, err := n.tr.Sweep(context.Background()); err != nil {
@@ -97,6 +108,7 @@ func TestRoomJoinLeaveWatch(t *testing.T) {
 	z := n.dialRooms("zed", "", "doc-42")
 	z.msgType("welcome")
 	z.send(`{"type":"join","room":"doc-42"}`)
+	n.members("doc-42", 1)
 	a := n.dialRooms("alice", "laptop", "doc-*")
 	a.msgType("welcome")
 	w := n.dialRooms("bob", "phone", "doc-42")
@@ -116,6 +128,7 @@ func TestRoomJoinLeaveWatch(t *testing.T) {
 	a2.msgType("welcome")
 	a2.send(`{"type":"join","room":"doc-42"}`)
 	a2.send(`{"type":"leave","room":"doc-42"}`)
+	a2.watchRoom("doc-42") // both applied
 	w.silent(50 * time.Millisecond)
 	// Join, leave and join again: every event comes, none is coalesced.
 	a.send(`{"type":"leave","room":"doc-42"}`)
@@ -137,7 +150,8 @@ func TestRoomJoinLeaveWatch(t *testing.T) {
 	// Success has no answer of its own.
 	a.silent(30 * time.Millisecond)
 	w.send(`{"type":"unwatch_room","room":"doc-42"}`)
-	w.silent(30 * time.Millisecond) // nothing answers the unwatch
+	w.send(`{"type":"watch_room","room":"doc-43"}`) // after the unwatch, which has no answer
+	w.errorCode("room_not_allowed")
 	a.send(`{"type":"leave","room":"doc-42"}`)
 	w2.roomChange("doc-42", "alice", "leave")
 	w.silent(50 * time.Millisecond)
@@ -157,6 +171,7 @@ func TestRoomCloseGrace(t *testing.T) {
 	a := n.dialRooms("alice", "laptop", "r")
 	a.msgType("welcome")
 	a.send(`{"type":"join","room":"r"}`)
+	n.members("r", 1)
 	w := n.dialRooms("bob", "", "r")
 	w.msgType("welcome")
 	if m := w.watchRoom("r")["members"].(map[string]any); len(m) != 1 {
@@ -196,6 +211,7 @@ func TestRoomInvisible(t *testing.T) {
 	a := n.dialRooms("alice", "", "r")
 	a.msgType("welcome")
 	a.send(`{"type":"join","room":"r"}`)
+	n.members("r", 1)
 	w := n.dialRooms("bob", "", "r")
 	w.msgType("welcome")
 	w.watchRoom("r")
@@ -371,6 +387,7 @@ func TestRoomErrors(t *testing.T) {
 			t.Fatalf("members %v after a refused join", m)
 		}
 		c.send(`{"type":"join","room":"r"}`)
+		n.members("r", 1)
 		if m := w.watchRoom("r")["members"].(map[string]any); len(m) != 1 {
 			t.Fatalf("members %v after the join", m)
 		}
