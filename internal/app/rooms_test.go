@@ -15,6 +15,8 @@ import (
 
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/clock"
+	"github.com/presenced/presenced/internal/ratelimit"
 )
 
 // dialRooms opens a socket of user with a token whose rooms claim is
@@ -150,5 +152,54 @@ func TestRoomsNode(t *testing.T) {
 	}
 	if got := call("GET", "/v1/rooms?ids=doc-1,doc-2", ""); got != `{"doc-1":0,"doc-2":0}` && !strings.Contains(got, `"doc-1":0`) {
 		t.Fatalf("counts: %s", got)
+	}
+}
+
+// TestRoomLimitPerDevice: the joins and leaves of one device take from
+// one bucket whichever edge they come through: a device that spent its
+// burst over HTTP is refused on its socket.
+func TestRoomLimitPerDevice(t *testing.T) {
+	addr := runNode(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1,
+		Clock: clock.NewFake(time.Now())})
+	tok, err := auth.Token{User: "alice", Device: "phone", Rooms: []string{"*"}}.Sign(testSecret, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, br, _, err := ws.Dialer{Timeout: 5 * time.Second}.Dial(context.Background(), "ws://"+addr+"/v1/ws?token="+tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	c := &wsClient{t: t, nc: nc, r: bufio.NewReader(nc)}
+	if br != nil {
+		c.r = br
+	}
+	c.msg("welcome")
+	post := func(path string) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(`{"user_id":"alice","device_id":"phone"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range ratelimit.Rooms.Burst / 2 {
+		room := "/v1/rooms/r" + strconv.Itoa(i)
+		if code := post(room + "/join"); code != 200 {
+			t.Fatalf("join %d over HTTP: %d", i, code)
+		}
+		if code := post(room + "/leave"); code != 200 {
+			t.Fatalf("leave %d over HTTP: %d", i, code)
+		}
+	}
+	if code := post("/v1/rooms/x/join"); code != 429 {
+		t.Fatalf("a join over HTTP past the burst: %d, want 429", code)
+	}
+	c.send(`{"type":"join","room":"x"}`)
+	if e := c.msg("error"); e["code"] != "rate_limited" {
+		t.Fatalf("a join on the socket after the HTTP burst: %v, want rate_limited", e)
 	}
 }

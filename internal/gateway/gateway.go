@@ -268,7 +268,7 @@ func New(cfg Config) (*Gateway, error) {
 		reader:      cfg.Reader,
 		hub:         cfg.Hub,
 		roomHub:     cfg.Rooms,
-		roomOps:     ratelimit.NewKeyed(ratelimit.Rooms),
+		roomOps:     cfg.Writes.Rooms,
 		auth:        cfg.Auth,
 		clock:       cfg.Clock,
 		log:         cfg.Logger,

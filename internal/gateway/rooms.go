@@ -102,7 +102,7 @@ func (c *conn) joinLeave(ctx context.Context, room string, join bool) {
 	// Joins and leaves churn the rooms' watchers: a device gets a burst
 	// (enough to rejoin all its rooms after a reconnect, twice), counted
 	// across all its sockets to this node, then a few a second.
-	if ok, wait := c.g.roomOps.Take(c.user+" "+c.device, c.g.now()); !ok {
+	if ok, wait := c.g.roomOps.Take(ratelimit.RoomKey(c.user, c.device), c.g.now()); !ok {
 		c.g.stats.rateLimited.Add(1)
 		c.sendError("rate_limited", "too many joins and leaves of rooms for this device: %s; nothing changed; retry in %ds",
 			ratelimit.Rooms, ratelimit.RetryAfter(wait))

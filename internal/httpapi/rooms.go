@@ -80,8 +80,8 @@ func (s *Server) roomWrite(w http.ResponseWriter, r *http.Request, join bool) er
 		return err
 	}
 	if p.Kind == auth.Client {
-		if ok, wait := s.roomWrites.Take(user+"\x00"+dev, s.clock.Now().UnixMilli()); !ok {
-			return tooMany(w, wait, "too many joins and leaves of rooms for this device: "+s.roomWrites.Limit().String())
+		if ok, wait := s.writes.Rooms.Take(ratelimit.RoomKey(user, dev), s.clock.Now().UnixMilli()); !ok {
+			return tooMany(w, wait, "too many joins and leaves of rooms for this device: "+s.writes.Rooms.Limit().String())
 		}
 	}
 	rt, ok := s.tracker.(RoomTracker)
@@ -235,7 +235,3 @@ func (s *Server) roomCounts(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, append(b, '\n'))
 	return nil
 }
-
-// newRoomWrites returns the per-device buckets of a client's joins and
-// leaves.
-func newRoomWrites() *ratelimit.Keyed { return ratelimit.NewKeyed(ratelimit.Rooms) }

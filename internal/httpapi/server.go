@@ -143,17 +143,15 @@ type Server struct {
 	checkSt  []string   // per check: its state when last judged (for the log, and a probe that could not judge it)
 	maxBody  int64
 	// Per user of a client token: reads (one per PollInterval) and the
-	// durable writes (ratelimit.Writes, shared with the gateway).
-	// Backends and -dev requests are not limited.
-	polls  *ratelimit.Keyed
-	writes *ratelimit.Writes
-	// Per device of a client token: joins and leaves of rooms
-	// (ratelimit.Rooms).
-	roomWrites *ratelimit.Keyed
-	mux        *http.ServeMux
-	patterns   []string // every pattern of mux, in order (Patterns)
-	draining   atomic.Bool
-	origins    *origin.Policy
+	// durable writes, and per device its joins and leaves of rooms
+	// (ratelimit.Writes, shared with the gateway). Backends and -dev
+	// requests are not limited.
+	polls    *ratelimit.Keyed
+	writes   *ratelimit.Writes
+	mux      *http.ServeMux
+	patterns []string // every pattern of mux, in order (Patterns)
+	draining atomic.Bool
+	origins  *origin.Policy
 	// browser holds the patterns of the endpoints a browser page calls
 	// (see handleBrowser); written by New only.
 	browser map[string]bool
@@ -197,12 +195,11 @@ func New(cfg Config) (*Server, error) {
 		checkSt:  make([]string, len(cfg.Checks)),
 		maxBody:  cfg.MaxBody,
 
-		polls:      ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
-		writes:     cfg.Writes,
-		roomWrites: newRoomWrites(),
-		mux:        http.NewServeMux(),
-		origins:    cfg.Origins,
-		browser:    make(map[string]bool),
+		polls:   ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
+		writes:  cfg.Writes,
+		mux:     http.NewServeMux(),
+		origins: cfg.Origins,
+		browser: make(map[string]bool),
 
 		onContactsChanged: cfg.OnContactsChanged,
 		admin:             cfg.Admin,

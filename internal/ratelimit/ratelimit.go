@@ -54,15 +54,21 @@ var (
 var Rooms = Limit{Every: 100 * time.Millisecond, Burst: 200}
 
 // Writes are the per-user buckets of a client's durable writes, one for
-// each kind, for every edge of a node to share.
+// each kind, and the per-device buckets of its joins and leaves of rooms
+// (keyed by RoomKey), for every edge of a node to share.
 type Writes struct {
 	Status, Settings, Contacts *Keyed
+	Rooms                      *Keyed
 }
 
-// NewWrites returns empty buckets under Status, Settings and Contacts.
+// NewWrites returns empty buckets under Status, Settings, Contacts and
+// Rooms.
 func NewWrites() *Writes {
-	return &Writes{Status: NewKeyed(Status), Settings: NewKeyed(Settings), Contacts: NewKeyed(Contacts)}
+	return &Writes{Status: NewKeyed(Status), Settings: NewKeyed(Settings), Contacts: NewKeyed(Contacts), Rooms: NewKeyed(Rooms)}
 }
+
+// RoomKey is the key of a device's bucket in Writes.Rooms.
+func RoomKey(user, device string) string { return user + "\x00" + device }
 
 // SnapshotsPerSecond is how many ids a second a user's sockets may have
 // read for subscribe's snapshots once the burst is spent (Snapshots): a
