@@ -387,7 +387,9 @@ func TestRoomErrors(t *testing.T) {
 			t.Fatalf("members %v after a refused join", m)
 		}
 		c.send(`{"type":"join","room":"r"}`)
-		n.members("r", 1)
+		if j := w.roomChange("r", "1", "join"); j["count"] != 1.0 {
+			t.Fatalf("the join with a token back: %v", j)
+		}
 		if m := w.watchRoom("r")["members"].(map[string]any); len(m) != 1 {
 			t.Fatalf("members %v after the join", m)
 		}

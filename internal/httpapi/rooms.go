@@ -171,28 +171,8 @@ func (s *Server) roomGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b := append(make([]byte, 0, 64+len(v.Members)*24), `{"room":`...)
-	b = wire.AppendString(b, room)
-	b = append(b, `,"count":`...)
-	b = strconv.AppendInt(b, int64(v.Count), 10)
-	b = append(b, `,"members":{`...)
-	for i := range v.Members {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = wire.AppendString(b, v.Members[i].UserID)
-		b = append(b, ':')
-		b = wire.AppendStatus(b, &v.Members[i])
-	}
-	b = append(b, `},"next":`...)
-	if v.Next == "" {
-		b = append(b, "null"...)
-	} else {
-		b = wire.AppendString(b, v.Next)
-	}
-	b = append(b, `,"version":`...)
-	b = strconv.AppendUint(b, v.Version, 10)
-	writeJSON(w, http.StatusOK, append(b, "}\n"...))
+	b := wire.AppendRoomPage(make([]byte, 0, 64+len(v.Members)*24), room, v.Count, v.Members, v.Next, v.Version)
+	writeJSON(w, http.StatusOK, append(b, '\n'))
 	return nil
 }
 

@@ -13,28 +13,45 @@ import (
 // stream, webhooks) get each event with its reason. A room's version is a
 // number, as a user's is in a change: 0 for a room that had no event yet.
 
-// AppendRoom appends a page of a room's members, the answer to a watch of
-// it (WebSocket) or a read of it (HTTP):
+// AppendRoom appends the WebSocket message of a page of a room's
+// members, the answer to a watch of it:
 //
-//	{"type":"room","room":"doc-42","mode":"events","count":3,
+//	{"type":"room","mode":"events","room":"doc-42","count":3,
 //	 "members":{"alice":"online","bob":"busy","carol":null},
 //	 "next":null,"version":7}
 //
 // mode is "interval" when interval (the room is big: its watchers get
 // AppendRoomInterval once per interval instead of every change), else
-// "events". count is all the room's members, members this page of them,
-// each once, keyed by user id in the order given; a member's status is
-// null when it is hidden from the viewer. next is the cursor of the
-// following page (the last member id of this one) when more follow;
-// empty, it reads null.
+// "events"; the rest is AppendRoomPage's.
 func AppendRoom(b []byte, room string, interval bool, count int, members []privacy.View, next string, version uint64) []byte {
-	b = append(b, `{"type":"room","room":`...)
-	b = AppendString(b, room)
 	if interval {
-		b = append(b, `,"mode":"interval","count":`...)
+		b = append(b, `{"type":"room","mode":"interval",`...)
 	} else {
-		b = append(b, `,"mode":"events","count":`...)
+		b = append(b, `{"type":"room","mode":"events",`...)
 	}
+	return append(appendRoomPage(b, room, count, members, next, version), '}')
+}
+
+// AppendRoomPage appends a page of a room's members as the HTTP API
+// answers a read of it:
+//
+//	{"room":"doc-42","count":3,"members":{"alice":"online","carol":null},
+//	 "next":"carol","version":7}
+//
+// count is all the room's members, members this page of them, each once,
+// keyed by user id in the order given; a member's status is null when it
+// is hidden from the viewer. next is the cursor of the following page
+// (the last member id of this one) when more follow; empty, it reads
+// null.
+func AppendRoomPage(b []byte, room string, count int, members []privacy.View, next string, version uint64) []byte {
+	return append(appendRoomPage(append(b, '{'), room, count, members, next, version), '}')
+}
+
+// appendRoomPage appends the fields of a page, without braces.
+func appendRoomPage(b []byte, room string, count int, members []privacy.View, next string, version uint64) []byte {
+	b = append(b, `"room":`...)
+	b = AppendString(b, room)
+	b = append(b, `,"count":`...)
 	b = strconv.AppendInt(b, int64(count), 10)
 	b = append(b, `,"members":{`...)
 	for i := range members {
@@ -52,8 +69,7 @@ func AppendRoom(b []byte, room string, interval bool, count int, members []priva
 		b = AppendString(b, next)
 	}
 	b = append(b, `,"version":`...)
-	b = strconv.AppendUint(b, version, 10)
-	return append(b, '}')
+	return strconv.AppendUint(b, version, 10)
 }
 
 // AppendRoomChange appends the WebSocket message of one join or leave of

@@ -35,15 +35,15 @@ func TestAppendRoom(t *testing.T) {
 		want     map[string]any
 	}{
 		{"events, last page", false, 3, []privacy.View{alice, bob, carol}, "", 7,
-			`{"type":"room","room":"doc-42","mode":"events","count":3,"members":{"alice":"online","bob":"busy","carol":null},"next":null,"version":7}`,
+			`{"type":"room","mode":"events","room":"doc-42","count":3,"members":{"alice":"online","bob":"busy","carol":null},"next":null,"version":7}`,
 			map[string]any{"type": "room", "room": "doc-42", "mode": "events", "count": json.Number("3"),
 				"members": map[string]any{"alice": "online", "bob": "busy", "carol": nil}, "next": nil, "version": json.Number("7")}},
 		{"interval, more follow", true, 100412, []privacy.View{alice, bob}, "bob", big,
-			`{"type":"room","room":"doc-42","mode":"interval","count":100412,"members":{"alice":"online","bob":"busy"},"next":"bob","version":9007199254740993}`,
+			`{"type":"room","mode":"interval","room":"doc-42","count":100412,"members":{"alice":"online","bob":"busy"},"next":"bob","version":9007199254740993}`,
 			map[string]any{"type": "room", "room": "doc-42", "mode": "interval", "count": json.Number("100412"),
 				"members": map[string]any{"alice": "online", "bob": "busy"}, "next": "bob", "version": num(big)}},
 		{"empty room without events", false, 0, nil, "", 0,
-			`{"type":"room","room":"doc-42","mode":"events","count":0,"members":{},"next":null,"version":0}`,
+			`{"type":"room","mode":"events","room":"doc-42","count":0,"members":{},"next":null,"version":0}`,
 			map[string]any{"type": "room", "room": "doc-42", "mode": "events", "count": json.Number("0"),
 				"members": map[string]any{}, "next": nil, "version": json.Number("0")}},
 	} {
