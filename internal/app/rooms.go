@@ -23,6 +23,7 @@ func (a *App) openRooms(context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.stats.Rooms = a.rooms.Stats
 	a.add(part{run: quiet(a.rooms.Run), stop: stopLast, publish: a.rooms})
 	return nil
 }

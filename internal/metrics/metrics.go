@@ -45,6 +45,7 @@ type Sources struct {
 	Users       func() int // users held in memory, nil if unknown
 	Gateway     func() gateway.Stats
 	Hub         func() fanout.Stats
+	Rooms       func() fanout.RoomStats
 	Bus         func() natsbus.Stats // nil without NATS
 	Ingest      func() ingest.Stats  // nil without the ingest consumer
 	Peers       func() peers.Stats   // nil without peers (NATS and Redis)
@@ -89,6 +90,9 @@ func New(src Sources) *Registry {
 		if src.KafkaIngest != nil || src.KafkaChanges != nil {
 			reg.MustRegister(&kafkaCollector{ingest: src.KafkaIngest, topic: src.KafkaIngestTopic, changes: src.KafkaChanges})
 		}
+	}
+	if src.Tracker != nil || src.Rooms != nil {
+		reg.MustRegister(&roomCollector{tracker: src.Tracker, hub: src.Rooms})
 	}
 	if src.Gateway != nil || src.Hub != nil || src.Connections != nil {
 		reg.MustRegister(&edgeCollector{gw: src.Gateway, hub: src.Hub, conns: src.Connections})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/presenced/presenced/internal/backendcall"
 	"github.com/presenced/presenced/internal/buildinfo"
+	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/tracker"
 )
@@ -67,6 +68,26 @@ func TestBusStream(t *testing.T) {
 		"presenced_bus_stream_missing 1\n",
 		"presenced_bus_stream_recreated_total 2\n",
 		"presenced_bus_unacked_seconds 1.5\n",
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("no %q in /metrics", want)
+		}
+	}
+}
+
+// TestRooms: the tracker's room events and the room hub's counters are
+// on /metrics.
+func TestRooms(t *testing.T) {
+	r := New(Sources{
+		Tracker: func() tracker.Stats { return tracker.Stats{RoomEvents: 7} },
+		Rooms:   func() fanout.RoomStats { return fanout.RoomStats{Rooms: 2, Watchers: 5, Delivered: 40, Gaps: 3, Resyncs: 1, Dropped: 0} },
+	})
+	rec := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		"presenced_room_events_total 7\n", "presenced_rooms_watched 2\n", "presenced_rooms_watchers 5\n",
+		"presenced_rooms_delivered_total 40\n", "presenced_rooms_gaps_total 3\n", "presenced_rooms_resyncs_total 1\n",
+		"presenced_rooms_dropped_total 0\n",
 	} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("no %q in /metrics", want)
