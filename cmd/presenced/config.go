@@ -82,6 +82,12 @@ func (o *options) checkLimits(c *app.Config) error {
 	if c.MaxWatchedRooms < 1 {
 		return fmt.Errorf("-max-watched-rooms %d: at least 1", c.MaxWatchedRooms)
 	}
+	if c.RoomIntervalAbove < 10 {
+		return fmt.Errorf("-room-interval-above %d: at least 10", c.RoomIntervalAbove)
+	}
+	if c.RoomInterval < 100*time.Millisecond || c.RoomInterval > time.Minute {
+		return fmt.Errorf("-room-interval %v: from 100ms to 1m", c.RoomInterval)
+	}
 	userSubs := c.MaxUserSubscriptions
 	if userSubs == 0 {
 		userSubs = c.MaxSubscriptions // its default is a multiple of it

@@ -83,6 +83,8 @@ func (o *options) nodeFlags(fs *flag.FlagSet, d app.Config) {
 	fs.IntVar(&c.MaxRooms, "max-rooms", d.MaxRooms, "rooms one device may be in at once; a join of one more is refused")
 	fs.IntVar(&c.MaxSubscriptions, "max-subscriptions", d.MaxSubscriptions, "users one WebSocket connection may watch")
 	fs.IntVar(&c.MaxWatchedRooms, "max-watched-rooms", d.MaxWatchedRooms, "rooms one WebSocket connection may watch")
+	fs.IntVar(&c.RoomIntervalAbove, "room-interval-above", d.RoomIntervalAbove, "rooms with more members than this send their watchers one message per -room-interval instead of one per change (back below nine tenths of it)")
+	fs.DurationVar(&c.RoomInterval, "room-interval", d.RoomInterval, "how often the watchers of a big room (-room-interval-above) are sent its joins and leaves")
 	fs.IntVar(&c.MaxUserSubscriptions, "max-user-subscriptions", d.MaxUserSubscriptions, "users one user may watch across all their WebSockets to this node (default 10 × -max-subscriptions)")
 	fs.IntVar(&c.MaxSocketsPerUser, "max-sockets-per-user", d.MaxSocketsPerUser, "WebSockets one user may hold open to this node")
 	fs.IntVar(&c.MaxSocketsPerDevice, "max-sockets-per-device", d.MaxSocketsPerDevice, "WebSockets one device (e.g. the tabs of one browser) may hold open to this node")

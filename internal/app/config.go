@@ -62,6 +62,11 @@ type Config struct {
 	MaxSocketsPerDevice  int
 	// MaxWatchedRooms caps the rooms one WebSocket watches.
 	MaxWatchedRooms int
+	// RoomIntervalAbove is the count of members above which a room's
+	// watchers get one message per RoomInterval instead of one per
+	// change (fanout.RoomConfig).
+	RoomIntervalAbove int
+	RoomInterval      time.Duration
 	// FanoutAsyncThreshold is the number of watchers above which a user's
 	// changes take the batched fan-out path.
 	FanoutAsyncThreshold int
@@ -160,6 +165,8 @@ func Defaults() Config {
 		MaxDevices:           presence.DefaultMaxDevices,
 		MaxRooms:             presence.DefaultMaxRooms,
 		MaxWatchedRooms:      fanout.DefaultMaxWatchedRooms,
+		RoomIntervalAbove:    fanout.DefaultIntervalAbove,
+		RoomInterval:         fanout.DefaultInterval,
 		MaxTokenLifetime:     auth.DefaultMaxLifetime,
 		Logger:               slog.New(slog.DiscardHandler),
 		Clock:                clock.Real{},
@@ -198,6 +205,8 @@ func (c *Config) defaults() error {
 	orDefault(&c.MaxDevices, d.MaxDevices)
 	orDefault(&c.MaxRooms, d.MaxRooms)
 	orDefault(&c.MaxWatchedRooms, d.MaxWatchedRooms)
+	orDefault(&c.RoomIntervalAbove, d.RoomIntervalAbove)
+	orDefault(&c.RoomInterval, d.RoomInterval)
 	orDefault(&c.MaxTokenLifetime, d.MaxTokenLifetime)
 	c.Logger = cmp.Or(c.Logger, d.Logger)
 	c.Clock = cmp.Or(c.Clock, d.Clock)

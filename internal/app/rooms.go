@@ -5,7 +5,6 @@ import (
 
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/query"
-	"github.com/presenced/presenced/internal/wire"
 )
 
 // openRooms builds the fan-out of rooms (who on this node watches which
@@ -14,11 +13,13 @@ import (
 func (a *App) openRooms(context.Context) error {
 	var err error
 	a.rooms, err = fanout.NewRoomHub(fanout.RoomConfig{
-		Reader:     roomSnapshots{a},
-		Contacts:   a.durable,
-		MaxWatched: a.cfg.MaxWatchedRooms,
-		Clock:      a.cfg.Clock,
-		Logger:     a.cfg.Logger.With("component", "rooms"),
+		Reader:        roomSnapshots{a},
+		Contacts:      a.durable,
+		MaxWatched:    a.cfg.MaxWatchedRooms,
+		IntervalAbove: a.cfg.RoomIntervalAbove,
+		Interval:      a.cfg.RoomInterval,
+		Clock:         a.cfg.Clock,
+		Logger:        a.cfg.Logger.With("component", "rooms"),
 	})
 	if err != nil {
 		return err
@@ -28,25 +29,12 @@ func (a *App) openRooms(context.Context) error {
 	return nil
 }
 
-// roomSnapshots reads a watcher's first view of a room: every member up
-// to a batch read's worth (query.MaxBatch), each as the watcher may see
-// them.
+// roomSnapshots reads a watcher's first view of a room: its first
+// members, up to a batch read's worth (query.MaxBatch), each as the
+// watcher may see them.
 type roomSnapshots struct{ a *App }
 
 func (s roomSnapshots) RoomSnapshot(ctx context.Context, viewer, room string) (fanout.RoomSnapshot, error) {
 	v, err := s.a.reader.Room(ctx, viewer, room, "", query.MaxBatch)
-	if err != nil {
-		return fanout.RoomSnapshot{}, err
-	}
-	ids := make([]string, len(v.Members))
-	for i := range v.Members {
-		ids[i] = v.Members[i].UserID
-	}
-	return fanout.RoomSnapshot{
-		Frame:    wire.AppendRoom(nil, room, false, v.Count, v.Members, v.Next, v.Version),
-		Version:  v.Version,
-		Count:    v.Count,
-		Members:  ids,
-		Complete: v.Next == "",
-	}, nil
+	return fanout.RoomSnapshot{Version: v.Version, Count: v.Count, Members: v.Members, Next: v.Next}, err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,16 +47,15 @@ type RoomSink interface {
 	DeliverRoom(room string, frame []byte)
 }
 
-// RoomSnapshot is a room as one viewer reads it when it starts watching.
+// RoomSnapshot is a room as one viewer reads it when it starts watching:
+// its count and version, and its first members, each as the viewer may
+// see them. Next is the last member listed when more follow (a room
+// larger than one read: its watchers get no member's change of status).
 type RoomSnapshot struct {
-	Frame   []byte // the "room" message
 	Version uint64
 	Count   int
-	// Members are the members Frame lists; Complete says they are all of
-	// them (a room larger than one page is not: its watchers get joins
-	// and leaves but no member's change of status).
-	Members  []string
-	Complete bool
+	Members []privacy.View
+	Next    string
 }
 
 // RoomReader reads a room as viewer sees it.
@@ -71,9 +71,17 @@ type ContactLists interface {
 // Defaults of RoomConfig.
 const (
 	DefaultMaxWatchedRooms = 50
+	DefaultIntervalAbove   = 1000
+	DefaultInterval        = 5 * time.Second
 	DefaultGapWait         = 500 * time.Millisecond
-	defaultRoomQueue       = 1 << 16
-	maxEarly               = 1024 // frames kept for a watcher whose snapshot is being read
+	// intervalPage is how many members a snapshot of a room in interval
+	// mode lists (the first page; the rest is read over HTTP).
+	intervalPage = 100
+	// intervalIDs is how many ids of joins and of leaves one interval
+	// message names; beyond them it counts.
+	intervalIDs      = 256
+	defaultRoomQueue = 1 << 16
+	maxEarly         = 1024 // frames kept for a watcher whose snapshot is being read
 )
 
 // RoomConfig configures a RoomHub. Zero values take the defaults.
@@ -82,6 +90,12 @@ type RoomConfig struct {
 	Contacts ContactLists // required
 	// MaxWatched caps the rooms one sink watches (default 50).
 	MaxWatched int
+	// IntervalAbove is the count of members above which a room's
+	// watchers are sent one room_interval message every Interval instead
+	// of a message per change (default 1,000); the room goes back to
+	// events below nine tenths of it.
+	IntervalAbove int
+	Interval      time.Duration // default 5 s
 	// GapWait is how long an event is held back for a missing earlier
 	// one of its room before the room's watchers are sent a snapshot.
 	GapWait time.Duration
@@ -101,6 +115,8 @@ type RoomHub struct {
 	reader   RoomReader
 	contacts ContactLists
 	maxWatch int
+	above    int // IntervalAbove
+	interval time.Duration
 	gapWait  int64
 	clock    clock.Clock
 	log      *slog.Logger
@@ -113,6 +129,7 @@ type RoomHub struct {
 	sinks map[RoomSink]map[string]*roomWatcher
 	index map[string]map[*room]struct{} // member → rooms with every member known
 
+	intervals                                             atomic.Uint64
 	running                                               atomic.Bool
 	published, delivered, dropped, resyncs, stale, gaps   atomic.Uint64
 	statusEvents, contactLookups, contactErrors, snapErrs atomic.Uint64
@@ -142,6 +159,37 @@ type room struct {
 	// shown is per member the status last sent to each class of watcher,
 	// so a change a class cannot see, or sees already, sends nothing.
 	shown map[string]*[numClasses]shownStatus
+	// interval: the room is big; its watchers get acc once per interval.
+	interval bool
+	acc      *intervalAcc
+	resync   bool // the room changed mode: its watchers need a fresh snapshot
+}
+
+// intervalAcc is what a room in interval mode gathered since its last
+// room_interval message: the net joins and leaves (a join then a leave
+// of one user in one interval cancel out), the first intervalIDs of each
+// by id, the rest counted.
+type intervalAcc struct {
+	joined, left         map[string]struct{}
+	moreJoined, moreLeft int
+	changed              bool
+}
+
+func (a *intervalAcc) add(ev *presence.RoomEvent) {
+	a.changed = true
+	in, out, more := a.joined, a.left, &a.moreJoined
+	if ev.Kind == presence.RoomLeave {
+		in, out, more = a.left, a.joined, &a.moreLeft
+	}
+	if _, ok := out[ev.UserID]; ok {
+		delete(out, ev.UserID) // back to what it was when the interval began
+		return
+	}
+	if len(in) < intervalIDs {
+		in[ev.UserID] = struct{}{}
+	} else {
+		*more++
+	}
 }
 
 type shownStatus struct {
@@ -180,13 +228,15 @@ func NewRoomHub(cfg RoomConfig) (*RoomHub, error) {
 	if cfg.Reader == nil || cfg.Contacts == nil {
 		return nil, errors.New("fanout: RoomConfig.Reader and Contacts are required")
 	}
-	if cfg.MaxWatched < 0 || cfg.GapWait < 0 || cfg.Queue < 0 {
+	if cfg.MaxWatched < 0 || cfg.GapWait < 0 || cfg.Queue < 0 || cfg.IntervalAbove < 0 || cfg.Interval < 0 {
 		return nil, fmt.Errorf("fanout: negative limit in %+v", cfg)
 	}
 	h := &RoomHub{
 		reader:   cfg.Reader,
 		contacts: cfg.Contacts,
 		maxWatch: cmp(cfg.MaxWatched, DefaultMaxWatchedRooms),
+		above:    cmp(cfg.IntervalAbove, DefaultIntervalAbove),
+		interval: cmp(cfg.Interval, DefaultInterval),
 		gapWait:  cmp(cfg.GapWait, DefaultGapWait).Milliseconds(),
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
@@ -264,14 +314,19 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 func (h *RoomHub) sendSnapshot(r *room, w *roomWatcher, snap *RoomSnapshot) {
 	if !r.known {
 		r.known, r.applied, r.count = true, snap.Version, snap.Count
-		if snap.Complete {
+		r.setMode(snap.Count > h.above, false)
+		if snap.Next == "" && !r.interval {
 			r.members = make(map[string]struct{}, len(snap.Members))
-			for _, m := range snap.Members {
-				h.addMember(r, m)
+			for i := range snap.Members {
+				h.addMember(r, snap.Members[i].UserID)
 			}
 		}
 	}
-	w.sink.DeliverRoom(r.id, snap.Frame)
+	members, next := snap.Members, snap.Next
+	if r.interval && len(members) > intervalPage {
+		members, next = members[:intervalPage], members[intervalPage-1].UserID
+	}
+	w.sink.DeliverRoom(r.id, wire.AppendRoom(nil, r.id, r.interval, snap.Count, members, next, snap.Version))
 	h.delivered.Add(1)
 	w.ready, w.held = true, snap.Version
 	for _, f := range w.early {
@@ -367,6 +422,8 @@ func (h *RoomHub) Run(ctx context.Context) error {
 	defer h.running.Store(false)
 	tick := time.NewTicker(time.Duration(max(h.gapWait/4, 10)) * time.Millisecond)
 	defer tick.Stop()
+	every := time.NewTicker(h.interval)
+	defer every.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -375,8 +432,40 @@ func (h *RoomHub) Run(ctx context.Context) error {
 			h.apply(ctx, it)
 		case <-tick.C:
 			h.checkGaps(ctx)
+		case <-every.C:
+			h.sendIntervals()
 		}
 	}
+}
+
+// sendIntervals sends the watchers of each room in interval mode that
+// changed one room_interval message: what it gathered since the last.
+func (h *RoomHub) sendIntervals() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.rooms {
+		a := r.acc
+		if !r.interval || !r.known || !a.changed {
+			continue
+		}
+		frame := wire.AppendRoomInterval(nil, r.id, r.count, sortedIDs(a.joined), sortedIDs(a.left), a.moreJoined, a.moreLeft, r.applied)
+		h.intervals.Add(1)
+		for _, w := range r.watchers {
+			h.send(r, w, r.applied, false, frame)
+		}
+		clear(a.joined)
+		clear(a.left)
+		a.moreJoined, a.moreLeft, a.changed = 0, 0, false
+	}
+}
+
+func sortedIDs(m map[string]struct{}) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // apply applies one queued event.
@@ -414,6 +503,9 @@ func (h *RoomHub) apply(ctx context.Context, it roomItem) {
 	}
 	h.applyEvent(r, ev, contacts)
 	h.applyPending(r)
+	if r.resync {
+		h.resyncLocked(ctx, r)
+	}
 }
 
 // applyPending applies the held-back events that follow r.applied.
@@ -449,6 +541,19 @@ func (h *RoomHub) applyPending(r *room) {
 	}
 }
 
+// setMode puts r in interval mode or takes it out; resync says its
+// watchers must be sent a fresh snapshot (they hold the other mode).
+func (r *room) setMode(interval, resync bool) {
+	if interval == r.interval {
+		return
+	}
+	r.interval, r.acc = interval, nil
+	if interval {
+		r.acc = &intervalAcc{joined: make(map[string]struct{}), left: make(map[string]struct{})}
+	}
+	r.resync = r.resync || resync
+}
+
 // follows reports whether ev is the room's next event: the one at the
 // version after the room's, or, when the room is empty (removed from the
 // store, its next version any above), a join that makes it again.
@@ -467,6 +572,18 @@ func (h *RoomHub) applyEvent(r *room, ev *presence.RoomEvent, contacts map[strin
 		} else {
 			h.dropMember(r, ev.UserID)
 		}
+	}
+	switch {
+	case r.interval && ev.Count*10 < h.above*9: // below nine tenths
+		r.setMode(false, true)
+		return // the watchers' fresh snapshots (in the new mode) show it
+	case !r.interval && ev.Count > h.above:
+		r.setMode(true, true)
+		return
+	}
+	if r.interval {
+		r.acc.add(ev) // sent by the next interval, O(1) now
+		return
 	}
 	var frames [numClasses][]byte
 	snap := presence.Snapshot{UserID: ev.UserID, Known: true, Status: ev.Status, Settings: ev.Settings}
@@ -625,7 +742,7 @@ func (h *RoomHub) checkGaps(ctx context.Context) {
 		for _, w := range r.watchers {
 			over = over || w.over
 		}
-		if all || over || (r.gapSince != 0 && now-r.gapSince >= h.gapWait) {
+		if all || over || r.resync || (r.gapSince != 0 && now-r.gapSince >= h.gapWait) {
 			todo = append(todo, r)
 		}
 	}
@@ -688,6 +805,7 @@ type RoomStats struct {
 	Gaps            uint64 // events that came ahead of a missing one
 	Stale           uint64 // events at or below what the hub held
 	StatusEvents    uint64 // members' changes of status encoded
+	Intervals       uint64 // room_interval messages encoded (one per room in interval mode per interval that changed it)
 	ContactLookups  uint64
 	ContactErrors   uint64
 	SnapshotErrors  uint64
@@ -705,7 +823,7 @@ func (h *RoomHub) Stats() RoomStats {
 		Rooms: rooms, Watchers: watchers,
 		Published: h.published.Load(), Delivered: h.delivered.Load(), Dropped: h.dropped.Load(),
 		Resyncs: h.resyncs.Load(), Gaps: h.gaps.Load(), Stale: h.stale.Load(),
-		StatusEvents: h.statusEvents.Load(), ContactLookups: h.contactLookups.Load(),
+		StatusEvents: h.statusEvents.Load(), Intervals: h.intervals.Load(), ContactLookups: h.contactLookups.Load(),
 		ContactErrors: h.contactErrors.Load(), SnapshotErrors: h.snapErrs.Load(),
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/testwait"
 )
 
@@ -47,7 +48,13 @@ func (s *roomSink) lines() []string {
 	for _, m := range s.msgs() {
 		switch m["type"] {
 		case "room":
+			if m["mode"] == "interval" {
+				out = append(out, fmt.Sprintf("room v%.0f interval n%v listed %d next %v", m["version"], m["count"], len(m["members"].(map[string]any)), m["next"]))
+				break
+			}
 			out = append(out, fmt.Sprintf("room v%.0f", m["version"]))
+		case "room_interval":
+			out = append(out, fmt.Sprintf("interval n%v +%v -%v +%v -%v v%.0f", m["count"], m["joined"], m["left"], m["more_joined"], m["more_left"], m["version"]))
 		case "room_change":
 			out = append(out, fmt.Sprintf("%v %v %v n%v v%.0f", m["event"], m["user_id"], m["status"], m["count"], m["version"]))
 		default:
@@ -80,9 +87,12 @@ func (m *roomModel) RoomSnapshot(ctx context.Context, viewer, room string) (fano
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reads++
-	v, members := m.version[room], slices.Clone(m.members[room])
-	frame := fmt.Appendf(nil, `{"type":"room","room":%q,"count":%d,"version":%d}`, room, len(members), v)
-	return fanout.RoomSnapshot{Frame: frame, Version: v, Count: len(members), Members: members, Complete: true}, nil
+	v, members := m.version[room], m.members[room]
+	views := make([]privacy.View, len(members))
+	for i, id := range members {
+		views[i] = privacy.View{UserID: id, StatusVisible: true, Status: presence.Online}
+	}
+	return fanout.RoomSnapshot{Version: v, Count: len(members), Members: views}, nil
 }
 
 func (m *roomModel) set(room string, v uint64, members ...string) {
@@ -325,5 +335,57 @@ func TestRoomMadeAgain(t *testing.T) {
 		"join bob online n1 v4294967336", "join cid online n2 v4294967337")
 	if st := h.Stats(); st.Resyncs != 0 {
 		t.Fatalf("stats %+v: a resync", st)
+	}
+}
+
+// A room above IntervalAbove members sends its watchers one room_interval
+// message per interval with the net joins and leaves, whatever the number
+// of changes; below nine tenths of it, events again. Each switch sends a
+// fresh snapshot in the new mode.
+func TestRoomIntervalMode(t *testing.T) {
+	m := newRoomModel()
+	m.set("big", 2, "a", "b")
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{IntervalAbove: 3, Interval: 50 * time.Millisecond})
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "big")
+	ev := func(kind presence.RoomKind, user string, v uint64, n int) *presence.RoomEvent {
+		if kind == presence.RoomJoin {
+			return join("big", user, v, n, presence.Online, presence.Everyone)
+		}
+		return leave("big", user, v, n)
+	}
+	h.PublishRoom(ev(presence.RoomJoin, "c", 3, 3))
+	waitLines(t, s, "room v2", "join c online n3 v3")
+	m.set("big", 4, "a", "b", "c", "d")
+	h.PublishRoom(ev(presence.RoomJoin, "d", 4, 4)) // above 3: interval mode
+	waitLines(t, s, "room v2", "join c online n3 v3", "room v4 interval n4 listed 4 next <nil>")
+	// Many changes, one message an interval, the net of them.
+	v := uint64(4)
+	next := func(kind presence.RoomKind, user string, n int) {
+		v++
+		h.PublishRoom(ev(kind, user, v, n))
+	}
+	for range 50 {
+		next(presence.RoomJoin, "e", 5)
+		next(presence.RoomLeave, "e", 4)
+	}
+	next(presence.RoomJoin, "f", 5)
+	next(presence.RoomLeave, "a", 4)
+	testwait.For(t, "an interval message", func() bool { return len(s.lines()) == 4 })
+	testwait.NothingWithin(150*time.Millisecond, "a second interval message with nothing changed")
+	if got := s.lines()[3]; got != "interval n4 +[f] -[a] +0 -0 v106" {
+		t.Fatalf("interval message %q", got)
+	}
+	// Down to 2, below nine tenths of 3: events again, from a snapshot.
+	m.set("big", 108, "b", "c")
+	next(presence.RoomLeave, "d", 3)
+	next(presence.RoomLeave, "f", 2)
+	waitLines(t, s, "room v2", "join c online n3 v3", "room v4 interval n4 listed 4 next <nil>",
+		"interval n4 +[f] -[a] +0 -0 v106", "room v108")
+	next(presence.RoomJoin, "g", 3)
+	waitLines(t, s, "room v2", "join c online n3 v3", "room v4 interval n4 listed 4 next <nil>",
+		"interval n4 +[f] -[a] +0 -0 v106", "room v108", "join g online n3 v109")
+	if st := h.Stats(); st.Intervals != 1 {
+		t.Fatalf("stats %+v: want 1 interval message", st)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
-	"github.com/presenced/presenced/internal/wire"
 )
 
 // roomPages are the tracker's member pages as the query reader reads them
@@ -33,17 +32,7 @@ type roomSnapshots struct{ r *query.Reader }
 
 func (s roomSnapshots) RoomSnapshot(ctx context.Context, viewer, room string) (fanout.RoomSnapshot, error) {
 	v, err := s.r.Room(ctx, viewer, room, "", query.MaxBatch)
-	if err != nil {
-		return fanout.RoomSnapshot{}, err
-	}
-	members := make([]string, len(v.Members))
-	for i := range v.Members {
-		members[i] = v.Members[i].UserID
-	}
-	return fanout.RoomSnapshot{
-		Frame:   wire.AppendRoom(nil, room, false, v.Count, v.Members, v.Next, v.Version),
-		Version: v.Version, Count: v.Count, Members: members, Complete: v.Next == "",
-	}, nil
+	return fanout.RoomSnapshot{Version: v.Version, Count: v.Count, Members: v.Members, Next: v.Next}, err
 }
 
 // dialRooms connects as user's device with a token whose rooms claim is

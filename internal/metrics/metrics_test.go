@@ -80,7 +80,9 @@ func TestBusStream(t *testing.T) {
 func TestRooms(t *testing.T) {
 	r := New(Sources{
 		Tracker: func() tracker.Stats { return tracker.Stats{RoomEvents: 7} },
-		Rooms:   func() fanout.RoomStats { return fanout.RoomStats{Rooms: 2, Watchers: 5, Delivered: 40, Gaps: 3, Resyncs: 1, Dropped: 0} },
+		Rooms: func() fanout.RoomStats {
+			return fanout.RoomStats{Rooms: 2, Watchers: 5, Delivered: 40, Gaps: 3, Resyncs: 1, Dropped: 0}
+		},
 	})
 	rec := httptest.NewRecorder()
 	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
