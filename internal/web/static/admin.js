@@ -1,6 +1,7 @@
 // The operator page (/admin): sign in with the API key, then poll
 // GET /v1/admin/stats every second and draw up to the last five minutes; ask
-// GET /v1/debug/users/{id} why a user shows what it shows.
+// GET /v1/debug/users/{id} why a user shows what it shows, and
+// GET /v1/rooms/{id} who is in a room.
 //
 // The key lives in this tab's sessionStorage only and goes to this origin
 // only, as a bearer token. The page holds no secret of its own. Every value
@@ -291,6 +292,48 @@ function plot(svg, lines, now, empty = "") {
 function spanText(ms) {
   const secs = Math.round(ms / 1000);
   return secs < 120 ? `${secs} s` : `${(secs / 60).toFixed(secs % 60 ? 1 : 0)} min`;
+}
+
+// --- who is in a room ---
+
+$("room-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const id = $("room-id").value.trim();
+  const viewer = $("room-viewer-id").value.trim();
+  $("room-error").textContent = "";
+  let path = `/v1/rooms/${encodeURIComponent(id)}?limit=100`;
+  if (viewer) path += `&viewer_id=${encodeURIComponent(viewer)}`;
+  try {
+    showRoom(await api(path));
+  } catch (e) {
+    $("room-view").hidden = true;
+    $("room-error").textContent = e.status === 401 || e.status === 403 ? why(e) : `${e.message}`;
+  }
+});
+
+function showRoom(r) {
+  $("room-count").textContent = `${r.count} ${r.count === 1 ? "member" : "members"}`;
+  $("room-facts").textContent = r.count
+    ? `version ${r.version}${r.next ? "; more than the first 100" : ""}`
+    : "nobody is in it (an empty room is no room)";
+  const members = Object.entries(r.members);
+  $("room-members").replaceChildren(
+    ...(members.length
+      ? members.map(([user, status]) => {
+          const tr = el("tr");
+          tr.dataset.user = user;
+          tr.append(el("td", "", user), el("td", "", status ?? "hidden from this viewer"));
+          return tr;
+        })
+      : [(() => {
+          const tr = el("tr");
+          const td = el("td", "", "no members");
+          td.colSpan = 2;
+          tr.append(td);
+          return tr;
+        })()]),
+  );
+  $("room-view").hidden = false;
 }
 
 // --- why does a user show what it shows ---
