@@ -124,10 +124,11 @@ type RoomHub struct {
 	q    chan roomItem
 	lost atomic.Bool // the queue overflowed: resync every room
 
-	mu    sync.Mutex
-	rooms map[string]*room
-	sinks map[RoomSink]map[string]*roomWatcher
-	index map[string]map[*room]struct{} // member → rooms with every member known
+	mu     sync.Mutex
+	epochs uint64 // rooms made known so far (room.epoch)
+	rooms  map[string]*room
+	sinks  map[RoomSink]map[string]*roomWatcher
+	index  map[string]map[*room]struct{} // member → rooms with every member known
 
 	intervals                                             atomic.Uint64
 	running                                               atomic.Bool
@@ -152,10 +153,15 @@ type room struct {
 	watchers map[RoomSink]*roomWatcher
 	known    bool   // applied and count are set (a snapshot was read)
 	applied  uint64 // the version whose state the hub holds
-	count    int
-	members  map[string]struct{} // nil when not every member is known
-	pending  map[uint64]heldEvent
-	gapSince int64 // ms; 0: no event held back
+	// base is the version of the snapshot that made the room known, and
+	// epoch names that moment (RoomHub.epochs): the events up to base
+	// were never kept, so a snapshot read before it and older than base
+	// misses them (stale).
+	base, epoch uint64
+	count       int
+	members     map[string]struct{} // nil when not every member is known
+	pending     map[uint64]heldEvent
+	gapSince    int64 // ms; 0: no event held back
 	// shown is per member the status last sent to each class of watcher,
 	// so a change a class cannot see, or sees already, sends nothing.
 	shown map[string]*[numClasses]shownStatus
@@ -292,28 +298,56 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 		w.ready, w.early, w.over = false, nil, false
 		w.gen++
 	}
-	gen := w.gen
-	h.mu.Unlock()
-	snap, err := h.reader.RoomSnapshot(ctx, w.viewer, id)
-	if err != nil {
-		h.snapErrs.Add(1)
-		h.Unwatch(s, id)
-		return err
+	for {
+		gen, epoch := w.gen, h.rooms[id].knownEpoch()
+		h.mu.Unlock()
+		snap, err := h.reader.RoomSnapshot(ctx, w.viewer, id)
+		if err != nil {
+			h.snapErrs.Add(1)
+			h.Unwatch(s, id)
+			return err
+		}
+		h.mu.Lock()
+		if h.sinks[s][id] != w || w.gen != gen {
+			h.mu.Unlock()
+			return nil // unwatched, or watched again, meanwhile
+		}
+		if r := h.rooms[id]; !r.stale(epoch, &snap) {
+			h.sendSnapshot(r, w, &snap)
+			h.mu.Unlock()
+			return nil
+		}
+		// Read again: the room is known now, so once more is enough.
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.sinks[s][id] != w || w.gen != gen {
-		return nil // unwatched, or watched again, meanwhile
+}
+
+// knownEpoch is r.epoch when r is known, else 0: what a snapshot read
+// started now compares with when it ends (stale).
+func (r *room) knownEpoch() uint64 {
+	if !r.known {
+		return 0
 	}
-	h.sendSnapshot(h.rooms[id], w, &snap)
-	return nil
+	return r.epoch
+}
+
+// stale reports whether snap, read from when r's knownEpoch was epoch,
+// misses events the hub no longer has: another snapshot made r known
+// meanwhile, and snap is older than it (an empty room's snapshot, at
+// version 0, may be either). Such a snapshot must be read again.
+func (r *room) stale(epoch uint64, snap *RoomSnapshot) bool {
+	if !r.known || r.epoch == epoch {
+		return false // the events since the read began are in its watcher's early frames
+	}
+	return snap.Version < r.base || (snap.Version == 0 && r.base != 0)
 }
 
 // sendSnapshot sends w its snapshot and what came meanwhile that is newer;
 // the first snapshot of a room gives the hub its state. Held: mu.
 func (h *RoomHub) sendSnapshot(r *room, w *roomWatcher, snap *RoomSnapshot) {
 	if !r.known {
+		h.epochs++
 		r.known, r.applied, r.count = true, snap.Version, snap.Count
+		r.base, r.epoch = snap.Version, h.epochs
 		r.setMode(snap.Count > h.above, false)
 		if snap.Next == "" && !r.interval {
 			r.members = make(map[string]struct{}, len(snap.Members))
@@ -772,7 +806,15 @@ func (h *RoomHub) resyncLocked(ctx context.Context, r *room) {
 		jobs = append(jobs, job{w, w.gen})
 	}
 	for _, j := range jobs {
-		snap, err := h.readUnlocked(ctx, j.w.viewer, r.id)
+		var snap RoomSnapshot
+		var err error
+		for again := true; again; {
+			// Read again when a Watch made the room known meanwhile
+			// with a newer snapshot (stale).
+			epoch := r.knownEpoch()
+			snap, err = h.readUnlocked(ctx, j.w.viewer, r.id)
+			again = err == nil && h.rooms[r.id] == r && r.stale(epoch, &snap)
+		}
 		if h.rooms[r.id] != r || r.watchers[j.w.sink] != j.w || j.w.gen != j.gen {
 			continue
 		}
