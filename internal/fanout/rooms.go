@@ -129,6 +129,9 @@ type RoomHub struct {
 	rooms  map[string]*room
 	sinks  map[RoomSink]map[string]*roomWatcher
 	index  map[string]map[*room]struct{} // member → rooms with every member known
+	// joining counts per user the joins of watched rooms queued and not
+	// yet applied: its changes of status are queued too, to follow them.
+	joining map[string]int
 
 	intervals                                             atomic.Uint64
 	running                                               atomic.Bool
@@ -143,8 +146,9 @@ var (
 
 // roomItem is a queued event: a room's join or leave, or a user's change.
 type roomItem struct {
-	room *presence.RoomEvent
-	user *presence.Event
+	room    *presence.RoomEvent
+	user    *presence.Event
+	joining bool // room is a join counted in RoomHub.joining
 }
 
 // room is one watched room.
@@ -250,6 +254,7 @@ func NewRoomHub(cfg RoomConfig) (*RoomHub, error) {
 		rooms:    make(map[string]*room),
 		sinks:    make(map[RoomSink]map[string]*roomWatcher),
 		index:    make(map[string]map[*room]struct{}),
+		joining:  make(map[string]int),
 	}
 	if h.clock == nil {
 		h.clock = clock.Real{}
@@ -421,15 +426,26 @@ func (h *RoomHub) Watched(s RoomSink) int {
 // PublishRoom queues a join or leave for Run (tracker.RoomPublisher).
 func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
 	e := *ev
-	h.enqueue(roomItem{room: &e})
+	it := roomItem{room: &e}
+	if e.Kind == presence.RoomJoin {
+		h.mu.Lock()
+		if h.rooms[e.Room] != nil {
+			it.joining = true
+			h.joining[e.UserID]++
+		}
+		h.mu.Unlock()
+	}
+	h.enqueue(it)
 }
 
 // Publish queues a user's change for Run (tracker.Publisher): the
 // watchers of rooms the user is a member of are shown its new status.
-// Only users in a watched room are queued.
+// Only users in a watched room are queued, or with a join of one queued
+// (the change follows the join in the queue).
 func (h *RoomHub) Publish(ev *presence.Event) {
 	h.mu.Lock()
 	_, member := h.index[ev.UserID]
+	member = member || h.joining[ev.UserID] > 0
 	h.mu.Unlock()
 	if !member {
 		return
@@ -445,7 +461,20 @@ func (h *RoomHub) enqueue(it roomItem) {
 	default:
 		h.dropped.Add(1)
 		h.lost.Store(true)
+		h.joined(it)
 	}
+}
+
+// joined uncounts it, taken from the queue or dropped, in h.joining.
+func (h *RoomHub) joined(it roomItem) {
+	if !it.joining {
+		return
+	}
+	h.mu.Lock()
+	if h.joining[it.room.UserID]--; h.joining[it.room.UserID] <= 0 {
+		delete(h.joining, it.room.UserID)
+	}
+	h.mu.Unlock()
 }
 
 // Run applies the queued events until ctx is done.
@@ -464,6 +493,7 @@ func (h *RoomHub) Run(ctx context.Context) error {
 			return nil
 		case it := <-h.q:
 			h.apply(ctx, it)
+			h.joined(it)
 		case <-tick.C:
 			h.checkGaps(ctx)
 		case <-every.C:

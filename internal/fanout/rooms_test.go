@@ -446,3 +446,47 @@ func TestRoomOlderSnapshotReadAgain(t *testing.T) {
 	waitLines(t, fast, "room v6", "join carol online n3 v7")
 	waitLines(t, slow, "room v6", "join carol online n3 v7")
 }
+
+// heldContacts is ContactLists whose lookups wait for release.
+type heldContacts struct {
+	started, release chan struct{}
+	once             sync.Once
+}
+
+func (c *heldContacts) Contacts(context.Context, string) ([]string, error) {
+	c.once.Do(func() { close(c.started) })
+	<-c.release
+	return nil, nil
+}
+
+// A member's change of status published right after its join, while the
+// join still waits in the hub's queue, reaches the watchers after the
+// join: they are not left with the status the join carried.
+func TestRoomStatusRightAfterJoin(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5)
+	c := &heldContacts{started: make(chan struct{}), release: make(chan struct{})}
+	h, err := fanout.NewRoomHub(fanout.RoomConfig{Reader: m, Contacts: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(ran) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	carol := &roomSink{viewer: "carol"}
+	watch(t, h, carol, "doc")
+
+	// Run reads bob's contact list for his join (he shows his status to
+	// contacts) and waits there: the join is not applied yet.
+	set := presence.Settings{Status: presence.Contacts, LastSeen: presence.Everyone}
+	h.PublishRoom(&presence.RoomEvent{Room: "doc", UserID: "bob", Kind: presence.RoomJoin, Reason: presence.ReasonJoined,
+		Count: 1, Version: 6, Status: presence.Online, Settings: set})
+	<-c.started
+	// bob shows his status to everyone now.
+	h.Publish(&presence.Event{UserID: "bob", Status: presence.Online, Self: presence.Online, Prev: presence.Online, Version: 9,
+		Settings:     presence.Settings{Status: presence.Everyone, LastSeen: presence.Everyone},
+		SettingsOnly: true, SettingsChanged: true, PrevSettings: set})
+	close(c.release)
+	waitLines(t, carol, "room v5", "join bob <nil> n1 v6", "status bob online n1 v6")
+}
