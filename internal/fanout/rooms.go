@@ -124,10 +124,14 @@ type RoomHub struct {
 	q    chan roomItem
 	lost atomic.Bool // the queue overflowed: resync every room
 
-	mu    sync.Mutex
-	rooms map[string]*room
-	sinks map[RoomSink]map[string]*roomWatcher
-	index map[string]map[*room]struct{} // member → rooms with every member known
+	mu     sync.Mutex
+	epochs uint64 // rooms made known so far (room.epoch)
+	rooms  map[string]*room
+	sinks  map[RoomSink]map[string]*roomWatcher
+	index  map[string]map[*room]struct{} // member → rooms with every member known
+	// joining counts per user the joins of watched rooms queued and not
+	// yet applied: its changes of status are queued too, to follow them.
+	joining map[string]int
 
 	intervals                                             atomic.Uint64
 	running                                               atomic.Bool
@@ -142,8 +146,9 @@ var (
 
 // roomItem is a queued event: a room's join or leave, or a user's change.
 type roomItem struct {
-	room *presence.RoomEvent
-	user *presence.Event
+	room    *presence.RoomEvent
+	user    *presence.Event
+	joining bool // room is a join counted in RoomHub.joining
 }
 
 // room is one watched room.
@@ -152,10 +157,15 @@ type room struct {
 	watchers map[RoomSink]*roomWatcher
 	known    bool   // applied and count are set (a snapshot was read)
 	applied  uint64 // the version whose state the hub holds
-	count    int
-	members  map[string]struct{} // nil when not every member is known
-	pending  map[uint64]heldEvent
-	gapSince int64 // ms; 0: no event held back
+	// base is the version of the snapshot that made the room known, and
+	// epoch names that moment (RoomHub.epochs): the events up to base
+	// were never kept, so a snapshot read before it and older than base
+	// misses them (stale).
+	base, epoch uint64
+	count       int
+	members     map[string]struct{} // nil when not every member is known
+	pending     map[uint64]heldEvent
+	gapSince    int64 // ms; 0: no event held back
 	// shown is per member the status last sent to each class of watcher,
 	// so a change a class cannot see, or sees already, sends nothing.
 	shown map[string]*[numClasses]shownStatus
@@ -244,6 +254,7 @@ func NewRoomHub(cfg RoomConfig) (*RoomHub, error) {
 		rooms:    make(map[string]*room),
 		sinks:    make(map[RoomSink]map[string]*roomWatcher),
 		index:    make(map[string]map[*room]struct{}),
+		joining:  make(map[string]int),
 	}
 	if h.clock == nil {
 		h.clock = clock.Real{}
@@ -292,28 +303,56 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 		w.ready, w.early, w.over = false, nil, false
 		w.gen++
 	}
-	gen := w.gen
-	h.mu.Unlock()
-	snap, err := h.reader.RoomSnapshot(ctx, w.viewer, id)
-	if err != nil {
-		h.snapErrs.Add(1)
-		h.Unwatch(s, id)
-		return err
+	for {
+		gen, epoch := w.gen, h.rooms[id].knownEpoch()
+		h.mu.Unlock()
+		snap, err := h.reader.RoomSnapshot(ctx, w.viewer, id)
+		if err != nil {
+			h.snapErrs.Add(1)
+			h.Unwatch(s, id)
+			return err
+		}
+		h.mu.Lock()
+		if h.sinks[s][id] != w || w.gen != gen {
+			h.mu.Unlock()
+			return nil // unwatched, or watched again, meanwhile
+		}
+		if r := h.rooms[id]; !r.stale(epoch, &snap) {
+			h.sendSnapshot(r, w, &snap)
+			h.mu.Unlock()
+			return nil
+		}
+		// Read again: the room is known now, so once more is enough.
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.sinks[s][id] != w || w.gen != gen {
-		return nil // unwatched, or watched again, meanwhile
+}
+
+// knownEpoch is r.epoch when r is known, else 0: what a snapshot read
+// started now compares with when it ends (stale).
+func (r *room) knownEpoch() uint64 {
+	if !r.known {
+		return 0
 	}
-	h.sendSnapshot(h.rooms[id], w, &snap)
-	return nil
+	return r.epoch
+}
+
+// stale reports whether snap, read from when r's knownEpoch was epoch,
+// misses events the hub no longer has: another snapshot made r known
+// meanwhile, and snap is older than it (an empty room's snapshot, at
+// version 0, may be either). Such a snapshot must be read again.
+func (r *room) stale(epoch uint64, snap *RoomSnapshot) bool {
+	if !r.known || r.epoch == epoch {
+		return false // the events since the read began are in its watcher's early frames
+	}
+	return snap.Version < r.base || (snap.Version == 0 && r.base != 0)
 }
 
 // sendSnapshot sends w its snapshot and what came meanwhile that is newer;
 // the first snapshot of a room gives the hub its state. Held: mu.
 func (h *RoomHub) sendSnapshot(r *room, w *roomWatcher, snap *RoomSnapshot) {
 	if !r.known {
+		h.epochs++
 		r.known, r.applied, r.count = true, snap.Version, snap.Count
+		r.base, r.epoch = snap.Version, h.epochs
 		r.setMode(snap.Count > h.above, false)
 		if snap.Next == "" && !r.interval {
 			r.members = make(map[string]struct{}, len(snap.Members))
@@ -387,15 +426,26 @@ func (h *RoomHub) Watched(s RoomSink) int {
 // PublishRoom queues a join or leave for Run (tracker.RoomPublisher).
 func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
 	e := *ev
-	h.enqueue(roomItem{room: &e})
+	it := roomItem{room: &e}
+	if e.Kind == presence.RoomJoin {
+		h.mu.Lock()
+		if h.rooms[e.Room] != nil {
+			it.joining = true
+			h.joining[e.UserID]++
+		}
+		h.mu.Unlock()
+	}
+	h.enqueue(it)
 }
 
 // Publish queues a user's change for Run (tracker.Publisher): the
 // watchers of rooms the user is a member of are shown its new status.
-// Only users in a watched room are queued.
+// Only users in a watched room are queued, or with a join of one queued
+// (the change follows the join in the queue).
 func (h *RoomHub) Publish(ev *presence.Event) {
 	h.mu.Lock()
 	_, member := h.index[ev.UserID]
+	member = member || h.joining[ev.UserID] > 0
 	h.mu.Unlock()
 	if !member {
 		return
@@ -411,7 +461,20 @@ func (h *RoomHub) enqueue(it roomItem) {
 	default:
 		h.dropped.Add(1)
 		h.lost.Store(true)
+		h.joined(it)
 	}
+}
+
+// joined uncounts it, taken from the queue or dropped, in h.joining.
+func (h *RoomHub) joined(it roomItem) {
+	if !it.joining {
+		return
+	}
+	h.mu.Lock()
+	if h.joining[it.room.UserID]--; h.joining[it.room.UserID] <= 0 {
+		delete(h.joining, it.room.UserID)
+	}
+	h.mu.Unlock()
 }
 
 // Run applies the queued events until ctx is done.
@@ -430,6 +493,7 @@ func (h *RoomHub) Run(ctx context.Context) error {
 			return nil
 		case it := <-h.q:
 			h.apply(ctx, it)
+			h.joined(it)
 		case <-tick.C:
 			h.checkGaps(ctx)
 		case <-every.C:
@@ -772,7 +836,15 @@ func (h *RoomHub) resyncLocked(ctx context.Context, r *room) {
 		jobs = append(jobs, job{w, w.gen})
 	}
 	for _, j := range jobs {
-		snap, err := h.readUnlocked(ctx, j.w.viewer, r.id)
+		var snap RoomSnapshot
+		var err error
+		for again := true; again; {
+			// Read again when a Watch made the room known meanwhile
+			// with a newer snapshot (stale).
+			epoch := r.knownEpoch()
+			snap, err = h.readUnlocked(ctx, j.w.viewer, r.id)
+			again = err == nil && h.rooms[r.id] == r && r.stale(epoch, &snap)
+		}
 		if h.rooms[r.id] != r || r.watchers[j.w.sink] != j.w || j.w.gen != j.gen {
 			continue
 		}

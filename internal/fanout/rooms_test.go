@@ -389,3 +389,104 @@ func TestRoomIntervalMode(t *testing.T) {
 		t.Fatalf("stats %+v: want 1 interval message", st)
 	}
 }
+
+// slowFirstRead is a RoomReader whose first read by viewer slow takes
+// the room as it is when the read starts and returns only once release
+// is closed (a page read, then slow status reads); every other read is
+// the model's.
+type slowFirstRead struct {
+	*roomModel
+	started, release chan struct{}
+	once             sync.Once
+}
+
+func (r *slowFirstRead) RoomSnapshot(ctx context.Context, viewer, room string) (fanout.RoomSnapshot, error) {
+	first := false
+	if viewer == "slow" {
+		r.once.Do(func() { first = true })
+	}
+	snap, err := r.roomModel.RoomSnapshot(ctx, viewer, room)
+	if first {
+		close(r.started)
+		<-r.release
+	}
+	return snap, err
+}
+
+// A snapshot read before another watcher's newer one made the room known
+// to the hub is not sent as it is: the events between the two were
+// never kept, so its watcher would hold a stale room for good. It is read
+// again.
+func TestRoomOlderSnapshotReadAgain(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5, "alice")
+	rd := &slowFirstRead{roomModel: m, started: make(chan struct{}), release: make(chan struct{})}
+	h, err := fanout.NewRoomHub(fanout.RoomConfig{Reader: rd, Contacts: contactBook{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(ran) }()
+	t.Cleanup(func() { cancel(); <-ran })
+
+	slow, fast := &roomSink{viewer: "slow"}, &roomSink{viewer: "fast"}
+	done := make(chan error, 1)
+	go func() { done <- h.Watch(context.Background(), slow, "doc") }()
+	<-rd.started // slow's read holds the room at v5
+	m.set("doc", 6, "alice", "bob")
+	h.PublishRoom(join("doc", "bob", 6, 2, presence.Online, presence.Everyone))
+	testwait.For(t, "bob's join to be held for the room's first snapshot", func() bool { return h.Stats().Published == 1 })
+	watch(t, h, fast, "doc") // reads v6: the hub now holds the room at v6
+	close(rd.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.PublishRoom(join("doc", "carol", 7, 3, presence.Online, presence.Everyone))
+	waitLines(t, fast, "room v6", "join carol online n3 v7")
+	waitLines(t, slow, "room v6", "join carol online n3 v7")
+}
+
+// heldContacts is ContactLists whose lookups wait for release.
+type heldContacts struct {
+	started, release chan struct{}
+	once             sync.Once
+}
+
+func (c *heldContacts) Contacts(context.Context, string) ([]string, error) {
+	c.once.Do(func() { close(c.started) })
+	<-c.release
+	return nil, nil
+}
+
+// A member's change of status published right after its join, while the
+// join still waits in the hub's queue, reaches the watchers after the
+// join: they are not left with the status the join carried.
+func TestRoomStatusRightAfterJoin(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5)
+	c := &heldContacts{started: make(chan struct{}), release: make(chan struct{})}
+	h, err := fanout.NewRoomHub(fanout.RoomConfig{Reader: m, Contacts: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(ran) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	carol := &roomSink{viewer: "carol"}
+	watch(t, h, carol, "doc")
+
+	// Run reads bob's contact list for his join (he shows his status to
+	// contacts) and waits there: the join is not applied yet.
+	set := presence.Settings{Status: presence.Contacts, LastSeen: presence.Everyone}
+	h.PublishRoom(&presence.RoomEvent{Room: "doc", UserID: "bob", Kind: presence.RoomJoin, Reason: presence.ReasonJoined,
+		Count: 1, Version: 6, Status: presence.Online, Settings: set})
+	<-c.started
+	// bob shows his status to everyone now.
+	h.Publish(&presence.Event{UserID: "bob", Status: presence.Online, Self: presence.Online, Prev: presence.Online, Version: 9,
+		Settings:     presence.Settings{Status: presence.Everyone, LastSeen: presence.Everyone},
+		SettingsOnly: true, SettingsChanged: true, PrevSettings: set})
+	close(c.release)
+	waitLines(t, carol, "room v5", "join bob <nil> n1 v6", "status bob online n1 v6")
+}
