@@ -30,11 +30,10 @@ func (a *App) openRooms(context.Context) error {
 }
 
 // roomSnapshots reads a watcher's first view of a room: its first
-// members, up to a batch read's worth (query.MaxBatch), each as the
-// watcher may see them.
+// members, each as the watcher may see them.
 type roomSnapshots struct{ a *App }
 
-func (s roomSnapshots) RoomSnapshot(ctx context.Context, viewer, room string) (fanout.RoomSnapshot, error) {
-	v, err := s.a.reader.Room(ctx, viewer, room, "", query.MaxBatch)
+func (s roomSnapshots) RoomSnapshot(ctx context.Context, viewer, room string, limit int) (fanout.RoomSnapshot, error) {
+	v, err := s.a.reader.Room(ctx, viewer, room, "", min(limit, query.MaxBatch))
 	return fanout.RoomSnapshot{Version: v.Version, Count: v.Count, Members: v.Members, Next: v.Next}, err
 }

@@ -60,7 +60,8 @@ type RoomSnapshot struct {
 
 // RoomReader reads a room as viewer sees it.
 type RoomReader interface {
-	RoomSnapshot(ctx context.Context, viewer, room string) (RoomSnapshot, error)
+	// RoomSnapshot reads up to limit members.
+	RoomSnapshot(ctx context.Context, viewer, room string, limit int) (RoomSnapshot, error)
 }
 
 // ContactLists gives an owner's contact list (the durable store).
@@ -77,6 +78,12 @@ const (
 	// intervalPage is how many members a snapshot of a room in interval
 	// mode lists (the first page; the rest is read over HTTP).
 	intervalPage = 100
+	// snapshotLimit is how many members a snapshot of a room in events
+	// mode reads: a batch read's worth (query.MaxBatch). A room that
+	// holds more is not complete: no member's status is sent.
+	snapshotLimit = 1000
+	// resyncQueue bounds the watchers waiting for a fresh snapshot.
+	resyncQueue = 4096
 	// intervalIDs is how many ids of joins and of leaves one interval
 	// message names; beyond them it counts.
 	intervalIDs      = 256
@@ -121,14 +128,16 @@ type RoomHub struct {
 	clock    clock.Clock
 	log      *slog.Logger
 
-	q    chan roomItem
-	lost atomic.Bool // the queue overflowed: resync every room
+	q       chan roomItem
+	resyncQ chan resyncJob // watchers waiting for a fresh snapshot (resyncWorker)
+	lost    atomic.Bool    // the queue overflowed: resync every room
 
 	mu     sync.Mutex
 	epochs uint64 // rooms made known so far (room.epoch)
 	rooms  map[string]*room
 	sinks  map[RoomSink]map[string]*roomWatcher
 	index  map[string]map[*room]struct{} // member → rooms with every member known
+	held   map[string]map[*room]int      // user → rooms holding back joins of the user
 	// joining counts per user the joins of watched rooms queued and not
 	// yet applied: its changes of status are queued too, to follow them.
 	joining map[string]int
@@ -251,9 +260,11 @@ func NewRoomHub(cfg RoomConfig) (*RoomHub, error) {
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
 		q:        make(chan roomItem, cmp(cfg.Queue, defaultRoomQueue)),
+		resyncQ:  make(chan resyncJob, resyncQueue),
 		rooms:    make(map[string]*room),
 		sinks:    make(map[RoomSink]map[string]*roomWatcher),
 		index:    make(map[string]map[*room]struct{}),
+		held:     make(map[string]map[*room]int),
 		joining:  make(map[string]int),
 	}
 	if h.clock == nil {
@@ -303,23 +314,38 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 		w.ready, w.early, w.over = false, nil, false
 		w.gen++
 	}
+	err := h.snapshotFor(ctx, w, id)
+	if err != nil {
+		h.snapErrs.Add(1)
+		h.unwatchLocked(s, id)
+	}
+	h.mu.Unlock()
+	return err
+}
+
+// snapshotFor reads w's snapshot of room id, again while it is stale,
+// and sends it. It returns the read's error (w was sent nothing); nil
+// also when w was unwatched or watched again meanwhile. Held: mu, which
+// it releases during each read.
+func (h *RoomHub) snapshotFor(ctx context.Context, w *roomWatcher, id string) error {
 	for {
-		gen, epoch := w.gen, h.rooms[id].knownEpoch()
-		h.mu.Unlock()
-		snap, err := h.reader.RoomSnapshot(ctx, w.viewer, id)
-		if err != nil {
-			h.snapErrs.Add(1)
-			h.Unwatch(s, id)
-			return err
+		r := h.rooms[id]
+		gen, epoch := w.gen, r.knownEpoch()
+		limit := snapshotLimit
+		if r.known && r.interval {
+			limit = intervalPage
 		}
+		h.mu.Unlock()
+		snap, err := h.reader.RoomSnapshot(ctx, w.viewer, id, limit)
 		h.mu.Lock()
-		if h.sinks[s][id] != w || w.gen != gen {
-			h.mu.Unlock()
+		if h.sinks[w.sink][id] != w || w.gen != gen {
 			return nil // unwatched, or watched again, meanwhile
+		}
+		if err != nil {
+			return err
 		}
 		if r := h.rooms[id]; !r.stale(epoch, &snap) {
 			h.sendSnapshot(r, w, &snap)
-			h.mu.Unlock()
 			return nil
 		}
 		// Read again: the room is known now, so once more is enough.
@@ -403,7 +429,50 @@ func (h *RoomHub) unwatchLocked(s RoomSink, id string) {
 		for m := range r.members {
 			h.dropMember(r, m)
 		}
+		h.unholdAll(r)
 		delete(h.rooms, id)
+	}
+}
+
+// hold keeps he back in r until the events before it come; a join is
+// indexed by its user, so that the user's changes of status meanwhile
+// update it (applyStatus). Held: mu.
+func (h *RoomHub) hold(r *room, he heldEvent) {
+	h.unhold(r, he.ev.Version) // a duplicate replaces the first
+	r.pending[he.ev.Version] = he
+	if he.ev.Kind != presence.RoomJoin {
+		return
+	}
+	rs := h.held[he.ev.UserID]
+	if rs == nil {
+		rs = make(map[*room]int, 1)
+		h.held[he.ev.UserID] = rs
+	}
+	rs[r]++
+}
+
+// unhold forgets the event held back at version v. Held: mu.
+func (h *RoomHub) unhold(r *room, v uint64) {
+	he, ok := r.pending[v]
+	if !ok {
+		return
+	}
+	delete(r.pending, v)
+	if he.ev.Kind != presence.RoomJoin {
+		return
+	}
+	rs := h.held[he.ev.UserID]
+	if rs[r]--; rs[r] <= 0 {
+		delete(rs, r)
+		if len(rs) == 0 {
+			delete(h.held, he.ev.UserID)
+		}
+	}
+}
+
+func (h *RoomHub) unholdAll(r *room) {
+	for v := range r.pending {
+		h.unhold(r, v)
 	}
 }
 
@@ -445,7 +514,7 @@ func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
 func (h *RoomHub) Publish(ev *presence.Event) {
 	h.mu.Lock()
 	_, member := h.index[ev.UserID]
-	member = member || h.joining[ev.UserID] > 0
+	member = member || h.joining[ev.UserID] > 0 || h.held[ev.UserID] != nil
 	h.mu.Unlock()
 	if !member {
 		return
@@ -483,6 +552,10 @@ func (h *RoomHub) Run(ctx context.Context) error {
 		return errRunning
 	}
 	defer h.running.Store(false)
+	wctx, stop := context.WithCancel(ctx)
+	worker := make(chan struct{})
+	go func() { h.resyncWorker(wctx); close(worker) }()
+	defer func() { stop(); <-worker }()
 	tick := time.NewTicker(time.Duration(max(h.gapWait/4, 10)) * time.Millisecond)
 	defer tick.Stop()
 	every := time.NewTicker(h.interval)
@@ -555,10 +628,10 @@ func (h *RoomHub) apply(ctx context.Context, it roomItem) {
 	}
 	if !r.known || !r.follows(ev) {
 		if len(r.pending) >= maxEarly {
-			h.resyncLocked(ctx, r)
+			h.resyncLocked(r)
 			return
 		}
-		r.pending[ev.Version] = heldEvent{ev, contacts}
+		h.hold(r, heldEvent{ev, contacts})
 		if r.known && r.gapSince == 0 {
 			r.gapSince = h.now()
 			h.gaps.Add(1)
@@ -568,7 +641,7 @@ func (h *RoomHub) apply(ctx context.Context, it roomItem) {
 	h.applyEvent(r, ev, contacts)
 	h.applyPending(r)
 	if r.resync {
-		h.resyncLocked(ctx, r)
+		h.resyncLocked(r)
 	}
 }
 
@@ -592,12 +665,12 @@ func (h *RoomHub) applyPending(r *room) {
 		if !ok || !r.follows(he.ev) {
 			break
 		}
-		delete(r.pending, v)
+		h.unhold(r, v)
 		h.applyEvent(r, he.ev, he.contacts)
 	}
 	for v := range r.pending {
 		if v <= r.applied {
-			delete(r.pending, v)
+			h.unhold(r, v)
 		}
 	}
 	if len(r.pending) == 0 {
@@ -734,6 +807,16 @@ func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !ev.SelfOnly {
+		// A join held back shows, once applied, the status of now.
+		for r := range h.held[ev.UserID] {
+			for _, he := range r.pending {
+				if he.ev.UserID == ev.UserID && he.ev.Kind == presence.RoomJoin {
+					he.ev.Status, he.ev.Settings = ev.Status, ev.Settings
+				}
+			}
+		}
+	}
 	for r := range h.index[ev.UserID] {
 		var frames [numClasses][]byte
 		var decided [numClasses]bool
@@ -811,60 +894,61 @@ func (h *RoomHub) checkGaps(ctx context.Context) {
 		}
 	}
 	for _, r := range todo {
-		h.resyncLocked(ctx, r)
+		h.resyncLocked(r)
 	}
 	h.mu.Unlock()
 }
 
 // resyncLocked forgets what the hub holds of r and has each of its
-// watchers read a fresh snapshot (in a goroutine per room, owned by the
-// hub's ctx: the reads are I/O). Held: mu.
-func (h *RoomHub) resyncLocked(ctx context.Context, r *room) {
+// watchers read a fresh snapshot: the reads are the resync worker's (I/O
+// is never done on Run's goroutine, which every room's events wait on).
+// A watcher the worker's queue has no room for marks the room, resynced
+// again by the next check. Held: mu.
+func (h *RoomHub) resyncLocked(r *room) {
 	h.resyncs.Add(1)
 	for m := range r.members {
 		h.dropMember(r, m)
 	}
+	h.unholdAll(r)
 	*r = room{id: r.id, watchers: r.watchers, pending: make(map[uint64]heldEvent)}
-	type job struct {
-		w   *roomWatcher
-		gen uint64
-	}
-	jobs := make([]job, 0, len(r.watchers))
 	for _, w := range r.watchers {
 		w.ready, w.early, w.over = false, nil, false
 		w.gen++
-		jobs = append(jobs, job{w, w.gen})
-	}
-	for _, j := range jobs {
-		var snap RoomSnapshot
-		var err error
-		for again := true; again; {
-			// Read again when a Watch made the room known meanwhile
-			// with a newer snapshot (stale).
-			epoch := r.knownEpoch()
-			snap, err = h.readUnlocked(ctx, j.w.viewer, r.id)
-			again = err == nil && h.rooms[r.id] == r && r.stale(epoch, &snap)
+		select {
+		case h.resyncQ <- resyncJob{sink: w.sink, room: r.id, gen: w.gen}:
+		default:
+			r.resync = true
 		}
-		if h.rooms[r.id] != r || r.watchers[j.w.sink] != j.w || j.w.gen != j.gen {
-			continue
-		}
-		if err != nil {
-			h.snapErrs.Add(1)
-			h.log.Warn("rooms: reading a snapshot for a resync failed; the watcher is sent an error", "room", r.id, "err", err)
-			j.w.sink.DeliverRoom(r.id, wire.AppendError(nil, "unavailable", "the room "+r.id+" could not be read again; watch it again"))
-			h.unwatchLocked(j.w.sink, r.id)
-			continue
-		}
-		h.sendSnapshot(r, j.w, &snap)
 	}
 }
 
-// readUnlocked reads a snapshot with mu released. Held: mu (on entry and
-// return).
-func (h *RoomHub) readUnlocked(ctx context.Context, viewer, id string) (RoomSnapshot, error) {
-	h.mu.Unlock()
-	defer h.mu.Lock()
-	return h.reader.RoomSnapshot(ctx, viewer, id)
+// resyncJob is a watcher waiting for a fresh snapshot.
+type resyncJob struct {
+	sink RoomSink
+	room string
+	gen  uint64
+}
+
+// resyncWorker reads the snapshots of resynced watchers until ctx is
+// done; Run owns it.
+func (h *RoomHub) resyncWorker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-h.resyncQ:
+			h.mu.Lock()
+			if w := h.sinks[j.sink][j.room]; w != nil && w.gen == j.gen {
+				if err := h.snapshotFor(ctx, w, j.room); err != nil && ctx.Err() == nil {
+					h.snapErrs.Add(1)
+					h.log.Warn("rooms: reading a snapshot for a resync failed; the watcher is sent an error", "room", j.room, "err", err)
+					j.sink.DeliverRoom(j.room, wire.AppendError(nil, "unavailable", "the room "+j.room+" could not be read again; watch it again"))
+					h.unwatchLocked(j.sink, j.room)
+				}
+			}
+			h.mu.Unlock()
+		}
+	}
 }
 
 // RoomStats are the hub's counters and gauges.

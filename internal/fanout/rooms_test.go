@@ -70,6 +70,7 @@ type roomModel struct {
 	version map[string]uint64
 	members map[string][]string
 	reads   int
+	limits  []int         // of each read
 	hold    chan struct{} // when set, a read waits for it to close
 }
 
@@ -77,7 +78,7 @@ func newRoomModel() *roomModel {
 	return &roomModel{version: map[string]uint64{}, members: map[string][]string{}}
 }
 
-func (m *roomModel) RoomSnapshot(ctx context.Context, viewer, room string) (fanout.RoomSnapshot, error) {
+func (m *roomModel) RoomSnapshot(ctx context.Context, viewer, room string, limit int) (fanout.RoomSnapshot, error) {
 	m.mu.Lock()
 	hold := m.hold
 	m.mu.Unlock()
@@ -88,11 +89,16 @@ func (m *roomModel) RoomSnapshot(ctx context.Context, viewer, room string) (fano
 	defer m.mu.Unlock()
 	m.reads++
 	v, members := m.version[room], m.members[room]
-	views := make([]privacy.View, len(members))
+	m.limits = append(m.limits, limit)
+	snap := fanout.RoomSnapshot{Version: v, Count: len(members)}
 	for i, id := range members {
-		views[i] = privacy.View{UserID: id, StatusVisible: true, Status: presence.Online}
+		if i == limit {
+			snap.Next = members[i-1]
+			break
+		}
+		snap.Members = append(snap.Members, privacy.View{UserID: id, StatusVisible: true, Status: presence.Online})
 	}
-	return fanout.RoomSnapshot{Version: v, Count: len(members), Members: views}, nil
+	return snap, nil
 }
 
 func (m *roomModel) set(room string, v uint64, members ...string) {
@@ -400,12 +406,12 @@ type slowFirstRead struct {
 	once             sync.Once
 }
 
-func (r *slowFirstRead) RoomSnapshot(ctx context.Context, viewer, room string) (fanout.RoomSnapshot, error) {
+func (r *slowFirstRead) RoomSnapshot(ctx context.Context, viewer, room string, limit int) (fanout.RoomSnapshot, error) {
 	first := false
 	if viewer == "slow" {
 		r.once.Do(func() { first = true })
 	}
-	snap, err := r.roomModel.RoomSnapshot(ctx, viewer, room)
+	snap, err := r.roomModel.RoomSnapshot(ctx, viewer, room, limit)
 	if first {
 		close(r.started)
 		<-r.release
@@ -489,4 +495,97 @@ func TestRoomStatusRightAfterJoin(t *testing.T) {
 		SettingsOnly: true, SettingsChanged: true, PrevSettings: set})
 	close(c.release)
 	waitLines(t, carol, "room v5", "join bob <nil> n1 v6", "status bob online n1 v6")
+}
+
+// blockRoom is a roomModel whose reads of one room wait while armed.
+type blockRoom struct {
+	*roomModel
+	room    string
+	armed   chan struct{} // closed: reads of room wait for release
+	release chan struct{}
+	waiting chan struct{} // closed once a read waits
+	once    sync.Once
+}
+
+func (b *blockRoom) RoomSnapshot(ctx context.Context, viewer, room string, limit int) (fanout.RoomSnapshot, error) {
+	select {
+	case <-b.armed:
+		if room == b.room {
+			b.once.Do(func() { close(b.waiting) })
+			<-b.release
+		}
+	default:
+	}
+	return b.roomModel.RoomSnapshot(ctx, viewer, room, limit)
+}
+
+// A resync reads its snapshots off the goroutine that applies every
+// room's events: a slow read for one room holds up no other room.
+func TestRoomResyncHoldsUpNoOtherRoom(t *testing.T) {
+	m := newRoomModel()
+	m.set("a", 5)
+	m.set("b", 5)
+	b := &blockRoom{roomModel: m, room: "a", armed: make(chan struct{}), release: make(chan struct{}), waiting: make(chan struct{})}
+	fc := clock.NewFake(time.Unix(1000, 0))
+	h, err := fanout.NewRoomHub(fanout.RoomConfig{Reader: b, Contacts: contactBook{}, Clock: fc, GapWait: 40 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "a")
+	watch(t, h, s, "b")
+	close(b.armed)
+	h.PublishRoom(join("a", "ann", 7, 2, presence.Online, presence.Everyone)) // 6 never comes
+	testwait.For(t, "the gap to be seen", func() bool { return h.Stats().Gaps == 1 })
+	fc.Advance(time.Second)
+	<-b.waiting // a's resync read is stuck
+	h.PublishRoom(join("b", "bob", 6, 1, presence.Online, presence.Everyone))
+	waitLines(t, s, "room v5", "room v5", "join bob online n1 v6")
+	m.set("a", 7, "x", "ann")
+	close(b.release)
+	waitLines(t, s, "room v5", "room v5", "join bob online n1 v6", "room v7")
+}
+
+// A room in interval mode is read for a new watcher one page deep: the
+// page its snapshot lists.
+func TestRoomIntervalSnapshotReadsOnePage(t *testing.T) {
+	m := newRoomModel()
+	var members []string
+	for i := range 150 {
+		members = append(members, fmt.Sprintf("u%03d", i))
+	}
+	m.set("big", 9, members...)
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{IntervalAbove: 100})
+	first, second := &roomSink{viewer: "one"}, &roomSink{viewer: "two"}
+	watch(t, h, first, "big")
+	watch(t, h, second, "big")
+	waitLines(t, second, "room v9 interval n150 listed 100 next u099")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.Equal(m.limits, []int{1000, 100}) {
+		t.Fatalf("reads of %v members, want 1000 (the room unknown) then 100", m.limits)
+	}
+}
+
+// A member's change of status while its join is held back (an earlier
+// event is missing) is what the join shows once applied: a status hidden
+// meanwhile is not shown.
+func TestRoomStatusWhileJoinHeldBack(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5, "x")
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{GapWait: time.Hour})
+	s := &roomSink{viewer: "carol"}
+	watch(t, h, s, "doc")
+	h.PublishRoom(join("doc", "dave", 7, 3, presence.Online, presence.Everyone)) // 6 is late
+	hidden := presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	h.Publish(&presence.Event{UserID: "dave", Status: presence.Busy, Self: presence.Busy, Prev: presence.Online, Version: 9,
+		Settings: hidden, SettingsChanged: true, PrevSettings: presence.Settings{}})
+	testwait.For(t, "the change applied", func() bool { return h.Stats().Published == 2 && len(s.lines()) == 1 })
+	testwait.NothingWithin(50*time.Millisecond, "the change overtaking the held join")
+	h.PublishRoom(join("doc", "erin", 6, 2, presence.Online, presence.Everyone))
+	waitLines(t, s, "room v5", "join erin online n2 v6", "join dave <nil> n3 v7")
 }

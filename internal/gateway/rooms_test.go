@@ -30,8 +30,8 @@ func (p roomPages) RoomPage(ctx context.Context, room, after string, limit int, 
 // viewer sees it.
 type roomSnapshots struct{ r *query.Reader }
 
-func (s roomSnapshots) RoomSnapshot(ctx context.Context, viewer, room string) (fanout.RoomSnapshot, error) {
-	v, err := s.r.Room(ctx, viewer, room, "", query.MaxBatch)
+func (s roomSnapshots) RoomSnapshot(ctx context.Context, viewer, room string, limit int) (fanout.RoomSnapshot, error) {
+	v, err := s.r.Room(ctx, viewer, room, "", limit)
 	return fanout.RoomSnapshot{Version: v.Version, Count: v.Count, Members: v.Members, Next: v.Next}, err
 }
 
