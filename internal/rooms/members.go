@@ -430,6 +430,10 @@ func (s *roomShard) join(ri int, user string) (int, uint64) {
 	s.insert(r, uint64(h)<<32|uint64(off), h, user)
 	if r.members == 0 {
 		s.live++
+		// An empty room reads as no room, whether invisible users'
+		// devices keep its record or not: it is made again above the
+		// shard's floor either way, so its version does not tell.
+		r.version = max(r.version, s.floor)
 	}
 	r.members++
 	s.members++
@@ -447,10 +451,11 @@ func (s *roomShard) leave(ri int, user string) (int, uint64) {
 	s.garbage += 1 + len(user)
 	r.members--
 	s.members--
+	r.version++
 	if r.members == 0 {
 		s.live--
+		s.floor = max(s.floor, r.version)
 	}
-	r.version++
 	return int(r.members), r.version
 }
 
