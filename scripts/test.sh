@@ -143,3 +143,8 @@ summary="$(mktemp -d)"
 trap 'rm -rf "$summary"' EXIT
 go build -o "$summary/testsummary" ./scripts/testsummary
 go test -race -count=1 -timeout 20m -json ./... | "$summary/testsummary"
+
+echo "== measurements without -race"
+# Tests that count bytes or allocations skip under -race (the detector
+# changes both); they run here, on the plain build.
+go test -count=1 -run 'TestMembershipBytes|TestJoinLeaveAllocs' ./internal/rooms
