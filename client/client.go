@@ -3,12 +3,12 @@
 //
 // Dial connects, reads the server's welcome and from then on keeps the
 // device alive on its own: heartbeats on the server's interval with ±10%
-// jitter, reconnects with bounded exponential backoff and jitter reusing
-// the device id (so a reconnect within the close grace is invisible to
-// everyone watching), and re-subscriptions. What the server says arrives on
-// Updates as typed values — presence as Event (snapshots included),
-// connection state as StateChange, refusals as *ServerError — with stale
-// and duplicate presence already dropped by version.
+// jitter, reconnects with backoff and jitter as the same device (invisible
+// to watchers within the close grace), re-subscriptions, and its rooms
+// (Join, WatchRoom) joined and watched again. What the server says arrives
+// on Updates as typed values — presence as Event, rooms as RoomSnapshot
+// and RoomChange, connection state as StateChange, refusals as
+// *ServerError — with stale and duplicate presence dropped by version.
 //
 //	c, err := client.Dial(ctx, client.Config{URL: "http://127.0.0.1:8080", Token: token})
 //	if err != nil { … }
@@ -95,6 +95,14 @@ type Config struct {
 	// below the server's -max-subscriptions. Default 500, the server's
 	// default.
 	MaxSubscriptions int
+
+	// MaxRooms caps the rooms joined at once (Join beyond it fails with
+	// ErrTooManyRooms), MaxWatchedRooms the rooms watched (WatchRoom,
+	// ErrTooManyWatchedRooms). Keep them at or below the server's
+	// -max-rooms and -max-watched-rooms. Defaults 100 and 50, the server's
+	// defaults.
+	MaxRooms        int
+	MaxWatchedRooms int
 }
 
 // Defaults of Config.
@@ -104,6 +112,8 @@ const (
 	DefaultDialTimeout      = 10 * time.Second
 	DefaultWriteTimeout     = 10 * time.Second
 	DefaultMaxSubscriptions = presence.DefaultMaxSubscriptions
+	DefaultMaxRooms         = presence.DefaultMaxRooms
+	DefaultMaxWatchedRooms  = 50
 )
 
 func (cfg *Config) fill() error {
@@ -140,6 +150,12 @@ func (cfg *Config) fill() error {
 	}
 	if cfg.MaxSubscriptions <= 0 {
 		cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if cfg.MaxRooms <= 0 {
+		cfg.MaxRooms = DefaultMaxRooms
+	}
+	if cfg.MaxWatchedRooms <= 0 {
+		cfg.MaxWatchedRooms = DefaultMaxWatchedRooms
 	}
 	return nil
 }
@@ -197,14 +213,19 @@ type Client struct {
 	active atomic.Bool
 	wake   chan struct{} // cap 1: beat now (the person became active)
 
-	subMu sync.Mutex // serializes changes of subs with the messages that announce them
+	subMu    sync.Mutex // serializes changes of subs with the messages that announce them
+	roomMu   sync.Mutex // serializes changes of rooms with the messages that announce them
+	roomPace pacer      // spaces room messages below the server's rate
 
 	mu        sync.Mutex // guards the fields below
 	welcome   Welcome
 	cur       *conn         // nil while disconnected
 	connected chan struct{} // closed while cur != nil
 	subs      map[string]struct{}
-	versions  map[string]uint64 // last version delivered per watched user
+	versions  map[string]uint64    // last version delivered per watched user
+	joined    map[string]*conn     // rooms joined → the connection the join went out on (nil: none yet)
+	leaving   map[string]struct{}  // rooms left whose leave is still to go out
+	watched   map[string]*roomView // rooms watched, as last seen
 	state     State
 	bye       bool  // Bye was sent: do not reconnect
 	err       error // why the client closed itself
@@ -233,6 +254,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		connected: make(chan struct{}),
 		subs:      make(map[string]struct{}),
 		versions:  make(map[string]uint64),
+		joined:    make(map[string]*conn),
+		leaving:   make(map[string]struct{}),
+		watched:   make(map[string]*roomView),
+		roomPace:  pacer{every: roomEvery, burst: roomBurst},
 		welcome:   Welcome{DeviceID: cfg.DeviceID},
 	}
 	c.active.Store(true)
@@ -273,16 +298,20 @@ func (c *Client) State() State {
 	return c.state
 }
 
-// Updates delivers Events, StateChanges and *ServerErrors in the order they
-// happened, starting with StateChange{State: Connected}, and is closed once the client has closed (after its final
-// StateChange{State: Closed} when the application keeps reading).
+// Updates delivers Events, RoomSnapshots, RoomChanges, StateChanges and
+// *ServerErrors in the order they happened, starting with
+// StateChange{State: Connected}, and is closed once the client has closed
+// (after its final StateChange{State: Closed} when the application keeps
+// reading).
 //
 // The client never waits for the application: while it does not read,
 // presence of one user coalesces to the newest (one pending Event per user
-// at most, keeping the place of the first), and at most 64 StateChanges and
-// ServerErrors wait, the oldest dropped beyond that. A slow reader therefore
-// loses intermediate states, never the current one, and never stalls
-// heartbeats or the socket.
+// at most, keeping the place of the first); a room's changes all wait, up
+// to 256 of them, beyond which they give way to one RoomSnapshot of the
+// room as it is then; and at most 64 StateChanges and ServerErrors wait,
+// the oldest dropped beyond that. A slow reader therefore loses
+// intermediate states, never the current one, and never stalls heartbeats
+// or the socket.
 func (c *Client) Updates() <-chan Update { return c.updates }
 
 // Done is closed when the client has stopped for good: after Close, Bye, or

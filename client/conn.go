@@ -287,14 +287,19 @@ func (c *Client) finish(err error) {
 	close(c.runDone)
 }
 
-// serve runs one connection: heartbeats in their own goroutine, reads here.
+// serve runs one connection: heartbeats and the rooms it joins and watches
+// again in their own goroutines, reads here.
 func (c *Client) serve(cn *conn) error {
 	ctx, cancel := context.WithCancel(c.ctx)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.heartbeat(ctx, cn)
+	}()
+	go func() {
+		defer wg.Done()
+		c.resendRooms(ctx, cn)
 	}()
 	var err error
 	for {
@@ -363,6 +368,10 @@ func (c *Client) handle(data []byte) {
 		}
 	case "presence":
 		c.deliver(m.wirePresence.event(m.UserID, false))
+	case "room":
+		c.handleRoom(m)
+	case "room_change":
+		c.handleRoomChange(m)
 	case "error":
 		c.q.push(&ServerError{Code: m.Code, Message: m.Message})
 	default:

@@ -57,3 +57,43 @@ func ExampleDial() {
 		}
 	}
 }
+
+// ExampleClient_WatchRoom shows a device in a call's room that keeps a
+// "who's here" list: the first RoomSnapshot, then each RoomChange. After
+// a reconnect the client joins and watches the room again by itself; a
+// member who left meanwhile comes as a leave (Snapshot set), and nothing
+// comes when nothing changed.
+func ExampleClient_WatchRoom() {
+	ctx := context.Background()
+	// The token's "rooms" claim must allow the room (e.g. ["call-*"]).
+	c, err := client.Dial(ctx, client.Config{URL: "http://127.0.0.1:8080", TokenFunc: fetchToken})
+	if err != nil {
+		fmt.Println("connect:", err)
+		return
+	}
+	defer c.Close()
+	if err := c.Join(ctx, "call-7"); err != nil {
+		fmt.Println("join:", err)
+		return
+	}
+	if err := c.WatchRoom(ctx, "call-7"); err != nil {
+		fmt.Println("watch:", err)
+		return
+	}
+	here := map[string]client.Status{}
+	for u := range c.Updates() {
+		switch u := u.(type) {
+		case client.RoomSnapshot: // replace what is held
+			here = u.Members
+		case client.RoomChange:
+			if u.Kind == client.RoomLeave {
+				delete(here, u.UserID)
+			} else {
+				here[u.UserID] = u.Status
+			}
+			fmt.Printf("%s: %s %s, %d here\n", u.Room, u.UserID, u.Kind, u.Count)
+		case *client.ServerError: // e.g. room_not_allowed
+			fmt.Println("refused:", u.Code, u.Message)
+		}
+	}
+}

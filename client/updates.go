@@ -1,6 +1,9 @@
 package client
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 const (
 	// updatesBuffer is the capacity of the Updates channel: room for the
@@ -10,28 +13,74 @@ const (
 	// maxNotices bounds the StateChanges and ServerErrors waiting for the
 	// application; the oldest is dropped beyond it.
 	maxNotices = 64
+	// maxRoomBacklog bounds the updates of one room waiting for the
+	// application; beyond it they give way to one RoomSnapshot of the room
+	// as it is then.
+	maxRoomBacklog = 256
 )
 
 // queue holds the updates the application has not taken yet. Presence
 // coalesces per user, so it is bounded by the number of watched users;
-// notices are bounded by maxNotices. Pushing never blocks.
+// the updates of a room by maxRoomBacklog each; notices by maxNotices.
+// Pushing never blocks.
 type queue struct {
 	notify chan struct{} // cap 1: something was pushed
 
 	mu      sync.Mutex // guards the fields below
 	items   []item
 	pending map[string]Event // the newest undelivered Event per user
-	notices int              // items that are not presence
+	rooms   map[string]int   // updates waiting per room
+	notices int              // items that are neither presence nor rooms
 }
 
-// item is a notice, or (u == nil) the place of a user's pending Event.
+// item is a notice, an update of room, or (u == nil) the place of a
+// user's pending Event.
 type item struct {
 	user string
+	room string
 	u    Update
 }
 
 func newQueue() *queue {
-	return &queue{notify: make(chan struct{}, 1), pending: make(map[string]Event)}
+	return &queue{notify: make(chan struct{}, 1), pending: make(map[string]Event), rooms: make(map[string]int)}
+}
+
+// pushRoom queues an update of room (a RoomSnapshot or a RoomChange),
+// never coalesced: each join and leave is delivered. When the room has
+// maxRoomBacklog updates waiting, they all give way to one RoomSnapshot,
+// snap(), at the end of the queue.
+func (q *queue) pushRoom(room string, u Update, snap func() RoomSnapshot) {
+	q.mu.Lock()
+	if q.rooms[room] >= maxRoomBacklog {
+		q.dropRoomLocked(room)
+		u = snap()
+	}
+	q.items = append(q.items, item{room: room, u: u})
+	q.rooms[room]++
+	q.mu.Unlock()
+	q.signal()
+}
+
+// dropRoom removes every update of room that waits.
+func (q *queue) dropRoom(room string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dropRoomLocked(room)
+}
+
+func (q *queue) dropRoomLocked(room string) {
+	if q.rooms[room] == 0 {
+		return
+	}
+	q.items = slices.DeleteFunc(q.items, func(it item) bool { return it.room == room })
+	delete(q.rooms, room)
+}
+
+func (q *queue) signal() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
 }
 
 func (q *queue) push(u Update) {
@@ -44,7 +93,7 @@ func (q *queue) push(u Update) {
 	} else {
 		if q.notices == maxNotices {
 			for i, it := range q.items {
-				if it.u != nil {
+				if it.u != nil && it.room == "" {
 					q.items = append(q.items[:i], q.items[i+1:]...)
 					q.notices--
 					break
@@ -55,10 +104,7 @@ func (q *queue) push(u Update) {
 		q.notices++
 	}
 	q.mu.Unlock()
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
+	q.signal()
 }
 
 // pop takes the oldest update.
@@ -73,6 +119,12 @@ func (q *queue) pop() (Update, bool) {
 	q.items = q.items[1:]
 	if len(q.items) == 0 {
 		q.items = nil // let the backing array go
+	}
+	if it.room != "" {
+		if q.rooms[it.room]--; q.rooms[it.room] == 0 {
+			delete(q.rooms, it.room)
+		}
+		return it.u, true
 	}
 	if it.u != nil {
 		q.notices--

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
@@ -12,13 +13,27 @@ import (
 )
 
 // cutter dials through the network and can cut every connection it made,
-// like a phone that loses signal: the server sees no close frame.
+// like a phone that loses signal: the server sees no close frame. While
+// held it fails every dial, like a phone out of reach.
 type cutter struct {
-	mu    sync.Mutex
+	mu    sync.Mutex // guards the fields below
 	conns []net.Conn
+	held  bool
+}
+
+func (c *cutter) hold(held bool) {
+	c.mu.Lock()
+	c.held = held
+	c.mu.Unlock()
 }
 
 func (c *cutter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	if held {
+		return nil, errors.New("cutter: no network")
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)
 	if err == nil {

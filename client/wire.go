@@ -26,6 +26,10 @@ type (
 		Type    string   `json:"type"`
 		UserIDs []string `json:"user_ids"`
 	}
+	roomMsg struct {
+		Type string `json:"type"`
+		Room string `json:"room"`
+	}
 )
 
 // serverMsg is any message the server sends; Type says which fields count.
@@ -44,6 +48,14 @@ type serverMsg struct {
 
 	// presence (with UserID)
 	wirePresence
+
+	// room and room_change (with UserID, and Status and Version of
+	// wirePresence)
+	Room    string             `json:"room"`
+	Count   int                `json:"count"`
+	Members map[string]*string `json:"members"`
+	Next    *string            `json:"next"`
+	Event   string             `json:"event"`
 
 	// error
 	Code    string `json:"code"`
@@ -82,7 +94,7 @@ func decode(data []byte) (*serverMsg, error) {
 }
 
 // Update is one thing the client tells the application on Updates: an
-// Event, a StateChange or a *ServerError.
+// Event, a RoomSnapshot, a RoomChange, a StateChange or a *ServerError.
 type Update interface{ isUpdate() }
 
 // Event is the presence of one watched user as this viewer may see it.

@@ -146,6 +146,9 @@ try {
     await see(dave, '#conn[data-state="open"]', STEP, "dave signs in with a token");
     await expectText(dave, "#me-name", "dave");
     await expectText(dave, "#conn", "Connected as dave");
+    // The token has no rooms claim: the room's panel says so, nothing else does.
+    await expectText(dave, "#room-note", 'does not let you into the room "demo"');
+    if (await dave.textContent("#add-error")) problems.push(`dave's page shows a contacts error: ${await dave.textContent("#add-error")}`);
     await alice.fill("#add-id", "dave");
     await alice.press("#add-id", "Enter");
     await see(alice, '#contact-list li[data-user-id="dave"][data-status="online"]', STEP, "alice sees dave online");

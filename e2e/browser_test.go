@@ -1,8 +1,9 @@
 // Package e2e holds the end-to-end tests of the browser side: a real
 // presenced process, the demo page in headless Chromium (Debian's
-// /usr/bin/chromium driven by playwright-core from npm), three people; the
-// unit tests of presence.js under node; and the npm package js/presence,
-// packed, type-checked, installed and run against a real node.
+// /usr/bin/chromium driven by playwright-core from npm), three people, and
+// two in the page's room; the unit tests of presence.js under node; and
+// the npm package js/presence, packed, type-checked, installed and run
+// against a real node.
 package e2e
 
 import (
@@ -155,14 +156,12 @@ func tools(t *testing.T, root string) (node, chromium string) {
 	return "", ""
 }
 
-// build compiles cmd/presenced into bin, with -race when the test runs
-// under -race, so the browser's traffic is checked for data races too.
 // startServer builds presenced into dir, starts it on a free loopback
-// port with its data under dir, stops it when the test ends and shows its
-// log if the test failed.
-func startServer(t *testing.T, root, dir string) *server {
+// port with its data under dir and args added to its flags, stops it when
+// the test ends and shows its log if the test failed.
+func startServer(t *testing.T, root, dir string, args ...string) *server {
 	t.Helper()
-	srv := &server{bin: filepath.Join(dir, "presenced"), data: filepath.Join(dir, "data")}
+	srv := &server{bin: filepath.Join(dir, "presenced"), data: filepath.Join(dir, "data"), args: args}
 	build(t, root, srv.bin)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -176,6 +175,8 @@ func startServer(t *testing.T, root, dir string) *server {
 	return srv
 }
 
+// build compiles cmd/presenced into bin, with -race when the test runs
+// under -race, so the browser's traffic is checked for data races too.
 func build(t *testing.T, root, bin string) {
 	t.Helper()
 	// go test puts the go command's own GOROOT/bin first on the PATH of
@@ -202,6 +203,7 @@ var listening = regexp.MustCompile(`presenced listening"? addr=(\S+)`)
 // script waits for each restart).
 type server struct {
 	bin, data string
+	args      []string   // flags beyond those of every test
 	logs      syncBuffer // every run's log, for a failure report
 
 	mu   sync.Mutex // guards the fields below
@@ -212,7 +214,8 @@ type server struct {
 
 // start runs presenced on addr and waits until it is healthy.
 func (s *server) start(addr string) error {
-	cmd := exec.Command(s.bin, "-dev", "-addr", addr, "-heartbeat-ttl", "3s", "-data", s.data, "-log-level", "info")
+	args := append([]string{"-dev", "-addr", addr, "-heartbeat-ttl", "3s", "-data", s.data, "-log-level", "info"}, s.args...)
+	cmd := exec.Command(s.bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 )
 
 // TestClientUnit runs the unit tests of presence.js (presence.test.mjs:
-// versions, re-subscribe, heartbeat jitter, backoff, bye) under node's test
+// versions, re-subscribe, rooms, heartbeat jitter, backoff, bye) under node's test
 // runner, with a fake WebSocket and mocked timers.
 func TestClientUnit(t *testing.T) {
 	node, err := exec.LookPath("node")

@@ -30,7 +30,9 @@ import (
 //     (js/presence/test/usage.ts);
 //   - Node imports the installed package by its name, finds its exports,
 //     and connects to a real presenced: a watcher sees a change, a token
-//     function renews expiring tokens unseen (js/presence/test/installed.mjs);
+//     function renews expiring tokens unseen, a room's watcher sees joins
+//     and leaves but nothing of a socket back within the close grace
+//     (js/presence/test/installed.mjs);
 //   - the binary serves at /static/presence.js the very bytes installed.
 //
 // Without node, npm or typescript (npm ci in the repository root) it fails

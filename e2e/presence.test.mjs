@@ -370,3 +370,117 @@ test("refuses options it cannot connect with", () => {
   assert.throws(() => new PresenceClient({ url, token: 42 }), /token must be a string or a function/);
   assert.throws(() => new PresenceClient({ url, token: { jwt: "t.o.k" } }), /token must be a string or a function/);
 });
+
+test("rooms: join, leave, watch and unwatch go out while open; refused ids throw", () => {
+  const c = client();
+  c.start();
+  last().open();
+  c.join("doc-42");
+  c.join("doc-42"); // joined already
+  c.watchRoom("doc-42");
+  c.watchRoom("doc-42");
+  c.leave("doc-42");
+  c.leave("doc-42"); // not joined
+  c.unwatchRoom("doc-42");
+  const rooms = last().sent.filter((m) => m.room);
+  assert.deepEqual(rooms, [
+    { type: "join", room: "doc-42" },
+    { type: "watch_room", room: "doc-42" },
+    { type: "leave", room: "doc-42" },
+    { type: "unwatch_room", room: "doc-42" },
+  ]);
+  assert.throws(() => c.join("a b"), /room id "a b"/);
+  assert.throws(() => c.watchRoom(""), /room id/);
+  assert.equal(c.rooms.size + c.watchedRooms.size, 0);
+});
+
+test("rooms: the first room message is told as it is, then each change", () => {
+  const c = client();
+  const got = [];
+  c.addEventListener("room", (e) => got.push(["room", e.detail]));
+  c.addEventListener("roomchange", (e) => got.push(["change", e.detail]));
+  c.start();
+  last().open();
+  c.watchRoom("r");
+  last().recv({ type: "room_change", room: "r", user_id: "z", event: "join", status: "online", count: 1, version: 1 }); // before the room message
+  last().recv({ type: "room", room: "r", mode: "events", count: 2, members: { a: "online", b: null }, next: null, version: 7 });
+  last().recv({ type: "room_change", room: "r", user_id: "c", event: "join", status: "busy", count: 3, version: 8 });
+  last().recv({ type: "room_change", room: "r", user_id: "a", event: "status", status: "away", count: 3, version: 8 });
+  last().recv({ type: "room_change", room: "r", user_id: "b", event: "leave", status: null, count: 2, version: 9 });
+  last().recv({ type: "room_change", room: "other", user_id: "x", event: "join", status: "online", count: 1, version: 1 }); // not watched
+  assert.deepEqual(got, [
+    ["room", { room: "r", count: 2, members: { a: "online", b: null }, partial: false, version: 7 }],
+    ["change", { room: "r", user_id: "c", event: "join", status: "busy", count: 3, version: 8, snapshot: false }],
+    ["change", { room: "r", user_id: "a", event: "status", status: "away", count: 3, version: 8, snapshot: false }],
+    ["change", { room: "r", user_id: "b", event: "leave", status: null, count: 2, version: 9, snapshot: false }],
+  ]);
+  assert.deepEqual(c.getRoom("r"), { room: "r", count: 2, members: { a: "away", c: "busy" }, partial: false, version: 9 });
+  c.getRoom("r").members.a = "changed by the app";
+  assert.equal(c.getRoom("r").members.a, "away", "getRoom gives a copy");
+  c.unwatchRoom("r");
+  last().recv({ type: "room_change", room: "r", user_id: "d", event: "join", status: "online", count: 3, version: 10 });
+  assert.equal(got.length, 4, "nothing after unwatchRoom");
+  assert.equal(c.getRoom("r"), undefined);
+});
+
+test("rooms: a reconnect sends the leaves made while away, then joins and watches again; the fresh room message tells only what differs", () => {
+  const c = client();
+  const got = [];
+  c.addEventListener("room", (e) => got.push(`room ${Object.keys(e.detail.members)}`));
+  c.addEventListener("roomchange", (e) => {
+    const d = e.detail;
+    got.push(`${d.event} ${d.user_id} ${d.status} ${d.count}${d.snapshot ? " snapshot" : ""}`);
+  });
+  c.start();
+  last().open();
+  c.join("a");
+  c.join("b");
+  c.watchRoom("w");
+  last().recv({ type: "room", room: "w", mode: "events", count: 3, members: { me: "online", p: "online", q: "busy" }, next: null, version: 4 });
+  last().drop();
+  c.leave("b"); // away: goes out on the next connection
+  c.join("c");
+  c.unwatchRoom("gone"); // never watched: nothing
+  mock.timers.tick(1000);
+  last().open();
+  assert.deepEqual(
+    last().sent.filter((m) => m.room),
+    [
+      { type: "leave", room: "b" },
+      { type: "join", room: "a" },
+      { type: "join", room: "c" },
+      { type: "watch_room", room: "w" },
+    ],
+  );
+  assert.deepEqual(Object.keys(c.getRoom("w").members), ["me", "p", "q"], "the view stays while the room message is on its way");
+  // Same members: nothing. Then one who left meanwhile, one who joined, one who changed.
+  last().recv({ type: "room", room: "w", mode: "events", count: 3, members: { me: "online", p: "online", q: "busy" }, next: null, version: 4 });
+  assert.deepEqual(got, ["room me,p,q"]);
+  last().recv({ type: "room", room: "w", mode: "events", count: 3, members: { me: "online", q: "away", r: null }, next: null, version: 6 });
+  assert.deepEqual(got, ["room me,p,q", "leave p null 2 snapshot", "join r null 3 snapshot", "status q away 3 snapshot"]);
+  // A second drop: the leave went out already, and is not sent again.
+  last().drop();
+  mock.timers.tick(1000);
+  last().open();
+  assert.deepEqual(
+    last().sent.filter((m) => m.room).map((m) => `${m.type} ${m.room}`),
+    ["join a", "join c", "watch_room w"],
+  );
+});
+
+test("rooms: messages are paced below the server's rate", () => {
+  const c = client();
+  c.start();
+  last().open();
+  for (let i = 0; i < 60; i++) c.join(`r${i}`);
+  const joins = () => last().ofType("join").length;
+  assert.equal(joins(), 24, "a burst at once");
+  mock.timers.tick(1000);
+  assert.ok(joins() >= 24 + 13 && joins() <= 24 + 16, `${joins()} joins after a second more`);
+  for (let i = 0; i < 30; i++) mock.timers.tick(100);
+  assert.deepEqual(
+    last().ofType("join").map((m) => m.room),
+    Array.from({ length: 60 }, (_, i) => `r${i}`),
+    "all of them, in order",
+  );
+});

@@ -76,6 +76,40 @@ export interface ServerErrorDetail {
   message: string;
 }
 
+/** A watched room as the client holds it. */
+export interface RoomView {
+  room: string;
+  /** All the room's members, listed or not. */
+  count: number;
+  /** The members listed: user id → status as this viewer may see it (null: hidden). */
+  members: Record<string, Status | null>;
+  /** The room has more members than listed: its watchers get joins and leaves, no change of status. */
+  partial: boolean;
+  /** Grows with every join and leave of the room. */
+  version: number;
+}
+
+/** What a change of a room is. */
+export type RoomEventKind = "join" | "leave" | "status";
+
+/** The detail of a "roomchange" event: one change of a watched room. */
+export interface RoomChangeDetail {
+  room: string;
+  user_id: string;
+  event: RoomEventKind;
+  /** The member's status after the change; null for a leave, or when hidden. */
+  status: Status | null;
+  /** The room's members after the change. */
+  count: number;
+  /** The room's version after the change (a change of status leaves it as it was). */
+  version: number;
+  /**
+   * true: found by comparing a fresh room message (after a reconnect) with
+   * the room as held — a member who left meanwhile — not sent live.
+   */
+  snapshot: boolean;
+}
+
 /** The events of a PresenceClient; each carries its data in `detail`. */
 export interface PresenceClientEventMap {
   /** The applied state of a watched user, from a snapshot or a live change. */
@@ -89,6 +123,10 @@ export interface PresenceClientEventMap {
    * `subscriptions`: unsubscribe() them to stay under the cap.
    */
   servererror: CustomEvent<ServerErrorDetail>;
+  /** A watched room as first seen (once per watchRoom): replace what you hold of it. */
+  room: CustomEvent<RoomView>;
+  /** A join, leave or change of status in a watched room. */
+  roomchange: CustomEvent<RoomChangeDetail>;
 }
 
 /** What `new PresenceClient(options)` takes; `userId` or `token` is required. */
@@ -113,8 +151,8 @@ export interface PresenceClientOptions {
 
 /**
  * One device of one user, connected to presenced over one WebSocket:
- * heartbeats, activity, reconnects with backoff, re-subscribes, applies
- * changes in version order.
+ * heartbeats, activity, reconnects with backoff, re-subscribes, joins and
+ * watches its rooms again, applies changes in version order.
  */
 export class PresenceClient extends EventTarget {
   /** Throws when neither `userId` nor `token` is given, or `token` is neither a string nor a function. */
@@ -132,6 +170,10 @@ export class PresenceClient extends EventTarget {
   readonly deviceId: string | null;
   /** The ids watched (subscribe / unsubscribe change it). */
   readonly subscriptions: ReadonlySet<string>;
+  /** The rooms this device is in, or is to be in once connected (join / leave change it). */
+  readonly rooms: ReadonlySet<string>;
+  /** The rooms watched (watchRoom / unwatchRoom change it). */
+  readonly watchedRooms: ReadonlySet<string>;
   /** The last welcome, or null before the first. */
   readonly welcome: Welcome | null;
   /** The connection's state (the "state" event reports every change). */
@@ -161,6 +203,27 @@ export class PresenceClient extends EventTarget {
   close(): void;
   /** The last applied view of a watched user, or undefined. */
   get(id: string): PresenceView | undefined;
+  /**
+   * Puts this device in a room (the token's `rooms` claim must allow it);
+   * kept across reconnects. Joining a room joined already does nothing.
+   * Throws a TypeError on a room id the server would refuse.
+   */
+  join(room: string): void;
+  /**
+   * Takes this device out of a room; while disconnected the leave goes out
+   * on the next connection.
+   */
+  leave(room: string): void;
+  /**
+   * Watches a room: a "room" event, then a "roomchange" event per change.
+   * Kept across reconnects: the fresh room message then is told as what
+   * differs ("roomchange" with snapshot: true), nothing if nothing did.
+   */
+  watchRoom(room: string): void;
+  /** Stops watching a room; no event about it follows. */
+  unwatchRoom(room: string): void;
+  /** A copy of a watched room as held now, or undefined before its first "room" event. */
+  getRoom(room: string): RoomView | undefined;
 
   addEventListener<K extends keyof PresenceClientEventMap>(
     type: K,

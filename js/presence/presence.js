@@ -9,6 +9,9 @@
 //   client.start();
 //   client.subscribe(["7", "9"]);
 //   client.setStatus("busy", "in a meeting");
+//   client.join("doc-42"); client.watchRoom("doc-42"); // who is here
+//   client.addEventListener("room", (e) => drawRoom(e.detail));          // the room, to replace
+//   client.addEventListener("roomchange", (e) => drawChange(e.detail));  // a join, leave or status
 //   signOutButton.onclick = () => client.bye();
 //
 // What it does (the wire contract is docs/protocol.md):
@@ -38,6 +41,15 @@
 // - Applies a `presence` message, and each user of a `snapshot`, only if
 //   its version is above the last one applied for that user; duplicates and
 //   stale replays are dropped.
+// - Rooms (docs/protocol.md "Rooms"; the token's `rooms` claim must allow
+//   them): the rooms joined and watched outlive connections. After every
+//   reconnect the client sends the leaves made while away, then joins and
+//   watches again, paced below the server's message rate; within the close
+//   grace nobody sees anything. It holds each watched room as last seen:
+//   the fresh `room` message of a re-watch (or of a resync) replaces it,
+//   and only what differs is told, as `roomchange` events with `snapshot:
+//   true` — a member who left meanwhile is a leave then, and nothing is
+//   told when nothing changed.
 // - bye() is the explicit sign-out: the device ends at once (over the socket,
 //   or with POST /v1/bye when the socket is down) and the client stops.
 //
@@ -63,7 +75,15 @@
 //               one did (4003: the token expired)
 //   "servererror" {code, message} — an `error` message of the server; a
 //               refused subscribe (too_many_subscriptions) leaves its ids in
-//               `subscriptions`, so unsubscribe() them to stay under the cap
+//               `subscriptions`, so unsubscribe() them to stay under the cap;
+//               a refused join or watch (room_not_allowed, …) leaves its
+//               room in `rooms` or `watchedRooms` likewise
+//   "room"      {room, count, members, partial, version} — a watched room
+//               as first seen (once per watchRoom): replace what you hold;
+//               members maps user id → status (null: hidden)
+//   "roomchange" {room, user_id, event, status, count, version, snapshot}
+//               — event "join", "leave" or "status"; snapshot: found by
+//               comparing a fresh room message with the room as held
 //
 // Browsers throttle the timers of background tabs (Chrome: one wake-up a
 // minute after some minutes hidden, longer than the ttl). The heartbeat and
@@ -115,11 +135,38 @@
  */
 
 /**
+ * @typedef {object} RoomView a watched room as the client holds it
+ * @property {string} room
+ * @property {number} count all the room's members, listed or not
+ * @property {Record<string, Status | null>} members the members listed,
+ *   user id → status as this viewer may see it (null: hidden)
+ * @property {boolean} partial the room has more members than listed; its
+ *   watchers get joins and leaves, no change of status
+ * @property {number} version grows with every join and leave of the room
+ */
+
+/** @typedef {"join" | "leave" | "status"} RoomEventKind */
+
+/**
+ * @typedef {object} RoomChangeDetail one change of a watched room
+ * @property {string} room
+ * @property {string} user_id
+ * @property {RoomEventKind} event
+ * @property {Status | null} status after the change; null for a leave or hidden
+ * @property {number} count the room's members after the change
+ * @property {number} version the room's version after the change
+ * @property {boolean} snapshot found by comparing a fresh room message
+ *   (after a reconnect) with the room as held, not sent live
+ */
+
+/**
  * @typedef {object} PresenceClientEventMap the events of a PresenceClient
  * @property {CustomEvent<PresenceView>} presence the applied state of a watched user
  * @property {CustomEvent<Welcome>} welcome a connection is open
  * @property {CustomEvent<StateDetail>} state the connection's state changed
  * @property {CustomEvent<ServerErrorDetail>} servererror an `error` message of the server
+ * @property {CustomEvent<RoomView>} room a watched room as first seen: replace what you hold
+ * @property {CustomEvent<RoomChangeDetail>} roomchange a change of a watched room
  */
 
 /**
@@ -136,13 +183,28 @@
 /**
  * @typedef {{type: "heartbeat", active?: false}
  *   | {type: "set_status", status: ManualStatus, text?: string}
- *   | {type: "subscribe" | "unsubscribe", user_ids: string[]}} ClientMessage
+ *   | {type: "subscribe" | "unsubscribe", user_ids: string[]}
+ *   | RoomMessage} ClientMessage
+ */
+
+/** @typedef {{type: "join" | "leave" | "watch_room" | "unwatch_room", room: string}} RoomMessage */
+
+/**
+ * @typedef {object} HeldRoom a watched room and whether its first room
+ *   message has come
+ * @property {boolean} have
+ * @property {RoomView} view
  */
 
 /** @type {ReadonlySet<string>} */
 const STATUSES = new Set(["online", "away", "busy", "invisible"]);
 const TOKEN_EXPIRED = 4003; // the close code of a socket whose token expired
 const INPUT_EVENTS = ["keydown", "pointerdown", "pointermove", "wheel", "touchstart", "focus"];
+// Room messages count against the server's messages per connection (20 a
+// second, bursts of 40) with heartbeats and subscribes: the client keeps
+// them well below.
+const ROOM_EVERY_MS = 67;
+const ROOM_BURST = 24;
 
 export class PresenceClient extends EventTarget {
   /**
@@ -186,6 +248,20 @@ export class PresenceClient extends EventTarget {
     this.versions = new Map();
     /** @type {Map<string, PresenceView>} user id → last applied view */
     this.views = new Map();
+    /** @type {Set<string>} the rooms this device is in (or is to be, once connected) */
+    this.rooms = new Set();
+    /** @type {Set<string>} the rooms watched */
+    this.watchedRooms = new Set();
+    /** @private @type {Set<string>} rooms left whose leave is still to go out */
+    this._leaving = new Set();
+    /** @private @type {Map<string, HeldRoom>} watched rooms as last seen */
+    this._held = new Map();
+    /** @private @type {RoomMessage[]} room messages waiting for their turn */
+    this._roomOut = [];
+    /** @private the time (ms) the pacing of room messages is back to full */
+    this._roomTat = 0;
+    /** @private */
+    this._cancelRoomPump = noop;
     /** @type {Welcome | null} */
     this.welcome = null;
     /** @type {ConnectionState} */
@@ -344,6 +420,76 @@ export class PresenceClient extends EventTarget {
     return this.views.get(id);
   }
 
+  // --- rooms ---
+
+  /**
+   * Puts this device in a room (its watchers see the user join). Kept
+   * across reconnects: the client joins again on every connection. Joining
+   * a room joined already does nothing. Throws on a room id the server
+   * would refuse (see idProblem).
+   * @param {string} room
+   * @returns {void}
+   */
+  join(room) {
+    checkRoom(room);
+    if (this.rooms.has(room)) return;
+    this.rooms.add(room);
+    this._leaving.delete(room);
+    this._queueRoom({ type: "join", room });
+  }
+
+  /**
+   * Takes this device out of a room; leaving a room not joined does
+   * nothing. While disconnected the leave goes out on the next connection
+   * (the server keeps the device in its rooms through the close grace).
+   * @param {string} room
+   * @returns {void}
+   */
+  leave(room) {
+    checkRoom(room);
+    if (!this.rooms.delete(room)) return;
+    this._leaving.add(room);
+    this._queueRoom({ type: "leave", room });
+  }
+
+  /**
+   * Watches a room: a "room" event follows, then a "roomchange" event for
+   * each join, leave and change of status. Kept across reconnects (see
+   * the top of this file). Watching a room watched already does nothing.
+   * @param {string} room
+   * @returns {void}
+   */
+  watchRoom(room) {
+    checkRoom(room);
+    if (this.watchedRooms.has(room)) return;
+    this.watchedRooms.add(room);
+    this._held.set(room, { have: false, view: { room, count: 0, members: {}, partial: false, version: 0 } });
+    this._queueRoom({ type: "watch_room", room });
+  }
+
+  /**
+   * Stops watching a room; no event about it follows.
+   * @param {string} room
+   * @returns {void}
+   */
+  unwatchRoom(room) {
+    checkRoom(room);
+    if (!this.watchedRooms.delete(room)) return;
+    this._held.delete(room);
+    this._queueRoom({ type: "unwatch_room", room });
+  }
+
+  /**
+   * A watched room as the client holds it now (a copy), or undefined before
+   * its first "room" event.
+   * @param {string} room
+   * @returns {RoomView | undefined}
+   */
+  getRoom(room) {
+    const held = this._held.get(room);
+    return held?.have ? { ...held.view, members: { ...held.view.members } } : undefined;
+  }
+
   // --- connection ---
 
   /** @private */
@@ -390,6 +536,7 @@ export class PresenceClient extends EventTarget {
       if (this._ws !== ws) return;
       this._ws = null;
       this._cancelBeat();
+      this._cancelRoomPump();
       if (this._stopped) return;
       // 1000 after our bye is handled by _stop; anything else is a drop:
       // the server keeps the device alive for its close grace, we come back
@@ -422,6 +569,14 @@ export class PresenceClient extends EventTarget {
         this._reportedActive = true;
         this._setState("open");
         if (this.subscriptions.size > 0) this._send({ type: "subscribe", user_ids: [...this.subscriptions] });
+        // A watch ends with its connection; the device's rooms do not
+        // (within the close grace), so only what is due goes out again.
+        this._roomOut = [
+          ...[...this._leaving].map((room) => /** @type {RoomMessage} */ ({ type: "leave", room })),
+          ...[...this.rooms].map((room) => /** @type {RoomMessage} */ ({ type: "join", room })),
+          ...[...this.watchedRooms].map((room) => /** @type {RoomMessage} */ ({ type: "watch_room", room })),
+        ];
+        this._pumpRooms();
         if (this._pendingStatus) {
           this._send(this._pendingStatus);
           this._pendingStatus = null;
@@ -434,6 +589,12 @@ export class PresenceClient extends EventTarget {
         break;
       case "presence":
         this._apply(msg);
+        break;
+      case "room":
+        this._applyRoom(msg);
+        break;
+      case "room_change":
+        this._applyRoomChange(msg);
         break;
       case "error":
         this._emit("servererror", { code: msg.code, message: msg.message });
@@ -465,6 +626,127 @@ export class PresenceClient extends EventTarget {
   }
 
   /**
+   * A room message: the first of a watch is told as it is; a later one
+   * (a re-watch, a resync) replaces the view, told as what differs.
+   * @private
+   * @param {any} msg
+   */
+  _applyRoom(msg) {
+    const held = this._held.get(msg.room);
+    if (!held) return; // not watched (any more)
+    /** @type {Record<string, Status | null>} */
+    const members = {};
+    for (const [id, s] of Object.entries(msg.members || {})) members[id] = /** @type {Status | null} */ (s ?? null);
+    /** @type {RoomView} */
+    const view = { room: msg.room, count: msg.count ?? 0, members, partial: msg.next != null, version: msg.version ?? 0 };
+    const old = held.view;
+    const first = !held.have;
+    held.have = true;
+    held.view = view;
+    if (first || old.partial || view.partial) {
+      this._emit("room", { ...view, members: { ...members } });
+      return;
+    }
+    let count = old.count;
+    /** @param {string} user_id @param {RoomEventKind} event @param {Status | null} status */
+    const tell = (user_id, event, status) =>
+      this._emit("roomchange", { room: view.room, user_id, event, status, count, version: view.version, snapshot: true });
+    const oldIds = Object.keys(old.members).sort();
+    const ids = Object.keys(members).sort();
+    for (const id of oldIds) {
+      if (!(id in members)) {
+        count--;
+        tell(id, "leave", null);
+      }
+    }
+    for (const id of ids) {
+      if (!(id in old.members)) {
+        count++;
+        tell(id, "join", members[id]);
+      }
+    }
+    for (const id of ids) if (id in old.members && old.members[id] !== members[id]) tell(id, "status", members[id]);
+  }
+
+  /**
+   * @private
+   * @param {any} msg
+   */
+  _applyRoomChange(msg) {
+    const held = this._held.get(msg.room);
+    if (!held?.have) return; // not watched, or from before the watch's room message
+    /** @type {RoomEventKind} */
+    const event = msg.event;
+    const status = event === "leave" ? null : /** @type {Status | null} */ (msg.status ?? null);
+    if (event === "leave") delete held.view.members[msg.user_id];
+    else if (event === "join" || event === "status") held.view.members[msg.user_id] = status;
+    else return;
+    held.view.count = msg.count;
+    held.view.version = Math.max(held.view.version, msg.version);
+    this._emit("roomchange", {
+      room: msg.room,
+      user_id: msg.user_id,
+      event,
+      status,
+      count: msg.count,
+      version: msg.version,
+      snapshot: false,
+    });
+  }
+
+  /**
+   * @private
+   * @param {RoomMessage} msg
+   */
+  _queueRoom(msg) {
+    if (!this._isOpen()) return; // the welcome sends what is due
+    this._roomOut.push(msg);
+    this._pumpRooms();
+  }
+
+  // Sends the waiting room messages that are still due, ROOM_BURST at once
+  // and then one every ROOM_EVERY_MS.
+  /** @private */
+  _pumpRooms() {
+    this._cancelRoomPump();
+    while (this._roomOut.length > 0 && this._isOpen()) {
+      const msg = /** @type {RoomMessage} */ (this._roomOut[0]);
+      if (!this._roomDue(msg)) {
+        this._roomOut.shift();
+        continue;
+      }
+      const now = Date.now();
+      const tat = Math.max(this._roomTat, now) + ROOM_EVERY_MS;
+      if (tat - now > ROOM_BURST * ROOM_EVERY_MS) {
+        this._cancelRoomPump = later(() => this._pumpRooms(), tat - now - ROOM_BURST * ROOM_EVERY_MS, this._timerURL);
+        return;
+      }
+      this._roomTat = tat;
+      this._roomOut.shift();
+      this._send(msg);
+      if (msg.type === "leave") this._leaving.delete(msg.room);
+    }
+  }
+
+  /**
+   * Whether a queued room message still says what the client wants.
+   * @private
+   * @param {RoomMessage} msg
+   */
+  _roomDue(msg) {
+    switch (msg.type) {
+      case "join":
+        return this.rooms.has(msg.room);
+      case "leave":
+        return this._leaving.has(msg.room) && !this.rooms.has(msg.room);
+      case "watch_room":
+        return this.watchedRooms.has(msg.room);
+      case "unwatch_room":
+        return !this.watchedRooms.has(msg.room);
+    }
+  }
+
+  /**
    * @private
    * @param {number} [code]
    */
@@ -492,6 +774,7 @@ export class PresenceClient extends EventTarget {
     this._gen++;
     this._cancelBeat();
     this._cancelRetry();
+    this._cancelRoomPump();
     if (typeof window !== "undefined") {
       for (const t of INPUT_EVENTS) window.removeEventListener(t, this._onInput, { capture: true });
       window.removeEventListener("online", this._onOnline);
@@ -653,6 +936,12 @@ export function idProblem(id) {
 }
 
 const noop = () => {};
+
+/** @param {string} room */
+function checkRoom(room) {
+  const problem = idProblem(room);
+  if (problem) throw new TypeError(`PresenceClient: room id ${JSON.stringify(room)}: ${problem}`);
+}
 
 // later runs fn after ms and returns its cancel function. Chrome throttles
 // chained timers of a page hidden for some minutes to one wake-up a minute,

@@ -1,15 +1,21 @@
-// The demo page of presenced: sign in, watch contacts, set your status.
-// Everything about the protocol lives in presence.js; this file only draws.
+// The demo page of presenced: sign in, watch contacts, set your status,
+// and see who is here in the page's room, "demo": the page joins it and
+// watches it. Everything about the protocol lives in presence.js; this
+// file only draws.
 //
 // The session (who is signed in) lives in sessionStorage, so a reload keeps
 // the tab signed in as the same device; the contact list lives in
-// localStorage per user. Each contact row carries data-user-id and
-// data-status (online, away, busy, offline, hidden, unknown) for tests.
+// localStorage per user. Each contact row and each row of the room carries
+// data-user-id and data-status (online, away, busy, offline, hidden,
+// unknown) for tests; the room's count carries data-count.
 
 import { PresenceClient, idProblem } from "./presence.js";
 
 const $ = (sel) => document.querySelector(sel);
 const SESSION_KEY = "presenced.demo.session";
+const ROOM = "demo"; // the page's room: everyone signed in on the page
+// Errors of room messages go to the room's panel, the others to the contacts'.
+const ROOM_ERRORS = new Set(["room_not_allowed", "rooms_unavailable", "too_many_rooms", "too_many_watched_rooms", "device_not_alive"]);
 const LABELS = {
   online: "Online",
   away: "Away",
@@ -26,6 +32,7 @@ let client = null;
 let me = null; // user id signed in
 let signInToken = null; // the token pasted at sign-in, if any
 let contacts = []; // ids, in the order added
+let members = new Map(); // the room's members: user id → status (null: hidden)
 
 // --- session ---
 
@@ -47,9 +54,27 @@ function signIn({ userId, token }) {
     else renderContact(e.detail);
   });
   client.addEventListener("servererror", (e) => {
-    $("#add-error").textContent = `${e.detail.code}: ${e.detail.message}`;
+    if (ROOM_ERRORS.has(e.detail.code)) showRoomError(e.detail);
+    else $("#add-error").textContent = `${e.detail.code}: ${e.detail.message}`;
+  });
+  client.addEventListener("room", (e) => {
+    members = new Map(Object.entries(e.detail.members));
+    drawRoom(e.detail.count);
+  });
+  client.addEventListener("roomchange", (e) => {
+    const { event, user_id, status, count } = e.detail;
+    if (event === "leave") members.delete(user_id);
+    else members.set(user_id, status);
+    drawRoom(count);
+    if (event !== "status" && user_id !== me) $("#announce").textContent = `${user_id} ${event === "join" ? "joined" : "left"} the room`;
   });
   client.start();
+  members = new Map();
+  $("#room-list").replaceChildren();
+  $("#room-note").textContent = "";
+  $("#room-name").textContent = ROOM;
+  client.join(ROOM);
+  client.watchRoom(ROOM);
   if (me) watch();
 }
 
@@ -66,6 +91,7 @@ function showSignedIn() {
   if (!contacts.length && !$("#contact-list").children.length) watch();
   $("#signin").hidden = true;
   $("#me").hidden = false;
+  $("#room").hidden = false;
   $("#contacts").hidden = false;
   $("#me-name").textContent = me;
   document.title = `${me} — presenced`;
@@ -78,7 +104,10 @@ function signOut() {
   contacts = [];
   sessionStorage.removeItem(SESSION_KEY);
   $("#contact-list").replaceChildren();
+  members = new Map();
+  $("#room-list").replaceChildren();
   $("#me").hidden = true;
+  $("#room").hidden = true;
   $("#contacts").hidden = true;
   $("#signin").hidden = false;
   $("#conn").dataset.state = "closed";
@@ -147,6 +176,36 @@ function showMe(view) {
   if (radio) radio.checked = true;
   updateHint();
   if (document.activeElement !== $("#status-text")) $("#status-text").value = view.status_text ?? "";
+}
+
+// --- the room ---
+
+// drawRoom shows the room's members, the user first, then by id, and
+// how many are here.
+function drawRoom(count) {
+  const ids = [...members.keys()].sort((a, b) => (b === me) - (a === me) || (a < b ? -1 : a > b ? 1 : 0));
+  $("#room-list").replaceChildren(
+    ...ids.map((id) => {
+      const li = $("#member-row").content.firstElementChild.cloneNode(true);
+      const status = members.get(id) ?? "hidden";
+      li.dataset.userId = id;
+      li.dataset.status = status;
+      li.querySelector(".dot").dataset.status = status;
+      li.querySelector(".name").textContent = id === me ? `${id} (you)` : id;
+      li.querySelector(".label").textContent = LABELS[status] ?? status;
+      return li;
+    }),
+  );
+  const el = $("#room-count");
+  el.dataset.count = String(count);
+  el.textContent = count === 1 ? "1 here" : `${count} here`;
+}
+
+function showRoomError({ code, message }) {
+  $("#room-note").textContent =
+    code === "room_not_allowed"
+      ? `Your token does not let you into the room "${ROOM}": its rooms claim must allow it (presenced -print-token ${me ?? "ID"} -print-token-rooms ${ROOM}).`
+      : `${code}: ${message}`;
 }
 
 // --- contacts ---

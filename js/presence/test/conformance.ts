@@ -25,6 +25,9 @@ same<Same<decl.PresenceView, impl.PresenceView>>();
 same<Same<decl.Welcome, impl.Welcome>>();
 same<Same<decl.StateDetail, impl.StateDetail>>();
 same<Same<decl.ServerErrorDetail, impl.ServerErrorDetail>>();
+same<Same<decl.RoomView, impl.RoomView>>();
+same<Same<decl.RoomEventKind, impl.RoomEventKind>>();
+same<Same<decl.RoomChangeDetail, impl.RoomChangeDetail>>();
 same<Same<decl.PresenceClientOptions, impl.PresenceClientOptions>>();
 // The events: the code dispatches them only through _emit, whose type and
 // detail come from its PresenceClientEventMap.
@@ -43,6 +46,11 @@ same<Same<D["setStatus"], I["setStatus"]>>();
 same<Same<D["bye"], I["bye"]>>();
 same<Same<D["close"], I["close"]>>();
 same<Same<D["get"], I["get"]>>();
+same<Same<D["join"], I["join"]>>();
+same<Same<D["leave"], I["leave"]>>();
+same<Same<D["watchRoom"], I["watchRoom"]>>();
+same<Same<D["unwatchRoom"], I["unwatchRoom"]>>();
+same<Same<D["getRoom"], I["getRoom"]>>();
 same<Same<D["userId"], I["userId"]>>();
 same<Same<D["token"], I["token"]>>();
 same<Same<D["url"], I["url"]>>();
@@ -52,6 +60,10 @@ same<Same<D["welcome"], I["welcome"]>>();
 same<Same<D["state"], I["state"]>>();
 same<Same<D["subscriptions"], ReadonlySet<string>>>();
 const subscriptions: D["subscriptions"] = {} as I["subscriptions"];
+same<Same<D["rooms"], ReadonlySet<string>>>();
+const rooms: D["rooms"] = {} as I["rooms"];
+same<Same<D["watchedRooms"], ReadonlySet<string>>>();
+const watchedRooms: D["watchedRooms"] = {} as I["watchedRooms"];
 // And the class as a whole: the code's class is a value of the declared one.
 const Client: typeof decl.PresenceClient = impl.PresenceClient;
 
@@ -60,4 +72,4 @@ same<Same<typeof decl.idProblem, typeof impl.idProblem>>();
 // The module exports nothing else, and nothing declared is missing.
 same<Same<keyof typeof decl, keyof typeof impl>>();
 
-export { subscriptions, Client };
+export { subscriptions, rooms, watchedRooms, Client };

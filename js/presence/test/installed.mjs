@@ -99,6 +99,47 @@ test("a client of the installed package sees a presence change on a real node, a
   assert.equal(alice.state, "closed");
 });
 
+test("rooms on a real node: who is here, and a dropped socket back within the close grace shows nothing", async (t) => {
+  const url = process.env.PRESENCED_URL.replace(/^http/, "ws") + "/v1/ws";
+  // -dev: a socket without a token may enter every room.
+  const carol = new PresenceClient({ userId: "carol", url, storage: null });
+  const dan = new PresenceClient({ userId: "dan", url, storage: null });
+  t.after(() => (carol.close(), dan.close()));
+  /** @type {Record<string, string[]>} each one's room events, as "event user" */
+  const log = { carol: [], dan: [] };
+  for (const [name, c] of [["carol", carol], ["dan", dan]]) {
+    c.addEventListener("room", (e) => log[name].push(`room ${Object.keys(e.detail.members).sort()}`));
+    c.addEventListener("roomchange", (e) => log[name].push(`${e.detail.event} ${e.detail.user_id}${e.detail.snapshot ? " snapshot" : ""}`));
+    c.addEventListener("servererror", (e) => log[name].push(`error ${e.detail.code}`));
+  }
+  dan.start();
+  dan.watchRoom("doc-42");
+  await until(() => log.dan.length === 1, "dan's room message");
+  carol.start();
+  carol.join("doc-42");
+  carol.watchRoom("doc-42");
+  await until(() => log.dan.length === 2 && log.carol.length === 1, "dan sees carol join; carol's own room message");
+  assert.deepEqual(log.dan, ["room ", "join carol"]);
+  assert.deepEqual(log.carol, ["room carol"]);
+
+  // carol's socket drops (closed under her client, not by it): she is back
+  // within the close grace.
+  const welcomes = carol.welcome;
+  carol._ws.close();
+  await until(() => carol.state === "open" && carol.welcome !== welcomes, "carol reconnects");
+  dan.join("doc-42"); // after it, on dan's socket: a barrier for what carol's drop did
+  // carol hears of dan's join live, or in the room message of her
+  // re-watch if his join came first (nothing orders two sockets): once.
+  const carolSaw = () => log.carol.map((e) => e.replace("join dan snapshot", "join dan"));
+  await until(() => log.dan.at(-1) === "join dan" && carolSaw().at(-1) === "join dan", "both see dan join");
+  assert.deepEqual(log.dan, ["room ", "join carol", "join dan"], "dan saw nothing of carol's drop");
+  assert.deepEqual(carolSaw(), ["room carol", "join dan"], "carol's re-watch told her nothing else");
+  assert.deepEqual(carol.getRoom("doc-42")?.members, { carol: "online", dan: "online" });
+
+  carol.leave("doc-42");
+  await until(() => log.dan.at(-1) === "leave carol", "dan sees carol leave");
+});
+
 // until polls cond until it holds, or fails after STEP naming what it waited for.
 async function until(cond, what) {
   const deadline = Date.now() + STEP;

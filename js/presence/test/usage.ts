@@ -11,6 +11,9 @@ import type {
   ManualStatus,
   PresenceClientOptions,
   PresenceView,
+  RoomChangeDetail,
+  RoomEventKind,
+  RoomView,
   StateDetail,
   Status,
   TokenSource,
@@ -63,6 +66,28 @@ client.addEventListener("presence", onPresence);
 client.removeEventListener("presence", onPresence);
 client.addEventListener("custom", (e: Event) => console.log(e.type)); // any other event, untyped
 
+// Rooms: who is here.
+client.join("doc-42");
+client.watchRoom("doc-42");
+const here = new Map<string, Status | null>();
+client.addEventListener("room", (e) => {
+  const r: RoomView = e.detail;
+  here.clear();
+  for (const [id, s] of Object.entries(r.members)) here.set(id, s);
+  console.log(r.room, r.count, r.partial, r.version);
+});
+client.addEventListener("roomchange", (e) => {
+  const c: RoomChangeDetail = e.detail;
+  const kind: RoomEventKind = c.event;
+  if (kind === "leave") here.delete(c.user_id);
+  else here.set(c.user_id, c.status);
+  console.log(c.room, c.count, c.version, c.snapshot ? "while away" : "live");
+});
+const room: RoomView | undefined = client.getRoom("doc-42");
+const inRoom: boolean = client.rooms.has("doc-42") && client.watchedRooms.has("doc-42");
+client.unwatchRoom("doc-42");
+client.leave("doc-42");
+
 // State one may read.
 const view: PresenceView | undefined = client.get("7");
 const watched: boolean = client.subscriptions.has("7");
@@ -99,5 +124,11 @@ client.state = "open";
 client.subscriptions.add("8");
 // @ts-expect-error there is no such method
 client.connect();
+// @ts-expect-error a room is one id, not a list
+client.join(["doc-42"]);
+// @ts-expect-error a change is a join, a leave or a status
+client.addEventListener("roomchange", (e) => e.detail.event === "kick");
+// @ts-expect-error rooms change through join and leave only
+client.rooms.add("doc-43");
 
-export { clients, view, watched, who, device, welcome, statuses, problem };
+export { clients, view, watched, who, device, welcome, statuses, problem, room, inRoom };

@@ -1,0 +1,361 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/auth"
+)
+
+// Rooms against the real server: joins, leaves, statuses, and the
+// reconnects that must show nothing (within the close grace) or only what
+// changed meanwhile.
+
+// dialRooms connects user's device with a token that lets it into every
+// room; cut, when not nil, dials its connections.
+func dialRooms(t *testing.T, n *node, user, device string, cut *cutter) *client.Client {
+	t.Helper()
+	tok, err := auth.Token{User: user, Rooms: []string{"*"}}.Sign(secret, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := client.Config{
+		URL: n.url(), Token: tok, DeviceID: device,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	}
+	if cut != nil {
+		cfg.NetDial = cut.dial
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("dial %s: %v", user, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if u := next(t, c); u != (client.StateChange{State: client.Connected}) {
+		t.Fatalf("first update = %#v, want Connected", u)
+	}
+	return c
+}
+
+// nextRoomUpdate skips connection state changes and returns the next
+// RoomSnapshot or RoomChange.
+func nextRoomUpdate(t *testing.T, c *client.Client) client.Update {
+	t.Helper()
+	for {
+		switch u := next(t, c).(type) {
+		case client.RoomSnapshot, client.RoomChange:
+			return u
+		case client.StateChange:
+			continue
+		default:
+			t.Fatalf("update = %#v, want one of a room", u)
+		}
+	}
+}
+
+// wantRoom takes the next room update, a snapshot, and checks its members
+// ("id:status" sorted; a hidden status reads "id:").
+func wantRoom(t *testing.T, c *client.Client, room string, members ...string) client.RoomSnapshot {
+	t.Helper()
+	u := nextRoomUpdate(t, c)
+	s, ok := u.(client.RoomSnapshot)
+	if !ok || s.Room != room || s.Count != len(members) || fmt.Sprint(memberList(s.Members)) != fmt.Sprint(members) {
+		t.Fatalf("update = %#v, want the snapshot of %s with %v", u, room, members)
+	}
+	return s
+}
+
+func memberList(m map[string]client.Status) []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, id+":"+string(m[id]))
+	}
+	return out
+}
+
+// wantChange takes the next room update, a change, and checks it as
+// "kind user status count" (status empty for a leave).
+func wantChange(t *testing.T, c *client.Client, room, want string, snapshot bool) client.RoomChange {
+	t.Helper()
+	u := nextRoomUpdate(t, c)
+	ch, ok := u.(client.RoomChange)
+	got := ""
+	if ok {
+		got = fmt.Sprintf("%s %s %s %d", ch.Kind, ch.UserID, ch.Status, ch.Count)
+	}
+	if !ok || ch.Room != room || got != want || ch.Snapshot != snapshot {
+		t.Fatalf("update = %#v, want the change %q of %s (snapshot %v)", u, want, room, snapshot)
+	}
+	return ch
+}
+
+// quietRooms asserts that c delivers no room update for d (connection
+// state changes are allowed).
+func quietRooms(t *testing.T, c *client.Client, d time.Duration) {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case u := <-c.Updates():
+			if _, ok := u.(client.StateChange); !ok {
+				t.Fatalf("unexpected update %#v", u)
+			}
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func TestE2ERoomJoinsLeavesAndStatuses(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	ctx := context.Background()
+	w := dialRooms(t, n, "w", "watcher", nil)
+	if err := w.WatchRoom(ctx, "doc-42"); err != nil {
+		t.Fatal(err)
+	}
+	if s := wantRoom(t, w, "doc-42"); s.Partial {
+		t.Fatalf("snapshot of an empty room = %+v", s)
+	}
+
+	a := dialRooms(t, n, "a", "laptop", nil)
+	if err := a.Join(ctx, "doc-42"); err != nil {
+		t.Fatal(err)
+	}
+	join := wantChange(t, w, "doc-42", "join a online 1", false)
+	if err := a.Join(ctx, "doc-42"); err != nil { // joined already: nothing
+		t.Fatal(err)
+	}
+	// The joiner may watch too: its own join is in the room's snapshot.
+	if err := a.WatchRoom(ctx, "doc-42"); err != nil {
+		t.Fatal(err)
+	}
+	if s := wantRoom(t, a, "doc-42", "a:online"); s.Version != join.Version {
+		t.Fatalf("a's snapshot %+v, want version %d", s, join.Version)
+	}
+
+	b := dialRooms(t, n, "b", "phone", nil)
+	if err := b.Join(ctx, "doc-42"); err != nil {
+		t.Fatal(err)
+	}
+	bJoin := wantChange(t, w, "doc-42", "join b online 2", false)
+	wantChange(t, a, "doc-42", "join b online 2", false)
+	if bJoin.Version <= join.Version {
+		t.Fatalf("b's join at version %d after a's at %d", bJoin.Version, join.Version)
+	}
+	if err := b.SetStatus(ctx, client.Busy, ""); err != nil {
+		t.Fatal(err)
+	}
+	st := wantChange(t, w, "doc-42", "status b busy 2", false)
+	if st.Version != bJoin.Version {
+		t.Fatalf("a change of status moved the room's version: %d after %d", st.Version, bJoin.Version)
+	}
+	wantChange(t, a, "doc-42", "status b busy 2", false)
+	if err := b.Leave(ctx, "doc-42"); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, "doc-42", "leave b  1", false)
+	wantChange(t, a, "doc-42", "leave b  1", false)
+	if got, ok := a.Room("doc-42"); !ok || fmt.Sprint(memberList(got.Members)) != "[a:online]" || got.Count != 1 {
+		t.Fatalf("a.Room = %+v, %v; want a alone", got, ok)
+	}
+	if got := a.JoinedRooms(); fmt.Sprint(got) != "[doc-42]" {
+		t.Fatalf("JoinedRooms = %v", got)
+	}
+
+	// After UnwatchRoom nothing more arrives about the room.
+	if err := w.UnwatchRoom(ctx, "doc-42"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.Room("doc-42"); ok || len(w.WatchedRooms()) != 0 {
+		t.Fatalf("the room is still held after UnwatchRoom: %v", w.WatchedRooms())
+	}
+	if err := b.Join(ctx, "doc-42"); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, a, "doc-42", "join b busy 2", false) // a still watches: b's join has happened
+	quietRooms(t, w, 300*time.Millisecond)
+}
+
+// TestE2ERoomReconnectWithinGrace: a device that loses its connection and
+// is back within the close grace never left its rooms: another watcher
+// sees nothing, and the device's own view of the room stays as it was.
+func TestE2ERoomReconnectWithinGrace(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	ctx := context.Background()
+	w := dialRooms(t, n, "w", "watcher", nil)
+	if err := w.WatchRoom(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantRoom(t, w, "call")
+	cut := &cutter{}
+	a := dialRooms(t, n, "a", "laptop", cut)
+	if err := a.Join(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WatchRoom(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, "call", "join a online 1", false)
+	before := wantRoom(t, a, "call", "a:online")
+
+	cut.cut()
+	wantReconnected(t, a)
+	quietRooms(t, w, 500*time.Millisecond) // no leave, no join
+	quietRooms(t, a, 100*time.Millisecond) // the fresh room message matches what a held
+	if got, ok := a.Room("call"); !ok || fmt.Sprint(memberList(got.Members)) != "[a:online]" || got.Version != before.Version {
+		t.Fatalf("a.Room after the reconnect = %+v, %v; want %+v", got, ok, before)
+	}
+
+	// a watches again on its new connection: it hears of the next join
+	// live, as w does.
+	b := dialRooms(t, n, "b", "phone", nil)
+	if err := b.Join(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, "call", "join b online 2", false)
+	// Live, or in the room message of a's watch if b's join came first
+	// (nothing orders the two sockets): either way once.
+	if u, ok := nextRoomUpdate(t, a).(client.RoomChange); !ok || u.Kind != client.RoomJoin || u.UserID != "b" || u.Count != 2 {
+		t.Fatalf("a's update = %#v, want b's join", u)
+	}
+	quietRooms(t, a, 100*time.Millisecond)
+	// And a's device is in the room still: its leave is seen.
+	if err := a.Leave(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, "call", "leave a  1", false)
+}
+
+// TestE2ERoomReconnectCatchesUp: while a watcher is away, one member
+// leaves, another joins and a third changes status; the room message of
+// its reconnect replaces its view, reported as exactly those changes. A
+// leave made while disconnected goes out on the reconnect.
+func TestE2ERoomReconnectCatchesUp(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	ctx := context.Background()
+	cut := &cutter{}
+	a := dialRooms(t, n, "a", "laptop", cut)
+	if err := a.Join(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WatchRoom(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantRoom(t, a, "call", "a:online")
+	b := dialRooms(t, n, "b", "phone", nil)
+	c := dialRooms(t, n, "c", "phone", nil)
+	if err := b.Join(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, a, "call", "join b online 2", false)
+	if err := c.Join(ctx, "call"); err != nil { // after b's: sockets do not order each other
+		t.Fatal(err)
+	}
+	wantChange(t, a, "call", "join c online 3", false)
+	w := dialRooms(t, n, "w", "watcher", nil)
+	if err := w.WatchRoom(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantRoom(t, w, "call", "a:online", "b:online", "c:online")
+
+	cut.hold(true)
+	cut.cut()
+	if sc, ok := next(t, a).(client.StateChange); !ok || sc.State != client.Disconnected {
+		t.Fatalf("update = %#v, want Disconnected", sc)
+	}
+	if err := a.Leave(ctx, "call"); err != nil { // recorded, sent on the reconnect
+		t.Fatal(err)
+	}
+	if err := b.Leave(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, "call", "leave b  2", false)
+	d := dialRooms(t, n, "d", "phone", nil)
+	if err := d.Join(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, "call", "join d online 3", false)
+	if err := c.SetStatus(ctx, client.Away, ""); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, "call", "status c away 3", false)
+
+	cut.hold(false)
+	if u := next(t, a); u != (client.StateChange{State: client.Connected}) {
+		t.Fatalf("update = %#v, want Connected", u)
+	}
+	// a's leave goes out before its watch: its room message no longer
+	// lists a.
+	wantChange(t, w, "call", "leave a  2", false)
+	wantChange(t, a, "call", "leave a  2", true)
+	wantChange(t, a, "call", "leave b  1", true)
+	wantChange(t, a, "call", "join d online 2", true)
+	ch := wantChange(t, a, "call", "status c away 2", true)
+	if got, _ := a.Room("call"); got.Count != 2 || fmt.Sprint(memberList(got.Members)) != "[c:away d:online]" || got.Version != ch.Version {
+		t.Fatalf("a.Room after catching up = %+v", got)
+	}
+	quietRooms(t, a, 200*time.Millisecond)
+	if got := a.JoinedRooms(); len(got) != 0 {
+		t.Fatalf("JoinedRooms after Leave = %v", got)
+	}
+}
+
+func TestE2ERoomRefusals(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0")
+	ctx := context.Background()
+	// A token without the rooms claim enters no room: the server says so.
+	plain := dial(t, n, "p", "phone")
+	if err := plain.Join(ctx, "doc-42"); err != nil {
+		t.Fatal(err)
+	}
+	u := next(t, plain)
+	if se, ok := u.(*client.ServerError); !ok || se.Code != "room_not_allowed" {
+		t.Fatalf("update = %#v, want room_not_allowed", u)
+	}
+
+	// What the server would refuse anyway is refused here, changing nothing.
+	tok, err := auth.Token{User: "a", Rooms: []string{"*"}}.Sign(secret, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := client.Dial(ctx, client.Config{URL: n.url(), Token: tok, MaxRooms: 1, MaxWatchedRooms: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, bad := range []string{"", "a,b", "with space"} {
+		if err := a.Join(ctx, bad); err == nil {
+			t.Errorf("Join(%q) = nil, want an error", bad)
+		}
+		if err := a.WatchRoom(ctx, bad); err == nil {
+			t.Errorf("WatchRoom(%q) = nil, want an error", bad)
+		}
+	}
+	if err := a.Join(ctx, "one"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Join(ctx, "two"); !errors.Is(err, client.ErrTooManyRooms) {
+		t.Fatalf("a second Join with MaxRooms 1 = %v, want ErrTooManyRooms", err)
+	}
+	if err := a.WatchRoom(ctx, "one"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WatchRoom(ctx, "two"); !errors.Is(err, client.ErrTooManyWatchedRooms) {
+		t.Fatalf("a second WatchRoom with MaxWatchedRooms 1 = %v, want ErrTooManyWatchedRooms", err)
+	}
+	if got := fmt.Sprint(a.JoinedRooms(), a.WatchedRooms()); got != "[one] [one]" {
+		t.Fatalf("rooms after the refusals: %s", got)
+	}
+	a.Close()
+	if err := a.Join(ctx, "three"); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("Join after Close = %v, want ErrClosed", err)
+	}
+}

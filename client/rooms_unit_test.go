@@ -1,0 +1,162 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestDiffRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		old, fresh map[string]Status
+		want       []string
+	}{
+		{"same", map[string]Status{"a": Online, "b": Hidden}, map[string]Status{"a": Online, "b": Hidden}, nil},
+		{"empty to empty", nil, map[string]Status{}, nil},
+		{"left, joined, changed", map[string]Status{"a": Online, "b": Busy, "c": Online}, map[string]Status{"c": Away, "d": Hidden, "a": Online},
+			[]string{"leave b  2", "join d  3", "status c away 3"}},
+		{"all gone", map[string]Status{"b": Online, "a": Online}, map[string]Status{}, []string{"leave a  1", "leave b  0"}},
+	} {
+		var got []string
+		for _, ch := range diffRoom("r", tc.old, len(tc.old), tc.fresh, 9) {
+			if ch.Room != "r" || ch.Version != 9 || !ch.Snapshot {
+				t.Errorf("%s: change %+v, want room r, version 9, Snapshot", tc.name, ch)
+			}
+			got = append(got, fmt.Sprintf("%s %s %s %d", ch.Kind, ch.UserID, ch.Status, ch.Count))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: diff = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A room's changes are never coalesced nor dropped, until the application
+// lets too many wait: then one snapshot of the room stands for them, at
+// the end, and other updates keep their place.
+func TestQueueRoomBacklogGivesWayToSnapshot(t *testing.T) {
+	q := newQueue()
+	snaps := 0
+	snap := func() RoomSnapshot { snaps++; return RoomSnapshot{Room: "r", Count: 7} }
+	q.pushRoom("other", RoomChange{Room: "other", UserID: "x"}, nil)
+	for i := range maxRoomBacklog {
+		q.pushRoom("r", RoomChange{Room: "r", UserID: fmt.Sprint(i)}, snap)
+	}
+	q.push(Event{UserID: "u", Version: 1})
+	if snaps != 0 {
+		t.Fatalf("a snapshot at %d changes waiting, want none until more than %d", maxRoomBacklog, maxRoomBacklog)
+	}
+	q.pushRoom("r", RoomChange{Room: "r", UserID: "last"}, snap)
+	want := []string{"RoomChange other x", "Event u", "RoomSnapshot r 7"}
+	var got []string
+	for {
+		u, ok := q.pop()
+		if !ok {
+			break
+		}
+		switch u := u.(type) {
+		case RoomChange:
+			got = append(got, "RoomChange "+u.Room+" "+u.UserID)
+		case RoomSnapshot:
+			got = append(got, fmt.Sprintf("RoomSnapshot %s %d", u.Room, u.Count))
+		case Event:
+			got = append(got, "Event "+u.UserID)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || snaps != 1 {
+		t.Fatalf("popped %q (%d snapshots taken), want %q", got, snaps, want)
+	}
+	if len(q.rooms) != 0 {
+		t.Fatalf("room counts left after draining: %v", q.rooms)
+	}
+	// Unwatching drops what waits of the room.
+	q.pushRoom("r", RoomChange{Room: "r", UserID: "a"}, snap)
+	q.pushRoom("s", RoomChange{Room: "s", UserID: "b"}, snap)
+	q.dropRoom("r")
+	if u, _ := q.pop(); u.(RoomChange).Room != "s" {
+		t.Fatalf("after dropRoom(r): %+v", u)
+	}
+}
+
+// After a reconnect the client sends again, in order, the leaves recorded
+// while away, its joins and its watches, and nothing that went out on the
+// connection already; the fresh room message that matches its view
+// delivers nothing.
+func TestRoomsSentAgainOnReconnect(t *testing.T) {
+	f := newFake(t)
+	c := f.dial(t, Config{})
+	ctx := context.Background()
+	wantState(t, c, Connected)
+	c0 := f.conn(0)
+	for _, step := range []struct {
+		op   func(context.Context, string) error
+		room string
+		want string
+	}{
+		{c.Join, "a", "join"},
+		{c.Join, "b", "join"},
+		{c.Join, "a", ""}, // joined already
+		{c.WatchRoom, "w", "watch_room"},
+		{c.WatchRoom, "w", ""},
+		{c.Leave, "b", "leave"},
+		{c.Leave, "b", ""}, // not joined
+		{c.WatchRoom, "x", "watch_room"},
+		{c.UnwatchRoom, "x", "unwatch_room"},
+	} {
+		if err := step.op(ctx, step.room); err != nil {
+			t.Fatal(err)
+		}
+		if step.want != "" {
+			if m := c0.next(t, step.want); m["room"] != step.room || len(m) != 2 {
+				t.Fatalf("sent %v, want a %s of %s", m, step.want, step.room)
+			}
+		}
+	}
+	c0.send(map[string]any{"type": "room", "room": "w", "mode": "events", "count": 2,
+		"members": map[string]any{"p": "online", "q": nil}, "next": nil, "version": 4})
+	if u := nextUpdate(t, c); fmt.Sprintf("%+v", u) != "{Room:w Count:2 Members:map[p:online q:] Partial:false Version:4}" {
+		t.Fatalf("update = %+v, want the snapshot of w", u)
+	}
+	c0.send(map[string]any{"type": "room_change", "room": "x", "user_id": "p", "event": "join", "status": "online", "count": 1, "version": 1})
+	c0.send(map[string]any{"type": "room_change", "room": "w", "user_id": "q", "event": "status", "status": "busy", "count": 2, "version": 4})
+	if u := nextUpdate(t, c); fmt.Sprintf("%+v", u) != "{Room:w UserID:q Kind:status Status:busy Count:2 Version:4 Snapshot:false}" {
+		t.Fatalf("update = %+v, want q busy in w (nothing of the unwatched x)", u)
+	}
+
+	c0.nc.Close()
+	wantState(t, c, Disconnected)
+	// What changes while the client is away is sent on the reconnect.
+	if err := c.Leave(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Join(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, c, Connected)
+	c1 := f.conn(1)
+	for _, want := range []string{"leave a", "join c", "watch_room w"} {
+		m := c1.next(t, want[:len(want)-2])
+		if got := fmt.Sprint(m["type"], " ", m["room"]); got != want {
+			t.Fatalf("sent %q after the reconnect, want %q", got, want)
+		}
+	}
+	c1.send(map[string]any{"type": "room", "room": "w", "mode": "events", "count": 2,
+		"members": map[string]any{"p": "online", "q": "busy"}, "next": nil, "version": 4})
+	c1.send(map[string]any{"type": "room", "room": "w", "mode": "events", "count": 1,
+		"members": map[string]any{"q": "busy"}, "next": nil, "version": 5})
+	// The first room message matches the view: nothing; the second lost p.
+	if u := nextUpdate(t, c); fmt.Sprintf("%+v", u) != "{Room:w UserID:p Kind:leave Status: Count:1 Version:5 Snapshot:true}" {
+		t.Fatalf("update = %+v, want p's leave found by the snapshot", u)
+	}
+	select {
+	case m := <-c1.msgs:
+		if m["type"] != "heartbeat" {
+			t.Fatalf("sent %v after the rooms, want nothing more", m)
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	if got := fmt.Sprint(c.JoinedRooms(), c.WatchedRooms()); got != "[c] [w]" {
+		t.Fatalf("rooms = %s, want [c] [w]", got)
+	}
+}
