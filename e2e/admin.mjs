@@ -7,7 +7,8 @@
 // /admin with a wrong key (told so, nothing shown) and then the right one;
 // sees this node listed and ready; sees the connection and online-user
 // numbers move when bob signs in on the demo page in another browser, and
-// the plots fill; asks why bob shows what he shows, as alice sees him; a
+// the plots fill; asks why bob shows what he shows, as alice sees him,
+// and who is in the demo page's room (bob); a
 // reload keeps the sign-in (sessionStorage), signing out forgets the key.
 // A screenshot of the page goes to <output dir>/admin.png. Every wait polls
 // the DOM with a deadline; nothing sleeps.
@@ -98,6 +99,14 @@ try {
   await op.fill("#viewer-id", "alice");
   await op.click('#user-form button[type="submit"]');
   await see(op, "#user-view:not([hidden])", STEP, "the user view again");
+  // Who is in the demo page's room? bob, as alice sees him.
+  await op.fill("#room-id", "demo");
+  await op.fill("#room-viewer-id", "alice");
+  await op.click('#room-form button[type="submit"]');
+  await see(op, "#room-view:not([hidden])", STEP, "the room view opens");
+  await expectText(op, "#room-count", "1 member");
+  await see(op, '#room-members tr[data-user="bob"]', STEP, "bob is listed in the demo room");
+  await expectText(op, '#room-members tr[data-user="bob"]', "online");
   await until(async () => (await points("plot-conns")) >= 8, 15000, "the plots have 8 points");
   const shot = path.join(outDir, "admin.png");
   await op.screenshot({ path: shot, fullPage: true });
