@@ -17,8 +17,8 @@ package main
 // server_cpu_cores latency {count mean_ms p50_ms p99_ms p999_ms max_ms}}.
 //
 // room-memory wants a fresh server: it reads the server's memory (RSS from
-// /proc, Go heap from /metrics; with -pprof-url after a forced collection)
-// before anything, after -users devices came online (a heartbeat each),
+// /proc, Go heap from /metrics; with -pprof-url after a forced collection;
+// each reading -duration after the last request) before anything, after -users devices came online (a heartbeat each),
 // and after each of them joined -memberships-per-user rooms among -rooms
 // (user i's j-th room is (i × per-user + j) mod rooms). Its -json object
 // (roomMemResult): scenario ("room-memory"), url, users,
@@ -318,7 +318,6 @@ type roomMemConfig struct {
 	rooms    int
 	seedConc int
 	pprof    string // http://127.0.0.1:PORT, or empty
-	settle   time.Duration
 	tag      string
 }
 
@@ -326,13 +325,12 @@ func parseRoomMem(args []string, stderr io.Writer) (*roomMemConfig, error) {
 	c := &roomMemConfig{}
 	fs := flag.NewFlagSet("presence-bench room-memory", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.register(fs, time.Second)
+	c.register(fs, 5*time.Second) // -duration: the wait before each reading
 	fs.IntVar(&c.users, "users", 100_000, "users brought online, one device each")
 	fs.IntVar(&c.perUser, "memberships-per-user", 10, "rooms each user's device joins")
 	fs.IntVar(&c.rooms, "rooms", 10_000, "rooms the memberships are spread over")
 	fs.IntVar(&c.seedConc, "seed-concurrency", 64, "requests in flight while seeding")
 	fs.StringVar(&c.pprof, "pprof-url", "", "the server's -pprof-addr as http://127.0.0.1:PORT: force a collection before each reading (without it the heap holds garbage too)")
-	fs.DurationVar(&c.settle, "settle", 5*time.Second, "wait this long before each reading")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -357,8 +355,8 @@ func parseRoomMem(args []string, stderr io.Writer) (*roomMemConfig, error) {
 	if c.seedConc < 1 || c.seedConc > 1024 {
 		return nil, fmt.Errorf("-seed-concurrency %d: must be between 1 and 1024", c.seedConc)
 	}
-	if c.settle < 0 || c.settle > 10*time.Minute {
-		return nil, fmt.Errorf("-settle %v: must be between 0 and 10m", c.settle)
+	if c.duration > 10*time.Minute {
+		return nil, fmt.Errorf("-duration %v: at most 10m (the wait before each reading)", c.duration)
 	}
 	if c.pprof != "" {
 		_, base, err := loopbackURL(c.pprof)
@@ -425,7 +423,7 @@ func runRoomMem(ctx context.Context, cfg *roomMemConfig, stderr io.Writer) (*roo
 	hc := roomHTTPClient(cfg.seedConc)
 	defer hc.CloseIdleConnections()
 	read := func(what string) (sample, error) {
-		if !sleepCtx(ctx, cfg.settle) {
+		if !sleepCtx(ctx, cfg.duration) {
 			return sample{}, ctx.Err()
 		}
 		if cfg.pprof != "" {

@@ -87,7 +87,7 @@ func TestRoomMemoryInProcess(t *testing.T) {
 	url := "http" + strings.TrimPrefix(startNode(t, 0), "ws")
 	var r roomMemResult
 	runJSONShort(t, &r, "room-memory", "-url", url, "-api-key", testAPIKey, "-users", "200", "-memberships-per-user", "3",
-		"-rooms", "20", "-seed-concurrency", "8", "-settle", "0s")
+		"-rooms", "20", "-seed-concurrency", "8", "-duration", "1ms")
 	if r.Memberships != 600 || r.Errors != 0 {
 		t.Errorf("memberships %d, errors %d (%s)", r.Memberships, r.Errors, r.FirstError)
 	}
