@@ -23,7 +23,9 @@ package main
 //
 // The -json object (roomsResult) has these fields: scenario ("rooms"),
 // url, room, watchers, movers, status_users, interval, duration,
-// server_pid, server_cpu_cores (over the changes), rate_limited,
+// server_pid, server_cpu_cores and generator_cpu_cores (over the
+// changes), skipped (changes a stalled generator did not send, rather than
+// send late in a burst), rate_limited,
 // watcher_drops, errors, first_error, room_changes and status_changes,
 // each {sent, confirmed, expected_deliveries (watchers × confirmed),
 // deliveries, missing_deliveries (must be 0), coalesced (status: changes a
@@ -41,6 +43,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -144,23 +147,25 @@ func runRoomsCmd(args []string, stdout, stderr io.Writer) int {
 // roomsResult is the outcome of the rooms scenario (fields: see the file
 // comment).
 type roomsResult struct {
-	Scenario     string    `json:"scenario"`
-	URL          string    `json:"url"`
-	Room         string    `json:"room"`
-	Watchers     int       `json:"watchers"`
-	Movers       int       `json:"movers"`
-	StatusUsers  int       `json:"status_users"`
-	Interval     string    `json:"interval"`
-	Duration     string    `json:"duration"`
-	ServerPID    int       `json:"server_pid"`
-	ServerCores  float64   `json:"server_cpu_cores"`
-	RateLimited  int64     `json:"rate_limited"`
-	WatcherDrops int64     `json:"watcher_drops"`
-	Errors       int64     `json:"errors"`
-	FirstError   string    `json:"first_error,omitempty"`
-	RoomChanges  roomsSide `json:"room_changes"`
-	StatusChange roomsSide `json:"status_changes"`
-	RatioP99     float64   `json:"ratio_p99"`
+	Scenario       string    `json:"scenario"`
+	URL            string    `json:"url"`
+	Room           string    `json:"room"`
+	Watchers       int       `json:"watchers"`
+	Movers         int       `json:"movers"`
+	StatusUsers    int       `json:"status_users"`
+	Interval       string    `json:"interval"`
+	Duration       string    `json:"duration"`
+	ServerPID      int       `json:"server_pid"`
+	ServerCores    float64   `json:"server_cpu_cores"`
+	GeneratorCores float64   `json:"generator_cpu_cores"`
+	Skipped        int64     `json:"skipped"`
+	RateLimited    int64     `json:"rate_limited"`
+	WatcherDrops   int64     `json:"watcher_drops"`
+	Errors         int64     `json:"errors"`
+	FirstError     string    `json:"first_error,omitempty"`
+	RoomChanges    roomsSide `json:"room_changes"`
+	StatusChange   roomsSide `json:"status_changes"`
+	RatioP99       float64   `json:"ratio_p99"`
 }
 
 // roomsSide is one kind of change: joins and leaves, or changes of status.
@@ -396,7 +401,8 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 	if pid > 0 {
 		meter = startCPU(pid)
 	}
-	var sentRoom, sentStatus atomic.Int64
+	gen := startCPU(os.Getpid())
+	var sentRoom, sentStatus, skipped atomic.Int64
 	start := time.Now()
 	end := start.Add(cfg.duration)
 	var changers sync.WaitGroup
@@ -414,6 +420,13 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 					return
 				}
 				next = next.Add(every)
+				// A generator stalled for more than a period skips the
+				// changes it missed: a burst of catching up would be
+				// refused by the server's limits.
+				if now := time.Now(); now.Sub(next) > every {
+					skipped.Add(int64(now.Sub(next) / every))
+					next = now
+				}
 			}
 		}()
 	}
@@ -457,6 +470,7 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 	if meter != nil {
 		cores = meter.cores()
 	}
+	genCores := gen.cores()
 	nRoom, nStatus := sentRoom.Load(), sentStatus.Load()
 	w := int64(cfg.watchers)
 	drainEnd := time.Now().Add(cfg.drain)
@@ -471,7 +485,7 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 	res := &roomsResult{
 		Scenario: "rooms", URL: cfg.wsURL.String(), Room: cfg.room, Watchers: cfg.watchers, Movers: cfg.movers,
 		StatusUsers: cfg.statusUsers, Interval: cfg.interval.String(), Duration: sendEnd.Sub(start).Round(time.Millisecond).String(),
-		ServerPID: pid, ServerCores: cores, RateLimited: rateLimited.Load(), WatcherDrops: drops.Load(),
+		ServerPID: pid, ServerCores: cores, GeneratorCores: genCores, Skipped: skipped.Load(), RateLimited: rateLimited.Load(), WatcherDrops: drops.Load(),
 		Errors: errs.n.Load(), FirstError: errs.firstErr(),
 	}
 	res.RoomChanges = roomDeliveries(movers, watchers)
@@ -629,7 +643,8 @@ func roomsAvailable(ctx context.Context, cfg *roomsConfig) error {
 func printRooms(w io.Writer, r *roomsResult) {
 	fmt.Fprintf(w, "rooms: %d watchers of room %s and of %d status users; %d movers, a join or leave every %s each, for %s on %s\n",
 		r.Watchers, r.Room, r.StatusUsers, r.Movers, r.Interval, r.Duration, r.URL)
-	fmt.Fprintf(w, "server CPU %.2f cores; %d rate limited, %d watcher drops, %d errors\n", r.ServerCores, r.RateLimited, r.WatcherDrops, r.Errors)
+	fmt.Fprintf(w, "server CPU %.2f cores, generator %.2f; %d changes skipped by a stalled generator, %d rate limited, %d watcher drops, %d errors\n",
+		r.ServerCores, r.GeneratorCores, r.Skipped, r.RateLimited, r.WatcherDrops, r.Errors)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
 	}

@@ -51,6 +51,9 @@ func TestRoomsInProcess(t *testing.T) {
 	if c := r.RoomChanges; c.Confirmed != c.Sent || c.Missing != 0 || c.Resyncs != 0 {
 		t.Errorf("room: %d of %d sends confirmed, %d deliveries missing, %d resyncs", c.Confirmed, c.Sent, c.Missing, c.Resyncs)
 	}
+	if r.GeneratorCores <= 0 || r.Skipped < 0 {
+		t.Errorf("generator CPU %v, skipped %d", r.GeneratorCores, r.Skipped)
+	}
 	if r.RatioP99 <= 0 {
 		t.Errorf("ratio %v", r.RatioP99)
 	}
