@@ -11,10 +11,11 @@
 # JetStream servers on their standard loopback ports, or REDIS_URL,
 # PG_ADMIN_URL (a database the script may CREATE DATABASE from) and
 # NATS_URL. It creates a fresh database and Redis key prefix per run.
-# SCENARIOS (default "all") picks a subset: e.g. SCENARIOS="fanout churn";
+# SCENARIOS (default "all") picks a subset: e.g. SCENARIOS="fanout churn"
+# ("rooms" is rooms, room-count and room-memory, on the embedded node);
 # MODES (default "embedded cluster") one of the two halves. CLUSTER_USERS
 # (default 200000) is the population of the scale-out batch read.
-# The whole run takes about 20 minutes.
+# The whole run takes about 25 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -110,6 +111,17 @@ fi
 if want churn; then
 	node embedded 18180 -dev -heartbeat-ttl 5s
 	run embedded-churn churn -url ws://127.0.0.1:18180 -dev -devices 2000 -duration 60s
+	stop_nodes
+fi
+if want rooms; then # rooms exist on the embedded node only
+	node embedded 18180 -dev
+	run embedded-rooms rooms -url ws://127.0.0.1:18180 -dev -api-key "$KEY" -watchers 500 -movers 10 -interval 100ms -duration 20s
+	stop_nodes
+	node rooms-count 18180 -dev -heartbeat-ttl 10m
+	run embedded-room-count room-count -url http://127.0.0.1:18180 -api-key "$KEY" -members 100000
+	stop_nodes
+	node rooms-memory 18180 -dev -heartbeat-ttl 10m -pprof-addr 127.0.0.1:18160 # a fresh node: memory before anything
+	run embedded-room-memory room-memory -url http://127.0.0.1:18180 -api-key "$KEY" -users 100000 -memberships-per-user 10 -rooms 10000 -pprof-url http://127.0.0.1:18160
 	stop_nodes
 fi
 if want connections; then

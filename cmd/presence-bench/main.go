@@ -6,6 +6,9 @@
 //	batch        batch reads of random ids: reads/s and latency percentiles
 //	fanout       latency of a change to every watcher, across nodes too
 //	churn        false and missed offlines, and detection lag, of flaky devices
+//	rooms        latency of a join or leave to every watcher of the room, beside a status change
+//	room-count   reads of a room of 100,000 members
+//	room-memory  server memory per room membership
 //	limits       the machine's raw ceilings: redis-benchmark and a sharded map
 //	plot         the SVG figures of docs/img from their JSON
 //
@@ -41,6 +44,9 @@ scenarios:
   batch         concurrent batch reads of 1,000 ids; latency percentiles, reads/s
   fanout        watchers of users who change status; change-to-socket latency
   churn         flaky devices; false and missed offlines, detection lag
+  rooms         watchers of a room and of status users; join/leave and status latency
+  room-count    a room of 100,000 members read over HTTP; latency percentiles
+  room-memory   users online, then in rooms; server memory per membership
   limits        raw limits of this machine: redis-benchmark SETEX, in-process map
   plot          SVG plots from -json results
 
@@ -84,6 +90,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runFanoutCmd(args[1:], stdout, stderr)
 	case "churn":
 		return runChurnCmd(args[1:], stdout, stderr)
+	case "rooms":
+		return runRoomsCmd(args[1:], stdout, stderr)
+	case "room-count":
+		return runRoomCountCmd(args[1:], stdout, stderr)
+	case "room-memory":
+		return runRoomMemCmd(args[1:], stdout, stderr)
 	case "plot":
 		return runPlotCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

@@ -102,6 +102,9 @@ type wsMsg struct {
 	Code         string              `json:"code"`
 	Message      string              `json:"message"`
 	Users        map[string]snapUser `json:"users"`
+	Room         string              `json:"room"`  // room, room_change
+	Event        string              `json:"event"` // room_change: join, leave, status
+	Count        int                 `json:"count"` // room, room_change
 }
 
 // snapUser is one user of a snapshot.
@@ -137,7 +140,8 @@ func (e wsEndpoint) dial(ctx context.Context, user, device string) (*benchConn, 
 	if e.dev {
 		q.Set("user_id", user)
 	} else {
-		tok, err := auth.Sign([]byte(e.secret), user, "", time.Now(), 3*time.Hour)
+		// Every room: the rooms scenario joins and watches one.
+		tok, err := auth.Token{User: user, Rooms: []string{"*"}}.Sign([]byte(e.secret), time.Now(), 3*time.Hour)
 		if err != nil {
 			return nil, err
 		}
