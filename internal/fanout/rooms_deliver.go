@@ -1,0 +1,221 @@
+package fanout
+
+// What each watcher of a room is sent: a join or leave per class of
+// watcher, a member's change of status, or a big room's interval message.
+
+import (
+	"context"
+	"slices"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/wire"
+)
+
+// sendIntervals sends the watchers of each room in interval mode that
+// changed one room_interval message: what it gathered since the last.
+func (h *RoomHub) sendIntervals() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.rooms {
+		a := r.acc
+		if !r.interval || !r.known || !a.changed {
+			continue
+		}
+		frame := wire.AppendRoomInterval(nil, r.id, r.count, sortedIDs(a.joined), sortedIDs(a.left), a.moreJoined, a.moreLeft, r.applied)
+		h.intervals.Add(1)
+		for _, w := range r.watchers {
+			h.send(r, w, r.applied, false, frame)
+		}
+		clear(a.joined)
+		clear(a.left)
+		a.moreJoined, a.moreLeft, a.changed = 0, 0, false
+	}
+}
+
+func sortedIDs(m map[string]struct{}) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// applyEvent applies ev, the room's next event (follows), and sends it to every
+// watcher as its class sees it. Held: mu.
+func (h *RoomHub) applyEvent(r *room, ev *presence.RoomEvent, contacts map[string]bool) {
+	r.applied, r.count = ev.Version, ev.Count
+	if r.members != nil {
+		if ev.Kind == presence.RoomJoin {
+			h.addMember(r, ev.UserID)
+		} else {
+			h.dropMember(r, ev.UserID)
+		}
+	}
+	switch {
+	case r.interval && ev.Count*10 < h.above*9: // below nine tenths
+		r.setMode(false, true)
+		return // the watchers' fresh snapshots (in the new mode) show it
+	case !r.interval && ev.Count > h.above:
+		r.setMode(true, true)
+		return
+	}
+	if r.interval {
+		r.acc.add(ev) // sent by the next interval, O(1) now
+		return
+	}
+	var frames [numClasses][]byte
+	snap := presence.Snapshot{UserID: ev.UserID, Known: true, Status: ev.Status, Settings: ev.Settings}
+	for _, w := range r.watchers {
+		c := classOf(w.viewer, ev.UserID, contacts)
+		if frames[c] == nil {
+			v := privacy.Filter(relations[c], &snap)
+			frames[c] = wire.AppendRoomChange(nil, ev, &v)
+			if ev.Kind == presence.RoomJoin && r.shown != nil {
+				r.shownOf(ev.UserID)[c] = shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
+			}
+		}
+		h.send(r, w, ev.Version, false, frames[c])
+	}
+	if ev.Kind == presence.RoomLeave && r.shown != nil {
+		delete(r.shown, ev.UserID)
+	}
+}
+
+func classOf(viewer, member string, contacts map[string]bool) class {
+	switch {
+	case viewer == member:
+		return classSelf
+	case contacts[viewer]:
+		return classContact
+	}
+	return classOther
+}
+
+// send gives w frame at version, now or once its snapshot is sent.
+// Held: mu.
+func (h *RoomHub) send(r *room, w *roomWatcher, version uint64, status bool, frame []byte) {
+	switch {
+	case !w.ready:
+		if len(w.early) >= maxEarly {
+			w.over = true
+			return
+		}
+		w.early = append(w.early, earlyFrame{version: version, status: status, frame: frame})
+	case version > w.held || (status && version == w.held):
+		w.sink.DeliverRoom(r.id, frame)
+		h.delivered.Add(1)
+	}
+}
+
+func (r *room) shownOf(member string) *[numClasses]shownStatus {
+	s := r.shown[member]
+	if s == nil {
+		s = new([numClasses]shownStatus)
+		r.shown[member] = s
+	}
+	return s
+}
+
+func (h *RoomHub) addMember(r *room, m string) {
+	if r.shown == nil {
+		r.shown = make(map[string]*[numClasses]shownStatus)
+	}
+	r.members[m] = struct{}{}
+	rs := h.index[m]
+	if rs == nil {
+		rs = make(map[*room]struct{}, 1)
+		h.index[m] = rs
+	}
+	rs[r] = struct{}{}
+}
+
+func (h *RoomHub) dropMember(r *room, m string) {
+	delete(r.members, m)
+	if rs := h.index[m]; rs != nil {
+		delete(rs, r)
+		if len(rs) == 0 {
+			delete(h.index, m)
+		}
+	}
+}
+
+// applyStatus sends a member's change of status to the watchers of its
+// rooms, each class only what it may see and was not shown already.
+func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event) {
+	var contacts map[string]bool
+	if privacy.NeedsContact(&ev.Settings) || (ev.SettingsChanged && privacy.NeedsContact(&ev.PrevSettings)) {
+		contacts = h.contactsOf(ctx, ev.UserID)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !ev.SelfOnly {
+		// A join held back shows, once applied, the status of now.
+		for r := range h.held[ev.UserID] {
+			for _, he := range r.pending {
+				if he.ev.UserID == ev.UserID && he.ev.Kind == presence.RoomJoin {
+					he.ev.Status, he.ev.Settings = ev.Status, ev.Settings
+				}
+			}
+		}
+	}
+	for r := range h.index[ev.UserID] {
+		var frames [numClasses][]byte
+		var decided [numClasses]bool
+		shown := r.shownOf(ev.UserID)
+		for _, w := range r.watchers {
+			c := classOf(w.viewer, ev.UserID, contacts)
+			if !decided[c] {
+				decided[c] = true
+				v, ok := privacy.Delivery(relations[c], ev)
+				now := shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
+				// A member is never offline to those who see it: an
+				// offline status comes with (and before) its leave.
+				if !ok || (v.StatusVisible && v.Status.Public() == presence.Offline) || shown[c] == now {
+					continue
+				}
+				shown[c] = now
+				frames[c] = wire.AppendRoomStatus(nil, r.id, &v, r.count, r.applied)
+				h.statusEvents.Add(1)
+			}
+			if frames[c] != nil {
+				h.send(r, w, r.applied, true, frames[c])
+			}
+		}
+	}
+}
+
+// watchedByOthers reports whether someone but the member watches ev's
+// room here (a contact list is looked up only then).
+func (h *RoomHub) watchedByOthers(ev *presence.RoomEvent) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[ev.Room]
+	if r == nil {
+		return false
+	}
+	for _, w := range r.watchers {
+		if w.viewer != ev.UserID {
+			return true
+		}
+	}
+	return false
+}
+
+// contactsOf returns owner's contact list as a set; nil (nobody a contact:
+// the side that shows less) if it cannot be read.
+func (h *RoomHub) contactsOf(ctx context.Context, owner string) map[string]bool {
+	h.contactLookups.Add(1)
+	list, err := h.contacts.Contacts(ctx, owner)
+	if err != nil {
+		h.contactErrors.Add(1)
+		h.log.Warn("rooms: reading a member's contact list failed; its contacts are shown what strangers are", "user_id", owner, "err", err)
+		return nil
+	}
+	m := make(map[string]bool, len(list))
+	for _, c := range list {
+		m[c] = true
+	}
+	return m
+}
