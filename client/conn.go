@@ -372,6 +372,8 @@ func (c *Client) handle(data []byte) {
 		c.handleRoom(m)
 	case "room_change":
 		c.handleRoomChange(m)
+	case "room_interval":
+		c.handleRoomInterval(m)
 	case "error":
 		c.q.push(&ServerError{Code: m.Code, Message: m.Message})
 	default:

@@ -62,7 +62,9 @@ func ExampleDial() {
 // "who's here" list: the first RoomSnapshot, then each RoomChange. After
 // a reconnect the client joins and watches the room again by itself; a
 // member who left meanwhile comes as a leave (Snapshot set), and nothing
-// comes when nothing changed.
+// comes when nothing changed. A big room (interval mode) sends a
+// RoomInterval per interval instead: the list then holds only some of its
+// members, and Count is the one number for all of them.
 func ExampleClient_WatchRoom() {
 	ctx := context.Background()
 	// The token's "rooms" claim must allow the room (e.g. ["call-*"]).
@@ -92,6 +94,15 @@ func ExampleClient_WatchRoom() {
 				here[u.UserID] = u.Status
 			}
 			fmt.Printf("%s: %s %s, %d here\n", u.Room, u.UserID, u.Kind, u.Count)
+		case client.RoomInterval: // a big room: ids only, no status
+			for _, id := range u.Left {
+				delete(here, id)
+			}
+			for _, id := range u.Joined {
+				here[id] = client.Hidden
+			}
+			fmt.Printf("%s: %d joined, %d left, %d here\n", u.Room,
+				len(u.Joined)+u.MoreJoined, len(u.Left)+u.MoreLeft, u.Count)
 		case *client.ServerError: // e.g. room_not_allowed
 			fmt.Println("refused:", u.Code, u.Message)
 		}

@@ -17,25 +17,84 @@ import (
 // grace shows nothing to anyone. It also holds each watched room as it
 // last saw it: a fresh "room" message after a reconnect (or a resync of
 // the server) replaces that view, and only what differs reaches the
-// application, as RoomChanges marked Snapshot.
+// application, as RoomChanges marked Snapshot (a RoomInterval marked
+// Snapshot in interval mode).
+//
+// A big room (more members than the server's -room-interval-above, 1,000
+// by default) is in interval mode: its room message lists only the first
+// 100 members, and instead of a RoomChange per join and leave the client
+// delivers one RoomInterval per interval (-room-interval, 5 s) in which
+// the room changed, naming the users who joined and left, without their
+// statuses. The view of such a room (Room) is that first page, plus the
+// users named as joined since (their status Hidden: not sent), minus
+// those named as left: it lists some members, not all of them, and Count
+// is the one number that covers the whole room.
 
 // RoomSnapshot is a watched room as the client first sees it: replace
 // whatever you hold of the room with it. It comes once per WatchRoom, and
 // again in place of the room's changes when the application has let too
-// many of them wait (see Updates) or when either the old or the new view
-// of the room lists only a page of its members.
+// many of them wait (see Updates), when the room switches mode (the
+// server sends a fresh room message then), or when either the old or the
+// new view of the room lists only a page of its members.
 type RoomSnapshot struct {
 	Room string
+	// Mode is how the room's changes come from now on: RoomChanges
+	// (RoomModeEvents) or RoomIntervals (RoomModeInterval).
+	Mode RoomMode
 	// Count is all the room's members, listed or not.
 	Count int
 	// Members are the members listed, each with its status as this viewer
-	// may see it (Hidden when it may not). It is the application's copy.
+	// may see it (Hidden when it may not, and for a member added by a
+	// RoomInterval, which names ids only). It is the application's copy.
 	Members map[string]Status
-	// Partial: the room has more members than the server listed. Its
-	// watchers are told joins and leaves, but no member's change of status.
+	// Partial: the room has more members than the server listed (Next is
+	// set). Its watchers are told joins and leaves, but no member's change
+	// of status.
 	Partial bool
+	// Next is the cursor of the members after those listed, for
+	// GET /v1/rooms/{room}?after= (docs/http-api.md); empty when the room
+	// message listed them all.
+	Next string
 	// Version grows with every join and leave of the room.
 	Version uint64
+}
+
+// RoomMode is how the server tells a watched room's changes.
+type RoomMode string
+
+// Modes of a room. A room goes into interval mode when it has more members
+// than the server's -room-interval-above (1,000 by default) and back into
+// events mode below nine tenths of that; each switch comes as a
+// RoomSnapshot.
+const (
+	// RoomModeEvents: a RoomChange for each join, leave and change of
+	// status.
+	RoomModeEvents RoomMode = "events"
+	// RoomModeInterval: the room is big. Its room message lists the first
+	// 100 members, and a RoomInterval comes once per interval in which the
+	// room changed; no RoomChange, no member's change of status.
+	RoomModeInterval RoomMode = "interval"
+)
+
+// RoomInterval is what changed in a watched room in interval mode since the
+// last RoomInterval (or the RoomSnapshot): the net joins and leaves — a
+// user who joined and left within one interval is in neither.
+type RoomInterval struct {
+	Room string
+	// Count is the room's members now.
+	Count int
+	// Joined and Left are users who joined and left, sorted by id, at most
+	// 256 of each; MoreJoined and MoreLeft count those beyond them. The
+	// client adds Joined to its view of the room (status Hidden: the
+	// message carries ids only) and takes Left out of it.
+	Joined, Left         []string
+	MoreJoined, MoreLeft int
+	// Version is the room's version now.
+	Version uint64
+	// Snapshot: the joins and leaves were found by comparing a fresh room
+	// message (after a reconnect, or when the server had missed events)
+	// with the room as the client held it, not sent by the server.
+	Snapshot bool
 }
 
 // RoomChange is one change of a watched room.
@@ -71,6 +130,7 @@ const (
 
 func (RoomSnapshot) isUpdate() {}
 func (RoomChange) isUpdate()   {}
+func (RoomInterval) isUpdate() {}
 
 // Errors of the client's own limits of rooms.
 var (
@@ -86,14 +146,16 @@ var (
 type roomView struct {
 	sentOn  *conn // the connection its watch_room went out on; nil: none yet
 	have    bool  // a room message arrived since the watch
+	mode    RoomMode
 	count   int
 	members map[string]Status
-	partial bool
+	next    string // of the last room message
 	version uint64
 }
 
 func (v *roomView) snapshot(room string) RoomSnapshot {
-	return RoomSnapshot{Room: room, Count: v.count, Members: maps.Clone(v.members), Partial: v.partial, Version: v.version}
+	return RoomSnapshot{Room: room, Mode: v.mode, Count: v.count, Members: maps.Clone(v.members),
+		Partial: v.next != "", Next: v.next, Version: v.version}
 }
 
 // Join puts this device in the room (its watchers see the user join, if no
@@ -142,7 +204,8 @@ func (c *Client) Leave(ctx context.Context, room string) error {
 }
 
 // WatchRoom watches the room: a RoomSnapshot follows, then a RoomChange for
-// each join, leave and change of status. Watched rooms outlive
+// each join, leave and change of status — or, while the room is big
+// (RoomModeInterval), a RoomInterval per interval. Watched rooms outlive
 // connections: after a reconnect the client watches them again, and the
 // server's fresh room message replaces the view it held, reported as the
 // RoomChanges (Snapshot set) that tell the two apart — nothing when
@@ -318,8 +381,9 @@ func (c *Client) WatchedRooms() []string {
 	return slices.Sorted(maps.Keys(c.watched))
 }
 
-// handleRoom applies a room message: the first of a watch is delivered as
-// it is; a later one replaces the view, delivered as what differs.
+// handleRoom applies a room message: the first of a watch, one in the
+// other mode, or one of a room listed in part (before or now) is delivered
+// as it is; a later one replaces the view, delivered as what differs.
 func (c *Client) handleRoom(m *serverMsg) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -327,20 +391,67 @@ func (c *Client) handleRoom(m *serverMsg) {
 	if v == nil {
 		return // unwatched meanwhile
 	}
-	fresh := roomView{sentOn: v.sentOn, have: true, count: m.Count, partial: m.Next != nil, version: m.Version,
+	fresh := roomView{sentOn: v.sentOn, have: true, mode: RoomModeEvents, count: m.Count, version: m.Version,
 		members: make(map[string]Status, len(m.Members))}
+	if m.Mode == string(RoomModeInterval) {
+		fresh.mode = RoomModeInterval
+	}
+	if m.Next != nil {
+		fresh.next = *m.Next
+	}
 	for id, s := range m.Members {
 		fresh.members[id] = statusOf(s)
 	}
 	old := *v
 	*v = fresh
-	if !old.have || old.partial || fresh.partial {
+	if !old.have || old.mode != fresh.mode || old.next != "" || fresh.next != "" {
 		c.q.pushRoom(m.Room, v.snapshot(m.Room), c.roomSnapshotFunc(m.Room))
 		return
 	}
-	for _, ch := range diffRoom(m.Room, old.members, old.count, fresh.members, fresh.version) {
+	changes := diffRoom(m.Room, old.members, old.count, fresh.members, fresh.version)
+	if fresh.mode == RoomModeInterval {
+		// As the server tells this mode: the joins and leaves, ids only.
+		iv := RoomInterval{Room: m.Room, Count: fresh.count, Version: fresh.version, Snapshot: true}
+		for _, ch := range changes {
+			switch ch.Kind {
+			case RoomJoin:
+				iv.Joined = append(iv.Joined, ch.UserID)
+			case RoomLeave:
+				iv.Left = append(iv.Left, ch.UserID)
+			}
+		}
+		if iv.Joined != nil || iv.Left != nil {
+			c.q.pushRoom(m.Room, iv, c.roomSnapshotFunc(m.Room))
+		}
+		return
+	}
+	for _, ch := range changes {
 		c.q.pushRoom(m.Room, ch, c.roomSnapshotFunc(m.Room))
 	}
+}
+
+// handleRoomInterval applies what changed in a watched room in interval
+// mode: the joined are added to the view (status unknown: Hidden), the
+// left taken out.
+func (c *Client) handleRoomInterval(m *serverMsg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.watched[m.Room]
+	if v == nil || !v.have {
+		return // unwatched, or from before the watch's room message
+	}
+	for _, id := range m.Left {
+		delete(v.members, id)
+	}
+	for _, id := range m.Joined {
+		if _, ok := v.members[id]; !ok {
+			v.members[id] = Hidden
+		}
+	}
+	v.count, v.version = m.Count, max(v.version, m.Version)
+	iv := RoomInterval{Room: m.Room, Count: m.Count, Joined: m.Joined, Left: m.Left,
+		MoreJoined: m.MoreJoined, MoreLeft: m.MoreLeft, Version: m.Version}
+	c.q.pushRoom(m.Room, iv, c.roomSnapshotFunc(m.Room))
 }
 
 // handleRoomChange applies a live change of a watched room.

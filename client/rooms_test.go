@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/client"
+	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
 )
 
@@ -46,12 +47,12 @@ func dialRooms(t *testing.T, n *node, user, device string, cut *cutter) *client.
 }
 
 // nextRoomUpdate skips connection state changes and returns the next
-// RoomSnapshot or RoomChange.
+// RoomSnapshot, RoomChange or RoomInterval.
 func nextRoomUpdate(t *testing.T, c *client.Client) client.Update {
 	t.Helper()
 	for {
 		switch u := next(t, c).(type) {
-		case client.RoomSnapshot, client.RoomChange:
+		case client.RoomSnapshot, client.RoomChange, client.RoomInterval:
 			return u
 		case client.StateChange:
 			continue
@@ -358,4 +359,161 @@ func TestE2ERoomRefusals(t *testing.T) {
 	if err := a.Join(ctx, "three"); !errors.Is(err, client.ErrClosed) {
 		t.Fatalf("Join after Close = %v, want ErrClosed", err)
 	}
+}
+
+// intervalsUntil takes c's room updates of room, each a RoomInterval
+// (a RoomChange or RoomSnapshot fails the test), until c's view of the
+// room lists want ("id:status" sorted); it returns the users the
+// intervals named as joined and as left, sorted.
+func intervalsUntil(t *testing.T, c *client.Client, room string, want ...string) (joined, left []string) {
+	t.Helper()
+	for {
+		if r, ok := c.Room(room); ok && fmt.Sprint(memberList(r.Members)) == fmt.Sprint(want) {
+			if r.Count != len(want) || r.Mode != client.RoomModeInterval {
+				t.Fatalf("view of %s = %+v, want %d members in interval mode", room, r, len(want))
+			}
+			slices.Sort(joined)
+			slices.Sort(left)
+			return joined, left
+		}
+		u := nextRoomUpdate(t, c)
+		iv, ok := u.(client.RoomInterval)
+		if !ok || iv.Room != room || iv.Snapshot || iv.MoreJoined != 0 || iv.MoreLeft != 0 {
+			t.Fatalf("update = %#v, want a RoomInterval of %s", u, room)
+		}
+		joined, left = append(joined, iv.Joined...), append(left, iv.Left...)
+	}
+}
+
+// TestE2ERoomIntervalMode: a room of more members than
+// -room-interval-above switches into interval mode (a RoomSnapshot that
+// says so), where its watchers get RoomIntervals with the joins and
+// leaves and no RoomChange — none for a change of status either; a
+// watcher back from a cut is told what it missed as one RoomInterval; and
+// below nine tenths of the threshold the room is back in events mode.
+func TestE2ERoomIntervalMode(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0", func(c *app.Config) {
+		c.RoomIntervalAbove, c.RoomInterval = 10, 200*time.Millisecond
+	})
+	ctx := context.Background()
+	w := dialRooms(t, n, "w", "watcher", nil)
+	if err := w.WatchRoom(ctx, "big"); err != nil {
+		t.Fatal(err)
+	}
+	if s := wantRoom(t, w, "big"); s.Mode != client.RoomModeEvents {
+		t.Fatalf("snapshot of an empty room = %+v, want events mode", s)
+	}
+	users := map[string]*client.Client{}
+	var here []string // "id:online" of the members, sorted
+	join := func(id string) {
+		t.Helper()
+		if users[id] == nil {
+			users[id] = dialRooms(t, n, id, "phone", nil)
+		}
+		if err := users[id].Join(ctx, "big"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("u%02d", i)
+		join(id)
+		wantChange(t, w, "big", fmt.Sprintf("join %s online %d", id, i+1), false)
+		here = append(here, id+":online")
+	}
+	// The eleventh member: interval mode, told by a fresh room message
+	// (every member listed, none of the join itself).
+	join("u10")
+	here = append(here, "u10:online")
+	s := wantRoom(t, w, "big", here...)
+	if s.Mode != client.RoomModeInterval || s.Partial || s.Next != "" {
+		t.Fatalf("snapshot at 11 members = %+v, want interval mode, all listed", s)
+	}
+
+	// A change of status is not told in interval mode; joins and leaves
+	// come in RoomIntervals. x follows u05's presence: the change is made.
+	if err := users["u05"].SetStatus(ctx, client.Busy, ""); err != nil {
+		t.Fatal(err)
+	}
+	x := dial(t, n, "x", "phone")
+	if err := x.Subscribe(ctx, "u05"); err != nil {
+		t.Fatal(err)
+	}
+	for ev := (client.Event{}); ev.Status != client.Busy; {
+		ev = nextEvent(t, x)
+	}
+	join("u11")
+	if err := users["u00"].Leave(ctx, "big"); err != nil {
+		t.Fatal(err)
+	}
+	// The view: u05 as the room message showed it, u11 with no status.
+	joined, left := intervalsUntil(t, w, "big", "u01:online", "u02:online", "u03:online", "u04:online", "u05:online",
+		"u06:online", "u07:online", "u08:online", "u09:online", "u10:online", "u11:")
+	if fmt.Sprint(joined, left) != "[u11] [u00]" {
+		t.Fatalf("intervals named joined %v, left %v; want [u11] [u00]", joined, left)
+	}
+
+	// A watcher cut off while the room changes: its fresh room message is
+	// told as one RoomInterval of the difference.
+	cut := &cutter{}
+	r := dialRooms(t, n, "r", "laptop", cut)
+	if err := r.WatchRoom(ctx, "big"); err != nil {
+		t.Fatal(err)
+	}
+	if s := nextRoomUpdate(t, r).(client.RoomSnapshot); s.Mode != client.RoomModeInterval || s.Count != 11 || s.Members["u05"] != client.Busy {
+		t.Fatalf("r's snapshot = %+v, want 11 members in interval mode, u05 busy", s)
+	}
+	cut.hold(true)
+	cut.cut()
+	if sc, ok := next(t, r).(client.StateChange); !ok || sc.State != client.Disconnected {
+		t.Fatalf("update = %#v, want Disconnected", sc)
+	}
+	join("u12")
+	if err := users["u01"].Leave(ctx, "big"); err != nil {
+		t.Fatal(err)
+	}
+	joined, left = intervalsUntil(t, w, "big", "u02:online", "u03:online", "u04:online", "u05:online",
+		"u06:online", "u07:online", "u08:online", "u09:online", "u10:online", "u11:", "u12:")
+	if fmt.Sprint(joined, left) != "[u12] [u01]" {
+		t.Fatalf("intervals named joined %v, left %v; want [u12] [u01]", joined, left)
+	}
+	cut.hold(false)
+	if u := next(t, r); u != (client.StateChange{State: client.Connected}) {
+		t.Fatalf("update = %#v, want Connected", u)
+	}
+	iv, ok := nextRoomUpdate(t, r).(client.RoomInterval)
+	if !ok || !iv.Snapshot || iv.Count != 11 || fmt.Sprint(iv.Joined, iv.Left) != "[u12] [u01]" {
+		t.Fatalf("r's update after the reconnect = %#v, want the RoomInterval of u12's join and u01's leave", iv)
+	}
+	if got, _ := r.Room("big"); got.Count != 11 || got.Mode != client.RoomModeInterval || got.Members["u12"] != client.Online {
+		t.Fatalf("r's view after the reconnect = %+v", got)
+	}
+
+	// Below nine tenths of 10 (8 members): events mode again, told by a
+	// fresh room message with every status as it is.
+	for _, id := range []string{"u02", "u03", "u04"} {
+		if err := users[id].Leave(ctx, "big"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var back client.RoomSnapshot
+	for {
+		u := nextRoomUpdate(t, w)
+		if _, ok := u.(client.RoomInterval); ok {
+			continue // of the leaves before the switch
+		}
+		if back, ok = u.(client.RoomSnapshot); !ok {
+			t.Fatalf("update = %#v, want RoomIntervals, then the RoomSnapshot of the switch", u)
+		}
+		break
+	}
+	want := "[u05:busy u06:online u07:online u08:online u09:online u10:online u11:online u12:online]"
+	if back.Mode != client.RoomModeEvents || back.Count != 8 || fmt.Sprint(memberList(back.Members)) != want {
+		t.Fatalf("snapshot at 8 members = %+v, want events mode with %s", back, want)
+	}
+	join("u02")
+	wantChange(t, w, "big", "join u02 online 9", false)
+	if err := users["u06"].SetStatus(ctx, client.Away, ""); err != nil {
+		t.Fatal(err)
+	}
+	wantChange(t, w, "big", "status u06 away 9", false)
 }

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 )
@@ -115,7 +117,7 @@ func TestRoomsSentAgainOnReconnect(t *testing.T) {
 	}
 	c0.send(map[string]any{"type": "room", "room": "w", "mode": "events", "count": 2,
 		"members": map[string]any{"p": "online", "q": nil}, "next": nil, "version": 4})
-	if u := nextUpdate(t, c); fmt.Sprintf("%+v", u) != "{Room:w Count:2 Members:map[p:online q:] Partial:false Version:4}" {
+	if u := nextUpdate(t, c); fmt.Sprintf("%+v", u) != "{Room:w Mode:events Count:2 Members:map[p:online q:] Partial:false Next: Version:4}" {
 		t.Fatalf("update = %+v, want the snapshot of w", u)
 	}
 	c0.send(map[string]any{"type": "room_change", "room": "x", "user_id": "p", "event": "join", "status": "online", "count": 1, "version": 1})
@@ -158,5 +160,75 @@ func TestRoomsSentAgainOnReconnect(t *testing.T) {
 	}
 	if got := fmt.Sprint(c.JoinedRooms(), c.WatchedRooms()); got != "[c] [w]" {
 		t.Fatalf("rooms = %s, want [c] [w]", got)
+	}
+}
+
+// A room in interval mode: its room message says so, each room_interval
+// becomes a RoomInterval and moves the view (joined added with no status,
+// left taken out); a room message in the other mode is a RoomSnapshot;
+// after a reconnect the fresh room message is told as a RoomInterval of
+// what differs, or as nothing.
+func TestRoomIntervalMode(t *testing.T) {
+	f := newFake(t)
+	c := f.dial(t, Config{})
+	ctx := context.Background()
+	wantState(t, c, Connected)
+	if err := c.WatchRoom(ctx, "big"); err != nil {
+		t.Fatal(err)
+	}
+	c0 := f.conn(0)
+	c0.next(t, "watch_room")
+	view := func() string {
+		t.Helper()
+		r, ok := c.Room("big")
+		if !ok {
+			t.Fatal("Room(big): not held")
+		}
+		var members []string
+		for _, id := range slices.Sorted(maps.Keys(r.Members)) {
+			members = append(members, id+":"+string(r.Members[id]))
+		}
+		return fmt.Sprintf("%s n%d %v next %q v%d", r.Mode, r.Count, members, r.Next, r.Version)
+	}
+	wantUpdate := func(want string) {
+		t.Helper()
+		if u := nextUpdate(t, c); fmt.Sprintf("%+v", u) != want {
+			t.Fatalf("update = %+v\nwant     %s", u, want)
+		}
+	}
+	c0.send(map[string]any{"type": "room", "room": "big", "mode": "interval", "count": 1500,
+		"members": map[string]any{"a": "online", "b": nil}, "next": "b", "version": 40})
+	wantUpdate("{Room:big Mode:interval Count:1500 Members:map[a:online b:] Partial:true Next:b Version:40}")
+	c0.send(map[string]any{"type": "room_interval", "room": "big", "count": 1501,
+		"joined": []string{"c", "d"}, "left": []string{"a"}, "more_joined": 3, "more_left": 2, "version": 47})
+	wantUpdate("{Room:big Count:1501 Joined:[c d] Left:[a] MoreJoined:3 MoreLeft:2 Version:47 Snapshot:false}")
+	if got := view(); got != `interval n1501 [b: c: d:] next "b" v47` {
+		t.Fatalf("view after the interval: %s", got)
+	}
+	c0.send(map[string]any{"type": "room_interval", "room": "other", "count": 5, "joined": []string{"x"}, "left": []string{}, "more_joined": 0, "more_left": 0, "version": 3})
+
+	// Back to events mode: the room message stands for itself.
+	c0.send(map[string]any{"type": "room", "room": "big", "mode": "events", "count": 2,
+		"members": map[string]any{"b": "busy", "c": "online"}, "next": nil, "version": 90})
+	wantUpdate("{Room:big Mode:events Count:2 Members:map[b:busy c:online] Partial:false Next: Version:90}")
+	// And into interval mode again, every member listed.
+	c0.send(map[string]any{"type": "room", "room": "big", "mode": "interval", "count": 3,
+		"members": map[string]any{"b": "busy", "c": "online", "e": "away"}, "next": nil, "version": 91})
+	wantUpdate("{Room:big Mode:interval Count:3 Members:map[b:busy c:online e:away] Partial:false Next: Version:91}")
+
+	c0.nc.Close()
+	wantState(t, c, Disconnected)
+	wantState(t, c, Connected)
+	c1 := f.conn(1)
+	c1.next(t, "watch_room")
+	// The same room: nothing. Then one left, one joined, one changed its
+	// status (the view takes it; interval mode tells no status).
+	c1.send(map[string]any{"type": "room", "room": "big", "mode": "interval", "count": 3,
+		"members": map[string]any{"b": "busy", "c": "online", "e": "away"}, "next": nil, "version": 91})
+	c1.send(map[string]any{"type": "room", "room": "big", "mode": "interval", "count": 3,
+		"members": map[string]any{"b": "online", "e": "away", "f": nil}, "next": nil, "version": 93})
+	wantUpdate("{Room:big Count:3 Joined:[f] Left:[c] MoreJoined:0 MoreLeft:0 Version:93 Snapshot:true}")
+	if got := view(); got != `interval n3 [b:online e:away f:] next "" v93` {
+		t.Fatalf("view after the reconnect: %s", got)
 	}
 }

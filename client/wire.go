@@ -49,13 +49,18 @@ type serverMsg struct {
 	// presence (with UserID)
 	wirePresence
 
-	// room and room_change (with UserID, and Status and Version of
-	// wirePresence)
-	Room    string             `json:"room"`
-	Count   int                `json:"count"`
-	Members map[string]*string `json:"members"`
-	Next    *string            `json:"next"`
-	Event   string             `json:"event"`
+	// room, room_change and room_interval (with UserID, and Status and
+	// Version of wirePresence)
+	Room       string             `json:"room"`
+	Mode       string             `json:"mode"`
+	Count      int                `json:"count"`
+	Members    map[string]*string `json:"members"`
+	Next       *string            `json:"next"`
+	Event      string             `json:"event"`
+	Joined     []string           `json:"joined"`
+	Left       []string           `json:"left"`
+	MoreJoined int                `json:"more_joined"`
+	MoreLeft   int                `json:"more_left"`
 
 	// error
 	Code    string `json:"code"`
@@ -94,7 +99,8 @@ func decode(data []byte) (*serverMsg, error) {
 }
 
 // Update is one thing the client tells the application on Updates: an
-// Event, a RoomSnapshot, a RoomChange, a StateChange or a *ServerError.
+// Event, a RoomSnapshot, a RoomChange, a RoomInterval, a StateChange or a
+// *ServerError.
 type Update interface{ isUpdate() }
 
 // Event is the presence of one watched user as this viewer may see it.

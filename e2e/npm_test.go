@@ -31,7 +31,8 @@ import (
 //   - Node imports the installed package by its name, finds its exports,
 //     and connects to a real presenced: a watcher sees a change, a token
 //     function renews expiring tokens unseen, a room's watcher sees joins
-//     and leaves but nothing of a socket back within the close grace
+//     and leaves but nothing of a socket back within the close grace, and
+//     a room of more than 10 members goes into interval mode and back
 //     (js/presence/test/installed.mjs);
 //   - the binary serves at /static/presence.js the very bytes installed.
 //
@@ -98,8 +99,9 @@ func TestNPMPackage(t *testing.T) {
 	run(ctx, t, app, node, append([]string{tsc, "--module", "nodenext"}, append(tscFlags, "usage.ts")...)...)
 	run(ctx, t, app, node, append([]string{tsc, "--module", "esnext", "--moduleResolution", "bundler"}, append(tscFlags, "usage.ts")...)...)
 
-	// A real node, and a backend that mints its tokens.
-	srv := startServer(t, root, tmp)
+	// A real node, whose rooms go into interval mode above 10 members, and
+	// a backend that mints its tokens.
+	srv := startServer(t, root, tmp, "-room-interval-above", "10", "-room-interval", "200ms")
 	control := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/token" {
 			http.NotFound(w, r)

@@ -409,18 +409,57 @@ test("rooms: the first room message is told as it is, then each change", () => {
   last().recv({ type: "room_change", room: "r", user_id: "b", event: "leave", status: null, count: 2, version: 9 });
   last().recv({ type: "room_change", room: "other", user_id: "x", event: "join", status: "online", count: 1, version: 1 }); // not watched
   assert.deepEqual(got, [
-    ["room", { room: "r", count: 2, members: { a: "online", b: null }, partial: false, version: 7 }],
+    ["room", { room: "r", mode: "events", count: 2, members: { a: "online", b: null }, partial: false, next: null, version: 7 }],
     ["change", { room: "r", user_id: "c", event: "join", status: "busy", count: 3, version: 8, snapshot: false }],
     ["change", { room: "r", user_id: "a", event: "status", status: "away", count: 3, version: 8, snapshot: false }],
     ["change", { room: "r", user_id: "b", event: "leave", status: null, count: 2, version: 9, snapshot: false }],
   ]);
-  assert.deepEqual(c.getRoom("r"), { room: "r", count: 2, members: { a: "away", c: "busy" }, partial: false, version: 9 });
+  assert.deepEqual(c.getRoom("r"), { room: "r", mode: "events", count: 2, members: { a: "away", c: "busy" }, partial: false, next: null, version: 9 });
   c.getRoom("r").members.a = "changed by the app";
   assert.equal(c.getRoom("r").members.a, "away", "getRoom gives a copy");
   c.unwatchRoom("r");
   last().recv({ type: "room_change", room: "r", user_id: "d", event: "join", status: "online", count: 3, version: 10 });
   assert.equal(got.length, 4, "nothing after unwatchRoom");
   assert.equal(c.getRoom("r"), undefined);
+});
+
+test("rooms: a big room in interval mode: roominterval events move the view; a switch of mode is a room event; a reconnect tells what differs as one roominterval", () => {
+  const c = client();
+  const got = [];
+  c.addEventListener("room", (e) => got.push(["room", e.detail]));
+  c.addEventListener("roomchange", (e) => got.push(["change", e.detail]));
+  c.addEventListener("roominterval", (e) => got.push(["interval", e.detail]));
+  c.start();
+  last().open();
+  c.watchRoom("big");
+  last().recv({ type: "room_interval", room: "big", count: 9, joined: ["z"], left: [], more_joined: 0, more_left: 0, version: 1 }); // before the room message
+  last().recv({ type: "room", room: "big", mode: "interval", count: 1500, members: { a: "online", b: null }, next: "b", version: 40 });
+  last().recv({ type: "room_interval", room: "big", count: 1501, joined: ["c", "d"], left: ["a"], more_joined: 3, more_left: 2, version: 47 });
+  last().recv({ type: "room_interval", room: "other", count: 5, joined: ["x"], left: [], more_joined: 0, more_left: 0, version: 3 }); // not watched
+  assert.deepEqual(got, [
+    ["room", { room: "big", mode: "interval", count: 1500, members: { a: "online", b: null }, partial: true, next: "b", version: 40 }],
+    ["interval", { room: "big", count: 1501, joined: ["c", "d"], left: ["a"], more_joined: 3, more_left: 2, version: 47, snapshot: false }],
+  ]);
+  assert.deepEqual(c.getRoom("big"), { room: "big", mode: "interval", count: 1501, members: { b: null, c: null, d: null }, partial: true, next: "b", version: 47 });
+  // Back to events mode, then into interval mode again with every member listed: each a room event.
+  got.length = 0;
+  last().recv({ type: "room", room: "big", mode: "events", count: 2, members: { b: "busy", c: "online" }, next: null, version: 90 });
+  last().recv({ type: "room", room: "big", mode: "interval", count: 3, members: { b: "busy", c: "online", e: "away" }, next: null, version: 91 });
+  assert.deepEqual(
+    got.map(([kind, d]) => `${kind} ${d.mode} ${d.count} ${Object.keys(d.members)}`),
+    ["room events 2 b,c", "room interval 3 b,c,e"],
+  );
+  // A reconnect: the same room tells nothing; one left, one joined, one
+  // changed status: one roominterval (statuses go to the view only).
+  got.length = 0;
+  last().drop();
+  mock.timers.tick(1000);
+  last().open();
+  last().recv({ type: "room", room: "big", mode: "interval", count: 3, members: { b: "busy", c: "online", e: "away" }, next: null, version: 91 });
+  assert.deepEqual(got, []);
+  last().recv({ type: "room", room: "big", mode: "interval", count: 3, members: { b: "online", e: "away", f: null }, next: null, version: 93 });
+  assert.deepEqual(got, [["interval", { room: "big", count: 3, joined: ["f"], left: ["c"], more_joined: 0, more_left: 0, version: 93, snapshot: true }]]);
+  assert.deepEqual(c.getRoom("big").members, { b: "online", e: "away", f: null });
 });
 
 test("rooms: a reconnect sends the leaves made while away, then joins and watches again; the fresh room message tells only what differs", () => {

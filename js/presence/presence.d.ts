@@ -76,15 +76,32 @@ export interface ServerErrorDetail {
   message: string;
 }
 
-/** A watched room as the client holds it. */
+/**
+ * How a room's changes come: "roomchange" events, or — a big room, above
+ * the server's -room-interval-above members — "roominterval" events.
+ */
+export type RoomMode = "events" | "interval";
+
+/**
+ * A watched room as the client holds it. In interval mode it lists some
+ * members, not all: the first page of the last room message, plus the ids
+ * joined since, minus those left.
+ */
 export interface RoomView {
   room: string;
+  /** The mode of the last room message. */
+  mode: RoomMode;
   /** All the room's members, listed or not. */
   count: number;
-  /** The members listed: user id → status as this viewer may see it (null: hidden). */
+  /**
+   * The members listed: user id → status as this viewer may see it (null:
+   * hidden, or added by a "roominterval", which carries ids only).
+   */
   members: Record<string, Status | null>;
-  /** The room has more members than listed: its watchers get joins and leaves, no change of status. */
+  /** The room has more members than listed (next is set): its watchers get joins and leaves, no change of status. */
   partial: boolean;
+  /** The cursor of the members after those listed (GET /v1/rooms/{room}?after=); null when all were listed. */
+  next: string | null;
   /** Grows with every join and leave of the room. */
   version: number;
 }
@@ -110,6 +127,28 @@ export interface RoomChangeDetail {
   snapshot: boolean;
 }
 
+/**
+ * The detail of a "roominterval" event: what changed in a big room
+ * (interval mode) since the last one — the net joins and leaves, ids only.
+ */
+export interface RoomIntervalDetail {
+  room: string;
+  /** The room's members now. */
+  count: number;
+  /** Users who joined, sorted, at most 256. */
+  joined: string[];
+  /** Users who left, sorted, at most 256. */
+  left: string[];
+  /** How many more joined than `joined` lists. */
+  more_joined: number;
+  /** How many more left than `left` lists. */
+  more_left: number;
+  /** The room's version now. */
+  version: number;
+  /** true: found by comparing a fresh room message (after a reconnect) with the room as held, not sent live. */
+  snapshot: boolean;
+}
+
 /** The events of a PresenceClient; each carries its data in `detail`. */
 export interface PresenceClientEventMap {
   /** The applied state of a watched user, from a snapshot or a live change. */
@@ -123,10 +162,15 @@ export interface PresenceClientEventMap {
    * `subscriptions`: unsubscribe() them to stay under the cap.
    */
   servererror: CustomEvent<ServerErrorDetail>;
-  /** A watched room as first seen (once per watchRoom): replace what you hold of it. */
+  /**
+   * A watched room as first seen (once per watchRoom, and again when it
+   * switches mode): replace what you hold of it.
+   */
   room: CustomEvent<RoomView>;
-  /** A join, leave or change of status in a watched room. */
+  /** A join, leave or change of status in a watched room (events mode). */
   roomchange: CustomEvent<RoomChangeDetail>;
+  /** A big room's joins and leaves since the last (interval mode). */
+  roominterval: CustomEvent<RoomIntervalDetail>;
 }
 
 /** What `new PresenceClient(options)` takes; `userId` or `token` is required. */
@@ -215,9 +259,11 @@ export class PresenceClient extends EventTarget {
    */
   leave(room: string): void;
   /**
-   * Watches a room: a "room" event, then a "roomchange" event per change.
-   * Kept across reconnects: the fresh room message then is told as what
-   * differs ("roomchange" with snapshot: true), nothing if nothing did.
+   * Watches a room: a "room" event, then a "roomchange" event per change —
+   * or, while the room is big (mode "interval"), a "roominterval" event per
+   * interval. Kept across reconnects: the fresh room message then is told
+   * as what differs ("roomchange", or "roominterval", with snapshot: true),
+   * nothing if nothing did.
    */
   watchRoom(room: string): void;
   /** Stops watching a room; no event about it follows. */

@@ -12,6 +12,7 @@
 //   client.join("doc-42"); client.watchRoom("doc-42"); // who is here
 //   client.addEventListener("room", (e) => drawRoom(e.detail));          // the room, to replace
 //   client.addEventListener("roomchange", (e) => drawChange(e.detail));  // a join, leave or status
+//   client.addEventListener("roominterval", (e) => drawBig(e.detail));   // a big room's joins and leaves
 //   signOutButton.onclick = () => client.bye();
 //
 // What it does (the wire contract is docs/protocol.md):
@@ -50,6 +51,17 @@
 //   and only what differs is told, as `roomchange` events with `snapshot:
 //   true` — a member who left meanwhile is a leave then, and nothing is
 //   told when nothing changed.
+// - Big rooms: a room of more members than the server's
+//   -room-interval-above (1,000) is in interval mode. Its `room` message
+//   (mode "interval") lists the first 100 members, and instead of a
+//   `roomchange` per join and leave the client tells one `roominterval`
+//   per interval (-room-interval, 5 s) in which the room changed: the ids
+//   that joined and left, no status. The view of such a room (getRoom) is
+//   that first page plus the ids joined since (status null: not sent),
+//   minus those left: some of its members, not all; `count` is the one
+//   number for the whole room. Each switch of mode is a `room` event; after
+//   a reconnect in interval mode what differs is told as one `roominterval`
+//   with `snapshot: true`.
 // - bye() is the explicit sign-out: the device ends at once (over the socket,
 //   or with POST /v1/bye when the socket is down) and the client stops.
 //
@@ -78,12 +90,17 @@
 //               `subscriptions`, so unsubscribe() them to stay under the cap;
 //               a refused join or watch (room_not_allowed, …) leaves its
 //               room in `rooms` or `watchedRooms` likewise
-//   "room"      {room, count, members, partial, version} — a watched room
-//               as first seen (once per watchRoom): replace what you hold;
-//               members maps user id → status (null: hidden)
+//   "room"      {room, mode, count, members, partial, next, version} — a
+//               watched room as first seen (once per watchRoom, and again
+//               when it switches mode): replace what you hold; members maps
+//               user id → status (null: hidden); mode "events" or
+//               "interval"; next: the cursor of the members not listed
 //   "roomchange" {room, user_id, event, status, count, version, snapshot}
 //               — event "join", "leave" or "status"; snapshot: found by
 //               comparing a fresh room message with the room as held
+//   "roominterval" {room, count, joined, left, more_joined, more_left,
+//               version, snapshot} — a big room's net joins and leaves
+//               since the last (ids, at most 256 of each, the rest counted)
 //
 // Browsers throttle the timers of background tabs (Chrome: one wake-up a
 // minute after some minutes hidden, longer than the ttl). The heartbeat and
@@ -135,13 +152,22 @@
  */
 
 /**
+ * @typedef {"events" | "interval"} RoomMode how a room's changes come:
+ *   "roomchange" events, or (a big room) "roominterval" events
+ */
+
+/**
  * @typedef {object} RoomView a watched room as the client holds it
  * @property {string} room
+ * @property {RoomMode} mode of the last room message
  * @property {number} count all the room's members, listed or not
  * @property {Record<string, Status | null>} members the members listed,
- *   user id → status as this viewer may see it (null: hidden)
- * @property {boolean} partial the room has more members than listed; its
- *   watchers get joins and leaves, no change of status
+ *   user id → status as this viewer may see it (null: hidden, or added by
+ *   a "roominterval", which carries ids only)
+ * @property {boolean} partial the room has more members than listed
+ *   (next is set); its watchers get joins and leaves, no change of status
+ * @property {string | null} next the cursor of the members after those
+ *   listed (GET /v1/rooms/{room}?after=); null when all were listed
  * @property {number} version grows with every join and leave of the room
  */
 
@@ -160,6 +186,20 @@
  */
 
 /**
+ * @typedef {object} RoomIntervalDetail what changed in a big room (interval
+ *   mode) since the last: the net joins and leaves
+ * @property {string} room
+ * @property {number} count the room's members now
+ * @property {string[]} joined users who joined, sorted, at most 256
+ * @property {string[]} left users who left, sorted, at most 256
+ * @property {number} more_joined joined beyond those listed
+ * @property {number} more_left left beyond those listed
+ * @property {number} version the room's version now
+ * @property {boolean} snapshot found by comparing a fresh room message
+ *   (after a reconnect) with the room as held, not sent live
+ */
+
+/**
  * @typedef {object} PresenceClientEventMap the events of a PresenceClient
  * @property {CustomEvent<PresenceView>} presence the applied state of a watched user
  * @property {CustomEvent<Welcome>} welcome a connection is open
@@ -167,6 +207,7 @@
  * @property {CustomEvent<ServerErrorDetail>} servererror an `error` message of the server
  * @property {CustomEvent<RoomView>} room a watched room as first seen: replace what you hold
  * @property {CustomEvent<RoomChangeDetail>} roomchange a change of a watched room
+ * @property {CustomEvent<RoomIntervalDetail>} roominterval a big room's joins and leaves
  */
 
 /**
@@ -454,7 +495,9 @@ export class PresenceClient extends EventTarget {
 
   /**
    * Watches a room: a "room" event follows, then a "roomchange" event for
-   * each join, leave and change of status. Kept across reconnects (see
+   * each join, leave and change of status — or, while the room is big
+   * (mode "interval"), a "roominterval" event per interval with its joins
+   * and leaves. Kept across reconnects (see
    * the top of this file). Watching a room watched already does nothing.
    * @param {string} room
    * @returns {void}
@@ -463,7 +506,9 @@ export class PresenceClient extends EventTarget {
     checkRoom(room);
     if (this.watchedRooms.has(room)) return;
     this.watchedRooms.add(room);
-    this._held.set(room, { have: false, view: { room, count: 0, members: {}, partial: false, version: 0 } });
+    /** @type {RoomView} */
+    const view = { room, mode: "events", count: 0, members: {}, partial: false, next: null, version: 0 };
+    this._held.set(room, { have: false, view });
     this._queueRoom({ type: "watch_room", room });
   }
 
@@ -596,6 +641,9 @@ export class PresenceClient extends EventTarget {
       case "room_change":
         this._applyRoomChange(msg);
         break;
+      case "room_interval":
+        this._applyRoomInterval(msg);
+        break;
       case "error":
         this._emit("servererror", { code: msg.code, message: msg.message });
         break;
@@ -626,8 +674,9 @@ export class PresenceClient extends EventTarget {
   }
 
   /**
-   * A room message: the first of a watch is told as it is; a later one
-   * (a re-watch, a resync) replaces the view, told as what differs.
+   * A room message: the first of a watch, one in the other mode, or one of
+   * a room listed in part (before or now) is told as it is; a later one (a
+   * re-watch, a resync) replaces the view, told as what differs.
    * @private
    * @param {any} msg
    */
@@ -637,14 +686,33 @@ export class PresenceClient extends EventTarget {
     /** @type {Record<string, Status | null>} */
     const members = {};
     for (const [id, s] of Object.entries(msg.members || {})) members[id] = /** @type {Status | null} */ (s ?? null);
+    const next = typeof msg.next === "string" ? msg.next : null;
     /** @type {RoomView} */
-    const view = { room: msg.room, count: msg.count ?? 0, members, partial: msg.next != null, version: msg.version ?? 0 };
+    const view = {
+      room: msg.room,
+      mode: msg.mode === "interval" ? "interval" : "events",
+      count: msg.count ?? 0,
+      members,
+      partial: next !== null,
+      next,
+      version: msg.version ?? 0,
+    };
     const old = held.view;
     const first = !held.have;
     held.have = true;
     held.view = view;
-    if (first || old.partial || view.partial) {
+    if (first || old.mode !== view.mode || old.partial || view.partial) {
       this._emit("room", { ...view, members: { ...members } });
+      return;
+    }
+    if (view.mode === "interval") {
+      // As the server tells this mode: the joins and leaves, ids only.
+      const joined = Object.keys(members).filter((id) => !(id in old.members)).sort();
+      const left = Object.keys(old.members).filter((id) => !(id in members)).sort();
+      if (joined.length + left.length > 0) {
+        const { room, count, version } = view;
+        this._emit("roominterval", { room, count, joined, left, more_joined: 0, more_left: 0, version, snapshot: true });
+      }
       return;
     }
     let count = old.count;
@@ -689,6 +757,35 @@ export class PresenceClient extends EventTarget {
       event,
       status,
       count: msg.count,
+      version: msg.version,
+      snapshot: false,
+    });
+  }
+
+  /**
+   * What changed in a big room: the joined are added to the view (status
+   * not sent: null), the left taken out.
+   * @private
+   * @param {any} msg
+   */
+  _applyRoomInterval(msg) {
+    const held = this._held.get(msg.room);
+    if (!held?.have) return; // not watched, or from before the watch's room message
+    /** @type {string[]} */
+    const joined = Array.isArray(msg.joined) ? msg.joined : [];
+    /** @type {string[]} */
+    const left = Array.isArray(msg.left) ? msg.left : [];
+    for (const id of left) delete held.view.members[id];
+    for (const id of joined) if (!(id in held.view.members)) held.view.members[id] = null;
+    held.view.count = msg.count;
+    held.view.version = Math.max(held.view.version, msg.version);
+    this._emit("roominterval", {
+      room: msg.room,
+      count: msg.count,
+      joined: [...joined],
+      left: [...left],
+      more_joined: msg.more_joined ?? 0,
+      more_left: msg.more_left ?? 0,
       version: msg.version,
       snapshot: false,
     });

@@ -28,6 +28,8 @@ same<Same<decl.ServerErrorDetail, impl.ServerErrorDetail>>();
 same<Same<decl.RoomView, impl.RoomView>>();
 same<Same<decl.RoomEventKind, impl.RoomEventKind>>();
 same<Same<decl.RoomChangeDetail, impl.RoomChangeDetail>>();
+same<Same<decl.RoomMode, impl.RoomMode>>();
+same<Same<decl.RoomIntervalDetail, impl.RoomIntervalDetail>>();
 same<Same<decl.PresenceClientOptions, impl.PresenceClientOptions>>();
 // The events: the code dispatches them only through _emit, whose type and
 // detail come from its PresenceClientEventMap.

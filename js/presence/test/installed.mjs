@@ -2,7 +2,8 @@
 // by its name from Node against a real presenced node. e2e/npm_test.go
 // copies this file beside the install and runs it with
 //
-//   PRESENCED_URL      http://host:port of a presenced started with -dev
+//   PRESENCED_URL      http://host:port of a presenced started with -dev,
+//                      -room-interval-above 10 and -room-interval 200ms
 //   PRESENCED_CONTROL  a URL whose /token?user=U&ttl=D mints a client token
 //                      for U that expires after D (the app's backend)
 //
@@ -138,6 +139,85 @@ test("rooms on a real node: who is here, and a dropped socket back within the cl
 
   carol.leave("doc-42");
   await until(() => log.dan.at(-1) === "leave carol", "dan sees carol leave");
+});
+
+test("a big room on a real node: into interval mode, roominterval events and no roomchange, a reconnect, and back", async (t) => {
+  const url = process.env.PRESENCED_URL.replace(/^http/, "ws") + "/v1/ws";
+  const room = "big-room";
+  const watcher = new PresenceClient({ userId: "watcher", url, storage: null });
+  /** @type {Map<string, PresenceClient>} */
+  const members = new Map();
+  t.after(() => {
+    watcher.close();
+    for (const c of members.values()) c.close();
+  });
+  /** @type {string[]} the watcher's room events, in order */
+  const log = [];
+  /** @type {string[]} every id the roominterval events named as joined, and as left */
+  const joined = [];
+  const left = [];
+  watcher.addEventListener("room", (e) => log.push(`room ${e.detail.mode} ${e.detail.count}`));
+  watcher.addEventListener("roomchange", (e) => log.push(`${e.detail.event} ${e.detail.user_id} ${e.detail.count}`));
+  watcher.addEventListener("roominterval", (e) => {
+    log.push("interval");
+    joined.push(...e.detail.joined);
+    left.push(...e.detail.left);
+  });
+  watcher.addEventListener("servererror", (e) => log.push(`error ${e.detail.code}`));
+  /** @param {string} id */
+  const member = (id) => {
+    let c = members.get(id);
+    if (!c) {
+      c = new PresenceClient({ userId: id, url, storage: null });
+      members.set(id, c);
+      c.start();
+    }
+    return c;
+  };
+  const listed = () => Object.keys(watcher.getRoom(room)?.members ?? {}).sort().join(",");
+  const ids = (/** @type {number[]} */ ...ns) => ns.map((n) => `m${String(n).padStart(2, "0")}`);
+
+  watcher.start();
+  watcher.watchRoom(room);
+  await until(() => log.length === 1, "the watcher's room message");
+  for (const [i, id] of ids(0, 1, 2, 3, 4, 5, 6, 7, 8, 9).entries()) {
+    member(id).join(room);
+    await until(() => log.at(-1) === `join ${id} ${i + 1}`, `${id}'s join`);
+  }
+  // The eleventh member: above -room-interval-above 10, a room message in interval mode.
+  member("m10").join(room);
+  await until(() => log.at(-1) === "room interval 11", "the switch into interval mode");
+  assert.equal(watcher.getRoom(room)?.mode, "interval");
+  assert.equal(listed(), ids(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10).join(","));
+
+  // Joins and leaves come in roominterval events; a change of status not at all.
+  const mark = log.length;
+  member("m05").setStatus("busy");
+  member("m11").join(room);
+  member("m00").leave(room);
+  await until(() => listed() === ids(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11).join(","), "the intervals of m11's join and m00's leave");
+  assert.deepEqual([joined.sort(), left.sort()], [["m11"], ["m00"]]);
+  assert.deepEqual(watcher.getRoom(room)?.members.m11, null, "an interval names ids, not statuses");
+
+  // The watcher's socket drops; m12 joins meanwhile: told once, live or by the fresh room message.
+  const welcome = watcher.welcome;
+  watcher._ws.close();
+  member("m12").join(room);
+  await until(() => watcher.state === "open" && watcher.welcome !== welcome, "the watcher reconnects");
+  await until(() => joined.includes("m12"), "m12's join");
+  assert.deepEqual(joined.sort(), ["m11", "m12"]);
+  assert.equal(watcher.getRoom(room)?.count, 12);
+
+  // Below nine tenths of 10: events mode again, each change told.
+  for (const id of ids(1, 2, 3, 4)) member(id).leave(room);
+  await until(() => log.at(-1) === "room events 8", "the switch back to events mode");
+  assert.ok(
+    log.slice(mark).every((e) => e === "interval" || e.startsWith("room ")),
+    `no roomchange in interval mode: ${log.slice(mark)}`,
+  );
+  assert.equal(watcher.getRoom(room)?.members.m05, "busy", "the room message of events mode has every status");
+  member("m01").join(room);
+  await until(() => log.at(-1) === "join m01 9", "m01's join, told as a roomchange");
 });
 
 // until polls cond until it holds, or fails after STEP naming what it waited for.

@@ -13,6 +13,8 @@ import type {
   PresenceView,
   RoomChangeDetail,
   RoomEventKind,
+  RoomIntervalDetail,
+  RoomMode,
   RoomView,
   StateDetail,
   Status,
@@ -74,7 +76,8 @@ client.addEventListener("room", (e) => {
   const r: RoomView = e.detail;
   here.clear();
   for (const [id, s] of Object.entries(r.members)) here.set(id, s);
-  console.log(r.room, r.count, r.partial, r.version);
+  const mode: RoomMode = r.mode;
+  console.log(r.room, mode, r.count, r.partial, r.next ?? "all listed", r.version);
 });
 client.addEventListener("roomchange", (e) => {
   const c: RoomChangeDetail = e.detail;
@@ -82,6 +85,12 @@ client.addEventListener("roomchange", (e) => {
   if (kind === "leave") here.delete(c.user_id);
   else here.set(c.user_id, c.status);
   console.log(c.room, c.count, c.version, c.snapshot ? "while away" : "live");
+});
+client.addEventListener("roominterval", (e) => {
+  const b: RoomIntervalDetail = e.detail; // a big room: ids only
+  for (const id of b.left) here.delete(id);
+  for (const id of b.joined) here.set(id, null);
+  console.log(b.room, b.count, b.more_joined, b.more_left, b.version, b.snapshot);
 });
 const room: RoomView | undefined = client.getRoom("doc-42");
 const inRoom: boolean = client.rooms.has("doc-42") && client.watchedRooms.has("doc-42");
@@ -128,6 +137,10 @@ client.connect();
 client.join(["doc-42"]);
 // @ts-expect-error a change is a join, a leave or a status
 client.addEventListener("roomchange", (e) => e.detail.event === "kick");
+// @ts-expect-error a room's mode is "events" or "interval"
+client.addEventListener("room", (e) => e.detail.mode === "big");
+// @ts-expect-error an interval names ids, not statuses
+client.addEventListener("roominterval", (e) => e.detail.joined[0]?.status);
 // @ts-expect-error rooms change through join and leave only
 client.rooms.add("doc-43");
 
