@@ -36,7 +36,8 @@ package main
 // first_error, watched and unwatched (absent with -unwatched 0), each
 // {seconds sent joins leaves skipped errors changes_per_sec
 // server_cpu_cores server_cpu_us_per_change generator_cpu_cores}, and
-// messages {intervals (the watched drive's seconds ÷ room_interval),
+// messages {intervals (from the watched drive's start until every watcher
+// read its last change, ÷ room_interval),
 // room_interval room_change resyncs (all watchers), max_per_interval
 // (the most one watcher read in one window), mean_per_interval (per
 // watcher), reported (joins and leaves the first watcher was told),
@@ -594,7 +595,7 @@ func runRoomInterval(parent context.Context, cfg *roomIntervalConfig, stderr io.
 // messages per window of interval, and whether they tell the net change
 // netWant and the final count.
 func riCount(watchers []*riWatcher, interval time.Duration, driveStart, end time.Time, drive riPhase, netWant int64, count int) riMessages {
-	s := riMessages{Intervals: drive.Seconds / interval.Seconds(), NetWant: netWant, IDsChecked: true}
+	s := riMessages{Intervals: end.Sub(driveStart).Seconds() / interval.Seconds(), NetWant: netWant, IDsChecked: true}
 	var perWatcher float64
 	for k, w := range watchers {
 		var net, reported int64
@@ -677,7 +678,7 @@ func printRoomInterval(w io.Writer, r *roomIntervalResult) {
 	}
 	_ = tw.Flush()
 	m := r.Messages
-	fmt.Fprintf(w, "messages over %.1f intervals: %d room_interval, %d room_change, %d room; per watcher and interval: max %d, mean %.2f\n",
+	fmt.Fprintf(w, "messages over %.1f intervals (the drive and the wait for its last tick): %d room_interval, %d room_change, %d room; per watcher and interval: max %d, mean %.2f\n",
 		m.Intervals, m.RoomInterval, m.RoomChange, m.Resyncs, m.MaxPerInterval, m.MeanPerIntvl)
 	fmt.Fprintf(w, "told: %d joins and leaves of %d sent (%d pairs cancelled); net %+d, %d watchers told another net, %d another count; ids checked %v, %d id errors; %d messages after unwatching\n",
 		m.Reported, r.Watched.Sent, m.CancelledPairs, m.NetWant, m.NetBad, m.CountBad, m.IDsChecked, m.IDErrors, m.AfterUnwatch)

@@ -78,9 +78,9 @@ func TestRoomIntervalInProcess(t *testing.T) {
 func TestRiCount(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	// Two watchers, interval 1 s, a drive of 3 s from t0. The first reads
-	// a tick at 0.6, 1.7 (late), 2.5 s; the second two messages in the
-	// window of its second tick.
+	// Two watchers, interval 1 s, a drive of 3 s from t0 read until 4 s.
+	// The first reads a tick at 0.6, 1.7 (late), 2.5 s; the second two
+	// messages in the window of its second tick.
 	a := &riWatcher{msgs: []riMsg{
 		{at: at(600), kind: 'i', net: 2, reported: 4, count: 12},
 		{at: at(1700), kind: 'i', net: -1, reported: 1, count: 11},
@@ -93,13 +93,13 @@ func TestRiCount(t *testing.T) {
 		{at: at(1700), kind: 'i', net: -1, reported: 1, count: 11, more: true},
 	}, idErrors: 3}
 	s := riCount([]*riWatcher{a, b}, time.Second, t0, at(4000), riPhase{Seconds: 3, Sent: 9}, 1, 11)
-	if s.Intervals != 3 || s.RoomInterval != 5 || s.Resyncs != 1 || s.AfterUnwatch != 1 {
+	if s.Intervals != 4 || s.RoomInterval != 5 || s.Resyncs != 1 || s.AfterUnwatch != 1 {
 		t.Errorf("counts: %+v", s)
 	}
 	if s.MaxPerInterval != 2 {
 		t.Errorf("max per interval %d, want 2 (the second watcher's room and room_interval at 1.5 and 1.7 s)", s.MaxPerInterval)
 	}
-	if want := (3.0/3 + 3.0/3) / 2; s.MeanPerIntvl != want {
+	if want := (3.0/4 + 3.0/4) / 2; s.MeanPerIntvl != want {
 		t.Errorf("mean per interval %v, want %v", s.MeanPerIntvl, want)
 	}
 	// The first watcher was told a net of +1 and 7 changes of 9 (one
