@@ -39,8 +39,9 @@ package main
 // messages {intervals (from the watched drive's start until every watcher
 // read its last change, ÷ room_interval),
 // room_interval room_change resyncs (all watchers), max_per_interval
-// (the most one watcher read in one window), mean_per_interval (per
-// watcher), reported (joins and leaves the first watcher was told),
+// (the most one watcher read in one window), mean_per_interval (a
+// watcher's messages ÷ the windows from its first to its last, the mean
+// over the watchers), reported (joins and leaves the first watcher was told),
 // cancelled_pairs, net_want, net_bad (watchers told another net),
 // count_bad, ids_checked, id_errors, after_unwatch}.
 
@@ -636,10 +637,14 @@ func riCount(watchers []*riWatcher, interval time.Duration, driveStart, end time
 				lastCount = m.count
 			}
 		}
-		for _, c := range windows {
+		lo, hi := math.MaxInt, math.MinInt
+		for win, c := range windows {
 			s.MaxPerInterval = max(s.MaxPerInterval, c)
+			lo, hi = min(lo, win), max(hi, win)
 		}
-		perWatcher += divide(float64(n), s.Intervals)
+		if n > 0 {
+			perWatcher += float64(n) / float64(hi-lo+1)
+		}
 		if net != netWant {
 			s.NetBad++
 		}
@@ -678,7 +683,7 @@ func printRoomInterval(w io.Writer, r *roomIntervalResult) {
 	}
 	_ = tw.Flush()
 	m := r.Messages
-	fmt.Fprintf(w, "messages over %.1f intervals (the drive and the wait for its last tick): %d room_interval, %d room_change, %d room; per watcher and interval: max %d, mean %.2f\n",
+	fmt.Fprintf(w, "messages over %.1f intervals (the drive and the wait for its last tick): %d room_interval, %d room_change, %d room; per watcher and interval: max %d, mean %.2f (over the intervals from its first message to its last)\n",
 		m.Intervals, m.RoomInterval, m.RoomChange, m.Resyncs, m.MaxPerInterval, m.MeanPerIntvl)
 	fmt.Fprintf(w, "told: %d joins and leaves of %d sent (%d pairs cancelled); net %+d, %d watchers told another net, %d another count; ids checked %v, %d id errors; %d messages after unwatching\n",
 		m.Reported, r.Watched.Sent, m.CancelledPairs, m.NetWant, m.NetBad, m.CountBad, m.IDsChecked, m.IDErrors, m.AfterUnwatch)

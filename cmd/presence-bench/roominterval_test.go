@@ -99,7 +99,8 @@ func TestRiCount(t *testing.T) {
 	if s.MaxPerInterval != 2 {
 		t.Errorf("max per interval %d, want 2 (the second watcher's room and room_interval at 1.5 and 1.7 s)", s.MaxPerInterval)
 	}
-	if want := (3.0/4 + 3.0/4) / 2; s.MeanPerIntvl != want {
+	// 3 messages in windows 0–2, and 3 in windows 0–1.
+	if want := (3.0/3 + 3.0/2) / 2; s.MeanPerIntvl != want {
 		t.Errorf("mean per interval %v, want %v", s.MeanPerIntvl, want)
 	}
 	// The first watcher was told a net of +1 and 7 changes of 9 (one
