@@ -9,6 +9,7 @@
 //	rooms        latency of a join or leave to every watcher of the room, beside a status change
 //	room-count   reads of a room of 100,000 members
 //	room-memory  server memory per room membership
+//	room-interval a big room under joins and leaves: messages per watcher, server CPU
 //	limits       the machine's raw ceilings: redis-benchmark and a sharded map
 //	plot         the SVG figures of docs/img from their JSON
 //
@@ -47,6 +48,7 @@ scenarios:
   rooms         watchers of a room and of status users; join/leave and status latency
   room-count    a room of 100,000 members read over HTTP; latency percentiles
   room-memory   users online, then in rooms; server memory per membership
+  room-interval a room of 100,000 in interval mode under joins and leaves; messages per watcher, server CPU
   limits        raw limits of this machine: redis-benchmark SETEX, in-process map
   plot          SVG plots from -json results
 
@@ -96,6 +98,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRoomCountCmd(args[1:], stdout, stderr)
 	case "room-memory":
 		return runRoomMemCmd(args[1:], stdout, stderr)
+	case "room-interval":
+		return runRoomIntervalCmd(args[1:], stdout, stderr)
 	case "plot":
 		return runPlotCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

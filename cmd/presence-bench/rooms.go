@@ -217,7 +217,7 @@ type roomMover struct {
 }
 
 func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*roomsResult, error) {
-	if err := roomsAvailable(parent, cfg); err != nil {
+	if err := roomsAvailable(parent, &cfg.benchFlags, cfg.room); err != nil {
 		return nil, err
 	}
 	ep := wsEndpoint{url: cfg.wsURL, dev: cfg.dev, secret: cfg.jwtSecret}
@@ -615,9 +615,9 @@ func watchRoomWait(c *benchConn, msg []byte) (*wsMsg, error) {
 
 // roomsAvailable reads the room over HTTP: a node without rooms (a shared
 // Redis store) answers 501 rooms_unavailable, and the scenario stops there.
-func roomsAvailable(ctx context.Context, cfg *roomsConfig) error {
+func roomsAvailable(ctx context.Context, cfg *benchFlags, room string) error {
 	hc := &http.Client{Timeout: 10 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.httpBase+"/v1/rooms/"+url.PathEscape(cfg.room)+"?limit=1", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.httpBase+"/v1/rooms/"+url.PathEscape(room)+"?limit=1", nil)
 	if err != nil {
 		return err
 	}
@@ -636,7 +636,7 @@ func roomsAvailable(ctx context.Context, cfg *roomsConfig) error {
 	case http.StatusNotImplemented:
 		return errors.New("the server has no rooms (rooms_unavailable: a shared Redis store); measure an embedded node")
 	default:
-		return fmt.Errorf("GET /v1/rooms/%s: %s %s", cfg.room, resp.Status, b)
+		return fmt.Errorf("GET /v1/rooms/%s: %s %s", room, resp.Status, b)
 	}
 }
 

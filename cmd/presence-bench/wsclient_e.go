@@ -102,9 +102,14 @@ type wsMsg struct {
 	Code         string              `json:"code"`
 	Message      string              `json:"message"`
 	Users        map[string]snapUser `json:"users"`
-	Room         string              `json:"room"`  // room, room_change
-	Event        string              `json:"event"` // room_change: join, leave, status
-	Count        int                 `json:"count"` // room, room_change
+	Room         string              `json:"room"`        // room, room_change
+	Event        string              `json:"event"`       // room_change: join, leave, status
+	Count        int                 `json:"count"`       // room, room_change, room_interval
+	Mode         string              `json:"mode"`        // room: events or interval
+	Joined       []string            `json:"joined"`      // room_interval
+	Left         []string            `json:"left"`        // room_interval
+	MoreJoined   int                 `json:"more_joined"` // room_interval
+	MoreLeft     int                 `json:"more_left"`   // room_interval
 }
 
 // snapUser is one user of a snapshot.
