@@ -6,10 +6,9 @@
 // jitter, reconnects with backoff and jitter as the same device (invisible
 // to watchers within the close grace), re-subscriptions, and its rooms
 // (Join, WatchRoom) joined and watched again. What the server says arrives
-// on Updates as typed values — presence as Event, rooms as RoomSnapshot
-// and RoomChange (RoomInterval for a big room), connection state as
-// StateChange, refusals as *ServerError — with stale and duplicate
-// presence dropped by version.
+// on Updates as typed values — Event, RoomSnapshot, RoomChange and
+// RoomInterval, StateChange, *ServerError; stale or repeated presence is
+// dropped by version.
 //
 //	c, err := client.Dial(ctx, client.Config{URL: "http://127.0.0.1:8080", Token: token})
 //	if err != nil { … }
