@@ -18,6 +18,14 @@ type emitter struct {
 	online      atomic.Int64 // users whose public status is not offline
 }
 
+// newEmitter returns the emitter of pub, which may also take room events
+// (RoomPublisher), or be nil.
+func newEmitter(pub Publisher) *emitter {
+	e := &emitter{pub: pub}
+	e.roomPub, _ = pub.(RoomPublisher)
+	return e
+}
+
 // emit counts and publishes ch if it is a change. It takes the change by
 // address so that the common no-change heartbeat keeps its Change on the
 // stack.

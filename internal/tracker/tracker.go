@@ -209,8 +209,7 @@ func New(cfg Config) (*Tracker, error) {
 	}
 	lk := &link{store: cfg.Store, can: can, timeout: cfg.StoreTimeout, grace: cfg.RecoverGrace.Milliseconds(),
 		clock: cfg.Clock, log: cfg.Logger, parts: newPartStates(can.partitioned)}
-	events := &emitter{pub: cfg.Publisher}
-	events.roomPub, _ = cfg.Publisher.(RoomPublisher)
+	events := newEmitter(cfg.Publisher)
 	t := &Tracker{
 		link:      lk,
 		durable:   cfg.Durable,
