@@ -49,8 +49,7 @@ type roomShard struct {
 	n           int // rooms held (records in use)
 	rooms       []room
 	free        []uint32
-	arena       []byte // ids; append-only, so a string into it never changes
-	garbage     int    // bytes of the arena nothing refers to
+	ids         ids // room and member ids
 	compactions int
 	compares    int // of member order keys, for a test of the cost of a page
 	slab        slab
@@ -69,42 +68,22 @@ func (s *roomShard) init(seed maphash.Seed, shift uint) {
 }
 
 // str returns the id at off in the arena.
-func (s *roomShard) str(off uint32) string {
-	n := int(s.arena[off])
-	if n == 0 {
-		return ""
-	}
-	return unsafe.String(&s.arena[off+1], n)
-}
+func (s *roomShard) str(off uint32) string { return s.ids.str(off) }
 
 // intern appends id to the arena and returns its offset. It may compact
 // the arena, moving the offsets every live room and member holds.
 func (s *roomShard) intern(id string) uint32 {
-	if len(id) > 255 {
-		panic("rooms: id longer than 255 bytes")
-	}
-	need := 1 + len(id)
-	if len(s.arena)+need > cap(s.arena) && s.garbage > len(s.arena)/2 {
+	if s.ids.full(id) {
 		s.compact()
 	}
-	off := len(s.arena)
-	if off+need > 1<<32-1 {
-		panic("rooms: shard arena full")
-	}
-	s.arena = append(s.arena, byte(len(id)))
-	s.arena = append(s.arena, id...)
-	return uint32(off)
+	return s.ids.add(id)
 }
 
 // compact copies what the rooms refer to into a new arena; the old one is
 // left to the collector once no string refers to it.
 func (s *roomShard) compact() {
-	arena := make([]byte, 0, 2*(len(s.arena)-s.garbage)+64)
-	move := func(off uint32) uint32 {
-		n := uint32(len(arena))
-		arena = append(arena, s.arena[off:off+1+uint32(s.arena[off])]...)
-		return n
-	}
+	next := s.ids.fresh()
+	move := func(off uint32) uint32 { return next.move(&s.ids, off) }
 	for i := range s.rooms {
 		r := &s.rooms[i]
 		if r.devs == 0 {
@@ -121,7 +100,7 @@ func (s *roomShard) compact() {
 			}
 		}
 	}
-	s.arena, s.garbage = arena, 0
+	s.ids = next
 	s.compactions++
 }
 
@@ -204,7 +183,7 @@ func (s *roomShard) remove(h uint64, idx int) {
 	}
 	s.slots[i] = 0
 	r := &s.rooms[idx]
-	s.garbage += 1 + int(s.arena[r.idOff])
+	s.ids.drop(r.idOff)
 	s.floor = max(s.floor, r.version)
 	*r = room{}
 	s.free = append(s.free, uint32(idx))
@@ -402,7 +381,7 @@ func (s *roomShard) page(r *room, after string, limit int, out []string) ([]stri
 
 func (s *roomShard) bytes() int64 {
 	return int64(cap(s.slots))*8 + int64(cap(s.rooms))*int64(unsafe.Sizeof(room{})) +
-		int64(cap(s.free))*4 + int64(cap(s.arena)) + s.slab.bytes()
+		int64(cap(s.free))*4 + int64(cap(s.ids.b)) + s.slab.bytes()
 }
 
 // orderHash is the first part of a member's order key: a fixed hash, so
@@ -445,10 +424,11 @@ func (s *roomShard) join(ri int, user string) (int, uint64) {
 // version.
 func (s *roomShard) leave(ri int, user string) (int, uint64) {
 	r := &s.rooms[ri]
-	if _, ok := s.delete(r, orderHash(user), user); !ok {
+	off, ok := s.delete(r, orderHash(user), user)
+	if !ok {
 		panic("rooms: a member the room does not hold")
 	}
-	s.garbage += 1 + len(user)
+	s.ids.drop(off)
 	r.members--
 	s.members--
 	r.version++

@@ -40,8 +40,7 @@ type userShard struct {
 	free        []uint32
 	pairs       []pair
 	pfree       []uint32
-	arena       []byte // ids; append-only, so a string into it never changes
-	garbage     int
+	ids         ids // user and device ids
 	compactions int
 
 	scratch []uint32 // rooms, for SetCounted and LeaveAll
@@ -72,40 +71,20 @@ func (s *userShard) pos(u UserRef) int {
 	return int(refHash(u)>>s.shift) & (len(s.slots) - 1)
 }
 
-func (s *userShard) str(off uint32) string {
-	n := int(s.arena[off])
-	if n == 0 {
-		return ""
-	}
-	return unsafe.String(&s.arena[off+1], n)
-}
+func (s *userShard) str(off uint32) string { return s.ids.str(off) }
 
 // intern appends id to the arena and returns its offset; it may compact
 // the arena, moving the offsets of live records and their pairs.
 func (s *userShard) intern(id string) uint32 {
-	if len(id) > 255 {
-		panic("rooms: id longer than 255 bytes")
-	}
-	need := 1 + len(id)
-	if len(s.arena)+need > cap(s.arena) && s.garbage > len(s.arena)/2 {
+	if s.ids.full(id) {
 		s.compact()
 	}
-	off := len(s.arena)
-	if off+need > 1<<32-1 {
-		panic("rooms: shard arena full")
-	}
-	s.arena = append(s.arena, byte(len(id)))
-	s.arena = append(s.arena, id...)
-	return uint32(off)
+	return s.ids.add(id)
 }
 
 func (s *userShard) compact() {
-	arena := make([]byte, 0, 2*(len(s.arena)-s.garbage)+64)
-	move := func(off uint32) uint32 {
-		n := uint32(len(arena))
-		arena = append(arena, s.arena[off:off+1+uint32(s.arena[off])]...)
-		return n
-	}
+	next := s.ids.fresh()
+	move := func(off uint32) uint32 { return next.move(&s.ids, off) }
 	for i := range s.recs {
 		r := &s.recs[i]
 		if !r.live {
@@ -129,7 +108,7 @@ func (s *userShard) compact() {
 			pr.dev = n
 		}
 	}
-	s.arena, s.garbage = arena, 0
+	s.ids = next
 	s.compactions++
 }
 
@@ -201,7 +180,7 @@ func (s *userShard) remove(idx int) {
 		}
 	}
 	s.slots[i] = 0
-	s.garbage += 1 + int(s.arena[r.idOff])
+	s.ids.drop(r.idOff)
 	if r.counted {
 		s.counted--
 	}
@@ -238,7 +217,7 @@ func (s *userShard) unlink(idx int, prev, p uint32, devShared bool) {
 		s.pairs[prev-1].next = pr.next
 	}
 	if !devShared {
-		s.garbage += 1 + int(s.arena[pr.dev])
+		s.ids.drop(pr.dev)
 	}
 	s.pairs[p-1] = pair{}
 	s.pfree = append(s.pfree, p-1)
@@ -248,5 +227,5 @@ func (s *userShard) unlink(idx int, prev, p uint32, devShared bool) {
 func (s *userShard) bytes() int64 {
 	return int64(cap(s.slots))*8 + int64(cap(s.recs))*int64(unsafe.Sizeof(user{})) +
 		int64(cap(s.free))*4 + int64(cap(s.pairs))*int64(unsafe.Sizeof(pair{})) +
-		int64(cap(s.pfree))*4 + int64(cap(s.arena)) + int64(cap(s.scratch)+cap(s.old))*4
+		int64(cap(s.pfree))*4 + int64(cap(s.ids.b)) + int64(cap(s.scratch)+cap(s.old))*4
 }
