@@ -123,15 +123,9 @@ func (s *Store) Leave(_ context.Context, now int64, user, device, room string) (
 }
 
 // RoomPage implements tracker.RoomStore.
-// The page and the count are read under the room's lock one after the
-// other: read again (rarely) until both are of one version.
 func (s *Store) RoomPage(_ context.Context, room, after string, limit int, out []string) (tracker.RoomPage, error) {
-	for {
-		members, version, more := s.rooms.Page(room, after, limit, out[:0])
-		if n, v := s.rooms.Count(room); v == version {
-			return tracker.RoomPage{Members: members, Count: n, Version: version, More: more}, nil
-		}
-	}
+	members, n, version, more := s.rooms.Page(room, after, limit, out[:0])
+	return tracker.RoomPage{Members: members, Count: n, Version: version, More: more}, nil
 }
 
 // RoomCounts implements tracker.RoomStore.

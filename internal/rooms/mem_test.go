@@ -170,7 +170,7 @@ func BenchmarkPage100k(b *testing.B) {
 	out := make([]string, 0, 100)
 	b.ReportAllocs()
 	for b.Loop() {
-		out, _, _ = tb.Page(rids[0], uids[rng.IntN(len(uids))], 100, out[:0])
+		out, _, _, _ = tb.Page(rids[0], uids[rng.IntN(len(uids))], 100, out[:0])
 	}
 	if len(out) == 0 {
 		b.Fatal("an empty page")

@@ -58,7 +58,7 @@ func TestRoomGrowsAndShrinks(t *testing.T) {
 		var got []string
 		after := ""
 		for more := true; more; {
-			got, _, more = tb.Page("doc", after, 97, got)
+			got, _, _, more = tb.Page("doc", after, 97, got)
 			if len(got) > 0 {
 				after = got[len(got)-1]
 			}
@@ -147,7 +147,7 @@ func TestPageWhileChanging(t *testing.T) {
 		var page []string
 		after, prev := "", ""
 		for more := true; more; {
-			page, _, more = tb.Page("doc", after, 1+rng.IntN(150), page[:0])
+			page, _, _, more = tb.Page("doc", after, 1+rng.IntN(150), page[:0])
 			for _, id := range page {
 				if prev != "" && cmp.Or(cmp.Compare(orderHash(prev), orderHash(id)), strings.Compare(prev, id)) >= 0 {
 					t.Fatalf("round %d: %q listed after %q", round, id, prev)
@@ -196,7 +196,7 @@ func TestPageCost(t *testing.T) {
 	for range 100 {
 		before := rs.compares
 		var more bool
-		page, _, more = tb.Page(rids[0], uids[rng.IntN(len(uids))], 100, page[:0])
+		page, _, _, more = tb.Page(rids[0], uids[rng.IntN(len(uids))], 100, page[:0])
 		if n := rs.compares - before; n > 40 {
 			t.Fatalf("a page compared %d order keys, want at most 40", n)
 		}

@@ -112,6 +112,16 @@ func (t *Table) roomRef(rsi, ri int) uint32 {
 	return uint32(ri)<<t.bits | uint32(rsi)
 }
 
+// lockRoom locks the shard of room (rsi, the caller unlocks rs.mu) and
+// finds room there: ri, or -1; rh is its hash, to add it.
+func (t *Table) lockRoom(room string) (rs *roomShard, rsi, ri int, rh uint64) {
+	rh = maphash.String(t.seed, room)
+	rsi = int(rh & t.mask)
+	rs = &t.rooms[rsi]
+	rs.mu.Lock()
+	return rs, rsi, rs.find(rh, room), rh
+}
+
 func (t *Table) unref(ref uint32) (rs *roomShard, ri int) {
 	return &t.rooms[uint64(ref)&t.mask], int(ref >> t.bits)
 }
@@ -127,13 +137,8 @@ func (t *Table) Join(u UserRef, user, device, room string, counted bool, now int
 	us := t.userShard(u)
 	us.mu.Lock()
 	defer us.mu.Unlock()
-	rh := maphash.String(t.seed, room)
-	rsi := int(rh & t.mask)
-	rs := &t.rooms[rsi]
-	rs.mu.Lock()
+	rs, rsi, ri, rh := t.lockRoom(room)
 	defer rs.mu.Unlock()
-
-	ri := rs.find(rh, room)
 	idx := us.find(u)
 	dev, devRooms, other := noOff, 0, false
 	if idx >= 0 {
@@ -191,12 +196,8 @@ func (t *Table) Leave(u UserRef, device, room string, reason presence.RoomReason
 	if idx < 0 {
 		return ev, false
 	}
-	rh := maphash.String(t.seed, room)
-	rsi := int(rh & t.mask)
-	rs := &t.rooms[rsi]
-	rs.mu.Lock()
+	rs, rsi, ri, _ := t.lockRoom(room)
 	defer rs.mu.Unlock()
-	ri := rs.find(rh, room)
 	if ri < 0 {
 		return ev, false
 	}
@@ -385,11 +386,8 @@ func (t *Table) DeviceRooms(u UserRef, device string, out []string) []string {
 // Count returns room's members and version; 0, 0 for a room without
 // members.
 func (t *Table) Count(room string) (n int, version uint64) {
-	rh := maphash.String(t.seed, room)
-	rs := &t.rooms[rh&t.mask]
-	rs.mu.Lock()
+	rs, _, ri, _ := t.lockRoom(room)
 	defer rs.mu.Unlock()
-	ri := rs.find(rh, room)
 	if ri < 0 || rs.rooms[ri].members == 0 {
 		return 0, 0
 	}
@@ -401,19 +399,16 @@ func (t *Table) Count(room string) (n int, version uint64) {
 // The order is by (hash of the user id, user id), the same on every node:
 // a member present throughout a paging is listed exactly once whatever
 // joins and leaves happen between pages. A page costs a binary search and
-// its length. version is the room's version as the page was read.
-func (t *Table) Page(room, after string, limit int, out []string) (members []string, version uint64, more bool) {
-	rh := maphash.String(t.seed, room)
-	rs := &t.rooms[rh&t.mask]
-	rs.mu.Lock()
+// its length. count and version are the room's as the page was read.
+func (t *Table) Page(room, after string, limit int, out []string) (members []string, count int, version uint64, more bool) {
+	rs, _, ri, _ := t.lockRoom(room)
 	defer rs.mu.Unlock()
-	ri := rs.find(rh, room)
 	if ri < 0 || rs.rooms[ri].members == 0 {
-		return out, 0, false
+		return out, 0, 0, false
 	}
 	r := &rs.rooms[ri]
 	out, more = rs.page(r, after, limit, out)
-	return out, r.version, more
+	return out, int(r.members), r.version, more
 }
 
 // Stats returns what the table holds, shard by shard (not one snapshot).

@@ -264,7 +264,7 @@ func TestTableAgainstMap(t *testing.T) {
 					for pages := 0; ; pages++ {
 						var more bool
 						start := len(strs)
-						strs, v, more = tb.Page(r, after, limit, strs)
+						strs, _, v, more = tb.Page(r, after, limit, strs)
 						if v != wantV {
 							t.Fatalf("step %d: Page(%s) version %d, want %d", step, r, v, wantV)
 						}
@@ -431,7 +431,7 @@ func TestInvisibleIsAbsent(t *testing.T) {
 	if n, v := tb.Count("doc"); n != 0 || v != 0 {
 		t.Fatalf("Count with an invisible user = %d, %d, want 0, 0", n, v)
 	}
-	if got, v, more := tb.Page("doc", "", 10, nil); len(got) != 0 || v != 0 || more {
+	if got, _, v, more := tb.Page("doc", "", 10, nil); len(got) != 0 || v != 0 || more {
 		t.Fatalf("Page with an invisible user = %v, %d, %v", got, v, more)
 	}
 	evs := tb.SetCounted(1, true, 2, nil)
@@ -522,7 +522,7 @@ func TestConcurrent(t *testing.T) {
 			}
 			for r := range rooms {
 				tb.Count(fmt.Sprint("room-", r))
-				page, _, _ = tb.Page(fmt.Sprint("room-", r), "user-1", 10, page[:0])
+				page, _, _, _ = tb.Page(fmt.Sprint("room-", r), "user-1", 10, page[:0])
 			}
 			tb.Stats()
 		}
@@ -540,7 +540,7 @@ func TestConcurrent(t *testing.T) {
 		if n, _ := tb.Count(fmt.Sprint("room-", r)); n != want {
 			t.Errorf("room-%d counts %d, want %d", r, n, want)
 		}
-		page, _, _ := tb.Page(fmt.Sprint("room-", r), "", users*workers, nil)
+		page, _, _, _ := tb.Page(fmt.Sprint("room-", r), "", users*workers, nil)
 		if len(page) != want {
 			t.Errorf("room-%d lists %d members, want %d", r, len(page), want)
 		}
