@@ -145,6 +145,7 @@ type RoomHub struct {
 
 	intervals                                             atomic.Uint64
 	running                                               atomic.Bool
+	watched                                               atomic.Int64 // len(rooms), read without mu by Publish and PublishRoom
 	published, delivered, dropped, resyncs, stale, gaps   atomic.Uint64
 	statusEvents, contactLookups, contactErrors, snapErrs atomic.Uint64
 }
@@ -307,6 +308,7 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 		if r == nil {
 			r = &room{id: id, watchers: make(map[RoomSink]*roomWatcher), pending: make(map[uint64]heldEvent)}
 			h.rooms[id] = r
+			h.watched.Add(1)
 		}
 		w = &roomWatcher{sink: s, viewer: s.Viewer()}
 		ws[id] = w
@@ -432,6 +434,7 @@ func (h *RoomHub) unwatchLocked(s RoomSink, id string) {
 		}
 		h.unholdAll(r)
 		delete(h.rooms, id)
+		h.watched.Add(-1)
 	}
 }
 
@@ -453,6 +456,9 @@ func (h *RoomHub) Watched(s RoomSink) int {
 
 // PublishRoom queues a join or leave for Run (tracker.RoomPublisher).
 func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
+	if h.watched.Load() == 0 {
+		return // a room watched from now on starts from a snapshot read after
+	}
 	e := *ev
 	it := roomItem{room: &e}
 	if e.Kind == presence.RoomJoin {
@@ -471,6 +477,9 @@ func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
 // Only users in a watched room are queued, or with a join of one queued
 // (the change follows the join in the queue).
 func (h *RoomHub) Publish(ev *presence.Event) {
+	if h.watched.Load() == 0 {
+		return // every change of the node passes here: no lock while no room is watched
+	}
 	h.mu.Lock()
 	_, member := h.index[ev.UserID]
 	member = member || h.joining[ev.UserID] > 0 || h.held[ev.UserID] != nil

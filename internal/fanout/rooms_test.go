@@ -589,3 +589,20 @@ func TestRoomStatusWhileJoinHeldBack(t *testing.T) {
 	h.PublishRoom(join("doc", "erin", 6, 2, presence.Online, presence.Everyone))
 	waitLines(t, s, "room v5", "join erin online n2 v6", "join dave <nil> n3 v7")
 }
+
+// While no room is watched, the changes of the node pass without being
+// queued (Publish is on the path of every change).
+func TestRoomNothingQueuedWhileNoRoomWatched(t *testing.T) {
+	h := newRoomHub(t, newRoomModel(), contactBook{}, fanout.RoomConfig{})
+	h.Publish(&presence.Event{UserID: "ann", Status: presence.Busy, Version: 1})
+	h.PublishRoom(join("doc", "ann", 1, 1, presence.Online, presence.Everyone))
+	if st := h.Stats(); st.Published != 0 {
+		t.Fatalf("stats %+v: queued with no room watched", st)
+	}
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "doc")
+	h.PublishRoom(join("doc", "bob", 2, 2, presence.Online, presence.Everyone))
+	if st := h.Stats(); st.Published != 1 {
+		t.Fatalf("stats %+v: want the join of a watched room queued", st)
+	}
+}
