@@ -74,6 +74,9 @@ func TestRoomEventsThroughTheOutbox(t *testing.T) {
 		t.Fatal("Confirm: false")
 	}
 	testwait.For(t, "the first room events", func() bool { return len(r.roomsOf("r:doc")) == 1 })
+	// Acknowledged and out of the outbox, or the restart below sends the
+	// first batch again (delivery is at least once).
+	testwait.For(t, "the first batch acknowledged", func() bool { return s.Stats().Queued == 0 })
 	r.down()
 	s.PublishRoom(roomEvent("doc", "bob", presence.RoomJoin, 2))
 	s.Publish(event("ann", 2))
