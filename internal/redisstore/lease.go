@@ -265,7 +265,7 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 				continue
 			}
 			var bad int
-			out, bad, err = appendClaims(out, arr, now)
+			out, _, bad, err = appendClaims(out, nil, arr, now) // takeover ends no device: no room ops
 			failed, firstErr = failed+bad, firstOf(firstErr, err)
 		}
 		done += len(batch)
@@ -404,7 +404,10 @@ func (s *Store) ownedOp(ctx context.Context, sc *script, op string, keys, args [
 	if err != nil {
 		return presence.Change{}, nil, wrapErr(op, sc.err(err))
 	}
-	ch, lost, err := s.ownedReply(m, user, now, op)
+	ch, lost, rooms, err := s.ownedReplyRooms(m, user, now, op)
+	if err == nil && rooms {
+		s.drainRooms(ctx, now, user, &ch)
+	}
 	if err == nil && len(lost) > 0 {
 		// A device it did not find: a claim of it not replicated in
 		// time was lost (a failover); its change must not be told.
@@ -415,14 +418,21 @@ func (s *Store) ownedOp(ctx context.Context, sc *script, op string, keys, args [
 
 // ownedReply decodes {change, lost devices}.
 func (s *Store) ownedReply(m rueidis.RedisMessage, user string, now int64, op string) (presence.Change, []string, error) {
+	ch, lost, _, err := s.ownedReplyRooms(m, user, now, op)
+	return ch, lost, err
+}
+
+// ownedReplyRooms is ownedReply, and reports whether the script made room
+// ops (Store.changeRooms).
+func (s *Store) ownedReplyRooms(m rueidis.RedisMessage, user string, now int64, op string) (presence.Change, []string, bool, error) {
 	arr, err := m.ToArray()
 	if err != nil || len(arr) != 2 {
-		return presence.Change{}, nil, wrapErr(op, fmt.Errorf("unexpected reply %v (%v)", m, err))
+		return presence.Change{}, nil, false, wrapErr(op, fmt.Errorf("unexpected reply %v (%v)", m, err))
 	}
 	lost, err := arr[1].AsStrSlice()
 	if err != nil {
-		return presence.Change{}, nil, wrapErr(op, err)
+		return presence.Change{}, nil, false, wrapErr(op, err)
 	}
-	ch, err := s.change(arr[0], user, now, op)
-	return ch, lost, err
+	ch, rooms, err := s.changeRooms(arr[0], user, now, op)
+	return ch, lost, rooms, err
 }

@@ -71,6 +71,8 @@ type Config struct {
 	// EvictAfter is how long a user with no device is kept after its last
 	// change has been checkpointed. Default 10m.
 	EvictAfter time.Duration
+	// RoomRules are the limits of rooms (presence.RoomRules defaults).
+	RoomRules presence.RoomRules
 }
 
 // Store is a tracker.Store on Redis. It is safe for concurrent use; it does
@@ -89,8 +91,13 @@ type Store struct {
 
 	beat, setStatus, bye, disconnect, setSettings, load, expire, dirty, raiseFloor *script
 	claim, touch, release, handoff, takeover, renewLease, takeLease                *script
+	roomJoin, roomTake, roomAck, roomApply, roomRead                               *script
 	floors                                                                         []atomic.Uint64 // per shard: the floor last read or raised (cold reads carry it)
 	leases                                                                         string          // the leases hash (lease.go)
+
+	roomRules presence.RoomRules
+	spillMu   sync.Mutex
+	spill     []presence.RoomEvent // joins and leaves for the next Expire (rooms.go)
 
 	// Heartbeat batching, see beat.go.
 	shardGroups      []beatGroup   // one per shard
@@ -128,7 +135,8 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		cfg.EvictAfter = 10 * time.Minute
 	}
 	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards), buckets: cfg.Buckets,
-		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases", replicas: make([]shardReplicas, cfg.Shards)}
+		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases", replicas: make([]shardReplicas, cfg.Shards),
+		roomRules: cfg.RoomRules.WithDefaults()}
 	for i := range s.replicas {
 		s.replicas[i].n.Store(-1)
 	}
@@ -159,6 +167,11 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		{&s.takeover, []string{"packed", "helpers", "takeover"}},
 		{&s.renewLease, []string{"lease_renew"}},
 		{&s.takeLease, []string{"lease_take"}},
+		{&s.roomJoin, []string{"packed", "helpers", "room_join"}},
+		{&s.roomTake, []string{"packed", "helpers", "room_take"}},
+		{&s.roomAck, []string{"packed", "helpers", "room_ack"}},
+		{&s.roomApply, []string{"room_apply"}},
+		{&s.roomRead, []string{"room_read"}},
 	} {
 		src, err := newScript(consts, sc.files...)
 		if err != nil {
@@ -389,29 +402,34 @@ func (s *script) err(err error) error { return s.src.scriptError(err) }
 // SetStatus implements tracker.Store.
 func (s *Store) SetStatus(ctx context.Context, now int64, user string, m presence.Manual, text string) (_ presence.Change, err error) {
 	defer callSetStatus.Start(ctx).Done(&err)
-	return s.changeOf(s.setStatus.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), strconv.Itoa(int(m)), text}), s.setStatus, user, now, "set status")
+	return s.changeOf(ctx, s.setStatus.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), strconv.Itoa(int(m)), text}), s.setStatus, user, now, "set status")
 }
 
 // Bye implements tracker.Store.
 func (s *Store) Bye(ctx context.Context, now int64, user, device string) (_ presence.Change, err error) {
 	defer callBye.Start(ctx).Done(&err)
-	return s.changeOf(s.bye.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device}), s.bye, user, now, "bye")
+	return s.changeOf(ctx, s.bye.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device}), s.bye, user, now, "bye")
 }
 
 // Disconnect implements tracker.Store.
 func (s *Store) Disconnect(ctx context.Context, now int64, user, device string, since int64) (_ presence.Change, err error) {
 	defer callDisconnect.Start(ctx).Done(&err)
-	return s.changeOf(s.disconnect.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device, i64(since)}),
+	return s.changeOf(ctx, s.disconnect.Exec(ctx, s.c, s.userKeys(user), []string{user, i64(now), device, i64(since)}),
 		s.disconnect, user, now, "disconnect")
 }
 
-// changeOf decodes the reply of an operation's script.
-func (s *Store) changeOf(r rueidis.RedisResult, sc *script, user string, now int64, op string) (presence.Change, error) {
+// changeOf decodes the reply of an operation's script, and applies the
+// room ops it made (rooms.go).
+func (s *Store) changeOf(ctx context.Context, r rueidis.RedisResult, sc *script, user string, now int64, op string) (presence.Change, error) {
 	m, err := r.ToMessage()
 	if err != nil {
 		return presence.Change{}, wrapErr(op, sc.err(err))
 	}
-	return s.change(m, user, now, op)
+	ch, rooms, err := s.changeRooms(m, user, now, op)
+	if err == nil && rooms {
+		s.drainRooms(ctx, now, user, &ch)
+	}
+	return ch, err
 }
 
 func wrapErr(op string, err error) error { return fmt.Errorf("redisstore: %s: %w", op, err) }
@@ -422,10 +440,28 @@ func errReplyCount(got, want int) error {
 
 // change decodes one operation's reply: {0}, {-1}, {-2} or a change.
 func (s *Store) change(m rueidis.RedisMessage, user string, now int64, op string) (presence.Change, error) {
+	ch, _, err := s.changeRooms(m, user, now, op)
+	return ch, err
+}
+
+// changeRooms is change, and reports whether the script made room ops:
+// helpers.lua's rooms_mark added an element "\x01" to its reply.
+func (s *Store) changeRooms(m rueidis.RedisMessage, user string, now int64, op string) (_ presence.Change, rooms bool, err error) {
 	arr, err := m.ToArray()
 	if err != nil {
-		return presence.Change{}, wrapErr(op, err)
+		return presence.Change{}, false, wrapErr(op, err)
 	}
+	if n := len(arr); n == 2 || n == 11 || n == 13 {
+		if mark, err := arr[n-1].ToString(); err == nil && mark == "\x01" {
+			arr, rooms = arr[:n-1], true
+		}
+	}
+	ch, err := s.decodeReply(arr, user, now, op)
+	return ch, rooms, err
+}
+
+// decodeReply decodes a reply without its mark.
+func (s *Store) decodeReply(arr []rueidis.RedisMessage, user string, now int64, op string) (presence.Change, error) {
 	if len(arr) == 1 {
 		switch code, _ := arr[0].AsInt64(); code {
 		case 0:
@@ -508,7 +544,7 @@ func (s *Store) SetSettings(ctx context.Context, now int64, user string, set *pr
 	if set != nil {
 		args[2], args[3] = strconv.Itoa(int(set.Status)), strconv.Itoa(int(set.LastSeen))
 	}
-	return s.changeOf(s.setSettings.Exec(ctx, s.c, s.userKeys(user), args), s.setSettings, user, now, "set settings")
+	return s.changeOf(ctx, s.setSettings.Exec(ctx, s.c, s.userKeys(user), args), s.setSettings, user, now, "set settings")
 }
 
 // Load implements tracker.Store.
@@ -624,6 +660,8 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 	probed := make([]int, 0, len(s.shards))
 	var due []int
 	var execs []rueidis.LuaExec
+	var claims []*roomClaim
+	out = s.takeSpilled(out)
 	// A shard whose node does not answer (a Cluster master down) is
 	// skipped, and the others swept: the error is then a PartialError
 	// naming the shards that failed.
@@ -688,8 +726,22 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 				more = true
 			}
 			var bad int
-			out, bad, err = appendClaims(out, arr, now)
+			out, claims, bad, err = appendClaims(out, claims, arr, now)
 			failed, firstErr = failed+bad, firstOf(firstErr, err)
+		}
+		if len(claims) > 0 {
+			// The room ops of the devices these calls ended, and those
+			// whose applier died: applied here, each with its user's
+			// change (they ride in a Change of their own).
+			evs, err := s.applyRooms(ctx, now, claims)
+			firstErr = firstOf(firstErr, err)
+			if err != nil {
+				failed++
+			}
+			if len(evs) > 0 {
+				out = append(out, presence.Change{Rooms: evs})
+			}
+			claims = claims[:0]
 		}
 		if !more || failed > 0 {
 			// Every due shard was drained (a new probe would find only
@@ -720,10 +772,19 @@ func shardsErr(op string, failed, answered int, err error) error {
 }
 
 // appendClaims appends to out the changes of a script that returns them
-// as {user, change…} (expire, takeover); it counts those it cannot decode
-// and returns the first such error.
-func appendClaims(out []presence.Change, arr []rueidis.RedisMessage, now int64) (_ []presence.Change, bad int, err error) {
+// as {user, change…} (expire, takeover), and to claims the users' room
+// ops it claimed ({"\x01" user, claim, ops}: expire); it counts those it
+// cannot decode and returns the first such error.
+func appendClaims(out []presence.Change, claims []*roomClaim, arr []rueidis.RedisMessage, now int64) (_ []presence.Change, _ []*roomClaim, bad int, err error) {
 	for _, m := range arr {
+		var room bool
+		var e error
+		if claims, room, e = appendRoomClaim(claims, m); room || e != nil {
+			if e != nil {
+				bad, err = bad+1, firstOf(err, e)
+			}
+			continue
+		}
 		c, e := decodeClaim(m, now)
 		if e != nil {
 			bad, err = bad+1, firstOf(err, e)
@@ -731,7 +792,7 @@ func appendClaims(out []presence.Change, arr []rueidis.RedisMessage, now int64) 
 		}
 		out = append(out, c)
 	}
-	return out, bad, err
+	return out, claims, bad, err
 }
 
 // decodeClaim decodes a change returned by the expire script: {user,
@@ -1049,4 +1110,8 @@ var (
 	callDebug         = backendcall.New("redis", "debug")
 	callExpireParts   = backendcall.New("redis", "expire")
 	callDirtyParts    = backendcall.New("redis", "dirty")
+	callJoin          = backendcall.New("redis", "join")
+	callLeave         = backendcall.New("redis", "leave")
+	callRoomPage      = backendcall.New("redis", "room_page")
+	callRoomCounts    = backendcall.New("redis", "room_counts")
 )

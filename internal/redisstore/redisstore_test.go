@@ -61,6 +61,17 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+func TestRoomsConformance(t *testing.T) {
+	c := client(t)
+	for _, shards := range []int{1, 256} {
+		t.Run(map[int]string{1: "one shard", 256: "256 shards"}[shards], func(t *testing.T) {
+			storetest.RunRooms(t, func(t *testing.T, r presence.Rules, rr presence.RoomRules) tracker.Store {
+				return newStore(t, c, redisstore.Config{Rules: r, RoomRules: rr, Shards: shards, EvictAfter: 1000 * time.Hour})
+			})
+		})
+	}
+}
+
 // TestConformanceCluster runs the same suite on a Redis Cluster of three
 // masters: every script touches only keys of one {shard} slot, and a batch
 // read is split by node.

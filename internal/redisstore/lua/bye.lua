@@ -5,6 +5,7 @@ if not u then return {0} end
 for i, d in ipairs(u.devs) do
   if d.id == dev then
     if alive(d, now) and now > u.ls then u.ls = now end
+    drop_device(u, dev, R_BYE)
     table.remove(u.devs, i)
     break
   end
@@ -13,4 +14,4 @@ local ch = settle(u, now)
 schedule(KEYS[2], id, u, now)
 save(u)
 redis.call('SADD', KEYS[3], id)
-return ch or {0}
+return rooms_mark(ch or {0})

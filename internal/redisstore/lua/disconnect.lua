@@ -14,4 +14,4 @@ local ch = settle(u, now)
 schedule(KEYS[2], id, u, now)
 save(u)
 if ch then redis.call('SADD', KEYS[3], id) end
-return ch or {0}
+return rooms_mark(ch or {0})

@@ -8,8 +8,15 @@ while #out < max do
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now), 'LIMIT', 0, max - #out)
   if #due == 0 then break end
   for _, id in ipairs(due) do
-    redis.call('ZREM', KEYS[1], id)
-    local u = load(bucket_of(tag, id), id)
+    local u = nil
+    if string.byte(id, 1) == 1 then
+      -- A user's room ops nobody applies (room_take): {marker, claim, ops}.
+      local t = room_take(tag, string.sub(id, 2), now)
+      if t[1] == 1 then out[#out + 1] = {id, t[2], t[3]} end
+    else
+      redis.call('ZREM', KEYS[1], id)
+      u = load(bucket_of(tag, id), id)
+    end
     if u then
       u.s = 0
       local ch = settle(u, now)

@@ -29,4 +29,4 @@ local ch = settle(u, now)
 schedule(KEYS[2], id, u, now)
 save(u)
 redis.call('SADD', KEYS[3], id)
-return {ch or {0}, lost}
+return {rooms_mark(ch or {0}), lost}

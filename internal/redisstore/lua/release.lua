@@ -31,6 +31,7 @@ for i = 5, #ARGV, 3 do
     if bye then lb = math.max(lb, now) end
     if lb > u.ls then u.ls = lb end
     if la > d.la then d.la = la end
+    if bye then drop_device(u, dev, R_BYE) else drop_device(u, dev, R_ENDED) end
     table.remove(u.devs, at)
   else
     lost[#lost + 1] = dev
@@ -40,4 +41,4 @@ local ch = settle(u, now)
 schedule(KEYS[2], id, u, now)
 save(u)
 redis.call('SADD', KEYS[3], id)
-return {ch or {0}, lost}
+return {rooms_mark(ch or {0}), lost}
