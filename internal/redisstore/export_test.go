@@ -86,3 +86,47 @@ func (s *Store) PanicInCall() (panicked bool, otherErr error, released bool) {
 	g.mu.Unlock()
 	return panicked, other.err, released
 }
+
+// RoomClaim is a user's room ops claimed by a node that may die before it
+// applies or acknowledges them.
+type RoomClaim struct{ c *roomClaim }
+
+// TakeRoomOps claims user's room ops as a node that is about to apply
+// them does (nil: none due).
+func (s *Store) TakeRoomOps(ctx context.Context, now int64, user string) (*RoomClaim, error) {
+	sk := &s.shards[s.shardIndex(user)]
+	arr, err := s.roomTake.Exec(ctx, s.c, []string{sk.due}, []string{user, i64(now)}).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	c, err := decodeRoomClaim(user, arr)
+	if c == nil || err != nil {
+		return nil, err
+	}
+	return &RoomClaim{c}, nil
+}
+
+// ApplyRoomOpsNoAck applies claimed ops at now and dies before the
+// acknowledgement: it returns the events applied and how many ops the
+// rooms refused (their claim had ended).
+func (s *Store) ApplyRoomOpsNoAck(ctx context.Context, now int64, rc *RoomClaim) (evs []presence.RoomEvent, refused int, err error) {
+	for _, op := range rc.c.ops {
+		counted := "0"
+		if op.counted {
+			counted = "1"
+		}
+		arr, err := s.roomApply.Exec(ctx, s.c, s.roomKeys(op.room),
+			[]string{i64(now), i64(rc.c.claim - roomClaimSkew), op.room, rc.c.user, counted}).ToArray()
+		if err != nil {
+			return evs, refused, err
+		}
+		switch code, _ := arr[0].AsInt64(); code {
+		case -1:
+			refused++
+		case 1:
+			n, _ := arr[1].AsInt64()
+			evs = append(evs, presence.RoomEvent{Room: op.room, UserID: rc.c.user, Count: int(n)})
+		}
+	}
+	return evs, refused, nil
+}

@@ -265,8 +265,17 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 				continue
 			}
 			var bad int
-			out, _, bad, err = appendClaims(out, nil, arr, now) // takeover ends no device: no room ops
+			var claims []*roomClaim
+			out, claims, bad, err = appendClaims(out, claims, arr, now)
 			failed, firstErr = failed+bad, firstOf(firstErr, err)
+			if len(claims) > 0 {
+				// The rooms of the devices that ended already.
+				evs, err := s.applyRooms(ctx, now, claims)
+				firstErr = firstOf(firstErr, err)
+				if len(evs) > 0 {
+					out = append(out, presence.Change{Rooms: evs})
+				}
+			}
 		}
 		done += len(batch)
 		took += time.Since(began)

@@ -217,6 +217,7 @@ rooms_flush = function(u)
     redis.call('ZADD', tag .. 'due', string.format('%d', now), marker)
   end
   ROOM_OPS = true
+  u.rmade = true
 end
 
 -- room_take claims the outbox of user id of the shard tag when it is due
