@@ -57,7 +57,8 @@ func (a *App) openState(ctx context.Context) error {
 	a.add(part{close: noErr(a.redis.Close), check: httpapi.Check{Name: "redis", Shared: true, Check: a.redisReady}})
 	// Versions of this run start above every earlier run's, also for
 	// users loaded into Redis (see redisstore's package doc).
-	rs, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: a.rules, Prefix: a.cfg.RedisPrefix, Buckets: a.cfg.RedisBuckets})
+	rs, err := redisstore.Open(ctx, a.redis, redisstore.Config{Rules: a.rules, Prefix: a.cfg.RedisPrefix, Buckets: a.cfg.RedisBuckets,
+		RoomRules: presence.RoomRules{MaxRooms: a.cfg.MaxRooms}})
 	if err != nil {
 		return err
 	}
