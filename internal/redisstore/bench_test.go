@@ -399,3 +399,67 @@ func BenchmarkReadLayouts(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkMemoryPerMembership: Redis memory per room membership (b.N of
+// them, on a private Redis), the memory of the users and their devices
+// (one owned device each, ids as the gateway assigns them) taken out:
+// a device in one room (rooms of 100 members), and a device in ten rooms
+// (b.N/10 users; rooms of 100). Room ids as an app names a document
+// ("doc-" and a number). Run with -benchtime 1000000x: the figures are
+// bytes, not time.
+func BenchmarkMemoryPerMembership(b *testing.B) {
+	for _, perDevice := range []int{1, 10} {
+		b.Run(fmt.Sprintf("rooms-per-device=%d", perDevice), func(b *testing.B) {
+			c := dial(b, testsvc.Redis(b).URL)
+			ctx := context.Background()
+			s := newStore(b, c, redisstore.Config{Prefix: "m:"})
+			users := max(b.N/perDevice, 1)
+			now := time.Now().UnixMilli()
+			each := func(f func(i int) error) {
+				var wg sync.WaitGroup
+				for w := range 64 {
+					wg.Go(func() {
+						for i := w; i < users; i += 64 {
+							if err := f(i); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if b.Failed() {
+					b.FailNow()
+				}
+			}
+			each(func(i int) error {
+				id := fmt.Sprint("user-", i)
+				if err := s.Load(ctx, now, &presence.Profile{UserID: id}); err != nil {
+					return err
+				}
+				_, err := s.Claim(ctx, now, 7, id, tracker.OwnedDevice{ID: gatewayDeviceID(i), LastBeat: now, LastActive: presence.Forever})
+				return err
+			})
+			if _, err := s.Dirty(ctx, nil); err != nil {
+				b.Fatal(err)
+			}
+			base := usedMemory(b, c)
+			rooms := max(users*perDevice/100, 1)
+			each(func(i int) error {
+				for k := range perDevice {
+					// User i's rooms: perDevice of the rooms, 100 users each.
+					room := fmt.Sprint("doc-", (i*perDevice+k*(rooms/perDevice+1))%rooms)
+					if _, _, err := s.Join(ctx, now, fmt.Sprint("user-", i), gatewayDeviceID(i), room); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			n, err := s.RoomCounts(ctx, []string{"doc-0"}, nil)
+			if err != nil || n[0] == 0 {
+				b.Fatalf("doc-0: %v %v", n, err)
+			}
+			b.ReportMetric(float64(usedMemory(b, c)-base)/float64(users*perDevice), "B/membership")
+		})
+	}
+}
