@@ -17,9 +17,8 @@ package main
 // got; each status user's own socket watches itself for the versions of
 // its changes. A delivery is matched by version; its latency runs from the
 // write of the join, leave or set_status frame to the watcher's read of
-// the room_change or presence message. Rooms exist on the embedded node
-// only: a node on a shared Redis store answers rooms_unavailable, and the
-// scenario says so before it starts.
+// the room_change or presence message. A node without rooms answers
+// rooms_unavailable, and the scenario says so before it starts.
 //
 // The -json object (roomsResult) has these fields: scenario ("rooms"),
 // url, room, watchers, movers, status_users, interval, duration,
@@ -613,8 +612,8 @@ func watchRoomWait(c *benchConn, msg []byte) (*wsMsg, error) {
 	}
 }
 
-// roomsAvailable reads the room over HTTP: a node without rooms (a shared
-// Redis store) answers 501 rooms_unavailable, and the scenario stops there.
+// roomsAvailable reads the room over HTTP: a node without rooms answers
+// 501 rooms_unavailable, and the scenario stops there.
 func roomsAvailable(ctx context.Context, cfg *benchFlags, room string) error {
 	hc := &http.Client{Timeout: 10 * time.Second}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.httpBase+"/v1/rooms/"+url.PathEscape(room)+"?limit=1", nil)
@@ -634,7 +633,7 @@ func roomsAvailable(ctx context.Context, cfg *benchFlags, room string) error {
 	case http.StatusOK:
 		return nil
 	case http.StatusNotImplemented:
-		return errors.New("the server has no rooms (rooms_unavailable: a shared Redis store); measure an embedded node")
+		return errors.New("the server has no rooms (rooms_unavailable)")
 	default:
 		return fmt.Errorf("GET /v1/rooms/%s: %s %s", room, resp.Status, b)
 	}

@@ -415,7 +415,7 @@ func TestRoomsUnavailable(t *testing.T) {
 		req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
 		req.Header.Set("Authorization", keyHdr)
 		srv.ServeHTTP(w, req)
-		wantError(t, &resp{code: w.Code, header: w.Header(), body: w.Body.Bytes()}, 501, "rooms_unavailable", "-redis-url")
+		wantError(t, &resp{code: w.Code, header: w.Header(), body: w.Body.Bytes()}, 501, "rooms_unavailable", "state store")
 		if ra := w.Header().Get("Retry-After"); ra != "" {
 			t.Errorf("%s %s: Retry-After %q", tc.method, tc.path, ra)
 		}

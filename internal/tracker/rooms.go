@@ -44,8 +44,8 @@ type RoomPublisher interface {
 }
 
 // ErrRoomsUnsupported is returned by the room methods when the state
-// store has no rooms (a shared Redis store, for now).
-var ErrRoomsUnsupported = errors.New("rooms are not available with this node's state store (-redis-url); run the embedded store for rooms")
+// store has no rooms (both of presenced's stores have them).
+var ErrRoomsUnsupported = errors.New("rooms are not available with this node's state store")
 
 // Join puts device of user in room and publishes the user's join if it
 // became a member. The device joins after its first beat or connect
