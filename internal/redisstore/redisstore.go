@@ -590,7 +590,21 @@ func (s *Store) RaiseFloor(ctx context.Context, floor uint64) (err error) {
 		}
 		firstErr = firstOf(firstErr, err)
 	}
-	return floorErr("raise floor", len(s.shards), failed, s.raiseFloor.err(firstErr))
+	if err := floorErr("raise floor", len(s.shards), failed, s.raiseFloor.err(firstErr)); err != nil {
+		return err
+	}
+	// Rooms' versions start above their shards' room floors too, so a
+	// room's events after a reset of the store are above every one before
+	// (the tracker raises the floors to a new epoch then).
+	for i := range execs {
+		execs[i].Keys = []string{s.roomFloor(i)}
+	}
+	for _, r := range s.raiseFloor.execMulti(ctx, s.c, execs...) {
+		if err := r.Error(); err != nil {
+			return wrapErr("raise the rooms' floors", s.raiseFloor.err(err))
+		}
+	}
+	return nil
 }
 
 // floorErr is the error of a call on every shard's floor: nil, a

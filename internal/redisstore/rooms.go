@@ -123,8 +123,13 @@ func decodeRoomOps(user string, claim, ops rueidis.RedisMessage) (*roomClaim, er
 const roomClaimSkew = 1000
 
 func (s *Store) roomTag(room string) string {
-	return s.prefix + "{r" + strconv.Itoa(int(fnv32a(room)%uint32(len(s.shards)))) + "}"
+	return s.roomShardTag(int(fnv32a(room) % uint32(len(s.shards))))
 }
+
+func (s *Store) roomShardTag(i int) string { return s.prefix + "{r" + strconv.Itoa(i) + "}" }
+
+// roomFloor is the key of room shard i's floor.
+func (s *Store) roomFloor(i int) string { return s.roomShardTag(i) + "floor" }
 
 // roomKeys returns the keys of room's scripts: members, versions, floor.
 func (s *Store) roomKeys(room string) []string {

@@ -216,3 +216,29 @@ func TestStalledRoomApplierIsFenced(t *testing.T) {
 		t.Fatalf("the sweep after the claim: %q", got)
 	}
 }
+
+// After the store lost its data the tracker raises the floors to a new
+// epoch: a room's next versions are above it, so no watcher takes them for
+// events it has seen.
+func TestRoomVersionsAboveARaisedFloor(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	load(t, s, 1000, "alice")
+	if _, err := s.Beat(ctx, 1000, "alice", "phone", true); err != nil {
+		t.Fatal(err)
+	}
+	if ev := mustJoin(t, s, 1000, "alice", "phone", "doc"); ev.Version == 0 || ev.Version > 1<<40 {
+		t.Fatalf("first join: version %d", ev.Version)
+	}
+	const floor = uint64(9) << 40
+	if err := s.RaiseFloor(ctx, floor); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.RoomPage(ctx, "other", "", 10, nil)
+	if err != nil || p.Version < floor {
+		t.Fatalf("an empty room after the raise: version %d, want ≥ %d (%v)", p.Version, floor, err)
+	}
+	if ev := mustJoin(t, s, 1000, "alice", "phone", "other"); ev.Version <= floor {
+		t.Fatalf("a join after the raise: version %d, want above %d", ev.Version, floor)
+	}
+}
