@@ -82,6 +82,10 @@ type conn struct {
 	flushing bool           // a writer goroutine is running
 	closing  bool           // a close frame is queued: nothing else is accepted
 	closed   bool           // torn down
+	// joined are the rooms this connection joined and did not leave (nil
+	// until its first join): joined again if the state store lost them
+	// (Gateway.RejoinRooms).
+	joined map[string]struct{}
 }
 
 // partial is what a connection holds between two reads while a frame

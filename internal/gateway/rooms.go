@@ -114,7 +114,66 @@ func (c *conn) joinLeave(ctx context.Context, room string, join bool) {
 	}
 	if _, err := op(ctx, c.user, c.device, room); err != nil {
 		c.opError(name, err)
+		return
 	}
+	c.mu.Lock()
+	if join {
+		if c.joined == nil {
+			c.joined = make(map[string]struct{})
+		}
+		c.joined[room] = struct{}{}
+	} else {
+		delete(c.joined, room)
+	}
+	c.mu.Unlock()
+}
+
+// RejoinRooms joins again the rooms every open connection joined over it
+// and did not leave: after the state store lost them (it came back
+// empty, or this node's lease was taken over while it was cut off), once
+// the node's devices are claimed again. A room joined already changes
+// nothing. It returns how many joins it made and the first error (the
+// others are tried all the same).
+func (g *Gateway) RejoinRooms(ctx context.Context) (int, error) {
+	rt := g.roomTracker
+	if rt == nil {
+		return 0, nil
+	}
+	type rejoin struct {
+		user, device string
+		rooms        []string
+	}
+	var todo []rejoin
+	g.mu.Lock()
+	for _, c := range g.conns {
+		c.mu.Lock()
+		if len(c.joined) > 0 && !c.closed {
+			r := rejoin{user: c.user, device: c.device}
+			for room := range c.joined {
+				r.rooms = append(r.rooms, room)
+			}
+			todo = append(todo, r)
+		}
+		c.mu.Unlock()
+	}
+	g.mu.Unlock()
+	n := 0
+	var first error
+	for _, r := range todo {
+		for _, room := range r.rooms {
+			if ctx.Err() != nil {
+				return n, ctx.Err()
+			}
+			if _, err := rt.Join(ctx, r.user, r.device, room); err != nil {
+				if first == nil {
+					first = err
+				}
+				continue
+			}
+			n++
+		}
+	}
+	return n, first
 }
 
 // watchRoom makes the connection a watcher of room: the hub sends it the

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -398,5 +400,73 @@ func TestRoomWatchEmptyRoom(t *testing.T) {
 	a.send(`{"type":"join","room":"r"}`)
 	if j := w.roomChange("r", "alice", "join"); j["version"].(float64) <= snap["version"].(float64) || j["count"] != 1.0 {
 		t.Fatalf("join %v after snapshot %v", j, snap)
+	}
+}
+
+// recordRooms is a tracker that records the joins it is asked for.
+type recordRooms struct {
+	gateway.Tracker
+	mu    sync.Mutex
+	joins []string
+}
+
+func (r *recordRooms) Join(_ context.Context, user, device, room string) (presence.RoomEvent, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.joins = append(r.joins, user+"/"+device+" "+room)
+	return presence.RoomEvent{}, nil
+}
+
+func (r *recordRooms) Leave(context.Context, string, string, string) (presence.RoomEvent, error) {
+	return presence.RoomEvent{}, nil
+}
+
+func (r *recordRooms) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.joins
+	r.joins = nil
+	slices.Sort(out)
+	return out
+}
+
+// TestRejoinRooms: after the state store lost its rooms, each open
+// connection joins again the rooms it joined and did not leave — not
+// those it left, nor a closed connection's.
+func TestRejoinRooms(t *testing.T) {
+	rec := &recordRooms{}
+	n := newNode(t, opts{tweak: func(c *gateway.Config) { rec.Tracker = c.Tracker; c.Tracker = rec }})
+	a := n.dialRooms("alice", "phone", "*")
+	a.msgType("welcome")
+	b := n.dialRooms("bob", "pc", "*")
+	b.msgType("welcome")
+	gone := n.dialRooms("carol", "tab", "*")
+	gone.msgType("welcome")
+	for _, m := range []struct {
+		c    *client
+		msgs []string
+	}{
+		{a, []string{`{"type":"join","room":"doc"}`, `{"type":"join","room":"call"}`, `{"type":"leave","room":"call"}`}},
+		{b, []string{`{"type":"join","room":"doc"}`}},
+		{gone, []string{`{"type":"join","room":"doc"}`}},
+	} {
+		for _, s := range m.msgs {
+			m.c.send(s)
+		}
+	}
+	testwait.For(t, "the four joins", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.joins) == 4
+	})
+	rec.take()
+	gone.nc.Close()
+	testwait.For(t, "carol's connection to close", func() bool { return n.gw.Stats().Connections == 2 })
+	joined, err := n.gw.RejoinRooms(context.Background())
+	if err != nil || joined != 2 {
+		t.Fatalf("RejoinRooms: %d, %v", joined, err)
+	}
+	if got, want := rec.take(), []string{"alice/phone doc", "bob/pc doc"}; !slices.Equal(got, want) {
+		t.Fatalf("rejoined %q, want %q", got, want)
 	}
 }
