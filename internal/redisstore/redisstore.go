@@ -747,11 +747,10 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 			// The room ops of the devices these calls ended, and those
 			// whose applier died: applied here, each with its user's
 			// change (they ride in a Change of their own).
-			evs, err := s.applyRooms(ctx, now, claims)
-			firstErr = firstOf(firstErr, err)
-			if err != nil {
-				failed++
-			}
+			// Ops a room's master did not take (down, failing over) stay
+			// claimed: a sweep applies them once the claim lapses. The
+			// users' shards were swept all the same.
+			evs, _ := s.applyRooms(ctx, now, claims)
 			if len(evs) > 0 {
 				out = append(out, presence.Change{Rooms: evs})
 			}
