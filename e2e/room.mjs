@@ -7,7 +7,8 @@
 // other there, with a live status and the count. Ben reloads his tab (the
 // same device, back within the close grace): ann's panel never loses him.
 // Ben closes his tab (no bye): ann sees him leave once the close grace
-// (PRESENCED_CLOSE_GRACE_MS) has run out, not before. Every wait polls the
+// (PRESENCED_CLOSE_GRACE_MS) has run out, not before. Guests then take the
+// room into interval mode, and ann's panel follows it. Every wait polls the
 // DOM with a deadline; nothing sleeps. Chromium is Debian's
 // (PRESENCED_CHROMIUM, default /usr/bin/chromium); playwright-core never
 // downloads a browser.
@@ -90,6 +91,18 @@ try {
   } else {
     log(`ann saw the room as ${seen.map((s) => `[${s}]`).join(" → ")}`);
   }
+
+  // The room grows past the server's -room-interval-above
+  // (PRESENCED_ROOM_INTERVAL_ABOVE): it switches to interval mode, and
+  // ann's panel follows its once-an-interval messages.
+  const above = Number(process.env.PRESENCED_ROOM_INTERVAL_ABOVE || 0);
+  if (above > 0) {
+    for (let i = 0; i <= above; i++) await joinOverHTTP(`guest-${i}`);
+    await see(ann, `#room-count[data-count="${above + 2}"]`, STEP, `${above + 1} guests join → the room switches to interval mode`);
+    await joinOverHTTP("late-guest");
+    await see(ann, `#room-count[data-count="${above + 3}"]`, STEP, "one more joins → ann's panel counts it from the interval's message");
+    await see(ann, member("late-guest"), STEP, "and lists the late guest");
+  }
 } catch (err) {
   problems.push(err.message.split("\n").slice(0, 6).join("\n"));
   for (const p of [ann, ben]) {
@@ -117,6 +130,18 @@ if (problems.length) {
 log("ok");
 
 // --- helpers ---
+
+// joinOverHTTP brings user's device online and into the room over HTTP
+// (the server runs -dev: no credentials).
+async function joinOverHTTP(user) {
+  for (const [path, body] of [
+    ["/v1/heartbeat", { user_id: user, device_id: "d" }],
+    ["/v1/rooms/demo/join", { user_id: user, device_id: "d" }],
+  ]) {
+    const r = await fetch(base + path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    if (!r.ok) throw new Error(`POST ${path} for ${user}: ${r.status} ${await r.text()}`);
+  }
+}
 
 async function openPage(name) {
   const context = await browser.newContext({ viewport: { width: 720, height: 800 }, locale: "en-US" });

@@ -68,6 +68,14 @@ function signIn({ userId, token }) {
     drawRoom(count);
     if (event !== "status" && user_id !== me) $("#announce").textContent = `${user_id} ${event === "join" ? "joined" : "left"} the room`;
   });
+  // A big room (interval mode) tells what changed once per interval, ids
+  // only; the client's view of the room is what to draw.
+  client.addEventListener("roominterval", (e) => {
+    const view = client.getRoom(ROOM);
+    if (!view) return;
+    members = new Map(Object.entries(view.members));
+    drawRoom(e.detail.count);
+  });
   client.start();
   members = new Map();
   $("#room-list").replaceChildren();
