@@ -10,6 +10,7 @@ import (
 	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/ratelimit"
 )
 
 // roomToken signs a client token for user (bound to device, if not
@@ -395,6 +396,28 @@ func TestRoomPollThrottle(t *testing.T) {
 	e.ok("GET", "/v1/rooms?ids=r", keyHdr, "") // the API key is not throttled
 	e.clk.Advance(30 * time.Second)
 	e.ok("GET", "/v1/rooms?ids=r", tok, "")
+}
+
+// TestRoomPagesThrottle: a client reads a room's further pages (after=)
+// without waiting a poll interval between them, up to their own limit.
+func TestRoomPagesThrottle(t *testing.T) {
+	e := newEnv(t, opts{poll: 30 * time.Second})
+	tok := e.roomToken("carol", "", "*")
+	e.ok("GET", "/v1/rooms/r", tok, "")
+	wantError(t, e.do("GET", "/v1/rooms/r", tok, ""), 429, "rate_limited") // a first page again: a poll
+	for i := range ratelimit.RoomPages.Burst {
+		if r := e.do("GET", "/v1/rooms/r?after=m"+strconv.Itoa(i), tok, ""); r.code != 200 {
+			t.Fatalf("page %d: %d %s", i+2, r.code, r.body)
+		}
+	}
+	r := e.do("GET", "/v1/rooms/r?after=z", tok, "")
+	wantError(t, r, 429, "rate_limited", "further pages")
+	if r.header.Get("Retry-After") != "1" {
+		t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	wantError(t, e.do("GET", "/v1/rooms/r?after=z&viewer_id=dave", tok, ""), 403, "")
+	e.clk.Advance(ratelimit.RoomPages.Every)
+	e.ok("GET", "/v1/rooms/r?after=z", tok, "")
 }
 
 // TestRoomsUnavailable: a node whose tracker or reader has no rooms

@@ -147,6 +147,7 @@ type Server struct {
 	// (ratelimit.Writes, shared with the gateway). Backends and -dev
 	// requests are not limited.
 	polls    *ratelimit.Keyed
+	pages    *ratelimit.Keyed // a client's further pages of rooms (ratelimit.RoomPages)
 	writes   *ratelimit.Writes
 	mux      *http.ServeMux
 	patterns []string // every pattern of mux, in order (Patterns)
@@ -196,6 +197,7 @@ func New(cfg Config) (*Server, error) {
 		maxBody:  cfg.MaxBody,
 
 		polls:   ratelimit.NewKeyed(ratelimit.Limit{Every: cfg.PollInterval, Burst: 1}),
+		pages:   ratelimit.NewKeyed(ratelimit.RoomPages),
 		writes:  cfg.Writes,
 		mux:     http.NewServeMux(),
 		origins: cfg.Origins,

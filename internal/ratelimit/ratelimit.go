@@ -53,6 +53,14 @@ var (
 // second at most.
 var Rooms = Limit{Every: 100 * time.Millisecond, Burst: 200}
 
+// RoomPages limits a client's reads of a room's further pages over HTTP
+// (GET /v1/rooms/{room}?after=…), per user: the first page is a read of
+// presence, under the poll interval; the pages after it, of up to 1,000
+// members each, come ten a second once a burst of 100 is spent — a room
+// of 100,000 read whole at once, while a client that pages in a loop
+// costs what ten small reads a second cost.
+var RoomPages = Limit{Every: 100 * time.Millisecond, Burst: 100}
+
 // Writes are the per-user buckets of a client's durable writes, one for
 // each kind, and the per-device buckets of its joins and leaves of rooms
 // (keyed by RoomKey), for every edge of a node to share.
