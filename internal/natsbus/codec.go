@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/presenced/presenced/internal/presence"
@@ -151,6 +152,119 @@ func decodeEvent(data []byte, ev *presence.Event) error {
 		}
 	}
 	ev.SettingsOnly = p.SettingsOnly && ev.SettingsChanged
+	return nil
+}
+
+// roomPayload is the decoded JSON of a room's message
+// (wire.AppendRoomEvent).
+type roomPayload struct {
+	Room    *string `json:"room"`
+	UserID  *string `json:"user_id"`
+	Event   string  `json:"event"`
+	Reason  string  `json:"reason"`
+	Count   *int    `json:"count"`
+	Version uint64  `json:"version"`
+	At      string  `json:"at"`
+}
+
+// decodeRoomEvent parses the payload of a room's message into ev; its
+// Status and Settings are left zero (they travel in the member header:
+// decodeMember). Anything missing or malformed is an error; ev is then
+// undefined.
+func decodeRoomEvent(data []byte, ev *presence.RoomEvent) error {
+	var p roomPayload
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	if p.Room == nil || *p.Room == "" {
+		return errors.New("no room")
+	}
+	if p.UserID == nil || *p.UserID == "" {
+		return errors.New("no user_id")
+	}
+	if p.Count == nil || *p.Count < 0 {
+		return errors.New("no count, or a negative one")
+	}
+	*ev = presence.RoomEvent{Room: *p.Room, UserID: *p.UserID, Count: *p.Count, Version: p.Version}
+	var err error
+	if ev.Kind, err = parseRoomKind(p.Event); err != nil {
+		return err
+	}
+	if ev.Reason, err = parseRoomReason(p.Reason); err != nil {
+		return err
+	}
+	if ev.At, err = parseTime(p.At); err != nil {
+		return fmt.Errorf("at: %w", err)
+	}
+	return nil
+}
+
+// parseRoomKind parses "join" or "leave" (RoomKind.String).
+func parseRoomKind(s string) (presence.RoomKind, error) {
+	for k := presence.RoomJoin; k <= presence.RoomLeave; k++ {
+		if k.String() == s {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown event %q", s)
+}
+
+// parseRoomReason parses a reason of a room event (RoomReason.String).
+func parseRoomReason(s string) (presence.RoomReason, error) {
+	for r := presence.ReasonJoined; r <= presence.ReasonVisible; r++ {
+		if r.String() == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown reason %q", s)
+}
+
+// memberHeader carries, on a join's message, the member's public status
+// and privacy settings ("busy contacts everyone": the status, who sees
+// it, who sees last_seen), which each node's room watchers are shown as
+// their relation to the member allows. They are not in the JSON body:
+// that is the public format of the stream's readers and webhooks, which
+// the room events reach without them.
+const memberHeader = "Presenced-Member"
+
+// memberValue is the value of a join's memberHeader.
+func memberValue(ev *presence.RoomEvent) string {
+	return ev.Status.Public().String() + " " + ev.Settings.Status.String() + " " + ev.Settings.LastSeen.String()
+}
+
+// hiddenMember is what a join without a readable memberHeader is taken
+// to show: nothing to anyone but the member, the side that shows less.
+var hiddenMember = presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+
+// decodeMember sets a join's Status and Settings from the value of its
+// memberHeader (memberValue). With no value (a message from a publisher
+// that does not send it), or one that does not parse (then the error
+// says why), the join shows the member offline and its status to nobody
+// (hiddenMember). A leave carries none: it is left as it is.
+func decodeMember(v string, ev *presence.RoomEvent) error {
+	if ev.Kind != presence.RoomJoin {
+		return nil
+	}
+	ev.Status, ev.Settings = presence.Offline, hiddenMember
+	if v == "" {
+		return nil
+	}
+	f := strings.Fields(v)
+	if len(f) != 3 {
+		return fmt.Errorf("%s %q: want a status and two visibilities", memberHeader, v)
+	}
+	st, err := parseStatus(f[0])
+	if err != nil {
+		return fmt.Errorf("%s: %w", memberHeader, err)
+	}
+	var set presence.Settings
+	if set.Status, err = presence.ParseVisibility(f[1]); err != nil {
+		return fmt.Errorf("%s: %w", memberHeader, err)
+	}
+	if set.LastSeen, err = presence.ParseVisibility(f[2]); err != nil {
+		return fmt.Errorf("%s: %w", memberHeader, err)
+	}
+	ev.Status, ev.Settings = st, set
 	return nil
 }
 

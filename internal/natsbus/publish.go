@@ -378,12 +378,16 @@ func (p *publisher) checkStream(ctx context.Context) bool {
 }
 
 // encode builds the message of it: a change of presence to its user's
-// subject, a room event to its room's.
+// subject, a room event to its room's (a join with the member's status
+// and settings in memberHeader).
 func (p *publisher) encode(it *item) *outMsg {
-	var subject, id string
+	var subject, id, member string
 	if ev := it.room; ev != nil {
 		p.buf = wire.AppendRoomEvent(p.buf[:0], ev)
 		subject, id = roomSubjectOf(p.b.prefix, ev.Room), roomMsgID(ev.Room, ev.Version)
+		if ev.Kind == presence.RoomJoin {
+			member = memberValue(ev)
+		}
 	} else {
 		ev := &it.ev
 		p.buf = appendEvent(p.buf[:0], ev)
@@ -398,6 +402,9 @@ func (p *publisher) encode(it *item) *outMsg {
 			jetstream.MsgIDHeader: {id},
 			nodeHeader:            {p.b.node},
 		},
+	}
+	if member != "" {
+		m.Header[memberHeader] = []string{member}
 	}
 	p.taken++
 	return &outMsg{seq: p.taken, msg: m}

@@ -14,13 +14,18 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
 	"github.com/presenced/presenced/internal/testwait"
+	"github.com/presenced/presenced/internal/wire"
 )
 
+// roomEvent is a join (busy, shown to contacts, last_seen to everyone)
+// or a leave.
 func roomEvent(room, user string, kind presence.RoomKind, version uint64) *presence.RoomEvent {
 	ev := &presence.RoomEvent{Room: room, UserID: user, Kind: kind, Reason: presence.ReasonJoined,
-		Count: 1, Version: version, At: 1795000003000}
+		Count: 1, Version: version, At: 1795000003000,
+		Status: presence.Busy, Settings: presence.Settings{Status: presence.Contacts, LastSeen: presence.Everyone}}
 	if kind == presence.RoomLeave {
 		ev.Reason, ev.Count = presence.ReasonBye, 0
+		ev.Status, ev.Settings = 0, presence.Settings{}
 	}
 	return ev
 }
@@ -71,14 +76,17 @@ func TestRoomEventsOnTheStream(t *testing.T) {
 	defer nc.Close()
 	msgs := readStream(t, e.openStream(t, nc), 5)
 	b64 := base64.RawURLEncoding.EncodeToString
-	want := []struct{ subject, id, body string }{
-		{e.subject + "." + b64([]byte("dave")), "dave:3", ""},
+	// The join's member status and settings are in a header, not in
+	// the body that the stream's readers and webhooks get.
+	want := []struct{ subject, id, body, member string }{
+		{e.subject + "." + b64([]byte("dave")), "dave:3", "", ""},
 		{e.subject + ".r." + b64([]byte("doc")), "r,doc:5",
-			`{"room":"doc","user_id":"dave","event":"join","reason":"joined","count":1,"version":5,"at":"2026-11-18T11:06:43.000Z"}`},
-		{e.subject + "." + b64([]byte("r:doc")), "r:doc:5", ""},
+			`{"room":"doc","user_id":"dave","event":"join","reason":"joined","count":1,"version":5,"at":"2026-11-18T11:06:43.000Z"}`,
+			"busy contacts everyone"},
+		{e.subject + "." + b64([]byte("r:doc")), "r:doc:5", "", ""},
 		{e.subject + ".r." + b64([]byte("döc 42")), "r,döc 42:6",
-			`{"room":"döc 42","user_id":"dave","event":"leave","reason":"bye","count":0,"version":6,"at":"2026-11-18T11:06:43.000Z"}`},
-		{e.subject + "." + b64([]byte("marker")), "marker:1", ""},
+			`{"room":"döc 42","user_id":"dave","event":"leave","reason":"bye","count":0,"version":6,"at":"2026-11-18T11:06:43.000Z"}`, ""},
+		{e.subject + "." + b64([]byte("marker")), "marker:1", "", ""},
 	}
 	if len(msgs) != len(want) {
 		t.Fatalf("the stream holds %d messages, want %d", len(msgs), len(want))
@@ -94,6 +102,9 @@ func TestRoomEventsOnTheStream(t *testing.T) {
 		}
 		if w.body != "" && !json.Valid(m.Data) {
 			t.Errorf("message %d is no JSON: %s", i, m.Data)
+		}
+		if got := m.Header.Get(memberHeader); got != w.member {
+			t.Errorf("message %d: %s %q, want %q", i, memberHeader, got, w.member)
 		}
 	}
 }
@@ -168,4 +179,98 @@ func TestPublishRoomNeverBlocks(t *testing.T) {
 	if st := a.Stats(); st.Published != 2 || st.Dropped != 3 || st.Queued != 2 {
 		t.Errorf("published %d, dropped %d, queued %d; want 2, 3, 2", st.Published, st.Dropped, st.Queued)
 	}
+}
+
+// A room event's body decodes to the event it was made of, but for the
+// member's status and settings, which its header carries.
+func TestRoomCodecRoundTrip(t *testing.T) {
+	var evs []presence.RoomEvent
+	for r := presence.ReasonJoined; r <= presence.ReasonVisible; r++ {
+		kind := presence.RoomLeave
+		if r == presence.ReasonJoined || r == presence.ReasonVisible {
+			kind = presence.RoomJoin
+		}
+		evs = append(evs, presence.RoomEvent{Room: "döc \"42\".x", UserID: "zoë:1", Kind: kind, Reason: r,
+			Count: int(r) * 1000, Version: 1<<63 + uint64(r), At: 1795000003123})
+	}
+	evs = append(evs, presence.RoomEvent{Room: "r", UserID: "u", Kind: presence.RoomLeave, Reason: presence.ReasonEnded})
+	for _, ev := range evs {
+		data := wire.AppendRoomEvent(nil, &ev)
+		var got presence.RoomEvent
+		if err := decodeRoomEvent(data, &got); err != nil {
+			t.Fatalf("decode %s: %v", data, err)
+		}
+		if got != ev {
+			t.Errorf("%s decoded to %+v, want %+v", data, got, ev)
+		}
+	}
+	for _, bad := range []string{
+		``, `not json`, `{}`,
+		`{"room":"","user_id":"u","event":"join","reason":"joined","count":1,"version":1,"at":"2026-11-18T11:06:43.000Z"}`,
+		`{"room":"r","user_id":"","event":"join","reason":"joined","count":1,"version":1,"at":"2026-11-18T11:06:43.000Z"}`,
+		`{"room":"r","user_id":"u","event":"status","reason":"joined","count":1,"version":1,"at":"2026-11-18T11:06:43.000Z"}`,
+		`{"room":"r","user_id":"u","event":"join","reason":"pushed","count":1,"version":1,"at":"2026-11-18T11:06:43.000Z"}`,
+		`{"room":"r","user_id":"u","event":"join","reason":"joined","version":1,"at":"2026-11-18T11:06:43.000Z"}`,
+		`{"room":"r","user_id":"u","event":"join","reason":"joined","count":-1,"version":1,"at":"2026-11-18T11:06:43.000Z"}`,
+		`{"room":"r","user_id":"u","event":"join","reason":"joined","count":1,"version":1,"at":"today"}`,
+	} {
+		var ev presence.RoomEvent
+		if err := decodeRoomEvent([]byte(bad), &ev); err == nil {
+			t.Errorf("%s decoded: %+v", bad, ev)
+		}
+	}
+}
+
+// A join's member header gives the receiving node the member's status
+// and settings; without one, or with one it cannot read, the join shows
+// the member to nobody. A leave has none and needs none.
+func TestMemberHeader(t *testing.T) {
+	for _, st := range []presence.Status{presence.Online, presence.Away, presence.Busy} {
+		for _, sv := range []presence.Visibility{presence.Everyone, presence.Contacts, presence.Nobody} {
+			for _, lv := range []presence.Visibility{presence.Everyone, presence.Contacts, presence.Nobody} {
+				ev := presence.RoomEvent{Kind: presence.RoomJoin, Status: st, Settings: presence.Settings{Status: sv, LastSeen: lv}}
+				v := memberValue(&ev)
+				got := presence.RoomEvent{Kind: presence.RoomJoin}
+				if err := decodeMember(v, &got); err != nil || got != ev {
+					t.Errorf("%q decoded to %+v (%v), want %+v", v, got, err, ev)
+				}
+			}
+		}
+	}
+	hidden := presence.RoomEvent{Kind: presence.RoomJoin, Status: presence.Offline, Settings: hiddenMember}
+	for _, v := range []string{"", "busy", "busy contacts", "busy friends everyone", "invisible everyone everyone", "busy everyone everyone x"} {
+		got := presence.RoomEvent{Kind: presence.RoomJoin, Status: presence.Busy}
+		err := decodeMember(v, &got)
+		if got != hidden {
+			t.Errorf("%q: %+v, want the member hidden", v, got)
+		}
+		if (v == "") != (err == nil) {
+			t.Errorf("%q: error %v", v, err)
+		}
+	}
+	leave := presence.RoomEvent{Kind: presence.RoomLeave}
+	if err := decodeMember("", &leave); err != nil || leave != (presence.RoomEvent{Kind: presence.RoomLeave}) {
+		t.Errorf("a leave: %+v, %v", leave, err)
+	}
+}
+
+// FuzzDecodeRoom: decoding a room's message never panics, and what
+// decodes encodes back to an event that decodes the same.
+func FuzzDecodeRoom(f *testing.F) {
+	f.Add(wire.AppendRoomEvent(nil, roomEvent("döc 42", "dave", presence.RoomJoin, 7)))
+	f.Add(wire.AppendRoomEvent(nil, roomEvent("r", "u", presence.RoomLeave, 1<<40)))
+	f.Add([]byte(`{"room":"r","user_id":"u","count":0}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ev, again presence.RoomEvent
+		if decodeRoomEvent(data, &ev) != nil {
+			return
+		}
+		out := wire.AppendRoomEvent(nil, &ev)
+		if err := decodeRoomEvent(out, &again); err != nil {
+			t.Fatalf("re-encoded %s does not decode: %v", out, err)
+		}
+		if again != ev {
+			t.Fatalf("round trip: %+v, then %+v", ev, again)
+		}
+	})
 }
