@@ -2,16 +2,18 @@
 // every change of presence a node's tracker makes is published once, by
 // that node, to presence.changes.<base64url(user)>, which the stream
 // PRESENCE_CHANGES captures for other services (and webhooks), and which
-// carries the change to the other nodes. Joins and leaves of rooms go to
-// the same stream, in the same queue, to presence.changes.r.<base64url(room)>,
-// for other services and webhooks only: nodes read no room subject. Each node subscribes (core NATS)
-// only to the users its own WebSocket watchers watch, and hands what
-// arrives to its fan-out (Local), so it receives each change it needs once.
+// carries the change to the other nodes; joins and leaves of rooms go to
+// presence.changes.r.<base64url(room)>, in the same stream and queue.
+// Each node subscribes (core NATS) only to what its watchers watch: users
+// (on sockets, and as members of watched rooms) and rooms, and hands what
+// arrives to its fan-out (Local, Config.Rooms): it receives each change
+// it needs once.
 //
 // Bus is the tracker's Publisher on a scale-out node. Publish never
 // blocks: events wait in a bounded queue, are retried until the stream
 // acknowledges them, and go out in order per user. Watch and Unwatch keep
-// a user's subscription in step with Local.Watched, and Watch flushes
+// a user's subscription in step with Local.Watched (WatchRooms and
+// UnwatchRooms a room's with Config.Rooms), and Watch and WatchRooms flush
 // before the caller reads the snapshot, so no change falls between the
 // two. With Config.Mirror every change of the other nodes also goes to the
 // read replica. Mark and Wait tell whether the stream acknowledged what was
@@ -43,14 +45,28 @@ import (
 )
 
 // Local is the node's own fan-out as the bus needs it (fanout.Hub
-// implements it). Both methods must be safe for concurrent use and must not
-// block for long.
+// implements it; a node with rooms passes one that also hands the changes
+// to the members' rooms). Both methods must be safe for concurrent use
+// and must not block for long.
 type Local interface {
 	// Publish delivers an event that another node published to this node's
 	// watchers. The *Event is valid only during the call.
 	Publish(ev *presence.Event)
 	// Watched reports whether any watcher on this node watches user now.
 	Watched(user string) bool
+}
+
+// RoomLocal is the node's fan-out of rooms as the bus needs it
+// (fanout.RoomHub implements it). Both methods must be safe for
+// concurrent use and must not block for long.
+type RoomLocal interface {
+	// PublishRoom delivers a join or leave that another node published to
+	// this node's watchers of the room. The *RoomEvent is valid only
+	// during the call.
+	PublishRoom(ev *presence.RoomEvent)
+	// RoomWatched reports whether any watcher on this node watches room
+	// now.
+	RoomWatched(room string) bool
 }
 
 // Defaults of Config.
@@ -95,6 +111,11 @@ type Config struct {
 	Duplicates time.Duration // dedupe window, default 2m
 	QueueSize  int           // outgoing events waiting for NATS, default 65536
 	Local      Local         // required
+	// Rooms, if set, is the node's fan-out of rooms: while it reports a
+	// room watched the bus subscribes to the room's subject (WatchRooms,
+	// UnwatchRooms) and hands it the joins and leaves of other nodes.
+	// Nil: the bus reads no room subject.
+	Rooms RoomLocal
 	// OnContactsChanged is called (from a goroutine of Run's, one call at a
 	// time, never from the dispatcher, so it may read a database) when
 	// another node announced a contact-list change of an owner this node
@@ -130,17 +151,21 @@ type Stats struct {
 	Dropped        uint64 // events dropped because the queue was full
 	Queued         int    // events in the queue now
 	InFlight       int    // publishes awaiting their ack or a retry now
-	Received       uint64 // messages received on user subjects
-	Delivered      uint64 // events handed to Local.Publish
+	Received       uint64 // messages received on user and room subjects
+	Delivered      uint64 // events handed to Local.Publish and Rooms.PublishRoom
+	DeliveredRooms uint64 // of Delivered, room events (Rooms.PublishRoom)
 	Mirrored       uint64 // events of other nodes handed to Config.Mirror
-	Duplicates     uint64 // received events of a version recently delivered for the same user (dropped)
+	Duplicates     uint64 // received events of a version recently delivered for the same user or room (dropped)
 	SkippedOwn     uint64 // received messages this node had published itself
 	Decoding       uint64 // received messages that did not decode (dropped)
 	Subscriptions  int    // current per-user subscriptions
-	SlowConsumer   uint64 // messages nats.go dropped because the incoming channel was full
-	Announced      uint64 // contact announcements sent
-	AnnounceFailed uint64 // contact announcements lost (pending list full)
-	ContactsIn     uint64 // announcements from other nodes passed to OnContactsChanged
+	// RoomSubscriptions are the current per-room subscriptions
+	// (Config.Rooms).
+	RoomSubscriptions int
+	SlowConsumer      uint64 // messages nats.go dropped because the incoming channel was full
+	Announced         uint64 // contact announcements sent
+	AnnounceFailed    uint64 // contact announcements lost (pending list full)
+	ContactsIn        uint64 // announcements from other nodes passed to OnContactsChanged
 	// ContactsDropped counts announcements dropped because too many waited
 	// for OnContactsChanged (a resync was asked for instead).
 	ContactsDropped uint64
@@ -192,9 +217,10 @@ type Bus struct {
 	allSub       *nats.Subscription // every change, for Config.Mirror; nil without
 	mirrorIn     chan *nats.Msg     // allSub delivers here; nil without
 	stripes      [numStripes]sync.Mutex
-	subsMu       sync.Mutex // guards subs, their userSub.recent, and retiredDrops
-	subs         map[string]*userSub
-	retiredDrops uint64 // slow-consumer drops of subscriptions since removed
+	subsMu       sync.Mutex             // guards subs, roomSubs, their subjectSub.recent, and retiredDrops
+	subs         map[string]*subjectSub // by user
+	roomSubs     map[string]*subjectSub // by room (Config.Rooms)
+	retiredDrops uint64                 // slow-consumer drops of subscriptions since removed
 
 	contMu     sync.Mutex            // guards contState and contOrder
 	contState  map[string]*contEntry // owners queued for or in OnContactsChanged
@@ -216,7 +242,8 @@ type Bus struct {
 	publishedRooms                            atomic.Uint64
 	received, delivered, skippedOwn, decoding atomic.Uint64
 	duplicates, mirrored                      atomic.Uint64
-	nsubs                                     atomic.Int64
+	nsubs, nroomSubs                          atomic.Int64
+	deliveredRooms                            atomic.Uint64
 	announced, announceFailed, contactsIn     atomic.Uint64
 	contactsDropped                           atomic.Uint64
 	recreated                                 atomic.Uint64
@@ -251,7 +278,8 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		contacts:   cfg.Subject + contactsSuffix,
 		in:         make(chan *nats.Msg, incomingBuffer),
 		reconn:     make(chan struct{}, 1),
-		subs:       make(map[string]*userSub),
+		subs:       make(map[string]*subjectSub),
+		roomSubs:   make(map[string]*subjectSub),
 		annNotify:  make(chan struct{}, 1),
 		contNotify: make(chan struct{}, 1),
 	}
@@ -548,9 +576,11 @@ func (b *Bus) Close() error {
 	}
 	// A shared connection stays; the bus's subscriptions go.
 	b.subsMu.Lock()
-	for u, s := range b.subs {
-		_ = s.sub.Unsubscribe()
-		delete(b.subs, u)
+	for _, subs := range []map[string]*subjectSub{b.subs, b.roomSubs} {
+		for id, s := range subs {
+			_ = s.sub.Unsubscribe()
+			delete(subs, id)
+		}
 	}
 	b.subsMu.Unlock()
 	_ = b.contSub.Unsubscribe()
@@ -566,25 +596,27 @@ func (b *Bus) Close() error {
 // Stats returns the bus's counters.
 func (b *Bus) Stats() Stats {
 	s := Stats{
-		Published:       b.published.Load(),
-		PublishedRooms:  b.publishedRooms.Load(),
-		Acked:           b.acked.Load(),
-		Retried:         b.retried.Load(),
-		Dropped:         b.dropped.Load(),
-		Queued:          b.q.len(),
-		InFlight:        b.pub.held(),
-		Received:        b.received.Load(),
-		Delivered:       b.delivered.Load(),
-		Mirrored:        b.mirrored.Load(),
-		Duplicates:      b.duplicates.Load(),
-		SkippedOwn:      b.skippedOwn.Load(),
-		Decoding:        b.decoding.Load(),
-		Subscriptions:   int(b.nsubs.Load()),
-		Announced:       b.announced.Load(),
-		AnnounceFailed:  b.announceFailed.Load(),
-		ContactsIn:      b.contactsIn.Load(),
-		ContactsDropped: b.contactsDropped.Load(),
-		StreamRecreated: b.recreated.Load(),
+		Published:         b.published.Load(),
+		PublishedRooms:    b.publishedRooms.Load(),
+		Acked:             b.acked.Load(),
+		Retried:           b.retried.Load(),
+		Dropped:           b.dropped.Load(),
+		Queued:            b.q.len(),
+		InFlight:          b.pub.held(),
+		Received:          b.received.Load(),
+		Delivered:         b.delivered.Load(),
+		DeliveredRooms:    b.deliveredRooms.Load(),
+		Mirrored:          b.mirrored.Load(),
+		Duplicates:        b.duplicates.Load(),
+		SkippedOwn:        b.skippedOwn.Load(),
+		Decoding:          b.decoding.Load(),
+		Subscriptions:     int(b.nsubs.Load()),
+		RoomSubscriptions: int(b.nroomSubs.Load()),
+		Announced:         b.announced.Load(),
+		AnnounceFailed:    b.announceFailed.Load(),
+		ContactsIn:        b.contactsIn.Load(),
+		ContactsDropped:   b.contactsDropped.Load(),
+		StreamRecreated:   b.recreated.Load(),
 	}
 	h := b.Stream()
 	s.StreamMissing, s.Unacked = h.Missing, h.Unacked
@@ -593,9 +625,12 @@ func (b *Bus) Stats() Stats {
 	// hold it while asking each subscription for its drops.
 	b.subsMu.Lock()
 	s.SlowConsumer = b.retiredDrops
-	subs := make([]*nats.Subscription, 0, len(b.subs))
+	subs := make([]*nats.Subscription, 0, len(b.subs)+len(b.roomSubs))
 	for _, us := range b.subs {
 		subs = append(subs, us.sub)
+	}
+	for _, rs := range b.roomSubs {
+		subs = append(subs, rs.sub)
 	}
 	b.subsMu.Unlock()
 	for _, sub := range subs {

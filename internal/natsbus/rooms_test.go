@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -273,4 +274,185 @@ func FuzzDecodeRoom(f *testing.F) {
 			t.Fatalf("round trip: %+v, then %+v", ev, again)
 		}
 	})
+}
+
+// roomRecorder is a RoomLocal that records the room events it is given;
+// watched says which rooms its (imaginary) watchers watch.
+type roomRecorder struct {
+	mu      sync.Mutex
+	watched map[string]bool
+	events  []presence.RoomEvent
+}
+
+func (r *roomRecorder) PublishRoom(ev *presence.RoomEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, *ev)
+	r.mu.Unlock()
+}
+
+func (r *roomRecorder) RoomWatched(room string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.watched[room]
+}
+
+func (r *roomRecorder) set(room string, on bool) {
+	r.mu.Lock()
+	if r.watched == nil {
+		r.watched = map[string]bool{}
+	}
+	r.watched[room] = on
+	r.mu.Unlock()
+}
+
+// of returns the events recorded of room.
+func (r *roomRecorder) of(room string) []presence.RoomEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []presence.RoomEvent
+	for _, ev := range r.events {
+		if ev.Room == room {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// openRooms opens a bus whose Config.Rooms is a roomRecorder.
+func (e *env) openRooms(name string) (*node, *roomRecorder) {
+	rr := &roomRecorder{}
+	return e.open(name, func(c *Config) { c.Rooms = rr }), rr
+}
+
+func (n *node) watchRooms(rr *roomRecorder, rooms ...string) {
+	for _, r := range rooms {
+		rr.set(r, true)
+	}
+	n.WatchRooms(rooms)
+}
+
+func (n *node) unwatchRooms(rr *roomRecorder, rooms ...string) {
+	for _, r := range rooms {
+		rr.set(r, false)
+	}
+	n.UnwatchRooms(rooms)
+}
+
+// A room's joins and leaves reach the nodes that watch the room, a join
+// with the member's status and settings; not a node that does not, not
+// one that stopped, and not the node that published them.
+func TestRoomEventsReachWatchingNodes(t *testing.T) {
+	e := newEnv(t, testsvc.SharedNATS(t))
+	a, ar := e.openRooms("a")
+	b, br := e.openRooms("b")
+	c, cr := e.openRooms("c")
+	a.watchRooms(ar, "doc", "marker") // a's own events must not come back to it
+	b.watchRooms(br, "doc", "marker")
+	c.watchRooms(cr, "marker")
+	if st := b.Stats(); st.RoomSubscriptions != 2 || st.Subscriptions != 0 {
+		t.Fatalf("b subscribes to %d rooms and %d users, want 2 and 0", st.RoomSubscriptions, st.Subscriptions)
+	}
+
+	join := roomEvent("doc", "dave", presence.RoomJoin, 5)
+	a.PublishRoom(join)
+	a.PublishRoom(roomEvent("doc", "dave", presence.RoomLeave, 6))
+	a.PublishRoom(roomEvent("marker", "m", presence.RoomJoin, 1))
+	// One publisher, one connection: whoever gets the marker got doc's
+	// events before.
+	testwait.For(t, "the marker on b", func() bool { return len(br.of("marker")) == 1 })
+	testwait.For(t, "the marker on c", func() bool { return len(cr.of("marker")) == 1 })
+	if got := br.of("doc"); len(got) != 2 || got[0] != *join || got[1] != *roomEvent("doc", "dave", presence.RoomLeave, 6) {
+		t.Errorf("b got %+v, want the join %+v (busy, to contacts) and the leave", got, *join)
+	}
+	if got := cr.of("doc"); len(got) != 0 {
+		t.Errorf("c, which does not watch doc, got %+v", got)
+	}
+	testwait.For(t, "a to skip its own events", func() bool { return a.Stats().SkippedOwn == 3 })
+	if got := ar.of("doc"); len(got) != 0 {
+		t.Errorf("a got its own events back: %+v", got)
+	}
+	if st := b.Stats(); st.DeliveredRooms != 3 || st.Delivered != 3 || st.Decoding != 0 {
+		t.Errorf("b's stats: %+v", st)
+	}
+
+	b.unwatchRooms(br, "doc")
+	if n := b.Stats().RoomSubscriptions; n != 1 {
+		t.Errorf("b has %d room subscriptions after unwatching doc, want 1", n)
+	}
+	a.PublishRoom(roomEvent("doc", "erin", presence.RoomJoin, 7))
+	a.PublishRoom(roomEvent("marker", "m", presence.RoomLeave, 2))
+	testwait.For(t, "the second marker on b", func() bool { return len(br.of("marker")) == 2 })
+	if got := br.of("doc"); len(got) != 2 {
+		t.Errorf("b got %d events of doc after unwatching, want still 2", len(got))
+	}
+	// A room's subject is not a user's: watching the user "doc" gets none.
+	b.watch("doc")
+	a.PublishRoom(roomEvent("doc", "fred", presence.RoomJoin, 8))
+	a.PublishRoom(roomEvent("marker", "m", presence.RoomJoin, 3))
+	testwait.For(t, "the third marker on b", func() bool { return len(br.of("marker")) == 3 })
+	if len(br.of("doc")) != 2 || len(b.rec.all()) != 0 {
+		t.Errorf("b, watching the user doc, got room events %+v, changes %+v", br.of("doc"), b.rec.all())
+	}
+}
+
+// What another publisher sends to a room's subject: a join without the
+// member header shows the member to nobody; one received again (a
+// publish retried after a lost ack), even after a newer one, is
+// delivered once; one that does not decode, or names another room than
+// its subject, is counted and dropped.
+func TestRoomMessagesReceived(t *testing.T) {
+	e := newEnv(t, testsvc.SharedNATS(t))
+	b, br := e.openRooms("b")
+	b.watchRooms(br, "doc")
+	nc, err := nats.Connect(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subj := roomSubjectOf(b.prefix, "doc")
+	send := func(data []byte, member string) {
+		t.Helper()
+		m := &nats.Msg{Subject: subj, Data: data, Header: nats.Header{}}
+		if member != "" {
+			m.Header.Set(memberHeader, member)
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := func(ev *presence.RoomEvent) []byte { return wire.AppendRoomEvent(nil, ev) }
+	send(body(roomEvent("doc", "dave", presence.RoomJoin, 5)), "")
+	send(body(roomEvent("doc", "dave", presence.RoomJoin, 5)), "online everyone everyone")
+	send(body(roomEvent("doc", "erin", presence.RoomJoin, 6)), "away everyone nobody")
+	send(body(roomEvent("doc", "dave", presence.RoomJoin, 5)), "")
+	send([]byte("not json"), "")
+	send(body(roomEvent("other", "dave", presence.RoomJoin, 7)), "online everyone everyone")
+	send(body(roomEvent("doc", "fred", presence.RoomJoin, 8)), "online friends everyone")
+	testwait.For(t, "all seven handled", func() bool {
+		st := b.Stats()
+		return st.Delivered+st.Duplicates+st.Decoding == 7
+	})
+	got := br.of("doc")
+	hidden := roomEvent("doc", "dave", presence.RoomJoin, 5)
+	hidden.Status, hidden.Settings = presence.Offline, presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	erin := roomEvent("doc", "erin", presence.RoomJoin, 6)
+	erin.Status, erin.Settings = presence.Away, presence.Settings{Status: presence.Everyone, LastSeen: presence.Nobody}
+	fred := roomEvent("doc", "fred", presence.RoomJoin, 8)
+	fred.Status, fred.Settings = presence.Offline, presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	if len(got) != 3 || got[0] != *hidden || got[1] != *erin || got[2] != *fred {
+		t.Errorf("delivered %+v\nwant %+v, %+v, %+v", got, *hidden, *erin, *fred)
+	}
+	if st := b.Stats(); st.Duplicates != 2 || st.Decoding != 2 {
+		t.Errorf("stats %+v, want 2 duplicates and 2 decoding errors", st)
+	}
+}
+
+// Without Config.Rooms the bus subscribes to no room.
+func TestNoRoomsNoRoomSubscriptions(t *testing.T) {
+	e := newEnv(t, testsvc.SharedNATS(t))
+	a := e.open("a")
+	a.WatchRooms([]string{"doc"})
+	if n := a.Stats().RoomSubscriptions; n != 0 {
+		t.Fatalf("%d room subscriptions without Config.Rooms", n)
+	}
 }

@@ -14,12 +14,13 @@ import (
 
 var stripeSeed = maphash.MakeSeed()
 
-// userSub is the subscription to one user's subject.
-type userSub struct {
+// subjectSub is the subscription to one user's subject (Bus.subs) or
+// one room's (Bus.roomSubs).
+type subjectSub struct {
 	sub *nats.Subscription
-	// recent holds the versions of the user's events delivered last
-	// (guarded by Bus.subsMu; 0 is no version, next the slot to
-	// overwrite). A publish retried after a lost ack reaches the
+	// recent holds the versions of the user's (or room's) events
+	// delivered last (guarded by Bus.subsMu; 0 is no version, next the
+	// slot to overwrite). A publish retried after a lost ack reaches the
 	// subscribers again, possibly after newer events of the same user:
 	// a version among the recent ones is dropped. Only those are: a lower
 	// version may follow a reset of the user's hot state, and consumers
@@ -33,7 +34,7 @@ const recentVersions = 4
 
 // seen reports whether version v was delivered recently, and remembers it
 // if not.
-func (us *userSub) seen(v uint64) bool {
+func (us *subjectSub) seen(v uint64) bool {
 	for _, r := range us.recent {
 		if r == v && v != 0 {
 			return true
@@ -44,8 +45,8 @@ func (us *userSub) seen(v uint64) bool {
 	return false
 }
 
-func (b *Bus) stripe(user string) *sync.Mutex {
-	return &b.stripes[maphash.String(stripeSeed, user)%numStripes]
+func (b *Bus) stripe(id string) *sync.Mutex {
+	return &b.stripes[maphash.String(stripeSeed, id)%numStripes]
 }
 
 // Watch is called when this node starts watching users (the hub calls it
@@ -55,10 +56,39 @@ func (b *Bus) stripe(user string) *sync.Mutex {
 // error is logged, and nats.go restores subscriptions on reconnection) so
 // that the server knows of the interest before the caller reads the users'
 // snapshots. Safe for concurrent use.
-func (b *Bus) Watch(users []string) {
+func (b *Bus) Watch(users []string) { b.watch(users, false) }
+
+// Unwatch is called when this node may have stopped watching users (the
+// hub calls it after removing a user's last watcher): each user that
+// Local.Watched no longer reports as watched is unsubscribed. Safe for
+// concurrent use.
+func (b *Bus) Unwatch(users []string) { b.unwatch(users, false) }
+
+// WatchRooms is Watch for rooms (the room hub calls it when a room gets
+// its first watcher, before it reads the room's snapshot): each room that
+// Config.Rooms reports as watched and is not subscribed yet is
+// subscribed, and the connection flushed once if any was. Without
+// Config.Rooms it does nothing. Safe for concurrent use.
+func (b *Bus) WatchRooms(rooms []string) {
+	if b.cfg.Rooms != nil {
+		b.watch(rooms, true)
+	}
+}
+
+// UnwatchRooms is Unwatch for rooms: each room that Config.Rooms no
+// longer reports as watched is unsubscribed. Safe for concurrent use.
+func (b *Bus) UnwatchRooms(rooms []string) {
+	if b.cfg.Rooms != nil {
+		b.unwatch(rooms, true)
+	}
+}
+
+// watch subscribes to the users (or rooms) that are watched and flushes
+// if it subscribed any.
+func (b *Bus) watch(ids []string, rooms bool) {
 	added := 0
-	for _, u := range users {
-		if b.reconcile(context.Background(), u) > 0 {
+	for _, id := range ids {
+		if b.reconcile(context.Background(), id, rooms) > 0 {
 			added++
 		}
 	}
@@ -68,51 +98,62 @@ func (b *Bus) Watch(users []string) {
 		return
 	}
 	if err := b.nc.FlushTimeout(watchFlushWait); err != nil {
-		b.log.Warn("flush after subscribing failed; the subscriptions are restored on reconnection", "users", added, "err", err)
+		b.log.Warn("flush after subscribing failed; the subscriptions are restored on reconnection",
+			"subscribed", added, "rooms", rooms, "err", err)
 	}
 }
 
-// Unwatch is called when this node may have stopped watching users (the
-// hub calls it after removing a user's last watcher): each user that
-// Local.Watched no longer reports as watched is unsubscribed. Safe for
-// concurrent use.
-func (b *Bus) Unwatch(users []string) {
-	for _, u := range users {
-		b.reconcile(context.Background(), u)
+// unwatch unsubscribes from the users (or rooms) no longer watched.
+func (b *Bus) unwatch(ids []string, rooms bool) {
+	for _, id := range ids {
+		b.reconcile(context.Background(), id, rooms)
 	}
 }
 
-// reconcile makes user subscribed iff Local.Watched(user), under the
-// user's stripe lock, and returns +1 if it subscribed, -1 if it
-// unsubscribed, 0 if nothing changed. ctx is the caller's, for the
-// calls' spans: the hub's Watch and Unwatch carry none, and pass
-// context.Background().
-func (b *Bus) reconcile(ctx context.Context, user string) int {
-	if user == "" {
+// reconcile makes a user's subject subscribed iff Local.Watched(id) — a
+// room's, with rooms, iff Config.Rooms.RoomWatched(id) — under the id's
+// stripe lock, and returns +1 if it subscribed, -1 if it unsubscribed, 0
+// if nothing changed. ctx is the caller's, for the calls' spans: the
+// hubs' Watch and Unwatch carry none, and pass context.Background().
+func (b *Bus) reconcile(ctx context.Context, id string, rooms bool) int {
+	if id == "" {
 		return 0
 	}
-	mu := b.stripe(user)
+	subs, n, what := b.subs, &b.nsubs, "user"
+	if rooms {
+		subs, n, what = b.roomSubs, &b.nroomSubs, "room"
+	}
+	mu := b.stripe(id)
 	mu.Lock()
 	defer mu.Unlock()
-	want := b.cfg.Local.Watched(user)
+	var want bool
+	if rooms {
+		want = b.cfg.Rooms.RoomWatched(id)
+	} else {
+		want = b.cfg.Local.Watched(id)
+	}
 	b.subsMu.Lock()
-	us := b.subs[user]
+	us := subs[id]
 	b.subsMu.Unlock()
 	switch {
 	case want && us == nil:
+		subject := subjectOf(b.prefix, id)
+		if rooms {
+			subject = roomSubjectOf(b.prefix, id)
+		}
 		c := callSubscribe.Start(ctx)
-		sub, err := b.nc.ChanSubscribe(subjectOf(b.prefix, user), b.in)
+		sub, err := b.nc.ChanSubscribe(subject, b.in)
 		c.End(err)
 		if err != nil {
 			if !errors.Is(err, nats.ErrConnectionClosed) { // after Close: nothing to say
-				b.log.Error("subscribe failed", "user", user, "err", err)
+				b.log.Error("subscribe failed", what, id, "err", err)
 			}
 			return 0
 		}
 		b.subsMu.Lock()
-		b.subs[user] = &userSub{sub: sub}
+		subs[id] = &subjectSub{sub: sub}
 		b.subsMu.Unlock()
-		b.nsubs.Add(1)
+		n.Add(1)
 		return 1
 	case !want && us != nil:
 		dropped, _ := us.sub.Dropped()
@@ -120,15 +161,15 @@ func (b *Bus) reconcile(ctx context.Context, user string) int {
 		err := us.sub.Unsubscribe()
 		c.End(err)
 		if err != nil && b.nc.IsConnected() {
-			b.log.Warn("unsubscribe failed", "user", user, "err", err)
+			b.log.Warn("unsubscribe failed", what, id, "err", err)
 		}
 		b.subsMu.Lock()
-		delete(b.subs, user)
+		delete(subs, id)
 		if dropped > 0 {
 			b.retiredDrops += uint64(dropped)
 		}
 		b.subsMu.Unlock()
-		b.nsubs.Add(-1)
+		n.Add(-1)
 		return -1
 	}
 	return 0
@@ -137,12 +178,17 @@ func (b *Bus) reconcile(ctx context.Context, user string) int {
 // dispatch delivers what the subscriptions receive until ctx is done.
 func (b *Bus) dispatch(ctx context.Context) {
 	var ev presence.Event
+	var rev presence.RoomEvent
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case m := <-b.in:
-			b.handle(m, &ev)
+			if strings.HasPrefix(m.Subject, b.rooms) {
+				b.handleRoom(m, &rev)
+			} else {
+				b.handle(m, &ev)
+			}
 		}
 	}
 }
@@ -203,6 +249,43 @@ func (b *Bus) handle(m *nats.Msg, ev *presence.Event) {
 	}
 	b.delivered.Add(1)
 	b.cfg.Local.Publish(ev)
+}
+
+// handleRoom processes one message of a room's subject: a join or leave
+// another node published is handed to Config.Rooms, a join with the
+// member's status and settings from its header.
+func (b *Bus) handleRoom(m *nats.Msg, ev *presence.RoomEvent) {
+	b.received.Add(1)
+	if m.Header.Get(nodeHeader) == b.node {
+		b.skippedOwn.Add(1) // its room hub had it from the tracker
+		return
+	}
+	if b.cfg.Rooms == nil {
+		return // not subscribed to rooms: a message of before a Close
+	}
+	if err := decodeRoomEvent(m.Data, ev); err != nil {
+		b.decoding.Add(1)
+		b.logLimited(&b.lastDecodeLog, "undecodable room message dropped", "subject", m.Subject, "err", err)
+		return
+	}
+	if !isSubjectOf(m.Subject, b.rooms, ev.Room) {
+		b.decoding.Add(1)
+		b.logLimited(&b.lastDecodeLog, "room message dropped: room does not match its subject", "subject", m.Subject, "room", ev.Room)
+		return
+	}
+	if err := decodeMember(m.Header.Get(memberHeader), ev); err != nil {
+		b.logLimited(&b.lastDecodeLog, "a join's member header does not decode; the member's status is shown to nobody", "room", ev.Room, "user_id", ev.UserID, "err", err)
+	}
+	b.subsMu.Lock()
+	if rs := b.roomSubs[ev.Room]; rs != nil && rs.seen(ev.Version) {
+		b.subsMu.Unlock()
+		b.duplicates.Add(1)
+		return
+	}
+	b.subsMu.Unlock()
+	b.delivered.Add(1)
+	b.deliveredRooms.Add(1)
+	b.cfg.Rooms.PublishRoom(ev)
 }
 
 // decode decodes m into ev and checks that it is the change of its
