@@ -32,9 +32,15 @@ import (
 // starts watching, and is sent only what is newer than it. A room above
 // IntervalAbove members sends its watchers one message per Interval.
 //
+// With a RoomInterest (a cross-node bus) the hub tells it which rooms it
+// watches — a room's first watcher waits for WatchRooms before its
+// snapshot is read, so no event of another node falls between the two —
+// and which users are members of them, so that their changes of status
+// on other nodes reach it too.
+//
 // Locks: mu guards the rooms, the watchers and the indexes. Sinks are
 // called under it and must not block or call back. No lock is held
-// across a call to the RoomReader or ContactLists.
+// across a call to the RoomReader, ContactLists or RoomInterest.
 
 // RoomSink is a connection that watches rooms (the gateway's).
 type RoomSink interface {
@@ -63,6 +69,22 @@ type RoomSnapshot struct {
 type RoomReader interface {
 	// RoomSnapshot reads up to limit members.
 	RoomSnapshot(ctx context.Context, viewer, room string, limit int) (RoomSnapshot, error)
+}
+
+// RoomInterest is told which rooms a RoomHub watches and which users are
+// members of them (natsbus.Bus implements it), so that a cross-node bus
+// subscribes to those only. WatchRooms is called with a room that got its
+// first watcher, after it is registered and before any snapshot of it is
+// read; UnwatchRooms with rooms that lost their last watcher. Watch and
+// Unwatch (Interest) are called with users that became, or may have
+// stopped being, members of watched rooms (RoomHub.MemberWatched), in
+// batches. All but WatchRooms are called from a goroutine of Run's.
+// Calls for one room or user may race: the implementation decides by
+// RoomHub.RoomWatched and MemberWatched, which are always current.
+type RoomInterest interface {
+	Interest
+	WatchRooms(rooms []string)
+	UnwatchRooms(rooms []string)
 }
 
 // ContactLists gives an owner's contact list (the durable store).
@@ -112,6 +134,10 @@ type RoomConfig struct {
 	Queue  int
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Interest, when set, is told which rooms and members this hub
+	// watches (nil: one node, nothing to tell). A bus built after the
+	// hub registers with SetInterest instead.
+	Interest RoomInterest
 }
 
 // ErrTooManyWatchedRooms refuses a watch beyond RoomConfig.MaxWatched.
@@ -131,7 +157,10 @@ type RoomHub struct {
 
 	q       chan roomItem
 	resyncQ chan resyncJob // watchers waiting for a fresh snapshot (resyncWorker)
-	lost    atomic.Bool    // the queue overflowed: resync every room
+	lost    atomic.Bool    // the queue overflowed, or Resync: resync every room
+	// told is signalled (cap 1) when touched or gone grew: Run's
+	// interest goroutine tells the interest (tellInterest).
+	told chan struct{}
 
 	mu     sync.Mutex
 	epochs uint64 // rooms made known so far (room.epoch)
@@ -142,6 +171,13 @@ type RoomHub struct {
 	// joining counts per user the joins of watched rooms queued and not
 	// yet applied: its changes of status are queued too, to follow them.
 	joining map[string]int
+	// interest is told of rooms and members (nil: nobody to tell).
+	// touched holds the users that entered or left index, held or
+	// joining, and gone the rooms that lost their last watcher, since the
+	// interest goroutine last told it: one entry each, however often.
+	interest RoomInterest
+	touched  map[string]struct{}
+	gone     map[string]struct{}
 
 	intervals                                             atomic.Uint64
 	running                                               atomic.Bool
@@ -184,6 +220,10 @@ type room struct {
 	interval bool
 	acc      *intervalAcc
 	resync   bool // the room changed mode: its watchers need a fresh snapshot
+	// ready is non-nil while the RoomInterest's WatchRooms of the room's
+	// first watcher is under way, and closed when it returned: no
+	// snapshot of the room is read before (snapshotFor).
+	ready chan struct{}
 }
 
 // intervalAcc is what a room in interval mode gathered since its last
@@ -268,6 +308,8 @@ func NewRoomHub(cfg RoomConfig) (*RoomHub, error) {
 		index:    make(map[string]map[*room]struct{}),
 		held:     make(map[string]map[*room]int),
 		joining:  make(map[string]int),
+		interest: cfg.Interest,
+		told:     make(chan struct{}, 1),
 	}
 	if h.clock == nil {
 		h.clock = clock.Real{}
@@ -290,7 +332,9 @@ func (h *RoomHub) now() int64 { return h.clock.Now().UnixMilli() }
 
 // Watch makes s watch room: it reads the room's snapshot as s's viewer,
 // sends it, and from then on every change newer than it. Watching a room
-// s watches already sends a fresh snapshot.
+// s watches already sends a fresh snapshot. The first watcher of a room
+// tells the RoomInterest before the snapshot is read, and the other
+// watchers' snapshots wait for that too.
 func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 	h.mu.Lock()
 	ws := h.sinks[s]
@@ -305,7 +349,8 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 			h.sinks[s] = ws
 		}
 		r := h.rooms[id]
-		if r == nil {
+		first := r == nil
+		if first {
 			r = &room{id: id, watchers: make(map[RoomSink]*roomWatcher), pending: make(map[uint64]heldEvent)}
 			h.rooms[id] = r
 			h.watched.Add(1)
@@ -313,6 +358,16 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 		w = &roomWatcher{sink: s, viewer: s.Viewer()}
 		ws[id] = w
 		r.watchers[s] = w
+		if first && h.interest != nil {
+			// The bus subscribes to the room before anybody reads it.
+			ready := make(chan struct{})
+			r.ready = ready
+			h.mu.Unlock()
+			h.interest.WatchRooms([]string{id})
+			h.mu.Lock()
+			close(ready)
+			r.ready = nil
+		}
 	} else {
 		w.ready, w.early, w.over = false, nil, false
 		w.gen++
@@ -327,12 +382,35 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 }
 
 // snapshotFor reads w's snapshot of room id, again while it is stale,
-// and sends it. It returns the read's error (w was sent nothing); nil
-// also when w was unwatched or watched again meanwhile. Held: mu, which
-// it releases during each read.
+// and sends it; while the room's first WatchRooms is under way it waits
+// for it first. It returns the read's error (w was sent nothing), or
+// ctx's if it ended while waiting; nil also when w was unwatched or
+// watched again meanwhile. Held: mu, which it releases during each wait
+// and read.
 func (h *RoomHub) snapshotFor(ctx context.Context, w *roomWatcher, id string) error {
 	for {
+		if h.sinks[w.sink][id] != w {
+			return nil // unwatched while mu was released
+		}
 		r := h.rooms[id]
+		if ready := r.ready; ready != nil {
+			gen := w.gen
+			h.mu.Unlock()
+			var err error
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			h.mu.Lock()
+			if h.sinks[w.sink][id] != w || w.gen != gen {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		gen, epoch := w.gen, r.knownEpoch()
 		limit := snapshotLimit
 		if r.known && r.interval {
@@ -435,6 +513,13 @@ func (h *RoomHub) unwatchLocked(s RoomSink, id string) {
 		h.unholdAll(r)
 		delete(h.rooms, id)
 		h.watched.Add(-1)
+		if h.interest != nil {
+			if h.gone == nil {
+				h.gone = make(map[string]struct{})
+			}
+			h.gone[id] = struct{}{}
+			h.tell()
+		}
 	}
 }
 
@@ -454,6 +539,117 @@ func (h *RoomHub) Watched(s RoomSink) int {
 	return len(h.sinks[s])
 }
 
+// RoomWatched reports whether any sink watches room now (a cross-node
+// bus subscribes to the room while it does).
+func (h *RoomHub) RoomWatched(room string) bool {
+	if h.watched.Load() == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rooms[room] != nil
+}
+
+// MemberWatched reports whether user's changes of status are wanted here
+// now (Publish queues them): the user is a member of a watched room whose
+// every member the hub knows, or has a join of one queued or held back.
+// A cross-node bus subscribes to the user while it is.
+func (h *RoomHub) MemberWatched(user string) bool {
+	if h.watched.Load() == 0 {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.memberLocked(user)
+}
+
+// memberLocked is MemberWatched. Held: mu.
+func (h *RoomHub) memberLocked(user string) bool {
+	_, member := h.index[user]
+	return member || h.joining[user] > 0 || h.held[user] != nil
+}
+
+// SetInterest registers the RoomInterest of a bus built after the hub
+// (the bus delivers into the hub, so it cannot exist when the hub is
+// made). It must be called before the hub's first Watch, and at most
+// once; RoomConfig.Interest must then be nil.
+func (h *RoomHub) SetInterest(i RoomInterest) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.interest != nil {
+		panic("fanout: SetInterest on a room hub that has an interest")
+	}
+	h.interest = i
+}
+
+// Resync has every watcher of every room sent a fresh snapshot, as after
+// events were lost (Run's next check of the gaps does it): for a node
+// that may have missed events of other nodes, cut off from the bus.
+// It never blocks.
+func (h *RoomHub) Resync() { h.lost.Store(true) }
+
+// touch notes that user entered or left index, held or joining, for
+// the interest. Held: mu.
+func (h *RoomHub) touch(user string) {
+	if h.interest == nil {
+		return
+	}
+	if h.touched == nil {
+		h.touched = make(map[string]struct{})
+	}
+	h.touched[user] = struct{}{}
+	h.tell()
+}
+
+// tell wakes the interest goroutine.
+func (h *RoomHub) tell() {
+	select {
+	case h.told <- struct{}{}:
+	default:
+	}
+}
+
+// tellInterest tells the interest, until ctx is done, which rooms lost
+// their last watcher and which users became or stopped being members
+// (noted under mu by unwatchLocked and touch), batched: what was noted
+// while a call ran goes in the next. Run owns it; it runs outside mu, so
+// the bus may flush and ask RoomWatched and MemberWatched.
+func (h *RoomHub) tellInterest(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.told:
+		}
+		h.mu.Lock()
+		i := h.interest
+		var in, out, gone []string
+		for u := range h.touched {
+			if h.memberLocked(u) {
+				in = append(in, u)
+			} else {
+				out = append(out, u)
+			}
+		}
+		for r := range h.gone {
+			if h.rooms[r] == nil {
+				gone = append(gone, r)
+			}
+		}
+		h.touched, h.gone = nil, nil
+		h.mu.Unlock()
+		if len(gone) > 0 {
+			i.UnwatchRooms(gone)
+		}
+		if len(out) > 0 {
+			i.Unwatch(out)
+		}
+		if len(in) > 0 {
+			i.Watch(in)
+		}
+	}
+}
+
 // PublishRoom queues a join or leave for Run (tracker.RoomPublisher).
 func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
 	if h.watched.Load() == 0 {
@@ -465,7 +661,9 @@ func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
 		h.mu.Lock()
 		if h.rooms[e.Room] != nil {
 			it.joining = true
-			h.joining[e.UserID]++
+			if h.joining[e.UserID]++; h.joining[e.UserID] == 1 {
+				h.touch(e.UserID)
+			}
 		}
 		h.mu.Unlock()
 	}
@@ -481,8 +679,7 @@ func (h *RoomHub) Publish(ev *presence.Event) {
 		return // every change of the node passes here: no lock while no room is watched
 	}
 	h.mu.Lock()
-	_, member := h.index[ev.UserID]
-	member = member || h.joining[ev.UserID] > 0 || h.held[ev.UserID] != nil
+	member := h.memberLocked(ev.UserID)
 	h.mu.Unlock()
 	if !member {
 		return
@@ -510,20 +707,23 @@ func (h *RoomHub) joined(it roomItem) {
 	h.mu.Lock()
 	if h.joining[it.room.UserID]--; h.joining[it.room.UserID] <= 0 {
 		delete(h.joining, it.room.UserID)
+		h.touch(it.room.UserID)
 	}
 	h.mu.Unlock()
 }
 
-// Run applies the queued events until ctx is done.
+// Run applies the queued events until ctx is done. It owns the goroutines
+// that read the snapshots of resyncs and tell the RoomInterest.
 func (h *RoomHub) Run(ctx context.Context) error {
 	if !h.running.CompareAndSwap(false, true) {
 		return errRunning
 	}
 	defer h.running.Store(false)
 	wctx, stop := context.WithCancel(ctx)
-	worker := make(chan struct{})
-	go func() { h.resyncWorker(wctx); close(worker) }()
-	defer func() { stop(); <-worker }()
+	var workers sync.WaitGroup
+	workers.Go(func() { h.resyncWorker(wctx) })
+	workers.Go(func() { h.tellInterest(wctx) })
+	defer func() { stop(); workers.Wait() }()
 	tick := time.NewTicker(time.Duration(max(h.gapWait/4, 10)) * time.Millisecond)
 	defer tick.Stop()
 	every := time.NewTicker(h.interval)

@@ -127,6 +127,7 @@ func (h *RoomHub) addMember(r *room, m string) {
 	if rs == nil {
 		rs = make(map[*room]struct{}, 1)
 		h.index[m] = rs
+		h.touch(m)
 	}
 	rs[r] = struct{}{}
 }
@@ -137,6 +138,7 @@ func (h *RoomHub) dropMember(r *room, m string) {
 		delete(rs, r)
 		if len(rs) == 0 {
 			delete(h.index, m)
+			h.touch(m)
 		}
 	}
 }

@@ -24,6 +24,7 @@ func (h *RoomHub) hold(r *room, he heldEvent) {
 	if rs == nil {
 		rs = make(map[*room]int, 1)
 		h.held[he.ev.UserID] = rs
+		h.touch(he.ev.UserID)
 	}
 	rs[r]++
 }
@@ -43,6 +44,7 @@ func (h *RoomHub) unhold(r *room, v uint64) {
 		delete(rs, r)
 		if len(rs) == 0 {
 			delete(h.held, he.ev.UserID)
+			h.touch(he.ev.UserID)
 		}
 	}
 }
@@ -148,7 +150,8 @@ func (r *room) follows(ev *presence.RoomEvent) bool {
 }
 
 // checkGaps resyncs the rooms whose held-back events waited GapWait for
-// a missing one, and every room once the queue overflowed.
+// a missing one, and every room once the queue overflowed (or Resync
+// asked).
 func (h *RoomHub) checkGaps(ctx context.Context) {
 	all := h.lost.Swap(false)
 	now := h.now()
@@ -180,7 +183,7 @@ func (h *RoomHub) resyncLocked(r *room) {
 		h.dropMember(r, m)
 	}
 	h.unholdAll(r)
-	*r = room{id: r.id, watchers: r.watchers, pending: make(map[uint64]heldEvent)}
+	*r = room{id: r.id, watchers: r.watchers, pending: make(map[uint64]heldEvent), ready: r.ready}
 	for _, w := range r.watchers {
 		w.ready, w.early, w.over = false, nil, false
 		w.gen++
