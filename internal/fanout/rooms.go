@@ -659,7 +659,10 @@ func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
 	it := roomItem{room: &e}
 	if e.Kind == presence.RoomJoin {
 		h.mu.Lock()
-		if h.rooms[e.Room] != nil {
+		// A room in interval mode shows no member's status: its joins
+		// need no change of status after them (nor the bus's
+		// subscription to the member, for a moment, at every join).
+		if r := h.rooms[e.Room]; r != nil && !(r.known && r.interval) {
 			it.joining = true
 			if h.joining[e.UserID]++; h.joining[e.UserID] == 1 {
 				h.touch(e.UserID)

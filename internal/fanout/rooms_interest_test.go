@@ -269,3 +269,31 @@ func TestRoomInterestConcurrent(t *testing.T) {
 	h.Remove(stay)
 	waitSubscribed(t, b, nil, nil)
 }
+
+// A room in interval mode shows no member's status: the hub wants none of
+// its members' changes, not even a joining one's while the join waits in
+// its queue, so the bus never subscribes to them.
+func TestRoomInterestNoMembersOfBigRooms(t *testing.T) {
+	m := newRoomModel()
+	m.set("big", 5, "ann", "bob", "cid")
+	m.set("small", 1, "eve")
+	b := newBusInterest()
+	// Run is not running: the joins stay queued.
+	h, err := fanout.NewRoomHub(fanout.RoomConfig{Reader: m, Contacts: contactBook{}, IntervalAbove: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.h, b.reads = h, m.readCount
+	h.SetInterest(b)
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "big")
+	watch(t, h, s, "small")
+	h.PublishRoom(join("big", "dan", 6, 4, presence.Online, presence.Everyone))
+	h.PublishRoom(join("small", "fay", 2, 2, presence.Online, presence.Everyone))
+	if h.MemberWatched("dan") || h.MemberWatched("ann") {
+		t.Error("a member of a room in interval mode is watched")
+	}
+	if !h.MemberWatched("fay") || !h.MemberWatched("eve") {
+		t.Error("the members of a small room, joining or in its snapshot, are not watched")
+	}
+}
