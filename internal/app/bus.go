@@ -6,17 +6,21 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/internal/beacon"
+	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/peers"
+	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
 // openBus connects to NATS, when configured, and opens the bus on it:
 // this node's changes go out to the other nodes and the presence.changes
 // stream; theirs come in to the hub (for the users its watchers watch),
-// the read replica (all of them) and the contact relay.
+// the room hub (the joins and leaves of the rooms its watchers watch, and
+// the changes of their members), the read replica (all of them) and the
+// contact relay.
 func (a *App) openBus(ctx context.Context) error {
 	if a.cfg.NATSURL == "" {
 		return nil
@@ -34,8 +38,9 @@ func (a *App) openBus(ctx context.Context) error {
 	bc := natsbus.Config{
 		Conn:              nc,
 		NodeID:            a.cfg.NodeID,
-		Local:             a.hub,
-		OnContactsChanged: a.contacts.Changed, // another node's change: not announced again
+		Local:             busLocal{a.hub, a.rooms},
+		Rooms:             a.rooms,
+		OnContactsChanged: a.otherNodesContacts,
 		OnReconnect:       a.missedChanges,
 		OnMirrorLost:      a.mirrorLost,
 		Logger:            a.cfg.Logger,
@@ -46,11 +51,40 @@ func (a *App) openBus(ctx context.Context) error {
 	if a.bus, err = natsbus.Open(ctx, bc); err != nil {
 		return fmt.Errorf("open the NATS bus: %w", err)
 	}
-	a.hub.SetInterest(a.bus) // the bus subscribes to what the hub's watchers watch
+	a.hub.SetInterest(a.bus)   // the bus subscribes to what the hub's watchers watch
+	a.rooms.SetInterest(a.bus) // and to the watched rooms and their members
 	a.stats.Bus = a.bus.Stats
 	a.add(part{run: a.bus.Run, stop: stopBus, close: a.bus.Close, publish: a.bus,
 		check: httpapi.Check{Name: "nats", Shared: true, Check: a.natsReady}})
 	return nil
+}
+
+// busLocal is the bus's Local: the users this node watches — on its
+// sockets (the hub) and as members of the rooms watched here (the room
+// hub) — and where another node's change of one goes: to both, each
+// taking what its watchers watch.
+type busLocal struct {
+	hub   *fanout.Hub
+	rooms *fanout.RoomHub
+}
+
+func (l busLocal) Publish(ev *presence.Event) {
+	l.hub.Publish(ev)
+	l.rooms.Publish(ev)
+}
+
+func (l busLocal) Watched(user string) bool {
+	return l.hub.Watched(user) || l.rooms.MemberWatched(user)
+}
+
+// otherNodesContacts is the bus's cue that another node changed owner's
+// contact list (so it is not announced again). The hub's watchers of
+// owner are shown what the list lets them see now; the room hub reads a
+// member's list with each of its events, and needs nothing.
+func (a *App) otherNodesContacts(owner string) {
+	if a.hub.Watched(owner) {
+		a.contacts.Changed(owner)
+	}
 }
 
 // natsReady is the readiness check of NATS: it answers, and the changes

@@ -32,10 +32,11 @@ func (a *App) openHub(context.Context) error {
 }
 
 // runResync serves the resyncer's requests: the watchers are read again
-// through the reader, unless the tracker reads a fallback now (the store
-// is down; its recovery asks again).
+// through the reader, and the rooms' watchers sent fresh snapshots,
+// unless the tracker reads a fallback now (the store is down; its
+// recovery asks again).
 func (a *App) runResync(ctx context.Context) error {
-	a.resync.Run(ctx, a.hub, a.reader.Read, func() bool { return a.tracker.Stats().Down })
+	a.resync.Run(ctx, a.hub, a.rooms, a.reader.Read, func() bool { return a.tracker.Stats().Down })
 	return nil
 }
 

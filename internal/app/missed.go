@@ -8,7 +8,8 @@ import (
 
 // missedChanges is the bus's cue that changes of other nodes may have been
 // missed (cut off from NATS, or messages dropped): the watchers are sent
-// what changed and the read replica is filled again.
+// what changed, the rooms' watchers fresh snapshots (resyncer), and the
+// read replica is filled again.
 func (a *App) missedChanges() {
 	a.resync.Request()
 	if a.replica != nil {

@@ -11,7 +11,9 @@ import (
 
 // resyncer sends every watcher of the node what changed of what it
 // watches when asked to (fanout.Hub.Resync: only users whose view differs
-// from the last it was sent): after the node was cut off from NATS
+// from the last it was sent; fanout.RoomHub.Resync: a fresh snapshot of
+// every watched room, read by the room hub's worker as after a version
+// gap): after the node was cut off from NATS
 // (changes of other nodes may have been missed) or the state store came
 // back or lost its data (changes may have been lost with it). Requests that come while one is pending are
 // one request; one that comes during a resync is served once more after
@@ -52,9 +54,10 @@ func (r *resyncer) RequestAfter(d time.Duration) {
 }
 
 // Run serves requests until ctx is done: hub is resynchronised through
-// read, unless down says reads come from a fallback now (the store is
-// down; its recovery asks again).
-func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, read fanout.ReadFunc, down func() bool) {
+// read, and rooms' watchers are sent fresh snapshots, unless down says
+// reads come from a fallback now (the store is down; its recovery asks
+// again).
+func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, rooms *fanout.RoomHub, read fanout.ReadFunc, down func() bool) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -70,6 +73,7 @@ func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, read fanout.ReadFun
 		if down() {
 			continue
 		}
+		rooms.Resync() // does not wait: the room hub's worker reads
 		start := time.Now()
 		if err := hub.Resync(ctx, read); err != nil {
 			return

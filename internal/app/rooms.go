@@ -8,8 +8,10 @@ import (
 )
 
 // openRooms builds the fan-out of rooms (who on this node watches which
-// room). It takes the tracker's joins and leaves and its users' changes;
-// its snapshots are read through the edges' reader, built later.
+// room). It takes the tracker's joins and leaves and its users' changes,
+// and with NATS the other nodes' (openBus: the bus subscribes to the
+// watched rooms and their members); its snapshots are read through the
+// edges' reader, built later.
 func (a *App) openRooms(context.Context) error {
 	var err error
 	a.rooms, err = fanout.NewRoomHub(fanout.RoomConfig{
