@@ -36,8 +36,27 @@ func (a *App) openHub(context.Context) error {
 // unless the tracker reads a fallback now (the store is down; its
 // recovery asks again).
 func (a *App) runResync(ctx context.Context) error {
-	a.resync.Run(ctx, a.hub, a.rooms, a.reader.Read, func() bool { return a.tracker.Stats().Down })
+	a.resync.Run(ctx, a.hub, a.rooms, a.reader.Read, func() bool { return a.tracker.Stats().Down }, a.rejoinRooms)
 	return nil
+}
+
+// rejoinRooms joins again the rooms this node's connections joined
+// (gateway.RejoinRooms), after the state store lost them.
+func (a *App) rejoinRooms(ctx context.Context) {
+	if a.gw == nil {
+		return
+	}
+	start := time.Now()
+	n, err := a.gw.RejoinRooms(ctx)
+	if err != nil {
+		a.log.Warn("joining the connections' rooms again after the state store recovered: some failed (their clients' next reconnect joins them)",
+			"joined", n, "err", err)
+		return
+	}
+	if n > 0 {
+		a.log.Info("the connections' rooms joined again after the state store recovered", "joins", n,
+			"took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // contactsChanged is the HTTP API's cue that owner's contact list changed

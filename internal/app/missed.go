@@ -29,10 +29,12 @@ func (a *App) mirrorLost() {
 }
 
 // storeRecovered is the tracker's cue that the state store came back (or
-// a part of it): what the watchers show, and the replica holds, may have
-// been lost with it. Both read once the nodes claimed their devices again.
+// a part of it): what the watchers show, the rooms the connections
+// joined, and what the replica holds may have been lost with it. The
+// rooms are joined again and the others read once the nodes claimed their
+// devices again.
 func (a *App) storeRecovered() {
-	a.resync.RequestAfter(tracker.DefaultRecoverGrace)
+	a.resync.RequestRejoin(tracker.DefaultRecoverGrace)
 	if a.replica != nil {
 		a.replica.RefillAfter(tracker.DefaultRecoverGrace)
 	}

@@ -21,6 +21,7 @@ import (
 type resyncer struct {
 	requests  chan struct{} // capacity 1: a pending request
 	notBefore atomic.Int64  // Unix ns before which the pending request does not read
+	rejoin    atomic.Bool   // the pending request rejoins the rooms first (RequestRejoin)
 	log       *slog.Logger
 }
 
@@ -53,11 +54,20 @@ func (r *resyncer) RequestAfter(d time.Duration) {
 	}
 }
 
+// RequestRejoin asks for a resync after d that first joins again the
+// rooms the node's connections joined: the state store lost its data (or
+// this node's lease), so what it held of their rooms may be gone.
+func (r *resyncer) RequestRejoin(d time.Duration) {
+	r.rejoin.Store(true)
+	r.RequestAfter(d)
+}
+
 // Run serves requests until ctx is done: hub is resynchronised through
 // read, and rooms' watchers are sent fresh snapshots, unless down says
 // reads come from a fallback now (the store is down; its recovery asks
 // again).
-func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, rooms *fanout.RoomHub, read fanout.ReadFunc, down func() bool) {
+func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, rooms *fanout.RoomHub, read fanout.ReadFunc, down func() bool,
+	rejoin func(context.Context)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -72,6 +82,9 @@ func (r *resyncer) Run(ctx context.Context, hub *fanout.Hub, rooms *fanout.RoomH
 		}
 		if down() {
 			continue
+		}
+		if r.rejoin.Swap(false) && rejoin != nil {
+			rejoin(ctx)
 		}
 		rooms.Resync() // does not wait: the room hub's worker reads
 		start := time.Now()
