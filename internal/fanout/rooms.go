@@ -330,6 +330,9 @@ func cmp[T int | time.Duration](v, def T) T {
 
 func (h *RoomHub) now() int64 { return h.clock.Now().UnixMilli() }
 
+// MaxWatched is the cap of rooms one sink watches (RoomConfig.MaxWatched).
+func (h *RoomHub) MaxWatched() int { return h.maxWatch }
+
 // Watch makes s watch room: it reads the room's snapshot as s's viewer,
 // sends it, and from then on every change newer than it. Watching a room
 // s watches already sends a fresh snapshot. The first watcher of a room
@@ -342,7 +345,7 @@ func (h *RoomHub) Watch(ctx context.Context, s RoomSink, id string) error {
 	if w == nil {
 		if len(ws) >= h.maxWatch {
 			h.mu.Unlock()
-			return ErrTooManyWatchedRooms
+			return fmt.Errorf("%w: at most %d", ErrTooManyWatchedRooms, h.maxWatch)
 		}
 		if ws == nil {
 			ws = make(map[string]*roomWatcher)

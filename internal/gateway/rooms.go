@@ -30,6 +30,8 @@ type RoomHub interface {
 	// per connection.
 	Watch(ctx context.Context, s RoomSink, room string) error
 	Unwatch(s RoomSink, room string)
+	// MaxWatched is the cap of rooms one connection watches.
+	MaxWatched() int
 	// Remove stops s watching every room (its connection closed).
 	Remove(s RoomSink)
 }
@@ -200,7 +202,8 @@ func (c *conn) watchRoom(ctx context.Context, room string) {
 	switch {
 	case err == nil:
 	case errors.Is(err, fanout.ErrTooManyWatchedRooms):
-		c.sendError("too_many_watched_rooms", "this connection watches as many rooms as one connection may; unwatch one first (%q is not watched)", room)
+		c.sendError("too_many_watched_rooms", "this connection watches as many rooms as one connection may (-max-watched-rooms %d); unwatch one first (%q is not watched)",
+			c.g.roomHub.MaxWatched(), room)
 	default:
 		c.opError("watch_room", err)
 	}

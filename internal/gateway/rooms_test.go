@@ -344,7 +344,9 @@ func TestRoomErrors(t *testing.T) {
 		c.watchRoom("b")
 		c.watchRoom("a") // watched already: a fresh snapshot, no more
 		c.send(`{"type":"watch_room","room":"c"}`)
-		c.errorCode("too_many_watched_rooms")
+		if m := c.msgType("error"); m["code"] != "too_many_watched_rooms" || !strings.Contains(m["message"].(string), "-max-watched-rooms 2") {
+			t.Fatalf("a third room with a cap of 2: %v", m)
+		}
 		c.send(`{"type":"unwatch_room","room":"a"}`)
 		c.watchRoom("c")
 	})
