@@ -146,9 +146,8 @@ func (s *Store) applyRooms(ctx context.Context, now int64, claims []*roomClaim) 
 	var firstErr error
 	for len(claims) > 0 {
 		type applied struct {
-			c    *roomClaim
-			op   roomOp
-			last bool
+			c  *roomClaim
+			op roomOp
 		}
 		var execs []rueidis.LuaExec
 		var what []applied
