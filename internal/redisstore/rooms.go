@@ -138,9 +138,10 @@ func (s *Store) roomKeys(room string) []string {
 }
 
 // applyRooms applies the claimed ops, acknowledges them and applies what
-// the acknowledgements hand over, until none is left, and appends to out
-// a Change per user with its joins and leaves (Rooms only). One round
-// trip applies every claim's ops, one acknowledges them.
+// the acknowledgements hand over, until none is left, and returns the
+// joins and leaves they made, with the first error (a claim whose ops
+// failed is not acknowledged: a sweep applies them once it lapses). One
+// round trip applies every claim's ops, one acknowledges them.
 func (s *Store) applyRooms(ctx context.Context, now int64, claims []*roomClaim) ([]presence.RoomEvent, error) {
 	var evs []presence.RoomEvent
 	var firstErr error
