@@ -63,7 +63,8 @@ func partial(err error) bool {
 // operation is refused, not that the store is away.
 func domainError(err error) bool {
 	return errors.Is(err, presence.ErrTooManyDevices) || errors.Is(err, presence.ErrTooManyContacts) ||
-		errors.Is(err, presence.ErrUnknownStatus)
+		errors.Is(err, presence.ErrUnknownStatus) || errors.Is(err, presence.ErrTooManyRooms) ||
+		errors.Is(err, presence.ErrDeviceNotAlive)
 }
 
 // errDurableDown is the cause of a load that was not tried because the

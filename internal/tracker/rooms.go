@@ -70,7 +70,16 @@ func (t *Tracker) room(ctx context.Context, user, device, room string, join bool
 	if join {
 		op = rs.Join
 	}
-	ev, changed, err := op(ctx, t.Now(), user, device, room)
+	// A join or leave is a user's action the client retries: while the
+	// store is down it is refused, not buffered, and a store call that
+	// does not answer in time puts the store down as any other does.
+	if t.link.stateFor(user) == stateDown {
+		return presence.RoomEvent{}, &outageError{errors.New("the state store is down")}
+	}
+	b := t.link.bound(ctx)
+	ev, changed, err := op(b.ctx, t.Now(), user, device, room)
+	t.link.release(b)
+	err = t.link.checkUser(ctx, user, err)
 	if err != nil {
 		if join {
 			return ev, fmt.Errorf("join %q: %w", room, err)
@@ -89,7 +98,13 @@ func (t *Tracker) RoomPage(ctx context.Context, room, after string, limit int, o
 	if rs == nil {
 		return RoomPage{}, ErrRoomsUnsupported
 	}
-	return rs.RoomPage(ctx, room, after, limit, out)
+	if t.link.down() {
+		return RoomPage{}, &outageError{errors.New("the state store is down")}
+	}
+	b := t.link.bound(ctx)
+	p, err := rs.RoomPage(b.ctx, room, after, limit, out)
+	t.link.release(b)
+	return p, t.link.check(ctx, err)
 }
 
 // RoomCounts appends the member count of each room to out.
@@ -98,5 +113,11 @@ func (t *Tracker) RoomCounts(ctx context.Context, rooms []string, out []int) ([]
 	if rs == nil {
 		return out, ErrRoomsUnsupported
 	}
-	return rs.RoomCounts(ctx, rooms, out)
+	if t.link.down() {
+		return out, &outageError{errors.New("the state store is down")}
+	}
+	b := t.link.bound(ctx)
+	out, err := rs.RoomCounts(b.ctx, rooms, out)
+	t.link.release(b)
+	return out, t.link.check(ctx, err)
 }
