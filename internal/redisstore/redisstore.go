@@ -571,15 +571,22 @@ func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) (err e
 // with a new epoch's.
 func (s *Store) RaiseFloor(ctx context.Context, floor uint64) (err error) {
 	defer callRaiseFloor.Start(ctx).Done(&err)
-	execs := make([]rueidis.LuaExec, len(s.shards))
+	// The rooms' shards have floors of their own (a room's versions start
+	// above its shard's room floor), raised first in the same round trip:
+	// the users' floors are what CheckFloor looks for, so a call cut short
+	// (a timeout) leaves them for the next reset to raise, rooms and all.
+	n := len(s.shards)
+	execs := make([]rueidis.LuaExec, 2*n)
 	for i := range s.shards {
-		execs[i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor}, Args: []string{strconv.FormatUint(floor, 10)}}
+		execs[i] = rueidis.LuaExec{Keys: []string{s.roomFloor(i)}, Args: []string{strconv.FormatUint(floor, 10)}}
+		execs[n+i] = rueidis.LuaExec{Keys: []string{s.shards[i].floor}, Args: []string{strconv.FormatUint(floor, 10)}}
 	}
 	var firstErr error
 	var failed []int
-	for i, r := range s.raiseFloor.execMulti(ctx, s.c, execs...) {
+	for j, r := range s.raiseFloor.execMulti(ctx, s.c, execs...) {
+		i := j % n
 		v, err := r.ToString()
-		if err == nil {
+		if err == nil && j >= n {
 			var f int64
 			if f, err = parseDec(v); err == nil {
 				s.floors[i].Store(uint64(f))
@@ -590,21 +597,8 @@ func (s *Store) RaiseFloor(ctx context.Context, floor uint64) (err error) {
 		}
 		firstErr = firstOf(firstErr, err)
 	}
-	if err := floorErr("raise floor", len(s.shards), failed, s.raiseFloor.err(firstErr)); err != nil {
-		return err
-	}
-	// Rooms' versions start above their shards' room floors too, so a
-	// room's events after a reset of the store are above every one before
-	// (the tracker raises the floors to a new epoch then).
-	for i := range execs {
-		execs[i].Keys = []string{s.roomFloor(i)}
-	}
-	for _, r := range s.raiseFloor.execMulti(ctx, s.c, execs...) {
-		if err := r.Error(); err != nil {
-			return wrapErr("raise the rooms' floors", s.raiseFloor.err(err))
-		}
-	}
-	return nil
+	slices.Sort(failed)
+	return floorErr("raise floor", n, slices.Compact(failed), s.raiseFloor.err(firstErr))
 }
 
 // floorErr is the error of a call on every shard's floor: nil, a
