@@ -1038,11 +1038,21 @@ func TestRedisClusterFailover(t *testing.T) {
 		users = append(users, fmt.Sprint("c", i))
 	}
 	w := watcher(t, n2, "w", users...)
-	for _, u := range users {
-		dial(t, n1, u, "phone")
+	rooms := []string{"room-0", "room-1", "room-2", "room-3"}
+	rw := roomWatcher(t, n2, "rw", rooms...)
+	for i, u := range users {
+		c := dialRooms(t, n1, u, "phone")
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		if err := c.Join(ctx, rooms[i%len(rooms)]); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
 	}
 	for _, u := range users {
 		w.await(t, "w", u, wsclient.Online)
+	}
+	for _, r := range rooms {
+		testwait.Forf(t, func() string { return fmt.Sprintf("rw: %s at 10 members (%d)", r, rw.count(r)) }, func() bool { return rw.count(r) == 10 })
 	}
 	// HTTP users beat through node 2 all along: a Redis write per beat,
 	// some to the masters taken away.
@@ -1130,6 +1140,21 @@ func TestRedisClusterFailover(t *testing.T) {
 		if n := w.count(u, wsclient.Offline); n != 0 || w.last(u) != wsclient.Online {
 			t.Errorf("%s kept beating but the watcher saw %+v", u, w.of(u))
 		}
+	}
+	// The rooms lost nobody: no leave, no count below zero, ten in each.
+	for _, r := range rooms {
+		for _, c := range rw.of(r) {
+			if strings.HasPrefix(c, "leave") {
+				t.Errorf("%s during the failovers: %q", r, rw.of(r))
+				break
+			}
+		}
+	}
+	if len(rw.neg) > 0 {
+		t.Errorf("counts below zero: %q", rw.neg)
+	}
+	if _, body := n1.do("GET", "/v1/rooms?ids="+strings.Join(rooms, ","), apiKey, nil); string(body) != `{"room-0":10,"room-1":10,"room-2":10,"room-3":10}`+"\n" {
+		t.Errorf("the rooms after the failovers: %s", body)
 	}
 	var read []byte
 	testwait.Forf(t, func() string { return fmt.Sprintf("node 2 to read every user online after the failovers: %s", read) }, func() bool {
