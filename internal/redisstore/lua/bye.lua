@@ -5,7 +5,7 @@ if not u then return {0} end
 for i, d in ipairs(u.devs) do
   if d.id == dev then
     if alive(d, now) and now > u.ls then u.ls = now end
-    drop_device(u, dev, R_BYE)
+    rooms().drop_device(u, dev, R_BYE)
     table.remove(u.devs, i)
     break
   end

@@ -10,8 +10,8 @@ while #out < max do
   for _, id in ipairs(due) do
     local u = nil
     if string.byte(id, 1) == 1 then
-      -- A user's room ops nobody applies (room_take): {marker, claim, ops}.
-      local t = room_take(tag, string.sub(id, 2), now)
+      -- A user's room ops nobody applies (helpers.lua's rooms().take): {marker, claim, ops}.
+      local t = rooms().take(tag, string.sub(id, 2), now)
       if t[1] == 1 then out[#out + 1] = {id, t[2], t[3]} end
     else
       redis.call('ZREM', KEYS[1], id)

@@ -42,12 +42,12 @@ end
 
 -- save writes u back to its bucket, and leaves the packed user in u.packed
 -- (what a heartbeat read back answers: Store.BeatRead).
-local rooms_flush -- below: a user's rooms are written with the user
+local rooms -- below: the rooms of the user, written with it
 
 local function save(u)
   u.packed = pack_user(u)
   redis.call('HSET', u.key, u.id, u.packed)
-  if u.rdirty then rooms_flush(u) end
+  if u.rdirty then rooms().flush(u) end
 end
 
 -- device_end is Rules.End: the moment d dies unless it beats again. An
@@ -101,141 +101,157 @@ end
 -- user's outbox (field of <tag>ro: the last op's sequence number, then
 -- per op "\2" and seq, room, counted, reason, public status, settings,
 -- time joined by "\3") with the marker "\1"..user in the shard's due set
--- (due now, or the claim of the node applying the ops: room_take). Ops
--- are absolute (counted or not), so applying one twice changes nothing.
+-- (due now, or the claim of the node applying the ops: take). Ops are
+-- absolute (counted or not), so applying one twice changes nothing.
 -- Reasons as presence.RoomReason numbers them.
+--
+-- The functions are made on first use (rooms()): most calls of most
+-- scripts touch no room, and every function a script defines is made
+-- anew on each call.
 local R_JOINED, R_LEFT, R_BYE, R_ENDED, R_INVISIBLE, R_VISIBLE = 1, 2, 3, 4, 5, 6
-local ROOM_CLAIM, ROOM_SKEW = 2000, 1000
 local ROOM_OPS = false
+local rooms_cache
 
-local function tag_of(key) return string.match(key, '^(.*})') end
+rooms = function()
+  if rooms_cache then return rooms_cache end
+  local L = {}
+  local CLAIM, SKEW = 2000, 1000
 
--- rooms_of returns u's rooms as {vis, devs = {device -> {room -> true}}},
--- false when it is in none (read once per script).
-local function rooms_of(u)
-  if u.rm == nil then
-    u.rm = false
-    local v = redis.call('HGET', u.key .. 'r', u.id)
-    if v then
-      local rm = {vis = tonumber(string.sub(v, 1, 1)), devs = {}}
-      for entry in string.gmatch(v, '\2([^\2]*)') do
-        local set = {}
-        for room in string.gmatch(entry, '\3([^\3]*)') do set[room] = true end
-        rm.devs[string.match(entry, '^([^\3]*)')] = set
-      end
-      u.rm = rm
-    end
-  end
-  return u.rm
-end
+  function L.tag_of(key) return string.match(key, '^(.*})') end
 
-local function in_room(rm, room)
-  if rm.vis ~= 1 then return false end
-  for _, set in pairs(rm.devs) do
-    if set[room] then return true end
-  end
-  return false
-end
-
--- room_op records that u now counts in room (counted 1) or not (0).
-local function room_op(u, room, counted, reason)
-  u.rops = u.rops or {}
-  u.rops[#u.rops + 1] = {room, counted, reason}
-  u.rdirty = true
-end
-
--- drop_device takes device dev of u out of all its rooms: every device
--- end of every script goes through here (settle, bye, release).
-local function drop_device(u, dev, reason)
-  local rm = rooms_of(u)
-  if not rm or not rm.devs[dev] then return end
-  local set = rm.devs[dev]
-  rm.devs[dev] = nil
-  u.rdirty = true
-  for room in pairs(set) do
-    if rm.vis == 1 and not in_room(rm, room) then room_op(u, room, 0, reason) end
-  end
-end
-
--- rooms_visible turns u's membership on or off for its visibility: an
--- invisible user is a member of no room.
-local function rooms_visible(u, vis)
-  local rm = rooms_of(u)
-  if not rm or rm.vis == vis then return end
-  local rooms = {}
-  for _, set in pairs(rm.devs) do
-    for room in pairs(set) do rooms[room] = true end
-  end
-  rm.vis = vis
-  u.rdirty = true
-  for room in pairs(rooms) do
-    if vis == 1 then room_op(u, room, 1, R_VISIBLE) else room_op(u, room, 0, R_INVISIBLE) end
-  end
-end
-
--- rooms_flush writes u's rooms and appends its new ops to its outbox,
--- stamped u.now (save calls it).
-rooms_flush = function(u)
-  local now = u.now
-  if not u.rdirty then return end
-  u.rdirty = false
-  local rm = u.rm
-  local parts, any = {rm and string.format('%d', rm.vis) or '1'}, false
-  if rm then
-    for dev, set in pairs(rm.devs) do
-      local s = {'\2', dev}
-      for room in pairs(set) do
-        s[#s + 1] = '\3'
-        s[#s + 1] = room
-      end
-      if #s > 2 then
-        parts[#parts + 1] = table.concat(s)
-        any = true
+  -- of returns u's rooms as {vis, devs = {device -> {room -> true}}},
+  -- false when it is in none (read once per script).
+  function L.of(u)
+    if u.rm == nil then
+      u.rm = false
+      local v = redis.call('HGET', u.key .. 'r', u.id)
+      if v then
+        local rm = {vis = tonumber(string.sub(v, 1, 1)), devs = {}}
+        for entry in string.gmatch(v, '\2([^\2]*)') do
+          local set = {}
+          for room in string.gmatch(entry, '\3([^\3]*)') do set[room] = true end
+          rm.devs[string.match(entry, '^([^\3]*)')] = set
+        end
+        u.rm = rm
       end
     end
+    return u.rm
   end
-  if any then
-    redis.call('HSET', u.key .. 'r', u.id, table.concat(parts))
-  else
-    redis.call('HDEL', u.key .. 'r', u.id)
-  end
-  if not u.rops then return end
-  local tag = tag_of(u.key)
-  local v = redis.call('HGET', tag .. 'ro', u.id) or '0'
-  local head = string.match(v, '^(%d+)')
-  local seq = tonumber(head)
-  local out = {}
-  for _, op in ipairs(u.rops) do
-    seq = seq + 1
-    out[#out + 1] = '\2' .. table.concat({string.format('%d', seq), op[1], op[2], op[3], u.pub, u.ss, u.sl,
-      string.format('%d', now)}, '\3')
-  end
-  u.rops = nil
-  redis.call('HSET', tag .. 'ro', u.id, string.format('%d', seq) .. string.sub(v, #head + 1) .. table.concat(out))
-  local marker = '\1' .. u.id
-  if not redis.call('ZSCORE', tag .. 'due', marker) then
-    redis.call('ZADD', tag .. 'due', string.format('%d', now), marker)
-  end
-  ROOM_OPS = true
-  u.rmade = true
-end
 
--- room_take claims the outbox of user id of the shard tag when it is due
--- (nobody applies it, or its claim lapsed): {1, claim, ops} for the
--- caller to apply (room_apply.lua) and acknowledge (room_ack.lua) before
--- the claim, or {0}.
-local function room_take(tag, id, now)
-  local marker = '\1' .. id
-  local due = redis.call('ZSCORE', tag .. 'due', marker)
-  if not due or tonumber(due) > now then return {0} end
-  local ops = redis.call('HGET', tag .. 'ro', id)
-  if not ops then
-    redis.call('ZREM', tag .. 'due', marker)
-    return {0}
+  -- counts reports whether the user of rm counts in room.
+  function L.counts(rm, room)
+    if rm.vis ~= 1 then return false end
+    for _, set in pairs(rm.devs) do
+      if set[room] then return true end
+    end
+    return false
   end
-  local claim = now + ROOM_CLAIM + ROOM_SKEW
-  redis.call('ZADD', tag .. 'due', string.format('%d', claim), marker)
-  return {1, string.format('%d', claim), ops}
+
+  -- op records that u now counts in room (counted 1) or not (0).
+  function L.op(u, room, counted, reason)
+    u.rops = u.rops or {}
+    u.rops[#u.rops + 1] = {room, counted, reason}
+    u.rdirty = true
+  end
+
+  -- drop_device takes device dev of u out of all its rooms: every device
+  -- end of every script goes through here (settle, bye, release).
+  function L.drop_device(u, dev, reason)
+    local rm = L.of(u)
+    if not rm or not rm.devs[dev] then return end
+    local set = rm.devs[dev]
+    rm.devs[dev] = nil
+    u.rdirty = true
+    for room in pairs(set) do
+      if rm.vis == 1 and not L.counts(rm, room) then L.op(u, room, 0, reason) end
+    end
+  end
+
+  -- visible turns u's membership on or off for its visibility: an
+  -- invisible user is a member of no room. Only a change of the manual
+  -- status to or from invisible flips it while devices are alive
+  -- (set_status.lua): a user with no device alive is in no room.
+  function L.visible(u, vis)
+    local rm = L.of(u)
+    if not rm or rm.vis == vis then return end
+    local all = {}
+    for _, set in pairs(rm.devs) do
+      for room in pairs(set) do all[room] = true end
+    end
+    rm.vis = vis
+    u.rdirty = true
+    for room in pairs(all) do
+      if vis == 1 then L.op(u, room, 1, R_VISIBLE) else L.op(u, room, 0, R_INVISIBLE) end
+    end
+  end
+
+  -- flush writes u's rooms and appends its new ops to its outbox, stamped
+  -- u.now (save calls it).
+  function L.flush(u)
+    local now = u.now
+    u.rdirty = false
+    local rm = u.rm
+    local parts, any = {rm and string.format('%d', rm.vis) or '1'}, false
+    if rm then
+      for dev, set in pairs(rm.devs) do
+        local s = {'\2', dev}
+        for room in pairs(set) do
+          s[#s + 1] = '\3'
+          s[#s + 1] = room
+        end
+        if #s > 2 then
+          parts[#parts + 1] = table.concat(s)
+          any = true
+        end
+      end
+    end
+    if any then
+      redis.call('HSET', u.key .. 'r', u.id, table.concat(parts))
+    else
+      redis.call('HDEL', u.key .. 'r', u.id)
+    end
+    if not u.rops then return end
+    local tag = L.tag_of(u.key)
+    local v = redis.call('HGET', tag .. 'ro', u.id) or '0'
+    local head = string.match(v, '^(%d+)')
+    local seq = tonumber(head)
+    local out = {}
+    for _, op in ipairs(u.rops) do
+      seq = seq + 1
+      out[#out + 1] = '\2' .. table.concat({string.format('%d', seq), op[1], op[2], op[3], u.pub, u.ss, u.sl,
+        string.format('%d', now)}, '\3')
+    end
+    u.rops = nil
+    redis.call('HSET', tag .. 'ro', u.id, string.format('%d', seq) .. string.sub(v, #head + 1) .. table.concat(out))
+    local marker = '\1' .. u.id
+    if not redis.call('ZSCORE', tag .. 'due', marker) then
+      redis.call('ZADD', tag .. 'due', string.format('%d', now), marker)
+    end
+    ROOM_OPS = true
+    u.rmade = true
+  end
+
+  -- take claims the outbox of user id of the shard tag when it is due
+  -- (nobody applies it, or its claim lapsed): {1, claim, ops} for the
+  -- caller to apply (room_apply.lua) and acknowledge (room_ack.lua)
+  -- before the claim, or {0}.
+  function L.take(tag, id, now)
+    local marker = '\1' .. id
+    local due = redis.call('ZSCORE', tag .. 'due', marker)
+    if not due or tonumber(due) > now then return {0} end
+    local ops = redis.call('HGET', tag .. 'ro', id)
+    if not ops then
+      redis.call('ZREM', tag .. 'due', marker)
+      return {0}
+    end
+    local claim = now + CLAIM + SKEW
+    redis.call('ZADD', tag .. 'due', string.format('%d', claim), marker)
+    return {1, string.format('%d', claim), ops}
+  end
+
+  L.CLAIM, L.SKEW = CLAIM, SKEW
+  rooms_cache = L
+  return L
 end
 
 -- rooms_mark is the reply r of a script that may have made room ops,
@@ -260,7 +276,7 @@ local function settle(u, now)
     if alive(d, now) then
       live[#live + 1] = d
     else
-      drop_device(u, d.id, R_ENDED)
+      rooms().drop_device(u, d.id, R_ENDED)
     end
   end
   u.devs = live
@@ -268,9 +284,6 @@ local function settle(u, now)
   local pub = st
   if pub == 4 then pub = 0 end
   local prev = u.pub
-  if pub ~= prev and st ~= 0 then
-    if st == 4 then rooms_visible(u, 0) else rooms_visible(u, 1) end
-  end
   if pub ~= 0 then
     u.pls = u.ls
   elseif prev ~= 0 and st == 4 then

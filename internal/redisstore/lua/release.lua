@@ -31,7 +31,7 @@ for i = 5, #ARGV, 3 do
     if bye then lb = math.max(lb, now) end
     if lb > u.ls then u.ls = lb end
     if la > d.la then d.la = la end
-    if bye then drop_device(u, dev, R_BYE) else drop_device(u, dev, R_ENDED) end
+    if bye then rooms().drop_device(u, dev, R_BYE) else rooms().drop_device(u, dev, R_ENDED) end
     table.remove(u.devs, at)
   else
     lost[#lost + 1] = dev

@@ -6,7 +6,8 @@
 -- applies them, again where they were applied already, which changes
 -- nothing).
 local id, claim, last, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local tag = tag_of(KEYS[1])
+local R = rooms()
+local tag = R.tag_of(KEYS[1])
 local marker = '\1' .. id
 local mine = tonumber(redis.call('ZSCORE', KEYS[1], marker) or '-1') == claim
 local v = redis.call('HGET', tag .. 'ro', id)
@@ -24,6 +25,6 @@ end
 local ops = string.match(v, '^(%d+)') .. table.concat(rest)
 redis.call('HSET', tag .. 'ro', id, ops)
 if not mine then return {0} end
-claim = now + ROOM_CLAIM + ROOM_SKEW
+claim = now + R.CLAIM + R.SKEW
 redis.call('ZADD', KEYS[1], string.format('%d', claim), marker)
 return {1, string.format('%d', claim), ops}

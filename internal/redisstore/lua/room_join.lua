@@ -13,7 +13,8 @@ if join then
 end
 if not u then return {0} end
 u.now = now
-local rm = rooms_of(u)
+local R = rooms()
+local rm = R.of(u)
 if not rm then
   if not join then return {0} end
   local vis = 1
@@ -23,21 +24,21 @@ if not rm then
 end
 local set = rm.devs[dev]
 if join then
-  if set and set[room] then return room_take(tag_of(KEYS[1]), id, now) end
+  if set and set[room] then return R.take(R.tag_of(KEYS[1]), id, now) end
   local n = 0
   for _ in pairs(set or {}) do n = n + 1 end
   if n >= maxrooms then return {-4} end
-  local before = in_room(rm, room)
+  local before = R.counts(rm, room)
   set = set or {}
   set[room] = true
   rm.devs[dev] = set
   u.rdirty = true
-  if not before and in_room(rm, room) then room_op(u, room, 1, R_JOINED) end
+  if not before and R.counts(rm, room) then R.op(u, room, 1, R_JOINED) end
 else
-  if not set or not set[room] then return room_take(tag_of(KEYS[1]), id, now) end
+  if not set or not set[room] then return R.take(R.tag_of(KEYS[1]), id, now) end
   set[room] = nil
   u.rdirty = true
-  if rm.vis == 1 and not in_room(rm, room) then room_op(u, room, 0, R_LEFT) end
+  if rm.vis == 1 and not R.counts(rm, room) then R.op(u, room, 0, R_LEFT) end
 end
-rooms_flush(u)
-return room_take(tag_of(KEYS[1]), id, now)
+R.flush(u)
+return R.take(R.tag_of(KEYS[1]), id, now)

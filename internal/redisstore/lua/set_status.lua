@@ -6,10 +6,14 @@ local id, now = ARGV[1], tonumber(ARGV[2])
 local u = load(KEYS[1], id)
 if not u then return {-1} end
 if now > u.ls and alive_devices(u, now) > 0 then u.ls = now end
-local old = u.t
+local old, oldm = u.t, u.m
 u.m = tonumber(ARGV[3])
 u.t = ARGV[4]
 local ch = settle(u, now)
+if (oldm == 3) ~= (u.m == 3) and alive_devices(u, now) > 0 then
+  -- To or from invisible: every room of the user sees a leave or a join.
+  if u.m == 3 then rooms().visible(u, 0) else rooms().visible(u, 1) end
+end
 if not ch and u.t ~= old then
   -- A face at version 0 (never shown) would read as the user's own: it
   -- gets a version of its own first (User.SetStatus; a user is loaded at

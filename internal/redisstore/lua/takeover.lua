@@ -52,7 +52,7 @@ for b = 6, 5 + k do
         end
         if u.rmade then
           -- Its devices that ended left their rooms: {marker, claim, ops}.
-          local t = room_take(tag, id, now)
+          local t = rooms().take(tag, id, now)
           if t[1] == 1 then out[#out + 1] = {'\1' .. id, t[2], t[3]} end
         end
       end
