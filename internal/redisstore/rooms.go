@@ -31,7 +31,7 @@ import (
 // release at once (the script's reply carries a mark, Store.change), the
 // sweep for ends it found (expire.lua) and for ops whose applier died
 // (their marker comes due when its claim lapses). Ops are claimed per
-// user (room_take: the marker's score is the claim's end plus a margin
+// user (room_take.lua: the marker's score is the claim's end plus a margin
 // for the clocks of two Redis masters), applied in order (room_apply.lua
 // refuses once the claim ended: a node that stalled past it writes
 // nothing), then acknowledged (room_ack.lua, which hands over any ops made
@@ -86,7 +86,7 @@ func parseRoomOps(v string) ([]roomOp, error) {
 	return ops, nil
 }
 
-// decodeRoomClaim decodes {1, claim, ops} (room_take, room_ack; nil for
+// decodeRoomClaim decodes {1, claim, ops} (room_take.lua, room_ack.lua; nil for
 // {0}).
 func decodeRoomClaim(user string, arr []rueidis.RedisMessage) (*roomClaim, error) {
 	if code, _ := arr[0].AsInt64(); code != 1 {
@@ -118,8 +118,8 @@ func decodeRoomOps(user string, claim, ops rueidis.RedisMessage) (*roomClaim, er
 	return &roomClaim{user: user, claim: c, ops: o}, nil
 }
 
-// roomClaimSkew is what room_take adds to a claim's end (helpers.lua's
-// ROOM_SKEW): the scores in the due set are the claim's end plus it.
+// roomClaimSkew is what a claim adds to its end (helpers.lua's rooms(),
+// SKEW): the scores in the due set are the claim's end plus it.
 const roomClaimSkew = 1000
 
 func (s *Store) roomTag(room string) string {
