@@ -399,6 +399,9 @@ func testRoomVersionsNeverRepeat(t *testing.T, r *rh) {
 	ev1, _ := r.join(t0, "alice", "phone", "doc")
 	ev2, _ := r.leave(t0, "alice", "phone", "doc")
 	r.is("doc")
+	if p, err := r.rs.RoomPage(r.ctx, "doc", "", 10, nil); err != nil || p.Version != 0 || p.Count != 0 {
+		t.Fatalf("an emptied room reads %+v, %v; want no room: version 0", p, err)
+	}
 	ev3, _ := r.join(t0, "alice", "phone", "doc") // the room anew
 	if !(ev1.Version < ev2.Version && ev2.Version < ev3.Version) {
 		t.Fatalf("versions of a room emptied and made again: %d %d %d", ev1.Version, ev2.Version, ev3.Version)
