@@ -96,10 +96,18 @@ func TestStoreLost(t *testing.T) {
 			}
 			testwait.For(t, "everything acked", func() bool { st := a.Stats(); return st.Acked == 3 && st.InFlight == 0 })
 			// Each node looks at the stream when it reconnects: one of
-			// them (or both, at once) created it again.
-			sa, sb := a.Stats(), b.Stats()
-			if sa.StreamMissing || sb.StreamMissing || sa.StreamRecreated+sb.StreamRecreated == 0 || sa.Unacked != 0 {
-				t.Errorf("after the re-creation: a %+v, b %+v, want not missing, re-created, nothing unacknowledged", sa, sb)
+			// them (or both, at once) created it again. A node whose
+			// look or creation failed (the other was creating it, or
+			// JetStream was starting) looks again after its backoff.
+			var sa, sb Stats
+			testwait.Forf(t, func() string {
+				return fmt.Sprintf("both nodes to find the stream: a %+v, b %+v", sa, sb)
+			}, func() bool {
+				sa, sb = a.Stats(), b.Stats()
+				return !sa.StreamMissing && !sb.StreamMissing
+			})
+			if sa.StreamRecreated+sb.StreamRecreated == 0 || sa.Unacked != 0 {
+				t.Errorf("after the re-creation: a %+v, b %+v, want re-created, nothing unacknowledged", sa, sb)
 			}
 			if watched {
 				// (u:2 may have gone out before b subscribed again: a
