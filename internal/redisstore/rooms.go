@@ -295,8 +295,10 @@ func (s *Store) joinLeave(ctx context.Context, now int64, user, device, room str
 	var evs []presence.RoomEvent
 	if c != nil {
 		if evs, err = s.applyRooms(ctx, now, []*roomClaim{c}); err != nil && len(evs) == 0 {
-			// The ops stay in the outbox: the sweep applies them.
-			return presence.RoomEvent{}, false, err
+			// The user's side is written; the ops stay in the outbox and
+			// a sweep applies them once the claim lapses. Only the room's
+			// master failed: not an outage of the user's part.
+			return presence.RoomEvent{}, false, &tracker.PartialError{Err: err}
 		}
 	}
 	// The event of this room is the caller's; others (ops of the user an

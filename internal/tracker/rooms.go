@@ -71,15 +71,13 @@ func (t *Tracker) room(ctx context.Context, user, device, room string, join bool
 		op = rs.Join
 	}
 	// A join or leave is a user's action the client retries: while the
-	// store is down it is refused, not buffered, and a store call that
-	// does not answer in time puts the store down as any other does.
-	if t.link.stateFor(user) == stateDown {
-		return presence.RoomEvent{}, &outageError{errors.New("the state store is down")}
-	}
-	b := t.link.bound(ctx)
-	ev, changed, err := op(b.ctx, t.Now(), user, device, room)
-	t.link.release(b)
-	err = t.link.checkUser(ctx, user, err)
+	// store is down it is refused, not buffered.
+	var ev presence.RoomEvent
+	var changed bool
+	err := t.roomsCall(ctx, user, func(ctx context.Context) (err error) {
+		ev, changed, err = op(ctx, t.Now(), user, device, room)
+		return err
+	})
 	if err != nil {
 		if join {
 			return ev, fmt.Errorf("join %q: %w", room, err)
@@ -98,13 +96,12 @@ func (t *Tracker) RoomPage(ctx context.Context, room, after string, limit int, o
 	if rs == nil {
 		return RoomPage{}, ErrRoomsUnsupported
 	}
-	if t.link.down() {
-		return RoomPage{}, &outageError{errors.New("the state store is down")}
-	}
-	b := t.link.bound(ctx)
-	p, err := rs.RoomPage(b.ctx, room, after, limit, out)
-	t.link.release(b)
-	return p, t.link.check(ctx, err)
+	var p RoomPage
+	err := t.roomsCall(ctx, "", func(ctx context.Context) (err error) {
+		p, err = rs.RoomPage(ctx, room, after, limit, out)
+		return err
+	})
+	return p, err
 }
 
 // RoomCounts appends the member count of each room to out.
@@ -113,11 +110,33 @@ func (t *Tracker) RoomCounts(ctx context.Context, rooms []string, out []int) ([]
 	if rs == nil {
 		return out, ErrRoomsUnsupported
 	}
-	if t.link.down() {
-		return out, &outageError{errors.New("the state store is down")}
+	err := t.roomsCall(ctx, "", func(ctx context.Context) (err error) {
+		out, err = rs.RoomCounts(ctx, rooms, out)
+		return err
+	})
+	return out, err
+}
+
+// errRoomsDown refuses the calls of rooms while the store is down.
+var errRoomsDown = &outageError{errors.New("the state store is down")}
+
+// roomsCall runs f, a call of the store's rooms, under the store's call
+// timeout and outage rules, and refuses it while the store (or user's
+// part) is down. A join or leave is a call about user: its failure puts
+// the user's part down, unless the store says only part of it failed
+// (the user's side was written and a room's master did not answer: a
+// sweep applies its ops). A read of rooms is a call about keys of no
+// user: on a store of parts it puts nothing down (Partitioned), as a
+// call about the leases does.
+func (t *Tracker) roomsCall(ctx context.Context, user string, f func(context.Context) error) error {
+	if user != "" && t.link.stateFor(user) == stateDown || user == "" && t.link.down() {
+		return errRoomsDown
 	}
 	b := t.link.bound(ctx)
-	out, err := rs.RoomCounts(b.ctx, rooms, out)
+	err := f(b.ctx)
 	t.link.release(b)
-	return out, t.link.check(ctx, err)
+	if user == "" || partial(err) {
+		return t.link.checkKey(ctx, err)
+	}
+	return t.link.checkUser(ctx, user, err)
 }

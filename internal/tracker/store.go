@@ -26,7 +26,9 @@ var ErrStoreReset = errors.New("tracker: the state store lost its data")
 // ids whose snapshots are missing; for a sweep (Expire, ExpireParts), a
 // takeover (TakeOver, TakeOverParts) or the floors (CheckFloor,
 // RaiseFloor) of a Partitioned store, Parts lists the parts that did not
-// answer (the tracker marks them down; Dirty does not name them). The tracker does not take
+// answer (the tracker marks them down; Dirty does not name them); a join
+// or leave of a room (RoomStore) whose user's side was written and whose
+// room's side failed names none. The tracker does not take
 // such a failure for an outage of the whole store: only the users of the
 // keys that failed are affected.
 type PartialError struct {
