@@ -27,14 +27,7 @@ func dialRooms(t *testing.T, n *proc, user, device string) *wsclient.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	c, err := wsclient.Dial(ctx, wsclient.Config{URL: n.base, Token: tok, DeviceID: device, MaxBackoff: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("dial %s as %s: %v", n.base, user, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return dialToken(t, n, user, device, tok)
 }
 
 // roomSeen is what one client watching rooms received, in order.

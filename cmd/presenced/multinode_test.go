@@ -181,6 +181,12 @@ func dial(t *testing.T, n *proc, user, device string) *wsclient.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dialToken(t, n, user, device, tok)
+}
+
+// dialToken connects a client of user with the token tok to n.
+func dialToken(t *testing.T, n *proc, user, device, tok string) *wsclient.Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	c, err := wsclient.Dial(ctx, wsclient.Config{URL: n.base, Token: tok, DeviceID: device, MaxBackoff: 500 * time.Millisecond})

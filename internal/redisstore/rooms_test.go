@@ -147,16 +147,23 @@ func pendingLeave(t *testing.T, s *redisstore.Store) int64 {
 	return now
 }
 
+// pendingClaim is pendingLeave, and the ops claimed by a node that is
+// about to apply them.
+func pendingClaim(t *testing.T, s *redisstore.Store) (int64, *redisstore.RoomClaim) {
+	t.Helper()
+	now := pendingLeave(t, s)
+	rc, err := s.TakeRoomOps(context.Background(), now, "alice")
+	if err != nil || rc == nil {
+		t.Fatalf("take: %v %v", rc, err)
+	}
+	return now, rc
+}
+
 // A node that claimed a user's room ops and died before applying them:
 // nobody applies them while its claim lasts, the sweep does after.
 func TestRoomOpsOfANodeThatDied(t *testing.T) {
 	s := leaseStore(t)
-	ctx := context.Background()
-	now := pendingLeave(t, s)
-	rc, err := s.TakeRoomOps(ctx, now, "alice")
-	if err != nil || rc == nil {
-		t.Fatalf("take: %v %v", rc, err)
-	}
+	now, _ := pendingClaim(t, s) // and the node dies
 	if got := roomEvents(expireAll(t, s, now+1000)); len(got) != 0 {
 		t.Fatalf("a sweep while the claim lasts: %q", got)
 	}
@@ -174,11 +181,7 @@ func TestRoomOpsOfANodeThatDied(t *testing.T) {
 func TestRoomOpsAppliedNotAcknowledged(t *testing.T) {
 	s := leaseStore(t)
 	ctx := context.Background()
-	now := pendingLeave(t, s)
-	rc, err := s.TakeRoomOps(ctx, now, "alice")
-	if err != nil || rc == nil {
-		t.Fatalf("take: %v %v", rc, err)
-	}
+	now, rc := pendingClaim(t, s)
 	evs, refused, err := s.ApplyRoomOpsNoAck(ctx, now+10, rc)
 	if err != nil || refused != 0 || len(evs) != 1 || evs[0].Count != 0 {
 		t.Fatalf("apply: %+v refused %d, %v", evs, refused, err)
@@ -199,11 +202,7 @@ func TestRoomOpsAppliedNotAcknowledged(t *testing.T) {
 func TestStalledRoomApplierIsFenced(t *testing.T) {
 	s := leaseStore(t)
 	ctx := context.Background()
-	now := pendingLeave(t, s)
-	rc, err := s.TakeRoomOps(ctx, now, "alice")
-	if err != nil || rc == nil {
-		t.Fatalf("take: %v %v", rc, err)
-	}
+	now, rc := pendingClaim(t, s)
 	evs, refused, err := s.ApplyRoomOpsNoAck(ctx, now+2001, rc)
 	if err != nil || refused != 1 || len(evs) != 0 {
 		t.Fatalf("a stalled apply: %+v refused %d, %v", evs, refused, err)
