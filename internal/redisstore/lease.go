@@ -258,6 +258,7 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 			execs = append(execs, rueidis.LuaExec{Keys: []string{sk.ownedKey(lease), sk.due, sk.dirty}, Args: args})
 			execShard = append(execShard, c.shard)
 		}
+		var claims []*roomClaim
 		for j, r := range s.takeover.execMulti(ctx, s.c, execs...) {
 			arr, err := r.ToArray()
 			if err != nil {
@@ -265,17 +266,16 @@ func (s *Store) TakeOverParts(ctx context.Context, now int64, lease uint64, rene
 				continue
 			}
 			var bad int
-			var claims []*roomClaim
 			out, claims, bad, err = appendClaims(out, claims, arr, now)
 			failed, firstErr = failed+bad, firstOf(firstErr, err)
-			if len(claims) > 0 {
-				// The rooms of the devices that ended already.
-				// What a room's master did not take is applied by a
-				// sweep once the claim lapses (ExpireParts).
-				evs, _ := s.applyRooms(ctx, now, claims)
-				if len(evs) > 0 {
-					out = append(out, presence.Change{Rooms: evs})
-				}
+		}
+		if len(claims) > 0 {
+			// The rooms of the devices that ended already, all the
+			// batch's in one round trip. What a room's master did not
+			// take is applied by a sweep once the claim lapses.
+			evs, _ := s.applyRooms(ctx, now, claims)
+			if len(evs) > 0 {
+				out = append(out, presence.Change{Rooms: evs})
 			}
 		}
 		done += len(batch)
