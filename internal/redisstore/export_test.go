@@ -111,12 +111,8 @@ func (s *Store) TakeRoomOps(ctx context.Context, now int64, user string) (*RoomC
 // rooms refused (their claim had ended).
 func (s *Store) ApplyRoomOpsNoAck(ctx context.Context, now int64, rc *RoomClaim) (evs []presence.RoomEvent, refused int, err error) {
 	for _, op := range rc.c.ops {
-		counted := "0"
-		if op.counted {
-			counted = "1"
-		}
-		arr, err := s.roomApply.Exec(ctx, s.c, s.roomKeys(op.room),
-			[]string{i64(now), i64(rc.c.claim - roomClaimSkew), op.room, rc.c.user, counted}).ToArray()
+		e := s.roomApplyExec(now, rc.c, op)
+		arr, err := s.roomApply.Exec(ctx, s.c, e.Keys, e.Args).ToArray()
 		if err != nil {
 			return evs, refused, err
 		}

@@ -163,12 +163,7 @@ func (s *Store) applyRooms(ctx context.Context, now int64, claims []*roomClaim) 
 				if last[op.room] != i {
 					continue
 				}
-				counted := "0"
-				if op.counted {
-					counted = "1"
-				}
-				execs = append(execs, rueidis.LuaExec{Keys: s.roomKeys(op.room),
-					Args: []string{i64(now), i64(c.claim - roomClaimSkew), op.room, c.user, counted}})
+				execs = append(execs, s.roomApplyExec(now, c, op))
 				what = append(what, applied{c: c, op: op})
 			}
 		}
@@ -238,6 +233,16 @@ func (s *Store) applyRooms(ctx context.Context, now int64, claims []*roomClaim) 
 		}
 	}
 	return evs, firstErr
+}
+
+// roomApplyExec is the call of room_apply.lua for op of claim c at now.
+func (s *Store) roomApplyExec(now int64, c *roomClaim, op roomOp) rueidis.LuaExec {
+	counted := "0"
+	if op.counted {
+		counted = "1"
+	}
+	return rueidis.LuaExec{Keys: s.roomKeys(op.room),
+		Args: []string{i64(now), i64(c.claim - roomClaimSkew), op.room, c.user, counted}}
 }
 
 // drainRooms applies user's ops after a script marked that it made some
