@@ -51,7 +51,8 @@ type shard struct {
 	heap  deadline.Heap[uint32] // record indices
 	dirty []uint32              // records whose state changed since the last Dirty
 	beats uint64                // heartbeats applied (counted under the lock: no shared counter line)
-	devs  []string              // scratch of afterRooms
+	rooms rooms.Users           // the rooms of its users' devices, by record index
+	keys  []rooms.DeviceKey     // scratch of afterRooms
 	_     [64]byte              // keep neighbouring shards' locks off one cache line
 }
 
@@ -105,7 +106,7 @@ func (s *Store) Beat(_ context.Context, now int64, user, device string, active b
 		return ch, err
 	}
 	sh.t.store(idx, &u, tx)
-	s.afterRooms(sh, h&s.mask, idx, &u, member, "", now, &ch)
+	s.afterRooms(sh, idx, &u, member, "", now, &ch)
 	sh.beats++
 	sh.touchLocked(idx)
 	s.scheduleLocked(sh, idx, &u, now)
@@ -126,7 +127,7 @@ func (s *Store) SetStatus(_ context.Context, now int64, user string, m presence.
 	member := u.RoomMember()
 	ch := u.SetStatus(&s.rules, now, m, text)
 	sh.t.store(idx, &u, tx)
-	s.afterRooms(sh, h&s.mask, idx, &u, member, "", now, &ch)
+	s.afterRooms(sh, idx, &u, member, "", now, &ch)
 	if ch.Changed {
 		sh.touchLocked(idx)
 	}
@@ -147,7 +148,7 @@ func (s *Store) Bye(_ context.Context, now int64, user, device string) (presence
 	member := u.RoomMember()
 	ch := u.Bye(&s.rules, now, device)
 	sh.t.store(idx, &u, tx)
-	s.afterRooms(sh, h&s.mask, idx, &u, member, device, now, &ch)
+	s.afterRooms(sh, idx, &u, member, device, now, &ch)
 	sh.touchLocked(idx)
 	s.scheduleLocked(sh, idx, &u, now)
 	return ch, nil
@@ -166,7 +167,7 @@ func (s *Store) Disconnect(_ context.Context, now int64, user, device string, si
 	member := u.RoomMember()
 	ch := u.Disconnect(&s.rules, now, device, since)
 	sh.t.store(idx, &u, tx)
-	s.afterRooms(sh, h&s.mask, idx, &u, member, "", now, &ch)
+	s.afterRooms(sh, idx, &u, member, "", now, &ch)
 	if ch.Changed {
 		sh.touchLocked(idx)
 	}
@@ -229,7 +230,7 @@ func (s *Store) Expire(_ context.Context, now int64, max int, out []presence.Cha
 			member := u.RoomMember()
 			ch := u.Expire(&s.rules, now)
 			sh.t.store(idx, &u, tx)
-			s.afterRooms(sh, uint64(i), idx, &u, member, "", now, &ch)
+			s.afterRooms(sh, idx, &u, member, "", now, &ch)
 			if ch.Changed {
 				ch.Event.UserID = sh.t.str(r.id())
 				sh.touchLocked(idx)

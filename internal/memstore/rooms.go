@@ -8,62 +8,59 @@ import (
 	"github.com/presenced/presenced/internal/tracker"
 )
 
-// Rooms live in a rooms.Table beside the user tables. A user's side of
-// it (its devices' rooms) is changed only under the user's shard lock,
-// so a device's end and the leaves of its rooms are one step: every
-// operation that may end a device or turn the user invisible ends with
-// afterRooms, under the same lock, and returns the joins and leaves in
-// its Change. A record with a device in a room carries flagRooms, which
-// keeps the common beat of a user in no room off this path, and keeps
-// the record (whose index is the user's rooms.UserRef) from eviction.
+// Rooms live in a rooms.Table beside the user tables: the rooms' side in
+// the Table, each user's side (its devices' rooms) in its shard's
+// rooms.Users, found by the index of its record. The user's side is
+// changed only under the user's shard lock, so a device's end and the
+// leaves of its rooms are one step: every operation that may end a device
+// or turn the user invisible ends with afterRooms, under the same lock,
+// and returns the joins and leaves in its Change. A record with a device
+// in a room carries flagRooms, which keeps the common beat of a user in no
+// room off this path, and keeps the record (whose index names the user
+// in rooms.Users) from eviction.
 
 var _ tracker.RoomStore = (*Store)(nil)
 
-// ref is the rooms.UserRef of record idx of shard si: stable while the
-// record is live, and a record with flagRooms is never evicted.
-func ref(si uint64, idx int) rooms.UserRef { return rooms.UserRef(si<<24 | uint64(idx)) }
-
-// afterRooms is the end of an operation on record idx of shard si, whose
+// afterRooms is the end of an operation on record idx of shard sh, whose
 // user is u after it and was a member (presence.User.RoomMember) before:
 // the devices of the user in rooms that the operation ended leave them
 // (bye is the device that said bye, if any), and a change of membership
 // (invisibility) is a leave or join of every room. The events are
 // appended to ch.Rooms. Held: sh.mu.
-func (s *Store) afterRooms(sh *shard, si uint64, idx int, u *presence.User, member bool, bye string, now int64, ch *presence.Change) {
+func (s *Store) afterRooms(sh *shard, idx int, u *presence.User, member bool, bye string, now int64, ch *presence.Change) {
 	r := &sh.t.recs[idx]
 	if r.flags&flagRooms == 0 {
 		return
 	}
-	ur := ref(si, idx)
-	sh.devs = s.rooms.Devices(ur, sh.devs[:0])
-	for _, d := range sh.devs {
-		if hasDevice(u, d) {
+	ui, id := uint32(idx), sh.t.str(r.id())
+	sh.keys = sh.rooms.Devices(ui, sh.keys[:0])
+	for _, k := range sh.keys {
+		if s.hasDevice(u, k) {
 			continue
 		}
 		reason := presence.ReasonEnded
-		if d == bye {
+		if bye != "" && k == s.rooms.DeviceKey(bye) {
 			reason = presence.ReasonBye
 		}
-		ch.Rooms = s.rooms.LeaveAll(ur, d, reason, now, ch.Rooms)
+		ch.Rooms = s.rooms.LeaveAll(&sh.rooms, ui, id, k, reason, now, ch.Rooms)
 	}
-	clear(sh.devs)
-	if m := u.RoomMember(); m != member && s.rooms.InRooms(ur) {
+	if m := u.RoomMember(); m != member && sh.rooms.InRooms(ui) {
 		n := len(ch.Rooms)
-		ch.Rooms = s.rooms.SetCounted(ur, m, now, ch.Rooms)
+		ch.Rooms = s.rooms.SetCounted(&sh.rooms, ui, id, m, now, ch.Rooms)
 		for i := n; i < len(ch.Rooms); i++ {
 			face(&ch.Rooms[i], u)
 		}
 	}
-	if !s.rooms.InRooms(ur) {
+	if !sh.rooms.InRooms(ui) {
 		r.flags &^= flagRooms
 	}
 }
 
-// hasDevice reports whether u holds device (alive: the rules dropped the
-// dead ones in the operation that inflated u).
-func hasDevice(u *presence.User, device string) bool {
+// hasDevice reports whether u holds the device of key k (alive: the rules
+// dropped the dead ones in the operation that inflated u).
+func (s *Store) hasDevice(u *presence.User, k rooms.DeviceKey) bool {
 	for i := range u.Devices {
-		if u.Devices[i].ID == device {
+		if s.rooms.DeviceKey(u.Devices[i].ID) == k {
 			return true
 		}
 	}
@@ -89,7 +86,7 @@ func (s *Store) Join(_ context.Context, now int64, user, device, room string) (p
 	if !alive {
 		return presence.RoomEvent{}, false, presence.ErrDeviceNotAlive
 	}
-	ev, changed, err := s.rooms.Join(ref(h&s.mask, idx), user, device, room, u.RoomMember(), now)
+	ev, changed, err := s.rooms.Join(&sh.rooms, uint32(idx), user, device, room, u.RoomMember(), now)
 	if err == nil {
 		sh.t.recs[idx].flags |= flagRooms
 	}
@@ -114,9 +111,8 @@ func (s *Store) Leave(_ context.Context, now int64, user, device, room string) (
 	if idx < 0 || sh.t.recs[idx].flags&flagRooms == 0 {
 		return presence.RoomEvent{}, false, nil
 	}
-	ur := ref(h&s.mask, idx)
-	ev, changed := s.rooms.Leave(ur, device, room, presence.ReasonLeft, now)
-	if !s.rooms.InRooms(ur) {
+	ev, changed := s.rooms.Leave(&sh.rooms, uint32(idx), user, device, room, presence.ReasonLeft, now)
+	if !sh.rooms.InRooms(uint32(idx)) {
 		sh.t.recs[idx].flags &^= flagRooms
 	}
 	return ev, changed, nil

@@ -49,7 +49,7 @@ func (t *Table) chunks(room string) []int {
 // on the way.
 func TestRoomGrowsAndShrinks(t *testing.T) {
 	const n = 5000
-	tb := New(Config{Shards: 1})
+	tb := newHarness(Config{Shards: 1})
 	rng := rand.New(rand.NewPCG(1, 2))
 	in := map[string]bool{}
 	check := func(what string) {
@@ -99,7 +99,7 @@ func TestRoomGrowsAndShrinks(t *testing.T) {
 			check(fmt.Sprintf("after %d leaves", i+1))
 		}
 	}
-	if st := tb.Stats(); st != (Stats{Bytes: st.Bytes}) {
+	if st := tb.Stats(); st != (fullStats{Bytes: st.Bytes}) {
 		t.Fatalf("Stats of an emptied table: %+v", st)
 	}
 	// Fill again, thin every stretch of the order to a tenth (chunks
@@ -126,7 +126,7 @@ func TestRoomGrowsAndShrinks(t *testing.T) {
 		}
 		check(fmt.Sprintf("after pass %d", pass))
 	}
-	if st := tb.Stats(); st != (Stats{Bytes: st.Bytes}) {
+	if st := tb.Stats(); st != (fullStats{Bytes: st.Bytes}) {
 		t.Fatalf("Stats of a table emptied again: %+v", st)
 	}
 }
@@ -136,7 +136,7 @@ func TestRoomGrowsAndShrinks(t *testing.T) {
 // exactly once, no one is listed twice, and the pages keep their order.
 func TestPageWhileChanging(t *testing.T) {
 	const stable, churn = 3000, 3000
-	tb := New(Config{Shards: 2})
+	tb := newHarness(Config{Shards: 2})
 	rng := rand.New(rand.NewPCG(5, 6))
 	for k := range stable {
 		tb.Join(UserRef(k), fmt.Sprint("stay-", k), "d", "doc", true, 1)

@@ -76,7 +76,7 @@ func TestTableAgainstMap(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			const epoch = 7
-			tb := New(Config{Rules: presence.RoomRules{MaxRooms: tc.maxRooms}, Epoch: epoch, Shards: tc.shards})
+			tb := newHarness(Config{Rules: presence.RoomRules{MaxRooms: tc.maxRooms}, Epoch: epoch, Shards: tc.shards})
 			m := newModel()
 			rng := rand.New(rand.NewPCG(uint64(tc.users), 3))
 			userID := func(u UserRef) string { return fmt.Sprintf("user-%d-%s", u, strings.Repeat("x", int(u)%40)) }
@@ -285,7 +285,7 @@ func TestTableAgainstMap(t *testing.T) {
 				}
 
 				// Each user's devices and rooms; the stats.
-				var st Stats
+				var st fullStats
 				for _, ms := range after {
 					if len(ms) > 0 {
 						st.Rooms++
@@ -353,7 +353,7 @@ func TestTableAgainstMap(t *testing.T) {
 // the refusal changes nothing; another device of the user, or the same
 // device after a leave, may join.
 func TestTooManyRooms(t *testing.T) {
-	tb := New(Config{Rules: presence.RoomRules{MaxRooms: 3}})
+	tb := newHarness(Config{Rules: presence.RoomRules{MaxRooms: 3}})
 	for i := range 3 {
 		if _, ok, err := tb.Join(1, "ann", "phone", fmt.Sprint("r", i), true, 1); !ok || err != nil {
 			t.Fatalf("join %d: %v, %v", i, ok, err)
@@ -386,7 +386,7 @@ func TestTooManyRooms(t *testing.T) {
 
 // TestMaxRoomsDefault: the zero Config takes presence.DefaultMaxRooms.
 func TestMaxRoomsDefault(t *testing.T) {
-	tb := New(Config{})
+	tb := newHarness(Config{})
 	var err error
 	n := 0
 	for ; err == nil; n++ {
@@ -400,7 +400,7 @@ func TestMaxRoomsDefault(t *testing.T) {
 // TestVersionsNeverRepeat: a room emptied and made again goes on above
 // the versions it had, and the first is above Epoch<<32.
 func TestVersionsNeverRepeat(t *testing.T) {
-	tb := New(Config{Epoch: 3, Shards: 1})
+	tb := newHarness(Config{Epoch: 3, Shards: 1})
 	var last uint64
 	for i := range 5 {
 		ev, _, _ := tb.Join(1, "ann", "phone", "doc", true, 1)
@@ -424,7 +424,7 @@ func TestVersionsNeverRepeat(t *testing.T) {
 // TestInvisibleIsAbsent: an invisible user's devices keep it out of the
 // count, the pages and the versions, and only its coming back is an event.
 func TestInvisibleIsAbsent(t *testing.T) {
-	tb := New(Config{})
+	tb := newHarness(Config{})
 	if _, ok, _ := tb.Join(1, "ann", "phone", "doc", false, 1); ok {
 		t.Fatal("an invisible user's join is an event")
 	}
@@ -464,7 +464,7 @@ func TestConcurrent(t *testing.T) {
 		rooms   = 12
 		steps   = 3000
 	)
-	tb := New(Config{Shards: 4, Rules: presence.RoomRules{MaxRooms: rooms}})
+	tb := newHarness(Config{Shards: 4, Rules: presence.RoomRules{MaxRooms: rooms}})
 	members := make([][rooms]int, workers) // per worker, per room: its members
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -555,7 +555,7 @@ func TestConcurrent(t *testing.T) {
 // tell that someone invisible is in the room.
 func TestInvisibleDeviceHidesInVersions(t *testing.T) {
 	next := func(invisible bool) uint64 {
-		tb := New(Config{Shards: 1, Epoch: 3})
+		tb := newHarness(Config{Shards: 1, Epoch: 3})
 		mustJoin := func(u UserRef, user, room string, counted bool) presence.RoomEvent {
 			ev, _, err := tb.Join(u, user, "d", room, counted, 1)
 			if err != nil {

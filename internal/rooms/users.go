@@ -1,231 +1,156 @@
 package rooms
 
-import (
-	"sync"
-	"unsafe"
-)
+import "unsafe"
 
-// A user shard holds, for each user with a device in a room, a record
-// (found by its UserRef in an open-addressing table of integers) and a
-// list of its (device, room) pairs in one slice of plain values; ids sit
-// in a byte arena after a byte of their length, and every pair of one
-// device refers to the same copy of its id.
+// Users is the user side of the table for one shard of the caller's
+// users: each user's (device, room) pairs, found by the caller's index of
+// the user (memstore: its record in the shard). It keeps no user id and
+// no device id: the caller has both, passes the user id to every call
+// that may need it for an event, and names a device by its DeviceKey, a
+// seeded 64-bit hash that no client can choose to collide. A user costs
+// its head (4 bytes, for every index up to the highest in a room) and a
+// pair (16 bytes) for each of its devices' rooms.
+//
+// Users is not safe for concurrent use: the caller's lock of the shard
+// guards it, and every call naming one of its users is made under it.
+type Users struct {
+	// heads: for each user index, 0 (no pair) or its first pair + 1, with
+	// headCounted set while the user counts (is not invisible).
+	heads   []uint32
+	pairs   []pair
+	pfree   []uint32
+	counted int // users with a pair who count
 
-// user is one user with a device in some room.
-type user struct {
-	ref     UserRef
-	idOff   uint32 // its id in the arena
-	head    uint32 // its first pair + 1
-	npairs  uint32
-	counted bool
-	live    bool
+	scratch []uint32 // rooms, for SetCounted and LeaveAll
 }
+
+// headCounted marks, in a head, a user who counts.
+const headCounted = 1 << 31
+
+// DeviceKey names a device of a user on the user side.
+type DeviceKey uint64
 
 // pair is one device of a user in one room.
 type pair struct {
 	next uint32 // the user's next pair + 1, 0: the last
 	room uint32 // the room's ref: its index<<shard bits | its shard
-	dev  uint32 // the device's id in the arena
+	dev  DeviceKey
 }
 
-type userShard struct {
-	mu sync.Mutex // guards the fields below
-
-	// slots: 0 (empty) or ref<<32 | (index of the record + 1). Its length
-	// is a power of two.
-	slots       []uint64
-	n           int // records held
-	counted     int // records of counted users
-	recs        []user
-	free        []uint32
-	pairs       []pair
-	pfree       []uint32
-	ids         ids // user and device ids
-	compactions int
-
-	scratch []uint32 // rooms, for SetCounted and LeaveAll
-	old     []uint32 // offsets, for compact and Devices
-
-	shift uint // the bits of a hash that chose the shard
-	_     [64]byte
+// UserStats is what a Users holds.
+type UserStats struct {
+	Members     int   // users with a device in a room who count
+	DeviceRooms int   // (device, room) pairs, of counted users or not
+	Bytes       int64 // bytes its slices hold
 }
 
-func (s *userShard) init(shift uint) {
-	s.shift = shift
-	s.slots = make([]uint64, 8)
-}
-
-// refHash mixes a UserRef (splitmix64's finaliser): its low bits choose
-// the shard, the bits above them the slot.
-func refHash(u UserRef) uint64 {
-	x := uint64(u) + 0x9e3779b97f4a7c15
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
-func (s *userShard) pos(u UserRef) int {
-	return int(refHash(u)>>s.shift) & (len(s.slots) - 1)
-}
-
-func (s *userShard) str(off uint32) string { return s.ids.str(off) }
-
-// intern appends id to the arena and returns its offset; it may compact
-// the arena, moving the offsets of live records and their pairs.
-func (s *userShard) intern(id string) uint32 {
-	if s.ids.full(id) {
-		s.compact()
+// head returns u's first pair + 1, 0 if it has none.
+func (s *Users) head(u uint32) uint32 {
+	if int(u) >= len(s.heads) {
+		return 0
 	}
-	return s.ids.add(id)
+	return s.heads[u] &^ headCounted
 }
 
-func (s *userShard) compact() {
-	next := s.ids.fresh()
-	move := func(off uint32) uint32 { return next.move(&s.ids, off) }
-	for i := range s.recs {
-		r := &s.recs[i]
-		if !r.live {
-			continue
+// isCounted reports whether u, which has a pair, counts.
+func (s *Users) isCounted(u uint32) bool { return s.heads[u]&headCounted != 0 }
+
+// setHead sets u's first pair, keeping whether it counts; a user left
+// with no pair is forgotten.
+func (s *Users) setHead(u, p uint32) {
+	if p == 0 {
+		if s.isCounted(u) {
+			s.counted--
 		}
-		r.idOff = move(r.idOff)
-		// The pairs of one device share one copy: old holds old, new
-		// offset by twos.
-		s.old = s.old[:0]
-	pairs:
-		for p := r.head; p != 0; p = s.pairs[p-1].next {
-			pr := &s.pairs[p-1]
-			for k := 0; k < len(s.old); k += 2 {
-				if s.old[k] == pr.dev {
-					pr.dev = s.old[k+1]
-					continue pairs
-				}
-			}
-			n := move(pr.dev)
-			s.old = append(s.old, pr.dev, n)
-			pr.dev = n
-		}
+		s.heads[u] = 0
+		return
 	}
-	s.ids = next
-	s.compactions++
+	s.heads[u] = s.heads[u]&headCounted | p
 }
 
-// find returns the index of u's record, or -1.
-func (s *userShard) find(u UserRef) int {
-	mask := len(s.slots) - 1
-	for i := s.pos(u); ; i = (i + 1) & mask {
-		sl := s.slots[i]
-		if sl == 0 {
-			return -1
-		}
-		if UserRef(sl>>32) == u {
-			return int(uint32(sl)) - 1
-		}
+// setCounted sets whether u, which has a pair, counts.
+func (s *Users) setCounted(u uint32, counted bool) {
+	if counted == s.isCounted(u) {
+		return
 	}
-}
-
-// add makes a record of u (not held) and returns its index.
-func (s *userShard) add(u UserRef, id string, counted bool) int {
-	if (s.n+1)*4 > len(s.slots)*3 {
-		old := s.slots
-		s.slots = make([]uint64, 2*len(old))
-		for _, sl := range old {
-			if sl != 0 {
-				s.place(sl)
-			}
-		}
-	}
-	var idx int
-	if k := len(s.free); k > 0 {
-		idx = int(s.free[k-1])
-		s.free = s.free[:k-1]
-	} else {
-		idx = len(s.recs)
-		s.recs = append(s.recs, user{})
-	}
-	off := s.intern(id) // before the record is live: a compaction skips it
-	s.recs[idx] = user{ref: u, idOff: off, counted: counted, live: true}
-	s.place(uint64(u)<<32 | uint64(idx+1))
-	s.n++
 	if counted {
+		s.heads[u] |= headCounted
 		s.counted++
-	}
-	return idx
-}
-
-func (s *userShard) place(sl uint64) {
-	mask := len(s.slots) - 1
-	i := s.pos(UserRef(sl >> 32))
-	for s.slots[i] != 0 {
-		i = (i + 1) & mask
-	}
-	s.slots[i] = sl
-}
-
-// remove drops record idx, which has no pair left.
-func (s *userShard) remove(idx int) {
-	r := &s.recs[idx]
-	mask := len(s.slots) - 1
-	i := s.pos(r.ref)
-	for int(uint32(s.slots[i]))-1 != idx {
-		i = (i + 1) & mask
-	}
-	for j := (i + 1) & mask; s.slots[j] != 0; j = (j + 1) & mask {
-		home := s.pos(UserRef(s.slots[j] >> 32))
-		if (j-home)&mask >= (j-i)&mask {
-			s.slots[i] = s.slots[j]
-			i = j
-		}
-	}
-	s.slots[i] = 0
-	s.ids.drop(r.idOff)
-	if r.counted {
+	} else {
+		s.heads[u] &^= headCounted
 		s.counted--
 	}
-	*r = user{}
-	s.free = append(s.free, uint32(idx))
-	s.n--
 }
 
-// addPair puts a pair at the head of record idx's list.
-func (s *userShard) addPair(idx int, room, dev uint32) {
+// InRooms reports whether u has a device in some room.
+func (s *Users) InRooms(u uint32) bool { return s.head(u) != 0 }
+
+// Devices appends to out the keys of u's devices that are in some room,
+// each once.
+func (s *Users) Devices(u uint32, out []DeviceKey) []DeviceKey {
+	n := len(out)
+	for p := s.head(u); p != 0; p = s.pairs[p-1].next {
+		if d := s.pairs[p-1].dev; !contains(out[n:], d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func contains(ks []DeviceKey, k DeviceKey) bool {
+	for _, x := range ks {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// addPair puts a pair at the head of u's list; a user without one takes
+// counted.
+func (s *Users) addPair(u uint32, room uint32, dev DeviceKey, counted bool) {
+	if int(u) >= len(s.heads) {
+		s.heads = append(s.heads, make([]uint32, int(u)+1-len(s.heads))...)
+	}
 	var p uint32
 	if k := len(s.pfree); k > 0 {
 		p = s.pfree[k-1]
 		s.pfree = s.pfree[:k-1]
 	} else {
+		if len(s.pairs) >= headCounted-1 {
+			panic("rooms: too many pairs in one shard")
+		}
 		p = uint32(len(s.pairs))
 		s.pairs = append(s.pairs, pair{})
 	}
-	r := &s.recs[idx]
-	s.pairs[p] = pair{next: r.head, room: room, dev: dev}
-	r.head = p + 1
-	r.npairs++
+	h := s.head(u)
+	s.pairs[p] = pair{next: h, room: room, dev: dev}
+	if h == 0 && counted {
+		s.heads[u] = headCounted
+		s.counted++
+	}
+	s.setHead(u, p+1)
 }
 
-// unlink takes pair p (index + 1) out of record idx's list, prev being
-// the pair before it (0: p is the head). devShared says whether another
-// pair of the user refers to p's device id; if not, the id is garbage.
-func (s *userShard) unlink(idx int, prev, p uint32, devShared bool) {
-	r := &s.recs[idx]
-	pr := s.pairs[p-1]
+// unlink takes pair p (index + 1) out of u's list, prev being the pair
+// before it (0: p is the first).
+func (s *Users) unlink(u, prev, p uint32) {
+	next := s.pairs[p-1].next
 	if prev == 0 {
-		r.head = pr.next
+		s.setHead(u, next)
 	} else {
-		s.pairs[prev-1].next = pr.next
-	}
-	if !devShared {
-		s.ids.drop(pr.dev)
+		s.pairs[prev-1].next = next
 	}
 	s.pairs[p-1] = pair{}
 	s.pfree = append(s.pfree, p-1)
-	r.npairs--
 }
 
-func (s *userShard) bytes() int64 {
-	return int64(cap(s.slots))*8 + int64(cap(s.recs))*int64(unsafe.Sizeof(user{})) +
-		int64(cap(s.free))*4 + int64(cap(s.pairs))*int64(unsafe.Sizeof(pair{})) +
-		int64(cap(s.pfree))*4 + int64(cap(s.ids.b)) + int64(cap(s.scratch)+cap(s.old))*4
+// Stats returns what s holds. The caller holds its lock.
+func (s *Users) Stats() UserStats {
+	return UserStats{
+		Members:     s.counted,
+		DeviceRooms: len(s.pairs) - len(s.pfree),
+		Bytes: int64(cap(s.heads))*4 + int64(cap(s.pairs))*int64(unsafe.Sizeof(pair{})) +
+			int64(cap(s.pfree))*4 + int64(cap(s.scratch))*4,
+	}
 }
