@@ -33,6 +33,8 @@ type conn struct {
 
 	wmu       sync.Mutex // guards writes to nc
 	closeOnce sync.Once
+
+	retries *roomRetries // the refused room messages to send again
 }
 
 // maxMessage bounds one server message (a snapshot of 500 users is ~80 KiB).
@@ -83,7 +85,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 		}
 		return nil, fmt.Errorf("client: connect to %s: %w", c.endpoint, err)
 	}
-	cn := &conn{nc: nc, src: nc, writeTimeout: c.cfg.WriteTimeout}
+	cn := &conn{nc: nc, src: nc, writeTimeout: c.cfg.WriteTimeout, retries: newRoomRetries()}
 	if br != nil {
 		cn.src = br
 	}
@@ -287,12 +289,13 @@ func (c *Client) finish(err error) {
 	close(c.runDone)
 }
 
-// serve runs one connection: heartbeats and the rooms it joins and watches
-// again in their own goroutines, reads here.
+// serve runs one connection: heartbeats, the rooms it joins and watches
+// again and the retries of refused ones in their own goroutines, reads
+// here.
 func (c *Client) serve(cn *conn) error {
 	ctx, cancel := context.WithCancel(c.ctx)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		c.heartbeat(ctx, cn)
@@ -301,13 +304,17 @@ func (c *Client) serve(cn *conn) error {
 		defer wg.Done()
 		c.resendRooms(ctx, cn)
 	}()
+	go func() {
+		defer wg.Done()
+		c.retryRooms(ctx, cn)
+	}()
 	var err error
 	for {
 		var data []byte
 		if data, err = cn.read(); err != nil {
 			break
 		}
-		c.handle(data)
+		c.handle(cn, data)
 	}
 	cancel()
 	cn.close()
@@ -349,8 +356,8 @@ func (c *Client) heartbeat(ctx context.Context, cn *conn) {
 	}
 }
 
-// handle applies one server message.
-func (c *Client) handle(data []byte) {
+// handle applies one server message of cn.
+func (c *Client) handle(cn *conn, data []byte) {
 	m, err := decode(data)
 	if err != nil {
 		c.log.Warn("presence: undecodable server message", "err", err)
@@ -375,7 +382,12 @@ func (c *Client) handle(data []byte) {
 	case "room_interval":
 		c.handleRoomInterval(m)
 	case "error":
-		c.q.push(&ServerError{Code: m.Code, Message: m.Message})
+		se := &ServerError{Code: m.Code, Message: m.Message, Room: m.Room}
+		if se.Room != "" {
+			c.roomRefused(cn, se)
+			return
+		}
+		c.q.push(se)
 	default:
 		c.log.Debug("presence: ignoring server message", "type", m.Type)
 	}

@@ -166,8 +166,10 @@ func (v *roomView) snapshot(room string) RoomSnapshot {
 // leaves it recorded too, and the next connection sends it. A room id the
 // server would refuse is an error, and so is joining more than MaxRooms
 // rooms (ErrTooManyRooms); either changes nothing. The server's refusals
-// (room_not_allowed, too_many_rooms, …) arrive as *ServerError on
-// Updates and leave the room recorded: Leave it.
+// arrive as *ServerError on Updates, naming the room: the client joins
+// again after a backoff where a retry can cure the refusal (unavailable,
+// rate_limited), and otherwise (room_not_allowed, too_many_rooms, …) no
+// longer holds the room joined (see ServerError).
 func (c *Client) Join(ctx context.Context, room string) error {
 	return c.roomOp(ctx, room, func() (string, error) {
 		if _, ok := c.joined[room]; ok {
@@ -211,8 +213,9 @@ func (c *Client) Leave(ctx context.Context, room string) error {
 // RoomChanges (Snapshot set) that tell the two apart — nothing when
 // nothing changed. Watching a room watched already does nothing. Watching
 // more than MaxWatchedRooms rooms is ErrTooManyWatchedRooms; the server's
-// refusals arrive as *ServerError and leave the room recorded: UnwatchRoom
-// it.
+// refusals arrive as *ServerError naming the room: the client watches
+// again after a backoff where a retry can cure the refusal, and otherwise
+// no longer holds the room watched (see ServerError).
 func (c *Client) WatchRoom(ctx context.Context, room string) error {
 	return c.roomOp(ctx, room, func() (string, error) {
 		if _, ok := c.watched[room]; ok {

@@ -12,6 +12,8 @@ import (
 	"github.com/presenced/presenced/client"
 	"github.com/presenced/presenced/internal/app"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 )
 
 // Rooms against the real server: joins, leaves, statuses, and the
@@ -516,4 +518,186 @@ func TestE2ERoomIntervalMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantChange(t, w, "big", "status u06 away 9", false)
+}
+
+// nextRoomError skips connection state changes and returns the next
+// update, which must be a *ServerError naming room with code.
+func nextRoomError(t *testing.T, c *client.Client, code, room string) *client.ServerError {
+	t.Helper()
+	for {
+		switch u := next(t, c).(type) {
+		case client.StateChange:
+			continue
+		case *client.ServerError:
+			if u.Code != code || u.Room != room {
+				t.Fatalf("server error %#v, want %s naming room %q", u, code, room)
+			}
+			return u
+		default:
+			t.Fatalf("update = %#v, want the server error %s of %s", u, code, room)
+		}
+	}
+}
+
+// TestE2ERoomRetriedWhileRedisHangs: Redis hangs (SIGSTOP) under the node,
+// which refuses joins and watches with unavailable, naming the room. The
+// client keeps both rooms as wanted and sends them again after a backoff
+// until Redis answers: the watcher then sees the join, and the watch
+// delivers its room. A join the application left meanwhile is not sent
+// again.
+func TestE2ERoomRetriedWhileRedisHangs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts Redis and PostgreSQL")
+	}
+	rs, pg := testsvc.Redis(t), testsvc.Postgres(t)
+	n := startNode(t, t.TempDir(), "127.0.0.1:0", func(c *app.Config) {
+		c.RedisURL, c.PostgresURL, c.NoIngest = rs.URL, pg.NewDatabase(t), true
+	})
+	ctx := context.Background()
+	w := dialRooms(t, n, "w", "watcher", nil)
+	if err := w.WatchRoom(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	wantRoom(t, w, "doc")
+	a := dialRooms(t, n, "a", "laptop", nil)
+
+	if err := rs.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = rs.Resume()
+		}
+	}()
+	if err := a.Join(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	nextRoomError(t, a, "unavailable", "doc")
+	if err := a.WatchRoom(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Join(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	// The refusals of doc (retried meanwhile), call and gone come in some
+	// order; gone is left once refused.
+	for seen := map[string]bool{}; !seen["call"] || !seen["gone"]; {
+		u := next(t, a)
+		se, ok := u.(*client.ServerError)
+		if !ok || se.Code != "unavailable" || se.Room == "" {
+			if _, state := u.(client.StateChange); state {
+				continue
+			}
+			t.Fatalf("update = %#v while Redis hangs, want an unavailable naming a room", u)
+		}
+		seen[se.Room] = true
+	}
+	if err := a.Leave(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(a.JoinedRooms(), a.WatchedRooms()); got != "[doc] [call]" {
+		t.Fatalf("rooms while Redis hangs: %s, want [doc] [call]: a retryable refusal keeps them", got)
+	}
+	if err := rs.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+
+	// The retries get through: the watcher sees a in doc, and a's watch of
+	// call delivers its room.
+	testwait.For(t, "the watcher to see a in doc", func() bool {
+		r, ok := w.Room("doc")
+		return ok && r.Count == 1 && r.Members["a"] == client.Online
+	})
+	testwait.For(t, "a's watch of call to deliver its room", func() bool {
+		_, ok := a.Room("call")
+		return ok
+	})
+	// gone was left before Redis answered: no retry joined it. A room
+	// joined after that shows the retries are done with it.
+	if err := a.Join(ctx, "marker"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WatchRoom(ctx, "marker"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "a in marker", func() bool {
+		r, ok := w.Room("marker")
+		return ok && r.Count == 1
+	})
+	if err := w.WatchRoom(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the room gone to be read", func() bool {
+		_, ok := w.Room("gone")
+		return ok
+	})
+	if r, _ := w.Room("gone"); r.Count != 0 {
+		t.Fatalf("gone, left while its join was refused, has %+v", r)
+	}
+}
+
+// TestE2ERoomRefusedForGood: a join or watch the server refuses with a
+// code no retry cures is dropped from the rooms the client holds, and the
+// application is told, the room named.
+func TestE2ERoomRefusedForGood(t *testing.T) {
+	n := startNode(t, t.TempDir(), "127.0.0.1:0", func(c *app.Config) { c.MaxRooms, c.MaxWatchedRooms = 1, 1 })
+	ctx := context.Background()
+	tok, err := auth.Token{User: "a", Rooms: []string{"doc-*"}}.Sign(secret, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client's own caps are the defaults, above the server's.
+	a, err := client.Dial(ctx, client.Config{URL: n.url(), Token: tok, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	next(t, a) // Connected
+
+	if err := a.Join(ctx, "lobby"); err != nil {
+		t.Fatal(err)
+	}
+	nextRoomError(t, a, "room_not_allowed", "lobby")
+	if err := a.WatchRoom(ctx, "lobby"); err != nil {
+		t.Fatal(err)
+	}
+	nextRoomError(t, a, "room_not_allowed", "lobby")
+	if got := fmt.Sprint(a.JoinedRooms(), a.WatchedRooms()); got != "[] []" {
+		t.Fatalf("rooms after room_not_allowed: %s, want none", got)
+	}
+
+	if err := a.Join(ctx, "doc-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WatchRoom(ctx, "doc-1"); err != nil {
+		t.Fatal(err)
+	}
+	wantRoom(t, a, "doc-1", "a:online")
+	if err := a.Join(ctx, "doc-2"); err != nil {
+		t.Fatal(err)
+	}
+	nextRoomError(t, a, "too_many_rooms", "doc-2")
+	if err := a.WatchRoom(ctx, "doc-2"); err != nil {
+		t.Fatal(err)
+	}
+	nextRoomError(t, a, "too_many_watched_rooms", "doc-2")
+	if got := fmt.Sprint(a.JoinedRooms(), a.WatchedRooms()); got != "[doc-1] [doc-1]" {
+		t.Fatalf("rooms after too_many_rooms and too_many_watched_rooms: %s, want [doc-1] [doc-1]", got)
+	}
+	// Dropped, the rooms may be asked for again once there is room.
+	if err := a.Leave(ctx, "doc-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.UnwatchRoom(ctx, "doc-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Join(ctx, "doc-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WatchRoom(ctx, "doc-2"); err != nil {
+		t.Fatal(err)
+	}
+	wantRoom(t, a, "doc-2", "a:online")
 }

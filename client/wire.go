@@ -157,9 +157,22 @@ func (s State) String() string {
 // ServerError is an error message of the server, e.g. code
 // "too_many_subscriptions", "rate_limited" or "invalid_request". The
 // connection stays up.
+//
+// Room names the room of a refused join, leave, WatchRoom or UnwatchRoom
+// (empty for other errors). The client has acted on it before it reaches
+// the application: a join or watch refused with a code a retry can cure
+// (unavailable, rate_limited, device_not_alive) is sent again after a
+// backoff, until it succeeds, the application leaves or unwatches the
+// room, or the connection ends (a reconnect joins and watches again
+// anyway); one refused for good (room_not_allowed, too_many_rooms,
+// too_many_watched_rooms, rooms_unavailable, …) is no longer joined or
+// watched (JoinedRooms, WatchedRooms): Join or WatchRoom it again to try
+// once more. A code that both a join and a watch may get drops both of
+// the room, the watch only if its room message had not come yet.
 type ServerError struct {
 	Code    string
 	Message string
+	Room    string
 }
 
 func (e *ServerError) Error() string { return "presenced: " + e.Code + ": " + e.Message }

@@ -523,3 +523,95 @@ test("rooms: messages are paced below the server's rate", () => {
     "all of them, in order",
   );
 });
+
+test("rooms: a join or watch refused with a code a retry cures is sent again after a backoff, while wanted and while the socket lasts", () => {
+  const c = client();
+  const errors = [];
+  c.addEventListener("servererror", (e) => errors.push(e.detail));
+  c.start();
+  last().open();
+  c.join("doc");
+  c.watchRoom("call");
+  c.join("gone");
+  const sentRooms = (ws) => ws.sent.filter((m) => m.room).map((m) => `${m.type} ${m.room}`);
+  const first = last();
+  const before = first.sent.length;
+  first.recv({ type: "error", code: "unavailable", room: "doc", message: "retry later" });
+  first.recv({ type: "error", code: "unavailable", room: "call", message: "retry later" });
+  first.recv({ type: "error", code: "rate_limited", room: "gone", message: "retry in 1s" });
+  assert.deepEqual(
+    errors.map((e) => `${e.code} ${e.room}`),
+    ["unavailable doc", "unavailable call", "rate_limited gone"],
+    "the errors are told, naming their rooms",
+  );
+  assert.deepEqual([...c.rooms], ["doc", "gone"], "kept: the client retries them");
+  assert.deepEqual([...c.watchedRooms], ["call"]);
+  c.leave("gone"); // no longer wanted: its retry sends nothing
+  assert.deepEqual(sentRooms({ sent: first.sent.slice(before) }), ["leave gone"]);
+  mock.timers.tick(500); // the first retry within 0.25–0.5 s
+  assert.deepEqual(sentRooms({ sent: first.sent.slice(before) }).sort(), ["join doc", "leave gone", "watch_room call"]);
+
+  // Refused again: the next wait is longer (0.5–1 s).
+  const again = first.sent.length;
+  first.recv({ type: "error", code: "unavailable", room: "doc", message: "retry later" });
+  mock.timers.tick(249);
+  assert.equal(first.sent.length, again, "not before a quarter second");
+  mock.timers.tick(751);
+  assert.deepEqual(sentRooms({ sent: first.sent.slice(again) }), ["join doc"]);
+
+  // device_not_alive: a heartbeat goes first.
+  const beat = first.sent.length;
+  first.recv({ type: "error", code: "device_not_alive", room: "doc", message: "send a heartbeat first" });
+  mock.timers.tick(30_000);
+  const after = first.sent.slice(beat);
+  const join = after.findIndex((m) => m.type === "join");
+  assert.ok(join > 0 && after[join - 1].type === "heartbeat", `a heartbeat right before the join: ${JSON.stringify(after)}`);
+
+  // The socket ends: the retry planned on it is dropped, and the next
+  // socket joins and watches everything anyway.
+  first.recv({ type: "error", code: "unavailable", room: "doc", message: "retry later" });
+  const atDrop = first.sent.length;
+  first.drop();
+  mock.timers.tick(1000);
+  assert.equal(first.sent.length, atDrop);
+  last().open();
+  assert.deepEqual(sentRooms(last()), ["join doc", "watch_room call"]);
+  mock.timers.tick(60_000);
+  assert.deepEqual(sentRooms(last()), ["join doc", "watch_room call"], "no retry of the old socket's refusal");
+});
+
+test("rooms: a join or watch refused for good is dropped and told, naming its room; an error of no room drops nothing", () => {
+  const c = client();
+  const errors = [];
+  c.addEventListener("servererror", (e) => errors.push(e.detail));
+  c.start();
+  last().open();
+  for (const r of ["a", "b", "w"]) {
+    c.join(r);
+    c.watchRoom(r);
+  }
+  last().recv({ type: "room", mode: "events", room: "w", count: 1, members: { 42: "online" }, next: null, version: 3 });
+  last().recv({ type: "error", code: "too_many_subscriptions", message: "no room" });
+  assert.deepEqual([...c.rooms], ["a", "b", "w"]);
+  last().recv({ type: "error", code: "room_not_allowed", room: "a", message: "not in the claim" });
+  assert.deepEqual([[...c.rooms], [...c.watchedRooms]], [["b", "w"], ["b", "w"]], "room_not_allowed: the join and the watch");
+  last().recv({ type: "error", code: "too_many_rooms", room: "b", message: "leave one first" });
+  assert.deepEqual([[...c.rooms], [...c.watchedRooms]], [["w"], ["b", "w"]], "too_many_rooms: the join only");
+  last().recv({ type: "error", code: "too_many_watched_rooms", room: "b", message: "unwatch one first" });
+  assert.deepEqual([[...c.rooms], [...c.watchedRooms]], [["w"], ["w"]], "too_many_watched_rooms: the watch only");
+  // w's watch was answered with its room message: a refusal now is its join's.
+  last().recv({ type: "error", code: "rooms_unavailable", room: "w", message: "no rooms here" });
+  assert.deepEqual([[...c.rooms], [...c.watchedRooms]], [[], ["w"]]);
+  assert.ok(c.getRoom("w"));
+  assert.equal(c.getRoom("b"), undefined);
+  assert.deepEqual(
+    errors.map((e) => `${e.code} ${e.room}`),
+    ["too_many_subscriptions undefined", "room_not_allowed a", "too_many_rooms b", "too_many_watched_rooms b", "rooms_unavailable w"],
+  );
+  const sent = last().sent.length;
+  mock.timers.tick(60_000);
+  assert.deepEqual(last().sent.slice(sent).filter((m) => m.room), [], "nothing refused for good is sent again");
+  // Dropped, a room may be asked for again.
+  c.join("b");
+  assert.deepEqual(last().sent.at(-1), { type: "join", room: "b" });
+});

@@ -215,7 +215,7 @@ func (h *RoomHub) resyncWorker(ctx context.Context) {
 				if err := h.snapshotFor(ctx, w, j.room); err != nil && ctx.Err() == nil {
 					h.snapErrs.Add(1)
 					h.log.Warn("rooms: reading a snapshot for a resync failed; the watcher is sent an error", "room", j.room, "err", err)
-					j.sink.DeliverRoom(j.room, wire.AppendError(nil, "unavailable", "the room "+j.room+" could not be read again; watch it again"))
+					j.sink.DeliverRoom(j.room, wire.AppendRoomError(nil, "unavailable", j.room, "the room "+j.room+" could not be read again; watch it again"))
 					h.unwatchLocked(j.sink, j.room)
 				}
 			}

@@ -650,7 +650,9 @@ func (c *conn) message(op ws.OpCode, p []byte) bool {
 			c.close(closePolicy, "rate limit exceeded")
 			return false
 		}
-		c.sendError("rate_limited", "too many messages: at most %d per second, bursts of %d", c.g.cfg.Rate, c.g.cfg.Burst)
+		// A refused room message names its room, like every error of one:
+		// the client retries the join or watch it would otherwise hold.
+		c.sendRoomError(roomOf(op, p), "rate_limited", "too many messages: at most %d per second, bursts of %d", c.g.cfg.Rate, c.g.cfg.Burst)
 		return true
 	}
 	if op == ws.OpBinary {
@@ -669,7 +671,7 @@ func (c *conn) message(op ws.OpCode, p []byte) bool {
 		m, perr = decodeJSONMessage(p)
 	}
 	if perr != nil {
-		c.sendError(perr.code, "%s", perr.message)
+		c.sendRoomError(perr.room, perr.code, "%s", perr.message)
 		return true
 	}
 	return c.handle(&m)

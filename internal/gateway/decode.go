@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/gobwas/ws"
+
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/strictjson"
 )
@@ -35,6 +37,9 @@ type clientMsg struct {
 // protoError is a recoverable error answered with an error message.
 type protoError struct {
 	code, message string
+	// room is the room a refused room message named, when it was a valid
+	// id: the error frame names it (docs/protocol.md "Rooms").
+	room string
 }
 
 func perr(code, format string, args ...any) *protoError {
@@ -187,23 +192,58 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 		}
 		m.kind = msgBye
 	case "join", "leave", "watch_room", "unwatch_room":
+		m.kind = roomKinds[*r.Type]
+		// The room first, so that an error of the message can name it —
+		// only a valid one: what fails the rules of ids is never echoed.
+		room, e := decodeRoom(r.Room)
 		if e := allowed("room"); e != nil {
+			e.room = room
 			return m, e
 		}
-		m.kind = roomKinds[*r.Type]
-		if r.Room == nil || isNull(r.Room) {
-			return m, perr("invalid_id", "room is required: the id of a room")
+		if e != nil {
+			return m, e
 		}
-		if err := json.Unmarshal(r.Room, &m.room); err != nil {
-			return m, perr("invalid_id", "room must be a string: the id of a room")
-		}
-		if err := presence.ValidateID(m.room); err != nil {
-			return m, perr("invalid_id", "room: %v", err)
-		}
+		m.room = room
 	default:
 		return m, perr("unknown_type", "unknown message type %q: want %s", *r.Type, knownTypes)
 	}
 	return m, nil
+}
+
+// decodeRoom reads the room field of a room message: a valid room id, or
+// "" and the error.
+func decodeRoom(raw json.RawMessage) (string, *protoError) {
+	if raw == nil || isNull(raw) {
+		return "", perr("invalid_id", "room is required: the id of a room")
+	}
+	var room string
+	if err := json.Unmarshal(raw, &room); err != nil {
+		return "", perr("invalid_id", "room must be a string: the id of a room")
+	}
+	if err := presence.ValidateID(room); err != nil {
+		return "", perr("invalid_id", "room: %v", err)
+	}
+	return room, nil
+}
+
+// maxPeek bounds the messages refused unread (too many messages) whose
+// room roomOf looks for: a room message is well below it, even with its
+// id written in escapes.
+const maxPeek = 512
+
+// roomOf returns the room a message refused before it was read names, if
+// it is a room message with a valid room; "" otherwise. Only short text
+// messages are looked at, so a client pushing past the limit of messages
+// costs little more than before.
+func roomOf(op ws.OpCode, b []byte) string {
+	if op != ws.OpText || len(b) > maxPeek || !bytes.Contains(b, []byte(`"room"`)) {
+		return ""
+	}
+	m, e := decodeJSONMessage(b)
+	if e != nil {
+		return e.room
+	}
+	return m.room
 }
 
 // knownTypes lists the types of client messages, for error messages.

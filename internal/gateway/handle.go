@@ -173,7 +173,10 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 
 // opError answers a failed operation as apierr decides for every entry
 // point; a failure of the server is logged.
-func (c *conn) opError(op string, err error) {
+func (c *conn) opError(op string, err error) { c.roomOpError(op, "", err) }
+
+// roomOpError is opError for a message about room (none: "").
+func (c *conn) roomOpError(op, room string, err error) {
 	if errors.Is(err, context.Canceled) && c.g.ctx.Err() != nil {
 		return // shutting down
 	}
@@ -186,9 +189,15 @@ func (c *conn) opError(op string, err error) {
 	case e.Status >= 500:
 		c.g.log.Warn("websocket operation failed: a backend is unavailable", "op", op, "user_id", c.user, "err", err)
 	}
-	c.sendError(e.Code, "%s", e.Message)
+	c.sendRoomError(room, e.Code, "%s", e.Message)
 }
 
 func (c *conn) sendError(code, format string, args ...any) {
-	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendError(nil, code, fmt.Sprintf(format, args...))})
+	c.sendRoomError("", code, format, args...)
+}
+
+// sendRoomError sends an error that answers a message about room, a valid
+// room id, and names it ("": an error of no room).
+func (c *conn) sendRoomError(room, code, format string, args ...any) {
+	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendRoomError(nil, code, room, fmt.Sprintf(format, args...))})
 }

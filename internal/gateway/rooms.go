@@ -85,7 +85,7 @@ func (c *conn) roomAllowed(room string) bool {
 		return true
 	}
 	e := apierr.RoomNotAllowed(room)
-	c.sendError(e.Code, "%s", e.Message)
+	c.sendRoomError(room, e.Code, "%s", e.Message)
 	return false
 }
 
@@ -98,7 +98,7 @@ func (c *conn) joinLeave(ctx context.Context, room string, join bool) {
 	}
 	rt := c.g.roomTracker
 	if rt == nil {
-		c.sendError("rooms_unavailable", "rooms are not available on this node")
+		c.sendRoomError(room, "rooms_unavailable", "rooms are not available on this node")
 		return
 	}
 	// Joins and leaves churn the rooms' watchers: a device gets a burst
@@ -106,7 +106,7 @@ func (c *conn) joinLeave(ctx context.Context, room string, join bool) {
 	// across all its sockets to this node, then a few a second.
 	if ok, wait := c.g.roomOps.Take(ratelimit.RoomKey(c.user, c.device), c.g.now()); !ok {
 		c.g.stats.rateLimited.Add(1)
-		c.sendError("rate_limited", "too many joins and leaves of rooms for this device: %s; nothing changed; retry in %ds",
+		c.sendRoomError(room, "rate_limited", "too many joins and leaves of rooms for this device: %s; nothing changed; retry in %ds",
 			ratelimit.Rooms, ratelimit.RetryAfter(wait))
 		return
 	}
@@ -115,7 +115,7 @@ func (c *conn) joinLeave(ctx context.Context, room string, join bool) {
 		op, name = rt.Join, "join"
 	}
 	if _, err := op(ctx, c.user, c.device, room); err != nil {
-		c.opError(name, err)
+		c.roomOpError(name, room, err)
 		return
 	}
 	c.mu.Lock()
@@ -186,7 +186,7 @@ func (c *conn) watchRoom(ctx context.Context, room string) {
 	}
 	h := c.g.roomHub
 	if h == nil {
-		c.sendError("rooms_unavailable", "watching rooms is not available on this node")
+		c.sendRoomError(room, "rooms_unavailable", "watching rooms is not available on this node")
 		return
 	}
 	err := h.Watch(ctx, c, room)
@@ -202,10 +202,10 @@ func (c *conn) watchRoom(ctx context.Context, room string) {
 	switch {
 	case err == nil:
 	case errors.Is(err, fanout.ErrTooManyWatchedRooms):
-		c.sendError("too_many_watched_rooms", "this connection watches as many rooms as one connection may (-max-watched-rooms %d); unwatch one first (%q is not watched)",
+		c.sendRoomError(room, "too_many_watched_rooms", "this connection watches as many rooms as one connection may (-max-watched-rooms %d); unwatch one first (%q is not watched)",
 			c.g.roomHub.MaxWatched(), room)
 	default:
-		c.opError("watch_room", err)
+		c.roomOpError("watch_room", room, err)
 	}
 }
 
@@ -218,5 +218,5 @@ func (c *conn) unwatchRoom(room string) {
 		h.Unwatch(c, room)
 		return
 	}
-	c.sendError("rooms_unavailable", "watching rooms is not available on this node")
+	c.sendRoomError(room, "rooms_unavailable", "watching rooms is not available on this node")
 }

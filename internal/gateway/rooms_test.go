@@ -472,3 +472,138 @@ func TestRejoinRooms(t *testing.T) {
 		t.Fatalf("rejoined %q, want %q", got, want)
 	}
 }
+
+// failWatch is a room hub whose watches fail with err (the snapshot's
+// read, as while the state store is down).
+type failWatch struct {
+	gateway.RoomHub
+	err error
+}
+
+func (f failWatch) Watch(context.Context, gateway.RoomSink, string) error { return f.err }
+
+// roomError reads the next message, which must be an error with code that
+// names room ("": names none).
+func (c *client) roomError(code, room string) map[string]any {
+	c.t.Helper()
+	m := c.msgType("error")
+	got, named := m["room"]
+	if m["code"] != code || (room == "") == named || (room != "" && got != room) {
+		c.t.Fatalf("got error %v, want %s naming room %q", m, code, room)
+	}
+	return m
+}
+
+// TestRoomErrorsNameTheRoom: every error that answers a room message names
+// the room it named, so that a client can tell which join or watch was
+// refused and retry or drop it; a room id that is not valid is never
+// echoed.
+func TestRoomErrorsNameTheRoom(t *testing.T) {
+	t.Run("unavailable", func(t *testing.T) {
+		n := newNode(t, opts{tweak: func(c *gateway.Config) {
+			c.Tracker = failRooms{c.Tracker, tracker.ErrUnavailable}
+			c.Rooms = failWatch{c.Rooms, tracker.ErrUnavailable}
+		}})
+		c := n.dialRooms("1", "", "*")
+		c.msgType("welcome")
+		for _, typ := range []string{"join", "leave", "watch_room"} {
+			c.send(`{"type":"` + typ + `","room":"doc-` + typ + `"}`)
+			c.roomError("unavailable", "doc-"+typ)
+		}
+	})
+	t.Run("room_not_allowed", func(t *testing.T) {
+		n := newNode(t, opts{})
+		c := n.dialRooms("1", "", "lobby")
+		c.msgType("welcome")
+		for _, typ := range []string{"join", "leave", "watch_room", "unwatch_room"} {
+			c.send(`{"type":"` + typ + `","room":"doc-42"}`)
+			c.roomError("room_not_allowed", "doc-42")
+		}
+	})
+	t.Run("rooms_unavailable", func(t *testing.T) {
+		n := newNode(t, opts{noRooms: true, tweak: func(c *gateway.Config) { c.Tracker = hideRooms{c.Tracker} }})
+		c := n.dialRooms("1", "", "*")
+		c.msgType("welcome")
+		for _, typ := range []string{"join", "leave", "watch_room", "unwatch_room"} {
+			c.send(`{"type":"` + typ + `","room":"r-` + typ + `"}`)
+			c.roomError("rooms_unavailable", "r-"+typ)
+		}
+	})
+	t.Run("caps", func(t *testing.T) {
+		n := newNode(t, opts{maxRooms: 1, maxWatched: 1})
+		c := n.dialRooms("1", "", "*")
+		c.msgType("welcome")
+		c.send(`{"type":"join","room":"a"}`)
+		c.send(`{"type":"join","room":"b"}`)
+		c.roomError("too_many_rooms", "b")
+		c.watchRoom("a")
+		c.send(`{"type":"watch_room","room":"b"}`)
+		c.roomError("too_many_watched_rooms", "b")
+	})
+	t.Run("device_not_alive", func(t *testing.T) {
+		n := newNode(t, opts{})
+		c := n.dialRooms("1", "phone", "*")
+		c.msgType("welcome")
+		if _, err := n.tr.Bye(context.Background(), "1", "phone"); err != nil {
+			t.Fatal(err)
+		}
+		c.send(`{"type":"join","room":"r"}`)
+		c.roomError("device_not_alive", "r")
+	})
+	t.Run("rate_limited", func(t *testing.T) {
+		// The joins and leaves of a device: its own bucket.
+		n := newNode(t, opts{tweak: func(c *gateway.Config) { c.Rate, c.Burst = 10000, 1000 }})
+		c := n.dialRooms("1", "phone", "*")
+		c.msgType("welcome")
+		for range 100 {
+			c.send(`{"type":"join","room":"r"}`)
+			c.send(`{"type":"leave","room":"r"}`)
+		}
+		c.send(`{"type":"join","room":"doc-7"}`)
+		c.roomError("rate_limited", "doc-7")
+
+		// The messages of a connection, refused before they are read: the
+		// clock is fake, so the burst does not refill.
+		n = newNode(t, opts{tweak: func(c *gateway.Config) { c.Rate, c.Burst = 5, 5 }})
+		c = n.dialRooms("1", "phone", "*")
+		c.msgType("welcome")
+		for range 5 {
+			c.send(`{"type":"unwatch_room","room":"none"}`) // nothing to answer
+		}
+		c.send(`{"type":"join","room":"doc-8"}`)
+		c.roomError("rate_limited", "doc-8")
+		c.send(`{"type":"watch_room","room":"doc-9"}`)
+		c.roomError("rate_limited", "doc-9")
+		c.send(`{"type":"subscribe","user_ids":["2"]}`)
+		c.roomError("rate_limited", "")
+		c.send(`{"type":"join","room":"` + strings.Repeat("x", 65) + `"}`)
+		c.roomError("rate_limited", "")
+	})
+	t.Run("invalid", func(t *testing.T) {
+		n := newNode(t, opts{})
+		c := n.dialRooms("1", "", "*")
+		c.msgType("welcome")
+		// A valid room in a message refused for another field: named.
+		c.send(`{"type":"join","room":"doc-1","active":true}`)
+		c.roomError("invalid_json", "doc-1")
+		// What is not a valid room id is never sent back.
+		for _, msg := range []string{
+			`{"type":"join","room":"` + strings.Repeat("x", 65) + `"}`,
+			`{"type":"watch_room","room":"a b"}`,
+			`{"type":"leave","room":"a,b"}`,
+			`{"type":"join","room":""}`,
+			`{"type":"join","room":7}`,
+			`{"type":"join"}`,
+			`{"type":"join","room":"\u202ex","active":true}`,
+		} {
+			c.send(msg)
+			m := c.msgType("error")
+			if _, named := m["room"]; named || (m["code"] != "invalid_id" && m["code"] != "invalid_json") {
+				t.Fatalf("%s: %v", msg, m)
+			}
+		}
+		// Errors of other messages name no room.
+		c.send(`{"type":"subscribe","user_ids":[]}`)
+		c.roomError("invalid_id", "")
+	})
+}

@@ -126,6 +126,17 @@ func TestAppendError(t *testing.T) {
 	}
 }
 
+func TestAppendRoomError(t *testing.T) {
+	out := wire.AppendRoomError(nil, "unavailable", "doc-\"42\"", "retry later")
+	want := `{"type":"error","code":"unavailable","room":"doc-\"42\"","message":"retry later"}`
+	if string(out) != want {
+		t.Errorf("got  %s\nwant %s", out, want)
+	}
+	if out := wire.AppendRoomError(nil, "internal", "", "x"); string(out) != string(wire.AppendError(nil, "internal", "x")) {
+		t.Errorf("without a room: %s", out)
+	}
+}
+
 func TestAppendWelcome(t *testing.T) {
 	out := wire.AppendWelcome(nil, "42", "d-7f3a", 7500*time.Millisecond, 30*time.Second, 5*time.Second)
 	want := `{"type":"welcome","user_id":"42","device_id":"d-7f3a","heartbeat_interval_ms":7500,"ttl_ms":30000,"close_grace_ms":5000}`
@@ -173,6 +184,7 @@ func FuzzMessages(f *testing.F) {
 			wire.AppendPresence(nil, &v),
 			wire.AppendSnapshot(nil, []privacy.View{v, {UserID: id + "x"}}),
 			wire.AppendError(nil, code, text),
+			wire.AppendRoomError(nil, code, id, text),
 			wire.AppendWelcome(nil, id, text, time.Duration(last), time.Duration(version), time.Duration(last)),
 			wire.AppendView(nil, &v),
 		} {

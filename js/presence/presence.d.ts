@@ -74,6 +74,16 @@ export interface ServerErrorDetail {
   /** e.g. "too_many_subscriptions", "rate_limited", "unavailable". */
   code: string;
   message: string;
+  /**
+   * The room of a refused join, leave, watch or unwatch; absent for other
+   * errors. The client has acted on it before the event: a join or watch
+   * refused with a code a retry can cure ("unavailable", "rate_limited",
+   * "device_not_alive") is sent again after a backoff while the room is
+   * still wanted; one refused for good ("room_not_allowed",
+   * "too_many_rooms", "too_many_watched_rooms", "rooms_unavailable", …) is
+   * taken out of `rooms` or `watchedRooms`.
+   */
+  room?: string;
 }
 
 /**
@@ -159,7 +169,8 @@ export interface PresenceClientEventMap {
   state: CustomEvent<StateDetail>;
   /**
    * The server refused a message. A refused subscribe leaves its ids in
-   * `subscriptions`: unsubscribe() them to stay under the cap.
+   * `subscriptions`: unsubscribe() them to stay under the cap. A refused
+   * room message names its room (see ServerErrorDetail.room).
    */
   servererror: CustomEvent<ServerErrorDetail>;
   /**

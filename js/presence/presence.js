@@ -85,11 +85,21 @@
 //   "state"     {state: "connecting"|"open"|"waiting"|"closed", retryInMs,
 //               code} — code: the close code of the socket that ended, when
 //               one did (4003: the token expired)
-//   "servererror" {code, message} — an `error` message of the server; a
-//               refused subscribe (too_many_subscriptions) leaves its ids in
-//               `subscriptions`, so unsubscribe() them to stay under the cap;
-//               a refused join or watch (room_not_allowed, …) leaves its
-//               room in `rooms` or `watchedRooms` likewise
+//   "servererror" {code, message, room} — an `error` message of the
+//               server; a refused subscribe (too_many_subscriptions) leaves
+//               its ids in `subscriptions`, so unsubscribe() them to stay
+//               under the cap. `room` names the room of a refused join,
+//               leave, watch or unwatch (absent for other errors), and the
+//               client has acted on it: a join or watch refused with a code
+//               a retry can cure (unavailable, rate_limited,
+//               device_not_alive) is sent again after a backoff (0.5 s
+//               doubling to 30 s, jittered) while the room is still wanted
+//               and the socket lasts; one refused for good
+//               (room_not_allowed, too_many_rooms, too_many_watched_rooms,
+//               rooms_unavailable, …) is taken out of `rooms` or
+//               `watchedRooms` — join() or watchRoom() it again to retry.
+//               A code both a join and a watch may get drops both, the
+//               watch only if its "room" event had not come yet
 //   "room"      {room, mode, count, members, partial, next, version} — a
 //               watched room as first seen (once per watchRoom, and again
 //               when it switches mode): replace what you hold; members maps
@@ -149,6 +159,8 @@
  * @typedef {object} ServerErrorDetail
  * @property {string} code
  * @property {string} message
+ * @property {string} [room] the room of a refused join, leave, watch or
+ *   unwatch; absent for other errors
  */
 
 /**
@@ -231,6 +243,14 @@
 /** @typedef {{type: "join" | "leave" | "watch_room" | "unwatch_room", room: string}} RoomMessage */
 
 /**
+ * @typedef {object} RoomRetry the retry of a refused room's join and watch
+ * @property {number} attempt retries of this episode so far
+ * @property {number} sent when (ms) the last retry went out; 0: none yet
+ * @property {boolean} beat send a heartbeat first (device_not_alive)
+ * @property {(() => void) | null} cancel the planned retry's; null: none planned
+ */
+
+/**
  * @typedef {object} HeldRoom a watched room and whether its first room
  *   message has come
  * @property {boolean} have
@@ -246,6 +266,12 @@ const INPUT_EVENTS = ["keydown", "pointerdown", "pointermove", "wheel", "touchst
 // them well below.
 const ROOM_EVERY_MS = 67;
 const ROOM_BURST = 24;
+// The codes of a refused join or watch that a retry can cure
+// (docs/protocol.md "Rooms"); the client retries those after a backoff
+// like a reconnect's, and drops the room on any other.
+const ROOM_RETRYABLE = new Set(["unavailable", "rate_limited", "device_not_alive"]);
+const ROOM_RETRY_MIN_MS = 500;
+const ROOM_RETRY_MAX_MS = 30_000;
 
 export class PresenceClient extends EventTarget {
   /**
@@ -303,6 +329,8 @@ export class PresenceClient extends EventTarget {
     this._roomTat = 0;
     /** @private */
     this._cancelRoomPump = noop;
+    /** @private @type {Map<string, RoomRetry>} refused rooms to join or watch again, on this socket */
+    this._roomRetries = new Map();
     /** @type {Welcome | null} */
     this.welcome = null;
     /** @type {ConnectionState} */
@@ -582,6 +610,7 @@ export class PresenceClient extends EventTarget {
       this._ws = null;
       this._cancelBeat();
       this._cancelRoomPump();
+      this._cancelRoomRetries(); // the next socket joins and watches everything again
       if (this._stopped) return;
       // 1000 after our bye is handled by _stop; anything else is a drop:
       // the server keeps the device alive for its close grace, we come back
@@ -644,9 +673,16 @@ export class PresenceClient extends EventTarget {
       case "room_interval":
         this._applyRoomInterval(msg);
         break;
-      case "error":
-        this._emit("servererror", { code: msg.code, message: msg.message });
+      case "error": {
+        /** @type {ServerErrorDetail} */
+        const detail = { code: msg.code, message: msg.message };
+        if (typeof msg.room === "string" && msg.room !== "") {
+          detail.room = msg.room;
+          this._roomRefused(msg.code, msg.room);
+        }
+        this._emit("servererror", detail);
         break;
+      }
     }
   }
 
@@ -844,6 +880,75 @@ export class PresenceClient extends EventTarget {
   }
 
   /**
+   * A join, leave, watch or unwatch of room refused with code: a join or
+   * watch still wanted is sent again later if a retry can cure the code,
+   * and dropped otherwise (see "servererror" at the top of this file).
+   * @private
+   * @param {string} code
+   * @param {string} room
+   */
+  _roomRefused(code, room) {
+    if (ROOM_RETRYABLE.has(code)) {
+      if (this.rooms.has(room) || this.watchedRooms.has(room)) this._scheduleRoomRetry(room, code === "device_not_alive");
+      return;
+    }
+    const joinOnly = code === "too_many_rooms";
+    const watchOnly = code === "too_many_watched_rooms";
+    if (!watchOnly) this.rooms.delete(room);
+    // A watch whose room message came already was not refused now (but by
+    // too_many_watched_rooms, which only a watch gets).
+    const held = this._held.get(room);
+    if (held && !joinOnly && (!held.have || watchOnly)) {
+      this.watchedRooms.delete(room);
+      this._held.delete(room);
+    }
+  }
+
+  /**
+   * Plans the retry of room's join and watch on this socket: the n-th
+   * refusal in a row waits 50–100% of min(0.5 s · 2ⁿ, 30 s); a refusal
+   * more than 30 s after the last retry starts again at 0.5 s.
+   * @private
+   * @param {string} room
+   * @param {boolean} beat send a heartbeat first
+   */
+  _scheduleRoomRetry(room, beat) {
+    let r = this._roomRetries.get(room);
+    if (!r) {
+      r = { attempt: 0, sent: 0, beat: false, cancel: null };
+      this._roomRetries.set(room, r);
+    }
+    r.beat = r.beat || beat;
+    if (r.cancel) return; // one is planned already
+    if (r.sent && Date.now() - r.sent > ROOM_RETRY_MAX_MS) r.attempt = 0;
+    const step = Math.min(ROOM_RETRY_MAX_MS, ROOM_RETRY_MIN_MS * 2 ** Math.min(r.attempt, 6));
+    const wait = Math.round(step * (0.5 + Math.random() * 0.5));
+    r.attempt++;
+    const retry = r;
+    retry.cancel = later(
+      () => {
+        retry.cancel = null;
+        retry.sent = Date.now();
+        const beatFirst = retry.beat;
+        retry.beat = false;
+        if (!this._isOpen()) return;
+        if (beatFirst && this.rooms.has(room)) this._beat();
+        // _queueRoom sends each only while it is still wanted.
+        this._queueRoom({ type: "join", room });
+        this._queueRoom({ type: "watch_room", room });
+      },
+      wait,
+      this._timerURL,
+    );
+  }
+
+  /** @private */
+  _cancelRoomRetries() {
+    for (const r of this._roomRetries.values()) r.cancel?.();
+    this._roomRetries.clear();
+  }
+
+  /**
    * @private
    * @param {number} [code]
    */
@@ -872,6 +977,7 @@ export class PresenceClient extends EventTarget {
     this._cancelBeat();
     this._cancelRetry();
     this._cancelRoomPump();
+    this._cancelRoomRetries();
     if (typeof window !== "undefined") {
       for (const t of INPUT_EVENTS) window.removeEventListener(t, this._onInput, { capture: true });
       window.removeEventListener("online", this._onOnline);

@@ -59,7 +59,8 @@ client.addEventListener("welcome", (e) => {
 });
 client.addEventListener("servererror", (e) => {
   if (e.detail.code === "too_many_subscriptions") client.unsubscribe(["9"]);
-  console.log(e.detail.message);
+  const room: string | undefined = e.detail.room; // a refused room message's
+  console.log(e.detail.message, room);
 });
 const onPresence = function (this: PresenceClient, e: CustomEvent<PresenceView>) {
   console.log(this.state, e.detail.user_id);
