@@ -863,7 +863,7 @@ type RoomStats struct {
 	Dropped         uint64 // events lost to a full queue (every room resynced)
 	Resyncs         uint64 // rooms whose watchers were sent a fresh snapshot
 	Gaps            uint64 // events that came ahead of a missing one
-	Stale           uint64 // events at or below what the hub held
+	Stale           uint64 // events at or below what the hub held, members' changes older than what their rooms were sent
 	StatusEvents    uint64 // members' changes of status encoded
 	Intervals       uint64 // room_interval messages encoded (one per room in interval mode per interval that changed it)
 	ContactLookups  uint64
