@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/presenced/presenced/internal/fanout"
+	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/query"
 )
 
@@ -32,10 +33,15 @@ func (a *App) openRooms(context.Context) error {
 }
 
 // roomSnapshots reads a watcher's first view of a room: its first
-// members, each as the watcher may see them.
+// members, each as the watcher may see them; and members' true states,
+// which the room hub filters per class of watcher.
 type roomSnapshots struct{ a *App }
 
 func (s roomSnapshots) RoomSnapshot(ctx context.Context, viewer, room string, limit int) (fanout.RoomSnapshot, error) {
 	v, err := s.a.reader.Room(ctx, viewer, room, "", min(limit, query.MaxBatch))
 	return fanout.RoomSnapshot{Version: v.Version, Count: v.Count, Members: v.Members, Next: v.Next}, err
+}
+
+func (s roomSnapshots) MemberStates(ctx context.Context, ids []string, out []presence.Snapshot) error {
+	return s.a.reader.States(ctx, ids, out)
 }

@@ -201,3 +201,54 @@ func TestRoomsTwoNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestRoomsMemberChangedBeforeTheSubscription: two nodes on one Redis,
+// PostgreSQL and NATS. Node b hears of dave's join from another node and
+// subscribes to dave only then, so dave's change made on node a before
+// that subscription reached NATS never comes to b on the bus; b reads
+// dave again from the shared store once subscribed, and its watcher is
+// sent his status as it is, without dave changing again. The join is
+// this test's, published as a third node's that took it before dave's
+// change (its header shows him online), so that the change lands in the
+// window every time.
+func TestRoomsMemberChangedBeforeTheSubscription(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts Redis, PostgreSQL and NATS")
+	}
+	rs, pg, ns := testsvc.Redis(t), testsvc.Postgres(t), testsvc.NATS(t)
+	cfg := func(id string) app.Config {
+		return app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1,
+			RedisURL: rs.URL, PostgresURL: pg.URL, NATSURL: ns.URL, NodeID: id}
+	}
+	a, b := runNode(t, cfg("node-a")), runNode(t, cfg("node-b"))
+	carol := dialRooms(t, b, "carol", "doc-1")
+	carol.send(`{"type":"watch_room","room":"doc-1"}`)
+	m := carol.msg("room")
+	if m["count"] != 0.0 {
+		t.Fatalf("snapshot of an empty room: %v", m)
+	}
+	v := uint64(m["version"].(float64))
+
+	// dave turns busy on node a; nobody on b watches him.
+	mustCall(t, a, "POST", "/v1/heartbeat", `{"user_id":"dave","device_id":"phone","active":true}`)
+	mustCall(t, a, "POST", "/v1/status", `{"user_id":"dave","status":"busy"}`)
+
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	join := &nats.Msg{Subject: "presence.changes.r." + base64.RawURLEncoding.EncodeToString([]byte("doc-1")), Header: nats.Header{},
+		Data: fmt.Appendf(nil, `{"room":"doc-1","user_id":"dave","event":"join","reason":"joined","count":1,"version":%d,"at":"2026-11-18T11:06:43.000Z"}`, v+1)}
+	join.Header.Set("Presenced-Node", "node-c")
+	join.Header.Set("Presenced-Member", "online everyone everyone")
+	if err := nc.PublishMsg(join); err != nil {
+		t.Fatal(err)
+	}
+	if got := carol.roomChange(); got != "join dave online 1" {
+		t.Fatalf("the other node's join: %q", got)
+	}
+	if got := carol.roomChange(); got != "status dave busy 1" {
+		t.Fatalf("dave's status as the store has it: %q", got)
+	}
+}

@@ -36,7 +36,13 @@ import (
 // watches — a room's first watcher waits for WatchRooms before its
 // snapshot is read, so no event of another node falls between the two —
 // and which users are members of them, so that their changes of status
-// on other nodes reach it too.
+// on other nodes reach it too. A change of a member made between the
+// read that showed the member (a room's snapshot, a join) and the moment
+// the member's changes reach the hub (the bus subscribed; the member in
+// its index) is not lost: once the interest's Watch returned, the hub
+// reads those members again (RoomReader.MemberStates, in batches) and
+// sends what is newer than what their rooms' watchers were sent, as a
+// change (rereadMembers).
 //
 // Locks: mu guards the rooms, the watchers and the indexes. Sinks are
 // called under it and must not block or call back. No lock is held
@@ -65,10 +71,15 @@ type RoomSnapshot struct {
 	Next    string
 }
 
-// RoomReader reads a room as viewer sees it.
+// RoomReader reads a room as viewer sees it, and members as they are.
 type RoomReader interface {
 	// RoomSnapshot reads up to limit members.
 	RoomSnapshot(ctx context.Context, viewer, room string, limit int) (RoomSnapshot, error)
+	// MemberStates fills out[i] with the true state of ids[i] now
+	// (query.Reader.States), unfiltered: the hub filters it per class of
+	// watcher as it filters a change. At most 1,000 ids; a user known
+	// nowhere has Known false.
+	MemberStates(ctx context.Context, ids []string, out []presence.Snapshot) error
 }
 
 // RoomInterest is told which rooms a RoomHub watches and which users are
@@ -112,6 +123,9 @@ const (
 	intervalIDs      = 256
 	defaultRoomQueue = 1 << 16
 	maxEarly         = 1024 // frames kept for a watcher whose snapshot is being read
+	// memberRetry is how long a failed read of members again waits
+	// before it is tried again.
+	memberRetry = time.Second
 )
 
 // RoomConfig configures a RoomHub. Zero values take the defaults.
@@ -178,12 +192,16 @@ type RoomHub struct {
 	interest RoomInterest
 	touched  map[string]struct{}
 	gone     map[string]struct{}
+	// reread holds the members to read again once the interest is told
+	// of them (rereadLater): one entry each.
+	reread map[string]struct{}
 
 	intervals                                             atomic.Uint64
 	running                                               atomic.Bool
 	watched                                               atomic.Int64 // len(rooms), read without mu by Publish and PublishRoom
 	published, delivered, dropped, resyncs, stale, gaps   atomic.Uint64
 	statusEvents, contactLookups, contactErrors, snapErrs atomic.Uint64
+	memberReads, memberReadErrs                           atomic.Uint64
 }
 
 var (
@@ -196,6 +214,7 @@ type roomItem struct {
 	room    *presence.RoomEvent
 	user    *presence.Event
 	joining bool // room is a join counted in RoomHub.joining
+	reread  bool // user is a member's state read again (rereadMembers)
 }
 
 // room is one watched room.
@@ -213,9 +232,10 @@ type room struct {
 	members     map[string]struct{} // nil when not every member is known
 	pending     map[uint64]heldEvent
 	gapSince    int64 // ms; 0: no event held back
-	// shown is per member the status last sent to each class of watcher,
-	// so a change a class cannot see, or sees already, sends nothing.
-	shown map[string]*[numClasses]shownStatus
+	// shown is per member what its watchers were sent of it, so a change
+	// a class cannot see, or sees already, or older than what they were
+	// sent, sends nothing.
+	shown map[string]*memberShown
 	// interval: the room is big; its watchers get acc once per interval.
 	interval bool
 	acc      *intervalAcc
@@ -259,11 +279,27 @@ type shownStatus struct {
 	status  presence.Status
 }
 
+// memberShown is what a room's watchers were sent of one member.
+type memberShown struct {
+	class [numClasses]shownStatus // the status last sent to each class
+	// version is the newest version of the member's state they were sent
+	// (by the room's first snapshot, where it showed the status, and by
+	// changes): an older change is stale, and a state read again is sent
+	// only if newer.
+	version uint64
+	// seen: a watcher may have been shown the member's status (a
+	// snapshot, a join or a change showed it): a state read again that
+	// hides it from a class sends that class the status hidden.
+	seen bool
+}
+
 // heldEvent is an event held back for a missing earlier one, with the
-// member's contact list if it was looked up.
+// member's contact list if it was looked up, and for a join the version
+// of the member's change whose status it took meanwhile (applyStatus).
 type heldEvent struct {
 	ev       *presence.RoomEvent
 	contacts map[string]bool
+	version  uint64
 }
 
 // roomWatcher is one sink watching one room.
@@ -467,7 +503,23 @@ func (h *RoomHub) sendSnapshot(r *room, w *roomWatcher, snap *RoomSnapshot) {
 		if snap.Next == "" && !r.interval {
 			r.members = make(map[string]struct{}, len(snap.Members))
 			for i := range snap.Members {
-				h.addMember(r, snap.Members[i].UserID)
+				m := &snap.Members[i]
+				h.addMember(r, m.UserID)
+				if m.StatusVisible {
+					r.shownOf(m.UserID).version = m.Version
+				}
+				// Changes of the member made since the read reach the
+				// hub only from now (from the bus once it subscribed).
+				h.rereadLater(m.UserID)
+			}
+		}
+	}
+	if r.members != nil {
+		for i := range snap.Members {
+			if m := &snap.Members[i]; m.StatusVisible {
+				if _, ok := r.members[m.UserID]; ok {
+					r.shownOf(m.UserID).seen = true
+				}
 			}
 		}
 	}
@@ -604,6 +656,18 @@ func (h *RoomHub) touch(user string) {
 	h.tell()
 }
 
+// rereadLater notes that user's state is to be read again once the
+// interest is told of it (tellInterest), also without an interest: the
+// node's own changes made since the read that showed the member did not
+// reach the room either. Held: mu.
+func (h *RoomHub) rereadLater(user string) {
+	if h.reread == nil {
+		h.reread = make(map[string]struct{})
+	}
+	h.reread[user] = struct{}{}
+	h.tell()
+}
+
 // tell wakes the interest goroutine.
 func (h *RoomHub) tell() {
 	select {
@@ -615,17 +679,25 @@ func (h *RoomHub) tell() {
 // tellInterest tells the interest, until ctx is done, which rooms lost
 // their last watcher and which users became or stopped being members
 // (noted under mu by unwatchLocked and touch), batched: what was noted
-// while a call ran goes in the next. Run owns it; it runs outside mu, so
-// the bus may flush and ask RoomWatched and MemberWatched.
+// while a call ran goes in the next. Then it reads again the members
+// noted by rereadLater (rereadMembers): the interest's Watch returned, so
+// their changes reach the hub from now, and the read sees those made
+// before. Run owns it; it runs outside mu, so the bus may flush and ask
+// RoomWatched and MemberWatched, and the reader may take its time.
 func (h *RoomHub) tellInterest(ctx context.Context) {
+	var again <-chan time.Time // a failed read of members is tried again
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-h.told:
+		case <-again:
 		}
+		again = nil
 		h.mu.Lock()
 		i := h.interest
+		reread := h.reread
+		h.reread = nil
 		var in, out, gone []string
 		for u := range h.touched {
 			if h.memberLocked(u) {
@@ -650,6 +722,9 @@ func (h *RoomHub) tellInterest(ctx context.Context) {
 		if len(in) > 0 {
 			i.Watch(in)
 		}
+		if len(reread) > 0 && !h.rereadMembers(ctx, reread) {
+			again = time.After(memberRetry)
+		}
 	}
 }
 
@@ -660,20 +735,27 @@ func (h *RoomHub) PublishRoom(ev *presence.RoomEvent) {
 	}
 	e := *ev
 	it := roomItem{room: &e}
-	if e.Kind == presence.RoomJoin {
-		h.mu.Lock()
-		// A room in interval mode shows no member's status: its joins
-		// need no change of status after them (nor the bus's
-		// subscription to the member, for a moment, at every join).
-		if r := h.rooms[e.Room]; r != nil && !(r.known && r.interval) {
-			it.joining = true
-			if h.joining[e.UserID]++; h.joining[e.UserID] == 1 {
-				h.touch(e.UserID)
-			}
-		}
-		h.mu.Unlock()
+	if e.Kind != presence.RoomJoin {
+		h.enqueue(it)
+		return
 	}
-	h.enqueue(it)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// A room in interval mode shows no member's status: its joins need
+	// no change of status after them (nor the bus's subscription to the
+	// member, for a moment, at every join).
+	if r := h.rooms[e.Room]; r != nil && !(r.known && r.interval) {
+		it.joining = true
+		if h.joining[e.UserID]++; h.joining[e.UserID] == 1 {
+			h.touch(e.UserID)
+		}
+		// The join shows the member's status when it was made; a change
+		// made on another node since, before the bus subscribed to the
+		// member, is read. Queued under mu, the join is ahead of the
+		// read's change in the queue.
+		h.rereadLater(e.UserID)
+	}
+	h.enqueueLocked(it)
 }
 
 // Publish queues a user's change for Run (tracker.Publisher): the
@@ -695,13 +777,29 @@ func (h *RoomHub) Publish(ev *presence.Event) {
 }
 
 func (h *RoomHub) enqueue(it roomItem) {
+	if !h.push(it) {
+		h.joined(it)
+	}
+}
+
+// enqueueLocked is enqueue. Held: mu.
+func (h *RoomHub) enqueueLocked(it roomItem) {
+	if !h.push(it) {
+		h.joinedLocked(it)
+	}
+}
+
+// push queues it for Run; when the queue is full it drops it, and every
+// room is resynced.
+func (h *RoomHub) push(it roomItem) bool {
 	h.published.Add(1)
 	select {
 	case h.q <- it:
+		return true
 	default:
 		h.dropped.Add(1)
 		h.lost.Store(true)
-		h.joined(it)
+		return false
 	}
 }
 
@@ -711,11 +809,19 @@ func (h *RoomHub) joined(it roomItem) {
 		return
 	}
 	h.mu.Lock()
+	h.joinedLocked(it)
+	h.mu.Unlock()
+}
+
+// joinedLocked is joined. Held: mu.
+func (h *RoomHub) joinedLocked(it roomItem) {
+	if !it.joining {
+		return
+	}
 	if h.joining[it.room.UserID]--; h.joining[it.room.UserID] <= 0 {
 		delete(h.joining, it.room.UserID)
 		h.touch(it.room.UserID)
 	}
-	h.mu.Unlock()
 }
 
 // Run applies the queued events until ctx is done. It owns the goroutines
@@ -757,12 +863,17 @@ type RoomStats struct {
 	Dropped         uint64 // events lost to a full queue (every room resynced)
 	Resyncs         uint64 // rooms whose watchers were sent a fresh snapshot
 	Gaps            uint64 // events that came ahead of a missing one
-	Stale           uint64 // events at or below what the hub held
+	Stale           uint64 // events at or below what the hub held, members' changes older than what their rooms were sent
 	StatusEvents    uint64 // members' changes of status encoded
 	Intervals       uint64 // room_interval messages encoded (one per room in interval mode per interval that changed it)
 	ContactLookups  uint64
 	ContactErrors   uint64
 	SnapshotErrors  uint64
+	// MemberReads counts the members read again after their changes
+	// began to reach the hub (RoomReader.MemberStates), MemberReadErrors
+	// the reads that failed (tried again a second later).
+	MemberReads      uint64
+	MemberReadErrors uint64
 }
 
 // Stats returns the counters.
@@ -779,5 +890,6 @@ func (h *RoomHub) Stats() RoomStats {
 		Resyncs: h.resyncs.Load(), Gaps: h.gaps.Load(), Stale: h.stale.Load(),
 		StatusEvents: h.statusEvents.Load(), Intervals: h.intervals.Load(), ContactLookups: h.contactLookups.Load(),
 		ContactErrors: h.contactErrors.Load(), SnapshotErrors: h.snapErrs.Load(),
+		MemberReads: h.memberReads.Load(), MemberReadErrors: h.memberReadErrs.Load(),
 	}
 }

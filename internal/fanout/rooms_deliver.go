@@ -43,8 +43,9 @@ func sortedIDs(m map[string]struct{}) []string {
 }
 
 // applyEvent applies ev, the room's next event (follows), and sends it to every
-// watcher as its class sees it. Held: mu.
-func (h *RoomHub) applyEvent(r *room, ev *presence.RoomEvent, contacts map[string]bool) {
+// watcher as its class sees it; a join shows the member's change of
+// version (0: none) if one updated it while it was held back. Held: mu.
+func (h *RoomHub) applyEvent(r *room, ev *presence.RoomEvent, contacts map[string]bool, version uint64) {
 	r.applied, r.count = ev.Version, ev.Count
 	if r.members != nil {
 		if ev.Kind == presence.RoomJoin {
@@ -66,14 +67,20 @@ func (h *RoomHub) applyEvent(r *room, ev *presence.RoomEvent, contacts map[strin
 		return
 	}
 	var frames [numClasses][]byte
+	var shown *memberShown
+	if ev.Kind == presence.RoomJoin && r.shown != nil {
+		shown = r.shownOf(ev.UserID)
+		shown.version = max(shown.version, version)
+	}
 	snap := presence.Snapshot{UserID: ev.UserID, Known: true, Status: ev.Status, Settings: ev.Settings}
 	for _, w := range r.watchers {
 		c := classOf(w.viewer, ev.UserID, contacts)
 		if frames[c] == nil {
 			v := privacy.Filter(relations[c], &snap)
 			frames[c] = wire.AppendRoomChange(nil, ev, &v)
-			if ev.Kind == presence.RoomJoin && r.shown != nil {
-				r.shownOf(ev.UserID)[c] = shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
+			if shown != nil {
+				shown.class[c] = shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
+				shown.seen = shown.seen || v.StatusVisible
 			}
 		}
 		h.send(r, w, ev.Version, false, frames[c])
@@ -109,10 +116,10 @@ func (h *RoomHub) send(r *room, w *roomWatcher, version uint64, status bool, fra
 	}
 }
 
-func (r *room) shownOf(member string) *[numClasses]shownStatus {
+func (r *room) shownOf(member string) *memberShown {
 	s := r.shown[member]
 	if s == nil {
-		s = new([numClasses]shownStatus)
+		s = new(memberShown)
 		r.shown[member] = s
 	}
 	return s
@@ -120,7 +127,7 @@ func (r *room) shownOf(member string) *[numClasses]shownStatus {
 
 func (h *RoomHub) addMember(r *room, m string) {
 	if r.shown == nil {
-		r.shown = make(map[string]*[numClasses]shownStatus)
+		r.shown = make(map[string]*memberShown)
 	}
 	r.members[m] = struct{}{}
 	rs := h.index[m]
@@ -144,8 +151,13 @@ func (h *RoomHub) dropMember(r *room, m string) {
 }
 
 // applyStatus sends a member's change of status to the watchers of its
-// rooms, each class only what it may see and was not shown already.
-func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event) {
+// rooms, each class only what it may see and was not shown already, and
+// nothing where they were sent a newer one. reread marks the member's
+// state read again (rereadMembers): sent only where newer than what was
+// sent, and a class it hides the status from, where the status may have
+// been shown, is sent it hidden (the change of settings that hid it may
+// be among those missed).
+func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event, reread bool) {
 	var contacts map[string]bool
 	if privacy.NeedsContact(&ev.Settings) || (ev.SettingsChanged && privacy.NeedsContact(&ev.PrevSettings)) {
 		contacts = h.contactsOf(ctx, ev.UserID)
@@ -155,29 +167,47 @@ func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event) {
 	if !ev.SelfOnly {
 		// A join held back shows, once applied, the status of now.
 		for r := range h.held[ev.UserID] {
-			for _, he := range r.pending {
-				if he.ev.UserID == ev.UserID && he.ev.Kind == presence.RoomJoin {
+			for v, he := range r.pending {
+				if he.ev.UserID == ev.UserID && he.ev.Kind == presence.RoomJoin && newer(ev.Version, he.version, reread) {
 					he.ev.Status, he.ev.Settings = ev.Status, ev.Settings
+					he.version = ev.Version
+					r.pending[v] = he
 				}
 			}
 		}
 	}
+	var revealed *presence.Event // ev, as though every class may have seen the status before
 	for r := range h.index[ev.UserID] {
+		shown := r.shownOf(ev.UserID)
+		if !newer(ev.Version, shown.version, reread) {
+			h.stale.Add(1)
+			continue
+		}
+		shown.version = ev.Version
+		e := ev
+		if reread && shown.seen {
+			if revealed == nil {
+				c := *ev
+				c.SettingsChanged, c.PrevSettings = true, presence.Settings{Status: presence.Everyone, LastSeen: presence.Everyone}
+				revealed = &c
+			}
+			e = revealed
+		}
 		var frames [numClasses][]byte
 		var decided [numClasses]bool
-		shown := r.shownOf(ev.UserID)
 		for _, w := range r.watchers {
 			c := classOf(w.viewer, ev.UserID, contacts)
 			if !decided[c] {
 				decided[c] = true
-				v, ok := privacy.Delivery(relations[c], ev)
+				v, ok := privacy.Delivery(relations[c], e)
 				now := shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
 				// A member is never offline to those who see it: an
 				// offline status comes with (and before) its leave.
-				if !ok || (v.StatusVisible && v.Status.Public() == presence.Offline) || shown[c] == now {
+				if !ok || (v.StatusVisible && v.Status.Public() == presence.Offline) || shown.class[c] == now {
 					continue
 				}
-				shown[c] = now
+				shown.class[c] = now
+				shown.seen = shown.seen || v.StatusVisible
 				frames[c] = wire.AppendRoomStatus(nil, r.id, &v, r.count, r.applied)
 				h.statusEvents.Add(1)
 			}
@@ -186,6 +216,92 @@ func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event) {
 			}
 		}
 	}
+}
+
+// newer reports whether a member's change at version is to be sent
+// where its watchers were sent held: a change unless older, a state read
+// again only if newer.
+func newer(version, held uint64, reread bool) bool {
+	if reread {
+		return version > held
+	}
+	return version >= held
+}
+
+// rereadMembers reads again the members in users who are still wanted
+// (MemberWatched), in batches of a snapshot's size, and queues for Run,
+// as a change, the state of each that is newer than what the watchers of
+// one of its rooms were sent, or that a join queued or held back is to
+// show. The members of a read that failed are noted again, and it
+// reports false: the caller tries again later.
+func (h *RoomHub) rereadMembers(ctx context.Context, users map[string]struct{}) bool {
+	h.mu.Lock()
+	ids := make([]string, 0, len(users))
+	for u := range users {
+		if h.memberLocked(u) {
+			ids = append(ids, u)
+		}
+	}
+	h.mu.Unlock()
+	states := make([]presence.Snapshot, min(len(ids), snapshotLimit))
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), snapshotLimit)]
+		out := states[:len(batch)]
+		clear(out)
+		if err := h.reader.MemberStates(ctx, batch, out); err != nil {
+			if ctx.Err() != nil {
+				return true // stopping
+			}
+			h.memberReadErrs.Add(1)
+			h.log.Warn("rooms: reading members again failed; tried again in a second", "members", len(ids), "err", err)
+			h.mu.Lock()
+			if h.reread == nil {
+				h.reread = make(map[string]struct{}, len(ids))
+			}
+			for _, u := range ids {
+				h.reread[u] = struct{}{}
+			}
+			h.mu.Unlock()
+			return false
+		}
+		h.mu.Lock()
+		for i := range out {
+			s := &out[i]
+			if !s.Known || !h.wantsLocked(batch[i], s.Version) {
+				continue
+			}
+			ev := memberChange(batch[i], s)
+			h.enqueueLocked(roomItem{user: &ev, reread: true})
+		}
+		h.memberReads.Add(uint64(len(batch))) // after the queueing: what follows is queued after
+		h.mu.Unlock()
+		ids = ids[len(batch):]
+	}
+	return true
+}
+
+// wantsLocked reports whether a state of user at version read again is
+// to be queued: a join of the user is queued or held back, or the
+// watchers of one of its rooms were sent an older one. Held: mu.
+func (h *RoomHub) wantsLocked(user string, version uint64) bool {
+	if h.joining[user] > 0 || h.held[user] != nil {
+		return true
+	}
+	for r := range h.index[user] {
+		if s := r.shown[user]; s == nil || version > s.version {
+			return true
+		}
+	}
+	return false
+}
+
+// memberChange is the change that brings a watcher from any earlier state
+// of user to s, its true state read now.
+func memberChange(user string, s *presence.Snapshot) presence.Event {
+	text, _ := s.Public()
+	pub := s.Status.Public()
+	return presence.Event{UserID: user, Status: pub, Prev: pub, Self: s.Status, Settings: s.Settings,
+		Text: text, SelfText: s.Text, LastSeen: s.PubLastSeen, Version: s.Version}
 }
 
 // watchedByOthers reports whether someone but the member watches ev's

@@ -58,7 +58,7 @@ func (h *RoomHub) unholdAll(r *room) {
 // apply applies one queued event.
 func (h *RoomHub) apply(ctx context.Context, it roomItem) {
 	if it.user != nil {
-		h.applyStatus(ctx, it.user)
+		h.applyStatus(ctx, it.user, it.reread)
 		return
 	}
 	ev := it.room
@@ -81,14 +81,14 @@ func (h *RoomHub) apply(ctx context.Context, it roomItem) {
 			h.resyncLocked(r)
 			return
 		}
-		h.hold(r, heldEvent{ev, contacts})
+		h.hold(r, heldEvent{ev: ev, contacts: contacts})
 		if r.known && r.gapSince == 0 {
 			r.gapSince = h.now()
 			h.gaps.Add(1)
 		}
 		return
 	}
-	h.applyEvent(r, ev, contacts)
+	h.applyEvent(r, ev, contacts, 0)
 	h.applyPending(r)
 	if r.resync {
 		h.resyncLocked(r)
@@ -116,7 +116,7 @@ func (h *RoomHub) applyPending(r *room) {
 			break
 		}
 		h.unhold(r, v)
-		h.applyEvent(r, he.ev, he.contacts)
+		h.applyEvent(r, he.ev, he.contacts, he.version)
 	}
 	for v := range r.pending {
 		if v <= r.applied {

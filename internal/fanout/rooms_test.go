@@ -101,6 +101,9 @@ func (m *roomModel) RoomSnapshot(ctx context.Context, viewer, room string, limit
 	return snap, nil
 }
 
+// MemberStates knows no member's state: the model holds rooms only.
+func (m *roomModel) MemberStates(context.Context, []string, []presence.Snapshot) error { return nil }
+
 func (m *roomModel) set(room string, v uint64, members ...string) {
 	m.mu.Lock()
 	m.version[room], m.members[room] = v, members

@@ -29,12 +29,16 @@ func (p roomPages) RoomPage(ctx context.Context, room, after string, limit int, 
 }
 
 // roomSnapshots read a room for the room hub: its first page as the
-// viewer sees it.
+// viewer sees it; and members' true states.
 type roomSnapshots struct{ r *query.Reader }
 
 func (s roomSnapshots) RoomSnapshot(ctx context.Context, viewer, room string, limit int) (fanout.RoomSnapshot, error) {
 	v, err := s.r.Room(ctx, viewer, room, "", limit)
 	return fanout.RoomSnapshot{Version: v.Version, Count: v.Count, Members: v.Members, Next: v.Next}, err
+}
+
+func (s roomSnapshots) MemberStates(ctx context.Context, ids []string, out []presence.Snapshot) error {
+	return s.r.States(ctx, ids, out)
 }
 
 // dialRooms connects as user's device with a token whose rooms claim is

@@ -21,13 +21,15 @@ import (
 // the hub's interest.
 
 // oneRoom is a RoomReader of rooms that hold one member, ann, online and
-// seen by all, at version 4.
+// seen by all, at version 4; it knows no member's state.
 type oneRoom struct{}
 
 func (oneRoom) RoomSnapshot(_ context.Context, _, _ string, _ int) (fanout.RoomSnapshot, error) {
 	return fanout.RoomSnapshot{Version: 4, Count: 1,
 		Members: []privacy.View{{UserID: "ann", StatusVisible: true, Status: presence.Online}}}, nil
 }
+
+func (oneRoom) MemberStates(context.Context, []string, []presence.Snapshot) error { return nil }
 
 // contactLists is fanout.ContactLists over a map.
 type contactLists map[string][]string

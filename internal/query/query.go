@@ -217,3 +217,48 @@ func grow(s []presence.Snapshot, n int) []presence.Snapshot {
 	}
 	return s[:n]
 }
+
+// States fills out[i] with the true state of ids[i], unfiltered, for a
+// caller that filters it per viewer itself, as it filters a change (the
+// room hub, reading members again): from States, never from
+// Config.Statuses (a replica may not have a change yet that the caller
+// must not miss), and from Profiles for the users States does not hold,
+// their versions raised as Read raises them. len(out) must be len(ids),
+// at most MaxBatch; a user known to neither has Known false.
+func (r *Reader) States(ctx context.Context, ids []string, out []presence.Snapshot) error {
+	if len(ids) > MaxBatch {
+		return ErrTooMany
+	}
+	if len(out) != len(ids) {
+		return errors.New("query: len(out) != len(ids)")
+	}
+	if err := r.states.Get(ctx, r.clock.Now().UnixMilli(), ids, out); err != nil {
+		return fmt.Errorf("read state: %w", err)
+	}
+	var misses []string
+	var index map[string]int
+	for i := range out {
+		out[i].UserID = ids[i]
+		if !out[i].Known {
+			if index == nil {
+				index = make(map[string]int)
+			}
+			misses = append(misses, ids[i])
+			index[ids[i]] = i
+		}
+	}
+	if len(misses) == 0 {
+		return nil
+	}
+	err := r.profiles.LoadProfiles(ctx, misses, func(p *presence.Profile) {
+		if i, ok := index[p.UserID]; ok && !out[i].Known {
+			floor := out[i].Version
+			out[i] = presence.SnapshotFromProfile(p)
+			out[i].Raise(r.margin, floor)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("read profiles: %w", err)
+	}
+	return nil
+}

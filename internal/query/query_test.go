@@ -290,3 +290,49 @@ func TestColdFaceAboveTheVersion(t *testing.T) {
 		}
 	}
 }
+
+// States reads users as they are, hidden settings and all, from the hot
+// store (never the replica, which may lag), and the users it does not
+// hold from the durable store with their versions raised as Read raises
+// them.
+func TestStates(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rules := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	store, replica := memstore.New(memstore.Config{Rules: rules}), memstore.New(memstore.Config{Rules: rules})
+	now := t0.UnixMilli()
+	hidden := presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}
+	hot := presence.Profile{UserID: "hot", Version: 7, Settings: hidden, Manual: presence.ManualBusy}
+	if err := store.Load(ctx, now, &hot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Beat(ctx, now, "hot", "d", true); err != nil {
+		t.Fatal(err)
+	}
+	stale := presence.Profile{UserID: "hot", Version: 3}
+	if err := replica.Load(ctx, now, &stale); err != nil {
+		t.Fatal(err)
+	}
+	d := &durable{profiles: map[string]presence.Profile{"cold": {UserID: "cold", Version: 9, LastSeen: now - 1000, PubLastSeen: now - 1000}}}
+	r, err := query.New(query.Config{States: store, Statuses: replica, Profiles: d, Contacts: d, Clock: clock.NewFake(t0), ColdVersionMargin: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"hot", "cold", "never"}
+	out := make([]presence.Snapshot, len(ids))
+	if err := r.States(ctx, ids, out); err != nil {
+		t.Fatal(err)
+	}
+	if s := out[0]; s.UserID != "hot" || !s.Known || s.Status != presence.Busy || s.Settings != hidden || s.Version <= 7 {
+		t.Errorf("hot: %+v, want busy, hidden, above version 7", s)
+	}
+	if s := out[1]; s.UserID != "cold" || !s.Known || s.Status != presence.Offline || s.Version != 9+1<<16 {
+		t.Errorf("cold: %+v, want offline at version %d", s, 9+1<<16)
+	}
+	if s := out[2]; s.UserID != "never" || s.Known {
+		t.Errorf("never: %+v, want unknown", s)
+	}
+	if err := r.States(ctx, ids, out[:2]); err == nil {
+		t.Error("States with len(out) != len(ids): no error")
+	}
+}
