@@ -81,7 +81,7 @@ func TestRooms(t *testing.T) {
 	r := New(Sources{
 		Tracker: func() tracker.Stats { return tracker.Stats{RoomEvents: 7} },
 		Rooms: func() fanout.RoomStats {
-			return fanout.RoomStats{Rooms: 2, Watchers: 5, Delivered: 40, Gaps: 3, Resyncs: 1, Dropped: 0}
+			return fanout.RoomStats{Rooms: 2, Watchers: 5, Delivered: 40, Gaps: 3, Resyncs: 1, Dropped: 0, MemberReads: 9, MemberReadErrors: 1}
 		},
 	})
 	rec := httptest.NewRecorder()
@@ -89,7 +89,7 @@ func TestRooms(t *testing.T) {
 	for _, want := range []string{
 		"presenced_room_events_total 7\n", "presenced_rooms_watched 2\n", "presenced_rooms_watchers 5\n",
 		"presenced_rooms_delivered_total 40\n", "presenced_rooms_gaps_total 3\n", "presenced_rooms_resyncs_total 1\n",
-		"presenced_rooms_dropped_total 0\n",
+		"presenced_rooms_dropped_total 0\n", "presenced_rooms_member_reads_total 9\n", "presenced_rooms_member_read_errors_total 1\n",
 	} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("no %q in /metrics", want)

@@ -15,6 +15,8 @@ var (
 	descRoomGaps    = prometheus.NewDesc("presenced_rooms_gaps_total", "Room events that came ahead of a missing earlier one and were held back.", nil, nil)
 	descRoomResyncs = prometheus.NewDesc("presenced_rooms_resyncs_total", "Rooms whose watchers were sent a fresh snapshot (an event missing for the gap wait, or the queue overflowed).", nil, nil)
 	descRoomDropped = prometheus.NewDesc("presenced_rooms_dropped_total", "Room events lost to a full queue of the room hub (every watched room was resynced).", nil, nil)
+	descRoomRereads = prometheus.NewDesc("presenced_rooms_member_reads_total", "Members of watched rooms read again once their changes reached the room hub, so a change made just before is not missed.", nil, nil)
+	descRoomRereadE = prometheus.NewDesc("presenced_rooms_member_read_errors_total", "Reads of members again that failed (retried a second later).", nil, nil)
 )
 
 // roomCollector exports the tracker's room events and the room hub's
@@ -25,7 +27,7 @@ type roomCollector struct {
 }
 
 func (c *roomCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRoomEvents, descRoomsWatch, descRoomWatches, descRoomFrames, descRoomGaps, descRoomResyncs, descRoomDropped} {
+	for _, d := range []*prometheus.Desc{descRoomEvents, descRoomsWatch, descRoomWatches, descRoomFrames, descRoomGaps, descRoomResyncs, descRoomDropped, descRoomRereads, descRoomRereadE} {
 		ch <- d
 	}
 }
@@ -42,5 +44,7 @@ func (c *roomCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRoomGaps, prometheus.CounterValue, float64(s.Gaps))
 		ch <- prometheus.MustNewConstMetric(descRoomResyncs, prometheus.CounterValue, float64(s.Resyncs))
 		ch <- prometheus.MustNewConstMetric(descRoomDropped, prometheus.CounterValue, float64(s.Dropped))
+		ch <- prometheus.MustNewConstMetric(descRoomRereads, prometheus.CounterValue, float64(s.MemberReads))
+		ch <- prometheus.MustNewConstMetric(descRoomRereadE, prometheus.CounterValue, float64(s.MemberReadErrors))
 	}
 }
