@@ -384,6 +384,9 @@ func (c *Client) handle(cn *conn, data []byte) {
 	case "error":
 		se := &ServerError{Code: m.Code, Message: m.Message, Room: m.Room}
 		if se.Room != "" {
+			se.Request = m.Request
+		}
+		if se.Room != "" {
 			c.roomRefused(cn, se)
 			return
 		}

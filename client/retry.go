@@ -8,16 +8,19 @@ import (
 )
 
 // Refused room messages (docs/protocol.md "Rooms": an error that answers a
-// room message names its room). The client holds the rooms the
-// application joined and watched; a refusal means the server holds the
-// room neither joined nor watched, so the client either sends the join
-// or watch again after a backoff — for a code a retry can cure — or drops
-// the room from what it holds and tells the application.
+// room message names the message, "request", and its room). The client
+// holds the rooms the application joined, left and watched; a refusal
+// means the server did not do what the message asked, so the client
+// either sends that message again after a backoff — for a code a retry
+// can cure, while the application still wants what it asked for — or,
+// for a join or watch refused for good, drops the room from what it holds.
+// Either way it tells the application.
 
-// roomRetryable reports whether sending a refused join or watch again can
+// roomRetryable reports whether sending a refused room message again can
 // succeed: the store was down for a moment (unavailable), too many
-// messages or joins (rate_limited), or the device had ended apart from
-// this socket (device_not_alive; a heartbeat first brings it back).
+// messages or joins and leaves (rate_limited), or the device had ended
+// apart from this socket (device_not_alive; a heartbeat first brings it
+// back).
 func roomRetryable(code string) bool {
 	switch code {
 	case "unavailable", "rate_limited", "device_not_alive":
@@ -26,39 +29,71 @@ func roomRetryable(code string) bool {
 	return false
 }
 
-// roomRetries are the rooms one connection is to join or watch again.
-// Their lifetime is the connection's: a reconnect joins and watches every
-// room again anyway.
+// Types of room messages, as the server names them in an error's request.
+const (
+	reqJoin    = "join"
+	reqLeave   = "leave"
+	reqWatch   = "watch_room"
+	reqUnwatch = "unwatch_room"
+)
+
+// retryKey is what one retry is about: the device's membership of a room
+// (join or leave) or the connection's watch of it (watch_room or
+// unwatch_room). A room has one retry of each at most.
+type retryKey struct {
+	room  string
+	watch bool
+}
+
+func keyOf(typ, room string) retryKey {
+	return retryKey{room: room, watch: typ == reqWatch || typ == reqUnwatch}
+}
+
+// roomRetries are the refused room messages one connection is to send
+// again. Their lifetime is the connection's: a reconnect joins and watches
+// every room again anyway, and sends the leaves still due (leaving).
 type roomRetries struct {
 	wake chan struct{} // cap 1: a retry was scheduled
 
 	mu    sync.Mutex
-	rooms map[string]*roomRetry
+	rooms map[retryKey]*roomRetry
 }
 
-// roomRetry is the retry of one room's join and watch.
+// roomRetry is the retry of one room's membership or watch.
 type roomRetry struct {
-	at      time.Time // when to send again; zero: nothing scheduled
+	typ     string    // the message to send again: the last one refused
+	at      time.Time // when to send it; zero: nothing scheduled
 	attempt int       // retries of this episode so far
-	beat    bool      // send a heartbeat first (device_not_alive)
+	beat    bool      // send a heartbeat first (a join's device_not_alive)
 	sent    time.Time // when the last retry went out
 }
 
-func newRoomRetries() *roomRetries {
-	return &roomRetries{wake: make(chan struct{}, 1), rooms: make(map[string]*roomRetry)}
+// retryJob is one retry due: send typ about room again.
+type retryJob struct {
+	typ, room string
+	beat      bool
 }
 
-// schedule plans a retry of room after the backoff of its attempt: the
-// n-th refusal in a row waits a random duration in [d/2, d] with
-// d = min(lo·2ⁿ, hi), like a reconnect. A refusal that comes more than hi
-// after the last retry went out starts again at lo. One retry sends both
-// the join and the watch of the room that are still wanted.
-func (r *roomRetries) schedule(room string, beat bool, now time.Time, lo, hi time.Duration) {
+func newRoomRetries() *roomRetries {
+	return &roomRetries{wake: make(chan struct{}, 1), rooms: make(map[retryKey]*roomRetry)}
+}
+
+// schedule plans to send the refused message typ about room again after
+// the backoff of its attempt: the n-th refusal in a row waits a random
+// duration in [d/2, d] with d = min(lo·2ⁿ, hi), like a reconnect. A
+// refusal that comes more than hi after the last retry went out starts
+// again at lo. A retry planned already of the room's membership (or
+// watch) keeps its time and sends the message refused last.
+func (r *roomRetries) schedule(typ, room string, beat bool, now time.Time, lo, hi time.Duration) {
 	r.mu.Lock()
-	rr := r.rooms[room]
+	k := keyOf(typ, room)
+	rr := r.rooms[k]
 	if rr == nil {
 		rr = &roomRetry{}
-		r.rooms[room] = rr
+		r.rooms[k] = rr
+	}
+	if rr.typ != typ {
+		rr.typ, rr.beat = typ, false
 	}
 	rr.beat = rr.beat || beat
 	if !rr.at.IsZero() {
@@ -77,38 +112,48 @@ func (r *roomRetries) schedule(room string, beat bool, now time.Time, lo, hi tim
 	}
 }
 
-// due takes the retries due at now, with whether each needs a heartbeat
-// first, and returns when the next one is due (zero: none planned). It
-// forgets rooms whose last retry is long past.
-func (r *roomRetries) due(now time.Time, hi time.Duration) (rooms []string, beats []bool, next time.Time) {
+// supersede forgets the planned retry of the membership (or the watch) of
+// room that the application's own message typ replaces; the backoff of a
+// refusal of that message goes on from where it was.
+func (r *roomRetries) supersede(typ, room string) {
+	r.mu.Lock()
+	if rr := r.rooms[keyOf(typ, room)]; rr != nil {
+		rr.at, rr.beat = time.Time{}, false
+	}
+	r.mu.Unlock()
+}
+
+// due takes the retries due at now and returns when the next one is due
+// (zero: none planned). It forgets retries whose last one is long past.
+func (r *roomRetries) due(now time.Time, hi time.Duration) (jobs []retryJob, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for room, rr := range r.rooms {
+	for k, rr := range r.rooms {
 		switch {
 		case rr.at.IsZero():
 			if now.Sub(rr.sent) > 2*hi {
-				delete(r.rooms, room)
+				delete(r.rooms, k)
 			}
 		case !rr.at.After(now):
-			rooms, beats = append(rooms, room), append(beats, rr.beat)
+			jobs = append(jobs, retryJob{typ: rr.typ, room: k.room, beat: rr.beat})
 			rr.at, rr.beat, rr.sent = time.Time{}, false, now
 		case next.IsZero() || rr.at.Before(next):
 			next = rr.at
 		}
 	}
-	return rooms, beats, next
+	return jobs, next
 }
 
-// retryRooms sends the planned retries of cn's refused rooms until ctx is
-// done (the connection ended, or the client closed).
+// retryRooms sends the planned retries of cn's refused room messages until
+// ctx is done (the connection ended, or the client closed).
 func (c *Client) retryRooms(ctx context.Context, cn *conn) {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
 	for {
-		rooms, beats, next := cn.retries.due(time.Now(), c.cfg.MaxBackoff)
-		for i, room := range rooms {
-			if !c.retryRoom(ctx, cn, room, beats[i]) {
+		jobs, next := cn.retries.due(time.Now(), c.cfg.MaxBackoff)
+		for _, j := range jobs {
+			if !c.retryRoom(ctx, cn, j) {
 				return
 			}
 		}
@@ -127,20 +172,41 @@ func (c *Client) retryRooms(ctx context.Context, cn *conn) {
 	}
 }
 
-// retryRoom sends room's join and watch again on cn, each if the
-// application still wants it; false when cn is no longer usable.
-func (c *Client) retryRoom(ctx context.Context, cn *conn, room string, beat bool) bool {
+// wantsLocked reports whether the application still wants what the room
+// message typ asks for; c.mu is held.
+func (c *Client) wantsLocked(typ, room string) bool {
+	_, joined := c.joined[room]
+	watched := c.watched[room] != nil
+	switch typ {
+	case reqJoin:
+		return joined
+	case reqLeave:
+		_, leaving := c.leaving[room]
+		return leaving && !joined
+	case reqWatch:
+		return watched
+	case reqUnwatch:
+		return !watched
+	}
+	return false
+}
+
+// retryRoom sends j's message again on cn if the application still wants
+// what it asks for; false when cn is no longer usable.
+func (c *Client) retryRoom(ctx context.Context, cn *conn, j retryJob) bool {
 	c.roomMu.Lock()
 	defer c.roomMu.Unlock()
 	c.mu.Lock()
 	current := c.cur == cn
-	_, join := c.joined[room]
-	watch := c.watched[room] != nil
+	want := c.wantsLocked(j.typ, j.room)
 	c.mu.Unlock()
 	if !current {
 		return false
 	}
-	if beat && join {
+	if !want {
+		return true
+	}
+	if j.beat && j.typ == reqJoin {
 		msg := heartbeatMsg{Type: "heartbeat"}
 		if !c.active.Load() {
 			msg.Active = new(false)
@@ -150,45 +216,83 @@ func (c *Client) retryRoom(ctx context.Context, cn *conn, room string, beat bool
 			return false
 		}
 	}
-	for _, typ := range []string{"join", "watch_room"} {
-		if typ == "join" && !join || typ == "watch_room" && !watch {
-			continue
-		}
-		c.log.Debug("presence: sending a refused room message again", "type", typ, "room", room)
-		if err := c.sendRoom(ctx, cn, typ, room); err != nil {
-			cn.close()
-			return false
-		}
+	c.log.Debug("presence: sending a refused room message again", "type", j.typ, "room", j.room)
+	if err := c.sendRoom(ctx, cn, j.typ, j.room); err != nil {
+		cn.close()
+		return false
 	}
 	c.mu.Lock()
-	if _, ok := c.joined[room]; ok && join {
-		c.joined[room] = cn
-	}
-	if v := c.watched[room]; v != nil && watch {
-		v.sentOn = cn
+	if c.wantsLocked(j.typ, j.room) {
+		switch j.typ {
+		case reqJoin:
+			c.joined[j.room] = cn
+		case reqLeave:
+			delete(c.leaving, j.room)
+		case reqWatch:
+			c.watched[j.room].sentOn = cn
+		}
 	}
 	c.mu.Unlock()
 	return true
 }
 
 // roomRefused handles an error of the server that names a room, which
-// answers a join, leave, watch_room or unwatch_room sent on cn: a join or
-// watch still wanted is sent again later if a retry can cure the code,
-// and dropped otherwise. The error reaches the application either way.
+// answers a join, leave, watch_room or unwatch_room sent on cn: the
+// message refused (se.Request) is sent again later if a retry can cure
+// the code and the application still wants what it asked for; a join or
+// watch refused otherwise is dropped. The error reaches the application
+// either way.
 func (c *Client) roomRefused(cn *conn, se *ServerError) {
+	defer c.q.push(se)
+	room, retry := se.Room, roomRetryable(se.Code)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch se.Request {
+	case "":
+		c.roomRefusedUnnamedLocked(cn, se)
+		return
+	case reqJoin, reqWatch, reqUnwatch:
+	case reqLeave:
+		// The device is still in the room: the leave is due again, on
+		// this connection after a backoff or on the next one.
+		if _, joined := c.joined[room]; retry && !joined {
+			c.leaving[room] = struct{}{}
+		}
+	default:
+		return // a message of a later protocol: not one of ours
+	}
+	switch want := c.wantsLocked(se.Request, room); {
+	case !want:
+		// The application asked for something else since; its own
+		// message went out after the refused one.
+	case retry:
+		cn.retries.schedule(se.Request, room, se.Code == "device_not_alive", time.Now(), c.cfg.MinBackoff, c.cfg.MaxBackoff)
+	case se.Request == reqJoin:
+		delete(c.joined, room)
+	case se.Request == reqWatch:
+		delete(c.watched, room)
+		c.q.dropRoom(room)
+	}
+}
+
+// roomRefusedUnnamedLocked is roomRefused for a server that names the room
+// of a refused message but not the message (before "request"): the join
+// and the watch of the room still wanted are sent again if a retry can
+// cure the code, and otherwise the code tells which was refused where
+// only one of them gets it; a code both get drops both, the watch only if
+// its room message had not come yet. c.mu is held.
+func (c *Client) roomRefusedUnnamedLocked(cn *conn, se *ServerError) {
 	room := se.Room
 	if roomRetryable(se.Code) {
-		c.mu.Lock()
-		_, join := c.joined[room]
-		watch := c.watched[room] != nil
-		c.mu.Unlock()
-		if join || watch {
-			cn.retries.schedule(room, se.Code == "device_not_alive", time.Now(), c.cfg.MinBackoff, c.cfg.MaxBackoff)
+		now := time.Now()
+		if _, ok := c.joined[room]; ok {
+			cn.retries.schedule(reqJoin, room, se.Code == "device_not_alive", now, c.cfg.MinBackoff, c.cfg.MaxBackoff)
 		}
-		c.q.push(se)
+		if c.watched[room] != nil {
+			cn.retries.schedule(reqWatch, room, false, now, c.cfg.MinBackoff, c.cfg.MaxBackoff)
+		}
 		return
 	}
-	c.mu.Lock()
 	joinOnly := se.Code == "too_many_rooms"
 	watchOnly := se.Code == "too_many_watched_rooms"
 	if _, ok := c.joined[room]; ok && !watchOnly {
@@ -200,6 +304,4 @@ func (c *Client) roomRefused(cn *conn, se *ServerError) {
 		delete(c.watched, room)
 		c.q.dropRoom(room)
 	}
-	c.mu.Unlock()
-	c.q.push(se)
 }

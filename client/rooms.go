@@ -191,7 +191,10 @@ func (c *Client) Join(ctx context.Context, room string) error {
 // Leave takes this device out of the room. Leaving a room not joined does
 // nothing. While disconnected it records the leave, which the next
 // connection sends (the server keeps the device in its rooms through the
-// close grace).
+// close grace). A leave the server refuses with a code a retry can cure
+// (unavailable, rate_limited) is sent again after a backoff, and by the
+// next connection, until it gets through or the room is joined again;
+// the *ServerError reaches Updates either way.
 func (c *Client) Leave(ctx context.Context, room string) error {
 	return c.roomOp(ctx, room, func() (string, error) {
 		if _, ok := c.joined[room]; !ok {
@@ -235,7 +238,10 @@ func (c *Client) WatchRoom(ctx context.Context, room string) error {
 
 // UnwatchRoom stops watching the room; updates about it that the
 // application has not taken yet are dropped. A watch ends with its
-// connection, so while disconnected there is nothing to send.
+// connection, so while disconnected there is nothing to send. An unwatch
+// the server refuses with a code a retry can cure (rate_limited) is sent
+// again after a backoff while the room stays unwatched and the connection
+// lasts.
 func (c *Client) UnwatchRoom(ctx context.Context, room string) error {
 	return c.roomOp(ctx, room, func() (string, error) {
 		if _, ok := c.watched[room]; !ok {
@@ -272,6 +278,9 @@ func (c *Client) roomOp(ctx context.Context, room string, change func() (string,
 	if err != nil || typ == "" || cn == nil {
 		return err
 	}
+	// The application's own message about the room replaces a retry of a
+	// refused one (retry.go).
+	cn.retries.supersede(typ, room)
 	if err := c.sendRoom(ctx, cn, typ, room); err != nil {
 		return err
 	}

@@ -701,3 +701,76 @@ func TestE2ERoomRefusedForGood(t *testing.T) {
 	}
 	wantRoom(t, a, "doc-2", "a:online")
 }
+
+// TestE2ERoomLeaveRetriedWhileRedisHangs: a leave the node refuses while
+// Redis hangs (unavailable, naming the leave and its room) is sent again
+// after a backoff until Redis answers — the device would otherwise stay in
+// the room until it ends, while the application believes it left — and
+// only the leave: the room's watch, refused by nothing, stays as it was.
+func TestE2ERoomLeaveRetriedWhileRedisHangs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts Redis and PostgreSQL")
+	}
+	rs, pg := testsvc.Redis(t), testsvc.Postgres(t)
+	n := startNode(t, t.TempDir(), "127.0.0.1:0", func(c *app.Config) {
+		c.RedisURL, c.PostgresURL, c.NoIngest = rs.URL, pg.NewDatabase(t), true
+	})
+	ctx := context.Background()
+	w := dialRooms(t, n, "w", "watcher", nil)
+	if err := w.WatchRoom(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	wantRoom(t, w, "doc")
+	a := dialRooms(t, n, "a", "laptop", nil)
+	if err := a.Join(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WatchRoom(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	wantRoom(t, a, "doc", "a:online")
+	b := dialRooms(t, n, "b", "phone", nil)
+	testwait.For(t, "a in doc, as its watcher sees it", func() bool {
+		r, ok := w.Room("doc")
+		return ok && r.Count == 1
+	})
+
+	if err := rs.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = rs.Resume()
+		}
+	}()
+	// Another user's join refused first has the node take the store as
+	// down, so that a's leave is refused without reaching Redis (a call
+	// that does reach it runs once Redis answers again).
+	if err := b.Join(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if se := nextRoomError(t, b, "unavailable", "other"); se.Request != "join" {
+		t.Fatalf("server error %#v, want the join refused", se)
+	}
+	if err := a.Leave(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	if se := nextRoomError(t, a, "unavailable", "doc"); se.Request != "leave" {
+		t.Fatalf("server error %#v, want the leave refused", se)
+	}
+	if got := fmt.Sprint(a.JoinedRooms(), a.WatchedRooms()); got != "[] [doc]" {
+		t.Fatalf("rooms after the refused leave: %s, want [] [doc]", got)
+	}
+	if err := rs.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	testwait.For(t, "the watcher to see a leave doc", func() bool {
+		r, ok := w.Room("doc")
+		return ok && r.Count == 0
+	})
+	if got := fmt.Sprint(a.JoinedRooms(), a.WatchedRooms()); got != "[] [doc]" {
+		t.Fatalf("rooms after the leave got through: %s, want [] [doc]", got)
+	}
+}

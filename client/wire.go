@@ -62,9 +62,10 @@ type serverMsg struct {
 	MoreJoined int                `json:"more_joined"`
 	MoreLeft   int                `json:"more_left"`
 
-	// error
+	// error (with Room)
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	Request string `json:"request"`
 }
 
 type wirePresence struct {
@@ -158,21 +159,30 @@ func (s State) String() string {
 // "too_many_subscriptions", "rate_limited" or "invalid_request". The
 // connection stays up.
 //
-// Room names the room of a refused join, leave, WatchRoom or UnwatchRoom
-// (empty for other errors). The client has acted on it before it reaches
-// the application: a join or watch refused with a code a retry can cure
-// (unavailable, rate_limited, device_not_alive) is sent again after a
-// backoff, until it succeeds, the application leaves or unwatches the
-// room, or the connection ends (a reconnect joins and watches again
-// anyway); one refused for good (room_not_allowed, too_many_rooms,
-// too_many_watched_rooms, rooms_unavailable, …) is no longer joined or
-// watched (JoinedRooms, WatchedRooms): Join or WatchRoom it again to try
-// once more. A code that both a join and a watch may get drops both of
-// the room, the watch only if its room message had not come yet.
+// Room names the room of a refused join, leave, WatchRoom or UnwatchRoom,
+// and Request the message refused: "join", "leave", "watch_room" or
+// "unwatch_room" (both empty for other errors). The client has acted on
+// exactly that message before the error reaches the application. One
+// refused with a code a retry can cure (unavailable, rate_limited,
+// device_not_alive) is sent again after a backoff, until it succeeds, the
+// application asks otherwise (a Join after a refused Leave, an UnwatchRoom
+// after a refused WatchRoom, …: its own message supersedes the retry), or
+// the connection ends — a reconnect joins and watches again anyway, and
+// sends a leave still due. A join or watch refused for good
+// (room_not_allowed, too_many_rooms, too_many_watched_rooms,
+// rooms_unavailable, internal, …) is no longer joined or watched
+// (JoinedRooms, WatchedRooms): Join or WatchRoom it again to try once
+// more; the other one of the room stays as it was.
+//
+// A server older than Request names only the room: the client then
+// guesses the message by the code — a retry sends the room's join and
+// watch still wanted again, and a code that both a join and a watch may
+// get drops both, the watch only if its room message had not come yet.
 type ServerError struct {
 	Code    string
 	Message string
 	Room    string
+	Request string
 }
 
 func (e *ServerError) Error() string { return "presenced: " + e.Code + ": " + e.Message }

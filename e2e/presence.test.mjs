@@ -615,3 +615,88 @@ test("rooms: a join or watch refused for good is dropped and told, naming its ro
   c.join("b");
   assert.deepEqual(last().sent.at(-1), { type: "join", room: "b" });
 });
+
+test("rooms: an error naming its request acts on that message only: the join or the watch", () => {
+  const c = client();
+  const errors = [];
+  c.addEventListener("servererror", (e) => errors.push(e.detail));
+  c.start();
+  last().open();
+  for (const r of ["r", "s", "t"]) {
+    c.join(r);
+    c.watchRoom(r);
+  }
+  // Codes both a join and a watch may get: only the message named goes.
+  last().recv({ type: "error", code: "rooms_unavailable", request: "watch_room", room: "r", message: "no watching here" });
+  assert.deepEqual([[...c.rooms], [...c.watchedRooms]], [["r", "s", "t"], ["s", "t"]], "the watch of r only");
+  last().recv({ type: "error", code: "internal", request: "join", room: "s", message: "see the log" });
+  assert.deepEqual([[...c.rooms], [...c.watchedRooms]], [["r", "t"], ["s", "t"]], "the join of s only, its watch kept though no room event came");
+  assert.deepEqual(
+    errors.map((e) => `${e.code} ${e.request} ${e.room}`),
+    ["rooms_unavailable watch_room r", "internal join s"],
+  );
+  // A retry sends the message refused, not the room's other one.
+  const before = last().sent.length;
+  last().recv({ type: "error", code: "unavailable", request: "watch_room", room: "t", message: "retry later" });
+  mock.timers.tick(60_000);
+  assert.deepEqual(
+    last()
+      .sent.slice(before)
+      .filter((m) => m.room)
+      .map((m) => `${m.type} ${m.room}`),
+    ["watch_room t"],
+  );
+  // A request of a later protocol is not one of ours: nothing changes.
+  last().recv({ type: "error", code: "room_not_allowed", request: "knock", room: "t", message: "?" });
+  assert.deepEqual([[...c.rooms], [...c.watchedRooms]], [["r", "t"], ["s", "t"]]);
+});
+
+test("rooms: a leave or unwatch refused with a code a retry cures is sent again, until the app asks otherwise; a reconnect sends the leave", () => {
+  const c = client();
+  c.start();
+  last().open();
+  c.join("doc");
+  c.join("call");
+  c.watchRoom("w");
+  c.leave("doc");
+  c.leave("call");
+  c.unwatchRoom("w");
+  const first = last();
+  const roomMsgs = (from) =>
+    first.sent
+      .slice(from)
+      .filter((m) => m.room)
+      .map((m) => `${m.type} ${m.room}`);
+  let at = first.sent.length;
+  first.recv({ type: "error", code: "unavailable", request: "leave", room: "doc", message: "retry later" });
+  first.recv({ type: "error", code: "rate_limited", request: "unwatch_room", room: "w", message: "too many" });
+  first.recv({ type: "error", code: "room_not_allowed", request: "leave", room: "call", message: "not in the claim" });
+  assert.deepEqual([[...c.rooms], [...c.watchedRooms]], [[], []], "a refused leave or unwatch changes what the app asked for in nothing");
+  mock.timers.tick(500); // the first retry within 0.25–0.5 s
+  assert.deepEqual(roomMsgs(at).sort(), ["leave doc", "unwatch_room w"], "not the leave refused for good");
+
+  // Refused again, then joined before the retry: the join supersedes it.
+  at = first.sent.length;
+  first.recv({ type: "error", code: "unavailable", request: "leave", room: "doc", message: "retry later" });
+  first.recv({ type: "error", code: "rate_limited", request: "unwatch_room", room: "w", message: "too many" });
+  c.join("doc");
+  c.watchRoom("w");
+  mock.timers.tick(60_000);
+  assert.deepEqual(roomMsgs(at), ["join doc", "watch_room w"], "no leave nor unwatch after the app's join and watch");
+
+  // A leave refused as the socket ends: the next socket sends it, as the
+  // device keeps its rooms through the close grace.
+  c.leave("doc");
+  first.recv({ type: "error", code: "unavailable", request: "leave", room: "doc", message: "retry later" });
+  first.drop();
+  mock.timers.tick(1000);
+  last().open();
+  assert.deepEqual(
+    last()
+      .sent.filter((m) => m.room)
+      .map((m) => `${m.type} ${m.room}`),
+    ["leave doc", "watch_room w"],
+  );
+  mock.timers.tick(60_000);
+  assert.equal(last().ofType("leave").length, 1, "the old socket's retry is gone");
+});

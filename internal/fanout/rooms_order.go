@@ -215,7 +215,9 @@ func (h *RoomHub) resyncWorker(ctx context.Context) {
 				if err := h.snapshotFor(ctx, w, j.room); err != nil && ctx.Err() == nil {
 					h.snapErrs.Add(1)
 					h.log.Warn("rooms: reading a snapshot for a resync failed; the watcher is sent an error", "room", j.room, "err", err)
-					j.sink.DeliverRoom(j.room, wire.AppendRoomError(nil, "unavailable", j.room, "the room "+j.room+" could not be read again; watch it again"))
+					// It names the watch_room as the request refused: the
+					// watch is what ends, and what the client is to send again.
+					j.sink.DeliverRoom(j.room, wire.AppendRoomError(nil, "unavailable", "watch_room", j.room, "the room "+j.room+" could not be read again; watch it again"))
 					h.unwatchLocked(j.sink, j.room)
 				}
 			}

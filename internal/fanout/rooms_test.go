@@ -609,3 +609,50 @@ func TestRoomNothingQueuedWhileNoRoomWatched(t *testing.T) {
 		t.Fatalf("stats %+v: want the join of a watched room queued", st)
 	}
 }
+
+// failRoom is a roomModel whose reads fail once armed is closed.
+type failRoom struct {
+	*roomModel
+	armed chan struct{}
+}
+
+func (f *failRoom) RoomSnapshot(ctx context.Context, viewer, room string, limit int) (fanout.RoomSnapshot, error) {
+	select {
+	case <-f.armed:
+		return fanout.RoomSnapshot{}, errors.New("the store does not answer")
+	default:
+	}
+	return f.roomModel.RoomSnapshot(ctx, viewer, room, limit)
+}
+
+// A watcher whose room cannot be read again for a resync is told with an
+// error that names the room and the watch_room as the request refused — the
+// watch ended, and a client is to send it again — and watches it no more.
+func TestRoomResyncFailureNamesTheWatch(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5)
+	f := &failRoom{roomModel: m, armed: make(chan struct{})}
+	fc := clock.NewFake(time.Unix(1000, 0))
+	h, err := fanout.NewRoomHub(fanout.RoomConfig{Reader: f, Contacts: contactBook{}, Clock: fc, GapWait: 40 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	s := &roomSink{viewer: "zed"}
+	watch(t, h, s, "doc")
+	close(f.armed)
+	h.PublishRoom(join("doc", "ann", 7, 2, presence.Online, presence.Everyone)) // 6 never comes
+	testwait.For(t, "the gap to be seen", func() bool { return h.Stats().Gaps == 1 })
+	fc.Advance(time.Second)
+	testwait.For(t, "the error", func() bool { return len(s.msgs()) == 2 })
+	m2 := s.msgs()[1]
+	if m2["type"] != "error" || m2["code"] != "unavailable" || m2["request"] != "watch_room" || m2["room"] != "doc" {
+		t.Fatalf("got %v, want an unavailable of the watch_room of doc", m2)
+	}
+	if h.Watched(s) != 0 {
+		t.Fatalf("still watching %d rooms", h.Watched(s))
+	}
+}

@@ -650,9 +650,10 @@ func (c *conn) message(op ws.OpCode, p []byte) bool {
 			c.close(closePolicy, "rate limit exceeded")
 			return false
 		}
-		// A refused room message names its room, like every error of one:
-		// the client retries the join or watch it would otherwise hold.
-		c.sendRoomError(roomOf(op, p), "rate_limited", "too many messages: at most %d per second, bursts of %d", c.g.cfg.Rate, c.g.cfg.Burst)
+		// A refused room message names its type and room, like every
+		// error of one: the client sends that message again.
+		req, room := roomOf(op, p)
+		c.sendRoomError(req, room, "rate_limited", "too many messages: at most %d per second, bursts of %d", c.g.cfg.Rate, c.g.cfg.Burst)
 		return true
 	}
 	if op == ws.OpBinary {
@@ -671,7 +672,7 @@ func (c *conn) message(op ws.OpCode, p []byte) bool {
 		m, perr = decodeJSONMessage(p)
 	}
 	if perr != nil {
-		c.sendRoomError(perr.room, perr.code, "%s", perr.message)
+		c.sendRoomError(perr.request, perr.room, perr.code, "%s", perr.message)
 		return true
 	}
 	return c.handle(&m)

@@ -38,8 +38,9 @@ type clientMsg struct {
 type protoError struct {
 	code, message string
 	// room is the room a refused room message named, when it was a valid
-	// id: the error frame names it (docs/protocol.md "Rooms").
-	room string
+	// id, and request the message's type: the error frame names both
+	// (docs/protocol.md "Rooms").
+	request, room string
 }
 
 func perr(code, format string, args ...any) *protoError {
@@ -197,7 +198,7 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 		// only a valid one: what fails the rules of ids is never echoed.
 		room, e := decodeRoom(r.Room)
 		if e := allowed("room"); e != nil {
-			e.room = room
+			e.request, e.room = *r.Type, room
 			return m, e
 		}
 		if e != nil {
@@ -231,19 +232,22 @@ func decodeRoom(raw json.RawMessage) (string, *protoError) {
 // id written in escapes.
 const maxPeek = 512
 
-// roomOf returns the room a message refused before it was read names, if
-// it is a room message with a valid room; "" otherwise. Only short text
-// messages are looked at, so a client pushing past the limit of messages
-// costs little more than before.
-func roomOf(op ws.OpCode, b []byte) string {
+// roomOf returns the type of a message refused before it was read and the
+// room it names, if it is a room message with a valid room; "" and ""
+// otherwise. Only short text messages are looked at, so a client pushing
+// past the limit of messages costs little more than before.
+func roomOf(op ws.OpCode, b []byte) (request, room string) {
 	if op != ws.OpText || len(b) > maxPeek || !bytes.Contains(b, []byte(`"room"`)) {
-		return ""
+		return "", ""
 	}
 	m, e := decodeJSONMessage(b)
 	if e != nil {
-		return e.room
+		return e.request, e.room
 	}
-	return m.room
+	if m.room == "" {
+		return "", ""
+	}
+	return roomTypes[m.kind], m.room
 }
 
 // knownTypes lists the types of client messages, for error messages.
@@ -251,5 +255,8 @@ const knownTypes = "heartbeat, set_status, subscribe, unsubscribe, bye, join, le
 
 // roomKinds are the kinds of the messages about one room, by type.
 var roomKinds = map[string]int{"join": msgJoin, "leave": msgLeave, "watch_room": msgWatchRoom, "unwatch_room": msgUnwatchRoom}
+
+// roomTypes are the types of the messages about one room, by kind.
+var roomTypes = map[int]string{msgJoin: "join", msgLeave: "leave", msgWatchRoom: "watch_room", msgUnwatchRoom: "unwatch_room"}
 
 func isNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null" }

@@ -16,7 +16,7 @@
 // many messages, status changes, joins and leaves, or snapshot ids:
 // nothing of that message was done), unavailable (a backend cannot serve
 // for now — tracker.Unavailable — or no hub; retry later), internal (the
-// detail is in the server log); one of a room message names its room.
+// detail is in the server log); one of a room message names it (request).
 //
 // Close codes: 1000 after bye (or echoing the client's close), 1001
 // shutdown, 1002 protocol error, 1007 invalid UTF-8, 1008 persistent rate

@@ -175,7 +175,8 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 // point; a failure of the server is logged.
 func (c *conn) opError(op string, err error) { c.roomOpError(op, "", err) }
 
-// roomOpError is opError for a message about room (none: "").
+// roomOpError is opError for a message about room (none: ""); op is then
+// the message's type, which the error names as its request.
 func (c *conn) roomOpError(op, room string, err error) {
 	if errors.Is(err, context.Canceled) && c.g.ctx.Err() != nil {
 		return // shutting down
@@ -189,15 +190,16 @@ func (c *conn) roomOpError(op, room string, err error) {
 	case e.Status >= 500:
 		c.g.log.Warn("websocket operation failed: a backend is unavailable", "op", op, "user_id", c.user, "err", err)
 	}
-	c.sendRoomError(room, e.Code, "%s", e.Message)
+	c.sendRoomError(op, room, e.Code, "%s", e.Message)
 }
 
 func (c *conn) sendError(code, format string, args ...any) {
-	c.sendRoomError("", code, format, args...)
+	c.sendRoomError("", "", code, format, args...)
 }
 
-// sendRoomError sends an error that answers a message about room, a valid
-// room id, and names it ("": an error of no room).
-func (c *conn) sendRoomError(room, code, format string, args ...any) {
-	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendRoomError(nil, code, room, fmt.Sprintf(format, args...))})
+// sendRoomError sends an error that answers a room message of type
+// request about room, a valid room id, and names both ("": an error of no
+// room, which names neither).
+func (c *conn) sendRoomError(request, room, code, format string, args ...any) {
+	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendRoomError(nil, code, request, room, fmt.Sprintf(format, args...))})
 }

@@ -79,13 +79,14 @@ func (c *conn) DeliverRoom(_ string, frame []byte) {
 }
 
 // roomAllowed reports whether the connection's token lets it into room,
-// and answers room_not_allowed when it does not.
-func (c *conn) roomAllowed(room string) bool {
+// and answers the message of type request room_not_allowed when it does
+// not.
+func (c *conn) roomAllowed(request, room string) bool {
 	if c.rooms.Allows(room) {
 		return true
 	}
 	e := apierr.RoomNotAllowed(room)
-	c.sendRoomError(room, e.Code, "%s", e.Message)
+	c.sendRoomError(request, room, e.Code, "%s", e.Message)
 	return false
 }
 
@@ -93,12 +94,16 @@ func (c *conn) roomAllowed(room string) bool {
 // Nothing answers success: watchers of the room, the device's own
 // connections among them, see the join or leave.
 func (c *conn) joinLeave(ctx context.Context, room string, join bool) {
-	if !c.roomAllowed(room) {
+	req := "leave"
+	if join {
+		req = "join"
+	}
+	if !c.roomAllowed(req, room) {
 		return
 	}
 	rt := c.g.roomTracker
 	if rt == nil {
-		c.sendRoomError(room, "rooms_unavailable", "rooms are not available on this node")
+		c.sendRoomError(req, room, "rooms_unavailable", "rooms are not available on this node")
 		return
 	}
 	// Joins and leaves churn the rooms' watchers: a device gets a burst
@@ -106,16 +111,16 @@ func (c *conn) joinLeave(ctx context.Context, room string, join bool) {
 	// across all its sockets to this node, then a few a second.
 	if ok, wait := c.g.roomOps.Take(ratelimit.RoomKey(c.user, c.device), c.g.now()); !ok {
 		c.g.stats.rateLimited.Add(1)
-		c.sendRoomError(room, "rate_limited", "too many joins and leaves of rooms for this device: %s; nothing changed; retry in %ds",
+		c.sendRoomError(req, room, "rate_limited", "too many joins and leaves of rooms for this device: %s; nothing changed; retry in %ds",
 			ratelimit.Rooms, ratelimit.RetryAfter(wait))
 		return
 	}
-	op, name := rt.Leave, "leave"
+	op := rt.Leave
 	if join {
-		op, name = rt.Join, "join"
+		op = rt.Join
 	}
 	if _, err := op(ctx, c.user, c.device, room); err != nil {
-		c.roomOpError(name, room, err)
+		c.roomOpError(req, room, err)
 		return
 	}
 	c.mu.Lock()
@@ -181,12 +186,12 @@ func (g *Gateway) RejoinRooms(ctx context.Context) (int, error) {
 // watchRoom makes the connection a watcher of room: the hub sends it the
 // room's snapshot, then its changes.
 func (c *conn) watchRoom(ctx context.Context, room string) {
-	if !c.roomAllowed(room) {
+	if !c.roomAllowed("watch_room", room) {
 		return
 	}
 	h := c.g.roomHub
 	if h == nil {
-		c.sendRoomError(room, "rooms_unavailable", "watching rooms is not available on this node")
+		c.sendRoomError("watch_room", room, "rooms_unavailable", "watching rooms is not available on this node")
 		return
 	}
 	err := h.Watch(ctx, c, room)
@@ -202,7 +207,7 @@ func (c *conn) watchRoom(ctx context.Context, room string) {
 	switch {
 	case err == nil:
 	case errors.Is(err, fanout.ErrTooManyWatchedRooms):
-		c.sendRoomError(room, "too_many_watched_rooms", "this connection watches as many rooms as one connection may (-max-watched-rooms %d); unwatch one first (%q is not watched)",
+		c.sendRoomError("watch_room", room, "too_many_watched_rooms", "this connection watches as many rooms as one connection may (-max-watched-rooms %d); unwatch one first (%q is not watched)",
 			c.g.roomHub.MaxWatched(), room)
 	default:
 		c.roomOpError("watch_room", room, err)
@@ -211,12 +216,12 @@ func (c *conn) watchRoom(ctx context.Context, room string) {
 
 // unwatchRoom stops the connection watching room; nothing answers.
 func (c *conn) unwatchRoom(room string) {
-	if !c.roomAllowed(room) {
+	if !c.roomAllowed("unwatch_room", room) {
 		return
 	}
 	if h := c.g.roomHub; h != nil {
 		h.Unwatch(c, room)
 		return
 	}
-	c.sendRoomError(room, "rooms_unavailable", "watching rooms is not available on this node")
+	c.sendRoomError("unwatch_room", room, "rooms_unavailable", "watching rooms is not available on this node")
 }

@@ -487,21 +487,24 @@ type failWatch struct {
 func (f failWatch) Watch(context.Context, gateway.RoomSink, string) error { return f.err }
 
 // roomError reads the next message, which must be an error with code that
-// names room ("": names none).
-func (c *client) roomError(code, room string) map[string]any {
+// answers a message of type request about room ("" and "": names
+// neither).
+func (c *client) roomError(code, request, room string) map[string]any {
 	c.t.Helper()
 	m := c.msgType("error")
 	got, named := m["room"]
-	if m["code"] != code || (room == "") == named || (room != "" && got != room) {
-		c.t.Fatalf("got error %v, want %s naming room %q", m, code, room)
+	gotReq, namedReq := m["request"]
+	if m["code"] != code || (room == "") == named || (room != "" && got != room) ||
+		(request == "") == namedReq || (request != "" && gotReq != request) {
+		c.t.Fatalf("got error %v, want %s answering %q of room %q", m, code, request, room)
 	}
 	return m
 }
 
 // TestRoomErrorsNameTheRoom: every error that answers a room message names
-// the room it named, so that a client can tell which join or watch was
-// refused and retry or drop it; a room id that is not valid is never
-// echoed.
+// the room it named and the message's type (request), so that a client can
+// tell exactly which join, leave, watch or unwatch was refused and retry
+// or drop that one; a room id that is not valid is never echoed.
 func TestRoomErrorsNameTheRoom(t *testing.T) {
 	t.Run("unavailable", func(t *testing.T) {
 		n := newNode(t, opts{tweak: func(c *gateway.Config) {
@@ -512,7 +515,7 @@ func TestRoomErrorsNameTheRoom(t *testing.T) {
 		c.msgType("welcome")
 		for _, typ := range []string{"join", "leave", "watch_room"} {
 			c.send(`{"type":"` + typ + `","room":"doc-` + typ + `"}`)
-			c.roomError("unavailable", "doc-"+typ)
+			c.roomError("unavailable", typ, "doc-"+typ)
 		}
 	})
 	t.Run("room_not_allowed", func(t *testing.T) {
@@ -521,7 +524,7 @@ func TestRoomErrorsNameTheRoom(t *testing.T) {
 		c.msgType("welcome")
 		for _, typ := range []string{"join", "leave", "watch_room", "unwatch_room"} {
 			c.send(`{"type":"` + typ + `","room":"doc-42"}`)
-			c.roomError("room_not_allowed", "doc-42")
+			c.roomError("room_not_allowed", typ, "doc-42")
 		}
 	})
 	t.Run("rooms_unavailable", func(t *testing.T) {
@@ -530,7 +533,7 @@ func TestRoomErrorsNameTheRoom(t *testing.T) {
 		c.msgType("welcome")
 		for _, typ := range []string{"join", "leave", "watch_room", "unwatch_room"} {
 			c.send(`{"type":"` + typ + `","room":"r-` + typ + `"}`)
-			c.roomError("rooms_unavailable", "r-"+typ)
+			c.roomError("rooms_unavailable", typ, "r-"+typ)
 		}
 	})
 	t.Run("caps", func(t *testing.T) {
@@ -539,10 +542,10 @@ func TestRoomErrorsNameTheRoom(t *testing.T) {
 		c.msgType("welcome")
 		c.send(`{"type":"join","room":"a"}`)
 		c.send(`{"type":"join","room":"b"}`)
-		c.roomError("too_many_rooms", "b")
+		c.roomError("too_many_rooms", "join", "b")
 		c.watchRoom("a")
 		c.send(`{"type":"watch_room","room":"b"}`)
-		c.roomError("too_many_watched_rooms", "b")
+		c.roomError("too_many_watched_rooms", "watch_room", "b")
 	})
 	t.Run("device_not_alive", func(t *testing.T) {
 		n := newNode(t, opts{})
@@ -552,7 +555,7 @@ func TestRoomErrorsNameTheRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.send(`{"type":"join","room":"r"}`)
-		c.roomError("device_not_alive", "r")
+		c.roomError("device_not_alive", "join", "r")
 	})
 	t.Run("rate_limited", func(t *testing.T) {
 		// The joins and leaves of a device: its own bucket.
@@ -564,32 +567,38 @@ func TestRoomErrorsNameTheRoom(t *testing.T) {
 			c.send(`{"type":"leave","room":"r"}`)
 		}
 		c.send(`{"type":"join","room":"doc-7"}`)
-		c.roomError("rate_limited", "doc-7")
+		c.roomError("rate_limited", "join", "doc-7")
+		c.send(`{"type":"leave","room":"doc-7"}`)
+		c.roomError("rate_limited", "leave", "doc-7")
 
 		// The messages of a connection, refused before they are read: the
 		// clock is fake, so the burst does not refill.
-		n = newNode(t, opts{tweak: func(c *gateway.Config) { c.Rate, c.Burst = 5, 5 }})
+		n = newNode(t, opts{tweak: func(c *gateway.Config) { c.Rate, c.Burst = 8, 8 }})
 		c = n.dialRooms("1", "phone", "*")
 		c.msgType("welcome")
-		for range 5 {
+		for range 8 {
 			c.send(`{"type":"unwatch_room","room":"none"}`) // nothing to answer
 		}
 		c.send(`{"type":"join","room":"doc-8"}`)
-		c.roomError("rate_limited", "doc-8")
-		c.send(`{"type":"watch_room","room":"doc-9"}`)
-		c.roomError("rate_limited", "doc-9")
+		c.roomError("rate_limited", "join", "doc-8")
+		for _, typ := range []string{"watch_room", "leave", "unwatch_room"} {
+			c.send(`{"type":"` + typ + `","room":"doc-9"}`)
+			c.roomError("rate_limited", typ, "doc-9")
+		}
 		c.send(`{"type":"subscribe","user_ids":["2"]}`)
-		c.roomError("rate_limited", "")
+		c.roomError("rate_limited", "", "")
 		c.send(`{"type":"join","room":"` + strings.Repeat("x", 65) + `"}`)
-		c.roomError("rate_limited", "")
+		c.roomError("rate_limited", "", "")
 	})
 	t.Run("invalid", func(t *testing.T) {
 		n := newNode(t, opts{})
 		c := n.dialRooms("1", "", "*")
 		c.msgType("welcome")
 		// A valid room in a message refused for another field: named.
-		c.send(`{"type":"join","room":"doc-1","active":true}`)
-		c.roomError("invalid_json", "doc-1")
+		for _, typ := range []string{"join", "leave", "watch_room", "unwatch_room"} {
+			c.send(`{"type":"` + typ + `","room":"doc-1","active":true}`)
+			c.roomError("invalid_json", typ, "doc-1")
+		}
 		// What is not a valid room id is never sent back.
 		for _, msg := range []string{
 			`{"type":"join","room":"` + strings.Repeat("x", 65) + `"}`,
@@ -602,12 +611,14 @@ func TestRoomErrorsNameTheRoom(t *testing.T) {
 		} {
 			c.send(msg)
 			m := c.msgType("error")
-			if _, named := m["room"]; named || (m["code"] != "invalid_id" && m["code"] != "invalid_json") {
+			_, named := m["room"]
+			_, namedReq := m["request"]
+			if named || namedReq || (m["code"] != "invalid_id" && m["code"] != "invalid_json") {
 				t.Fatalf("%s: %v", msg, m)
 			}
 		}
 		// Errors of other messages name no room.
 		c.send(`{"type":"subscribe","user_ids":[]}`)
-		c.roomError("invalid_id", "")
+		c.roomError("invalid_id", "", "")
 	})
 }

@@ -127,12 +127,12 @@ func TestAppendError(t *testing.T) {
 }
 
 func TestAppendRoomError(t *testing.T) {
-	out := wire.AppendRoomError(nil, "unavailable", "doc-\"42\"", "retry later")
-	want := `{"type":"error","code":"unavailable","room":"doc-\"42\"","message":"retry later"}`
+	out := wire.AppendRoomError(nil, "unavailable", "watch_room", "doc-\"42\"", "retry later")
+	want := `{"type":"error","code":"unavailable","request":"watch_room","room":"doc-\"42\"","message":"retry later"}`
 	if string(out) != want {
 		t.Errorf("got  %s\nwant %s", out, want)
 	}
-	if out := wire.AppendRoomError(nil, "internal", "", "x"); string(out) != string(wire.AppendError(nil, "internal", "x")) {
+	if out := wire.AppendRoomError(nil, "internal", "join", "", "x"); string(out) != string(wire.AppendError(nil, "internal", "x")) {
 		t.Errorf("without a room: %s", out)
 	}
 }
@@ -184,7 +184,7 @@ func FuzzMessages(f *testing.F) {
 			wire.AppendPresence(nil, &v),
 			wire.AppendSnapshot(nil, []privacy.View{v, {UserID: id + "x"}}),
 			wire.AppendError(nil, code, text),
-			wire.AppendRoomError(nil, code, id, text),
+			wire.AppendRoomError(nil, code, "leave", id, text),
 			wire.AppendWelcome(nil, id, text, time.Duration(last), time.Duration(version), time.Duration(last)),
 			wire.AppendView(nil, &v),
 		} {

@@ -60,18 +60,22 @@ func AppendSnapshot(b []byte, views []privacy.View) []byte {
 
 // AppendError appends {"type":"error","code":…,"message":…}.
 func AppendError(b []byte, code, message string) []byte {
-	return AppendRoomError(b, code, "", message)
+	return AppendRoomError(b, code, "", "", message)
 }
 
 // AppendRoomError appends the error of a room message,
-// {"type":"error","code":…,"room":…,"message":…}: the room is the one the
-// message named, so that a client knows which join or watch was refused.
-// An empty room is left out (AppendError). The caller passes only a valid
-// room id, never what a client sent unchecked.
-func AppendRoomError(b []byte, code, room, message string) []byte {
+// {"type":"error","code":…,"request":…,"room":…,"message":…}: request is
+// the type of the message refused (join, leave, watch_room or
+// unwatch_room) and room the room it named, so that a client knows
+// exactly which of its messages about the room was refused. An empty room
+// leaves both out (AppendError). The caller passes only a valid room id
+// and a type of room message, never what a client sent unchecked.
+func AppendRoomError(b []byte, code, request, room, message string) []byte {
 	b = append(b, `{"type":"error","code":`...)
 	b = AppendString(b, code)
 	if room != "" {
+		b = append(b, `,"request":`...)
+		b = AppendString(b, request)
 		b = append(b, `,"room":`...)
 		b = AppendString(b, room)
 	}

@@ -76,14 +76,21 @@ export interface ServerErrorDetail {
   message: string;
   /**
    * The room of a refused join, leave, watch or unwatch; absent for other
-   * errors. The client has acted on it before the event: a join or watch
-   * refused with a code a retry can cure ("unavailable", "rate_limited",
-   * "device_not_alive") is sent again after a backoff while the room is
-   * still wanted; one refused for good ("room_not_allowed",
-   * "too_many_rooms", "too_many_watched_rooms", "rooms_unavailable", …) is
-   * taken out of `rooms` or `watchedRooms`.
+   * errors. The client has acted on it before the event (see `request`).
    */
   room?: string;
+  /**
+   * The message refused, with `room`; absent from a service older than the
+   * field. The client has acted on exactly that message: one refused with
+   * a code a retry can cure ("unavailable", "rate_limited",
+   * "device_not_alive") is sent again after a backoff while the app still
+   * wants what it asked for (its own join/leave/watchRoom/unwatchRoom of
+   * the room supersedes the retry); a join or watch refused for good
+   * ("room_not_allowed", "too_many_rooms", "too_many_watched_rooms",
+   * "rooms_unavailable", "internal", …) is taken out of `rooms` or
+   * `watchedRooms`. Without `request` the client guesses by the code.
+   */
+  request?: "join" | "leave" | "watch_room" | "unwatch_room";
 }
 
 /**

@@ -85,21 +85,28 @@
 //   "state"     {state: "connecting"|"open"|"waiting"|"closed", retryInMs,
 //               code} — code: the close code of the socket that ended, when
 //               one did (4003: the token expired)
-//   "servererror" {code, message, room} — an `error` message of the
-//               server; a refused subscribe (too_many_subscriptions) leaves
-//               its ids in `subscriptions`, so unsubscribe() them to stay
-//               under the cap. `room` names the room of a refused join,
-//               leave, watch or unwatch (absent for other errors), and the
-//               client has acted on it: a join or watch refused with a code
-//               a retry can cure (unavailable, rate_limited,
-//               device_not_alive) is sent again after a backoff (0.5 s
-//               doubling to 30 s, jittered) while the room is still wanted
-//               and the socket lasts; one refused for good
-//               (room_not_allowed, too_many_rooms, too_many_watched_rooms,
-//               rooms_unavailable, …) is taken out of `rooms` or
-//               `watchedRooms` — join() or watchRoom() it again to retry.
-//               A code both a join and a watch may get drops both, the
-//               watch only if its "room" event had not come yet
+//   "servererror" {code, message, request, room} — an `error` message of
+//               the server; a refused subscribe (too_many_subscriptions)
+//               leaves its ids in `subscriptions`, so unsubscribe() them to
+//               stay under the cap. `room` names the room of a refused
+//               join, leave, watch or unwatch and `request` the message
+//               refused ("join", "leave", "watch_room", "unwatch_room";
+//               both absent for other errors), and the client has acted on
+//               exactly that message: one refused with a code a retry can
+//               cure (unavailable, rate_limited, device_not_alive) is sent
+//               again after a backoff (0.5 s doubling to 30 s, jittered)
+//               while the app still wants what it asked for (its own
+//               join/leave/watchRoom/unwatchRoom of the room supersedes
+//               the retry) and the socket lasts — the next socket joins
+//               and watches again, and sends a leave still due; a join or
+//               watch refused for good (room_not_allowed, too_many_rooms,
+//               too_many_watched_rooms, rooms_unavailable, internal, …) is
+//               taken out of `rooms` or `watchedRooms` — join() or
+//               watchRoom() it again to retry. A service older than
+//               `request` names only the room: a retry then sends the
+//               room's join and watch still wanted, and a code both may
+//               get drops both, the watch only if its "room" event had not
+//               come yet
 //   "room"      {room, mode, count, members, partial, next, version} — a
 //               watched room as first seen (once per watchRoom, and again
 //               when it switches mode): replace what you hold; members maps
@@ -161,6 +168,8 @@
  * @property {string} message
  * @property {string} [room] the room of a refused join, leave, watch or
  *   unwatch; absent for other errors
+ * @property {RoomMessage["type"]} [request] the message refused, with room
+ *   (absent from a service older than the field)
  */
 
 /**
@@ -243,7 +252,9 @@
 /** @typedef {{type: "join" | "leave" | "watch_room" | "unwatch_room", room: string}} RoomMessage */
 
 /**
- * @typedef {object} RoomRetry the retry of a refused room's join and watch
+ * @typedef {object} RoomRetry the retry of a refused room message: of a
+ *   room's join or leave, or of its watch or unwatch
+ * @property {RoomMessage["type"]} type the message to send again: the last one refused
  * @property {number} attempt retries of this episode so far
  * @property {number} sent when (ms) the last retry went out; 0: none yet
  * @property {boolean} beat send a heartbeat first (device_not_alive)
@@ -272,6 +283,16 @@ const ROOM_BURST = 24;
 const ROOM_RETRYABLE = new Set(["unavailable", "rate_limited", "device_not_alive"]);
 const ROOM_RETRY_MIN_MS = 500;
 const ROOM_RETRY_MAX_MS = 30_000;
+
+/**
+ * What a retry is about: a room's membership (join, leave) or its watch
+ * (watch_room, unwatch_room); a room has one retry of each at most.
+ * @param {RoomMessage["type"]} type
+ * @param {string} room
+ */
+function retryKey(type, room) {
+  return (type === "watch_room" || type === "unwatch_room" ? "w " : "m ") + room;
+}
 
 export class PresenceClient extends EventTarget {
   /**
@@ -329,7 +350,7 @@ export class PresenceClient extends EventTarget {
     this._roomTat = 0;
     /** @private */
     this._cancelRoomPump = noop;
-    /** @private @type {Map<string, RoomRetry>} refused rooms to join or watch again, on this socket */
+    /** @private @type {Map<string, RoomRetry>} refused room messages to send again on this socket, by retryKey */
     this._roomRetries = new Map();
     /** @type {Welcome | null} */
     this.welcome = null;
@@ -504,6 +525,7 @@ export class PresenceClient extends EventTarget {
     if (this.rooms.has(room)) return;
     this.rooms.add(room);
     this._leaving.delete(room);
+    this._supersedeRoomRetry("join", room);
     this._queueRoom({ type: "join", room });
   }
 
@@ -518,6 +540,7 @@ export class PresenceClient extends EventTarget {
     checkRoom(room);
     if (!this.rooms.delete(room)) return;
     this._leaving.add(room);
+    this._supersedeRoomRetry("leave", room);
     this._queueRoom({ type: "leave", room });
   }
 
@@ -537,6 +560,7 @@ export class PresenceClient extends EventTarget {
     /** @type {RoomView} */
     const view = { room, mode: "events", count: 0, members: {}, partial: false, next: null, version: 0 };
     this._held.set(room, { have: false, view });
+    this._supersedeRoomRetry("watch_room", room);
     this._queueRoom({ type: "watch_room", room });
   }
 
@@ -549,6 +573,7 @@ export class PresenceClient extends EventTarget {
     checkRoom(room);
     if (!this.watchedRooms.delete(room)) return;
     this._held.delete(room);
+    this._supersedeRoomRetry("unwatch_room", room);
     this._queueRoom({ type: "unwatch_room", room });
   }
 
@@ -678,7 +703,8 @@ export class PresenceClient extends EventTarget {
         const detail = { code: msg.code, message: msg.message };
         if (typeof msg.room === "string" && msg.room !== "") {
           detail.room = msg.room;
-          this._roomRefused(msg.code, msg.room);
+          if (typeof msg.request === "string") detail.request = msg.request;
+          this._roomRefused(msg.code, detail.request, msg.room);
         }
         this._emit("servererror", detail);
         break;
@@ -880,16 +906,60 @@ export class PresenceClient extends EventTarget {
   }
 
   /**
-   * A join, leave, watch or unwatch of room refused with code: a join or
-   * watch still wanted is sent again later if a retry can cure the code,
-   * and dropped otherwise (see "servererror" at the top of this file).
+   * A join, leave, watch or unwatch of room refused with code: the message
+   * refused (request) is sent again later if a retry can cure the code and
+   * the app still wants what it asked for; a join or watch refused
+   * otherwise is dropped (see "servererror" at the top of this file).
+   * @private
+   * @param {string} code
+   * @param {string | undefined} request the type of the message refused;
+   *   undefined from a service older than the field
+   * @param {string} room
+   */
+  _roomRefused(code, request, room) {
+    const retry = ROOM_RETRYABLE.has(code);
+    switch (request) {
+      case undefined:
+        this._roomRefusedUnnamed(code, room);
+        return;
+      case "leave":
+        // The device is still in the room: the leave is due again, on
+        // this socket after a backoff or on the next one.
+        if (retry && !this.rooms.has(room)) this._leaving.add(room);
+        break;
+      case "join":
+      case "watch_room":
+      case "unwatch_room":
+        break;
+      default:
+        return; // a message of a later protocol: not one of ours
+    }
+    const type = /** @type {RoomMessage["type"]} */ (request);
+    // Not wanted: the app asked otherwise since, and its message went out
+    // after the refused one.
+    if (!this._roomDue({ type, room })) return;
+    if (retry) this._scheduleRoomRetry(type, room, code === "device_not_alive");
+    else if (type === "join") this.rooms.delete(room);
+    else if (type === "watch_room") {
+      this.watchedRooms.delete(room);
+      this._held.delete(room);
+    }
+  }
+
+  /**
+   * _roomRefused for a service that names the room of a refused message
+   * but not the message: the join and the watch still wanted are sent
+   * again if a retry can cure the code; otherwise the code tells which was
+   * refused where only one of them gets it, and a code both get drops
+   * both, the watch only if its room message had not come yet.
    * @private
    * @param {string} code
    * @param {string} room
    */
-  _roomRefused(code, room) {
+  _roomRefusedUnnamed(code, room) {
     if (ROOM_RETRYABLE.has(code)) {
-      if (this.rooms.has(room) || this.watchedRooms.has(room)) this._scheduleRoomRetry(room, code === "device_not_alive");
+      if (this.rooms.has(room)) this._scheduleRoomRetry("join", room, code === "device_not_alive");
+      if (this.watchedRooms.has(room)) this._scheduleRoomRetry("watch_room", room, false);
       return;
     }
     const joinOnly = code === "too_many_rooms";
@@ -905,18 +975,27 @@ export class PresenceClient extends EventTarget {
   }
 
   /**
-   * Plans the retry of room's join and watch on this socket: the n-th
-   * refusal in a row waits 50–100% of min(0.5 s · 2ⁿ, 30 s); a refusal
-   * more than 30 s after the last retry starts again at 0.5 s.
+   * Plans to send the refused message type about room again on this
+   * socket: the n-th refusal in a row waits 50–100% of
+   * min(0.5 s · 2ⁿ, 30 s); a refusal more than 30 s after the last retry
+   * starts again at 0.5 s. A room has one retry of its join or leave and
+   * one of its watch or unwatch; one planned already keeps its time and
+   * sends the message refused last.
    * @private
+   * @param {RoomMessage["type"]} type
    * @param {string} room
-   * @param {boolean} beat send a heartbeat first
+   * @param {boolean} beat send a heartbeat first (a join's device_not_alive)
    */
-  _scheduleRoomRetry(room, beat) {
-    let r = this._roomRetries.get(room);
+  _scheduleRoomRetry(type, room, beat) {
+    const key = retryKey(type, room);
+    let r = this._roomRetries.get(key);
     if (!r) {
-      r = { attempt: 0, sent: 0, beat: false, cancel: null };
-      this._roomRetries.set(room, r);
+      r = { type, attempt: 0, sent: 0, beat: false, cancel: null };
+      this._roomRetries.set(key, r);
+    }
+    if (r.type !== type) {
+      r.type = type;
+      r.beat = false;
     }
     r.beat = r.beat || beat;
     if (r.cancel) return; // one is planned already
@@ -932,14 +1011,29 @@ export class PresenceClient extends EventTarget {
         const beatFirst = retry.beat;
         retry.beat = false;
         if (!this._isOpen()) return;
-        if (beatFirst && this.rooms.has(room)) this._beat();
-        // _queueRoom sends each only while it is still wanted.
-        this._queueRoom({ type: "join", room });
-        this._queueRoom({ type: "watch_room", room });
+        const msg = { type: retry.type, room };
+        if (!this._roomDue(msg)) return; // the app asked otherwise since
+        if (beatFirst && msg.type === "join") this._beat();
+        this._queueRoom(msg);
       },
       wait,
       this._timerURL,
     );
+  }
+
+  /**
+   * The app's own message type about room replaces a planned retry of a
+   * refused one; the backoff of a refusal goes on from where it was.
+   * @private
+   * @param {RoomMessage["type"]} type
+   * @param {string} room
+   */
+  _supersedeRoomRetry(type, room) {
+    const r = this._roomRetries.get(retryKey(type, room));
+    if (!r?.cancel) return;
+    r.cancel();
+    r.cancel = null;
+    r.beat = false;
   }
 
   /** @private */

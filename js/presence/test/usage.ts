@@ -60,7 +60,8 @@ client.addEventListener("welcome", (e) => {
 client.addEventListener("servererror", (e) => {
   if (e.detail.code === "too_many_subscriptions") client.unsubscribe(["9"]);
   const room: string | undefined = e.detail.room; // a refused room message's
-  console.log(e.detail.message, room);
+  const request: "join" | "leave" | "watch_room" | "unwatch_room" | undefined = e.detail.request;
+  console.log(e.detail.message, room, request);
 });
 const onPresence = function (this: PresenceClient, e: CustomEvent<PresenceView>) {
   console.log(this.state, e.detail.user_id);
