@@ -87,7 +87,10 @@ func TestQueueRoomBacklogGivesWayToSnapshot(t *testing.T) {
 // delivers nothing.
 func TestRoomsSentAgainOnReconnect(t *testing.T) {
 	f := newFake(t)
-	c := f.dial(t, Config{})
+	// The reconnect comes a second or more after the close, so the leave
+	// and join made while away are recorded before it even on a loaded
+	// machine.
+	c := f.dial(t, Config{MinBackoff: 2 * time.Second, MaxBackoff: 2 * time.Second})
 	ctx := context.Background()
 	wantState(t, c, Connected)
 	c0 := f.conn(0)
