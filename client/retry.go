@@ -276,7 +276,7 @@ func (c *Client) roomRefused(cn *conn, se *ServerError) {
 }
 
 // roomRefusedUnnamedLocked is roomRefused for a server that names the room
-// of a refused message but not the message (before "request"): the join
+// of a refused message but not the message (no "request"): the join
 // and the watch of the room still wanted are sent again if a retry can
 // cure the code, and otherwise the code tells which was refused where
 // only one of them gets it; a code both get drops both, the watch only if

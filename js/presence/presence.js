@@ -102,8 +102,8 @@
 //               watch refused for good (room_not_allowed, too_many_rooms,
 //               too_many_watched_rooms, rooms_unavailable, internal, …) is
 //               taken out of `rooms` or `watchedRooms` — join() or
-//               watchRoom() it again to retry. A service older than
-//               `request` names only the room: a retry then sends the
+//               watchRoom() it again to retry. A server that names
+//               only the room (no `request`): a retry then sends the
 //               room's join and watch still wanted, and a code both may
 //               get drops both, the watch only if its "room" event had not
 //               come yet
