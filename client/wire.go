@@ -174,8 +174,8 @@ func (s State) String() string {
 // (JoinedRooms, WatchedRooms): Join or WatchRoom it again to try once
 // more; the other one of the room stays as it was.
 //
-// A server older than Request names only the room: the client then
-// guesses the message by the code — a retry sends the room's join and
+// An error that names only the room (no Request) makes the client
+// guess the message by the code — a retry sends the room's join and
 // watch still wanted again, and a code that both a join and a watch may
 // get drops both, the watch only if its room message had not come yet.
 type ServerError struct {

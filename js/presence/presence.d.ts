@@ -80,8 +80,8 @@ export interface ServerErrorDetail {
    */
   room?: string;
   /**
-   * The message refused, with `room`; absent from a service older than the
-   * field. The client has acted on exactly that message: one refused with
+   * The message refused, with `room`; absent from an error that names only
+   * the room. The client has acted on exactly that message: one refused with
    * a code a retry can cure ("unavailable", "rate_limited",
    * "device_not_alive") is sent again after a backoff while the app still
    * wants what it asked for (its own join/leave/watchRoom/unwatchRoom of
