@@ -37,14 +37,27 @@ type benchFlags struct {
 
 	wsURL    *url.URL // filled by check
 	httpBase string
+
+	// A scenario over several nodes (registerNodes): -url and
+	// -server-pid repeat; rawURL, wsURL, httpBase and serverPID are the
+	// first node's.
+	multi bool
+	urls  urlList
+	pids  pidList
+	nodes []node // filled by check
 }
 
 func (b *benchFlags) register(fs *flag.FlagSet, duration time.Duration) {
 	fs.StringVar(&b.rawURL, "url", defaultURL, "presenced to measure, on a loopback address (ws:// or http://)")
+	fs.IntVar(&b.serverPID, "server-pid", 0, "pid of the server, for its CPU (0: the process listening on the URL's port)")
+	b.registerRest(fs, duration)
+}
+
+// registerRest registers the flags besides -url and -server-pid.
+func (b *benchFlags) registerRest(fs *flag.FlagSet, duration time.Duration) {
 	fs.BoolVar(&b.dev, "dev", false, "WebSocket clients connect with a bare user_id (the server runs with -dev)")
 	fs.StringVar(&b.jwtSecret, "jwt-secret", "", "WebSocket clients carry a token minted with this secret (or $"+jwtSecretEnv+")")
 	fs.StringVar(&b.apiKey, "api-key", "", "API key for the HTTP API and /metrics")
-	fs.IntVar(&b.serverPID, "server-pid", 0, "pid of the server, for its CPU (0: the process listening on the URL's port)")
 	fs.BoolVar(&b.json, "json", false, "print the result as one JSON object")
 	fs.DurationVar(&b.duration, "duration", duration, "how long to measure (at most 1h)")
 }
@@ -54,6 +67,11 @@ func (b *benchFlags) register(fs *flag.FlagSet, duration time.Duration) {
 func (b *benchFlags) check(needAuth bool) error {
 	if b.jwtSecret == "" {
 		b.jwtSecret = os.Getenv(jwtSecretEnv)
+	}
+	if b.multi {
+		if err := b.checkNodes(); err != nil {
+			return err
+		}
 	}
 	u, base, err := loopbackURL(b.rawURL)
 	if err != nil {
