@@ -186,32 +186,48 @@ func parseStatCPU(stat string) (time.Duration, error) {
 type cpuMeter struct {
 	pids  []int
 	start time.Time
-	used  time.Duration
+	used  []time.Duration // each pid's at start
 }
 
 func startCPU(pids ...int) *cpuMeter {
 	m := &cpuMeter{pids: pids, start: time.Now()}
-	m.used = m.total()
+	m.used = m.each()
 	return m
 }
 
-func (m *cpuMeter) total() time.Duration {
-	var t time.Duration
-	for _, p := range m.pids {
+// each is the CPU time each pid used so far (0 for one gone).
+func (m *cpuMeter) each() []time.Duration {
+	out := make([]time.Duration, len(m.pids))
+	for i, p := range m.pids {
 		if c, err := cpuTime(p); err == nil {
-			t += c
+			out[i] = c
 		}
 	}
-	return t
+	return out
 }
 
-// cores is the CPU used since start divided by the wall time.
+// cores is the CPU used since start divided by the wall time, summed
+// over the pids.
 func (m *cpuMeter) cores() float64 {
-	wall := time.Since(m.start)
-	if wall <= 0 {
-		return 0
+	var sum float64
+	for _, c := range m.coresEach() {
+		sum += c
 	}
-	return float64(m.total()-m.used) / float64(wall)
+	return sum
+}
+
+// coresEach is cores for each pid.
+func (m *cpuMeter) coresEach() []float64 {
+	wall := time.Since(m.start)
+	now := m.each()
+	out := make([]float64, len(m.pids))
+	if wall <= 0 {
+		return out
+	}
+	for i := range now {
+		out[i] = float64(now[i]-m.used[i]) / float64(wall)
+	}
+	return out
 }
 
 // metricValue reads one unlabelled sample from the server's /metrics.

@@ -154,3 +154,16 @@ func (b *benchFlags) nodeURLs(http bool) []string {
 	}
 	return out
 }
+
+// eachNode prints the cores of each node after their sum: " (0.12 +
+// 0.30 + 0.29)", or nothing for one.
+func eachNode(cores []float64) string {
+	if len(cores) <= 1 {
+		return ""
+	}
+	s := make([]string, len(cores))
+	for i, c := range cores {
+		s[i] = strconv.FormatFloat(c, 'f', 3, 64)
+	}
+	return " (" + strings.Join(s, " + ") + ")"
+}

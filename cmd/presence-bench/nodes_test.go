@@ -139,6 +139,9 @@ func TestParseNodes(t *testing.T) {
 	if pids, err := ri.resolvePIDs(); err != nil || !slices.Equal(pids, []int{5, 6}) {
 		t.Errorf("pids %v %v", pids, err)
 	}
+	if got := eachNode([]float64{0.1, 0.25}); got != " (0.100 + 0.250)" || eachNode([]float64{1}) != "" {
+		t.Errorf("each node: %q", got)
+	}
 }
 
 // Without -server-pid each node's pid is the process listening on its

@@ -42,7 +42,8 @@ package main
 // seeded, seed_seconds, final_count, want_count, watcher_drops, errors,
 // first_error, watched and unwatched (absent with -unwatched 0), each
 // {seconds sent joins leaves skipped errors changes_per_sec
-// server_cpu_cores (all nodes) server_cpu_us_per_change
+// server_cpu_cores (all nodes) server_cpu_cores_each (one per server_pids)
+// server_cpu_us_per_change
 // generator_cpu_cores}, and
 // messages {intervals (from the watched drive's start until every watcher
 // read its last change, ÷ room_interval),
@@ -50,6 +51,9 @@ package main
 // (the most one watcher read in one window), mean_per_interval (a
 // watcher's messages ÷ the windows from its first to its last, the mean
 // over the watchers), reported (joins and leaves the first watcher was told),
+// max_told (the most joins and leaves one message told), with_more (room_interval
+// messages, all watchers, with ids only counted: more than the 256 a
+// message lists),
 // cancelled_pairs, net_want, net_bad (watchers told another net),
 // count_bad, ids_checked, id_errors, after_unwatch}.
 
@@ -189,16 +193,17 @@ type roomIntervalResult struct {
 
 // riPhase is one drive of the room: what was sent, what the node paid.
 type riPhase struct {
-	Seconds        float64 `json:"seconds"`
-	Sent           int64   `json:"sent"`
-	Joins          int64   `json:"joins"`
-	Leaves         int64   `json:"leaves"`
-	Skipped        int64   `json:"skipped"`
-	Errors         int64   `json:"errors"`
-	PerSec         float64 `json:"changes_per_sec"`
-	ServerCores    float64 `json:"server_cpu_cores"`
-	CPUPerChangeUs float64 `json:"server_cpu_us_per_change"`
-	GeneratorCores float64 `json:"generator_cpu_cores"`
+	Seconds        float64   `json:"seconds"`
+	Sent           int64     `json:"sent"`
+	Joins          int64     `json:"joins"`
+	Leaves         int64     `json:"leaves"`
+	Skipped        int64     `json:"skipped"`
+	Errors         int64     `json:"errors"`
+	PerSec         float64   `json:"changes_per_sec"`
+	ServerCores    float64   `json:"server_cpu_cores"`
+	ServerEach     []float64 `json:"server_cpu_cores_each,omitempty"`
+	CPUPerChangeUs float64   `json:"server_cpu_us_per_change"`
+	GeneratorCores float64   `json:"generator_cpu_cores"`
 }
 
 // riMessages is what the watchers read during the watched drive.
@@ -214,6 +219,8 @@ type riMessages struct {
 	NetWant        int64   `json:"net_want"`
 	NetBad         int     `json:"net_bad"`
 	CountBad       int     `json:"count_bad"`
+	MaxTold        int     `json:"max_told"`
+	WithMore       int64   `json:"with_more"`
 	IDsChecked     bool    `json:"ids_checked"`
 	IDErrors       int64   `json:"id_errors"`
 	AfterUnwatch   int64   `json:"after_unwatch"`
@@ -379,8 +386,15 @@ func (d *riDrive) run(ctx context.Context, label string, dur time.Duration, pids
 	})
 	senders.Wait()
 	secs := time.Since(start).Seconds()
+	each := meter.coresEach()
 	p := &riPhase{Seconds: secs, Sent: sent.Load(), Joins: joins.Load(), Leaves: leaves.Load(), Skipped: skipped.Load(),
-		Errors: errs.Load(), ServerCores: meter.cores(), GeneratorCores: gen.cores()}
+		Errors: errs.Load(), GeneratorCores: gen.cores()}
+	for _, c := range each {
+		p.ServerCores += c
+	}
+	if len(d.cfg.nodes) > 1 {
+		p.ServerEach = each
+	}
 	p.PerSec = divide(float64(p.Sent), secs)
 	p.CPUPerChangeUs = divide(p.ServerCores*secs*1e6, float64(p.Sent))
 	fmt.Fprintf(stderr, "%s: %d changes in %.1fs (%.0f/s), %d skipped, %d errors; server %.3f cores, %.1f µs a change\n",
@@ -649,7 +663,9 @@ func riCount(watchers []*riWatcher, interval time.Duration, driveStart, end time
 			}
 			if m.more {
 				s.IDsChecked = false
+				s.WithMore++
 			}
+			s.MaxTold = max(s.MaxTold, m.reported)
 			net += int64(m.net)
 			reported += int64(m.reported)
 			if m.kind != 'r' {
@@ -697,8 +713,8 @@ func printRoomInterval(w io.Writer, r *roomIntervalResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tseconds\tjoins\tleaves\tchanges/s\tskipped\terrors\tserver CPU\tper change\tgenerator CPU\t")
 	row := func(name string, p riPhase) {
-		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%.1f\t%d\t%d\t%.3f cores\t%.1f µs\t%.3f cores\t\n", name, p.Seconds, p.Joins, p.Leaves, p.PerSec,
-			p.Skipped, p.Errors, p.ServerCores, p.CPUPerChangeUs, p.GeneratorCores)
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%.1f\t%d\t%d\t%.3f cores%s\t%.1f µs\t%.3f cores\t\n", name, p.Seconds, p.Joins, p.Leaves, p.PerSec,
+			p.Skipped, p.Errors, p.ServerCores, eachNode(p.ServerEach), p.CPUPerChangeUs, p.GeneratorCores)
 	}
 	row(fmt.Sprintf("%d watchers", r.Watchers), r.Watched)
 	if r.Unwatched != nil {
@@ -710,4 +726,5 @@ func printRoomInterval(w io.Writer, r *roomIntervalResult) {
 		m.Intervals, m.RoomInterval, m.RoomChange, m.Resyncs, m.MaxPerInterval, m.MeanPerIntvl)
 	fmt.Fprintf(w, "told: %d joins and leaves of %d sent (%d pairs cancelled); net %+d, %d watchers told another net, %d another count; ids checked %v, %d id errors; %d messages after unwatching\n",
 		m.Reported, r.Watched.Sent, m.CancelledPairs, m.NetWant, m.NetBad, m.CountBad, m.IDsChecked, m.IDErrors, m.AfterUnwatch)
+	fmt.Fprintf(w, "the most joins and leaves in one message: %d; %d messages with ids only counted (more_joined, more_left)\n", m.MaxTold, m.WithMore)
 }

@@ -29,7 +29,8 @@ package main
 // The -json object (roomsResult) has these fields: scenario ("rooms"),
 // url (the first node's), urls (every node's, with more than one), room, watchers, movers, status_users, interval, duration,
 // server_pid (the first node's), server_pids (each node's, with more than
-// one), server_cpu_cores (the sum over them) and generator_cpu_cores (over the
+// one), server_cpu_cores (the sum over them), server_cpu_cores_each (one
+// per server_pids) and generator_cpu_cores (over the
 // changes), skipped (changes a stalled generator did not send, rather than
 // send late in a burst), rate_limited,
 // watcher_drops, errors, first_error, room_changes and status_changes,
@@ -164,6 +165,7 @@ type roomsResult struct {
 	ServerPID      int       `json:"server_pid"`
 	ServerPIDs     []int     `json:"server_pids,omitempty"`
 	ServerCores    float64   `json:"server_cpu_cores"`
+	ServerEach     []float64 `json:"server_cpu_cores_each,omitempty"`
 	GeneratorCores float64   `json:"generator_cpu_cores"`
 	Skipped        int64     `json:"skipped"`
 	RateLimited    int64     `json:"rate_limited"`
@@ -483,8 +485,12 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 	waitProgress(&changers, func(time.Time) { progress("changing") })
 	sendEnd := time.Now()
 	var cores float64
+	var each []float64
 	if meter != nil {
-		cores = meter.cores()
+		each = meter.coresEach()
+		for _, c := range each {
+			cores += c
+		}
 	}
 	genCores := gen.cores()
 	nRoom, nStatus := sentRoom.Load(), sentStatus.Load()
@@ -505,7 +511,7 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 		Errors: errs.n.Load(), FirstError: errs.firstErr(),
 	}
 	if len(cfg.nodes) > 1 {
-		res.ServerPIDs = pids
+		res.ServerPIDs, res.ServerEach = pids, each
 	}
 	res.RoomChanges = roomDeliveries(movers, watchers)
 	res.StatusChange = statusDeliveries(targets, watchers)
@@ -667,8 +673,8 @@ func printRooms(w io.Writer, r *roomsResult) {
 	}
 	fmt.Fprintf(w, "rooms: %d watchers of room %s and of %d status users; %d movers, a join or leave every %s each, for %s on %s\n",
 		r.Watchers, r.Room, r.StatusUsers, r.Movers, r.Interval, r.Duration, on)
-	fmt.Fprintf(w, "server CPU %.2f cores, generator %.2f; %d changes skipped by a stalled generator, %d rate limited, %d watcher drops, %d errors\n",
-		r.ServerCores, r.GeneratorCores, r.Skipped, r.RateLimited, r.WatcherDrops, r.Errors)
+	fmt.Fprintf(w, "server CPU %.2f cores%s, generator %.2f; %d changes skipped by a stalled generator, %d rate limited, %d watcher drops, %d errors\n",
+		r.ServerCores, eachNode(r.ServerEach), r.GeneratorCores, r.Skipped, r.RateLimited, r.WatcherDrops, r.Errors)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
 	}
