@@ -19,7 +19,8 @@
 # MODES (default "embedded cluster") one of the two halves. CLUSTER_USERS
 # (default 200000) is the population of the scale-out batch read.
 # The whole run takes about 30 minutes; e.g. MODES=cluster SCENARIOS=rooms
-# about 6. Each run's load average at its start is in NAME.load.
+# about 6. Each run's load average at its start and end is in NAME.load
+# (with the rooms' Redis CPU over the run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,6 +83,11 @@ stop_nodes() {
 	pids=()
 }
 
+# cpu_ticks PID: the user and system CPU of PID so far, in 1/100 s (0 without a PID).
+cpu_ticks() {
+	if [[ -z ${1:-} ]]; then echo 0; else awk '{print $14 + $15}' "/proc/$1/stat"; fi
+}
+
 # run NAME ARGS… runs one scenario: the table on the terminal and in
 # NAME.txt, the JSON in NAME.json.
 run() {
@@ -90,7 +96,13 @@ run() {
 	echo
 	echo "== $name: presence-bench $*"
 	echo "$(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/$name.load"
+	local t0=$SECONDS r0
+	r0=$(cpu_ticks "$redis_pid")
 	"$pb" "$@" -json >"$out/$name.json" 2>"$out/$name.progress"
+	echo "$(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg) (the end)" | tee -a "$out/$name.load"
+	if [[ -n $redis_pid ]]; then # the rooms' private Redis: its CPU over the whole run, setup included
+		echo "redis: $((($(cpu_ticks "$redis_pid") - r0) * 10)) ms of CPU in $((SECONDS - t0)) s" | tee -a "$out/$name.load"
+	fi
 	python3 -m json.tool "$out/$name.json" >"$out/$name.txt" 2>/dev/null || cp "$out/$name.json" "$out/$name.txt"
 	cat "$out/$name.txt"
 }
