@@ -35,7 +35,7 @@ func startSharedNodes(t *testing.T, n int, extra app.Config) []string {
 
 // Movers and status users on node 1, the watchers on nodes 2 and 3: every
 // join, leave and change of status reaches every watcher across nodes.
-func TestRoomsThreeNodes(t *testing.T) {
+func TestRoomsAcrossNodes(t *testing.T) {
 	urls := startSharedNodes(t, 3, app.Config{})
 	var r roomsResult
 	runJSON(t, &r, "rooms", "-url", urls[0], "-url", urls[1]+","+urls[2], "-dev", "-api-key", testAPIKey,
@@ -63,7 +63,7 @@ func TestRoomsThreeNodes(t *testing.T) {
 
 // A room in interval mode seeded and driven through node 1, watched on
 // nodes 2 and 3: each watcher is told the net, the count and every id.
-func TestRoomIntervalThreeNodes(t *testing.T) {
+func TestRoomIntervalAcrossNodes(t *testing.T) {
 	urls := startSharedNodes(t, 3, app.Config{RoomIntervalAbove: 10, RoomInterval: 300 * time.Millisecond})
 	var r roomIntervalResult
 	runJSON(t, &r, "room-interval", "-url", urls[0], "-url", urls[1], "-url", urls[2], "-dev", "-api-key", testAPIKey,
