@@ -42,20 +42,19 @@ package main
 // seeded, seed_seconds, final_count, want_count, watcher_drops, errors,
 // first_error, watched and unwatched (absent with -unwatched 0), each
 // {seconds sent joins leaves skipped errors changes_per_sec
-// server_cpu_cores (all nodes) server_cpu_cores_each (one per server_pids)
-// server_cpu_us_per_change
-// generator_cpu_cores}, and
+// server_cpu_cores (all nodes) server_cpu_cores_each (one per
+// server_pids) server_cpu_us_per_change generator_cpu_cores}, and
 // messages {intervals (from the watched drive's start until every watcher
 // read its last change, ÷ room_interval),
 // room_interval room_change resyncs (all watchers), max_per_interval
 // (the most one watcher read in one window), mean_per_interval (a
 // watcher's messages ÷ the windows from its first to its last, the mean
 // over the watchers), reported (joins and leaves the first watcher was told),
-// max_told (the most joins and leaves one message told), with_more (room_interval
-// messages, all watchers, with ids only counted: more than the 256 a
-// message lists),
-// cancelled_pairs, net_want, net_bad (watchers told another net),
-// count_bad, ids_checked, id_errors, after_unwatch}.
+// max_told (the most joins and leaves one message told), with_more
+// (room_interval messages, all watchers, that listed only part of their
+// ids: a message lists at most 256 of each kind), cancelled_pairs,
+// net_want, net_bad (watchers told another net), count_bad, ids_checked,
+// id_errors, after_unwatch}.
 
 import (
 	"bytes"
