@@ -219,7 +219,7 @@ if want rooms; then
 	done
 	redis-cli -p "$ROOMS_REDIS_PORT" info server | grep -m1 redis_version | tr -d '\r' | sed 's/^/rooms /' | tee -a "$out/machine.txt"
 	cluster_redis="redis://127.0.0.1:$ROOMS_REDIS_PORT/0"
-	urls=(-url ws://127.0.0.1:18181 -url ws://127.0.0.1:18182,ws://127.0.0.1:18183)
+	urls=(-url ws://127.0.0.1:18181 -url "ws://127.0.0.1:18182,ws://127.0.0.1:18183")
 	for r in $(seq "$ROOMS_ROUNDS"); do
 		cluster 3
 		run "cluster-rooms-$r" rooms "${urls[@]}" -dev -api-key "$KEY" -watchers 500 -movers 10 -interval 100ms -duration 20s
