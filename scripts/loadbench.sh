@@ -12,10 +12,15 @@
 # PG_ADMIN_URL (a database the script may CREATE DATABASE from) and
 # NATS_URL. It creates a fresh database and Redis key prefix per run.
 # SCENARIOS (default "all") picks a subset: e.g. SCENARIOS="fanout churn"
-# ("rooms" is rooms, room-count and room-memory, on the embedded node);
+# ("rooms" is rooms, room-count and room-memory on the embedded node, and
+# ROOMS_ROUNDS rounds of rooms (default 3) and one of room-interval on
+# three nodes sharing a private Redis: its own redis-server on
+# ROOMS_REDIS_PORT, default 6390, started and stopped here);
 # MODES (default "embedded cluster") one of the two halves. CLUSTER_USERS
 # (default 200000) is the population of the scale-out batch read.
-# The whole run takes about 25 minutes.
+# The whole run takes about 30 minutes; e.g. MODES=cluster SCENARIOS=rooms
+# about 6. Each run's load average at its start and end is in NAME.load
+# (with the rooms' Redis CPU over the run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,13 +32,16 @@ NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
 SCENARIOS=${SCENARIOS:-all}
 MODES=${MODES:-embedded cluster}
 CLUSTER_USERS=${CLUSTER_USERS:-200000}
+ROOMS_ROUNDS=${ROOMS_ROUNDS:-3}
+ROOMS_REDIS_PORT=${ROOMS_REDIS_PORT:-6390}
 KEY=bench-key-0123456789abcdef0123456789
 SECRET=bench-secret-0123456789abcdef0123456789
 
 bin=$(mktemp -d)
 pids=()
+redis_pid=
 cleanup() {
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}" $redis_pid; do kill -TERM "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	rm -rf "$bin"
 }
@@ -48,6 +56,7 @@ pb="$bin/presence-bench"
 	echo "cpu: $(nproc) × $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 	echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
 	echo "commit: $(git rev-parse --short HEAD)"
+	echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/machine.txt"
 
 want() { [[ " $MODES " == *" $mode "* ]] && [[ $SCENARIOS == all || " $SCENARIOS " == *" $1 "* ]]; }
@@ -70,8 +79,13 @@ node() {
 
 stop_nodes() {
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done # the nodes only: not the rooms' Redis
 	pids=()
+}
+
+# cpu_ticks PID: the user and system CPU of PID so far, in 1/100 s (0 without a PID).
+cpu_ticks() {
+	if [[ -z ${1:-} ]]; then echo 0; else awk '{print $14 + $15}' "/proc/$1/stat"; fi
 }
 
 # run NAME ARGS… runs one scenario: the table on the terminal and in
@@ -81,7 +95,14 @@ run() {
 	shift
 	echo
 	echo "== $name: presence-bench $*"
+	echo "$(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/$name.load"
+	local t0=$SECONDS r0
+	r0=$(cpu_ticks "$redis_pid")
 	"$pb" "$@" -json >"$out/$name.json" 2>"$out/$name.progress"
+	echo "$(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg) (the end)" | tee -a "$out/$name.load"
+	if [[ -n $redis_pid ]]; then # the rooms' private Redis: its CPU over the whole run, setup included
+		echo "redis: $((($(cpu_ticks "$redis_pid") - r0) * 10)) ms of CPU in $((SECONDS - t0)) s" | tee -a "$out/$name.load"
+	fi
 	python3 -m json.tool "$out/$name.json" >"$out/$name.txt" 2>/dev/null || cp "$out/$name.json" "$out/$name.txt"
 	cat "$out/$name.txt"
 }
@@ -142,11 +163,12 @@ db="presenced_bench_$(date +%s)"
 psql "$PG_ADMIN_URL" -qc "CREATE DATABASE $db" >/dev/null
 pg_url="${PG_ADMIN_URL%/*}/$db?sslmode=disable"
 prefix="bench$(date +%s):"
-cluster() { # cluster N ARGS…: N nodes on ports 18181…
+cluster_redis=$REDIS_URL
+cluster() { # cluster N ARGS…: N nodes on ports 18181… on $cluster_redis
 	local n=$1
 	shift
 	for i in $(seq "$n"); do
-		node "node$i" $((18180 + i)) -dev -redis-url "$REDIS_URL" -redis-prefix "$prefix" -postgres-url "$pg_url" \
+		node "node$i" $((18180 + i)) -dev -redis-url "$cluster_redis" -redis-prefix "$prefix" -postgres-url "$pg_url" \
 			-nats-url "$NATS_URL" -node-id "bench$i" "$@"
 	done
 }
@@ -183,6 +205,33 @@ if want churn; then
 	cluster 3 -heartbeat-ttl 5s
 	run cluster-churn churn -url ws://127.0.0.1:18181 -url ws://127.0.0.1:18182,ws://127.0.0.1:18183 -dev -devices 2000 -duration 60s
 	stop_nodes
+fi
+if want rooms; then
+	# Rooms on three nodes sharing a Redis of their own (nothing else's
+	# keys or commands in it): the movers, status users and the HTTP drive
+	# on node 1, the watchers on nodes 2 and 3. Fresh nodes per run.
+	redis-server --port "$ROOMS_REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$out" \
+		--logfile redis-rooms.log &
+	redis_pid=$!
+	for _ in $(seq 100); do
+		redis-cli -p "$ROOMS_REDIS_PORT" ping 2>/dev/null | grep -q PONG && break
+		sleep 0.1
+	done
+	redis-cli -p "$ROOMS_REDIS_PORT" info server | grep -m1 redis_version | tr -d '\r' | sed 's/^/rooms /' | tee -a "$out/machine.txt"
+	cluster_redis="redis://127.0.0.1:$ROOMS_REDIS_PORT/0"
+	urls=(-url ws://127.0.0.1:18181 -url "ws://127.0.0.1:18182,ws://127.0.0.1:18183")
+	for r in $(seq "$ROOMS_ROUNDS"); do
+		cluster 3
+		run "cluster-rooms-$r" rooms "${urls[@]}" -dev -api-key "$KEY" -watchers 500 -movers 10 -interval 100ms -duration 20s
+		stop_nodes
+	done
+	cluster 3 -heartbeat-ttl 10m # the seeded members stay online through the run
+	run cluster-room-interval room-interval "${urls[@]}" -dev -api-key "$KEY" -members 100000 -watchers 500 -rate 100 -duration 30s
+	stop_nodes
+	kill -TERM "$redis_pid" 2>/dev/null || true
+	wait "$redis_pid" 2>/dev/null || true
+	redis_pid=
+	cluster_redis=$REDIS_URL
 fi
 if want connections; then
 	# 100,000 connections held at once: six nodes (a process may hold

@@ -37,14 +37,27 @@ type benchFlags struct {
 
 	wsURL    *url.URL // filled by check
 	httpBase string
+
+	// A scenario over several nodes (registerNodes): -url and
+	// -server-pid repeat; rawURL, wsURL, httpBase and serverPID are the
+	// first node's.
+	multi bool
+	urls  urlList
+	pids  pidList
+	nodes []node // filled by check
 }
 
 func (b *benchFlags) register(fs *flag.FlagSet, duration time.Duration) {
 	fs.StringVar(&b.rawURL, "url", defaultURL, "presenced to measure, on a loopback address (ws:// or http://)")
+	fs.IntVar(&b.serverPID, "server-pid", 0, "pid of the server, for its CPU (0: the process listening on the URL's port)")
+	b.registerRest(fs, duration)
+}
+
+// registerRest registers the flags besides -url and -server-pid.
+func (b *benchFlags) registerRest(fs *flag.FlagSet, duration time.Duration) {
 	fs.BoolVar(&b.dev, "dev", false, "WebSocket clients connect with a bare user_id (the server runs with -dev)")
 	fs.StringVar(&b.jwtSecret, "jwt-secret", "", "WebSocket clients carry a token minted with this secret (or $"+jwtSecretEnv+")")
 	fs.StringVar(&b.apiKey, "api-key", "", "API key for the HTTP API and /metrics")
-	fs.IntVar(&b.serverPID, "server-pid", 0, "pid of the server, for its CPU (0: the process listening on the URL's port)")
 	fs.BoolVar(&b.json, "json", false, "print the result as one JSON object")
 	fs.DurationVar(&b.duration, "duration", duration, "how long to measure (at most 1h)")
 }
@@ -54,6 +67,11 @@ func (b *benchFlags) register(fs *flag.FlagSet, duration time.Duration) {
 func (b *benchFlags) check(needAuth bool) error {
 	if b.jwtSecret == "" {
 		b.jwtSecret = os.Getenv(jwtSecretEnv)
+	}
+	if b.multi {
+		if err := b.checkNodes(); err != nil {
+			return err
+		}
 	}
 	u, base, err := loopbackURL(b.rawURL)
 	if err != nil {
@@ -168,32 +186,48 @@ func parseStatCPU(stat string) (time.Duration, error) {
 type cpuMeter struct {
 	pids  []int
 	start time.Time
-	used  time.Duration
+	used  []time.Duration // each pid's at start
 }
 
 func startCPU(pids ...int) *cpuMeter {
 	m := &cpuMeter{pids: pids, start: time.Now()}
-	m.used = m.total()
+	m.used = m.each()
 	return m
 }
 
-func (m *cpuMeter) total() time.Duration {
-	var t time.Duration
-	for _, p := range m.pids {
+// each is the CPU time each pid used so far (0 for one gone).
+func (m *cpuMeter) each() []time.Duration {
+	out := make([]time.Duration, len(m.pids))
+	for i, p := range m.pids {
 		if c, err := cpuTime(p); err == nil {
-			t += c
+			out[i] = c
 		}
 	}
-	return t
+	return out
 }
 
-// cores is the CPU used since start divided by the wall time.
+// cores is the CPU used since start divided by the wall time, summed
+// over the pids.
 func (m *cpuMeter) cores() float64 {
-	wall := time.Since(m.start)
-	if wall <= 0 {
-		return 0
+	var sum float64
+	for _, c := range m.coresEach() {
+		sum += c
 	}
-	return float64(m.total()-m.used) / float64(wall)
+	return sum
+}
+
+// coresEach is cores for each pid.
+func (m *cpuMeter) coresEach() []float64 {
+	wall := time.Since(m.start)
+	now := m.each()
+	out := make([]float64, len(m.pids))
+	if wall <= 0 {
+		return out
+	}
+	for i := range now {
+		out[i] = float64(now[i]-m.used[i]) / float64(wall)
+	}
+	return out
 }
 
 // metricValue reads one unlabelled sample from the server's /metrics.

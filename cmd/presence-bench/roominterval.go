@@ -19,6 +19,11 @@ package main
 // the room and the same drive runs for -unwatched (0: no second phase):
 // the node's CPU without a watcher.
 //
+// With several -url values (nodes sharing a store) the room is seeded and
+// driven over HTTP through the first node and the watchers are spread
+// round-robin over the others; the CPU is the sum over the nodes'
+// processes (each counted once).
+//
 // For every watcher the tool counts its room messages (room_interval,
 // room_change, room) in windows of -room-interval (the server's), centred
 // on its first room_interval, and checks what it was told: the net joins
@@ -30,20 +35,26 @@ package main
 // one user within an interval cancel out (docs/protocol.md "Rooms"):
 // changes sent minus changes reported is twice the cancelled pairs.
 //
-// The -json object (roomIntervalResult): scenario ("room-interval"), url,
-// room, members, movers, watchers, rate, room_interval, mode, server_pid,
+// The -json object (roomIntervalResult): scenario ("room-interval"), url
+// (the first node's http:// base), urls (every node's, with more than one),
+// room, members, movers, watchers, rate, room_interval, mode, server_pid
+// (the first node's), server_pids (each node's, with more than one),
 // seeded, seed_seconds, final_count, want_count, watcher_drops, errors,
 // first_error, watched and unwatched (absent with -unwatched 0), each
 // {seconds sent joins leaves skipped errors changes_per_sec
-// server_cpu_cores server_cpu_us_per_change generator_cpu_cores}, and
+// server_cpu_cores (all nodes) server_cpu_cores_each (one per
+// server_pids) server_cpu_us_per_change generator_cpu_cores}, and
 // messages {intervals (from the watched drive's start until every watcher
 // read its last change, ÷ room_interval),
 // room_interval room_change resyncs (all watchers), max_per_interval
 // (the most one watcher read in one window), mean_per_interval (a
 // watcher's messages ÷ the windows from its first to its last, the mean
 // over the watchers), reported (joins and leaves the first watcher was told),
-// cancelled_pairs, net_want, net_bad (watchers told another net),
-// count_bad, ids_checked, id_errors, after_unwatch}.
+// max_told (the most joins and leaves one message told), with_more
+// (room_interval messages, all watchers, that listed only part of their
+// ids: a message lists at most 256 of each kind), cancelled_pairs,
+// net_want, net_bad (watchers told another net), count_bad, ids_checked,
+// id_errors, after_unwatch}.
 
 import (
 	"bytes"
@@ -92,7 +103,7 @@ func parseRoomInterval(args []string, stderr io.Writer) (*roomIntervalConfig, er
 	c := &roomIntervalConfig{}
 	fs := flag.NewFlagSet("presence-bench room-interval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.register(fs, 30*time.Second)
+	c.registerNodes(fs, 30*time.Second, "seeding and joins and leaves", "watchers")
 	fs.IntVar(&c.members, "members", 100_000, "members of the room, seeded over HTTP")
 	fs.IntVar(&c.movers, "movers", 1000, "users beyond the members who join and leave in turn (half of them in the room at the start)")
 	fs.IntVar(&c.watchers, "watchers", 500, "sockets watching the room")
@@ -157,6 +168,7 @@ func runRoomIntervalCmd(args []string, stdout, stderr io.Writer) int {
 type roomIntervalResult struct {
 	Scenario     string     `json:"scenario"`
 	URL          string     `json:"url"`
+	URLs         []string   `json:"urls,omitempty"`
 	Room         string     `json:"room"`
 	Members      int        `json:"members"`
 	Movers       int        `json:"movers"`
@@ -165,6 +177,7 @@ type roomIntervalResult struct {
 	RoomInterval string     `json:"room_interval"`
 	Mode         string     `json:"mode"`
 	ServerPID    int        `json:"server_pid"`
+	ServerPIDs   []int      `json:"server_pids,omitempty"`
 	Seeded       int64      `json:"seeded"`
 	SeedSecs     float64    `json:"seed_seconds"`
 	FinalCount   int        `json:"final_count"`
@@ -179,16 +192,17 @@ type roomIntervalResult struct {
 
 // riPhase is one drive of the room: what was sent, what the node paid.
 type riPhase struct {
-	Seconds        float64 `json:"seconds"`
-	Sent           int64   `json:"sent"`
-	Joins          int64   `json:"joins"`
-	Leaves         int64   `json:"leaves"`
-	Skipped        int64   `json:"skipped"`
-	Errors         int64   `json:"errors"`
-	PerSec         float64 `json:"changes_per_sec"`
-	ServerCores    float64 `json:"server_cpu_cores"`
-	CPUPerChangeUs float64 `json:"server_cpu_us_per_change"`
-	GeneratorCores float64 `json:"generator_cpu_cores"`
+	Seconds        float64   `json:"seconds"`
+	Sent           int64     `json:"sent"`
+	Joins          int64     `json:"joins"`
+	Leaves         int64     `json:"leaves"`
+	Skipped        int64     `json:"skipped"`
+	Errors         int64     `json:"errors"`
+	PerSec         float64   `json:"changes_per_sec"`
+	ServerCores    float64   `json:"server_cpu_cores"`
+	ServerEach     []float64 `json:"server_cpu_cores_each,omitempty"`
+	CPUPerChangeUs float64   `json:"server_cpu_us_per_change"`
+	GeneratorCores float64   `json:"generator_cpu_cores"`
 }
 
 // riMessages is what the watchers read during the watched drive.
@@ -204,6 +218,8 @@ type riMessages struct {
 	NetWant        int64   `json:"net_want"`
 	NetBad         int     `json:"net_bad"`
 	CountBad       int     `json:"count_bad"`
+	MaxTold        int     `json:"max_told"`
+	WithMore       int64   `json:"with_more"`
 	IDsChecked     bool    `json:"ids_checked"`
 	IDErrors       int64   `json:"id_errors"`
 	AfterUnwatch   int64   `json:"after_unwatch"`
@@ -296,8 +312,9 @@ func (d *riDrive) inRoom() int64 {
 	return n
 }
 
-// run sends d.cfg.rate changes a second for dur; pid's CPU is measured.
-func (d *riDrive) run(ctx context.Context, label string, dur time.Duration, pid int, stderr io.Writer) *riPhase {
+// run sends d.cfg.rate changes a second for dur; the CPU of pids is
+// measured.
+func (d *riDrive) run(ctx context.Context, label string, dur time.Duration, pids []int, stderr io.Writer) *riPhase {
 	type job struct {
 		mover int
 		join  bool
@@ -332,7 +349,7 @@ func (d *riDrive) run(ctx context.Context, label string, dur time.Duration, pid 
 			}
 		}()
 	}
-	meter := startCPU(pid)
+	meter := startCPU(pids...)
 	gen := startCPU(os.Getpid())
 	start := time.Now()
 	end := start.Add(dur)
@@ -368,8 +385,15 @@ func (d *riDrive) run(ctx context.Context, label string, dur time.Duration, pid 
 	})
 	senders.Wait()
 	secs := time.Since(start).Seconds()
+	each := meter.coresEach()
 	p := &riPhase{Seconds: secs, Sent: sent.Load(), Joins: joins.Load(), Leaves: leaves.Load(), Skipped: skipped.Load(),
-		Errors: errs.Load(), ServerCores: meter.cores(), GeneratorCores: gen.cores()}
+		Errors: errs.Load(), GeneratorCores: gen.cores()}
+	for _, c := range each {
+		p.ServerCores += c
+	}
+	if len(d.cfg.nodes) > 1 {
+		p.ServerEach = each
+	}
 	p.PerSec = divide(float64(p.Sent), secs)
 	p.CPUPerChangeUs = divide(p.ServerCores*secs*1e6, float64(p.Sent))
 	fmt.Fprintf(stderr, "%s: %d changes in %.1fs (%.0f/s), %d skipped, %d errors; server %.3f cores, %.1f µs a change\n",
@@ -417,17 +441,22 @@ func runRoomInterval(parent context.Context, cfg *roomIntervalConfig, stderr io.
 	if cfg.apiKey == "" {
 		return nil, errors.New("give -api-key: the room is seeded and driven over HTTP")
 	}
-	if err := roomsAvailable(parent, &cfg.benchFlags, cfg.room); err != nil {
-		return nil, err
+	for _, n := range cfg.nodes {
+		if err := roomsAvailable(parent, n.httpBase, cfg.apiKey, cfg.room); err != nil {
+			return nil, err
+		}
 	}
-	pid, err := cfg.resolvePID()
+	pids, err := cfg.resolvePIDs()
 	if err != nil {
 		return nil, fmt.Errorf("the server's CPU is the measure: %w (give -server-pid)", err)
 	}
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	res := &roomIntervalResult{Scenario: "room-interval", URL: cfg.httpBase, Room: cfg.room, Members: cfg.members, Movers: cfg.movers,
-		Watchers: cfg.watchers, Rate: cfg.rate, RoomInterval: cfg.interval.String(), ServerPID: pid}
+	res := &roomIntervalResult{Scenario: "room-interval", URL: cfg.httpBase, URLs: cfg.nodeURLs(true), Room: cfg.room, Members: cfg.members, Movers: cfg.movers,
+		Watchers: cfg.watchers, Rate: cfg.rate, RoomInterval: cfg.interval.String(), ServerPID: pids[0]}
+	if len(cfg.nodes) > 1 {
+		res.ServerPIDs = pids
+	}
 	hc := roomHTTPClient(max(cfg.seedConc, cfg.sendConc))
 	defer hc.CloseIdleConnections()
 	roomURL := cfg.httpBase + "/v1/rooms/" + url.PathEscape(cfg.room)
@@ -460,7 +489,10 @@ func runRoomInterval(parent context.Context, cfg *roomIntervalConfig, stderr io.
 	inStart := d.inRoom()
 
 	// The watchers.
-	ep := wsEndpoint{url: cfg.wsURL, dev: cfg.dev, secret: cfg.jwtSecret}
+	var weps []wsEndpoint
+	for _, n := range cfg.watcherNodes() {
+		weps = append(weps, wsEndpoint{url: n.wsURL, dev: cfg.dev, secret: cfg.jwtSecret})
+	}
 	var (
 		wg    sync.WaitGroup // readers and beaters
 		drops atomic.Int64
@@ -483,9 +515,9 @@ func runRoomInterval(parent context.Context, cfg *roomIntervalConfig, stderr io.
 	watchers := make([]*riWatcher, cfg.watchers)
 	wconns := make([]*benchConn, cfg.watchers)
 	wantCount := cfg.members + int(inStart)
-	fmt.Fprintf(stderr, "room-interval: room %s of %d; connecting %d watchers\n", cfg.room, wantCount, cfg.watchers)
+	fmt.Fprintf(stderr, "room-interval: room %s of %d; connecting %d watchers on %d node(s)\n", cfg.room, wantCount, cfg.watchers, len(weps))
 	if err := dialAll(ctx, cfg.watchers, "watchers", stderr, func(i int) error {
-		c, err := ep.dial(ctx, "ri"+cfg.tag+"-w"+strconv.Itoa(i), "w")
+		c, err := weps[i%len(weps)].dial(ctx, "ri"+cfg.tag+"-w"+strconv.Itoa(i), "w")
 		if err != nil {
 			return err
 		}
@@ -536,7 +568,7 @@ func runRoomInterval(parent context.Context, cfg *roomIntervalConfig, stderr io.
 
 	// Watched: drive, then wait for every watcher to read the last version.
 	driveStart := time.Now()
-	res.Watched = *d.run(ctx, "watched", cfg.duration, pid, stderr)
+	res.Watched = *d.run(ctx, "watched", cfg.duration, pids, stderr)
 	last := d.version.Load()
 	deadline := time.Now().Add(cfg.interval + 15*time.Second)
 	for {
@@ -571,7 +603,7 @@ func runRoomInterval(parent context.Context, cfg *roomIntervalConfig, stderr io.
 		if !sleepCtx(ctx, time.Second) { // the unwatches are read
 			return nil, ctx.Err()
 		}
-		res.Unwatched = d.run(ctx, "unwatched", cfg.unwatched, pid, stderr)
+		res.Unwatched = d.run(ctx, "unwatched", cfg.unwatched, pids, stderr)
 		res.WantCount = cfg.members + int(d.inRoom())
 	}
 	res.WatcherDrops = drops.Load()
@@ -630,7 +662,9 @@ func riCount(watchers []*riWatcher, interval time.Duration, driveStart, end time
 			}
 			if m.more {
 				s.IDsChecked = false
+				s.WithMore++
 			}
+			s.MaxTold = max(s.MaxTold, m.reported)
 			net += int64(m.net)
 			reported += int64(m.reported)
 			if m.kind != 'r' {
@@ -665,8 +699,12 @@ func riCount(watchers []*riWatcher, interval time.Duration, driveStart, end time
 }
 
 func printRoomInterval(w io.Writer, r *roomIntervalResult) {
+	on := r.URL
+	if len(r.URLs) > 1 {
+		on = fmt.Sprintf("%s, the watchers on %v", r.URLs[0], r.URLs[1:])
+	}
 	fmt.Fprintf(w, "room-interval: room %s of %d members and %d movers (%s mode), %d watchers, %d joins and leaves a second, room interval %s, on %s\n",
-		r.Room, r.Members, r.Movers, r.Mode, r.Watchers, r.Rate, r.RoomInterval, r.URL)
+		r.Room, r.Members, r.Movers, r.Mode, r.Watchers, r.Rate, r.RoomInterval, on)
 	fmt.Fprintf(w, "final count %d (want %d); %d watcher drops, %d errors\n", r.FinalCount, r.WantCount, r.WatcherDrops, r.Errors)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
@@ -674,8 +712,8 @@ func printRoomInterval(w io.Writer, r *roomIntervalResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tseconds\tjoins\tleaves\tchanges/s\tskipped\terrors\tserver CPU\tper change\tgenerator CPU\t")
 	row := func(name string, p riPhase) {
-		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%.1f\t%d\t%d\t%.3f cores\t%.1f µs\t%.3f cores\t\n", name, p.Seconds, p.Joins, p.Leaves, p.PerSec,
-			p.Skipped, p.Errors, p.ServerCores, p.CPUPerChangeUs, p.GeneratorCores)
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%.1f\t%d\t%d\t%.3f cores%s\t%.1f µs\t%.3f cores\t\n", name, p.Seconds, p.Joins, p.Leaves, p.PerSec,
+			p.Skipped, p.Errors, p.ServerCores, eachNode(p.ServerEach), p.CPUPerChangeUs, p.GeneratorCores)
 	}
 	row(fmt.Sprintf("%d watchers", r.Watchers), r.Watched)
 	if r.Unwatched != nil {
@@ -687,4 +725,5 @@ func printRoomInterval(w io.Writer, r *roomIntervalResult) {
 		m.Intervals, m.RoomInterval, m.RoomChange, m.Resyncs, m.MaxPerInterval, m.MeanPerIntvl)
 	fmt.Fprintf(w, "told: %d joins and leaves of %d sent (%d pairs cancelled); net %+d, %d watchers told another net, %d another count; ids checked %v, %d id errors; %d messages after unwatching\n",
 		m.Reported, r.Watched.Sent, m.CancelledPairs, m.NetWant, m.NetBad, m.CountBad, m.IDsChecked, m.IDErrors, m.AfterUnwatch)
+	fmt.Fprintf(w, "the most joins and leaves in one message: %d; %d messages with ids only counted (more_joined, more_left)\n", m.MaxTold, m.WithMore)
 }

@@ -108,8 +108,8 @@ func TestRiCount(t *testing.T) {
 	if s.Reported != 7 || s.CancelledPairs != 1 || s.NetBad != 0 || s.CountBad != 0 {
 		t.Errorf("told: %+v", s)
 	}
-	if s.IDsChecked || s.IDErrors != 0 {
-		t.Errorf("ids counted only in more_: checked %v, %d errors", s.IDsChecked, s.IDErrors)
+	if s.IDsChecked || s.IDErrors != 0 || s.WithMore != 1 || s.MaxTold != 4 {
+		t.Errorf("ids counted only in more_: checked %v, %d errors, %d such messages, at most %d told in one", s.IDsChecked, s.IDErrors, s.WithMore, s.MaxTold)
 	}
 	s = riCount([]*riWatcher{a}, time.Second, t0, at(4000), riPhase{Seconds: 3, Sent: 9}, 2, 12)
 	if s.NetBad != 1 || s.CountBad != 1 || !s.IDsChecked {

@@ -5,6 +5,7 @@ package main
 // to the same watchers under the same load.
 //
 //	presence-bench rooms -url ws://127.0.0.1:18090 -dev -api-key k -watchers 500 -movers 10 -interval 100ms
+//	presence-bench rooms -url ws://127.0.0.1:18191 -url ws://127.0.0.1:18192,ws://127.0.0.1:18193 -dev -api-key k …
 //
 // M movers, each over its own socket, join and leave one room in turn,
 // each every -interval (at least ratelimit.Rooms.Every, the most a device
@@ -20,9 +21,16 @@ package main
 // the room_change or presence message. A node without rooms answers
 // rooms_unavailable, and the scenario says so before it starts.
 //
+// With several -url values (nodes sharing a store) the movers, the
+// observer and the status users are on the first node and the watchers
+// round-robin on the others, so that every delivery crosses nodes; the
+// server's CPU is the sum over the nodes' processes (each counted once).
+//
 // The -json object (roomsResult) has these fields: scenario ("rooms"),
-// url, room, watchers, movers, status_users, interval, duration,
-// server_pid, server_cpu_cores and generator_cpu_cores (over the
+// url (the first node's), urls (every node's, with more than one), room, watchers, movers, status_users, interval, duration,
+// server_pid (the first node's), server_pids (each node's, with more than
+// one), server_cpu_cores (the sum over them), server_cpu_cores_each (one
+// per server_pids) and generator_cpu_cores (over the
 // changes), skipped (changes a stalled generator did not send, rather than
 // send late in a burst), rate_limited,
 // watcher_drops, errors, first_error, room_changes and status_changes,
@@ -36,7 +44,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -76,7 +83,7 @@ func parseRooms(args []string, stderr io.Writer) (*roomsConfig, error) {
 	c := &roomsConfig{}
 	fs := flag.NewFlagSet("presence-bench rooms", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.register(fs, 20*time.Second)
+	c.registerNodes(fs, 20*time.Second, "movers, observer and status users", "watchers")
 	fs.IntVar(&c.watchers, "watchers", 500, "watcher sockets: each watches the room and subscribes to every status user")
 	fs.IntVar(&c.movers, "movers", 10, "mover sockets, each joining and leaving the room in turn")
 	fs.DurationVar(&c.interval, "interval", ratelimit.Rooms.Every, "time between two joins or leaves of one mover (at least the server's limit of a device's joins and leaves)")
@@ -148,6 +155,7 @@ func runRoomsCmd(args []string, stdout, stderr io.Writer) int {
 type roomsResult struct {
 	Scenario       string    `json:"scenario"`
 	URL            string    `json:"url"`
+	URLs           []string  `json:"urls,omitempty"`
 	Room           string    `json:"room"`
 	Watchers       int       `json:"watchers"`
 	Movers         int       `json:"movers"`
@@ -155,7 +163,9 @@ type roomsResult struct {
 	Interval       string    `json:"interval"`
 	Duration       string    `json:"duration"`
 	ServerPID      int       `json:"server_pid"`
+	ServerPIDs     []int     `json:"server_pids,omitempty"`
 	ServerCores    float64   `json:"server_cpu_cores"`
+	ServerEach     []float64 `json:"server_cpu_cores_each,omitempty"`
 	GeneratorCores float64   `json:"generator_cpu_cores"`
 	Skipped        int64     `json:"skipped"`
 	RateLimited    int64     `json:"rate_limited"`
@@ -216,10 +226,16 @@ type roomMover struct {
 }
 
 func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*roomsResult, error) {
-	if err := roomsAvailable(parent, &cfg.benchFlags, cfg.room); err != nil {
-		return nil, err
+	for _, n := range cfg.nodes {
+		if err := roomsAvailable(parent, n.httpBase, cfg.apiKey, cfg.room); err != nil {
+			return nil, err
+		}
 	}
 	ep := wsEndpoint{url: cfg.wsURL, dev: cfg.dev, secret: cfg.jwtSecret}
+	weps := make([]wsEndpoint, 0, len(cfg.nodes))
+	for _, n := range cfg.watcherNodes() {
+		weps = append(weps, wsEndpoint{url: n.wsURL, dev: cfg.dev, secret: cfg.jwtSecret})
+	}
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var (
@@ -352,9 +368,10 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 
 	// The watchers: the room, then the status users.
 	watchers := make([]*roomWatcher, cfg.watchers)
-	fmt.Fprintf(stderr, "rooms: room %s, %d movers, %d status users; connecting %d watchers\n", cfg.room, cfg.movers, cfg.statusUsers, cfg.watchers)
+	fmt.Fprintf(stderr, "rooms: room %s, %d movers, %d status users on %s; connecting %d watchers on %d node(s)\n",
+		cfg.room, cfg.movers, cfg.statusUsers, cfg.wsURL.Host, cfg.watchers, len(weps))
 	if err := dialAll(ctx, cfg.watchers, "rooms watchers", stderr, func(i int) error {
-		c, err := ep.dial(ctx, "rb"+cfg.tag+"-w"+strconv.Itoa(i), "w")
+		c, err := weps[i%len(weps)].dial(ctx, "rb"+cfg.tag+"-w"+strconv.Itoa(i), "w")
 		if err != nil {
 			return err
 		}
@@ -393,12 +410,14 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 	fmt.Fprintf(stderr, "rooms: all connected; %d joins or leaves and %d changes of status a second for %v\n",
 		int(time.Second/cfg.interval)*cfg.movers, cfg.statusUsers*int(time.Second/ratelimit.Status.Every), cfg.duration)
 	var pid int
-	if p, err := cfg.resolvePID(); err == nil {
-		pid = p
+	pids, err := cfg.resolvePIDs()
+	if err != nil {
+		pids = nil
 	}
 	var meter *cpuMeter
-	if pid > 0 {
-		meter = startCPU(pid)
+	if len(pids) > 0 {
+		pid = pids[0]
+		meter = startCPU(pids...)
 	}
 	gen := startCPU(os.Getpid())
 	var sentRoom, sentStatus, skipped atomic.Int64
@@ -466,8 +485,12 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 	waitProgress(&changers, func(time.Time) { progress("changing") })
 	sendEnd := time.Now()
 	var cores float64
+	var each []float64
 	if meter != nil {
-		cores = meter.cores()
+		each = meter.coresEach()
+		for _, c := range each {
+			cores += c
+		}
 	}
 	genCores := gen.cores()
 	nRoom, nStatus := sentRoom.Load(), sentStatus.Load()
@@ -482,10 +505,13 @@ func runRooms(parent context.Context, cfg *roomsConfig, stderr io.Writer) (*room
 	stop() // the readers end before what they recorded is read
 
 	res := &roomsResult{
-		Scenario: "rooms", URL: cfg.wsURL.String(), Room: cfg.room, Watchers: cfg.watchers, Movers: cfg.movers,
+		Scenario: "rooms", URL: cfg.wsURL.String(), URLs: cfg.nodeURLs(false), Room: cfg.room, Watchers: cfg.watchers, Movers: cfg.movers,
 		StatusUsers: cfg.statusUsers, Interval: cfg.interval.String(), Duration: sendEnd.Sub(start).Round(time.Millisecond).String(),
 		ServerPID: pid, ServerCores: cores, GeneratorCores: genCores, Skipped: skipped.Load(), RateLimited: rateLimited.Load(), WatcherDrops: drops.Load(),
 		Errors: errs.n.Load(), FirstError: errs.firstErr(),
+	}
+	if len(cfg.nodes) > 1 {
+		res.ServerPIDs, res.ServerEach = pids, each
 	}
 	res.RoomChanges = roomDeliveries(movers, watchers)
 	res.StatusChange = statusDeliveries(targets, watchers)
@@ -612,20 +638,21 @@ func watchRoomWait(c *benchConn, msg []byte) (*wsMsg, error) {
 	}
 }
 
-// roomsAvailable reads the room over HTTP: a node without rooms answers
-// 501 rooms_unavailable, and the scenario stops there.
-func roomsAvailable(ctx context.Context, cfg *benchFlags, room string) error {
+// roomsAvailable reads the room over HTTP from the node at base: a node
+// without rooms answers 501 rooms_unavailable, and the scenario stops
+// there.
+func roomsAvailable(ctx context.Context, base, apiKey, room string) error {
 	hc := &http.Client{Timeout: 10 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.httpBase+"/v1/rooms/"+url.PathEscape(room)+"?limit=1", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/rooms/"+url.PathEscape(room)+"?limit=1", nil)
 	if err != nil {
 		return err
 	}
-	if cfg.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+cfg.apiKey)
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("reading the room: %w", err)
+		return fmt.Errorf("reading the room on %s: %w", base, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
@@ -633,17 +660,21 @@ func roomsAvailable(ctx context.Context, cfg *benchFlags, room string) error {
 	case http.StatusOK:
 		return nil
 	case http.StatusNotImplemented:
-		return errors.New("the server has no rooms (rooms_unavailable)")
+		return fmt.Errorf("the server %s has no rooms (rooms_unavailable)", base)
 	default:
 		return fmt.Errorf("GET /v1/rooms/%s: %s %s", room, resp.Status, b)
 	}
 }
 
 func printRooms(w io.Writer, r *roomsResult) {
+	on := r.URL
+	if len(r.URLs) > 1 {
+		on = fmt.Sprintf("%s, the watchers on %v", r.URLs[0], r.URLs[1:])
+	}
 	fmt.Fprintf(w, "rooms: %d watchers of room %s and of %d status users; %d movers, a join or leave every %s each, for %s on %s\n",
-		r.Watchers, r.Room, r.StatusUsers, r.Movers, r.Interval, r.Duration, r.URL)
-	fmt.Fprintf(w, "server CPU %.2f cores, generator %.2f; %d changes skipped by a stalled generator, %d rate limited, %d watcher drops, %d errors\n",
-		r.ServerCores, r.GeneratorCores, r.Skipped, r.RateLimited, r.WatcherDrops, r.Errors)
+		r.Watchers, r.Room, r.StatusUsers, r.Movers, r.Interval, r.Duration, on)
+	fmt.Fprintf(w, "server CPU %.2f cores%s, generator %.2f; %d changes skipped by a stalled generator, %d rate limited, %d watcher drops, %d errors\n",
+		r.ServerCores, eachNode(r.ServerEach), r.GeneratorCores, r.Skipped, r.RateLimited, r.WatcherDrops, r.Errors)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
 	}
