@@ -23,8 +23,10 @@ package main
 //   - die: drop the TCP connection and never come back.
 //
 // slack is max(ttl/10, 300ms): room for the scheduler of this busy tool.
-// The close grace is what the welcome announces (close_grace_ms; a server
-// that announces none keeps a closed device its whole ttl).
+// The close grace is what the welcome announces (close_grace_ms, 0: the
+// device ends at the drop; a server that announces none keeps a closed
+// device its whole ttl). With no grace a reconnect cannot be kept alive:
+// give such a server a -mix without reconnects (0,4,2).
 // The tool keeps the ground truth. A device is kept alive while the gaps
 // between the moments its beats (or connects: the welcome read) happened
 // stay below ttl − 200ms (loopback allowance) and, after a drop, it is back

@@ -15,7 +15,8 @@ import (
 
 // Flaky devices against a node with a short ttl, on the real clock: on
 // loopback the server must tell every dead device from the flaky ones,
-// with the close grace off (it is the ttl) and on (1s of a 3s ttl: drops
+// with the close grace as long as the ttl (the default, cut to it) and
+// shorter (1s of a 3s ttl: drops
 // come back within it, deaths are seen when it ends).
 func TestChurnInProcess(t *testing.T) {
 	for _, tc := range []struct {
@@ -24,7 +25,7 @@ func TestChurnInProcess(t *testing.T) {
 		heartbeatMs     int64
 		graceMs, goalMs int64
 	}{
-		{"grace off", 2 * time.Second, 0, 500, 2000, 1000},
+		{"grace the ttl", 2 * time.Second, 0, 500, 2000, 1000},
 		{"grace 1s", 3 * time.Second, time.Second, 750, 1000, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
