@@ -235,6 +235,10 @@ type churnRun struct {
 	grace    time.Duration // close grace (the ttl if the server announces none)
 	interval time.Duration
 	slack    time.Duration
+	// ended is when the run stopped watching: offlines read after it (the
+	// tool then drops every socket) and deaths after it (a command
+	// applied late) are no part of the verdict. Zero: no cut-off.
+	ended time.Time
 
 	wg                    sync.WaitGroup // every goroutine of the run
 	errs                  errCounter
@@ -402,6 +406,7 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 		}
 	}
 	end := time.Now()
+	r.ended = end
 	progress("done")
 	r.stop(cancel) // before the result: every device's goroutine has ended
 	return r.result(start, end), nil
@@ -573,10 +578,14 @@ func (r *churnRun) device(d *churnDevice, c *benchConn) {
 					skip = 2
 				}
 			case cmdDie:
+				// The death is the moment before the close: with no
+				// close grace its offline may be read before closeConn
+				// returns.
+				dropped := time.Now()
 				closeConn()
 				c = nil
 				d.mu.Lock()
-				d.dead, d.deadAt = true, time.Now()
+				d.dead, d.deadAt = true, dropped
 				d.mu.Unlock()
 				return
 			case cmdReconnect:
@@ -647,13 +656,20 @@ func (r *churnRun) result(start, end time.Time) *churnResult {
 	}
 	byDev := make(map[int][]time.Time)
 	for _, o := range r.offlines {
-		byDev[o.dev] = append(byDev[o.dev], o.at)
+		// After the end the tool drops every socket: with no close
+		// grace their offlines may reach the watchers still reading.
+		if r.ended.IsZero() || !o.at.After(r.ended) {
+			byDev[o.dev] = append(byDev[o.dev], o.at)
+		}
 	}
 	var lag latSet
 	minLag := time.Duration(1<<63 - 1)
 	var maxGap time.Duration
 	limit := r.ttl - churnAllowance
 	for _, d := range r.devices {
+		if d.dead && !r.ended.IsZero() && d.deadAt.After(r.ended) {
+			continue // a death the run ended before (its command was late)
+		}
 		if !d.dead { // the gap still open at the end counts too
 			d.beatAt(end, limit)
 		}

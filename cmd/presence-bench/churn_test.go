@@ -144,6 +144,33 @@ func TestChurnVerdictCloseGrace(t *testing.T) {
 	}
 }
 
+// What happens after the run ended is no part of the verdict: the
+// offlines of the sockets the tool then drops (at once with no close
+// grace), a death applied after it.
+func TestChurnVerdictAfterTheEnd(t *testing.T) {
+	t0 := time.Now()
+	ttl := 5 * time.Second
+	devs := []*churnDevice{
+		{idx: 0, lastBeat: t0}, // alive, its socket dropped at the end
+		{idx: 1, lastBeat: t0, dead: true, deadAt: t0.Add(time.Millisecond)}, // dead, detected at once
+		{idx: 2, lastBeat: t0, dead: true, deadAt: t0.Add(2 * time.Second)},  // died after the end
+	}
+	r := &churnRun{cfg: &churnConfig{devices: len(devs)}, devices: devs, ttl: ttl, grace: 0, interval: ttl / 4,
+		ended: t0.Add(time.Second)}
+	r.offlines = []churnOffline{
+		{dev: 0, at: t0.Add(time.Second + time.Millisecond)},
+		{dev: 1, at: t0.Add(2 * time.Millisecond)},
+	}
+	res := r.result(t0.Add(-time.Minute), r.ended)
+	if res.FalseOffline != 0 || res.Deaths != 1 || res.Detected != 1 || res.MissedOffline != 0 || res.CloseGraceMs != 0 {
+		t.Errorf("false %d deaths %d detected %d missed %d grace %d, want 0 1 1 0 0",
+			res.FalseOffline, res.Deaths, res.Detected, res.MissedOffline, res.CloseGraceMs)
+	}
+	if res.Lag.Max != 1 {
+		t.Errorf("lag %+v, want 1 ms after the drop", res.Lag)
+	}
+}
+
 func TestParseChurnRefuses(t *testing.T) {
 	t.Setenv(jwtSecretEnv, "")
 	for _, args := range [][]string{
