@@ -385,18 +385,28 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 	r.misbehave(start.Add(cfg.duration), progress)
 
 	// Wait for the offlines of the dead: until each has one, or ttl + 5s
-	// after the last beat of the last of them.
-	var waitUntil time.Time
-	for _, d := range r.devices {
-		d.mu.Lock()
-		if d.dead {
-			waitUntil = later(waitUntil, r.end(d).Add(churnMissedAfter))
+	// after the last beat of the last of them. The end is taken before
+	// each look, so a death the look missed (its command applied late) is
+	// after the end, and no part of the verdict.
+	waitUntil := func() time.Time {
+		var at time.Time
+		for _, d := range r.devices {
+			d.mu.Lock()
+			if d.dead {
+				at = later(at, r.end(d).Add(churnMissedAfter))
+			}
+			d.mu.Unlock()
 		}
-		d.mu.Unlock()
+		return at
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for time.Now().Before(waitUntil) && !r.allDetected() {
+	var end time.Time
+	for {
+		end = time.Now()
+		if !end.Before(waitUntil()) || r.allDetected() {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -405,7 +415,6 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	end := time.Now()
 	r.ended = end
 	progress("done")
 	r.stop(cancel) // before the result: every device's goroutine has ended
@@ -581,12 +590,11 @@ func (r *churnRun) device(d *churnDevice, c *benchConn) {
 				// The death is the moment before the close: with no
 				// close grace its offline may be read before closeConn
 				// returns.
-				dropped := time.Now()
+				d.mu.Lock()
+				d.dead, d.deadAt = true, time.Now()
+				d.mu.Unlock()
 				closeConn()
 				c = nil
-				d.mu.Lock()
-				d.dead, d.deadAt = true, dropped
-				d.mu.Unlock()
 				return
 			case cmdReconnect:
 				closeConn()
