@@ -23,8 +23,10 @@ package main
 //   - die: drop the TCP connection and never come back.
 //
 // slack is max(ttl/10, 300ms): room for the scheduler of this busy tool.
-// The close grace is what the welcome announces (close_grace_ms; a server
-// that announces none keeps a closed device its whole ttl).
+// The close grace is what the welcome announces (close_grace_ms, 0: the
+// device ends at the drop; a server that announces none keeps a closed
+// device its whole ttl). With no grace a reconnect cannot be kept alive:
+// give such a server a -mix without reconnects (0,4,2).
 // The tool keeps the ground truth. A device is kept alive while the gaps
 // between the moments its beats (or connects: the welcome read) happened
 // stay below ttl − 200ms (loopback allowance) and, after a drop, it is back
@@ -233,6 +235,10 @@ type churnRun struct {
 	grace    time.Duration // close grace (the ttl if the server announces none)
 	interval time.Duration
 	slack    time.Duration
+	// ended is when the run stopped watching: offlines read after it (the
+	// tool then drops every socket) and deaths after it (a command
+	// applied late) are no part of the verdict. Zero: no cut-off.
+	ended time.Time
 
 	wg                    sync.WaitGroup // every goroutine of the run
 	errs                  errCounter
@@ -379,18 +385,28 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 	r.misbehave(start.Add(cfg.duration), progress)
 
 	// Wait for the offlines of the dead: until each has one, or ttl + 5s
-	// after the last beat of the last of them.
-	var waitUntil time.Time
-	for _, d := range r.devices {
-		d.mu.Lock()
-		if d.dead {
-			waitUntil = later(waitUntil, r.end(d).Add(churnMissedAfter))
+	// after the last beat of the last of them. The end is taken before
+	// each look, so a death the look missed (its command applied late) is
+	// after the end, and no part of the verdict.
+	waitUntil := func() time.Time {
+		var at time.Time
+		for _, d := range r.devices {
+			d.mu.Lock()
+			if d.dead {
+				at = later(at, r.end(d).Add(churnMissedAfter))
+			}
+			d.mu.Unlock()
 		}
-		d.mu.Unlock()
+		return at
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for time.Now().Before(waitUntil) && !r.allDetected() {
+	var end time.Time
+	for {
+		end = time.Now()
+		if !end.Before(waitUntil()) || r.allDetected() {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -399,7 +415,7 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	end := time.Now()
+	r.ended = end
 	progress("done")
 	r.stop(cancel) // before the result: every device's goroutine has ended
 	return r.result(start, end), nil
@@ -571,11 +587,14 @@ func (r *churnRun) device(d *churnDevice, c *benchConn) {
 					skip = 2
 				}
 			case cmdDie:
-				closeConn()
-				c = nil
+				// The death is the moment before the close: with no
+				// close grace its offline may be read before closeConn
+				// returns.
 				d.mu.Lock()
 				d.dead, d.deadAt = true, time.Now()
 				d.mu.Unlock()
+				closeConn()
+				c = nil
 				return
 			case cmdReconnect:
 				closeConn()
@@ -645,13 +664,20 @@ func (r *churnRun) result(start, end time.Time) *churnResult {
 	}
 	byDev := make(map[int][]time.Time)
 	for _, o := range r.offlines {
-		byDev[o.dev] = append(byDev[o.dev], o.at)
+		// After the end the tool drops every socket: with no close
+		// grace their offlines may reach the watchers still reading.
+		if r.ended.IsZero() || !o.at.After(r.ended) {
+			byDev[o.dev] = append(byDev[o.dev], o.at)
+		}
 	}
 	var lag latSet
 	minLag := time.Duration(1<<63 - 1)
 	var maxGap time.Duration
 	limit := r.ttl - churnAllowance
 	for _, d := range r.devices {
+		if d.dead && !r.ended.IsZero() && d.deadAt.After(r.ended) {
+			continue // a death the run ended before (its command was late)
+		}
 		if !d.dead { // the gap still open at the end counts too
 			d.beatAt(end, limit)
 		}

@@ -15,7 +15,8 @@ import (
 
 // Flaky devices against a node with a short ttl, on the real clock: on
 // loopback the server must tell every dead device from the flaky ones,
-// with the close grace off (it is the ttl) and on (1s of a 3s ttl: drops
+// with the close grace as long as the ttl (the default, cut to it) and
+// shorter (1s of a 3s ttl: drops
 // come back within it, deaths are seen when it ends).
 func TestChurnInProcess(t *testing.T) {
 	for _, tc := range []struct {
@@ -24,7 +25,7 @@ func TestChurnInProcess(t *testing.T) {
 		heartbeatMs     int64
 		graceMs, goalMs int64
 	}{
-		{"grace off", 2 * time.Second, 0, 500, 2000, 1000},
+		{"grace the ttl", 2 * time.Second, 0, 500, 2000, 1000},
 		{"grace 1s", 3 * time.Second, time.Second, 750, 1000, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,6 +141,33 @@ func TestChurnVerdictCloseGrace(t *testing.T) {
 	}
 	if res.Lag.Max != 150 || res.LagMinMs != 50 || res.Goal.LagP99Ms != 200 || res.CloseGraceMs != 2000 {
 		t.Errorf("lag %+v min %v goal %v grace %d", res.Lag, res.LagMinMs, res.Goal.LagP99Ms, res.CloseGraceMs)
+	}
+}
+
+// What happens after the run ended is no part of the verdict: the
+// offlines of the sockets the tool then drops (at once with no close
+// grace), a death applied after it.
+func TestChurnVerdictAfterTheEnd(t *testing.T) {
+	t0 := time.Now()
+	ttl := 5 * time.Second
+	devs := []*churnDevice{
+		{idx: 0, lastBeat: t0}, // alive, its socket dropped at the end
+		{idx: 1, lastBeat: t0, dead: true, deadAt: t0.Add(time.Millisecond)}, // dead, detected at once
+		{idx: 2, lastBeat: t0, dead: true, deadAt: t0.Add(2 * time.Second)},  // died after the end
+	}
+	r := &churnRun{cfg: &churnConfig{devices: len(devs)}, devices: devs, ttl: ttl, grace: 0, interval: ttl / 4,
+		ended: t0.Add(time.Second)}
+	r.offlines = []churnOffline{
+		{dev: 0, at: t0.Add(time.Second + time.Millisecond)},
+		{dev: 1, at: t0.Add(2 * time.Millisecond)},
+	}
+	res := r.result(t0.Add(-time.Minute), r.ended)
+	if res.FalseOffline != 0 || res.Deaths != 1 || res.Detected != 1 || res.MissedOffline != 0 || res.CloseGraceMs != 0 {
+		t.Errorf("false %d deaths %d detected %d missed %d grace %d, want 0 1 1 0 0",
+			res.FalseOffline, res.Deaths, res.Detected, res.MissedOffline, res.CloseGraceMs)
+	}
+	if res.Lag.Max != 1 {
+		t.Errorf("lag %+v, want 1 ms after the drop", res.Lag)
 	}
 }
 

@@ -98,7 +98,7 @@ type wsMsg struct {
 	Version      uint64              `json:"version"`
 	TTLMs        int64               `json:"ttl_ms"`
 	HeartbeatMs  int64               `json:"heartbeat_interval_ms"`
-	CloseGraceMs int64               `json:"close_grace_ms"`
+	CloseGraceMs *int64              `json:"close_grace_ms"` // nil: not announced
 	Code         string              `json:"code"`
 	Message      string              `json:"message"`
 	Users        map[string]snapUser `json:"users"`
@@ -180,9 +180,13 @@ func (e wsEndpoint) dial(ctx context.Context, user, device string) (*benchConn, 
 func (c *benchConn) ttl() time.Duration { return time.Duration(c.welcome.TTLMs) * time.Millisecond }
 
 // closeGrace is how long the server keeps a device whose connection
-// closed without a bye; a server that announces none keeps it its ttl.
+// closed without a bye: 0 if it announces 0 (no grace), its ttl if it
+// announces none.
 func (c *benchConn) closeGrace() time.Duration {
-	if g := time.Duration(c.welcome.CloseGraceMs) * time.Millisecond; g > 0 && g < c.ttl() {
+	if c.welcome.CloseGraceMs == nil {
+		return c.ttl()
+	}
+	if g := time.Duration(*c.welcome.CloseGraceMs) * time.Millisecond; g >= 0 && g < c.ttl() {
 		return g
 	}
 	return c.ttl()

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/presenced/presenced/internal/app"
+	"github.com/presenced/presenced/internal/presence"
 )
 
 // options are the command's flags: the node's Config, bound to its
@@ -78,7 +81,8 @@ func (o *options) nodeFlags(fs *flag.FlagSet, d app.Config) {
 	fs.StringVar(&c.DataDir, "data", d.DataDir, "directory of the embedded state (SQLite file, generated keys)")
 	fs.DurationVar(&c.TTL, "heartbeat-ttl", d.TTL, "a device is online until this long after its last heartbeat")
 	fs.DurationVar(&c.IdleAfter, "idle-after", d.IdleAfter, "online turns away after this long without activity")
-	fs.DurationVar(&c.CloseGrace, "close-grace", d.CloseGrace, "a device whose WebSocket closed without a bye goes offline this long after, unless it reconnects (cut to -heartbeat-ttl, which turns it off)")
+	c.CloseGrace = d.CloseGrace
+	fs.Var((*graceFlag)(&c.CloseGrace), "close-grace", "a device whose WebSocket closed without a bye goes offline this long after, unless it reconnects; 0: at once (no grace); cut to -heartbeat-ttl (the device then lives its whole ttl)")
 	fs.IntVar(&c.MaxDevices, "max-devices", d.MaxDevices, "alive devices per user; a heartbeat of one more is refused")
 	fs.IntVar(&c.MaxRooms, "max-rooms", d.MaxRooms, "rooms one device may be in at once; a join of one more is refused")
 	fs.IntVar(&c.MaxSubscriptions, "max-subscriptions", d.MaxSubscriptions, "users one WebSocket connection may watch")
@@ -140,6 +144,32 @@ func (o *options) commandFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.healthURL, "healthcheck", "", "GET this URL (e.g. http://127.0.0.1:8081/healthz) and exit 0 if it answers 200, 1 if not: a container's HEALTHCHECK, as the image has no curl")
 	fs.StringVar(&o.printToken, "print-token", "", "print a client token for this user id (signed with the JWT secret, valid for -max-token-lifetime, with -token-audience and -token-issuer) and exit")
 	fs.Var((*listFlag)(&o.printTokenRooms), "print-token-rooms", "with -print-token: the rooms the token lets its user enter, each a room id, a prefix ending in * (team-7-*), or * alone (every room); repeat the flag or separate them with commas")
+}
+
+// graceFlag is -close-grace: a duration, 0 turning the grace off
+// (presence.NoCloseGrace, since a zero app.Config.CloseGrace means the
+// default), a negative one refused.
+type graceFlag time.Duration
+
+func (g *graceFlag) String() string {
+	if time.Duration(*g) < 0 {
+		return "0s"
+	}
+	return time.Duration(*g).String()
+}
+
+func (g *graceFlag) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return errors.New("parse error")
+	case d < 0:
+		return fmt.Errorf("%s is negative (0 turns the grace off)", d)
+	case d == 0:
+		d = presence.NoCloseGrace
+	}
+	*g = graceFlag(d)
+	return nil
 }
 
 // listFlag is a flag of a list (URLs, addresses): repeated, or separated

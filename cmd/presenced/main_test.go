@@ -887,6 +887,8 @@ func TestRunConfigErrors(t *testing.T) {
 		{"data is a file", nil, []string{"-data", "/dev/null"}, "data directory", false},
 		{"no device allowed", nil, []string{"-max-devices", "0"}, "-max-devices 0: between 1 and 1000", true},
 		{"more devices than a record counts", nil, []string{"-max-devices", "1001"}, "-max-devices 1001: between 1 and 1000", true},
+		{"negative close grace", nil, []string{"-close-grace", "-1s"}, `invalid value "-1s" for flag -close-grace: -1s is negative (0 turns the grace off)`, true},
+		{"negative close grace from env", map[string]string{envName("close-grace"): "-5ms"}, nil, envName("close-grace") + `="-5ms": -5ms is negative`, true},
 		{"negative device cap from env", map[string]string{envName("max-devices"): "-1"}, nil, "-max-devices -1", true},
 		{"no subscription allowed", nil, []string{"-max-subscriptions", "0"}, "-max-subscriptions 0: at least 1", true},
 		{"bad subscription cap from env", map[string]string{envName("max-subscriptions"): "many"}, nil, envName("max-subscriptions"), true},

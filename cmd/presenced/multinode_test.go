@@ -23,6 +23,7 @@ import (
 
 	wsclient "github.com/presenced/presenced/client"
 	"github.com/presenced/presenced/internal/auth"
+	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/testsvc"
 	"github.com/presenced/presenced/internal/testwait"
 )
@@ -361,6 +362,40 @@ func TestCloseGraceAcrossNodes(t *testing.T) {
 		}
 		return
 	}
+}
+
+// With -close-grace 0 a socket closed without a bye ends its device at
+// once: watchers on its node and on another are told right away (the
+// 5 s default grace would be far later), and a reconnect is a new
+// arrival.
+func TestNoCloseGraceAcrossNodes(t *testing.T) {
+	t.Parallel()
+	b := newBackends(t)
+	const ttl = 10 * time.Second
+	nodes := b.nodes(t, 2, "-heartbeat-ttl", ttl.String(), "-close-grace", "0")
+	n1, n2 := nodes[0], nodes[1]
+	same, other := watcher(t, n1, "w1", "erin"), watcher(t, n2, "w2", "erin")
+	same.await(t, "w1", "erin", wsclient.Offline) // the snapshots
+	other.await(t, "w2", "erin", wsclient.Offline)
+	erin := dial(t, n1, "erin", "phone")
+	same.await(t, "w1", "erin", wsclient.Online)
+	other.await(t, "w2", "erin", wsclient.Online)
+	erin.Close()
+	closed := time.Now()
+	for _, w := range []struct {
+		name string
+		s    *seen
+	}{{"w1", same}, {"w2", other}} {
+		w.s.await(t, w.name, "erin", wsclient.Offline)
+		lag := time.Since(closed)
+		t.Logf("%s told erin is offline %s after her socket closed", w.name, lag.Round(time.Millisecond))
+		if lag >= presence.DefaultCloseGrace/2 {
+			t.Errorf("%s told erin is offline %s after her socket closed: that is a grace, with -close-grace 0", w.name, lag)
+		}
+	}
+	dial(t, n2, "erin", "phone")
+	other.await(t, "w2", "erin", wsclient.Online)
+	same.await(t, "w1", "erin", wsclient.Online)
 }
 
 // A browser tab duplicated with its session storage connects to another

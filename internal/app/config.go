@@ -28,7 +28,7 @@ type Config struct {
 	DataDir      string        // embedded state
 	TTL          time.Duration // heartbeat ttl
 	IdleAfter    time.Duration // online → away
-	CloseGrace   time.Duration // a WebSocket closed without bye: offline after this unless it reconnects; cut to TTL (= off)
+	CloseGrace   time.Duration // a WebSocket closed without bye: offline after this unless it reconnects; cut to TTL (= its whole ttl); presence.NoCloseGrace: offline at once
 	PollInterval time.Duration // client HTTP read throttle; negative disables
 	MaxDevices   int           // alive devices per user
 	MaxRooms     int           // rooms one device is in at once
@@ -198,7 +198,9 @@ func (c *Config) defaults() error {
 	orDefault(&c.DataDir, d.DataDir)
 	orDefault(&c.TTL, d.TTL)
 	orDefault(&c.IdleAfter, d.IdleAfter)
-	orDefault(&c.CloseGrace, d.CloseGrace)
+	if c.CloseGrace == 0 { // presence.NoCloseGrace: off
+		c.CloseGrace = d.CloseGrace
+	}
 	if c.PollInterval == 0 { // negative: no throttle
 		c.PollInterval = d.PollInterval
 	}
@@ -358,8 +360,8 @@ func (c *Config) ValidateTiming() error {
 	if c.IdleAfter != 0 && c.IdleAfter < time.Second {
 		return fmt.Errorf("idle-after %s is too short: at least 1s", c.IdleAfter)
 	}
-	if c.CloseGrace < 0 {
-		return fmt.Errorf("close grace %s is negative", c.CloseGrace)
+	if c.CloseGrace < 0 && c.CloseGrace != presence.NoCloseGrace {
+		return fmt.Errorf("close grace %s is negative (presence.NoCloseGrace turns it off)", c.CloseGrace)
 	}
 	return nil
 }

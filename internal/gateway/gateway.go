@@ -82,7 +82,8 @@ type Config struct {
 	TTL time.Duration
 	// CloseGrace is announced by welcome: how soon a client must reconnect
 	// after its connection closed without a bye for watchers to see
-	// nothing (presence.Rules.CloseGrace). Default 5s, cut to TTL.
+	// nothing (presence.Rules.CloseGrace). Default 5s, cut to TTL;
+	// presence.NoCloseGrace (off) is announced as 0.
 	CloseGrace time.Duration
 	// MaxSubscriptions is the hub's per-connection cap (the hub enforces
 	// it; the gateway refuses a larger request before asking and sizes
@@ -217,10 +218,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = presence.DefaultTTL
 	}
-	if cfg.CloseGrace <= 0 {
-		cfg.CloseGrace = presence.DefaultCloseGrace
-	}
-	cfg.CloseGrace = min(cfg.CloseGrace, cfg.TTL)
+	cfg.CloseGrace = presence.Rules{TTL: cfg.TTL, CloseGrace: cfg.CloseGrace}.WithDefaults().CloseGrace
 	if cfg.MaxSubscriptions <= 0 {
 		cfg.MaxSubscriptions = presence.DefaultMaxSubscriptions
 	}

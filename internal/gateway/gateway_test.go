@@ -51,6 +51,14 @@ func (r *recorder) of(user string) []presence.Event {
 	return out
 }
 
+// With the close grace off the welcome says close_grace_ms 0.
+func TestWelcomeNoCloseGrace(t *testing.T) {
+	n := newNode(t, opts{tweak: func(c *gateway.Config) { c.CloseGrace = presence.NoCloseGrace }})
+	if m := n.dial("42", "").msgType("welcome"); m["close_grace_ms"] != 0.0 {
+		t.Fatalf("welcome %v, want close_grace_ms 0", m)
+	}
+}
+
 func TestWelcome(t *testing.T) {
 	n := newNode(t, opts{ttl: 20 * time.Second})
 	rec := n.record()

@@ -13,8 +13,10 @@ type Rules struct {
 	// closed without a bye (User.Disconnect), unless it beats again; never
 	// longer than TTL. A reconnect within it shows nothing to anyone, a
 	// real departure shows within it instead of the TTL. Zero means
-	// DefaultCloseGrace; a value at or above TTL turns it off (the device
-	// lives its whole TTL, as after missed beats).
+	// DefaultCloseGrace; NoCloseGrace turns the grace off (the device ends
+	// the moment its connection closes, as if the grace ran out then); a
+	// value at or above TTL leaves the device its whole TTL, as after
+	// missed beats.
 	CloseGrace time.Duration
 	// Epoch numbers the runs of the state store's owner (a boot counter
 	// kept in the durable store). Versions stamped in a run start above
@@ -39,13 +41,18 @@ const (
 	DefaultCloseGrace = 5 * time.Second
 )
 
+// NoCloseGrace is the CloseGrace that turns the grace off: a device whose
+// connection closed without a bye ends at once (-close-grace 0). Any
+// negative CloseGrace counts as it; the zero value means the default.
+const NoCloseGrace time.Duration = -1
+
 // DefaultMaxSubscriptions is the default cap of the users one connection
 // may watch: the server's (fanout, gateway) and the Go client's.
 const DefaultMaxSubscriptions = 500
 
-// WithDefaults returns r with its zero (or negative) TTL, IdleAfter,
-// MaxDevices and CloseGrace replaced by the defaults, and CloseGrace capped
-// at TTL.
+// WithDefaults returns r with its zero (or negative) TTL, IdleAfter and
+// MaxDevices and its zero CloseGrace replaced by the defaults, a negative
+// CloseGrace made NoCloseGrace, and CloseGrace capped at TTL.
 func (r Rules) WithDefaults() Rules {
 	if r.TTL <= 0 {
 		r.TTL = DefaultTTL
@@ -56,17 +63,38 @@ func (r Rules) WithDefaults() Rules {
 	if r.MaxDevices <= 0 {
 		r.MaxDevices = DefaultMaxDevices
 	}
-	if r.CloseGrace <= 0 {
+	switch {
+	case r.CloseGrace == 0:
 		r.CloseGrace = DefaultCloseGrace
+	case r.CloseGrace < 0:
+		r.CloseGrace = NoCloseGrace
 	}
 	r.CloseGrace = min(r.CloseGrace, r.TTL)
 	return r
 }
 
+// CloseGraceOff reports whether the close grace is off (NoCloseGrace).
+func (r *Rules) CloseGraceOff() bool { return r.CloseGrace < 0 }
+
+// GraceMillis is how long (ms) a device lives after its connection
+// closed without a bye: 0 with the grace off, the TTL for a zero
+// CloseGrace (Rules not passed through WithDefaults) or one above it.
+func (r *Rules) GraceMillis() int64 {
+	ttl := r.TTL.Milliseconds()
+	if r.CloseGrace < 0 {
+		return 0
+	}
+	g := r.CloseGrace.Milliseconds()
+	if g <= 0 || g > ttl {
+		g = ttl
+	}
+	return g
+}
+
 // End returns the moment (Unix ms) at which d dies unless it beats again:
 // its last beat plus the TTL or, if its connection closed without a bye,
-// the close plus CloseGrace, whichever comes first. A zero CloseGrace
-// counts as the TTL (Rules not passed through WithDefaults).
+// the close plus CloseGrace, whichever comes first (GraceMillis: the
+// close itself with NoCloseGrace; a zero CloseGrace counts as the TTL).
 func (r *Rules) End(d *Device) int64 {
 	if d.Owner != 0 {
 		return Forever
@@ -74,11 +102,7 @@ func (r *Rules) End(d *Device) int64 {
 	ttl := r.TTL.Milliseconds()
 	end := d.LastBeat + ttl
 	if d.Closed > 0 {
-		g := r.CloseGrace.Milliseconds()
-		if g <= 0 || g > ttl {
-			g = ttl
-		}
-		end = min(end, d.Closed+g)
+		end = min(end, d.Closed+r.GraceMillis())
 	}
 	return end
 }

@@ -146,7 +146,7 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 	}
 	r := cfg.Rules
 	consts := constants(r.TTL.Milliseconds(), r.IdleAfter.Milliseconds(), int64(r.MaxDevices),
-		r.Epoch<<32, cfg.EvictAfter.Milliseconds(), r.CloseGrace.Milliseconds(), cfg.Shards, cfg.Buckets)
+		r.Epoch<<32, cfg.EvictAfter.Milliseconds(), r.GraceMillis(), cfg.Shards, cfg.Buckets)
 	for _, sc := range []struct {
 		to    **script
 		files []string

@@ -21,27 +21,32 @@ type RoomFactory func(t *testing.T, rules presence.Rules, roomRules presence.Roo
 // of every way a device leaves, invisibility, limits, pages, versions.
 func RunRooms(t *testing.T, newStore RoomFactory) {
 	tests := []struct {
-		name string
-		fn   func(t *testing.T, r *rh)
+		name  string
+		fn    func(t *testing.T, r *rh)
+		grace time.Duration // 0: 5 s
 	}{
-		{"JoinNeedsAliveDevice", testRoomJoinNeedsAliveDevice},
-		{"JoinAndLeave", testRoomJoinAndLeave},
-		{"TwoDevicesOneMember", testRoomTwoDevicesOneMember},
-		{"ByeLeaves", testRoomByeLeaves},
-		{"CloseGraceLeaves", testRoomCloseGraceLeaves},
-		{"ReconnectInGraceShowsNothing", testRoomReconnectInGrace},
-		{"TTLLeaves", testRoomTTLLeaves},
-		{"InvisibleLeavesAndComesBack", testRoomInvisible},
-		{"JoinWhileInvisible", testRoomJoinWhileInvisible},
-		{"MaxRooms", testRoomMaxRooms},
-		{"Pages", testRoomPages},
-		{"VersionsNeverRepeat", testRoomVersionsNeverRepeat},
-		{"Counts", testRoomCounts},
+		{name: "JoinNeedsAliveDevice", fn: testRoomJoinNeedsAliveDevice},
+		{name: "JoinAndLeave", fn: testRoomJoinAndLeave},
+		{name: "TwoDevicesOneMember", fn: testRoomTwoDevicesOneMember},
+		{name: "ByeLeaves", fn: testRoomByeLeaves},
+		{name: "CloseGraceLeaves", fn: testRoomCloseGraceLeaves},
+		{name: "NoCloseGraceLeavesAtTheClose", fn: testRoomNoCloseGraceLeaves, grace: presence.NoCloseGrace},
+		{name: "ReconnectInGraceShowsNothing", fn: testRoomReconnectInGrace},
+		{name: "TTLLeaves", fn: testRoomTTLLeaves},
+		{name: "InvisibleLeavesAndComesBack", fn: testRoomInvisible},
+		{name: "JoinWhileInvisible", fn: testRoomJoinWhileInvisible},
+		{name: "MaxRooms", fn: testRoomMaxRooms},
+		{name: "Pages", fn: testRoomPages},
+		{name: "VersionsNeverRepeat", fn: testRoomVersionsNeverRepeat},
+		{name: "Counts", fn: testRoomCounts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rules := DefaultRules
 			rules.CloseGrace = 5 * time.Second
+			if tc.grace != 0 {
+				rules.CloseGrace = tc.grace
+			}
 			rules.Epoch = 7
 			s := newStore(t, rules, presence.RoomRules{MaxRooms: 3})
 			rs, ok := s.(tracker.RoomStore)
@@ -238,6 +243,18 @@ func testRoomCloseGraceLeaves(t *testing.T, r *rh) {
 	wantRooms(t, "a sweep within the grace", roomsOf(r.expire(t0+5*sec)...))
 	wantRooms(t, "the sweep after the grace", roomsOf(r.expire(t0+6*sec)...), "leave doc alice ended 1")
 	r.is("doc", "bob")
+}
+
+// With the grace off a socket closed without a bye leaves its rooms at
+// the close.
+func testRoomNoCloseGraceLeaves(t *testing.T, r *rh) {
+	r.h.join(t0, "alice", "phone")
+	r.h.join(t0, "bob", "phone")
+	r.join(t0, "alice", "phone", "doc")
+	r.join(t0, "bob", "phone", "doc")
+	wantRooms(t, "the close", roomsOf(disconnect(t, r, t0+sec, "alice", "phone", t0)), "leave doc alice ended 1")
+	r.is("doc", "bob")
+	wantRooms(t, "a sweep after", roomsOf(r.expire(t0+2*sec)...))
 }
 
 func disconnect(t *testing.T, r *rh, now int64, user, device string, since int64) presence.Change {

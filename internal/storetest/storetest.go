@@ -717,6 +717,20 @@ func testDisconnect(t *testing.T, f Factory) {
 	})
 	t.Run("grace off", func(t *testing.T) {
 		off := rules
+		off.CloseGrace = presence.NoCloseGrace
+		h := newH(t, f, off)
+		h.join(t0, "u", "d")
+		h.beat(t0+sec, "u", "d", true)
+		c := t0 + 2*sec
+		h.wantEvent("disconnect", h.disconnect(c, "u", "d", t0+sec),
+			ev{user: "u", prev: presence.Online, status: presence.Offline, lastSeen: t0 + sec})
+		h.wantSnap("Get at the close", h.get(c, "u"), presence.Offline, 0, t0+sec, t0+sec)
+		h.wantNoEvents("Expire after the close", h.expire(c+h.ttl()))
+		h.wantEvent("a reconnect is a new arrival", h.beat(c+1, "u", "d", true),
+			ev{user: "u", prev: presence.Offline, status: presence.Online, lastSeen: c + 1})
+	})
+	t.Run("grace as long as the ttl", func(t *testing.T) {
+		off := rules
 		off.CloseGrace = off.TTL
 		h := newH(t, f, off)
 		h.join(t0, "u", "d")

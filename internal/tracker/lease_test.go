@@ -39,6 +39,7 @@ type cluster struct {
 	durable *memDurable
 	nodes   []*node
 	tweak   func(*tracker.Config) // if set, changes the next nodes' configuration
+	rules   presence.Rules        // the next nodes' rules if TTL is set; leaseRules if not
 }
 
 func newCluster(t *testing.T, redis *testsvc.Server) *cluster {
@@ -58,6 +59,9 @@ func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Sto
 	}
 	t.Cleanup(cl.Close)
 	r := leaseRules
+	if c.rules.TTL != 0 {
+		r = c.rules
+	}
 	r.Epoch = epoch
 	rs, err := redisstore.Open(context.Background(), cl, redisstore.Config{Rules: r, Prefix: c.prefix})
 	if err != nil {

@@ -3,6 +3,8 @@ package tracker
 import (
 	"context"
 	"time"
+
+	"github.com/presenced/presenced/internal/clock"
 )
 
 // Sweep applies every deadline due now and publishes the changes; first
@@ -27,9 +29,22 @@ func (t *Tracker) Checkpoint(ctx context.Context) error { return t.cps.write(ctx
 // Run sweeps deadlines, checkpoints last_seen and, while the store is
 // down, probes it and replays the outage buffer when it is back, until ctx
 // is done; then it checkpoints once more. It returns nil after a clean stop.
+// Besides every SweepInterval it sweeps when a close deadline comes (one
+// timer on the tracker's clock, armed for the earliest: wake.go).
 func (t *Tracker) Run(ctx context.Context) error {
 	sweep := time.NewTicker(t.every.sweep)
 	defer sweep.Stop()
+	closeT := clock.NewTimer(t.link.clock, time.Hour)
+	closeT.Stop()
+	defer closeT.Stop()
+	armed := int64(0) // the close deadline closeT is armed for, 0: none
+	arm := func(at int64) {
+		if at != 0 && (armed == 0 || at < armed) {
+			closeT.Reset(time.UnixMilli(at).Sub(t.link.clock.Now()))
+			armed = at
+		}
+	}
+	arm(t.closes.earliest())
 	flush := time.NewTicker(t.every.flush)
 	defer flush.Stop()
 	probe := time.NewTicker(t.every.probe)
@@ -42,19 +57,29 @@ func (t *Tracker) Run(ctx context.Context) error {
 		t.lease.tick(ctx)
 	}
 	var partialLogged time.Time // part of the store down: said at most every 10 s
+	sweepNow := func() {
+		if _, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
+			if !partial(err) || time.Since(partialLogged) >= 10*time.Second {
+				t.log.Warn("sweep failed", "err", err)
+				if partial(err) {
+					partialLogged = time.Now()
+				}
+			}
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return t.Close(context.WithoutCancel(ctx))
 		case <-sweep.C:
-			if _, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
-				if !partial(err) || time.Since(partialLogged) >= 10*time.Second {
-					t.log.Warn("sweep failed", "err", err)
-					if partial(err) {
-						partialLogged = time.Now()
-					}
-				}
-			}
+			sweepNow()
+		case <-t.closes.kick:
+			arm(t.closes.earliest())
+		case <-closeT.C():
+			armed = 0
+			next := t.closes.next(t.Now())
+			sweepNow()
+			arm(next)
 		case <-leaseTick:
 			t.lease.tick(ctx)
 		case <-probe.C:

@@ -132,6 +132,7 @@ type Tracker struct {
 	floors *floors       // the version floor of a store that may lose its data
 	cps    *checkpoints  // last_seen to the durable store
 	sweeps *sweeper      // deadlines due
+	closes *closeTimer   // close deadlines, for Run's timer (wake.go)
 	lease  *leaseKeeper  // this node's lease; nil without a Leaser store
 	owned  *ownedDevices // the devices this node holds, under lease; nil without
 	peers  *peerReads    // nil without Config.Peers
@@ -219,6 +220,7 @@ func New(cfg Config) (*Tracker, error) {
 		every:     intervals{sweep: cfg.SweepInterval, flush: cfg.FlushInterval, probe: cfg.ProbeInterval},
 		cps:       &checkpoints{link: lk, durable: cfg.Durable},
 		sweeps:    &sweeper{link: lk, events: events, batch: cfg.SweepBatch},
+		closes:    newCloseTimer(max(cfg.Rules.CloseGrace, 0)),
 		onRecover: cfg.OnRecover,
 	}
 	t.writes.seed = maphash.MakeSeed()

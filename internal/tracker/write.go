@@ -263,13 +263,18 @@ func (t *Tracker) Bye(ctx context.Context, user, device string) (presence.Change
 // connection (Unix ms, the tracker's clock). Unless the device beats again,
 // it dies Rules.CloseGrace from now instead of at the end of its ttl, so a
 // reconnect within the grace shows nothing and a real departure shows
-// quickly. A device that beat after since (it reconnected, here or on
-// another node) is left alone. While the store is down nothing is
-// recorded: the device then lives its whole ttl, as after missed beats.
+// quickly; with the grace off (presence.NoCloseGrace) the device ends now.
+// Run sweeps when the grace runs out, not at its next tick (wake.go). A
+// device that beat after since (it reconnected, here or on another node)
+// is left alone. While the store is down nothing is recorded: the device
+// then lives its whole ttl, as after missed beats.
 func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int64) error {
 	now := t.Now()
 	if t.owned != nil && t.owned.closed(now, user, device, since) {
-		return nil // this node holds the device: its deadline is kept here
+		// This node holds the device: its deadline is kept here, and
+		// applied (released) by the sweep Run makes when it comes.
+		t.closes.add(now + t.rules.GraceMillis())
+		return nil
 	}
 	if !t.link.upFor(user) {
 		return nil
@@ -280,6 +285,9 @@ func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int
 			return nil // the device lives its whole ttl
 		}
 		return fmt.Errorf("disconnect: %w", err)
+	}
+	if g := t.rules.GraceMillis(); g > 0 {
+		t.closes.add(now + g) // with no grace the store ended it now
 	}
 	t.events.emit(&ch)
 	return nil
