@@ -25,3 +25,7 @@ func (t *Tracker) CheckFloor(ctx context.Context) { t.checkFloor(ctx) }
 // ProbeSuspects probes the parts a call that failed as a whole made
 // suspect, as Run's probe does.
 func (t *Tracker) ProbeSuspects(ctx context.Context) { t.link.probeSuspects(ctx) }
+
+// CloseDeadline is the earliest close deadline Run's timer waits for, 0
+// if none.
+func (t *Tracker) CloseDeadline() int64 { return t.closes.earliest() }

@@ -19,6 +19,21 @@ func (t *Tracker) Sweep(ctx context.Context) (int, error) {
 	return t.sweeps.sweep(ctx)
 }
 
+// closeSweep applies the close deadlines that came (Run's timer): those
+// of the devices this node holds, in the node, and an in-process store's
+// by a sweep. A store in another process (Redis) is swept only by the
+// ticker: its part of a close is a device this node does not hold, and a
+// storm of closes must not cost it a sweep of every shard each.
+func (t *Tracker) closeSweep(ctx context.Context) (int, error) {
+	if t.owned != nil {
+		t.owned.sendDue(ctx)
+	}
+	if t.link.can.pinger != nil {
+		return 0, nil
+	}
+	return t.sweeps.sweep(ctx)
+}
+
 // Checkpoint writes every last_seen changed since the previous checkpoint
 // to the durable store in one transaction. On failure the batch is kept
 // and retried with the next checkpoint, so nothing is lost while the
@@ -57,8 +72,8 @@ func (t *Tracker) Run(ctx context.Context) error {
 		t.lease.tick(ctx)
 	}
 	var partialLogged time.Time // part of the store down: said at most every 10 s
-	sweepNow := func() {
-		if _, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
+	sweepNow := func(sweep func(context.Context) (int, error)) {
+		if _, err := sweep(ctx); err != nil && ctx.Err() == nil {
 			if !partial(err) || time.Since(partialLogged) >= 10*time.Second {
 				t.log.Warn("sweep failed", "err", err)
 				if partial(err) {
@@ -72,13 +87,13 @@ func (t *Tracker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return t.Close(context.WithoutCancel(ctx))
 		case <-sweep.C:
-			sweepNow()
+			sweepNow(t.Sweep)
 		case <-t.closes.kick:
 			arm(t.closes.earliest())
 		case <-closeT.C():
 			armed = 0
 			next := t.closes.next(t.Now())
-			sweepNow()
+			sweepNow(t.closeSweep)
 			arm(next)
 		case <-leaseTick:
 			t.lease.tick(ctx)

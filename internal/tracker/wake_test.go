@@ -138,3 +138,33 @@ func TestCloseGraceEndsOnTimeOwned(t *testing.T) {
 		})
 	}
 }
+
+// On a store in another process only the devices this node holds arm the
+// close timer: a device it does not hold (one that beat over HTTP) ends
+// by the store's deadline, which the sweep ticker applies, so a storm of
+// such closes costs Redis no sweep of every shard each.
+func TestCloseTimerOnlyForHeldDevicesOnRedis(t *testing.T) {
+	c := newCluster(t, testsvc.Redis(t))
+	c.rules = leaseRules
+	c.rules.CloseGrace = 150 * time.Millisecond
+	c.tweak = func(cfg *tracker.Config) { cfg.SweepInterval = time.Hour }
+	a := c.add(1)
+	a.alive = true
+	if _, err := a.tr.Heartbeat(a.ctx, "ann", "web", true); err != nil {
+		t.Fatal(err)
+	}
+	c.at(100 * time.Millisecond)
+	if err := a.tr.Disconnect(a.ctx, "ann", "web", ms(0)); err != nil {
+		t.Fatal(err)
+	}
+	if at := a.tr.CloseDeadline(); at != 0 {
+		t.Fatalf("a device the node does not hold armed the close timer for %d", at)
+	}
+	a.socketConnect("bob", "pc")
+	if err := a.tr.Disconnect(a.ctx, "bob", "pc", ms(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if at, want := a.tr.CloseDeadline(), ms(250*time.Millisecond); at != want {
+		t.Fatalf("the close of a held device armed the timer for %d, want %d", at, want)
+	}
+}

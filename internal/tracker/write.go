@@ -286,8 +286,10 @@ func (t *Tracker) Disconnect(ctx context.Context, user, device string, since int
 		}
 		return fmt.Errorf("disconnect: %w", err)
 	}
-	if g := t.rules.GraceMillis(); g > 0 {
-		t.closes.add(now + g) // with no grace the store ended it now
+	// With no grace the store ended it now; a store in another process
+	// is swept by the ticker (closeSweep).
+	if g := t.rules.GraceMillis(); g > 0 && t.link.can.pinger == nil {
+		t.closes.add(now + g)
 	}
 	t.events.emit(&ch)
 	return nil
