@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,10 +108,25 @@ func TestRoomsThroughARedisHang(t *testing.T) {
 	}
 	resumed = true
 	erin.send(`{"type":"join","room":"doc-2"}`)
-	testwait.For(t, "bob's leave and erin's retried join", func() bool {
+	var last string
+	refused := 0
+	testwait.Forf(t, func() string { return "bob's leave and erin's retried join: " + last }, func() bool {
+		// The node may not have seen Redis back yet: erin sends her join
+		// again while it is refused as unavailable, as a client does.
+		_ = erin.nc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if f, err := wsframe.Read(erin.r); err == nil {
+			var m map[string]any
+			if json.Unmarshal(f.Payload, &m) == nil && m["type"] == "error" && m["code"] == "unavailable" {
+				refused++
+				erin.send(`{"type":"join","room":"doc-2"}`)
+			}
+		}
+		_ = erin.nc.SetReadDeadline(time.Time{})
 		code, body := call(t, addr, "GET", "/v1/rooms?ids=doc,doc-2", "")
+		last = fmt.Sprintf("%d %s", code, strings.TrimSpace(body))
 		return code == 200 && body == "{\"doc\":1,\"doc-2\":1}\n"
 	})
+	t.Logf("erin's join after the hang was refused %d times before the node saw Redis back", refused)
 	// What carol was sent since the hang, for 3 s more (the resync after
 	// the recovery comes 2 s after it): bob's leave once, and maybe a
 	// fresh snapshot; never a count below zero.
