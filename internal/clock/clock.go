@@ -43,6 +43,21 @@ func NewTimer(c Clock, d time.Duration) Timer {
 	return realTimer{time.NewTimer(d)}
 }
 
+// ResetAt re-arms t, a timer of c, for the moment at: a Fake's timer
+// exactly, whatever the clock does meanwhile; another for at minus c's
+// time now.
+func ResetAt(c Clock, t Timer, at time.Time) {
+	if ft, ok := t.(*fakeTimer); ok {
+		ft.f.mu.Lock()
+		defer ft.f.mu.Unlock()
+		ft.drainLocked()
+		ft.at, ft.armed = at, true
+		ft.f.fireLocked()
+		return
+	}
+	t.Reset(at.Sub(c.Now()))
+}
+
 type realTimer struct{ t *time.Timer }
 
 func (r realTimer) C() <-chan time.Time { return r.t.C }

@@ -58,3 +58,33 @@ func TestRealTimer(t *testing.T) {
 	tm.Reset(time.Hour)
 	tm.Stop()
 }
+
+// ResetAt arms a fake timer for the moment itself, however the clock
+// moved since its owner read it: one armed for a moment passed fires at
+// once, one ahead fires when the clock gets there.
+func TestFakeResetAt(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000)
+	f := clock.NewFake(t0)
+	tm := clock.NewTimer(f, time.Hour)
+	tm.Stop()
+	f.Set(t0.Add(150 * time.Millisecond)) // moved after the owner read t0
+	clock.ResetAt(f, tm, t0.Add(150*time.Millisecond))
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("a timer armed for the clock's moment did not fire")
+	}
+	clock.ResetAt(f, tm, t0.Add(300*time.Millisecond))
+	f.Set(t0.Add(299 * time.Millisecond))
+	select {
+	case <-tm.C():
+		t.Fatal("fired before its moment")
+	default:
+	}
+	f.Set(t0.Add(300 * time.Millisecond))
+	select {
+	case <-tm.C():
+	default:
+		t.Fatal("did not fire at its moment")
+	}
+}

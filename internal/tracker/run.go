@@ -55,7 +55,9 @@ func (t *Tracker) Run(ctx context.Context) error {
 	armed := int64(0) // the close deadline closeT is armed for, 0: none
 	arm := func(at int64) {
 		if at != 0 && (armed == 0 || at < armed) {
-			closeT.Reset(time.UnixMilli(at).Sub(t.link.clock.Now()))
+			// At the deadline itself: a clock moved between reading it and
+			// arming would otherwise push the timer past it.
+			clock.ResetAt(t.link.clock, closeT, time.UnixMilli(at))
 			armed = at
 		}
 	}
