@@ -753,7 +753,9 @@ func AwaitStopped(pid int, timeout time.Duration) error {
 }
 
 // threadsStopped reports whether every thread of pid is in state T
-// (stopped) or t (traced); a process that is gone counts as stopped.
+// (stopped) or t (traced); a process that is gone, or has exited and
+// waits to be reaped (Z, X: a PostgreSQL backend that ended as the
+// server was paused), counts as stopped: it runs no more.
 func threadsStopped(pid int) bool {
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	tasks, err := os.ReadDir(dir)
@@ -769,7 +771,7 @@ func threadsStopped(pid int) bool {
 		if i < 0 || i+2 >= len(b) {
 			return false
 		}
-		if st := b[i+2]; st != 'T' && st != 't' {
+		if st := b[i+2]; st != 'T' && st != 't' && st != 'Z' && st != 'X' {
 			return false
 		}
 	}
