@@ -10,7 +10,9 @@
 // every node's connection with it. So Ensure asks for a create first —
 // which the server answers with success when the stream exists with the
 // same configuration — and sends an update only when an existing
-// stream's configuration differs (an older release's, say).
+// stream's configuration differs (an older release's, say). A request the
+// server does not answer in time is sent again: a server busy with other
+// nodes' creates has been seen to drop one now and then.
 package jsstream
 
 import (
@@ -30,17 +32,29 @@ type Creator interface {
 }
 
 // attempts bounds the create/update rounds when other nodes keep changing
-// the stream at the same time.
+// the stream at the same time, or the server leaves a request unanswered.
 const attempts = 5
+
+// firstWait is how long the first request may go unanswered before it is
+// sent again; each later one may wait twice as long as the one before.
+const firstWait = time.Second
 
 // Ensure makes the stream cfg.Name exist with configuration cfg.
 func Ensure(ctx context.Context, js Creator, cfg jetstream.StreamConfig) error {
 	var err error
+	wait := firstWait
 	for i := range attempts {
-		if _, err = js.CreateStream(ctx, cfg); err == nil {
+		err = ensureOnce(ctx, js, cfg, wait)
+		switch {
+		case err == nil:
 			return nil
-		}
-		if overlaps(err) {
+		case ctx.Err() != nil:
+			return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
+		case errors.Is(err, context.DeadlineExceeded):
+			// Unanswered, while the caller still waits: send it again.
+			wait *= 2
+			continue
+		case overlaps(err):
 			// Another node's create of this very stream got in between
 			// the server's name check and its subject check: once that
 			// create is done, ours finds the stream as it wants it. (A
@@ -51,20 +65,29 @@ func Ensure(ctx context.Context, js Creator, cfg jetstream.StreamConfig) error {
 			case <-time.After(time.Duration(i+1) * 50 * time.Millisecond):
 			}
 			continue
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			// Deleted between the create and the update: create it again.
+			continue
 		}
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			break
-		}
-		// It exists with another configuration: update it.
-		if _, err = js.UpdateStream(ctx, cfg); err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			break
-		}
-		// Deleted between the two requests: create it again.
+		break
 	}
 	return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
+}
+
+// ensureOnce asks for a create and, when a stream of that name exists with
+// another configuration, an update; each request may take up to wait.
+func ensureOnce(ctx context.Context, js Creator, cfg jetstream.StreamConfig, wait time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, wait)
+	_, err := js.CreateStream(rctx, cfg)
+	cancel()
+	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return err
+	}
+	// It exists with another configuration: update it.
+	rctx, cancel = context.WithTimeout(ctx, wait)
+	defer cancel()
+	_, err = js.UpdateStream(rctx, cfg)
+	return err
 }
 
 // errSubjectsOverlap is the server's error code for a stream whose

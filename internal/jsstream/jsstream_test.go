@@ -65,7 +65,7 @@ func TestConcurrentEnsureOnAFreshServer(t *testing.T) {
 		for i := range jss {
 			jss[i] = connect(t, srv.URL)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		start := make(chan struct{})
 		var (
 			wg      sync.WaitGroup
@@ -99,6 +99,51 @@ func TestConcurrentEnsureOnAFreshServer(t *testing.T) {
 			t.Fatalf("round %d: %v", round, errors.Join(errs...))
 		}
 		srv.Close()
+	}
+}
+
+// dropper is a Creator whose server leaves the first create unanswered
+// and answers the next ones with success.
+type dropper struct {
+	mu      sync.Mutex
+	creates int
+}
+
+func (d *dropper) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	d.mu.Lock()
+	d.creates++
+	first := d.creates == 1
+	d.mu.Unlock()
+	if first {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return nil, nil
+}
+
+func (d *dropper) UpdateStream(context.Context, jetstream.StreamConfig) (jetstream.Stream, error) {
+	return nil, errors.New("no update expected")
+}
+
+// A create the server never answers is sent again while the caller still
+// waits, instead of waiting out the caller's whole deadline.
+func TestEnsureSendsAnUnansweredCreateAgain(t *testing.T) {
+	d := &dropper{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := jsstream.Ensure(ctx, d, config("CHANGES")); err != nil {
+		t.Fatal(err)
+	}
+	if d.creates != 2 {
+		t.Fatalf("sent %d creates, want 2", d.creates)
+	}
+	// The caller's own deadline still ends it, with the cause.
+	d = &dropper{}
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := jsstream.Ensure(short, d, config("CHANGES"))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "CHANGES") {
+		t.Fatalf("Ensure past the caller's deadline = %v", err)
 	}
 }
 
