@@ -86,8 +86,14 @@ func (a *App) clients(ln net.Listener) *listeners {
 		Logger:         a.log,
 	})
 	a.accept.Store(accept)
+	// Room for every connection the budget allows, and the reserve
+	// connbudget.Defaults keeps beside them, in the descriptor table.
+	table, err := connbudget.ReserveFiles(a.cfg.MaxConns + max(100, a.cfg.MaxConns/16))
+	if err != nil {
+		a.log.Warn("could not grow the file descriptor table up front; bursts of connections may start extra OS threads", "err", err)
+	}
 	a.log.Info("connection budget", "max", a.cfg.MaxConns, "per_address", a.cfg.MaxConnsPerAddr,
-		"pending", a.cfg.MaxPendingConns, "file_limit", connbudget.FileLimit())
+		"pending", a.cfg.MaxPendingConns, "file_limit", connbudget.FileLimit(), "file_table", table)
 	a.budget.Store(budget)
 	return &listeners{srv: a.httpServer(a.handler, budget), clients: accept}
 }
