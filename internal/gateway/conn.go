@@ -50,6 +50,9 @@ type conn struct {
 	heapIdx int32 // position in the gateway's idle heap, -1: none; guarded by idle.mu
 	hasFD   bool
 	fedBeat uint8 // read side: the kind of heartbeat the current read applied (beatKind), 0 none
+	// rstate hands the connection to one epoll worker at a time
+	// (readIdle, readQueued, readAgain).
+	rstate  atomic.Uint32
 	fdMu    sync.Mutex
 	release func() // gives the socket's place back to the connection budget, once, when fd is closed
 	id      uint64

@@ -3,11 +3,14 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/presence"
@@ -92,5 +95,46 @@ func TestSlowReaderThatResumesGetsEverything(t *testing.T) {
 	}
 	if s := n.gw.Stats(); s.ClosedSlow != 0 {
 		t.Fatalf("closed as slow: %+v", s)
+	}
+}
+
+// Messages that arrive faster than one read takes them in — here more than
+// four read buffers in one write — are all read: the connection goes back
+// to the end of the workers' queue and is read again, without another
+// byte from its client.
+func TestBurstLongerThanAReadTurnIsReadToTheEnd(t *testing.T) {
+	n := newNode(t, opts{tweak: func(c *gateway.Config) { c.Rate, c.Burst = 1000, 1000 }})
+	c := n.dial("burst", "d")
+	c.msgType("welcome")
+	var buf bytes.Buffer
+	const big = 4
+	for i := range big {
+		// 600 ids, more than a connection may watch: refused whole, after
+		// all of it was read.
+		ids := make([]string, 600)
+		for k := range ids {
+			ids[k] = fmt.Sprintf(`"u%d-%0*d"`, i, 55, k)
+		}
+		msg := `{"type":"subscribe","user_ids":[` + strings.Join(ids, ",") + `]}`
+		f := ws.MaskFrameInPlace(ws.NewTextFrame([]byte(msg)))
+		if err := ws.WriteFrame(&buf, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ws.WriteFrame(&buf, ws.MaskFrameInPlace(ws.NewTextFrame([]byte(`{"type":"subscribe","user_ids":["last"]}`)))); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() < 5*16<<10 {
+		t.Fatalf("a burst of %d bytes is no longer than four reads", buf.Len())
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.nc.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for range big {
+		c.errorCode("too_many_subscriptions")
+	}
+	if m := c.msgType("snapshot"); m["users"].(map[string]any)["last"] == nil {
+		t.Fatalf("snapshot %v does not name the last message's user", m)
 	}
 }

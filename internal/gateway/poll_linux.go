@@ -23,19 +23,28 @@ type poller interface {
 }
 
 // epoller is one epoll instance and a bounded pool of reading workers. A
-// connection is registered one-shot: it is handed to exactly one worker,
-// which reads what is there without ever waiting, and re-arms it when done.
-// An idle connection costs an epoll entry and nothing else.
+// connection is registered edge-triggered: each arrival of bytes is one
+// event, and the connection's read state (conn.rstate) hands it to one
+// worker at a time, which reads what is there without ever waiting; bytes
+// that arrive while a worker has it make that worker read again. No
+// system call re-arms a connection after a read. An idle connection costs
+// an epoll entry and nothing else.
 //
 // A second epoll instance (wepfd, its own loop) serves the rare waits of
 // a writer: a socket whose send buffer is full (a client slow to read)
 // and a closing socket lingering for its client's FIN. The connection's
 // descriptor is its own (detach), not the runtime's, so the runtime's
 // poller cannot wait for it.
+//
+// The loops wait for their epoll instances through the runtime's poller
+// (an epoll descriptor is readable while it has events), so a waiting
+// loop holds a goroutine, not an OS thread.
 type epoller struct {
 	g       *Gateway
 	epfd    int
-	wepfd   int // the writers' waits; -1 once closed (guarded by wepMu)
+	epf     *os.File // epfd, for the runtime's poller
+	wepfd   int      // the writers' waits; -1 once closed (guarded by wepMu)
+	wepf    *os.File // wepfd, for the runtime's poller
 	wepMu   sync.RWMutex
 	wakefd  int // eventfd: wakes the loops to stop
 	work    chan *conn
@@ -46,7 +55,43 @@ type epoller struct {
 	waiters map[uint64]chan struct{} // connection id → its waiting writer
 }
 
-const connEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
+const connEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
+
+// Read states of a connection under epoll (conn.rstate).
+const (
+	readIdle   = iota // no worker has it: the next event hands it to one
+	readQueued        // a worker has it, or it is queued for one
+	readAgain         // a worker has it, and bytes came after its last read
+)
+
+// claimRead reports whether an event hands c to a worker: false when a
+// worker has it already, which is then told to read again.
+func (c *conn) claimRead() bool {
+	for {
+		switch s := c.rstate.Load(); s {
+		case readIdle:
+			if c.rstate.CompareAndSwap(readIdle, readQueued) {
+				return true
+			}
+		case readQueued:
+			if c.rstate.CompareAndSwap(readQueued, readAgain) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// releaseRead gives c back after a read that left its socket empty:
+// false when bytes came meanwhile, and the worker must read again.
+func (c *conn) releaseRead() bool {
+	if c.rstate.CompareAndSwap(readQueued, readIdle) {
+		return true
+	}
+	c.rstate.Store(readQueued)
+	return false
+}
 
 func newPoller(g *Gateway) (poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -73,10 +118,21 @@ func newPoller(g *Gateway) (poller, error) {
 			return nil, err
 		}
 	}
+	// Non-blocking, os.NewFile registers them with the runtime's poller.
+	for _, fd := range []int{epfd, wepfd} {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			unix.Close(epfd)
+			unix.Close(wepfd)
+			unix.Close(wakefd)
+			return nil, err
+		}
+	}
 	return &epoller{
 		g:       g,
 		epfd:    epfd,
+		epf:     os.NewFile(uintptr(epfd), "epoll"),
 		wepfd:   wepfd,
+		wepf:    os.NewFile(uintptr(wepfd), "epoll-writers"),
 		wakefd:  wakefd,
 		work:    make(chan *conn, g.cfg.Workers*64),
 		done:    make(chan struct{}),
@@ -116,11 +172,11 @@ func (p *epoller) start() {
 		close(p.work)
 		workers.Wait()
 		waits.Wait()
-		unix.Close(p.epfd)
+		_ = p.epf.Close()
 		// A writer still lingering (spawned, it outlives the loops) must
 		// not use the number once it may name another file.
 		p.wepMu.Lock()
-		unix.Close(p.wepfd)
+		_ = p.wepf.Close()
 		p.wepfd = -1
 		p.wepMu.Unlock()
 		unix.Close(p.wakefd)
@@ -128,19 +184,33 @@ func (p *epoller) start() {
 	}()
 }
 
-// waitEvents waits for events of epfd (retrying on EINTR); false, logged
-// with what it means, when epoll_wait fails.
-func (p *epoller) waitEvents(epfd int, events []unix.EpollEvent, means string) (int, bool) {
-	for {
-		n, err := unix.EpollWait(epfd, events, -1)
-		if err == nil {
-			return n, true
-		}
-		if !errors.Is(err, unix.EINTR) {
-			p.g.log.Error("epoll_wait failed; "+means, "err", err)
-			return 0, false
-		}
+// waitEvents waits for events of the epoll instance f (retrying on
+// EINTR); false, logged with what it means, when epoll_wait fails.
+func (p *epoller) waitEvents(f *os.File, events []unix.EpollEvent, means string) (int, bool) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		p.g.log.Error("epoll descriptor unusable; "+means, "err", err)
+		return 0, false
 	}
+	var n int
+	var werr error
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			n, werr = unix.EpollWait(int(fd), events, 0)
+			if werr != unix.EINTR {
+				// No events yet: the runtime's poller says when.
+				return n > 0 || werr != nil
+			}
+		}
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		p.g.log.Error("epoll_wait failed; "+means, "err", err)
+		return 0, false
+	}
+	return n, true
 }
 
 // eventID is the connection id an event carries (0: the wake-up).
@@ -152,7 +222,7 @@ func eventID(ev *unix.EpollEvent) uint64 {
 func (p *epoller) waitLoop() {
 	events := make([]unix.EpollEvent, 64)
 	for {
-		n, ok := p.waitEvents(p.wepfd, events, "slow WebSocket writes time out")
+		n, ok := p.waitEvents(p.wepf, events, "slow WebSocket writes time out")
 		if !ok {
 			return
 		}
@@ -238,7 +308,7 @@ func (p *epoller) loop() {
 	events := make([]unix.EpollEvent, 256)
 	ready := make([]*conn, 0, len(events))
 	for {
-		n, ok := p.waitEvents(p.epfd, events, "WebSocket reads stop")
+		n, ok := p.waitEvents(p.epf, events, "WebSocket reads stop")
 		if !ok {
 			return
 		}
@@ -262,7 +332,9 @@ func (p *epoller) loop() {
 			p.g.mu.RUnlock()
 			if c != nil {
 				c.idleAt.Store(now + p.g.ttlMs)
-				ready = append(ready, c)
+				if c.claimRead() {
+					ready = append(ready, c)
+				}
 			}
 		}
 		for _, c := range ready {
@@ -286,36 +358,41 @@ func (p *epoller) stop() {
 // by its id among the gateway's connections.
 func (p *epoller) add(c *conn) error {
 	return c.withFD(func(fd int) error {
-		return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, event(connEvents, c.id))
+		return rawEpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, event(connEvents, c.id))
 	})
 }
 
 func (p *epoller) remove(c *conn) {
 	_ = c.withFD(func(fd int) error {
-		return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+		return rawEpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 	})
 }
 
-func (p *epoller) rearm(c *conn) {
+// requeue makes the loop hand c to a worker again, while its socket holds
+// bytes: an edge-triggered entry modified reports what is ready at once.
+func (p *epoller) requeue(c *conn) {
 	_ = c.withFD(func(fd int) error {
-		return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, fd, event(connEvents, c.id))
+		return rawEpollCtl(p.epfd, unix.EPOLL_CTL_MOD, fd, event(connEvents, c.id))
 	})
 }
 
 // readBufs are shared by the workers: an idle connection holds no buffer.
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
-// readReady reads what a readable connection has without waiting, feeds
-// it, and re-arms the connection.
+// readReady reads what a readable connection has without waiting and
+// feeds it, until its socket is empty and no bytes came meanwhile. A
+// connection that keeps a worker for four full buffers in a row goes back
+// to the end of the queue instead, so that one client cannot hold a
+// worker.
 func (c *conn) readReady(p *epoller) {
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
 	buf := *bp
-	for round := 0; round < 4; round++ {
+	for full := 0; ; {
 		var n int
 		var rerr error
 		err := c.withFD(func(fd int) error {
-			n, rerr = unix.Read(fd, buf) // never waits: epoll says when to come back
+			n, rerr = rawRead(fd, buf) // never waits: epoll says when to come back
 			return nil
 		})
 		if err != nil {
@@ -324,8 +401,11 @@ func (c *conn) readReady(p *epoller) {
 		}
 		switch {
 		case rerr == unix.EAGAIN:
-			p.rearm(c)
-			return
+			if c.releaseRead() {
+				return
+			}
+			full = 0
+			continue
 		case rerr == unix.EINTR:
 			continue
 		case rerr != nil || n <= 0:
@@ -336,10 +416,20 @@ func (c *conn) readReady(p *epoller) {
 			return // closing: the writer tears the connection down
 		}
 		if n < len(buf) {
-			break
+			// Empty at the read: bytes that came after it were an edge,
+			// and their event found the connection taken (readAgain).
+			if c.releaseRead() {
+				return
+			}
+			full = 0
+			continue
+		}
+		if full++; full == 4 {
+			c.rstate.Store(readIdle)
+			p.requeue(c)
+			return
 		}
 	}
-	p.rearm(c)
 }
 
 // unread reports whether c's socket holds bytes the server has not read
@@ -406,8 +496,7 @@ func (c *conn) sockWrite(b []byte, deadline time.Time) (int, error) {
 		var m int
 		var werr error
 		if err := c.withFD(func(fd int) error {
-			// MSG_NOSIGNAL: a client gone answers EPIPE, never SIGPIPE.
-			m, werr = unix.SendmsgN(fd, b[n:], nil, nil, unix.MSG_NOSIGNAL)
+			m, werr = rawSend(fd, b[n:])
 			return nil
 		}); err != nil {
 			return n, err
@@ -445,7 +534,7 @@ func (c *conn) sockLinger() {
 	for {
 		var n int
 		var rerr error
-		if c.withFD(func(fd int) error { n, rerr = unix.Read(fd, buf[:]); return nil }) != nil {
+		if c.withFD(func(fd int) error { n, rerr = rawRead(fd, buf[:]); return nil }) != nil {
 			return
 		}
 		switch {
