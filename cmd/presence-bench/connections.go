@@ -32,9 +32,16 @@ type connResult struct {
 	FirstError  string  `json:"first_error,omitempty"`
 	RampSeconds float64 `json:"ramp_seconds"`
 
-	Before  sample   `json:"before"`
-	After   sample   `json:"after"`
-	Samples []sample `json:"hold_samples"` // one per heartbeat interval while held
+	Before    sample   `json:"before"`
+	HoldStart sample   `json:"hold_start"` // when every connection had been tried
+	After     sample   `json:"after"`
+	Samples   []sample `json:"hold_samples"` // one per heartbeat interval while held
+
+	// While held: the server's CPU time (user and system), per held
+	// connection and second, and the most OS threads it ran.
+	HoldCPUSeconds     float64 `json:"hold_cpu_seconds"`
+	CPUPerConnPerSecUs float64 `json:"cpu_us_per_conn_per_second"`
+	MaxThreads         uint64  `json:"max_threads"`
 
 	// Bytes per held connection: (after − before) / held.
 	RSSPerConn        float64 `json:"rss_bytes_per_conn"`
@@ -61,6 +68,14 @@ func (r *connResult) compute() {
 	r.StackInusePerConn = perConn(r.Before.StackInuse, r.After.StackInuse, r.Held)
 	r.SysPerConn = perConn(r.Before.Sys, r.After.Sys, r.Held)
 	r.GoroutinesPerConn = perConn(r.Before.Goroutines, r.After.Goroutines, r.Held)
+	r.HoldCPUSeconds = r.After.CPU - r.HoldStart.CPU
+	if held := r.After.At.Sub(r.HoldStart.At).Seconds(); held > 0 && r.Held > 0 {
+		r.CPUPerConnPerSecUs = r.HoldCPUSeconds / held / float64(r.Held) * 1e6
+	}
+	r.MaxThreads = r.HoldStart.Threads
+	for _, s := range r.Samples {
+		r.MaxThreads = max(r.MaxThreads, s.Threads)
+	}
 }
 
 func runConnections(cfg *connConfig, stdout, stderr io.Writer) error {
@@ -177,6 +192,9 @@ func runConnections(cfg *connConfig, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "ramp done in %.1fs: %d connected, %d failed; holding %v (a sample every %v)\n", res.RampSeconds, t.Connected, t.Failed, cfg.hold, cfg.heartbeat)
 
 	// Hold: idle connections that only heartbeat; sample once per interval.
+	if res.HoldStart, err = srv.sample(); err != nil {
+		return err
+	}
 	holdEnd := time.Now().Add(cfg.hold)
 	for {
 		wait := min(cfg.heartbeat, time.Until(holdEnd))
@@ -188,8 +206,8 @@ func runConnections(cfg *connConfig, stdout, stderr io.Writer) error {
 			return err
 		}
 		t := total()
-		fmt.Fprintf(stderr, "hold %6.1fs  RSS %s  heap in use %s  heap idle not returned %s  goroutines %d  open %d  dropped %d  beats %d\n",
-			cfg.hold.Seconds()-time.Until(holdEnd).Seconds(), kib(float64(s.RSS)), kib(float64(s.HeapInuse)), kib(float64(s.HeapIdle-s.HeapReleased)), s.Goroutines, t.Connected-t.Dropped, t.Dropped, t.Beats)
+		fmt.Fprintf(stderr, "hold %6.1fs  RSS %s  heap in use %s  heap idle not returned %s  goroutines %d  threads %d  CPU %.2fs  open %d  dropped %d  beats %d\n",
+			cfg.hold.Seconds()-time.Until(holdEnd).Seconds(), kib(float64(s.RSS)), kib(float64(s.HeapInuse)), kib(float64(s.HeapIdle-s.HeapReleased)), s.Goroutines, s.Threads, s.CPU-res.HoldStart.CPU, t.Connected-t.Dropped, t.Dropped, t.Beats)
 		res.Samples = append(res.Samples, s)
 		if !time.Now().Before(holdEnd) {
 			break
@@ -246,6 +264,8 @@ func printResult(w io.Writer, r *connResult) {
 		fmt.Fprintf(tw, "Go sys\t%s\t%s\t%s\t\n", kib(float64(r.Before.Sys)), kib(float64(r.After.Sys)), kib(r.SysPerConn))
 		fmt.Fprintf(tw, "goroutines\t%d\t%d\t%.3f\t\n", r.Before.Goroutines, r.After.Goroutines, r.GoroutinesPerConn)
 	}
+	fmt.Fprintf(tw, "OS threads (most while held)\t%d\t%d\t\t\n", r.Before.Threads, r.MaxThreads)
+	fmt.Fprintf(tw, "CPU while held\t\t%.2f s\t%.2f µs/s\t\n", r.HoldCPUSeconds, r.CPUPerConnPerSecUs)
 	_ = tw.Flush()
 }
 

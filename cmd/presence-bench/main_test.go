@@ -130,3 +130,18 @@ func TestServerReadings(t *testing.T) {
 		t.Errorf("listenInodes: %v", got)
 	}
 }
+
+func TestParseThreadsAndCPU(t *testing.T) {
+	if n := parseThreads("Name:\tpresenced\nVmRSS:\t 1 kB\nThreads:\t12\n"); n != 12 {
+		t.Fatalf("threads %d, want 12", n)
+	}
+	// A command name with spaces and parentheses; utime 250, stime 50.
+	stat := "4242 (pre sen) ced) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 100 0 0"
+	cpu, err := parseCPU(stat)
+	if err != nil || cpu != 3 {
+		t.Fatalf("parseCPU = %v, %v; want 3 s", cpu, err)
+	}
+	if _, err := parseCPU("4242 (x) S 1"); err == nil {
+		t.Fatal("a short stat line parsed")
+	}
+}

@@ -19,6 +19,8 @@ import (
 type sample struct {
 	At           time.Time `json:"at"`
 	RSS          uint64    `json:"rss_bytes"`               // /proc/<pid>/status VmRSS
+	Threads      uint64    `json:"threads"`                 // /proc/<pid>/status Threads
+	CPU          float64   `json:"cpu_seconds"`             // /proc/<pid>/stat utime + stime
 	HeapInuse    uint64    `json:"heap_inuse_bytes"`        // go_memstats_heap_inuse_bytes
 	StackInuse   uint64    `json:"stack_inuse_bytes"`       // go_memstats_stack_inuse_bytes
 	Sys          uint64    `json:"sys_bytes"`               // go_memstats_sys_bytes
@@ -41,11 +43,20 @@ type server struct {
 
 func (s *server) sample() (sample, error) {
 	smp := sample{At: time.Now()}
-	rss, err := readRSS(s.pid)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid))
 	if err != nil {
+		return smp, fmt.Errorf("server RSS: %w", err)
+	}
+	if smp.RSS, err = parseVmRSS(string(b)); err != nil {
 		return smp, err
 	}
-	smp.RSS = rss
+	smp.Threads = parseThreads(string(b))
+	if b, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid)); err != nil {
+		return smp, fmt.Errorf("server CPU: %w", err)
+	}
+	if smp.CPU, err = parseCPU(string(b)); err != nil {
+		return smp, err
+	}
 	m, err := s.readMetrics()
 	if err != nil {
 		smp.MetricsErr = err.Error()
@@ -110,15 +121,7 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
-// readRSS returns VmRSS of pid in bytes.
-func readRSS(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, fmt.Errorf("server RSS: %w", err)
-	}
-	return parseVmRSS(string(b))
-}
-
+// parseVmRSS is the VmRSS line of /proc/<pid>/status, in bytes.
 func parseVmRSS(status string) (uint64, error) {
 	for line := range strings.SplitSeq(status, "\n") {
 		rest, ok := strings.CutPrefix(line, "VmRSS:")
@@ -136,6 +139,38 @@ func parseVmRSS(status string) (uint64, error) {
 		return kb << 10, nil
 	}
 	return 0, errors.New("server RSS: no VmRSS in /proc/<pid>/status")
+}
+
+// parseThreads is the Threads line of /proc/<pid>/status, 0 if absent.
+func parseThreads(status string) uint64 {
+	for line := range strings.SplitSeq(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(rest), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// parseCPU is the CPU time a process used, user and system, in seconds,
+// from its /proc/<pid>/stat line (fields 14 and 15, in clock ticks of
+// USER_HZ, 100 a second on Linux).
+func parseCPU(stat string) (float64, error) {
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("server CPU: odd stat %q", stat)
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3
+	if len(f) < 13 {
+		return 0, fmt.Errorf("server CPU: odd stat %q", stat)
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("server CPU: %v", err)
+	}
+	return float64(utime+stime) / 100, nil
 }
 
 // listeningPID finds the process that holds a listening TCP socket on port
