@@ -34,8 +34,8 @@ const (
 
 // conn is one WebSocket connection. Its read side (in, msg, rate, strikes)
 // is touched by one goroutine at a time: the epoll loop hands a connection
-// to one worker and re-arms it only when that worker is done. Its write
-// side is guarded by mu.
+// to one worker, and to none other until that worker gives it back
+// (rstate). Its write side is guarded by mu.
 type conn struct {
 	g  *Gateway
 	nc net.Conn // nil once the gateway took its socket (fd)

@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The workers' reads, writes and re-arms are raw system calls: their
+// The workers' reads, writes and epoll_ctl calls are raw system calls: their
 // sockets are non-blocking, so each returns within microseconds, and a raw
 // call keeps the worker's P instead of entering the scheduler's syscall
 // state. Entered that way (as unix.Read does), a call the kernel happens
