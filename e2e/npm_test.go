@@ -147,6 +147,20 @@ func TestNPMPackage(t *testing.T) {
 	if err != nil {
 		t.Errorf("node installed.mjs: %v", err)
 	}
+	// Without a global WebSocket (as on Node 20 without the flag): a clear
+	// error, and the ws package's WebSocket passed instead.
+	copyFile(t, filepath.Join(pkgDir, "test", "nowebsocket.mjs"), filepath.Join(app, "nowebsocket.mjs"))
+	cmd = exec.CommandContext(ctx, node, "--test-reporter=spec", "nowebsocket.mjs")
+	cmd.Dir = app
+	cmd.Env = append(os.Environ(), "PRESENCED_URL="+base, "WS_MODULE="+filepath.Join(root, "node_modules", "ws", "wrapper.mjs"), "NODE_OPTIONS=")
+	lines = &lineLogger{t: t, prefix: "node: "}
+	cmd.Stdout, cmd.Stderr = lines, lines
+	cmd.WaitDelay = 5 * time.Second
+	err = cmd.Run()
+	lines.Flush()
+	if err != nil {
+		t.Errorf("node nowebsocket.mjs: %v", err)
+	}
 	if err := srv.stop(); err != nil {
 		t.Errorf("presenced did not stop cleanly: %v", err)
 	}
@@ -170,6 +184,9 @@ func npmTools(t *testing.T, root string) (node, npm, tsc string) {
 	tsc = filepath.Join(root, "node_modules", "typescript", "bin", "tsc")
 	if _, err := os.Stat(tsc); err != nil {
 		missing = append(missing, "typescript (npm ci in the repository root)")
+	}
+	if _, err := os.Stat(filepath.Join(root, "node_modules", "ws", "wrapper.mjs")); err != nil {
+		missing = append(missing, "ws (npm ci in the repository root)")
 	}
 	if len(missing) == 0 {
 		return node, npm, tsc

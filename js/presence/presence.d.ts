@@ -209,7 +209,17 @@ export interface PresenceClientOptions {
    * page's own timers only.
    */
   timerWorkerURL?: string | null;
+  /**
+   * The WebSocket class to connect with; default the runtime's global
+   * one. Node before 22 has none: pass the `ws` package's, or run Node
+   * with --experimental-websocket. Without either the constructor throws
+   * a TypeError that says so.
+   */
+  WebSocket?: WebSocketConstructor;
 }
+
+/** A class with the standard WebSocket interface (a browser's, Node 22's, the `ws` package's). */
+export type WebSocketConstructor = new (url: string) => WebSocket;
 
 /**
  * One device of one user, connected to presenced over one WebSocket:

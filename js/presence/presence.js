@@ -240,6 +240,14 @@
  * @property {number} [inactiveAfterMs] no input this long → not active
  * @property {Storage | null} [storage] where the device id lives
  * @property {string | null} [timerWorkerURL] presence-timer.js; null: none
+ * @property {WebSocketConstructor} [WebSocket] the WebSocket implementation;
+ *   default the runtime's global one
+ */
+
+/**
+ * @typedef {new (url: string) => WebSocket} WebSocketConstructor a class
+ *   with the standard WebSocket interface (a browser's, Node 22's, or the
+ *   `ws` package's)
  */
 
 /**
@@ -271,6 +279,10 @@
 /** @type {ReadonlySet<string>} */
 const STATUSES = new Set(["online", "away", "busy", "invisible"]);
 const TOKEN_EXPIRED = 4003; // the close code of a socket whose token expired
+// WebSocket readyState values (the standard's; the same in every
+// implementation, unlike where each keeps them).
+const WS_CONNECTING = 0;
+const WS_OPEN = 1;
 const INPUT_EVENTS = ["keydown", "pointerdown", "pointermove", "wheel", "touchstart", "focus"];
 // Room messages count against the server's messages per connection (20 a
 // second, bursts of 40) with heartbeats and subscribes: the client keeps
@@ -305,11 +317,25 @@ export class PresenceClient extends EventTarget {
    *   inactiveAfterMs: no input this long → not active (60 s);
    *   storage: where the device id lives (sessionStorage);
    *   timerWorkerURL: presence-timer.js (default: beside this file); null:
-   *   the page's timers only (see later())
+   *   the page's timers only (see later());
+   *   WebSocket: the WebSocket class to connect with (default the
+   *   runtime's global one; Node before 22 has none: pass the `ws`
+   *   package's, or run Node with --experimental-websocket)
    */
   constructor(opts = {}) {
     super();
     if (!opts.userId && !opts.token) throw new Error("PresenceClient: userId or token is required");
+    const WS = opts.WebSocket ?? globalThis.WebSocket;
+    if (typeof WS !== "function") {
+      throw new TypeError(
+        opts.WebSocket !== undefined
+          ? "PresenceClient: the WebSocket option must be a WebSocket class"
+          : "PresenceClient: this runtime has no WebSocket: pass one (new PresenceClient({ WebSocket })," +
+              " e.g. the ws package's), or on Node 20 or 21 run node --experimental-websocket (Node 22 and later have one)",
+      );
+    }
+    /** @private @type {WebSocketConstructor} */
+    this._WebSocket = WS;
     if (opts.token && typeof opts.token !== "string" && typeof opts.token !== "function") {
       throw new TypeError("PresenceClient: token must be a string or a function that returns one");
     }
@@ -614,7 +640,7 @@ export class PresenceClient extends EventTarget {
     if (this.deviceId) u.searchParams.set("device_id", this.deviceId);
     let ws;
     try {
-      ws = new WebSocket(u.toString());
+      ws = new this._WebSocket(u.toString());
     } catch (err) {
       this._scheduleReconnect();
       return;
@@ -1079,7 +1105,7 @@ export class PresenceClient extends EventTarget {
     if (typeof document !== "undefined") document.removeEventListener("visibilitychange", this._onVisibility);
     const ws = this._ws;
     this._ws = null;
-    if (ws && ws.readyState === WebSocket.CONNECTING) ws.close();
+    if (ws && ws.readyState === WS_CONNECTING) ws.close();
     this._setState("closed", extra);
   }
 
@@ -1088,7 +1114,7 @@ export class PresenceClient extends EventTarget {
    * @returns {boolean}
    */
   _isOpen() {
-    return !!this._ws && this._ws.readyState === WebSocket.OPEN && this.state === "open";
+    return !!this._ws && this._ws.readyState === WS_OPEN && this.state === "open";
   }
 
   /**

@@ -21,6 +21,7 @@ same<Same<decl.ManualStatus, impl.ManualStatus>>();
 same<Same<decl.Status, impl.Status>>();
 same<Same<decl.ConnectionState, impl.ConnectionState>>();
 same<Same<decl.TokenSource, impl.TokenSource>>();
+same<Same<decl.WebSocketConstructor, impl.WebSocketConstructor>>();
 same<Same<decl.PresenceView, impl.PresenceView>>();
 same<Same<decl.Welcome, impl.Welcome>>();
 same<Same<decl.StateDetail, impl.StateDetail>>();

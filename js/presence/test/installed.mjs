@@ -38,6 +38,7 @@ test("the package exports the client by its name, and nothing else", async () =>
   assert.equal(manifest.exports["."].types, "./presence.d.ts");
   assert.ok(existsSync(dir + manifest.types), "the declarations are installed");
   assert.deepEqual(manifest.dependencies ?? {}, {}, "no runtime dependencies");
+  assert.deepEqual(manifest.engines, { node: ">=20" }, "the Node versions it runs on (20 and 21 with a WebSocket given)");
   // What the package does not export cannot be imported.
   await assert.rejects(import("@presenced/presence/presence.d.ts"), { code: "ERR_PACKAGE_PATH_NOT_EXPORTED" });
 });
