@@ -217,6 +217,18 @@ func TestDebugNeedsAPIKey(t *testing.T) {
 	if laptop.LastBeat != fmtTime(t0.Add(4*time.Second)) || !laptop.Alive || laptop.Active {
 		t.Errorf("laptop: got %+v", laptop)
 	}
+	// The phone beats again: the next change is now the laptop's ttl
+	// running out, not the phone's first deadline (which the sweep's
+	// schedule may still hold).
+	e.advance(5 * time.Second)
+	e.beat("1", "phone", true)
+	r = e.ok("GET", "/v1/debug/users/1", keyHdr, "")
+	if err := json.Unmarshal(r.body, &d); err != nil {
+		t.Fatalf("debug body %s: %v", r.body, err)
+	}
+	if want := fmtTime(t0.Add(34 * time.Second)); show(d.NextDeadline) != jstr(want) {
+		t.Errorf("next_deadline after a second beat: got %s, want %s (the laptop's end)", show(d.NextDeadline), want)
+	}
 	// A user never seen is known to nobody.
 	r = e.ok("GET", "/v1/debug/users/ghost", keyHdr, "")
 	if !strings.Contains(string(r.body), `"known": false`) || !strings.Contains(string(r.body), `"devices": []`) {

@@ -100,7 +100,10 @@ func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
 	if err := optionalID("viewer_id", viewer); err != nil {
 		return err
 	}
-	u, deadline, inMem, err := s.tracker.Debug(r.Context(), id)
+	// The store's own schedule for the user (the second value) is when
+	// its sweep looks at the user next, which may be earlier than any
+	// change: a beat moves a deadline later without rescheduling.
+	u, _, inMem, err := s.tracker.Debug(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -128,7 +131,7 @@ func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
 		LastSeen:       optTime(u.LastSeen),
 		PublicLastSeen: optTime(u.PubLastSeen),
 		Version:        u.Version,
-		NextDeadline:   optTime(deadline),
+		NextDeadline:   optTime(u.Deadline(rules, now)),
 		Devices:        []debugDevice{},
 	}
 	if u.Manual != presence.ManualNone {
