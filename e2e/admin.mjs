@@ -108,6 +108,35 @@ try {
   await see(op, '#room-members tr[data-user="bob"]', STEP, "bob is listed in the demo room");
   await expectText(op, '#room-members tr[data-user="bob"]', "online");
   await until(async () => (await points("plot-conns")) >= 8, 15000, "the plots have 8 points");
+  // At a phone's width nothing lies outside the page or its cards.
+  await op.setViewportSize({ width: 420, height: 900 });
+  const over = await op.evaluate(() => {
+    const out = [];
+    const w = document.documentElement.clientWidth;
+    if (document.documentElement.scrollWidth > w) out.push(`the page is ${document.documentElement.scrollWidth} px wide`);
+    for (const card of document.querySelectorAll(".card, .tile")) {
+      if (card.closest("[hidden]")) continue;
+      const box = card.getBoundingClientRect();
+      for (const e of card.querySelectorAll("*")) {
+        const r = e.getBoundingClientRect();
+        if (r.width > 0 && (r.right > box.right + 1 || r.left < box.left - 1)) {
+          out.push(`${e.tagName.toLowerCase()}${e.id ? "#" + e.id : ""}.${e.className} lies outside its card`);
+          break;
+        }
+      }
+    }
+    return out;
+  });
+  for (const o of over) problems.push(`at 420 px: ${o}`);
+  // One time format on the page: no ISO stamps among the local ones.
+  const iso = await op.evaluate(() =>
+    [...document.querySelectorAll("#dash *")]
+      .filter((e) => e.children.length === 0 && !e.closest("[hidden]"))
+      .map((e) => e.textContent)
+      .filter((t) => /\d{4}-\d\d-\d\dT\d\d:\d\d/.test(t)),
+  );
+  if (iso.length) problems.push(`ISO times beside local ones: ${JSON.stringify(iso)}`);
+  await op.setViewportSize({ width: 1180, height: 1060 });
   const shot = path.join(outDir, "admin.png");
   await op.screenshot({ path: shot, fullPage: true });
   log(`screenshot: ${shot}`);

@@ -136,7 +136,7 @@ function rate(cur, old, name) {
 function show(s) {
   const m = s.metrics;
   const self = s.nodes.find((n) => n.self);
-  $("state").textContent = `Signed in · ${self?.id || "node"} · ${new Date(s.now_ms).toLocaleTimeString()}`;
+  $("state").textContent = `Signed in · ${self?.id || "node"} · ${when(s.now_ms)}`;
   showNodes(s.nodes);
 
   const conns = m.presenced_ws_connections ?? null;
@@ -187,13 +187,26 @@ function fmt(v) {
   return Number.isInteger(v) ? String(v) : v.toFixed(1);
 }
 
+// One time format on the page: the browser's local date and time (the
+// exact instant, UTC, is the element's title where one is shown).
+function when(t) {
+  return new Date(t).toLocaleString();
+}
+
 function ago(iso, nowMs) {
   if (!iso) return null;
   const ms = nowMs - Date.parse(iso);
   if (ms < 0) return `in ${(-ms / 1000).toFixed(1)} s`;
   if (ms < 60000) return `${(ms / 1000).toFixed(1)} s ago`;
   if (ms < 3600000) return `${Math.round(ms / 60000)} min ago`;
-  return new Date(iso).toLocaleString();
+  return when(iso);
+}
+
+// stamp shows a time of the server's (ISO) in the page's format, with how
+// long ago or how soon it is, the instant itself in the title.
+function stamp(elem, iso, nowMs) {
+  elem.textContent = `${when(iso)} (${ago(iso, nowMs)})`;
+  elem.title = iso;
 }
 
 // --- nodes ---
@@ -210,7 +223,7 @@ function showNodes(nodes) {
       let detail = n.detail || "";
       if (n.self) {
         const checks = Object.entries(n.checks ?? {}).map(([k, v]) => `${k} ${v}`).join(" · ");
-        detail = [n.mode, checks, n.started ? `up since ${new Date(n.started).toLocaleString()}` : "", detail]
+        detail = [n.mode, checks, n.started ? `up since ${when(n.started)}` : "", detail]
           .filter(Boolean).join(" — ");
       } else if (n.lease) {
         detail = `lease ${n.lease} — ${detail}`;
@@ -361,13 +374,15 @@ function showUser(u) {
   $("user-reason").textContent = u.reason + (u.public_status !== u.status ? ` (others see ${u.public_status})` : "");
   $("user-manual").textContent = u.manual_status ?? "none (set by activity)";
   $("user-text").textContent = u.status_text || "—";
-  $("user-seen").textContent = u.last_seen ? `${u.last_seen} (${ago(u.last_seen, now)})` : "never";
+  if (u.last_seen) stamp($("user-seen"), u.last_seen, now);
+  else $("user-seen").textContent = "never";
   if (u.public_last_seen && u.public_last_seen !== u.last_seen) {
-    $("user-seen").textContent += `; others see ${u.public_last_seen}`;
+    $("user-seen").textContent += `; others see ${when(u.public_last_seen)}`;
   }
   $("user-status-vis").textContent = u.settings.status_visibility;
   $("user-seen-vis").textContent = u.settings.last_seen_visibility;
-  $("user-deadline").textContent = u.next_deadline ? `${u.next_deadline} (${ago(u.next_deadline, now)})` : "none";
+  if (u.next_deadline) stamp($("user-deadline"), u.next_deadline, now);
+  else $("user-deadline").textContent = "none";
   $("user-where").textContent = u.in_memory
     ? "in the hot state"
     : u.known
@@ -404,7 +419,7 @@ function showUser(u) {
     const st = v.sees.status ?? "hidden";
     $("viewer-status").textContent = v.sees.status ?? "no status (hidden)";
     $("viewer-status").dataset.status = st;
-    $("viewer-relation").textContent = `relation: ${v.relation}` + (v.sees.last_seen ? `, last seen ${v.sees.last_seen}` : ", no last seen");
+    $("viewer-relation").textContent = `relation: ${v.relation}` + (v.sees.last_seen ? `, last seen ${when(v.sees.last_seen)}` : ", no last seen");
     $("viewer-why").textContent = v.why;
   }
   $("user-view").hidden = false;
