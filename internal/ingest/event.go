@@ -1,12 +1,12 @@
 package ingest
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/strictjson"
 )
 
 // MaxMessageSize bounds the payload of one event message, in bytes. A larger
@@ -33,8 +33,11 @@ type Event struct {
 	Active bool      // a beat that is user activity (default true)
 }
 
-// rawEvent is the JSON form of a message. Unknown fields are ignored, so
-// the connection layer may add fields of its own.
+// rawEvent is the JSON form of a message, read by the rule of every
+// input of the node (package strictjson): a key given twice, a key that
+// differs from a field's name only in case, or invalid UTF-8 is refused.
+// Other keys are ignored, so the connection layer may add fields of its
+// own.
 type rawEvent struct {
 	Type   string `json:"type"`
 	User   string `json:"user_id"`
@@ -53,8 +56,8 @@ func Decode(data []byte, now time.Time, maxSkew time.Duration) (Event, error) {
 		return Event{}, fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalid, len(data), MaxMessageSize)
 	}
 	var r rawEvent
-	if err := json.Unmarshal(data, &r); err != nil {
-		return Event{}, fmt.Errorf("%w: not a JSON object: %v", ErrInvalid, err)
+	if err := strictjson.DecodeOpen(data, &r); err != nil {
+		return Event{}, fmt.Errorf("%w: event %v", ErrInvalid, err)
 	}
 	var ev Event
 	switch r.Type {

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -79,6 +80,24 @@ func TestDecode(t *testing.T) {
 	ev, err = Decode([]byte(`{"type":"session_disconnected","user_id":"42","device_id":"d","at":"2026-11-23T02:02:03.456+01:00"}`), now, 5*time.Second)
 	if err != nil || !ev.Bye || !ev.At.Equal(now) {
 		t.Errorf("disconnect with an offset: %+v, %v", ev, err)
+	}
+}
+
+// Events are read by the rule of every other input: a duplicated key, a
+// key in another case, or invalid UTF-8 is refused, not resolved.
+func TestDecodeIsStrict(t *testing.T) {
+	now := time.Date(2026, 11, 23, 1, 2, 3, 456e6, time.UTC)
+	for _, in := range []string{
+		`{"type":"heartbeat","user_id":"42","user_id":"43","device_id":"d","at":"2026-11-23T01:02:03Z"}`,
+		`{"type":"heartbeat","type":"session_disconnected","user_id":"42","device_id":"d","at":"2026-11-23T01:02:03Z"}`,
+		`{"type":"heartbeat","USER_ID":"42","device_id":"d","at":"2026-11-23T01:02:03Z"}`,
+		"{\"type\":\"heartbeat\",\"user_id\":\"4\xff\",\"device_id\":\"d\",\"at\":\"2026-11-23T01:02:03Z\"}",
+		`{"type":"heartbeat","user_id":"42","device_id":"d","at":"2026-11-23T01:02:03Z"} {}`,
+		`{"type":"heartbeat","user_id":42,"device_id":"d","at":"2026-11-23T01:02:03Z"}`,
+	} {
+		if ev, err := Decode([]byte(in), now, 5*time.Second); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Decode(%q) = %+v, %v; want ErrInvalid", in, ev, err)
+		}
 	}
 }
 
