@@ -17,7 +17,10 @@ package main
 //     one bar per series in each group.
 //
 // Every figure may carry a goal, drawn as a dashed horizontal line named
-// in the legend, and every bar and point is labelled with its value.
+// in the legend — across the whole figure, or in a bars figure across the
+// one group it is about ("group": "p99") — and every bar and point is
+// labelled with its value. The legend has a band of its own between the
+// title and the data, so that no grid line or goal runs through it.
 // Drawing is gonum.org/v1/plot's. The figures are sized for the width of
 // a documentation page (8 × 4.5 in, ~770 px).
 
@@ -32,6 +35,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -77,6 +81,7 @@ type figure struct {
 type goal struct {
 	Value float64 `json:"value"`
 	Label string  `json:"label"`
+	Group string  `json:"group"` // bars: the group it is about (p99), "" all
 }
 
 type series struct {
@@ -188,6 +193,9 @@ func (f *figure) check() error {
 		if err := val("goal", f.Goal.Value, f.LogY); err != nil {
 			return err
 		}
+		if f.Goal.Group != "" && (f.Kind != "bars" || !slices.Contains(f.Groups, f.Goal.Group)) {
+			return fmt.Errorf("the goal's group %q is not a group of this bars figure", f.Goal.Group)
+		}
 	}
 	for _, s := range f.Series {
 		if s.Name == "" {
@@ -247,6 +255,21 @@ var goalColor = color.RGBA{0xc0, 0x1c, 0x28, 0xff}
 
 // svg draws the figure.
 func (f *figure) svg() ([]byte, error) {
+	b, _, err := f.render()
+	return b, err
+}
+
+// legendGap is the room between the legend's band and the data, above and
+// below the band.
+const legendGap = vg.Length(6)
+
+// layout is where render put the data and the legend on the page.
+type layout struct {
+	data, legend vg.Rectangle
+}
+
+// render draws the figure, and says where the data and the legend went.
+func (f *figure) render() ([]byte, layout, error) {
 	plot.DefaultFont = figureFont
 	plotter.DefaultFont = figureFont
 	p := plot.New()
@@ -259,9 +282,16 @@ func (f *figure) svg() ([]byte, error) {
 		a.Label.TextStyle.Font.Size = 12
 		a.Tick.Label.Font.Size = 11
 	}
-	p.Legend.TextStyle.Font.Size = 11
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.XOffs, p.Legend.YOffs = 6, -4
+	// The legend is drawn apart, in its band (p's own stays empty).
+	legend := plot.NewLegend()
+	legend.TextStyle.Font.Size = 11
+	legend.Top, legend.Left = true, true
+	legend.XOffs = 6
+	entries := 0
+	add := func(name string, thumbs ...plot.Thumbnailer) {
+		legend.Add(name, thumbs...)
+		entries++
+	}
 	grid := plotter.NewGrid()
 	if f.Kind == "bars" {
 		grid.Vertical.Color = nil
@@ -272,47 +302,81 @@ func (f *figure) svg() ([]byte, error) {
 	var err error
 	switch f.Kind {
 	case "lines":
-		err = f.drawLines(p)
+		err = f.drawLines(p, add)
 	default:
-		err = f.drawBars(p)
+		err = f.drawBars(p, add)
 	}
 	if err != nil {
-		return nil, err
+		return nil, layout{}, err
 	}
 	if f.Goal != nil {
-		g := plotter.NewFunction(func(float64) float64 { return f.Goal.Value })
-		g.Color = goalColor
-		g.Width = vg.Points(2)
-		g.Dashes = []vg.Length{vg.Points(8), vg.Points(4)}
-		g.Samples = 2
-		p.Add(g)
-		p.Legend.Add(f.Goal.Label, g)
+		var g *plotter.Line
+		if i := slices.Index(f.Groups, f.Goal.Group); f.Goal.Group != "" && i >= 0 {
+			// Across its group's bars only: a p99 goal does not judge p50.
+			lo, hi := goalSpan(i)
+			g, err = plotter.NewLine(plotter.XYs{{X: lo, Y: f.Goal.Value}, {X: hi, Y: f.Goal.Value}})
+			if err != nil {
+				return nil, layout{}, err
+			}
+			g.Color = goalColor
+			g.Width = vg.Points(2)
+			g.Dashes = []vg.Length{vg.Points(8), vg.Points(4)}
+			p.Add(g)
+			add(f.Goal.Label, g)
+		} else {
+			fn := plotter.NewFunction(func(float64) float64 { return f.Goal.Value })
+			fn.Color = goalColor
+			fn.Width = vg.Points(2)
+			fn.Dashes = []vg.Length{vg.Points(8), vg.Points(4)}
+			fn.Samples = 2
+			p.Add(fn)
+			add(f.Goal.Label, fn)
+		}
 		p.Y.Max = math.Max(p.Y.Max, f.Goal.Value)
 	}
-	// Head room for the legend and the value labels above the data.
+	// Head room for the value labels above the data.
 	if f.LogY {
 		lo := f.minValue()
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
 		p.Y.Max = math.Max(p.Y.Max, p.Y.Min*10)
-		p.Y.Max = math.Pow(10, math.Log10(p.Y.Max)+0.45*(math.Log10(p.Y.Max)-math.Log10(p.Y.Min)))
+		p.Y.Max = math.Pow(10, math.Log10(p.Y.Max)+0.25*(math.Log10(p.Y.Max)-math.Log10(p.Y.Min)))
 		p.Y.Tick.Marker = steps125{}
 	} else {
-		p.Y.Max = math.Max(p.Y.Max*1.35, 1) // all zeros: still an axis
+		p.Y.Max = math.Max(p.Y.Max*1.2, 1) // all zeros: still an axis
 		p.Y.Tick.Marker = steps125Linear{}
 	}
+	// The legend's band: under the title, above the data.
+	rowH := legend.TextStyle.FontExtents().Height
+	bandH := vg.Length(entries)*rowH + vg.Length(max(entries-1, 0))*legend.Padding
+	titleBottom := figureHeight - p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y - p.Title.Padding
+	p.Title.Padding += bandH + 2*legendGap
 
 	c := vgsvg.New(figureWidth, figureHeight)
-	p.Draw(draw.New(c))
+	dc := draw.New(c)
+	p.Draw(dc)
+	data := p.DataCanvas(dc)
+	band := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{
+		Min: vg.Point{X: data.Min.X, Y: titleBottom - legendGap - bandH},
+		Max: vg.Point{X: data.Max.X, Y: titleBottom - legendGap},
+	}}
+	legend.Draw(band)
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {
-		return nil, err
+		return nil, layout{}, err
 	}
 	// The SVG names the font the layout was measured with; a reader
 	// without it gets the metric-compatible Arial or Helvetica rather
 	// than the browser's default serif.
-	return bytes.ReplaceAll(buf.Bytes(), []byte("font-family:"+figureFontFamily+";"),
-		[]byte("font-family:'"+figureFontFamily+"',Arial,Helvetica,sans-serif;")), nil
+	out := bytes.ReplaceAll(buf.Bytes(), []byte("font-family:"+figureFontFamily+";"),
+		[]byte("font-family:'"+figureFontFamily+"',Arial,Helvetica,sans-serif;"))
+	return out, layout{data: data.Rectangle, legend: band.Rectangle}, nil
+}
+
+// goalSpan is the x range of the goal of group i of a bars figure: the
+// group's slot, less a margin.
+func goalSpan(i int) (lo, hi float64) {
+	return float64(i) - 0.42, float64(i) + 0.42
 }
 
 func (f *figure) minValue() float64 {
@@ -331,7 +395,7 @@ func (f *figure) minValue() float64 {
 	return lo
 }
 
-func (f *figure) drawLines(p *plot.Plot) error {
+func (f *figure) drawLines(p *plot.Plot, legend func(string, ...plot.Thumbnailer)) error {
 	var xs []float64
 	for i, s := range f.Series {
 		pts := make(plotter.XYs, len(s.Points))
@@ -359,7 +423,7 @@ func (f *figure) drawLines(p *plot.Plot) error {
 		}
 		lb.Offset = vg.Point{Y: vg.Points(7)}
 		p.Add(l, sc, lb)
-		p.Legend.Add(s.Name, l, sc)
+		legend(s.Name, l, sc)
 		for _, pt := range s.Points {
 			p.Y.Max = math.Max(p.Y.Max, pt[1])
 		}
@@ -386,7 +450,7 @@ func (f *figure) drawLines(p *plot.Plot) error {
 	return nil
 }
 
-func (f *figure) drawBars(p *plot.Plot) error {
+func (f *figure) drawBars(p *plot.Plot, legend func(string, ...plot.Thumbnailer)) error {
 	n := len(f.Series)
 	// The bars of a group share ~70% of the group's slot on the page.
 	slot := (figureWidth - 90) / vg.Length(len(f.Groups))
@@ -417,7 +481,7 @@ func (f *figure) drawBars(p *plot.Plot) error {
 		}
 		lb.Offset = vg.Point{X: b.Offset, Y: vg.Points(3)}
 		p.Add(b, lb)
-		p.Legend.Add(s.Name, b)
+		legend(s.Name, b)
 	}
 	p.NominalX(f.Groups...)
 	p.X.Min, p.X.Max = -0.5, float64(len(f.Groups))-0.5

@@ -75,7 +75,9 @@ func readSVG(t *testing.T, path string) svgDoc {
 // hasGoalLine reports whether a dashed horizontal stroke in the goal's
 // colour runs across most of the figure (the legend's sample of it is
 // 20 points long).
-func (d svgDoc) hasGoalLine() bool {
+// hasGoalLine reports a dashed horizontal goal line at least minLen
+// points long.
+func (d svgDoc) hasGoalLine(minLen float64) bool {
 	return slices.ContainsFunc(d.paths, func(p svgPath) bool {
 		if !strings.Contains(p.style, "stroke:#C01C28") || !strings.Contains(p.style, "stroke-dasharray") {
 			return false
@@ -84,7 +86,7 @@ func (d svgDoc) hasGoalLine() bool {
 		if _, err := fmt.Sscanf(p.d, "M%g,%gL%g,%g", &x1, &y1, &x2, &y2); err != nil {
 			return false
 		}
-		return y1 == y2 && x2-x1 > float64(figureWidth.Points())/2
+		return y1 == y2 && x2-x1 > minLen
 	})
 }
 
@@ -132,7 +134,7 @@ func TestPlot(t *testing.T) {
 			t.Errorf("mem.svg lacks the text %q; it has %q", s, mem.texts)
 		}
 	}
-	if !mem.hasGoalLine() {
+	if !mem.hasGoalLine(float64(figureWidth.Points()) / 2) {
 		t.Error("mem.svg: no dashed goal line")
 	}
 
@@ -143,13 +145,13 @@ func TestPlot(t *testing.T) {
 			t.Errorf("lat.svg lacks the text %q; it has %q", s, lat.texts)
 		}
 	}
-	if !lat.hasGoalLine() {
+	if !lat.hasGoalLine(float64(figureWidth.Points()) / 2) {
 		t.Error("lat.svg: no dashed goal line")
 	}
 
 	ng := readSVG(t, want[2])
-	if ng.hasGoalLine() || !slices.Contains(ng.texts, "only") {
-		t.Errorf("nogoal.svg: goal line %v, texts %q", ng.hasGoalLine(), ng.texts)
+	if ng.hasGoalLine(0) || !slices.Contains(ng.texts, "only") {
+		t.Errorf("nogoal.svg: goal line %v, texts %q", ng.hasGoalLine(0), ng.texts)
 	}
 	// A reader without Liberation Sans gets a metric-compatible font.
 	b, _ := os.ReadFile(want[1])
@@ -207,9 +209,44 @@ func TestPlotDocs(t *testing.T) {
 			t.Errorf("docs/img/%s is not what %s draws: redraw it with presence-bench plot -o docs/img docs/img/*.json\ncommitted: %q\ndrawn:     %q",
 				name, f, committed.texts, drawn.texts)
 		}
-		if fig.Goal != nil && !committed.hasGoalLine() {
+		// Across the figure, or across its group's slot (a p99 goal).
+		minLen := float64(figureWidth.Points()) / 2
+		if fig.Goal != nil && fig.Goal.Group != "" {
+			minLen /= float64(len(fig.Groups))
+		}
+		if fig.Goal != nil && !committed.hasGoalLine(minLen) {
 			t.Errorf("docs/img/%s: no goal line", name)
 		}
+		// The legend has its band above the data: no grid line and no
+		// goal (both drawn inside the data) runs through it.
+		_, l, err := fig.render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.legend.Min.Y < l.data.Max.Y || l.legend.Max.Y > figureHeight || l.legend.Max.Y <= l.legend.Min.Y {
+			t.Errorf("%s: legend %v overlaps the data %v or leaves the page", name, l.legend, l.data)
+		}
+	}
+}
+
+// A goal about one group of bars (a p99 goal) spans that group's bars and
+// no other group's.
+func TestPlotGoalOfOneGroup(t *testing.T) {
+	for i := range 3 {
+		lo, hi := goalSpan(i)
+		// The bars of group i lie within i ± 0.35 (70% of its slot).
+		if lo > float64(i)-0.35 || hi < float64(i)+0.35 || lo <= float64(i)-0.5 || hi >= float64(i)+0.5 {
+			t.Errorf("goalSpan(%d) = [%v, %v]: not group %d's bars alone", i, lo, hi, i)
+		}
+	}
+	fig := &figure{Kind: "bars", Title: "t", YLabel: "y", Groups: []string{"p50", "p99"},
+		Goal: &goal{Value: 1, Label: "goal: p99 ≤ 1", Group: "p99"}, Series: []series{{Name: "s", Values: []float64{0.5, 2}}}}
+	if err := fig.check(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := fig.svg()
+	if err != nil || !bytes.Contains(b, []byte("goal: p99")) {
+		t.Fatalf("svg: %v", err)
 	}
 }
 
@@ -229,6 +266,8 @@ func TestPlotRefuses(t *testing.T) {
 		"nopoints":  `{"kind":"lines","title":"t","x_label":"x","y_label":"y","series":[{"name":"s","points":[]}]}`,
 		"goallabel": `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"goal":{"value":1},"series":[{"name":"s","values":[1]}]}`,
 		"notitle":   `{"kind":"bars","y_label":"y","groups":["a"],"series":[{"name":"s","values":[1]}]}`,
+		"goalgroup": `{"kind":"bars","title":"t","y_label":"y","groups":["a"],"goal":{"value":1,"label":"g","group":"b"},"series":[{"name":"s","values":[1]}]}`,
+		"linegroup": `{"kind":"lines","title":"t","x_label":"x","y_label":"y","goal":{"value":1,"label":"g","group":"a"},"series":[{"name":"s","points":[[1,1]]}]}`,
 	}
 	out := filepath.Join(dir, "out")
 	for name, body := range bad {
