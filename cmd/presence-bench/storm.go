@@ -38,7 +38,9 @@ package main
 // missing_deliveries, windows [{name, from_ms, to_ms (relative to the
 // kill), changes, fanout {samples p50_ms p99_ms p999_ms max_ms}, write
 // {…}}], reconnect {sockets, reconnected, failed, attempts, latency
-// {…}}, false_offline, false_offline_users, errors, first_error, goal
+// {…}}, false_offline, false_offline_in_snapshots, false_offline_users,
+// false_offline_first (the first five: who, where, when), errors,
+// first_error, goal
 // {fanout_p99_ms, write_p99_ms, false_offline} and goal_met (every
 // window within the goal, every socket back, nothing missing).
 
@@ -229,7 +231,9 @@ type stormResult struct {
 	Windows           []stormWindow  `json:"windows"`
 	Reconnect         stormReconnect `json:"reconnect"`
 	FalseOffline      int64          `json:"false_offline"`
+	FalseOfflineSnap  int64          `json:"false_offline_in_snapshots"`
 	FalseOfflineUsers int            `json:"false_offline_users"`
+	FalseOfflineFirst []string       `json:"false_offline_first,omitempty"`
 	Errors            int64          `json:"errors"`
 	FirstError        string         `json:"first_error,omitempty"`
 	Goal              stormGoal      `json:"goal"`
@@ -295,19 +299,41 @@ type stormShared struct {
 	killedAt atomic.Int64
 	probeIdx map[string]int
 	people   map[string]bool // the population and probes: nobody ends
+	onKilled map[string]bool // the users whose socket was on the killed node
 
-	mu       sync.Mutex // guards falseBy
-	falseBy  map[string]int
-	falseAll atomic.Int64
+	mu         sync.Mutex // guards falseBy and falseFirst
+	falseBy    map[string]int
+	falseFirst []string
+	falseAll   atomic.Int64
+	falseSnap  atomic.Int64
 }
 
-func (s *stormShared) offline(user string) {
+// offline records an offline shown of user, in a snapshot or an event.
+func (s *stormShared) offline(user string, snapshot bool) {
 	if !s.settled.Load() || !s.people[user] {
 		return
 	}
 	s.falseAll.Add(1)
+	if snapshot {
+		s.falseSnap.Add(1)
+	}
+	var since float64
+	if k := s.killedAt.Load(); k != 0 {
+		since = time.Since(time.Unix(0, k)).Seconds()
+	}
 	s.mu.Lock()
 	s.falseBy[user]++
+	if len(s.falseFirst) < 5 {
+		where := "a survivor's"
+		if s.onKilled[user] {
+			where = "the killed node's"
+		}
+		kind := "an event"
+		if snapshot {
+			kind = "a snapshot"
+		}
+		s.falseFirst = append(s.falseFirst, fmt.Sprintf("%s (%s user) in %s at %+.2fs", user, where, kind, since))
+	}
 	s.mu.Unlock()
 }
 
@@ -317,7 +343,7 @@ func (s *stormShared) look(so *stormSocket, m *wsMsg, at time.Time) {
 	switch m.Type {
 	case "presence":
 		if m.Status != nil && *m.Status == "offline" {
-			s.offline(m.UserID)
+			s.offline(m.UserID, false)
 		}
 		if so.probe >= 0 {
 			if p, ok := s.probeIdx[m.UserID]; ok && p == so.probe {
@@ -327,7 +353,7 @@ func (s *stormShared) look(so *stormSocket, m *wsMsg, at time.Time) {
 	case "snapshot":
 		for id, u := range m.Users {
 			if u.Status != nil && *u.Status == "offline" {
-				s.offline(id)
+				s.offline(id, true)
 			}
 		}
 	case "error":
@@ -365,7 +391,7 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	}
 
 	sh := &stormShared{ctx: ctx, cfg: cfg, probeIdx: make(map[string]int, cfg.probes),
-		people: make(map[string]bool, total+cfg.probes), falseBy: make(map[string]int)}
+		people: make(map[string]bool, total+cfg.probes), onKilled: make(map[string]bool, cfg.perNode), falseBy: make(map[string]int)}
 	probes := make([]string, cfg.probes)
 	for p := range probes {
 		probes[p] = "st" + cfg.tag + "-p" + strconv.Itoa(p)
@@ -380,6 +406,7 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		so.killed = so.node == cfg.kill
 		sockets[i] = so
 		sh.people[so.user] = true
+		sh.onKilled[so.user] = so.killed
 	}
 	for i, so := range sockets {
 		seen := map[int]bool{i: true}
@@ -623,7 +650,9 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	}
 	res.Reconnect.Latency = rec.summary()
 	res.FalseOffline = sh.falseAll.Load()
+	res.FalseOfflineSnap = sh.falseSnap.Load()
 	res.FalseOfflineUsers = len(sh.falseBy)
+	res.FalseOfflineFirst = sh.falseFirst
 	res.Errors = sh.errs.n.Load()
 	res.FirstError = sh.errs.firstErr()
 	if res.FalseOffline > 0 || res.Reconnect.Failed > 0 || res.ChangesFailed > 0 {
@@ -808,7 +837,10 @@ func printStorm(w io.Writer, r *stormResult) {
 		r.Probes, r.ProbeWatchers, r.Interval, r.Changes, r.ChangesFailed, r.Deliveries, r.Expected, r.Missing)
 	fmt.Fprintf(w, "reconnect: %d of %d sockets back (%d attempts), kill → snapshot p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
 		r.Reconnect.Reconnected, r.Reconnect.Sockets, r.Reconnect.Attempts, r.Reconnect.Latency.P50, r.Reconnect.Latency.P99, r.Reconnect.Latency.Max)
-	fmt.Fprintf(w, "false offlines: %d (%d users; goal 0); errors %d\n", r.FalseOffline, r.FalseOfflineUsers, r.Errors)
+	fmt.Fprintf(w, "false offlines: %d (%d in reconnect snapshots; %d users; goal 0); errors %d\n", r.FalseOffline, r.FalseOfflineSnap, r.FalseOfflineUsers, r.Errors)
+	for _, f := range r.FalseOfflineFirst {
+		fmt.Fprintf(w, "  offline shown: %s\n", f)
+	}
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
 	}
