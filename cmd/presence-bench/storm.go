@@ -39,13 +39,16 @@ package main
 // kill), changes, fanout {samples p50_ms p99_ms p999_ms max_ms}, write
 // {…}}], reconnect {sockets, reconnected, failed, attempts, latency
 // {…}}, false_offline, false_offline_in_snapshots, false_offline_users,
-// false_offline_first (the first five: who, where, when), errors,
+// false_offline_first (the first five: who, where, when),
+// slowest_writes (the five slowest POSTs: how long, when, to which node),
+// errors,
 // first_error, goal
 // {fanout_p99_ms, write_p99_ms, false_offline} and goal_met (every
 // window within the goal, every socket back, nothing missing).
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,8 +58,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,6 +239,7 @@ type stormResult struct {
 	FalseOfflineSnap  int64          `json:"false_offline_in_snapshots"`
 	FalseOfflineUsers int            `json:"false_offline_users"`
 	FalseOfflineFirst []string       `json:"false_offline_first,omitempty"`
+	SlowestWrites     []string       `json:"slowest_writes"`
 	Errors            int64          `json:"errors"`
 	FirstError        string         `json:"first_error,omitempty"`
 	Goal              stormGoal      `json:"goal"`
@@ -285,9 +291,11 @@ type stormSocket struct {
 // stormChange is one POST /v1/status of a probe.
 type stormChange struct {
 	probe   int
+	node    int // index into the -url values
 	version uint64
 	sent    time.Time
 	took    time.Duration
+	fresh   bool // on a new connection, not a kept-alive one
 }
 
 // stormShared is what every goroutine of a run reports to.
@@ -519,10 +527,11 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 				if k%stormStatusChange == 0 {
 					status = "busy"
 				}
-				base := cfg.eps[survivors[k%len(survivors)]].httpBase()
+				node := survivors[k%len(survivors)]
+				base := cfg.eps[node].httpBase()
 				body := []byte(`{"user_id":"` + probes[p] + `","status":"` + status + `"}`)
 				sent := time.Now()
-				v, err := postStatus(ctx, hc, base+"/v1/status", cfg.apiKey, body)
+				v, fresh, err := postStatus(ctx, hc, base+"/v1/status", cfg.apiKey, body)
 				took := time.Since(sent)
 				if err != nil {
 					if ctx.Err() == nil {
@@ -531,7 +540,7 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 					}
 					continue
 				}
-				changes[p] = append(changes[p], stormChange{probe: p, version: v, sent: sent, took: took})
+				changes[p] = append(changes[p], stormChange{probe: p, node: node, version: v, sent: sent, took: took, fresh: fresh})
 			}
 		}()
 	}
@@ -593,6 +602,18 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 			}
 		}
 		return -1
+	}
+	all := make([]stormChange, 0, len(sentAt))
+	for _, c := range sentAt {
+		all = append(all, c)
+	}
+	slices.SortFunc(all, func(a, b stormChange) int { return cmp.Compare(b.took, a.took) })
+	for _, c := range all[:min(5, len(all))] {
+		conn := "a kept-alive connection"
+		if c.fresh {
+			conn = "a new connection"
+		}
+		res.SlowestWrites = append(res.SlowestWrites, fmt.Sprintf("%.1f ms, sent at %+.3fs to %s on %s", ms(c.took), c.sent.Sub(killed).Seconds(), cfg.eps[c.node].url.Host, conn))
 	}
 	fan := make([]latSet, len(bounds))
 	write := make([]latSet, len(bounds))
@@ -681,8 +702,8 @@ func profile(ctx context.Context, base, dir string, d time.Duration, errs *errCo
 		}()
 	}
 	get(0, "/debug/pprof/profile?seconds="+strconv.Itoa(max(1, int(d.Seconds()))), "cpu.pprof")
+	get(300*time.Millisecond, "/debug/pprof/goroutine?debug=1", "goroutines-0.3s.txt")
 	get(time.Second, "/debug/pprof/goroutine?debug=1", "goroutines-1s.txt")
-	get(3*time.Second, "/debug/pprof/goroutine?debug=1", "goroutines-3s.txt")
 	wg.Wait()
 }
 
@@ -801,8 +822,15 @@ func stormBackoff(n int, r float64) time.Duration {
 }
 
 // postStatus POSTs a status change and returns the version its answer
-// carries.
-func postStatus(ctx context.Context, hc *http.Client, u, apiKey string, body []byte) (uint64, error) {
+// carries, and whether it took a new connection.
+func postStatus(ctx context.Context, hc *http.Client, u, apiKey string, body []byte) (uint64, bool, error) {
+	fresh := false
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { fresh = !i.Reused }})
+	v, err := postStatusVersion(ctx, hc, u, apiKey, body)
+	return v, fresh, err
+}
+
+func postStatusVersion(ctx context.Context, hc *http.Client, u, apiKey string, body []byte) (uint64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -840,6 +868,9 @@ func printStorm(w io.Writer, r *stormResult) {
 	fmt.Fprintf(w, "false offlines: %d (%d in reconnect snapshots; %d users; goal 0); errors %d\n", r.FalseOffline, r.FalseOfflineSnap, r.FalseOfflineUsers, r.Errors)
 	for _, f := range r.FalseOfflineFirst {
 		fmt.Fprintf(w, "  offline shown: %s\n", f)
+	}
+	for _, s := range r.SlowestWrites {
+		fmt.Fprintf(w, "  a slowest POST: %s\n", s)
 	}
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
