@@ -14,9 +14,8 @@
 //	limits       the machine's raw ceilings: redis-benchmark and a sharded map
 //	plot         the SVG figures of docs/img from their JSON
 //
-// With -baseline-redis, heartbeats, batch and fanout play the same load
-// against Redis the way a naive design does, side by side. With -json each
-// scenario prints one object.
+// With -baseline-redis, heartbeats, batch and fanout also play their load
+// against Redis as a naive design does; with -json a scenario prints JSON:
 //
 //	presence-bench connections -url ws://127.0.0.1:18090 -n 15000 -dev -api-key k
 //
