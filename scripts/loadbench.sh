@@ -15,7 +15,8 @@
 # ("rooms" is rooms, room-count and room-memory on the embedded node, and
 # ROOMS_ROUNDS rounds of rooms (default 3) and one of room-interval on
 # three nodes sharing a private Redis: its own redis-server on
-# ROOMS_REDIS_PORT, default 6390, started and stopped here);
+# ROOMS_REDIS_PORT, default 6390, started and stopped here; "storm"
+# kills one of three nodes on such a Redis while others change status);
 # MODES (default "embedded cluster") one of the two halves. CLUSTER_USERS
 # (default 200000) is the population of the scale-out batch read.
 # The whole run takes about 30 minutes; e.g. MODES=cluster SCENARIOS=rooms
@@ -164,6 +165,26 @@ psql "$PG_ADMIN_URL" -qc "CREATE DATABASE $db" >/dev/null
 pg_url="${PG_ADMIN_URL%/*}/$db?sslmode=disable"
 prefix="bench$(date +%s):"
 cluster_redis=$REDIS_URL
+# own_redis NAME starts a redis-server of the scale-out nodes' own on
+# ROOMS_REDIS_PORT (nothing else's keys or commands in it), for the
+# next cluster; own_redis_stop stops it.
+own_redis() {
+	redis-server --port "$ROOMS_REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$out" \
+		--logfile "redis-$1.log" &
+	redis_pid=$!
+	for _ in $(seq 100); do
+		redis-cli -p "$ROOMS_REDIS_PORT" ping 2>/dev/null | grep -q PONG && break
+		sleep 0.1
+	done
+	redis-cli -p "$ROOMS_REDIS_PORT" info server | grep -m1 redis_version | tr -d '\r' | sed "s/^/$1 /" | tee -a "$out/machine.txt"
+	cluster_redis="redis://127.0.0.1:$ROOMS_REDIS_PORT/0"
+}
+own_redis_stop() {
+	kill -TERM "$redis_pid" 2>/dev/null || true
+	wait "$redis_pid" 2>/dev/null || true
+	redis_pid=
+	cluster_redis=$REDIS_URL
+}
 cluster() { # cluster N ARGS…: N nodes on ports 18181… on $cluster_redis
 	local n=$1
 	shift
@@ -210,15 +231,7 @@ if want rooms; then
 	# Rooms on three nodes sharing a Redis of their own (nothing else's
 	# keys or commands in it): the movers, status users and the HTTP drive
 	# on node 1, the watchers on nodes 2 and 3. Fresh nodes per run.
-	redis-server --port "$ROOMS_REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$out" \
-		--logfile redis-rooms.log &
-	redis_pid=$!
-	for _ in $(seq 100); do
-		redis-cli -p "$ROOMS_REDIS_PORT" ping 2>/dev/null | grep -q PONG && break
-		sleep 0.1
-	done
-	redis-cli -p "$ROOMS_REDIS_PORT" info server | grep -m1 redis_version | tr -d '\r' | sed 's/^/rooms /' | tee -a "$out/machine.txt"
-	cluster_redis="redis://127.0.0.1:$ROOMS_REDIS_PORT/0"
+	own_redis rooms
 	urls=(-url ws://127.0.0.1:18181 -url "ws://127.0.0.1:18182,ws://127.0.0.1:18183")
 	for r in $(seq "$ROOMS_ROUNDS"); do
 		cluster 3
@@ -228,10 +241,19 @@ if want rooms; then
 	cluster 3 -heartbeat-ttl 10m # the seeded members stay online through the run
 	run cluster-room-interval room-interval "${urls[@]}" -dev -api-key "$KEY" -members 100000 -watchers 500 -rate 100 -duration 30s
 	stop_nodes
-	kill -TERM "$redis_pid" 2>/dev/null || true
-	wait "$redis_pid" 2>/dev/null || true
-	redis_pid=
-	cluster_redis=$REDIS_URL
+	own_redis_stop
+fi
+if want storm; then
+	# A reconnect storm: three nodes on a Redis of their own, 3,000
+	# sockets on each watching 50 users; after 10 s the tool SIGKILLs
+	# node 3 and its sockets reconnect to nodes 1 and 2 while 20 other
+	# users change status over HTTP there (presence-bench storm).
+	own_redis storm
+	cluster 3
+	run cluster-storm storm -url ws://127.0.0.1:18181,ws://127.0.0.1:18182,ws://127.0.0.1:18183 -dev -api-key "$KEY" \
+		-per-node 3000 -subs 50 -probes 20
+	stop_nodes
+	own_redis_stop
 fi
 if want connections; then
 	# 100,000 connections held at once: six nodes (a process may hold

@@ -10,12 +10,12 @@
 //	room-count   reads of a room of 100,000 members
 //	room-memory  server memory per room membership
 //	room-interval a big room under joins and leaves: messages per watcher, server CPU
+//	storm        a node killed under load: others' fan-out and status write latency, reconnects
 //	limits       the machine's raw ceilings: redis-benchmark and a sharded map
 //	plot         the SVG figures of docs/img from their JSON
 //
-// With -baseline-redis, heartbeats, batch and fanout play the same load
-// against Redis the way a naive design does, side by side. With -json each
-// scenario prints one object.
+// With -baseline-redis, heartbeats, batch and fanout also play their load
+// against Redis as a naive design does; with -json a scenario prints JSON:
 //
 //	presence-bench connections -url ws://127.0.0.1:18090 -n 15000 -dev -api-key k
 //
@@ -49,6 +49,7 @@ scenarios:
   room-count    a room of 100,000 members read over HTTP; latency percentiles
   room-memory   users online, then in rooms; server memory per membership
   room-interval a room of 100,000 in interval mode under joins and leaves; messages per watcher, server CPU
+  storm         a node killed, its clients reconnect to the others; everyone else's latency
   limits        raw limits of this machine: redis-benchmark SETEX, in-process map
   plot          SVG plots from -json results
 
@@ -100,6 +101,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRoomMemCmd(args[1:], stdout, stderr)
 	case "room-interval":
 		return runRoomIntervalCmd(args[1:], stdout, stderr)
+	case "storm":
+		return runStormCmd(args[1:], stdout, stderr)
 	case "plot":
 		return runPlotCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

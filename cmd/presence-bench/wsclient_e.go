@@ -140,6 +140,11 @@ func (e *closeError) Error() string {
 
 // dial opens a connection of user's device and reads its welcome.
 func (e wsEndpoint) dial(ctx context.Context, user, device string) (*benchConn, error) {
+	return e.dialWith(ctx, user, device, nil)
+}
+
+// dialWith is dial through netDial (nil: the dialer's own).
+func (e wsEndpoint) dialWith(ctx context.Context, user, device string, netDial func(ctx context.Context, network, addr string) (net.Conn, error)) (*benchConn, error) {
 	u := *e.url
 	q := url.Values{}
 	if e.dev {
@@ -156,7 +161,7 @@ func (e wsEndpoint) dial(ctx context.Context, user, device string) (*benchConn, 
 		q.Set("device_id", device)
 	}
 	u.RawQuery = q.Encode()
-	nc, br, _, err := ws.Dialer{Timeout: 10 * time.Second}.Dial(ctx, u.String())
+	nc, br, _, err := ws.Dialer{Timeout: 10 * time.Second, NetDial: netDial}.Dial(ctx, u.String())
 	if err != nil {
 		return nil, fmt.Errorf("dial %s as %s: %w", e.url.Host, user, err)
 	}

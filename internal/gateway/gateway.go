@@ -63,6 +63,9 @@ type Reader interface {
 	Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error
 }
 
+// DefaultMaxSubscribing is Config.MaxSubscribing's default.
+const DefaultMaxSubscribing = 16
+
 // The defaults of Config's caps of one user's and one device's sockets.
 const (
 	DefaultMaxSocketsPerUser   = 64
@@ -115,6 +118,15 @@ type Config struct {
 	// Workers is the number of goroutines reading readable sockets.
 	// Default 16.
 	Workers int
+	// MaxSubscribing bounds the subscribe messages resolved at once: the
+	// hub's read of the viewer's relations and the snapshot read of the
+	// ids. The others wait for their turn, in their worker. When a node's
+	// thousands of clients reconnect to this one at once, each
+	// subscribing again, the state and durable stores then see a short
+	// queue of such reads, and everyone else's calls (a status change, a
+	// batch read) are not stuck behind thousands of them. Default
+	// DefaultMaxSubscribing.
+	MaxSubscribing int
 	// IdleCheck is how often idle connections and expired tokens are
 	// looked for: a socket is closed at most this long after its token
 	// expires (at once if it sends a message). Default 1s.
@@ -164,7 +176,10 @@ type Gateway struct {
 	// roomOps bounds the joins and leaves of one device, across its
 	// sockets (ratelimit.Rooms), keyed by user and device.
 	roomOps *ratelimit.Keyed
-	poll    poller // set by Run before it takes connections; nil: a goroutine per connection
+	// subscribing holds a token per subscribe being resolved
+	// (Config.MaxSubscribing).
+	subscribing chan struct{}
+	poll        poller // set by Run before it takes connections; nil: a goroutine per connection
 
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
@@ -249,6 +264,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 16
 	}
+	if cfg.MaxSubscribing <= 0 {
+		cfg.MaxSubscribing = DefaultMaxSubscribing
+	}
 	if cfg.IdleCheck <= 0 {
 		cfg.IdleCheck = time.Second
 	}
@@ -267,6 +285,7 @@ func New(cfg Config) (*Gateway, error) {
 		hub:         cfg.Hub,
 		roomHub:     cfg.Rooms,
 		roomOps:     cfg.Writes.Rooms,
+		subscribing: make(chan struct{}, cfg.MaxSubscribing),
 		auth:        cfg.Auth,
 		clock:       cfg.Clock,
 		log:         cfg.Logger,

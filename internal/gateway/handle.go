@@ -133,6 +133,15 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 		c.sendError("too_many_subscriptions", "a user may watch at most %d users across all their connections to this node; none of these were added", c.g.cfg.MaxUserSubscriptions)
 		return
 	}
+	// Its turn among the subscribes being resolved (Config.MaxSubscribing).
+	select {
+	case c.g.subscribing <- struct{}{}:
+	case <-ctx.Done():
+		c.g.addSubs(c, -len(ids))
+		c.sendError("unavailable", "this node is resolving too many subscriptions to take these now; none of these were added; retry later")
+		return
+	}
+	defer func() { <-c.g.subscribing }()
 	added, err := c.g.hub.Subscribe(ctx, c, ids)
 	c.g.addSubs(c, len(added)-len(ids)) // what the request did not add
 	c.mu.Lock()

@@ -56,9 +56,10 @@ type Config struct {
 	// Logger receives the store's few log lines (schema migrations). nil
 	// discards them.
 	Logger *slog.Logger
-	// MaxConns is the most connections the store opens. 0 takes the URL's
-	// pool_max_conns, or pgxpool's default (the larger of 4 and the number
-	// of CPUs).
+	// MaxConns is the most connections of the store's shared pool. 0
+	// takes the URL's pool_max_conns, or pgxpool's default (the larger of
+	// 4 and the number of CPUs). The group commit of statuses and
+	// settings has one connection more, of its own.
 	MaxConns int
 	// MaxQueuedContactWrites bounds the contact-list writes waiting for a
 	// connection of their own; one more fails at once with
@@ -70,8 +71,14 @@ type Config struct {
 
 // Store is the PostgreSQL durable store. It is safe for concurrent use.
 type Store struct {
-	log       *slog.Logger
-	pool      *pgxpool.Pool
+	log  *slog.Logger
+	pool *pgxpool.Pool
+	// commits is the group commit's own connection (a pool of one). The
+	// statuses and settings that callers wait for never queue for a
+	// connection of pool behind reads: a reconnect storm's thousands of
+	// subscriptions each read contact relations at once (ListedBy), and a
+	// pool's queue is first come, first served.
+	commits   *pgxpool.Pool
 	committer *groupcommit.Committer[profileWrite] // statuses and settings; closed by Close
 	// lists admits contact-list writes: half the pool's connections at
 	// most, a bounded queue (internal/writegate).
@@ -144,15 +151,23 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = int32(min(cfg.MaxConns, 1<<30))
 	}
+	cc := pc.Copy()
+	cc.MaxConns, cc.MinConns, cc.MinIdleConns = 1, 0, 0
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fail(err, "open")
 	}
-	s := &Store{log: cfg.Logger, pool: pool, lists: writegate.New(writegate.Config{
+	commits, err := pgxpool.NewWithConfig(ctx, cc)
+	if err != nil {
+		pool.Close()
+		return nil, fail(err, "open")
+	}
+	s := &Store{log: cfg.Logger, pool: pool, commits: commits, lists: writegate.New(writegate.Config{
 		Slots:     max(1, int(pc.MaxConns)/2),
 		MaxQueued: cfg.MaxQueuedContactWrites,
 	})}
 	if err := s.migrate(ctx); err != nil {
+		commits.Close()
 		pool.Close()
 		return nil, err
 	}
@@ -211,6 +226,7 @@ func (s *Store) migrate(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.committer.Close()
+		s.commits.Close()
 		s.pool.Close()
 	})
 	return nil
@@ -359,9 +375,9 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err err
 		w := &group[0]
 		var err error
 		if w.settings {
-			_, err = s.pool.Exec(ctx, saveSettings, w.user, int16(w.st.Status), int16(w.st.LastSeen))
+			_, err = s.commits.Exec(ctx, saveSettings, w.user, int16(w.st.Status), int16(w.st.LastSeen))
 		} else {
-			_, err = s.pool.Exec(ctx, saveStatus, w.user, int16(w.manual), w.text)
+			_, err = s.commits.Exec(ctx, saveStatus, w.user, int16(w.manual), w.text)
 		}
 		return err
 	}
@@ -402,7 +418,7 @@ func (s *Store) commitWrites(ctx context.Context, group []profileWrite) (err err
 		}
 		b.Queue(upsertSettings, ids, sv, lv)
 	}
-	return s.pool.SendBatch(ctx, b).Close()
+	return s.commits.SendBatch(ctx, b).Close()
 }
 
 // upsertLastSeen writes the last_seen, pub_last_seen and version of the

@@ -126,3 +126,11 @@ func (s *Store) ApplyRoomOpsNoAck(ctx context.Context, now int64, rc *RoomClaim)
 	}
 	return evs, refused, nil
 }
+
+// AgeReplicaChecks makes what the store learnt of every master's
+// replicas old enough to be asked again by the next claim.
+func (s *Store) AgeReplicaChecks() {
+	for i := range s.replicas {
+		s.replicas[i].checked.Store(0)
+	}
+}

@@ -53,14 +53,19 @@ const replicaWait = 100 * time.Millisecond
 
 // replicaCheck is how often a shard whose master had no replicas is asked
 // again (ROLE) before a write: meanwhile its writes take the shared,
-// auto-pipelined connections.
+// auto-pipelined connections. One write asks; the writes that come while
+// it does go on as the last answer said, so a reconnect storm's
+// thousands of claims a second do not all queue for the pool of
+// dedicated connections each time the answer grows old (a queue long
+// enough to outlast StoreTimeout, which the tracker takes for an outage).
 const replicaCheck = time.Second
 
 // shardReplicas is what the store last learnt of the replicas of a
 // shard's master.
 type shardReplicas struct {
-	n       atomic.Int32 // connected replicas; -1 before the first look
-	checked atomic.Int64 // Unix ms of that look
+	n        atomic.Int32 // connected replicas; -1 before the first look
+	checked  atomic.Int64 // Unix ms of that look
+	checking atomic.Bool  // a write is asking again (replicaCheck)
 }
 
 // execReplicated runs sc on keys and args like Exec and, when the shard's
@@ -69,8 +74,13 @@ type shardReplicas struct {
 // applied.
 func (s *Store) execReplicated(ctx context.Context, sc *script, shard int, keys, args []string) (rueidis.RedisMessage, error) {
 	r := &s.replicas[shard]
-	if r.n.Load() == 0 && time.Now().UnixMilli()-r.checked.Load() < replicaCheck.Milliseconds() {
-		return sc.Exec(ctx, s.c, keys, args).ToMessage()
+	if r.n.Load() == 0 {
+		fresh := time.Now().UnixMilli()-r.checked.Load() < replicaCheck.Milliseconds()
+		if fresh || !r.checking.CompareAndSwap(false, true) {
+			return sc.Exec(ctx, s.c, keys, args).ToMessage()
+		}
+		// This write asks again; the others meanwhile go on as above.
+		defer r.checking.Store(false)
 	}
 	var msg rueidis.RedisMessage
 	var notReplicated error

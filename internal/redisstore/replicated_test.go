@@ -148,3 +148,64 @@ func TestClaimsWaitForTheReplicas(t *testing.T) {
 	}
 	t.Logf("%d claims on a master without replicas in %v", len(on), time.Since(start))
 }
+
+// When what the store learnt of a master without replicas grows old,
+// one claim asks again (ROLE) while the others go on as before: a storm
+// of claims at that moment does not queue every claim for a dedicated
+// connection. Redis is paused while they come, so that every claim finds
+// the answer old. (One shard: the store learns the replicas per shard.)
+func TestOneClaimAsksForTheReplicasAgain(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.Redis(t)
+	c := dial(t, srv.URL)
+	ctx := t.Context()
+	s := newStore(t, c, redisstore.Config{Rules: leaseRules, Shards: 1, EvictAfter: time.Hour})
+	claim := func(user string) error {
+		_, err := s.Claim(ctx, 1000, 5, user, tracker.OwnedDevice{ID: "d", LastBeat: 1000, LastActive: presence.Forever})
+		return err
+	}
+	const n = 50
+	users := make([]string, n)
+	for i := range users {
+		users[i] = fmt.Sprint("u", i)
+		load(t, s, 1000, users[i])
+	}
+	if err := claim(users[0]); err != nil { // learns: no replicas
+		t.Fatal(err)
+	}
+	s.AgeReplicaChecks()
+	admin := dial(t, srv.URL)
+	if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, admin.B().ClientPause().Timeout(300).All().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, u := range users[1:] {
+		wg.Go(func() {
+			if err := claim(u); err != nil {
+				t.Errorf("claim of %s: %v", u, err)
+			}
+		})
+	}
+	wg.Wait()
+	info, err := admin.Do(ctx, admin.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := 0
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_role:calls="); ok {
+			roles, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		}
+	}
+	if roles != 1 {
+		t.Errorf("%d claims at once, the answer about the replicas old: %d ROLE asked, want 1", n-1, roles)
+	}
+	for _, u := range users {
+		if st := get(t, s, 1000, u); st.Status != presence.Online {
+			t.Errorf("%s after its claim: %v, want online", u, st.Status)
+		}
+	}
+}

@@ -43,16 +43,19 @@ type ownedDevices struct {
 	// load loads a user into the store by the ordinary path: a claim of
 	// a user the store does not hold.
 	load func(ctx context.Context, user string) error
+	// claims holds a token per claim in flight (Config.MaxClaims).
+	claims chan struct{}
 
 	workMu  sync.Mutex // guards workBuf
 	workBuf []owned.Work
 }
 
 // newOwnedDevices returns the devices of a node held under lease; retry
-// is how soon failed work is retried (Config.ProbeInterval).
-func newOwnedDevices(lease *leaseKeeper, rules presence.Rules, retry time.Duration) *ownedDevices {
+// is how soon failed work is retried (Config.ProbeInterval), maxClaims
+// how many claims are in flight at most (Config.MaxClaims).
+func newOwnedDevices(lease *leaseKeeper, rules presence.Rules, retry time.Duration, maxClaims int) *ownedDevices {
 	return &ownedDevices{table: owned.New(owned.Config{Rules: rules, Retry: retry}), lease: lease,
-		leaser: lease.leaser, link: lease.link, events: lease.events}
+		leaser: lease.leaser, link: lease.link, events: lease.events, claims: make(chan struct{}, maxClaims)}
 }
 
 // beat records a heartbeat of a device through a socket this node holds
@@ -226,8 +229,16 @@ func (od *ownedDevices) work(ctx context.Context, now int64, w owned.Work) (pres
 }
 
 // claim claims one device, loading the user first if the store does not
-// hold it.
+// hold it, once a claim in flight left it room (Config.MaxClaims). A
+// caller whose ctx ends while it waits makes no call; the work stays
+// in the table, as for a store that did not answer.
 func (od *ownedDevices) claim(ctx context.Context, lease uint64, user string, d owned.Device) (presence.Change, error) {
+	select {
+	case od.claims <- struct{}{}:
+	case <-ctx.Done():
+		return presence.Change{}, ctx.Err()
+	}
+	defer func() { <-od.claims }()
 	dev := toOwned([]owned.Device{d})[0]
 	for try := 0; ; try++ {
 		b := od.link.bound(ctx)

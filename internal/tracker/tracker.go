@@ -103,6 +103,15 @@ type Config struct {
 	// NoLeases turns owned devices off even with a Store that implements
 	// Leaser: SocketBeat is then Heartbeat.
 	NoLeases bool
+	// MaxClaims bounds the claims of owned devices in flight at once
+	// (a socket's connect, a claim that failed before); the others wait
+	// for their turn before their call, and the wait is not part of
+	// StoreTimeout. A reconnect storm — a node's thousands of clients
+	// back on the others within a second or two — then leaves the store
+	// a short queue ahead of everyone else's calls, and none of its own
+	// claims waits long enough in the store client to look like an
+	// outage. Default DefaultMaxClaims.
+	MaxClaims int
 	// OnRecover, if set, is called by Run each time the store came back and
 	// the buffer was replayed. A store that came back empty lost the devices
 	// of users who beat on no node during the outage, and no event tells
@@ -111,6 +120,11 @@ type Config struct {
 	// for long.
 	OnRecover func()
 }
+
+// DefaultMaxClaims is Config.MaxClaims's default: enough in flight to
+// keep a pipelined Redis busy (thousands of claims a second), few enough
+// that a call queued behind them waits milliseconds.
+const DefaultMaxClaims = 32
 
 // DefaultRecoverGrace is Config.RecoverGrace's default: how long, after
 // the store came back, every node is given to notice it and to tell it
@@ -193,6 +207,9 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = 250 * time.Millisecond
 	}
+	if cfg.MaxClaims <= 0 {
+		cfg.MaxClaims = DefaultMaxClaims
+	}
 	if cfg.RecoverGrace <= 0 {
 		cfg.RecoverGrace = DefaultRecoverGrace
 	}
@@ -238,7 +255,7 @@ func New(cfg Config) (*Tracker, error) {
 	if can.leaser != nil {
 		t.lease = newLeaseKeeper(can.leaser, can.partTakeOver, lk, events, cfg.Durable, cfg.Rules,
 			cfg.LeaseInterval, cfg.NodeAlive)
-		t.owned = newOwnedDevices(t.lease, cfg.Rules, cfg.ProbeInterval)
+		t.owned = newOwnedDevices(t.lease, cfg.Rules, cfg.ProbeInterval, cfg.MaxClaims)
 		t.lease.claims, t.lease.onRecover = t.owned.table, cfg.OnRecover
 		t.owned.load = t.apply.load
 		t.cps.owned, t.floors.unclaim = t.owned.dirty, t.owned.unclaim
