@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,9 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -340,7 +344,7 @@ func TestKubernetes(t *testing.T) {
 	pgURL := pg.NewDatabase(t)
 	backends := map[string]string{"PRESENCE_REDIS_URL": redis.URL, "PRESENCE_POSTGRES_URL": pgURL, "PRESENCE_NATS_URL": nats.URL}
 	_, envFlag := binaryFlags(t, img.binary)
-	var env []string
+	var env, fromSecret []string
 	values := map[string]string{}
 	for _, e := range c.Env {
 		v := e.Value
@@ -357,6 +361,9 @@ func TestKubernetes(t *testing.T) {
 			var ok bool
 			if v, ok = sec.StringData[r.Key]; r.Name != sec.Metadata.Name || !ok {
 				t.Errorf("env %s: Secret %s has no key %s", e.Name, r.Name, r.Key)
+			}
+			if _, ok := backends[e.Name]; !ok {
+				fromSecret = append(fromSecret, e.Name)
 			}
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			v = "presenced-6d4cf56db6-x7k2p"
@@ -409,6 +416,34 @@ func TestKubernetes(t *testing.T) {
 		}
 	}
 	argv := append(append(append([]string{}, entry...), c.Args...), "-addr=127.0.0.1:0", "-health-addr=127.0.0.1:0")
+	// Started with the example Secret's placeholders, the node refuses to
+	// start and says why; the run goes on with generated secrets.
+	if len(fromSecret) == 0 {
+		t.Fatal("no credential comes from the Secret")
+	}
+	refused := chrooted(root, sc.RunAsUser, sc.RunAsGroup, argv)
+	refused.SysProcAttr.Credential.Groups = []uint32{uint32(sc.FSGroup)}
+	refused.Env = env
+	var said bytes.Buffer
+	refused.Stdout, refused.Stderr = &said, &said
+	if err := refused.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop := time.AfterFunc(30*time.Second, func() { _ = refused.Process.Kill() })
+	err = refused.Wait()
+	stop.Stop()
+	if err == nil || !strings.Contains(said.String(), "placeholder") {
+		t.Errorf("a node given the example Secret's placeholders: %v, want it to refuse them:\n%s", err, said.String())
+	}
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(fromSecret, name) {
+			secret := make([]byte, 32)
+			_, _ = rand.Read(secret)
+			values[name] = hex.EncodeToString(secret)
+			env[i] = name + "=" + values[name]
+		}
+	}
 	cmd := chrooted(root, sc.RunAsUser, sc.RunAsGroup, argv)
 	cmd.SysProcAttr.Credential.Groups = []uint32{uint32(sc.FSGroup)}
 	cmd.Env = env
@@ -438,7 +473,7 @@ func TestKubernetes(t *testing.T) {
 	}
 	apiKey := values["PRESENCE_API_KEY"]
 	if code, body := do(t, "POST", n.addr, "/v1/heartbeat", apiKey, `{"user_id":"alice","device_id":"d1"}`); code != http.StatusOK {
-		t.Fatalf("heartbeat with the Secret's API key: %d %s", code, body)
+		t.Fatalf("heartbeat with the API key: %d %s", code, body)
 	}
 	if code, body := get(t, n.addr, "/v1/presence/alice", apiKey); code != http.StatusOK || !strings.Contains(body, `"online"`) {
 		t.Errorf("alice: %d %s, want online", code, body)

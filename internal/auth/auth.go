@@ -23,6 +23,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
@@ -82,11 +83,23 @@ const DefaultMaxLifetime = 24 * time.Hour
 // not, so tests may use short ones.
 const MinSecretLen = 32
 
+// placeholderWords mark a secret copied from an example instead of
+// generated (deploy/k8s/secret.yaml.example's are long enough to pass the
+// length rule).
+var placeholderWords = []string{"replace-me", "replace_me", "replaceme", "change-me", "change_me", "changeme", "placeholder", "example", "your-secret", "secret-here"}
+
 // CheckSecret returns an error saying why secret (an API key or a JWT
-// secret) is too short outside development mode, or nil.
+// secret) cannot be used outside development mode — too short, or a
+// placeholder from an example — or nil.
 func CheckSecret(secret []byte) error {
 	if len(secret) < MinSecretLen {
 		return fmt.Errorf("%d bytes long; at least %d bytes are required outside -dev (e.g. openssl rand -hex 32)", len(secret), MinSecretLen)
+	}
+	lower := bytes.ToLower(secret)
+	for _, w := range placeholderWords {
+		if bytes.Contains(lower, []byte(w)) {
+			return fmt.Errorf("a placeholder (it contains %q), not a secret; generate one (e.g. openssl rand -hex 32)", w)
+		}
 	}
 	return nil
 }

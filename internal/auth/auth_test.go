@@ -257,6 +257,26 @@ func TestCheckSecret(t *testing.T) {
 	}
 }
 
+// The placeholders of the deployment examples are long enough for the
+// length rule: a node refuses them, saying why.
+func TestCheckSecretRefusesPlaceholders(t *testing.T) {
+	for _, p := range []string{
+		"replace-me-with-32-or-more-random-bytes",
+		"replace-me-with-32-or-more-random-bytes-too",
+		"CHANGEME-CHANGEME-CHANGEME-CHANGEME",
+		"an-example-api-key-of-32-bytes-or-more",
+		"put-your-secret-here-at-least-32-bytes",
+	} {
+		err := auth.CheckSecret([]byte(p))
+		if err == nil || !strings.Contains(err.Error(), "placeholder") {
+			t.Errorf("CheckSecret(%q) = %v, want a placeholder refused", p, err)
+		}
+	}
+	if err := auth.CheckSecret([]byte("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")); err != nil {
+		t.Errorf("a generated secret refused: %v", err)
+	}
+}
+
 func TestTokenExpiresWithTheClock(t *testing.T) {
 	clk := clock.NewFake(t0)
 	a := auth.New(auth.Config{JWTSecret: secret, Clock: clk, Leeway: time.Second})
