@@ -84,10 +84,16 @@ func wantPresence(t *testing.T, c *client.Client, user string, status client.Sta
 }
 
 // wantReconnected takes Disconnected then Connected.
+// isState reports whether u is a change to state s.
+func isState(u client.Update, s client.State) bool {
+	sc, ok := u.(client.StateChange)
+	return ok && sc.State == s
+}
+
 func wantReconnected(t *testing.T, c *client.Client) {
 	t.Helper()
-	if sc, ok := next(t, c).(client.StateChange); !ok || sc.State != client.Disconnected {
-		t.Fatalf("update = %#v, want Disconnected", sc)
+	if u := next(t, c); !isState(u, client.Disconnected) {
+		t.Fatalf("update = %#v, want Disconnected", u)
 	}
 	if u := next(t, c); u != (client.StateChange{State: client.Connected}) {
 		t.Fatalf("update = %#v, want Connected", u)
