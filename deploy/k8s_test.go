@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,8 +16,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -132,47 +128,10 @@ type probe struct {
 	} `yaml:"httpGet"`
 }
 
-// loadManifests decodes every document of k8s/*.yaml and of
-// k8s/secret.yaml.example, by kind.
-func loadManifests(t *testing.T) map[string][]*k8sObject {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join("k8s", "*.yaml"))
-	// The Secret's shape, kept out of what kubectl applies.
-	files = append(files, filepath.Join("k8s", "secret.yaml.example"))
-	out := map[string][]*k8sObject{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		for {
-			var node yaml.Node
-			if err := dec.Decode(&node); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			o := &k8sObject{}
-			if err := node.Decode(o); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if err := node.Decode(&o.raw); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if o.Kind == "" || o.APIVersion == "" || o.Metadata.Name == "" {
-				t.Fatalf("%s: a document without kind, apiVersion or name", f)
-			}
-			out[o.Kind] = append(out[o.Kind], o)
-		}
-	}
-	return out
-}
-
 func only(t *testing.T, objs map[string][]*k8sObject, kind string) *k8sObject {
 	t.Helper()
 	if len(objs[kind]) != 1 {
-		t.Fatalf("%d %s objects in k8s/, want 1", len(objs[kind]), kind)
+		t.Fatalf("%d %s objects rendered, want 1", len(objs[kind]), kind)
 	}
 	return objs[kind][0]
 }
@@ -217,35 +176,26 @@ const (
 	kernelPerConn = 5.0 * 1024
 )
 
-// TestKubernetes checks the manifests of k8s/ against each other, the
-// Dockerfile's image and the binary, then runs the Deployment's container
-// as Kubernetes would — the image's root (the binary alone), the pod's
-// user, its volumes the only writable places, its arguments and its
-// environment resolved from the ConfigMap and the Secret — against real
-// Redis, PostgreSQL and NATS, and requests its probes on the ports they
-// name.
+// TestKubernetes renders the scale-out overlay of kustomize/ and checks
+// its objects against each other, the Dockerfile's image and the binary,
+// then runs the Deployment's container as Kubernetes would — the image's
+// root (the binary alone), the pod's user, its volumes the only writable
+// places, its arguments and its environment resolved from the Secret —
+// against real Redis, PostgreSQL and NATS, requests its probes on the
+// ports they name and scrapes /metrics as the ServiceMonitor does.
 func TestKubernetes(t *testing.T) {
 	img := dockerBuild(t)
-	objs := loadManifests(t)
+	objs := renderOverlay(t, "scale-out")
 	dep := only(t, objs, "Deployment")
-	svc := only(t, objs, "Service")
 	pdb := only(t, objs, "PodDisruptionBudget")
-	cm := only(t, objs, "ConfigMap")
 	sec := only(t, objs, "Secret")
+	sm := only(t, objs, "ServiceMonitor")
 	pod := dep.Spec.Template.Spec
 	labels := dep.Spec.Template.Metadata.Labels
 	if !selects(dep.Spec.Selector.MatchLabels, labels) {
 		t.Errorf("the Deployment's selector %v does not select its pods %v", dep.Spec.Selector.MatchLabels, labels)
 	}
-	svcSel := map[string]string{}
-	if m, ok := svc.raw["spec"].(map[string]any)["selector"].(map[string]any); ok {
-		for k, v := range m {
-			svcSel[k] = fmt.Sprint(v)
-		}
-	}
-	if !selects(svcSel, labels) {
-		t.Errorf("the Service's selector %v does not select the pods %v", svcSel, labels)
-	}
+	checkServices(t, objs, dep)
 	if !selects(pdb.Spec.Selector.MatchLabels, labels) {
 		t.Errorf("the PodDisruptionBudget's selector %v does not select the pods %v", pdb.Spec.Selector.MatchLabels, labels)
 	}
@@ -273,11 +223,6 @@ func TestKubernetes(t *testing.T) {
 	}
 	if ports["http"] != portOf("addr") || ports["health"] != portOf("health-addr") {
 		t.Errorf("container ports %v: want http = -addr's port %d, health = -health-addr's %d", ports, portOf("addr"), portOf("health-addr"))
-	}
-	for _, p := range svc.Spec.Ports {
-		if _, ok := ports[p.TargetPort]; !ok {
-			t.Errorf("Service port %s: targetPort %q is no container port", p.Name, p.TargetPort)
-		}
 	}
 	probes := map[string]*probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
 	wantPath := map[string]string{"startup": "/healthz", "readiness": "/readyz", "liveness": "/healthz"}
@@ -352,9 +297,13 @@ func TestKubernetes(t *testing.T) {
 		case e.ValueFrom == nil:
 		case e.ValueFrom.ConfigMapKeyRef != nil:
 			r := e.ValueFrom.ConfigMapKeyRef
+			cm := byName(objs, "ConfigMap", r.Name)
 			var ok bool
-			if v, ok = cm.Data[r.Key]; r.Name != cm.Metadata.Name || !ok {
-				t.Errorf("env %s: ConfigMap %s has no key %s", e.Name, r.Name, r.Key)
+			if cm != nil {
+				v, ok = cm.Data[r.Key]
+			}
+			if !ok {
+				t.Errorf("env %s: no ConfigMap %s with a key %s", e.Name, r.Name, r.Key)
 			}
 		case e.ValueFrom.SecretKeyRef != nil:
 			r := e.ValueFrom.SecretKeyRef
@@ -477,6 +426,24 @@ func TestKubernetes(t *testing.T) {
 	}
 	if code, body := get(t, n.addr, "/v1/presence/alice", apiKey); code != http.StatusOK || !strings.Contains(body, `"online"`) {
 		t.Errorf("alice: %d %s, want online", code, body)
+	}
+	// Prometheus: /metrics on the health port, with the credentials the
+	// ServiceMonitor names (the Secret's key, generated here as for the
+	// node); refused without.
+	path := str(sm.raw, "spec", "endpoints", "0", "path")
+	key := str(sm.raw, "spec", "endpoints", "0", "authorization", "credentials", "key")
+	bearer := ""
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Key == key {
+			bearer = values[e.Name]
+		}
+	}
+	if code, _ := get(t, health, path, ""); code != http.StatusUnauthorized {
+		t.Errorf("%s without credentials: %d, want 401", path, code)
+	}
+	code, body := get(t, health, path, bearer)
+	if code != http.StatusOK || !scrapedNames(body)["presenced_store_down"] {
+		t.Errorf("%s with the ServiceMonitor's bearer token (Secret key %s): %d, want 200 and presenced_store_down:\n%s", path, key, code, body)
 	}
 	n.stop(t)
 	// Nothing written outside the volumes (the root is the pod's read-only
