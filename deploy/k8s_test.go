@@ -185,7 +185,7 @@ const (
 // ports they name and scrapes /metrics as the ServiceMonitor does.
 func TestKubernetes(t *testing.T) {
 	img := dockerBuild(t)
-	objs := renderOverlay(t, "scale-out")
+	objs := renderOverlay(t, "scale-out", "")
 	dep := only(t, objs, "Deployment")
 	pdb := only(t, objs, "PodDisruptionBudget")
 	sec := only(t, objs, "Secret")

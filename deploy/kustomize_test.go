@@ -73,7 +73,8 @@ func overlays(t *testing.T) []string {
 // (so the Secret holds the example's placeholders), and decodes every
 // document by kind. The Secret's data is decoded into StringData. The
 // tree is copied first: the test writes no secrets.env beside the files.
-func renderOverlay(t *testing.T, name string) map[string][]*k8sObject {
+// prefix, if not empty, is set as the overlay's namePrefix.
+func renderOverlay(t *testing.T, name, prefix string) map[string][]*k8sObject {
 	t.Helper()
 	bin := kustomizeBin(t)
 	tree := t.TempDir()
@@ -102,6 +103,20 @@ func renderOverlay(t *testing.T, name string) map[string][]*k8sObject {
 		t.Fatalf("overlay %s: %v", name, err)
 	} else if err := os.WriteFile(filepath.Join(dir, "secrets.env"), b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if prefix != "" {
+		k := filepath.Join(dir, "kustomization.yaml")
+		b, err := os.ReadFile(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := regexp.MustCompile(`(?m)^namePrefix: .*$`)
+		if !set.Match(b) {
+			t.Fatalf("overlays/%s/kustomization.yaml sets no namePrefix: the names are set there", name)
+		}
+		if err := os.WriteFile(k, set.ReplaceAll(b, []byte("namePrefix: "+prefix)), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "build", dir)
@@ -210,14 +225,31 @@ var kubeStateMetrics = map[string]bool{"kube_deployment_status_replicas_unavaila
 // of the Ingress and the ServiceMonitor) to an object of the render,
 // selectors that select the pods, the topology spread, every flag and
 // variable one the binary has, every metric an alert names one presenced
-// declares. TestKubernetes runs the scale-out overlay's pod.
+// declares. Each overlay is rendered as it is and with a namePrefix, which
+// every name and every reference must follow. TestKubernetes runs the
+// overlays' pods.
 func TestKustomizeOverlays(t *testing.T) {
 	img := dockerBuild(t)
 	flags, envFlag := binaryFlags(t, img.binary)
 	declared := declaredMetrics(t)
+	var runs []struct{ overlay, prefix string }
 	for _, name := range overlays(t) {
+		runs = append(runs, struct{ overlay, prefix string }{name, ""}, struct{ overlay, prefix string }{name, "acme-"})
+	}
+	for _, run := range runs {
+		name := run.overlay
+		if run.prefix != "" {
+			name += "/prefix=" + run.prefix
+		}
 		t.Run(name, func(t *testing.T) {
-			objs := renderOverlay(t, name)
+			objs := renderOverlay(t, run.overlay, run.prefix)
+			for kind, list := range objs {
+				for _, o := range list {
+					if !strings.HasPrefix(o.Metadata.Name, run.prefix+"presenced") {
+						t.Errorf("%s %s: want the name to start with %spresenced", kind, o.Metadata.Name, run.prefix)
+					}
+				}
+			}
 			var ns string
 			for kind, list := range objs {
 				for _, o := range list {
