@@ -176,18 +176,24 @@ const (
 	kernelPerConn = 5.0 * 1024
 )
 
-// TestKubernetes renders the scale-out overlay of kustomize/ and checks
-// its objects against each other, the Dockerfile's image and the binary,
-// then runs the Deployment's container as Kubernetes would — the image's
-// root (the binary alone), the pod's user, its volumes the only writable
-// places, its arguments and its environment resolved from the Secret —
-// against real Redis, PostgreSQL and NATS, requests its probes on the
-// ports they name and scrapes /metrics as the ServiceMonitor does.
+// TestKubernetes renders each overlay of kustomize/ and checks its objects
+// against each other, the Dockerfile's image and the binary, then runs
+// the Deployment's container as Kubernetes would — the image's root (the
+// binary alone), the pod's user, its volumes the only writable places,
+// its arguments and its environment resolved from the Secret — in the
+// embedded mode alone, in the scale-out mode against real Redis,
+// PostgreSQL and NATS; it requests its probes on the ports they name and
+// scrapes /metrics as the ServiceMonitor does.
 func TestKubernetes(t *testing.T) {
+	for _, name := range overlays(t) {
+		t.Run(name, func(t *testing.T) { testOverlayPod(t, name) })
+	}
+}
+
+func testOverlayPod(t *testing.T, overlay string) {
 	img := dockerBuild(t)
-	objs := renderOverlay(t, "scale-out", "")
+	objs := renderOverlay(t, overlay, "")
 	dep := only(t, objs, "Deployment")
-	pdb := only(t, objs, "PodDisruptionBudget")
 	sec := only(t, objs, "Secret")
 	sm := only(t, objs, "ServiceMonitor")
 	pod := dep.Spec.Template.Spec
@@ -196,11 +202,23 @@ func TestKubernetes(t *testing.T) {
 		t.Errorf("the Deployment's selector %v does not select its pods %v", dep.Spec.Selector.MatchLabels, labels)
 	}
 	checkServices(t, objs, dep)
-	if !selects(pdb.Spec.Selector.MatchLabels, labels) {
-		t.Errorf("the PodDisruptionBudget's selector %v does not select the pods %v", pdb.Spec.Selector.MatchLabels, labels)
-	}
-	if pdb.Spec.MaxUnavailable == nil || *pdb.Spec.MaxUnavailable < 1 || *pdb.Spec.MaxUnavailable >= dep.Spec.Replicas {
-		t.Errorf("PodDisruptionBudget maxUnavailable %v with %d replicas: want at least 1 and fewer than the replicas", pdb.Spec.MaxUnavailable, dep.Spec.Replicas)
+	// Several replicas: one at a time may go (a disruption budget), and
+	// an update rolls; one: no budget (it would forbid every drain), and
+	// an update replaces the pod (its volume has one writer).
+	strategy := str(dep.raw, "spec", "strategy", "type")
+	if dep.Spec.Replicas > 1 {
+		pdb := only(t, objs, "PodDisruptionBudget")
+		if !selects(pdb.Spec.Selector.MatchLabels, labels) {
+			t.Errorf("the PodDisruptionBudget's selector %v does not select the pods %v", pdb.Spec.Selector.MatchLabels, labels)
+		}
+		if pdb.Spec.MaxUnavailable == nil || *pdb.Spec.MaxUnavailable < 1 || *pdb.Spec.MaxUnavailable >= dep.Spec.Replicas {
+			t.Errorf("PodDisruptionBudget maxUnavailable %v with %d replicas: want at least 1 and fewer than the replicas", pdb.Spec.MaxUnavailable, dep.Spec.Replicas)
+		}
+		if strategy != "RollingUpdate" || fmt.Sprint(field(dep.raw, "spec", "strategy", "rollingUpdate", "maxUnavailable")) != "0" {
+			t.Errorf("strategy %s %v: want a rolling update that keeps every replica up", strategy, field(dep.raw, "spec", "strategy", "rollingUpdate"))
+		}
+	} else if len(objs["PodDisruptionBudget"]) != 0 || strategy != "Recreate" {
+		t.Errorf("one replica: %d PodDisruptionBudgets and strategy %s, want none and Recreate", len(objs["PodDisruptionBudget"]), strategy)
 	}
 	if len(pod.Containers) != 1 {
 		t.Fatalf("%d containers, want 1", len(pod.Containers))
@@ -256,14 +274,17 @@ func TestKubernetes(t *testing.T) {
 	if !csc.ReadOnlyRootFilesystem || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation || strings.Join(csc.Capabilities.Drop, ",") != "ALL" {
 		t.Errorf("container securityContext %+v: want a read-only root, no privilege escalation, all capabilities dropped", csc)
 	}
-	emptyDirs := map[string]bool{}
-	for _, v := range pod.Volumes {
-		emptyDirs[v.Name] = v.EmptyDir != nil
+	// Volumes: an emptyDir, or a claim of the render (the embedded
+	// node's SQLite file); both writable by fsGroup, as laid out below.
+	writable := map[string]bool{}
+	for i, v := range pod.Volumes {
+		claim := str(dep.raw, "spec", "template", "spec", "volumes", strconv.Itoa(i), "persistentVolumeClaim", "claimName")
+		writable[v.Name] = v.EmptyDir != nil || claim != "" && byName(objs, "PersistentVolumeClaim", claim) != nil
 	}
 	mounts := map[string]bool{}
 	for _, m := range c.VolumeMounts {
-		if !emptyDirs[m.Name] {
-			t.Errorf("volume mount %s: want an emptyDir volume", m.Name)
+		if !writable[m.Name] {
+			t.Errorf("volume mount %s: want an emptyDir or a claim of the render", m.Name)
 		}
 		mounts[m.MountPath] = true
 	}
@@ -284,10 +305,20 @@ func TestKubernetes(t *testing.T) {
 	}
 
 	// The environment, resolved as the kubelet would; the backends' URLs
-	// replaced by real servers of the same kinds.
-	redis, pg, nats := testsvc.SharedRedis(t), testsvc.SharedPostgres(t), testsvc.SharedNATS(t)
-	pgURL := pg.NewDatabase(t)
-	backends := map[string]string{"PRESENCE_REDIS_URL": redis.URL, "PRESENCE_POSTGRES_URL": pgURL, "PRESENCE_NATS_URL": nats.URL}
+	// (all three, or none: the embedded mode) replaced by real servers of
+	// the same kinds.
+	backends := map[string]string{}
+	scaleOut := false
+	for _, e := range c.Env {
+		switch e.Name {
+		case "PRESENCE_REDIS_URL", "PRESENCE_POSTGRES_URL", "PRESENCE_NATS_URL":
+			scaleOut = true
+		}
+	}
+	if scaleOut {
+		redis, pg, nats := testsvc.SharedRedis(t), testsvc.SharedPostgres(t), testsvc.SharedNATS(t)
+		backends = map[string]string{"PRESENCE_REDIS_URL": redis.URL, "PRESENCE_POSTGRES_URL": pg.NewDatabase(t), "PRESENCE_NATS_URL": nats.URL}
+	}
 	_, envFlag := binaryFlags(t, img.binary)
 	var env, fromSecret []string
 	values := map[string]string{}
@@ -397,8 +428,12 @@ func TestKubernetes(t *testing.T) {
 	cmd.SysProcAttr.Credential.Groups = []uint32{uint32(sc.FSGroup)}
 	cmd.Env = env
 	n := startNode(t, cmd, true)
-	if !strings.Contains(n.logs.String(), `"mode":"redis+postgres+nats`) {
-		t.Errorf("the node does not log the mode redis+postgres+nats:\n%s", n.logs)
+	mode, ready := "embedded", []string{`"sqlite":"ok"`}
+	if scaleOut {
+		mode, ready = "redis+postgres+nats", []string{`"redis":"ok"`, `"postgres":"ok"`, `"nats":"ok"`}
+	}
+	if !strings.Contains(n.logs.String(), `"mode":"`+mode) {
+		t.Errorf("the node does not log the mode %s:\n%s", mode, n.logs)
 	}
 	// One client address may hold its share of -max-conns, not all of it.
 	want := connbudget.ForMax(maxConns)
@@ -416,9 +451,13 @@ func TestKubernetes(t *testing.T) {
 			t.Errorf("%s probe %s: %d %s", name, p.HTTPGet.Path, code, body)
 		}
 	}
-	// The environment was read: the node runs on the three backends.
-	if _, body := get(t, health, "/readyz", ""); !strings.Contains(body, `"redis":"ok"`) || !strings.Contains(body, `"postgres":"ok"`) || !strings.Contains(body, `"nats":"ok"`) {
-		t.Errorf("/readyz %s: want redis, postgres and nats ok", body)
+	// The environment was read: the node runs on the three backends, or
+	// on its SQLite file in the volume.
+	_, body := get(t, health, "/readyz", "")
+	for _, w := range ready {
+		if !strings.Contains(body, w) {
+			t.Errorf("/readyz %s: want %s", body, w)
+		}
 	}
 	apiKey := values["PRESENCE_API_KEY"]
 	if code, body := do(t, "POST", n.addr, "/v1/heartbeat", apiKey, `{"user_id":"alice","device_id":"d1"}`); code != http.StatusOK {
@@ -442,8 +481,8 @@ func TestKubernetes(t *testing.T) {
 		t.Errorf("%s without credentials: %d, want 401", path, code)
 	}
 	code, body := get(t, health, path, bearer)
-	if code != http.StatusOK || !scrapedNames(body)["presenced_store_down"] {
-		t.Errorf("%s with the ServiceMonitor's bearer token (Secret key %s): %d, want 200 and presenced_store_down:\n%s", path, key, code, body)
+	if code != http.StatusOK || !scrapedNames(body)["presenced_build_info"] {
+		t.Errorf("%s with the ServiceMonitor's bearer token (Secret key %s): %d, want 200 and presenced_build_info:\n%s", path, key, code, body)
 	}
 	n.stop(t)
 	// Nothing written outside the volumes (the root is the pod's read-only
