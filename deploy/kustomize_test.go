@@ -232,6 +232,11 @@ func TestKustomizeOverlays(t *testing.T) {
 	img := dockerBuild(t)
 	flags, envFlag := binaryFlags(t, img.binary)
 	declared := declaredMetrics(t)
+	// An operator's secrets.env holds the real credentials: git must
+	// never take it.
+	if b, err := os.ReadFile(filepath.Join("kustomize", ".gitignore")); err != nil || !slices.Contains(strings.Split(string(b), "\n"), "secrets.env") {
+		t.Errorf("kustomize/.gitignore does not ignore secrets.env (%v)", err)
+	}
 	var runs []struct{ overlay, prefix string }
 	for _, name := range overlays(t) {
 		runs = append(runs, struct{ overlay, prefix string }{name, ""}, struct{ overlay, prefix string }{name, "acme-"})
