@@ -1,7 +1,7 @@
 // The tests of this directory check the deployment files beside them
 // against the real binary: the Dockerfile's build is run and its result
 // started alone in an empty root directory as the image's user, the
-// systemd unit and the Kubernetes manifests are parsed and every flag,
+// systemd unit and the rendered Kubernetes overlays are parsed and every flag,
 // environment variable, port and probe path they name is tried on a
 // running node, and the Grafana dashboard's queries are checked against the
 // metrics a node exposes.

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,8 +16,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/presenced/presenced/internal/connbudget"
 	"github.com/presenced/presenced/internal/testsvc"
@@ -132,47 +128,10 @@ type probe struct {
 	} `yaml:"httpGet"`
 }
 
-// loadManifests decodes every document of k8s/*.yaml and of
-// k8s/secret.yaml.example, by kind.
-func loadManifests(t *testing.T) map[string][]*k8sObject {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join("k8s", "*.yaml"))
-	// The Secret's shape, kept out of what kubectl applies.
-	files = append(files, filepath.Join("k8s", "secret.yaml.example"))
-	out := map[string][]*k8sObject{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		for {
-			var node yaml.Node
-			if err := dec.Decode(&node); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			o := &k8sObject{}
-			if err := node.Decode(o); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if err := node.Decode(&o.raw); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if o.Kind == "" || o.APIVersion == "" || o.Metadata.Name == "" {
-				t.Fatalf("%s: a document without kind, apiVersion or name", f)
-			}
-			out[o.Kind] = append(out[o.Kind], o)
-		}
-	}
-	return out
-}
-
 func only(t *testing.T, objs map[string][]*k8sObject, kind string) *k8sObject {
 	t.Helper()
 	if len(objs[kind]) != 1 {
-		t.Fatalf("%d %s objects in k8s/, want 1", len(objs[kind]), kind)
+		t.Fatalf("%d %s objects rendered, want 1", len(objs[kind]), kind)
 	}
 	return objs[kind][0]
 }
@@ -217,40 +176,49 @@ const (
 	kernelPerConn = 5.0 * 1024
 )
 
-// TestKubernetes checks the manifests of k8s/ against each other, the
-// Dockerfile's image and the binary, then runs the Deployment's container
-// as Kubernetes would — the image's root (the binary alone), the pod's
-// user, its volumes the only writable places, its arguments and its
-// environment resolved from the ConfigMap and the Secret — against real
-// Redis, PostgreSQL and NATS, and requests its probes on the ports they
-// name.
+// TestKubernetes renders each overlay of kustomize/ and checks its objects
+// against each other, the Dockerfile's image and the binary, then runs
+// the Deployment's container as Kubernetes would — the image's root (the
+// binary alone), the pod's user, its volumes the only writable places,
+// its arguments and its environment resolved from the Secret — in the
+// embedded mode alone, in the scale-out mode against real Redis,
+// PostgreSQL and NATS; it requests its probes on the ports they name and
+// scrapes /metrics as the ServiceMonitor does.
 func TestKubernetes(t *testing.T) {
+	for _, name := range overlays(t) {
+		t.Run(name, func(t *testing.T) { testOverlayPod(t, name) })
+	}
+}
+
+func testOverlayPod(t *testing.T, overlay string) {
 	img := dockerBuild(t)
-	objs := loadManifests(t)
+	objs := renderOverlay(t, overlay, "")
 	dep := only(t, objs, "Deployment")
-	svc := only(t, objs, "Service")
-	pdb := only(t, objs, "PodDisruptionBudget")
-	cm := only(t, objs, "ConfigMap")
 	sec := only(t, objs, "Secret")
+	sm := only(t, objs, "ServiceMonitor")
 	pod := dep.Spec.Template.Spec
 	labels := dep.Spec.Template.Metadata.Labels
 	if !selects(dep.Spec.Selector.MatchLabels, labels) {
 		t.Errorf("the Deployment's selector %v does not select its pods %v", dep.Spec.Selector.MatchLabels, labels)
 	}
-	svcSel := map[string]string{}
-	if m, ok := svc.raw["spec"].(map[string]any)["selector"].(map[string]any); ok {
-		for k, v := range m {
-			svcSel[k] = fmt.Sprint(v)
+	checkServices(t, objs, dep)
+	// Several replicas: one at a time may go (a disruption budget), and
+	// an update rolls; one: no budget (it would forbid every drain), and
+	// an update replaces the pod (its volume has one writer).
+	strategy := str(dep.raw, "spec", "strategy", "type")
+	if dep.Spec.Replicas > 1 {
+		pdb := only(t, objs, "PodDisruptionBudget")
+		if !selects(pdb.Spec.Selector.MatchLabels, labels) {
+			t.Errorf("the PodDisruptionBudget's selector %v does not select the pods %v", pdb.Spec.Selector.MatchLabels, labels)
 		}
-	}
-	if !selects(svcSel, labels) {
-		t.Errorf("the Service's selector %v does not select the pods %v", svcSel, labels)
-	}
-	if !selects(pdb.Spec.Selector.MatchLabels, labels) {
-		t.Errorf("the PodDisruptionBudget's selector %v does not select the pods %v", pdb.Spec.Selector.MatchLabels, labels)
-	}
-	if pdb.Spec.MaxUnavailable == nil || *pdb.Spec.MaxUnavailable < 1 || *pdb.Spec.MaxUnavailable >= dep.Spec.Replicas {
-		t.Errorf("PodDisruptionBudget maxUnavailable %v with %d replicas: want at least 1 and fewer than the replicas", pdb.Spec.MaxUnavailable, dep.Spec.Replicas)
+		if pdb.Spec.MaxUnavailable == nil || *pdb.Spec.MaxUnavailable < 1 || *pdb.Spec.MaxUnavailable >= dep.Spec.Replicas {
+			t.Errorf("PodDisruptionBudget maxUnavailable %v with %d replicas: want at least 1 and fewer than the replicas", pdb.Spec.MaxUnavailable, dep.Spec.Replicas)
+		}
+		if strategy != "RollingUpdate" || fmt.Sprint(field(dep.raw, "spec", "strategy", "rollingUpdate", "maxUnavailable")) != "0" {
+			t.Errorf("strategy %s %v: want a rolling update that keeps every replica up", strategy, field(dep.raw, "spec", "strategy", "rollingUpdate"))
+		}
+	} else if len(objs["PodDisruptionBudget"]) != 0 || strategy != "Recreate" {
+		t.Errorf("one replica: %d PodDisruptionBudgets and strategy %s, want none and Recreate", len(objs["PodDisruptionBudget"]), strategy)
 	}
 	if len(pod.Containers) != 1 {
 		t.Fatalf("%d containers, want 1", len(pod.Containers))
@@ -273,11 +241,6 @@ func TestKubernetes(t *testing.T) {
 	}
 	if ports["http"] != portOf("addr") || ports["health"] != portOf("health-addr") {
 		t.Errorf("container ports %v: want http = -addr's port %d, health = -health-addr's %d", ports, portOf("addr"), portOf("health-addr"))
-	}
-	for _, p := range svc.Spec.Ports {
-		if _, ok := ports[p.TargetPort]; !ok {
-			t.Errorf("Service port %s: targetPort %q is no container port", p.Name, p.TargetPort)
-		}
 	}
 	probes := map[string]*probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
 	wantPath := map[string]string{"startup": "/healthz", "readiness": "/readyz", "liveness": "/healthz"}
@@ -311,14 +274,17 @@ func TestKubernetes(t *testing.T) {
 	if !csc.ReadOnlyRootFilesystem || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation || strings.Join(csc.Capabilities.Drop, ",") != "ALL" {
 		t.Errorf("container securityContext %+v: want a read-only root, no privilege escalation, all capabilities dropped", csc)
 	}
-	emptyDirs := map[string]bool{}
-	for _, v := range pod.Volumes {
-		emptyDirs[v.Name] = v.EmptyDir != nil
+	// Volumes: an emptyDir, or a claim of the render (the embedded
+	// node's SQLite file); both writable by fsGroup, as laid out below.
+	writable := map[string]bool{}
+	for i, v := range pod.Volumes {
+		claim := str(dep.raw, "spec", "template", "spec", "volumes", strconv.Itoa(i), "persistentVolumeClaim", "claimName")
+		writable[v.Name] = v.EmptyDir != nil || claim != "" && byName(objs, "PersistentVolumeClaim", claim) != nil
 	}
 	mounts := map[string]bool{}
 	for _, m := range c.VolumeMounts {
-		if !emptyDirs[m.Name] {
-			t.Errorf("volume mount %s: want an emptyDir volume", m.Name)
+		if !writable[m.Name] {
+			t.Errorf("volume mount %s: want an emptyDir or a claim of the render", m.Name)
 		}
 		mounts[m.MountPath] = true
 	}
@@ -339,10 +305,20 @@ func TestKubernetes(t *testing.T) {
 	}
 
 	// The environment, resolved as the kubelet would; the backends' URLs
-	// replaced by real servers of the same kinds.
-	redis, pg, nats := testsvc.SharedRedis(t), testsvc.SharedPostgres(t), testsvc.SharedNATS(t)
-	pgURL := pg.NewDatabase(t)
-	backends := map[string]string{"PRESENCE_REDIS_URL": redis.URL, "PRESENCE_POSTGRES_URL": pgURL, "PRESENCE_NATS_URL": nats.URL}
+	// (all three, or none: the embedded mode) replaced by real servers of
+	// the same kinds.
+	backends := map[string]string{}
+	scaleOut := false
+	for _, e := range c.Env {
+		switch e.Name {
+		case "PRESENCE_REDIS_URL", "PRESENCE_POSTGRES_URL", "PRESENCE_NATS_URL":
+			scaleOut = true
+		}
+	}
+	if scaleOut {
+		redis, pg, nats := testsvc.SharedRedis(t), testsvc.SharedPostgres(t), testsvc.SharedNATS(t)
+		backends = map[string]string{"PRESENCE_REDIS_URL": redis.URL, "PRESENCE_POSTGRES_URL": pg.NewDatabase(t), "PRESENCE_NATS_URL": nats.URL}
+	}
 	_, envFlag := binaryFlags(t, img.binary)
 	var env, fromSecret []string
 	values := map[string]string{}
@@ -352,9 +328,13 @@ func TestKubernetes(t *testing.T) {
 		case e.ValueFrom == nil:
 		case e.ValueFrom.ConfigMapKeyRef != nil:
 			r := e.ValueFrom.ConfigMapKeyRef
+			cm := byName(objs, "ConfigMap", r.Name)
 			var ok bool
-			if v, ok = cm.Data[r.Key]; r.Name != cm.Metadata.Name || !ok {
-				t.Errorf("env %s: ConfigMap %s has no key %s", e.Name, r.Name, r.Key)
+			if cm != nil {
+				v, ok = cm.Data[r.Key]
+			}
+			if !ok {
+				t.Errorf("env %s: no ConfigMap %s with a key %s", e.Name, r.Name, r.Key)
 			}
 		case e.ValueFrom.SecretKeyRef != nil:
 			r := e.ValueFrom.SecretKeyRef
@@ -448,8 +428,12 @@ func TestKubernetes(t *testing.T) {
 	cmd.SysProcAttr.Credential.Groups = []uint32{uint32(sc.FSGroup)}
 	cmd.Env = env
 	n := startNode(t, cmd, true)
-	if !strings.Contains(n.logs.String(), `"mode":"redis+postgres+nats`) {
-		t.Errorf("the node does not log the mode redis+postgres+nats:\n%s", n.logs)
+	mode, ready := "embedded", []string{`"sqlite":"ok"`}
+	if scaleOut {
+		mode, ready = "redis+postgres+nats", []string{`"redis":"ok"`, `"postgres":"ok"`, `"nats":"ok"`}
+	}
+	if !strings.Contains(n.logs.String(), `"mode":"`+mode) {
+		t.Errorf("the node does not log the mode %s:\n%s", mode, n.logs)
 	}
 	// One client address may hold its share of -max-conns, not all of it.
 	want := connbudget.ForMax(maxConns)
@@ -467,9 +451,13 @@ func TestKubernetes(t *testing.T) {
 			t.Errorf("%s probe %s: %d %s", name, p.HTTPGet.Path, code, body)
 		}
 	}
-	// The environment was read: the node runs on the three backends.
-	if _, body := get(t, health, "/readyz", ""); !strings.Contains(body, `"redis":"ok"`) || !strings.Contains(body, `"postgres":"ok"`) || !strings.Contains(body, `"nats":"ok"`) {
-		t.Errorf("/readyz %s: want redis, postgres and nats ok", body)
+	// The environment was read: the node runs on the three backends, or
+	// on its SQLite file in the volume.
+	_, body := get(t, health, "/readyz", "")
+	for _, w := range ready {
+		if !strings.Contains(body, w) {
+			t.Errorf("/readyz %s: want %s", body, w)
+		}
 	}
 	apiKey := values["PRESENCE_API_KEY"]
 	if code, body := do(t, "POST", n.addr, "/v1/heartbeat", apiKey, `{"user_id":"alice","device_id":"d1"}`); code != http.StatusOK {
@@ -477,6 +465,24 @@ func TestKubernetes(t *testing.T) {
 	}
 	if code, body := get(t, n.addr, "/v1/presence/alice", apiKey); code != http.StatusOK || !strings.Contains(body, `"online"`) {
 		t.Errorf("alice: %d %s, want online", code, body)
+	}
+	// Prometheus: /metrics on the health port, with the credentials the
+	// ServiceMonitor names (the Secret's key, generated here as for the
+	// node); refused without.
+	path := str(sm.raw, "spec", "endpoints", "0", "path")
+	key := str(sm.raw, "spec", "endpoints", "0", "authorization", "credentials", "key")
+	bearer := ""
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Key == key {
+			bearer = values[e.Name]
+		}
+	}
+	if code, _ := get(t, health, path, ""); code != http.StatusUnauthorized {
+		t.Errorf("%s without credentials: %d, want 401", path, code)
+	}
+	code, body := get(t, health, path, bearer)
+	if code != http.StatusOK || !scrapedNames(body)["presenced_build_info"] {
+		t.Errorf("%s with the ServiceMonitor's bearer token (Secret key %s): %d, want 200 and presenced_build_info:\n%s", path, key, code, body)
 	}
 	n.stop(t)
 	// Nothing written outside the volumes (the root is the pod's read-only

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,11 +49,17 @@ var runtimeEnv = map[string]bool{"GOMEMLIMIT": true, "GOMAXPROCS": true, "GOGC":
 func deployFiles(t *testing.T) []string {
 	t.Helper()
 	files := []string{"Dockerfile", "presenced.service"}
-	more, err := filepath.Glob(filepath.Join("k8s", "*.yaml"))
-	if err != nil || len(more) == 0 {
-		t.Fatalf("no k8s/*.yaml: %v", err)
+	n := len(files)
+	err := filepath.WalkDir("kustomize", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".example")) {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil || len(files) == n {
+		t.Fatalf("no kustomize/**/*.yaml: %v", err)
 	}
-	return append(files, more...)
+	return files
 }
 
 // TestNamesExist: every PRESENCE_* variable and every -flag written in the
@@ -100,7 +107,7 @@ func TestNamesExist(t *testing.T) {
 // isCommandOption says the flags on line belong to another program than
 // presenced: install -m, mkdir -p, openssl rand -hex, docker, go build.
 func isCommandOption(line string) bool {
-	for _, other := range []string{"install -m", "mkdir -p", "rand -hex", "--from-literal", "docker ", "systemctl ", "-buildvcs", "go build", "-trimpath", "-ldflags"} {
+	for _, other := range []string{"install -m", "mkdir -p", "rand -hex", "--from-literal", "docker ", "systemctl ", "kubectl ", "-buildvcs", "go build", "-trimpath", "-ldflags"} {
 		if strings.Contains(line, other) && !strings.Contains(line, "presenced -") {
 			return true
 		}

@@ -84,8 +84,8 @@ const DefaultMaxLifetime = 24 * time.Hour
 const MinSecretLen = 32
 
 // placeholderWords mark a secret copied from an example instead of
-// generated (deploy/k8s/secret.yaml.example's are long enough to pass the
-// length rule).
+// generated (the secrets.env.example files of deploy/kustomize are long
+// enough to pass the length rule).
 var placeholderWords = []string{"replace-me", "replace_me", "replaceme", "change-me", "change_me", "changeme", "placeholder", "example", "your-secret", "secret-here"}
 
 // CheckSecret returns an error saying why secret (an API key or a JWT
