@@ -72,6 +72,10 @@ func TestPackedUserDecodesInGo(t *testing.T) {
 			{ID: "tab", LB: now, LA: forever, Own: 42, Co: []uint64{43, 44, 45, 46, 47, 48, 49}},
 		}},
 		{M: 1, T: "", PT: "was here", LS: 1, PLS: 2, V: 3, PV: 3, Pub: 2, S: 4, Devs: []dev{{ID: "a", LB: 1, LA: 1}}},
+		// Due further from last_seen than three bytes say, and before it.
+		{LS: now, PLS: now, V: 7, PV: 7, Pub: 1, S: now + 1<<23, Devs: []dev{{ID: "web", LB: now, LA: now}}},
+		{LS: now, PLS: now, V: 7, PV: 7, Pub: 1, S: now - 1<<23, Devs: []dev{{ID: "web", LB: now - 5, LA: now - 5}}},
+		{LS: now, PLS: now, V: 7, PV: 7, Pub: 1, S: now - 1<<23 - 1, Devs: []dev{{ID: "web", LB: now, LA: now - 1}}},
 	}
 	for i, in := range users {
 		j, _ := json.Marshal(in)
@@ -111,6 +115,9 @@ return p`
 		}
 		if i == 0 && len(v) > 32 {
 			t.Errorf("an owned user with one short device packs into %d bytes, want ≤ 32", len(v))
+		}
+		if i == 5 && len(v) != 2+6+7+6+1+1+3 {
+			t.Errorf("a user beating over HTTP packs into %d bytes, want %d", len(v), 2+6+7+6+1+1+3)
 		}
 		// A value cut short is refused, unless the cut falls between two
 		// devices (the format has no count of them): it then reads the
