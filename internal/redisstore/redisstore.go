@@ -730,8 +730,8 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 				failedShards = append(failedShards, due[j])
 				continue
 			}
-			if len(arr) == per {
-				more = true
+			if len(arr) >= per {
+				more = true // a bucket swept may give more than asked
 			}
 			var bad int
 			out, claims, bad, err = appendClaims(out, claims, arr, now)
@@ -1061,15 +1061,12 @@ func decodeProfile(m rueidis.RedisMessage) (presence.Profile, error) {
 	}, nil
 }
 
-// Debug implements tracker.Store; the deadline is the user's entry in its
-// shard's due set.
+// Debug implements tracker.Store; the deadline is the user's s (lua/
+// helpers.lua: its bucket's entry in the due set is no later).
 func (s *Store) Debug(ctx context.Context, user string) (_ presence.User, _ int64, _ bool, err error) {
 	defer callDebug.Start(ctx).Done(&err)
-	b, sk := s.bucketOf(user)
-	res := s.c.DoMulti(ctx,
-		s.c.B().Hget().Key(b).Field(user).Build(),
-		s.c.B().Zscore().Key(sk.due).Member(user).Build())
-	v, err := res[0].ToString()
+	b, _ := s.bucketOf(user)
+	v, err := s.c.Do(ctx, s.c.B().Hget().Key(b).Field(user).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return presence.User{}, 0, false, nil
 	}
@@ -1080,11 +1077,9 @@ func (s *Store) Debug(ctx context.Context, user string) (_ presence.User, _ int6
 	if err := decodePacked(user, v, &u); err != nil {
 		return presence.User{}, 0, false, fmt.Errorf("redisstore: debug: %w", err)
 	}
-	var deadline int64
-	if f, err := res[1].AsFloat64(); err == nil {
-		deadline = int64(f)
-	} else if !rueidis.IsRedisNil(err) {
-		return presence.User{}, 0, false, fmt.Errorf("redisstore: debug: %w", err)
+	deadline := u.due
+	if deadline == forever {
+		deadline = 0
 	}
 	return u.User, deadline, true, nil
 }
