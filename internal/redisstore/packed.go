@@ -26,11 +26,13 @@ func fnv32a(s string) uint32 {
 	return h.Sum32()
 }
 
-// place returns the shard and the bucket within it of user.
+// place returns the shard of user and its bucket within it, as this
+// node last knew the shard's buckets (buckets.go).
 func (s *Store) place(user string) (shard, bucket int) {
 	h := fnv32a(user)
 	n := uint32(len(s.shards))
-	return int(h % n), int(h / n % uint32(s.buckets))
+	k := int(h % n)
+	return k, bucketIndex(h/n, s.nb[k].Load(), int64(s.buckets))
 }
 
 // bucketKey is the key of bucket b of shard sk: <prefix>{<shard>}p:<b>.

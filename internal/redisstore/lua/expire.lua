@@ -21,6 +21,7 @@ local function sweep(u, id)
   if #u.devs == 0 and u.ev ~= 0 and now >= u.ev then
     if redis.call('SISMEMBER', KEYS[2], id) == 0 then
       redis.call('HDEL', u.key, id)
+      redis.call('DECR', tag .. 'c')
       return
     end
     u.ev = now + EVICT -- checkpoint first, then drop

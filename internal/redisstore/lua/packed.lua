@@ -1,12 +1,17 @@
 -- Users are kept packed: every user held is one field of a bucket hash of
 -- its shard, <prefix>{shard}p:<n>, named by the user's id, whose value is
 -- the whole user in binary (pack_user below; Go reads it with
--- decodePacked, packed.go). Each shard has BUCKETS buckets and a user's
--- bucket is FNV-1a of its id over the shards then the buckets (bucket_of,
--- Store.bucketOf): buckets stay small enough (≤ 128 fields of ≤ 64 bytes
--- with Redis's defaults) for Redis to keep each as one listpack, a few
--- bytes of overhead a user instead of a key's ~70. Every key of a shard
--- carries its {shard} tag: one slot of a Cluster.
+-- decodePacked, packed.go). Buckets stay small enough (≤ 128 fields of ≤ 64
+-- bytes with Redis's defaults) for Redis to keep each as one listpack, a
+-- few bytes of overhead a user instead of a key's ~70, and few enough that
+-- their own keys weigh little: a shard starts with BUCKETS buckets and
+-- splits one more each time it holds SPLIT_AT users a bucket (load.lua),
+-- by linear hashing over g = FNV-1a of the id / SHARDS: with n buckets and
+-- base the largest BUCKETS × 2^k ≤ n, a user is in bucket g mod base, or
+-- g mod 2 × base when that is below n - base (split already). The shard's
+-- count of buckets is <prefix>{shard}n (missing: BUCKETS), of users
+-- <prefix>{shard}c. Every key of a shard carries its {shard} tag: one slot
+-- of a Cluster.
 
 -- fnv32a is FNV-1a (32 bits) of s, as Go's hash/fnv computes it: the
 -- multiplication by 16777619 = 2^24 + 403 is split so that every
@@ -21,10 +26,43 @@ local function fnv32a(s)
   return h
 end
 
+-- A user is split off into a new bucket of its shard when the shard holds
+-- more than SPLIT_AT users a bucket.
+local SPLIT_AT = 48
+
+-- nbuckets returns the number of buckets of the shard whose keys start with
+-- tag (<prefix>{shard}), read once per call of a script.
+local NBUCKETS = {}
+local function nbuckets(tag)
+  local n = NBUCKETS[tag]
+  if not n then
+    n = tonumber(redis.call('GET', tag .. 'n') or BUCKETS)
+    NBUCKETS[tag] = n
+  end
+  return n
+end
+
+-- bucket_base returns the largest BUCKETS × 2^k not above n.
+local function bucket_base(n)
+  local base = BUCKETS
+  while base * 2 <= n do base = base * 2 end
+  return base
+end
+
+-- bucket_index returns the bucket of hash g (FNV-1a / SHARDS) among n.
+local function bucket_index(g, n)
+  local base = bucket_base(n)
+  local b = g % base
+  if b < n - base then b = g % (2 * base) end
+  return b
+end
+
+local function tag_of(key) return string.match(key, '^(.*})') end
+
 -- bucket_of returns the key of the bucket of user id in the shard whose
--- keys start with tag (<prefix>{shard}).
+-- keys start with tag.
 local function bucket_of(tag, id)
-  return tag .. 'p:' .. string.format('%d', math.floor(fnv32a(id) / SHARDS) % BUCKETS)
+  return tag .. 'p:' .. string.format('%d', bucket_index(math.floor(fnv32a(id) / SHARDS), nbuckets(tag)))
 end
 
 -- FOREVER is later than any time: the end of an owned device, and s of a
