@@ -24,7 +24,8 @@ import (
 // read checks, after its HMGETs and in the same round trip, that the
 // counts it used are still the shards' (Get): a split moves users
 // atomically and counts only grow, so an unchanged count means no user
-// it read had moved.
+// it read had moved. A node learns the count of a shard from every load
+// into it, its reads and its checkpoints (every second).
 
 // splitAt is SPLIT_AT of lua/packed.lua: the users a bucket a shard holds
 // before it splits one.
@@ -47,6 +48,17 @@ func bucketIndex(g uint32, n, n0 int64) int {
 
 // countKey is the key of shard sk's count of buckets.
 func (sk *shardKeys) countKey() string { return sk.tag + "n" }
+
+// learnBuckets records that shard k has n buckets, unless this node knew
+// of more (a count only grows; a reply read later may carry an older one).
+func (s *Store) learnBuckets(k int, n int64) {
+	for {
+		cur := s.nb[k].Load()
+		if n <= cur || s.nb[k].CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
 
 // parseBuckets parses v, err: the reply to a GET of a shard's count of
 // buckets (nil: the shard has its first n0).

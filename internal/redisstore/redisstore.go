@@ -639,16 +639,23 @@ func (s *Store) SetSettings(ctx context.Context, now int64, user string, set *pr
 // Load implements tracker.Store.
 func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) (err error) {
 	defer callLoad.Start(ctx).Done(&err)
-	b, sk := s.bucketOf(p.UserID)
-	n, err := s.load.Exec(ctx, s.c, []string{b, sk.due, sk.floor}, []string{
+	k, b := s.place(p.UserID)
+	sk := &s.shards[k]
+	r, err := s.load.Exec(ctx, s.c, []string{sk.bucketKey(b), sk.due, sk.floor}, []string{
 		p.UserID, i64(now), strconv.Itoa(int(p.Manual)), p.Text, i64(p.LastSeen), i64(p.PubLastSeen),
 		strconv.FormatUint(p.Version, 10), strconv.Itoa(int(p.Settings.Status)), strconv.Itoa(int(p.Settings.LastSeen)),
 		p.PubText, strconv.FormatUint(p.PubVersion, 10),
-	}).AsInt64()
+	}).AsIntSlice()
+	if err == nil && len(r) != 2 {
+		err = fmt.Errorf("unexpected reply of %d elements", len(r))
+	}
 	if err != nil {
 		return fmt.Errorf("redisstore: load: %w", s.load.err(err))
 	}
-	if n == -3 {
+	// The shard's buckets as of now: the user's next calls name its
+	// bucket (a node loads a user before it writes it).
+	s.learnBuckets(k, r[1])
+	if r[0] == -3 {
 		return fmt.Errorf("redisstore: load %q: shard %s has no version floor: %w", p.UserID, sk.tag, tracker.ErrStoreReset)
 	}
 	return nil

@@ -33,7 +33,8 @@ local N = #ARGV / 4
 local R = {}
 local B = 1
 local function fastbeat(key, dirty, id, now, dev, act, readback)
-  local v = redis.call('HGET', key, id)
+  local v
+  v, key = hget_user(key, id)
   if not v then return false end
   local u = unpack_user(key, id, v)
   if not ((u.t == u.pt or u.m == 3) and u.ev == 0 and u.s > now) then return false end

@@ -32,20 +32,12 @@ local MANUAL_STATUS = {[1] = 2, [2] = 3, [3] = 4}
 
 local function fmt(n) return string.format('%d', n) end
 
--- load reads user id from its bucket key, or returns nil when the user is
--- not held. key is where the caller's node placed the user; when its
--- shard split the user's bucket since (packed.lua), the user is in the
--- bucket its shard names now.
+-- load reads user id from its bucket key (where the caller's node placed
+-- it: hget_user), or returns nil when the user is not held.
 local function load(key, id)
-  local v = redis.call('HGET', key, id)
-  if not v then
-    local real = bucket_of(tag_of(key), id)
-    if real == key then return nil end
-    v = redis.call('HGET', real, id)
-    if not v then return nil end
-    key = real
-  end
-  return unpack_user(key, id, v)
+  local v, at = hget_user(key, id)
+  if not v then return nil end
+  return unpack_user(at, id, v)
 end
 
 -- save writes u back to its bucket, and leaves the packed user in u.packed

@@ -2,15 +2,17 @@
 -- where its shard places it now), due, the shard's floor. ARGV: user, now,
 -- manual, text, last_seen, public last_seen, version, settings status,
 -- settings last_seen, public text, public version (0: the profile does
--- not say: text and version). Returns 1 if inserted, 0 if the user was held
--- already, -3 if the shard has no floor: Redis lost its data (restarted
--- empty, or a failover lost the shard), and versions it published may be
--- above what the durable store holds. The caller raises the floor
--- (Store.RaiseFloor) above every version of before and loads again. A
--- user loaded counts on from the floor at least, so nothing it publishes
--- repeats a lost version; its public version keeps its distance below
--- the version (presence.Profile.Raise: a public version above the version
--- counts as the version).
+-- not say: text and version). Returns {code, the shard's buckets}: code 1
+-- if inserted, 0 if the user was held already, -3 if the shard has no
+-- floor: Redis lost its data (restarted empty, or a failover lost the
+-- shard), and versions it published may be above what the durable store
+-- holds. The caller raises the floor (Store.RaiseFloor) above every
+-- version of before and loads again. A user loaded counts on from the
+-- floor at least, so nothing it publishes repeats a lost version; its
+-- public version keeps its distance below the version
+-- (presence.Profile.Raise: a public version above the version counts as
+-- the version).
+
 -- split adds a bucket to the shard of tag (linear hashing, packed.lua):
 -- bucket p, the next of the round, gives the new bucket p + base the
 -- users its hash places there, with their rooms (<bucket>r), the lists of
@@ -54,9 +56,9 @@ end
 local id, now = ARGV[1], tonumber(ARGV[2])
 local tag = tag_of(KEYS[1])
 local key = bucket_of(tag, id)
-if redis.call('HEXISTS', key, id) == 1 then return 0 end
+if redis.call('HEXISTS', key, id) == 1 then return {0, nbuckets(tag)} end
 local fl = redis.call('GET', KEYS[3])
-if not fl then return -3 end
+if not fl then return {-3, nbuckets(tag)} end
 local v, pt, pv = tonumber(ARGV[7]), ARGV[4], tonumber(ARGV[7])
 if tonumber(ARGV[11]) ~= 0 then pt, pv = ARGV[10], tonumber(ARGV[11]) end
 v = math.max(v, pv)
@@ -68,4 +70,4 @@ local u = {key = key, id = id, m = tonumber(ARGV[3]), t = ARGV[4], ls = tonumber
 schedule(KEYS[2], id, u, now)
 save(u)
 if redis.call('INCR', tag .. 'c') > SPLIT_AT * nbuckets(tag) then split(tag, KEYS[2]) end
-return 1
+return {1, nbuckets(tag)}

@@ -65,6 +65,20 @@ local function bucket_of(tag, id)
   return tag .. 'p:' .. string.format('%d', bucket_index(math.floor(fnv32a(id) / SHARDS), nbuckets(tag)))
 end
 
+-- hget_user returns the packed user id and the key of its bucket, or nil
+-- when the user is not held. key is where the caller's node placed the
+-- user; when its shard split that bucket since, the user is in the bucket
+-- its shard names now.
+local function hget_user(key, id)
+  local v = redis.call('HGET', key, id)
+  if v then return v, key end
+  local real = bucket_of(tag_of(key), id)
+  if real == key then return nil end
+  v = redis.call('HGET', real, id)
+  if v then return v, real end
+  return nil
+end
+
 -- FOREVER is later than any time: the end of an owned device, and s of a
 -- user with nothing due.
 local FOREVER = 4503599627370496 -- 2^52
