@@ -403,11 +403,12 @@ func BenchmarkTouch(b *testing.B) {
 
 // BenchmarkMemoryPerOwnedUser is BenchmarkMemoryPerUser for users whose
 // device a node owns (a WebSocket held by a node, claimed under its
-// lease): their hash has no entry in a deadline set.
+// lease): nothing of theirs is due in Redis.
 //
-// Sub-benchmarks: a short device id ("d"), and a UUID (36 bytes), which
-// takes an owned user past Redis's default hash-max-listpack-value (64) —
-// with that default, and raised to 128 (docs/operations.md).
+// Sub-benchmarks: a short device id ("d"), one as the gateway assigns,
+// and a UUID (36 bytes: an owned user of 59 bytes, within Redis's default
+// hash-max-listpack-value of 64) — with that default, and raised to 128
+// (docs/operations.md).
 func BenchmarkMemoryPerOwnedUser(b *testing.B) {
 	for _, tc := range []struct {
 		name, value string

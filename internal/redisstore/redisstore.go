@@ -5,32 +5,21 @@
 // keys. helpers.lua holds the rules, ported from package presence;
 // packed.lua the format of a user, which packed.go decodes for reads.
 //
-// Users are spread over 256 shards and, within a shard, over buckets: each
-// user is one binary field of a small hash, its bucket, and every key
-// carries its shard as a Cluster hash tag. A shard adds a bucket for every
-// 48 users more (buckets.go), so buckets stay listpacks of a few dozen
-// users at any population. A user's next deadline is in its packed value,
-// and the shard's due set holds one member per bucket, no later than any
-// of its users' (lua/expire.lua). Heartbeats that arrive while a call is
-// in flight share the next call (beat.go); the devices a node owns live
-// under its lease (lease.go), and their claims wait for the master's
-// replicas (replicated.go). Expire and Dirty claim due and changed users
-// atomically, so any number of nodes may sweep and checkpoint at once. A
-// version floor per shard keeps versions from repeating when Redis loses
-// its data (tracker.ErrStoreReset).
+// Users are spread over 256 shards and, within a shard, over buckets that
+// split as the shard grows (buckets.go): each user is one binary field of
+// a small hash, its deadline in it, and the shard's due set holds a member
+// per bucket; every key carries its shard as a Cluster hash tag. Beats
+// that arrive while a call is in flight share the next call (beat.go);
+// the devices a node owns live under its lease (lease.go), and their
+// claims wait for the master's replicas (replicated.go). Expire and Dirty
+// claim due and changed users atomically, so any number of nodes may sweep
+// and checkpoint at once. A version floor per shard keeps versions from
+// repeating when Redis loses its data (tracker.ErrStoreReset). Open opens
+// on the layouts of builds before (fixed buckets, a due member per user)
+// and migrates them in place (Open, formerFormats).
 //
-// Layouts: Open records this one ("packed+split", the shards and the
-// buckets a shard starts with) in <prefix>layout and refuses another. It
-// opens on users of the formats before it ("packed", "packed+face": fixed
-// buckets, a due member per user) and migrates them in place: the buckets
-// recorded become where each shard starts, each shard's users are counted
-// once, a member per user is swept as it comes due and replaced by its
-// bucket's; the new record keeps nodes of those builds from starting.
-// Nodes of an older build must all stop before the first of this one
-// starts (docs/operations.md).
-//
-// The keys, the layout and its costs, the client (rueidis) and the limits
-// are in docs/internals.md ("The Redis layout", "Versions"); its costs in
+// The keys, the layout, its upgrades, the client (rueidis) and the limits
+// are in docs/internals.md ("The Redis layout", "Versions"); the costs in
 // docs/benchmarks.md ("Redis costs"). TestDifferential checks the scripts
 // against memstore, which applies the same rules in Go.
 package redisstore
