@@ -907,11 +907,12 @@ func decodeClaim(m rueidis.RedisMessage, now int64) (presence.Change, error) {
 // Get implements tracker.Store. A read is one HMGET per bucket its users
 // fall in (lua/packed.lua), all in one pipelined round trip: for 1,000
 // users among 1M about 1,000 calls, each answering a packed user or two,
-// from which presence.User derives each snapshot at now. The same round
-// trip reads, after the HMGETs, the count of buckets of every shard
-// touched (one MGET on one Redis, a GET per shard on a Cluster): a user
-// not found in a shard whose count grew meanwhile may have moved to a new
-// bucket (buckets.go), and is read again there.
+// from which presence.User derives each snapshot at now. When some users
+// are not found, a second round trip reads the count of buckets of their
+// shards (one MGET on one Redis, a GET per shard on a Cluster): a user
+// missed in a shard whose count grew since it was placed may have moved
+// to a new bucket (buckets.go), and is read again there. (The tracker
+// reads the users Redis does not hold from the durable store anyway.)
 func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) (err error) {
 	defer callGet.Start(ctx).Done(&err)
 	if len(ids) == 0 {
@@ -948,7 +949,7 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 			}
 			return int(pa.bucket - pb.bucket)
 		})
-		cmds, runs, touched = cmds[:0], runs[:0], touched[:0]
+		cmds, runs = cmds[:0], runs[:0]
 		for start := 0; start < len(order); {
 			end := start + 1
 			for end < len(order) && places[order[end]] == places[order[start]] {
@@ -961,18 +962,10 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 			}
 			cmds = append(cmds, s.c.B().Hmget().Key(s.shards[pl.shard].bucketKey(int(pl.bucket))).Field(names...).Build())
 			runs = append(runs, order[start:end])
-			if len(touched) == 0 || touched[len(touched)-1] != pl.shard {
-				touched = append(touched, pl.shard)
-			}
 			start = end
 		}
-		reads := len(cmds)
-		var perShard bool
-		cmds, perShard = s.appendCountReads(cmds, touched)
-		res := s.c.DoMulti(ctx, cmds...)
-		counts, countErr := s.countsOf(res[reads:], touched, perShard)
-		var missed []int32 // not found in a shard whose count grew: read again
-		for c, r := range res[:reads] {
+		var nils []int32 // not found: not held, or moved by a split
+		for c, r := range s.c.DoMulti(ctx, cmds...) {
 			run := runs[c]
 			f, err := r.ToArray()
 			if err == nil && len(f) != len(run) {
@@ -988,18 +981,7 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 			for j, i := range run {
 				id := ids[i]
 				if f[j].IsNil() {
-					k := places[i].shard
-					n, ok := counts[k]
-					switch {
-					case !ok:
-						// The count was not read: the user may have moved.
-						failed = append(failed, int(i))
-						firstErr = firstOf(firstErr, countErr)
-					case n != used[k] && round < 3:
-						missed = append(missed, i)
-					default:
-						out[i] = presence.Snapshot{UserID: id, Version: s.floors[k].Load()}
-					}
+					nils = append(nils, i)
 					continue
 				}
 				v, err := f[j].ToString()
@@ -1010,6 +992,35 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 					return fmt.Errorf("redisstore: get %q: %w", id, err)
 				}
 				s.snapshot(&u, now, &out[i])
+			}
+		}
+		if len(nils) == 0 {
+			break
+		}
+		// The shards' counts, read after the HMGETs: a user missed in a
+		// shard whose count is still the one it was placed by is not
+		// held; in one that grew it may have moved, and is read again.
+		touched = touched[:0]
+		for _, i := range nils { // in (shard, bucket) order
+			if k := places[i].shard; len(touched) == 0 || touched[len(touched)-1] != k {
+				touched = append(touched, k)
+			}
+		}
+		cmds, perShard := s.appendCountReads(cmds[:0], touched)
+		counts, countErr := s.countsOf(s.c.DoMulti(ctx, cmds...), touched, perShard)
+		var missed []int32
+		for _, i := range nils {
+			k := places[i].shard
+			n, ok := counts[k]
+			switch {
+			case !ok:
+				// The count was not read: the user may have moved.
+				failed = append(failed, int(i))
+				firstErr = firstOf(firstErr, countErr)
+			case n != used[k] && round < 3:
+				missed = append(missed, i)
+			default:
+				out[i] = presence.Snapshot{UserID: ids[i], Version: s.floors[k].Load()}
 			}
 		}
 		order = missed
