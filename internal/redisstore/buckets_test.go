@@ -27,7 +27,7 @@ func TestSplitsKeepEveryUser(t *testing.T) {
 func testSplitsKeepEveryUser(t *testing.T, c rueidis.Client) {
 	ctx := context.Background()
 	prefix := testsvc.Unique(t) + ":"
-	cfg := redisstore.Config{Rules: leaseRules, Prefix: prefix, Shards: 1, EvictAfter: time.Hour}
+	cfg := redisstore.Config{Rules: leaseRules, Prefix: prefix, Shards: 1, Buckets: 1, EvictAfter: time.Hour}
 	a := newStore(t, c, cfg)
 	stale := newStore(t, c, cfg) // opened with one bucket; never told of a split but by its own reads
 	const users = 600

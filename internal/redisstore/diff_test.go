@@ -42,7 +42,7 @@ func TestDifferential(t *testing.T) {
 			}
 			evict := time.Duration(20+r.IntN(60)) * time.Second
 			mem := memstore.New(memstore.Config{Rules: rules, Shards: 1 + r.IntN(4), EvictAfter: evict})
-			red := newStore(t, c, redisstore.Config{Rules: rules, Shards: 1 + r.IntN(8), EvictAfter: evict})
+			red := newStore(t, c, redisstore.Config{Rules: rules, Shards: 1 + r.IntN(8), Buckets: 1 + r.IntN(2)*63, EvictAfter: evict})
 			d := &differ{t: t, r: r, mem: mem, red: red, now: 1_700_000_000_000, floor: rules.Epoch << 32, rules: rules.WithDefaults()}
 			for i := range steps {
 				d.step(i)

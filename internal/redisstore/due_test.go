@@ -36,7 +36,10 @@ func TestHTTPUsersExpireOnceByBucket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, _ := c.Do(ctx, c.B().Get().Key(fmt.Sprintf("%s{%d}n", prefix, k)).Build()).AsInt64()
+		n, err := c.Do(ctx, c.B().Get().Key(fmt.Sprintf("%s{%d}n", prefix, k)).Build()).AsInt64()
+		if err != nil {
+			n = redisstore.DefaultBuckets // none split
+		}
 		if members > n {
 			t.Errorf("shard %d: %d members in the due set for %d buckets", k, members, n)
 		}

@@ -53,7 +53,7 @@ var (
 // with.
 const (
 	DefaultPrefix  = "presenced:"
-	DefaultBuckets = 1
+	DefaultBuckets = 64
 )
 
 // Config configures a Store. The zero value takes the documented defaults.
