@@ -32,17 +32,21 @@ echo "== staticcheck"
 # command under CI=true; a finding fails it always: fix it, or suppress
 # it with a //lint:ignore comment that says why.
 STATICCHECK_VERSION=v0.8.2
-staticcheck_bin() {
-	local dir="${XDG_CACHE_HOME:-$HOME/.cache}/presenced/staticcheck-$STATICCHECK_VERSION"
-	if [ ! -x "$dir/staticcheck" ]; then
-		echo "building staticcheck $STATICCHECK_VERSION into $dir" >&2
+# go_tool builds the command NAME of the Go package PKG at VERSION once
+# from the Go module proxy into a cache directory of its own, and prints
+# that directory; it returns 1 when the build fails.
+go_tool() {
+	local name=$1 pkg=$2 version=$3
+	local dir="${XDG_CACHE_HOME:-$HOME/.cache}/presenced/$name-$version"
+	if [ ! -x "$dir/$name" ]; then
+		echo "building $name $version into $dir" >&2
 		mkdir -p "$dir"
-		GOBIN="$dir" GOFLAGS=-mod=mod go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" >&2 || return 1
+		GOBIN="$dir" GOFLAGS=-mod=mod go install "$pkg@$version" >&2 || return 1
 	fi
-	echo "$dir/staticcheck"
+	echo "$dir"
 }
-if staticcheck=$(staticcheck_bin); then
-	"$staticcheck" ./...
+if staticcheck=$(go_tool staticcheck honnef.co/go/tools/cmd/staticcheck "$STATICCHECK_VERSION"); then
+	"$staticcheck/staticcheck" ./...
 elif [ "${CI:-}" = true ]; then
 	echo "test: could not build staticcheck $STATICCHECK_VERSION" >&2
 	exit 1
@@ -116,16 +120,12 @@ backend_servers() {
 # that build is not possible.
 NATS_SERVER_VERSION=v2.15.2
 nats_server() {
-	local dir="${XDG_CACHE_HOME:-$HOME/.cache}/presenced/nats-server-$NATS_SERVER_VERSION"
-	if [ ! -x "$dir/nats-server" ]; then
-		echo "building nats-server $NATS_SERVER_VERSION into $dir"
-		mkdir -p "$dir"
-		if ! GOBIN="$dir" GOFLAGS=-mod=mod go install "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"; then
-			echo "test: could not build nats-server $NATS_SERVER_VERSION; falling back to Debian's package" >&2
-			command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] ||
-				apt_install "the NATS tests will fail" nats-server
-			return 0
-		fi
+	local dir
+	if ! dir=$(go_tool nats-server github.com/nats-io/nats-server/v2 "$NATS_SERVER_VERSION"); then
+		echo "test: could not build nats-server $NATS_SERVER_VERSION; falling back to Debian's package" >&2
+		command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] ||
+			apt_install "the NATS tests will fail" nats-server
+		return 0
 	fi
 	export PATH="$dir:$PATH"
 	echo "using $(nats-server --version)"
@@ -139,14 +139,10 @@ backend_servers
 # If the build fails the deploy tests fail under CI=true, saying so.
 KUSTOMIZE_VERSION=v5.8.2
 kustomize_bin() {
-	local dir="${XDG_CACHE_HOME:-$HOME/.cache}/presenced/kustomize-$KUSTOMIZE_VERSION"
-	if [ ! -x "$dir/kustomize" ]; then
-		echo "building kustomize $KUSTOMIZE_VERSION into $dir"
-		mkdir -p "$dir"
-		if ! GOBIN="$dir" GOFLAGS=-mod=mod go install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"; then
-			echo "test: could not build kustomize $KUSTOMIZE_VERSION; the Kubernetes tests will fail" >&2
-			return 0
-		fi
+	local dir
+	if ! dir=$(go_tool kustomize sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_VERSION"); then
+		echo "test: could not build kustomize $KUSTOMIZE_VERSION; the Kubernetes tests will fail" >&2
+		return 0
 	fi
 	export PATH="$dir:$PATH"
 	echo "using kustomize $(kustomize version)"
