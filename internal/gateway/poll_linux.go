@@ -184,33 +184,47 @@ func (p *epoller) start() {
 	}()
 }
 
-// waitEvents waits for events of the epoll instance f (retrying on
-// EINTR); false, logged with what it means, when epoll_wait fails.
-func (p *epoller) waitEvents(f *os.File, events []unix.EpollEvent, means string) (int, bool) {
+// epollWait waits for the events of one epoll instance through the
+// runtime's poller. One loop owns it; it is made once, so a wait
+// allocates nothing.
+type epollWait struct {
+	rc     syscall.RawConn
+	events []unix.EpollEvent
+	n      int
+	err    error
+	try    func(fd uintptr) bool // rc.Read's callback: the events now, if any
+}
+
+func newEpollWait(f *os.File, size int) (*epollWait, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
-		p.g.log.Error("epoll descriptor unusable; "+means, "err", err)
-		return 0, false
+		return nil, err
 	}
-	var n int
-	var werr error
-	err = rc.Read(func(fd uintptr) bool {
+	w := &epollWait{rc: rc, events: make([]unix.EpollEvent, size)}
+	w.try = func(fd uintptr) bool {
 		for {
-			n, werr = unix.EpollWait(int(fd), events, 0)
-			if werr != unix.EINTR {
+			w.n, w.err = unix.EpollWait(int(fd), w.events, 0)
+			if w.err != unix.EINTR {
 				// No events yet: the runtime's poller says when.
-				return n > 0 || werr != nil
+				return w.n > 0 || w.err != nil
 			}
 		}
-	})
+	}
+	return w, nil
+}
+
+// waitEvents waits for events of w's epoll instance and returns them;
+// false, logged with what it means, when epoll_wait fails.
+func (p *epoller) waitEvents(w *epollWait, means string) ([]unix.EpollEvent, bool) {
+	err := w.rc.Read(w.try)
 	if err == nil {
-		err = werr
+		err = w.err
 	}
 	if err != nil {
 		p.g.log.Error("epoll_wait failed; "+means, "err", err)
-		return 0, false
+		return nil, false
 	}
-	return n, true
+	return w.events[:w.n], true
 }
 
 // eventID is the connection id an event carries (0: the wake-up).
@@ -220,13 +234,18 @@ func eventID(ev *unix.EpollEvent) uint64 {
 
 // waitLoop wakes the writers whose sockets became ready.
 func (p *epoller) waitLoop() {
-	events := make([]unix.EpollEvent, 64)
+	const means = "slow WebSocket writes time out"
+	w, err := newEpollWait(p.wepf, 64)
+	if err != nil {
+		p.g.log.Error("epoll descriptor unusable; "+means, "err", err)
+		return
+	}
 	for {
-		n, ok := p.waitEvents(p.wepf, events, "slow WebSocket writes time out")
+		events, ok := p.waitEvents(w, means)
 		if !ok {
 			return
 		}
-		for i := range events[:n] {
+		for i := range events {
 			id := eventID(&events[i])
 			if id == 0 {
 				if p.stopped.Load() {
@@ -305,10 +324,15 @@ func (p *epoller) wait(c *conn, events uint32, deadline time.Time) error {
 }
 
 func (p *epoller) loop() {
-	events := make([]unix.EpollEvent, 256)
-	ready := make([]*conn, 0, len(events))
+	const means, size = "WebSocket reads stop", 256
+	w, err := newEpollWait(p.epf, size)
+	if err != nil {
+		p.g.log.Error("epoll descriptor unusable; "+means, "err", err)
+		return
+	}
+	ready := make([]*conn, 0, size)
 	for {
-		n, ok := p.waitEvents(p.epf, events, "WebSocket reads stop")
+		events, ok := p.waitEvents(w, means)
 		if !ok {
 			return
 		}
@@ -319,7 +343,7 @@ func (p *epoller) loop() {
 		// also checks for unread bytes).
 		now := p.g.now()
 		ready = ready[:0]
-		for i := range events[:n] {
+		for i := range events {
 			id := eventID(&events[i])
 			if id == 0 {
 				if p.stopped.Load() {
