@@ -310,24 +310,20 @@ func (f *figure) render() ([]byte, layout, error) {
 		return nil, layout{}, err
 	}
 	if f.Goal != nil {
-		var g *plotter.Line
+		style := draw.LineStyle{Color: goalColor, Width: vg.Points(2), Dashes: []vg.Length{vg.Points(8), vg.Points(4)}}
 		if i := slices.Index(f.Groups, f.Goal.Group); f.Goal.Group != "" && i >= 0 {
 			// Across its group's bars only: a p99 goal does not judge p50.
 			lo, hi := goalSpan(i)
-			g, err = plotter.NewLine(plotter.XYs{{X: lo, Y: f.Goal.Value}, {X: hi, Y: f.Goal.Value}})
+			g, err := plotter.NewLine(plotter.XYs{{X: lo, Y: f.Goal.Value}, {X: hi, Y: f.Goal.Value}})
 			if err != nil {
 				return nil, layout{}, err
 			}
-			g.Color = goalColor
-			g.Width = vg.Points(2)
-			g.Dashes = []vg.Length{vg.Points(8), vg.Points(4)}
+			g.LineStyle = style
 			p.Add(g)
 			add(f.Goal.Label, g)
 		} else {
 			fn := plotter.NewFunction(func(float64) float64 { return f.Goal.Value })
-			fn.Color = goalColor
-			fn.Width = vg.Points(2)
-			fn.Dashes = []vg.Length{vg.Points(8), vg.Points(4)}
+			fn.LineStyle = style
 			fn.Samples = 2
 			p.Add(fn)
 			add(f.Goal.Label, fn)
