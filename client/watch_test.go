@@ -83,13 +83,13 @@ func wantPresence(t *testing.T, c *client.Client, user string, status client.Sta
 	return ev
 }
 
-// wantReconnected takes Disconnected then Connected.
 // isState reports whether u is a change to state s.
 func isState(u client.Update, s client.State) bool {
 	sc, ok := u.(client.StateChange)
 	return ok && sc.State == s
 }
 
+// wantReconnected takes Disconnected then Connected.
 func wantReconnected(t *testing.T, c *client.Client) {
 	t.Helper()
 	if u := next(t, c); !isState(u, client.Disconnected) {

@@ -291,6 +291,44 @@ type memberShown struct {
 	// snapshot, a join or a change showed it): a state read again that
 	// hides it from a class sends that class the status hidden.
 	seen bool
+	// snap is what the snapshots showed the member's watchers who are
+	// not the member, while they all showed the same (mixed: they did
+	// not); it stands for a class no change was sent to (snapShown).
+	snap  shownStatus
+	mixed bool
+}
+
+// noteSnapshot records what a snapshot showed viewer of the member
+// (v): exactly for the member itself, which is its own class; for anyone
+// else, whose class (contact or not) the hub does not know here, as what
+// the snapshots of the others showed, while they agree. A snapshot older
+// than a change sent to the member's watchers records nothing: those
+// watchers are sent that change after it.
+func (s *memberShown) noteSnapshot(viewer string, v *privacy.View) {
+	if v.StatusVisible && v.Version < s.version {
+		return
+	}
+	now := shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
+	switch {
+	case viewer == v.UserID:
+		s.class[classSelf] = now
+	case !s.snap.set:
+		s.snap = now
+	case s.snap != now:
+		s.mixed = true
+	}
+}
+
+// snapShown is what class c was last shown of the member, for a change
+// made under settings: the status a change sent it, or, if none was
+// sent to it, what the snapshots showed — only when every watcher but
+// the member saw the same and the settings show contacts and strangers
+// the same, as then the class's watchers saw it too.
+func (s *memberShown) snapShown(c class, set *presence.Settings) shownStatus {
+	if s.class[c].set || c == classSelf || !s.snap.set || s.mixed || privacy.NeedsContact(set) {
+		return s.class[c]
+	}
+	return s.snap
 }
 
 // heldEvent is an event held back for a missing earlier one, with the
@@ -516,11 +554,13 @@ func (h *RoomHub) sendSnapshot(r *room, w *roomWatcher, snap *RoomSnapshot) {
 	}
 	if r.members != nil {
 		for i := range snap.Members {
-			if m := &snap.Members[i]; m.StatusVisible {
-				if _, ok := r.members[m.UserID]; ok {
-					r.shownOf(m.UserID).seen = true
-				}
+			m := &snap.Members[i]
+			if _, ok := r.members[m.UserID]; !ok {
+				continue
 			}
+			shown := r.shownOf(m.UserID)
+			shown.seen = shown.seen || m.StatusVisible
+			shown.noteSnapshot(w.viewer, m)
 		}
 	}
 	members, next := snap.Members, snap.Next

@@ -203,7 +203,7 @@ func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event, reread bo
 				now := shownStatus{set: true, visible: v.StatusVisible, status: v.Status}
 				// A member is never offline to those who see it: an
 				// offline status comes with (and before) its leave.
-				if !ok || (v.StatusVisible && v.Status.Public() == presence.Offline) || shown.class[c] == now {
+				if !ok || (v.StatusVisible && v.Status.Public() == presence.Offline) || shown.snapShown(c, &ev.Settings) == now {
 					continue
 				}
 				shown.class[c] = now

@@ -276,3 +276,61 @@ func TestRoomMemberReadAgainUnchanged(t *testing.T) {
 	n.setStatus(t, "erin", presence.ManualBusy) // a marker: it follows the reads' changes
 	waitStatuses(t, carol, "status erin busy")
 }
+
+// A member who joins a watched room and then watches it itself is shown
+// its own status by its snapshot; the hub's re-read of the new member
+// (its join may predate the bus's subscription) finds that status again
+// and sends nothing, to it or to the room's other watchers.
+func TestRoomMemberReadAgainAfterItsOwnSnapshot(t *testing.T) {
+	release := make(chan struct{})
+	n := newRealNode(t, nil, func(users []string) {
+		if slices.Contains(users, "dave") {
+			<-release // dave's read waits for his own watch
+		}
+	})
+	ctx := context.Background()
+	n.online(t, "erin", "doc")
+	carol := &roomSink{viewer: "carol"}
+	if err := n.hub.Watch(ctx, carol, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "erin read again", func() bool { return n.hub.Stats().MemberReads >= 1 })
+	reads := n.hub.Stats().MemberReads
+	n.online(t, "dave", "doc")
+	testwait.For(t, "dave's join applied", func() bool { return len(carol.msgs()) == 2 })
+	dave := &roomSink{viewer: "dave"}
+	if err := n.hub.Watch(ctx, dave, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "dave's snapshot", func() bool { return len(dave.msgs()) > 0 })
+	close(release)
+	testwait.For(t, "dave read again", func() bool { return n.hub.Stats().MemberReads > reads })
+	n.setStatus(t, "erin", presence.ManualBusy) // a marker: it follows the read's change
+	waitStatuses(t, carol, "status erin busy")
+	waitStatuses(t, dave, "status erin busy")
+}
+
+// A change of a member that shows its watchers nothing new (its status
+// text, a room view shows none) sends them nothing, though no change
+// was sent to them before: their snapshots showed that status.
+func TestRoomMemberChangeShowingNothingNew(t *testing.T) {
+	n := newRealNode(t, nil, nil)
+	ctx := context.Background()
+	n.online(t, "dave", "doc")
+	n.online(t, "erin", "doc")
+	n.setStatus(t, "dave", presence.ManualBusy)
+	carol := &roomSink{viewer: "carol"}
+	dave := &roomSink{viewer: "dave"}
+	for _, s := range []*roomSink{carol, dave} {
+		if err := n.hub.Watch(ctx, s, "doc"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.For(t, "dave and erin read again", func() bool { return n.hub.Stats().MemberReads >= 2 })
+	if _, err := n.tr.SetStatus(ctx, "dave", presence.ManualBusy, "in a call"); err != nil {
+		t.Fatal(err)
+	}
+	n.setStatus(t, "erin", presence.ManualAway) // a marker: it follows dave's change
+	waitStatuses(t, carol, "status erin away")
+	waitStatuses(t, dave, "status erin away")
+}
