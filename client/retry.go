@@ -123,6 +123,15 @@ func (r *roomRetries) supersede(typ, room string) {
 	r.mu.Unlock()
 }
 
+// planned reports whether a retry of the refused message typ about room
+// is planned.
+func (r *roomRetries) planned(typ, room string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rr := r.rooms[keyOf(typ, room)]
+	return rr != nil && rr.typ == typ && !rr.at.IsZero()
+}
+
 // due takes the retries due at now and returns when the next one is due
 // (zero: none planned). It forgets retries whose last one is long past.
 func (r *roomRetries) due(now time.Time, hi time.Duration) (jobs []retryJob, next time.Time) {
@@ -227,7 +236,7 @@ func (c *Client) retryRoom(ctx context.Context, cn *conn, j retryJob) bool {
 		case reqJoin:
 			c.joined[j.room] = cn
 		case reqLeave:
-			delete(c.leaving, j.room)
+			c.leaveSentLocked(cn, j.room)
 		case reqWatch:
 			c.watched[j.room].sentOn = cn
 		}

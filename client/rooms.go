@@ -203,9 +203,19 @@ func (c *Client) Leave(ctx context.Context, room string) error {
 		delete(c.joined, room)
 		c.leaving[room] = struct{}{}
 		return "leave", nil
-	}, func(*conn) {
-		delete(c.leaving, room)
+	}, func(cn *conn) {
+		c.leaveSentLocked(cn, room)
 	})
+}
+
+// leaveSentLocked notes that a leave of room went out on cn: it is no
+// longer due on the next connection — unless its refusal came meanwhile
+// (the server may answer before the sender gets here) and planned it
+// again. c.mu is held.
+func (c *Client) leaveSentLocked(cn *conn, room string) {
+	if !cn.retries.planned(reqLeave, room) {
+		delete(c.leaving, room)
+	}
 }
 
 // WatchRoom watches the room: a RoomSnapshot follows, then a RoomChange for
@@ -284,11 +294,18 @@ func (c *Client) roomOp(ctx context.Context, room string, change func() (string,
 	if err := c.sendRoom(ctx, cn, typ, room); err != nil {
 		return err
 	}
+	if afterRoomSend != nil {
+		afterRoomSend(typ, room)
+	}
 	c.mu.Lock()
 	sent(cn)
 	c.mu.Unlock()
 	return nil
 }
+
+// afterRoomSend, set by tests only, runs between a room message's send
+// and the bookkeeping after it: where the server's answer may come first.
+var afterRoomSend func(typ, room string)
 
 // sendRoom sends one room message, paced below the server's limit of
 // messages per connection.

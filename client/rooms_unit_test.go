@@ -235,3 +235,36 @@ func TestRoomIntervalMode(t *testing.T) {
 		t.Fatalf("view after the reconnect: %s", got)
 	}
 }
+
+// A leave refused (unavailable) before the client noted it as sent — the
+// server answers that fast — is still sent again after the backoff.
+func TestLeaveRefusedBeforeItsSendReturned(t *testing.T) {
+	f := newFake(t)
+	c := f.dial(t, Config{MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	ctx := context.Background()
+	wantState(t, c, Connected)
+	c0 := f.conn(0)
+	if err := c.Join(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	c0.next(t, "join")
+	afterRoomSend = func(typ, room string) {
+		if typ != "leave" {
+			return
+		}
+		c0.next(t, "leave")
+		c0.send(map[string]any{"type": "error", "code": "unavailable", "message": "the state store is down",
+			"request": "leave", "room": room})
+		if se, ok := nextUpdate(t, c).(*ServerError); !ok || se.Code != "unavailable" {
+			t.Errorf("update = %#v, want the leave refused", se)
+		}
+	}
+	t.Cleanup(func() { afterRoomSend = nil })
+	if err := c.Leave(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	afterRoomSend = nil
+	if m := c0.next(t, "leave"); m["room"] != "doc" {
+		t.Fatalf("sent %v, want the leave of doc again", m)
+	}
+}
