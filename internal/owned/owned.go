@@ -302,6 +302,29 @@ func (t *Table) Beat(now int64, userID, device string, active, connect bool) Nee
 	return need
 }
 
+// Hurry makes the claim of device of user due at now, when the table
+// holds the device alive and not claimed (its claim waits for the node's
+// lease, or for its retry after a failure): the next Beat of it asks for
+// the claim. It reports whether it did.
+func (t *Table) Hurry(now int64, userID, device string) bool {
+	sh := t.shard(userID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	u := sh.users[userID]
+	if u == nil {
+		return false
+	}
+	i := u.find(device)
+	if i < 0 {
+		return false
+	}
+	if d := &u.devs[i]; d.dead || d.claimed || now >= t.end(d) {
+		return false
+	}
+	u.retryAt = min(u.retryAt, now)
+	return true
+}
+
 // active reports whether d's activity is less than IdleAfter old at now.
 func (t *Table) active(d *dev, now int64) bool {
 	return d.LastActive > 0 && now < d.LastActive+t.idle

@@ -47,6 +47,8 @@ type leaseKeeper struct {
 	onRecover func()
 
 	id        atomic.Uint64 // this node's lease, 0 while it has none
+	held      chan struct{} // closed once the node took its first lease
+	heldOnce  sync.Once
 	losses    atomic.Uint64 // times this node found its lease taken over or lost
 	takeovers atomic.Uint64 // leases of other nodes this node marked and took over
 	book      leaseBook
@@ -59,7 +61,8 @@ func newLeaseKeeper(l Leaser, takeParts PartTakeOver, lk *link, events *emitter,
 	if interval <= 0 {
 		interval = DefaultLeaseInterval(rules.TTL)
 	}
-	k := &leaseKeeper{leaser: l, takeParts: takeParts, link: lk, events: events, durable: durable, epoch: rules.Epoch}
+	k := &leaseKeeper{leaser: l, takeParts: takeParts, link: lk, events: events, durable: durable, epoch: rules.Epoch,
+		held: make(chan struct{})}
 	k.book.interval = interval.Milliseconds()
 	k.book.timeout = leaseTimeout(interval, rules.TTL).Milliseconds()
 	k.book.linger = 10 * k.book.timeout
@@ -158,6 +161,7 @@ func (k *leaseKeeper) acquire(ctx context.Context) error {
 	}
 	k.book.gen = gen
 	k.id.Store(id)
+	k.heldOnce.Do(func() { close(k.held) })
 	if gen > 1 {
 		k.claims.Unclaim(k.link.now())
 	}

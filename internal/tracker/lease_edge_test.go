@@ -325,3 +325,31 @@ func mustAtoi(t *testing.T, s string) int64 {
 	}
 	return n
 }
+
+// A socket that connects before its node holds a lease (the node is
+// starting) is alive on the node, and its claim waits for the lease: a
+// join of a room from it meanwhile waits for the lease and the claim,
+// and is not refused as a device the store does not know.
+func TestJoinBeforeTheNodesLease(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	n := c.addUnleased(1, nil)
+	n.socketConnect("alice", "phone") // no lease: the claim waits
+	joined := make(chan error, 1)
+	go func() {
+		_, err := n.tr.Join(n.ctx, "alice", "phone", "doc")
+		joined <- err
+	}()
+	n.tr.TickLease(n.ctx)
+	if err := <-joined; err != nil {
+		t.Fatalf("join of a connected device before the node's lease: %v", err)
+	}
+	pg, err := n.tr.RoomPage(n.ctx, "doc", "", 10, nil)
+	if err != nil || fmt.Sprint(pg.Members) != "[alice]" {
+		t.Fatalf("room doc: %+v, %v; want alice", pg, err)
+	}
+	// A device the node does not hold is still refused at once.
+	if _, err := n.tr.Join(n.ctx, "bob", "phone", "doc"); !errors.Is(err, presence.ErrDeviceNotAlive) {
+		t.Fatalf("join of a device never seen: %v, want ErrDeviceNotAlive", err)
+	}
+}

@@ -51,6 +51,18 @@ func (c *cluster) add(epoch uint64) *node { return c.addWith(epoch, nil) }
 
 // addWith is add with the node's store wrapped by wrap (nil: as it is).
 func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Store) *node {
+	c.t.Helper()
+	n := c.addUnleased(epoch, wrap)
+	n.tr.TickLease(n.ctx) // acquires the lease
+	if n.tr.LeaseID() != epoch<<16|1 {
+		c.t.Fatalf("lease of node %d: %d", epoch, n.tr.LeaseID())
+	}
+	return n
+}
+
+// addUnleased is addWith before the node's first lease tick: a node
+// starting.
+func (c *cluster) addUnleased(epoch uint64, wrap func(*redisstore.Store) tracker.Store) *node {
 	t := c.t
 	t.Helper()
 	cl, err := redisstore.Dial(c.redis.URL)
@@ -90,10 +102,6 @@ func (c *cluster) addWith(epoch uint64, wrap func(*redisstore.Store) tracker.Sto
 	n.tr, err = tracker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
-	}
-	n.tr.TickLease(n.ctx) // acquires the lease
-	if n.tr.LeaseID() != epoch<<16|1 {
-		t.Fatalf("lease of node %d: %d", epoch, n.tr.LeaseID())
 	}
 	c.nodes = append(c.nodes, n)
 	return n

@@ -83,6 +83,33 @@ func (od *ownedDevices) beat(ctx context.Context, user, device string, active, c
 	return nil
 }
 
+// leaseWait is how long a join waits for the node's first lease
+// (claimNow): a node takes it as it starts, in one call of the store.
+const leaseWait = 2 * time.Second
+
+// claimNow claims device now if this node holds its socket and the store
+// has not heard of it yet (its claim waits for the node's first lease, or
+// for its retry after a failure), waiting up to leaseWait for the lease.
+// It reports whether the node holds the device so: a caller that the
+// store told the device is not alive may then try again.
+func (od *ownedDevices) claimNow(ctx context.Context, user, device string) bool {
+	if !od.table.Hurry(od.link.now(), user, device) {
+		return false
+	}
+	if od.lease.current() == 0 {
+		t := time.NewTimer(leaseWait)
+		defer t.Stop()
+		select {
+		case <-od.lease.held:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	var ch presence.Change
+	_ = od.beat(ctx, user, device, false, false, &ch) // an error is the caller's retry's to tell
+	return true
+}
+
 // sendDue hands the due work of the table to the store: releases of
 // devices that ended, claims that failed before, touches. Sweep calls it.
 func (od *ownedDevices) sendDue(ctx context.Context) {

@@ -74,10 +74,20 @@ func (t *Tracker) room(ctx context.Context, user, device, room string, join bool
 	// store is down it is refused, not buffered.
 	var ev presence.RoomEvent
 	var changed bool
-	err := t.roomsCall(ctx, user, func(ctx context.Context) (err error) {
+	call := func(ctx context.Context) (err error) {
 		ev, changed, err = op(ctx, t.Now(), user, device, room)
 		return err
-	})
+	}
+	err := t.roomsCall(ctx, user, call)
+	if join && errors.Is(err, presence.ErrDeviceNotAlive) && t.owned != nil && t.owned.claimNow(ctx, user, device) {
+		// Its socket is open here and the store has not heard of it
+		// yet: claimed now, the join is tried once more; if the claim
+		// could not be made, the join is refused as the store's outage
+		// is, for the client to send again.
+		if err = t.roomsCall(ctx, user, call); errors.Is(err, presence.ErrDeviceNotAlive) {
+			err = errNotClaimed
+		}
+	}
 	if err != nil {
 		if join {
 			return ev, fmt.Errorf("join %q: %w", room, err)
@@ -119,6 +129,11 @@ func (t *Tracker) RoomCounts(ctx context.Context, rooms []string, out []int) ([]
 
 // errRoomsDown refuses the calls of rooms while the store is down.
 var errRoomsDown = &outageError{errors.New("the state store is down")}
+
+// errNotClaimed refuses a join of a device whose socket this node holds
+// but whose claim has not reached the store (the node has no lease yet,
+// or the claim failed and waits for its retry).
+var errNotClaimed = fmt.Errorf("this node has not yet told the state store about the device: %w", ErrUnavailable)
 
 // roomsCall runs f, a call of the store's rooms, under the store's call
 // timeout and outage rules, and refuses it while the store (or user's
