@@ -100,7 +100,7 @@ func (o *options) nodeFlags(fs *flag.FlagSet, d app.Config) {
 	fs.BoolVar(&c.Dev, "dev", d.Dev, "INSECURE development mode: accept requests without credentials")
 	fs.StringVar(&c.RedisURL, "redis-url", d.RedisURL, "scale-out: hot state in this Redis (redis://host:6379/0; a Cluster: redis://a:6379?addr=b:6379); needs -postgres-url")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", d.RedisPrefix, "scale-out: prefix of every Redis key (deployments sharing a Redis differ by it)")
-	fs.IntVar(&c.RedisBuckets, "redis-buckets", d.RedisBuckets, "scale-out: hashes each of Redis's 256 shards packs its users in; users held / 16384 for ~64 a hash (the same on every node)")
+	fs.IntVar(&c.RedisBuckets, "redis-buckets", d.RedisBuckets, "scale-out: hashes each of Redis's 256 shards packs its users in at first (a shard adds one per 48 users past 48 a hash); 0: the number Redis recorded, else 64 (the same on every node)")
 	fs.StringVar(&c.PostgresURL, "postgres-url", d.PostgresURL, "scale-out: durable store in this PostgreSQL database (postgres://user@host:5432/db) instead of SQLite")
 	fs.StringVar(&c.NATSURL, "nats-url", d.NATSURL, "scale-out: NATS JetStream for changes across nodes, the presence.changes stream and the ingest consumer (nats://host:4222)")
 	fs.StringVar(&c.NodeID, "node-id", d.NodeID, "this node's name on the NATS bus (default: host name and a random suffix)")

@@ -77,8 +77,10 @@ type Config struct {
 	RedisURL    string // hot state in Redis / Redis Cluster
 	RedisPrefix string // key prefix
 	// RedisBuckets is the number of hashes each Redis shard packs its
-	// users in (redisstore.Config.Buckets): users held / 256 / 64. Every
-	// node of a deployment must use the same.
+	// users in at first (redisstore.Config.Buckets: a shard adds more as
+	// it grows). 0: the number Redis recorded, else
+	// redisstore.DefaultBuckets. Every node of a deployment must use the
+	// same.
 	RedisBuckets int
 	PostgresURL  string // durable store in PostgreSQL instead of SQLite
 	NATSURL      string // cross-node bus, presence.changes stream, ingest consumer
@@ -176,7 +178,6 @@ func Defaults() Config {
 		MaxSocketsPerDevice:  gateway.DefaultMaxSocketsPerDevice,
 		FanoutAsyncThreshold: fanout.DefaultAsyncThreshold,
 		RedisPrefix:          redisstore.DefaultPrefix,
-		RedisBuckets:         redisstore.DefaultBuckets,
 		MaxConns:             connbudget.Defaults(connbudget.FileLimit()).Max,
 		HeaderTimeout:        5 * time.Second,
 		MaxHeaderBytes:       DefaultMaxHeaderBytes,
@@ -218,7 +219,6 @@ func (c *Config) defaults() error {
 	orDefault(&c.MaxSocketsPerDevice, d.MaxSocketsPerDevice)
 	orDefault(&c.FanoutAsyncThreshold, d.FanoutAsyncThreshold)
 	orDefault(&c.RedisPrefix, d.RedisPrefix)
-	orDefault(&c.RedisBuckets, d.RedisBuckets)
 	orDefault(&c.HeaderTimeout, d.HeaderTimeout)
 	orDefault(&c.MaxHeaderBytes, d.MaxHeaderBytes)
 	orDefault(&c.KafkaIngestTopic, d.KafkaIngestTopic)
@@ -302,7 +302,7 @@ func (c *Config) validateWebhooks() error {
 // the token lifetime.
 func (c *Config) validateBackends() error {
 	if c.RedisBuckets < 0 || c.RedisBuckets > maxRedisBuckets {
-		return fmt.Errorf("redis buckets %d: want 1 to %d a shard (0: the default, %d)", c.RedisBuckets, maxRedisBuckets, redisstore.DefaultBuckets)
+		return fmt.Errorf("redis buckets %d: want 1 to %d a shard (0: the number Redis recorded, else %d)", c.RedisBuckets, maxRedisBuckets, redisstore.DefaultBuckets)
 	}
 	if c.ReadReplica && (c.RedisURL == "" || c.NATSURL == "") {
 		return errors.New("a read replica needs Redis and NATS (-redis-url, -nats-url): an embedded node reads its own memory already")

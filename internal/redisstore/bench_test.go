@@ -139,37 +139,116 @@ func usedMemory(b *testing.B, c rueidis.Client) int64 {
 	return 0
 }
 
-// BenchmarkMemoryPerUser: Redis memory per online user with one device
-// (b.N users, on a private Redis, after the checkpoint drained the dirty
-// sets), against the naive design's one key per user (SET user status EX
-// ttl) on the same server. Run with -benchtime 100000x or more: the
-// figures are bytes per user, not time.
-func BenchmarkMemoryPerUser(b *testing.B) {
-	c := dial(b, testsvc.Redis(b).URL)
-	s := newStore(b, c, redisstore.Config{Prefix: "m:"})
-	ctx := context.Background()
-	base := usedMemory(b, c)
-	ids := populate(b, s, b.N, time.Now().UnixMilli())
-	if _, err := s.Dirty(ctx, nil); err != nil {
+// drainDirty drains the dirty sets of s's 256 shards as a node's
+// checkpoints do, 16 shards a call: a million users' checkpoints in one
+// call are one reply of ~60 MB, which a loaded machine may not answer
+// within the client's timeout.
+func drainDirty(b *testing.B, s *redisstore.Store) {
+	b.Helper()
+	for lo := 0; lo < 256; lo += 16 {
+		if _, err := s.DirtyParts(context.Background(), func(p int) bool { return p < lo || p >= lo+16 }, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// loader returns a client of its own for a memory benchmark to load its
+// users through, and a func that closes it and waits until Redis has
+// freed its connections. The connections a store opens while it loads
+// (its first claims on a shard ask for the replicas on connections of
+// their own: up to 32, each with tens of KB of buffers — ~8 B a user at
+// 200,000) count in used_memory, and are no part of what a user costs:
+// the benchmark measures with c once they are gone.
+func loader(b *testing.B, url string, c rueidis.Client) (rueidis.Client, func()) {
+	b.Helper()
+	lc, err := redisstore.Dial(url)
+	if err != nil {
 		b.Fatal(err)
 	}
-	ours := usedMemory(b, c) - base
-	base = usedMemory(b, c)
-	cmds := make(rueidis.Commands, 0, 1000)
-	for i := 0; i < len(ids); i += 1000 {
-		cmds = cmds[:0]
-		for _, id := range ids[i:min(i+1000, len(ids))] {
-			cmds = append(cmds, c.B().Set().Key("naive:"+id).Value("online").Ex(30*time.Second).Build())
+	clients := func() int {
+		list, err := c.Do(context.Background(), c.B().ClientList().Build()).ToString()
+		if err != nil {
+			b.Fatal(err)
 		}
-		for _, r := range c.DoMulti(ctx, cmds...) {
-			if err := r.Error(); err != nil {
-				b.Fatal(err)
+		return strings.Count(list, "\n")
+	}
+	alone := clients()
+	return lc, func() {
+		lc.Close()
+		for deadline := time.Now().Add(10 * time.Second); clients() > alone; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatalf("the loader's connections stay open: %d clients, want %d", clients(), alone)
 			}
 		}
 	}
-	naive := usedMemory(b, c) - base
-	b.ReportMetric(float64(ours)/float64(b.N), "B/user")
-	b.ReportMetric(float64(naive)/float64(b.N), "naive-B/user")
+}
+
+// BenchmarkMemoryPerUser: Redis memory per online user beating over HTTP
+// (b.N users, on a private Redis, after the checkpoint drained the dirty
+// sets, and the loading client gone: loader): what the HTTP heartbeat stores — the tracker loads the user, then
+// its beat, read back for the answer (BeatRead), keeps one device that is
+// no node's, due a ttl later — against the naive design's one key per
+// user (SET user status EX ttl) on the same server, in the same run.
+// Device ids as the gateway assigns them, and "d". Run with -benchtime
+// 200000x and 1000000x: the figures are bytes per user, not time.
+func BenchmarkMemoryPerUser(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		device func(i int) string
+	}{
+		{"device=server-assigned", gatewayDeviceID},
+		{"device=d", func(int) string { return "d" }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := testsvc.Redis(b)
+			c := dial(b, srv.URL)
+			lc, done := loader(b, srv.URL, c)
+			s := newStore(b, lc, redisstore.Config{Prefix: "m:"})
+			ctx := context.Background()
+			base := usedMemory(b, c)
+			now := time.Now().UnixMilli()
+			var wg sync.WaitGroup
+			for w := range 64 {
+				wg.Go(func() {
+					var snap presence.Snapshot
+					for i := w; i < b.N; i += 64 {
+						id := fmt.Sprint("user-", i)
+						if err := s.Load(ctx, now, &presence.Profile{UserID: id}); err != nil {
+							b.Error(err)
+							return
+						}
+						if _, _, err := s.BeatRead(ctx, now, id, tc.device(i), true, &snap); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if b.Failed() {
+				b.FailNow()
+			}
+			drainDirty(b, s)
+			done()
+			ours := usedMemory(b, c) - base
+			base = usedMemory(b, c)
+			cmds := make(rueidis.Commands, 0, 1000)
+			for i := 0; i < b.N; i += 1000 {
+				cmds = cmds[:0]
+				for j := i; j < min(i+1000, b.N); j++ {
+					cmds = append(cmds, c.B().Set().Key(fmt.Sprint("naive:user-", j)).Value("online").Ex(30*time.Second).Build())
+				}
+				for _, r := range c.DoMulti(ctx, cmds...) {
+					if err := r.Error(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			naive := usedMemory(b, c) - base
+			b.ReportMetric(float64(ours)/float64(b.N), "B/user")
+			b.ReportMetric(float64(naive)/float64(b.N), "naive-B/user")
+		})
+	}
 }
 
 // BenchmarkTransition: a visible change — a status toggled between busy
@@ -213,6 +292,64 @@ func BenchmarkTransition(b *testing.B) {
 	b.ReportMetric(n/time.Since(start).Seconds(), "transitions/s")
 	b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/n, "redis-µs/transition")
 	b.ReportMetric(n/float64(b.N), "changed/op")
+}
+
+// BenchmarkHTTPBeatsWithSweeps: what users beating over HTTP cost Redis
+// with their deadlines kept: 100,000 users, each beating every 15 s (ttl
+// 30 s) at its own phase, while one node sweeps every 100 ms — each
+// iteration is 100 ms of simulated time, its beats (1,000 concurrent
+// callers) and then a sweep. Reported as Redis CPU per beat, the sweeps'
+// re-arming included; nobody may go offline. Run with -benchtime 600x
+// (a minute: four beats a user).
+func BenchmarkHTTPBeatsWithSweeps(b *testing.B) {
+	srv := testsvc.Redis(b)
+	c := dial(b, srv.URL)
+	s := newStore(b, c, redisstore.Config{Prefix: "m:"})
+	const users, period, step = 100_000, 15_000, 100
+	const t0 = int64(1_700_000_000_000)
+	ids := populate(b, s, users, t0)
+	ctx := context.Background()
+	var beats, offline atomic.Int64
+	cpu0 := redisCPU(b, c)
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		now := t0 + int64(i)*step
+		phase := i % (period / step)
+		var next atomic.Int64
+		next.Store(int64(phase))
+		var wg sync.WaitGroup
+		for range 1000 {
+			wg.Go(func() {
+				for {
+					u := next.Add(period/step) - period/step
+					if u >= users {
+						return
+					}
+					if _, err := s.Beat(ctx, now, ids[u], "d", true); err != nil {
+						b.Error(err)
+						return
+					}
+					beats.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		out, err := s.Expire(ctx, now, 100_000, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ch := range out {
+			if ch.Event.Status == presence.Offline {
+				offline.Add(1)
+			}
+		}
+	}
+	b.StopTimer()
+	if offline.Load() != 0 {
+		b.Fatalf("%d users went offline while beating", offline.Load())
+	}
+	b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/float64(max(beats.Load(), 1)), "redis-µs/beat")
+	b.ReportMetric(float64(beats.Load())/float64(b.N), "beats/op")
 }
 
 // BenchmarkTouch: the touches a node sends to keep its active users
@@ -266,11 +403,12 @@ func BenchmarkTouch(b *testing.B) {
 
 // BenchmarkMemoryPerOwnedUser is BenchmarkMemoryPerUser for users whose
 // device a node owns (a WebSocket held by a node, claimed under its
-// lease): their hash has no entry in a deadline set.
+// lease): nothing of theirs is due in Redis.
 //
-// Sub-benchmarks: a short device id ("d"), and a UUID (36 bytes), which
-// takes an owned user past Redis's default hash-max-listpack-value (64) —
-// with that default, and raised to 128 (docs/operations.md).
+// Sub-benchmarks: a short device id ("d"), one as the gateway assigns,
+// and a UUID (36 bytes: an owned user of 59 bytes, within Redis's default
+// hash-max-listpack-value of 64) — with that default, and raised to 128
+// (docs/operations.md).
 func BenchmarkMemoryPerOwnedUser(b *testing.B) {
 	for _, tc := range []struct {
 		name, value string
@@ -283,14 +421,16 @@ func BenchmarkMemoryPerOwnedUser(b *testing.B) {
 		{"device=uuid/listpack-value=128", "128", uuidOf},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			c := dial(b, testsvc.Redis(b).URL)
+			srv := testsvc.Redis(b)
+			c := dial(b, srv.URL)
+			lc, done := loader(b, srv.URL, c)
 			ctx := context.Background()
 			if tc.value != "" {
 				if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("hash-max-listpack-value", tc.value).Build()).Error(); err != nil {
 					b.Fatal(err)
 				}
 			}
-			s := newStore(b, c, redisstore.Config{Prefix: "m:"})
+			s := newStore(b, lc, redisstore.Config{Prefix: "m:"})
 			base := usedMemory(b, c)
 			now := time.Now().UnixMilli()
 			var wg sync.WaitGroup
@@ -310,9 +450,8 @@ func BenchmarkMemoryPerOwnedUser(b *testing.B) {
 				})
 			}
 			wg.Wait()
-			if _, err := s.Dirty(ctx, nil); err != nil {
-				b.Fatal(err)
-			}
+			drainDirty(b, s)
+			done()
 			b.ReportMetric(float64(usedMemory(b, c)-base)/float64(b.N), "B/user")
 		})
 	}
@@ -333,9 +472,10 @@ func uuidOf(i int) string {
 
 // BenchmarkReadLayouts: a read of 1,000 users picked at random among
 // 200,000 on a private Redis, with Redis's CPU per read: the store's Get
-// (one HMGET per bucket the read touches: ~1,000 of 16,384 for 1,000
-// random ids; decoding included) against the naive MGET of one
-// string key per user (no settings, devices or versions).
+// (one HMGET per bucket the read touches: ~900 of ~4,200 for 1,000
+// random ids, and the shards' counts of buckets; decoding included)
+// against the naive MGET of one string key per user (no settings,
+// devices or versions).
 func BenchmarkReadLayouts(b *testing.B) {
 	srv := testsvc.Redis(b)
 	c := dial(b, srv.URL)

@@ -59,7 +59,9 @@ func newFailoverFixture(t *testing.T) *failoverFixture {
 	c := dial(t, cl.URL)
 	prefix := testsvc.Unique(t) + ":"
 	f := &failoverFixture{cl: cl, prefix: prefix, master: map[string]*testsvc.Server{}, before: map[string]presence.Snapshot{}}
-	f.s = newStore(t, c, redisstore.Config{Prefix: prefix, Shards: failoverShards, EvictAfter: 1000 * time.Hour})
+	// 64 buckets a shard from the start: too few users to split one, so
+	// each stays where key names it.
+	f.s = newStore(t, c, redisstore.Config{Prefix: prefix, Shards: failoverShards, Buckets: 64, EvictAfter: 1000 * time.Hour})
 	ctx := t.Context()
 	perMaster := map[*testsvc.Server]int{}
 	for i := range failoverUsers {
@@ -106,7 +108,7 @@ func newFailoverFixture(t *testing.T) *failoverFixture {
 }
 
 // key returns the key of user's bucket, as the package doc lays keys out
-// (FNV-1a of the user id over the shards, then over the default 64
+// (FNV-1a of the user id over the shards, then over the fixture's 64
 // buckets); newFailoverFixture checks that the bucket holds the user.
 func (f *failoverFixture) key(user string) string {
 	return bucketKey(f.prefix, failoverShards, 64, user)

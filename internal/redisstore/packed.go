@@ -26,11 +26,13 @@ func fnv32a(s string) uint32 {
 	return h.Sum32()
 }
 
-// place returns the shard and the bucket within it of user.
+// place returns the shard of user and its bucket within it, as this
+// node last knew the shard's buckets (buckets.go).
 func (s *Store) place(user string) (shard, bucket int) {
 	h := fnv32a(user)
 	n := uint32(len(s.shards))
-	return int(h % n), int(h / n % uint32(s.buckets))
+	k := int(h % n)
+	return k, bucketIndex(h/n, s.nb[k].Load(), int64(s.buckets))
 }
 
 // bucketKey is the key of bucket b of shard sk: <prefix>{<shard>}p:<b>.
@@ -100,13 +102,20 @@ func decodePacked(id, v string, u *packedUser) error {
 		p += n
 		return v[p-n : p]
 	}
-	// A time whose kind is 0 (zero), 1 (forever) or 2 (six bytes follow).
-	timeOf := func(kind int64) int64 {
+	// A time whose kind is 0 (zero), 1 (forever), 2 (six bytes follow)
+	// or 3 (rel: the time is rel, or three bytes follow that hold the
+	// time - ls + 2^23, when rel < 0).
+	timeOf := func(kind, rel int64) int64 {
 		switch kind {
 		case 1:
 			return forever
 		case 2:
 			return num(6)
+		case 3:
+			if rel >= 0 {
+				return rel
+			}
+			return u.LastSeen + num(3) - 1<<23
 		}
 		return 0
 	}
@@ -120,7 +129,7 @@ func decodePacked(id, v string, u *packedUser) error {
 	if f2&16 != 0 {
 		u.PubLastSeen = num(6)
 	}
-	u.due = timeOf(f1 >> 5 & 3)
+	u.due = timeOf(f1>>5&3, -1)
 	if f1&128 != 0 {
 		u.evict = num(6)
 	}
@@ -149,7 +158,7 @@ func decodePacked(id, v string, u *packedUser) error {
 		} else {
 			d.LastBeat = num(6)
 		}
-		d.LastActive = timeOf(df & 3)
+		d.LastActive = timeOf(df&3, d.LastBeat)
 		if df&4 != 0 {
 			d.Closed = num(6)
 		}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -72,6 +74,10 @@ func TestPackedUserDecodesInGo(t *testing.T) {
 			{ID: "tab", LB: now, LA: forever, Own: 42, Co: []uint64{43, 44, 45, 46, 47, 48, 49}},
 		}},
 		{M: 1, T: "", PT: "was here", LS: 1, PLS: 2, V: 3, PV: 3, Pub: 2, S: 4, Devs: []dev{{ID: "a", LB: 1, LA: 1}}},
+		// Due further from last_seen than three bytes say, and before it.
+		{LS: now, PLS: now, V: 7, PV: 7, Pub: 1, S: now + 1<<23, Devs: []dev{{ID: "web", LB: now, LA: now}}},
+		{LS: now, PLS: now, V: 7, PV: 7, Pub: 1, S: now - 1<<23, Devs: []dev{{ID: "web", LB: now - 5, LA: now - 5}}},
+		{LS: now, PLS: now, V: 7, PV: 7, Pub: 1, S: now - 1<<23 - 1, Devs: []dev{{ID: "web", LB: now, LA: now - 1}}},
 	}
 	for i, in := range users {
 		j, _ := json.Marshal(in)
@@ -112,6 +118,9 @@ return p`
 		if i == 0 && len(v) > 32 {
 			t.Errorf("an owned user with one short device packs into %d bytes, want ≤ 32", len(v))
 		}
+		if i == 5 && len(v) != 2+6+7+6+1+1+3 {
+			t.Errorf("a user beating over HTTP packs into %d bytes, want %d", len(v), 2+6+7+6+1+1+3)
+		}
 		// A value cut short is refused, unless the cut falls between two
 		// devices (the format has no count of them): it then reads the
 		// devices before it.
@@ -125,12 +134,15 @@ return p`
 	}
 }
 
-// The scripts put a user in the bucket Go reads it from.
+// The scripts put a user in the bucket Go reads it from, for shards of
+// their first count of buckets and of counts grown from it by splits.
 func TestBucketOfMatchesGo(t *testing.T) {
-	for _, sb := range [][2]int{{256, 64}, {1, 1}, {7, 1000}, {16384, 3}} {
-		s := &Store{shards: make([]shardKeys, sb[0]), buckets: sb[1]}
+	for _, sbn := range [][3]int{{256, 64, 64}, {256, 64, 65}, {256, 64, 127}, {256, 64, 128}, {256, 64, 200},
+		{1, 1, 1}, {1, 1, 2}, {1, 1, 3}, {1, 1, 77}, {7, 1000, 1001}, {16384, 3, 5}, {256, 1, 300}} {
+		s := &Store{shards: make([]shardKeys, sbn[0]), buckets: sbn[1], nb: make([]atomic.Int64, sbn[0])}
 		for i := range s.shards {
 			s.shards[i] = shardKeys{tag: fmt.Sprintf("p:{%d}", i)}
+			s.nb[i].Store(int64(sbn[2]))
 		}
 		ids := []string{"", "a", "user-1", "ünïcode", strings.Repeat("z", presence.MaxIDLen), "\xff\x00\x80"}
 		for i := range 300 {
@@ -139,16 +151,45 @@ func TestBucketOfMatchesGo(t *testing.T) {
 		body := `local out = {}
 for i = 1, #ARGV do
   local h = fnv32a(ARGV[i])
-  out[i] = bucket_of('p:{' .. string.format('%d', h % SHARDS) .. '}', ARGV[i])
+  local tag = 'p:{' .. string.format('%d', h % SHARDS) .. '}'
+  NBUCKETS[tag] = ` + strconv.Itoa(sbn[2]) + `
+  out[i] = bucket_of(tag, ARGV[i])
 end
 return out`
-		got, err := evalPacked(t, sb[0], sb[1], body, ids...).AsStrSlice()
+		got, err := evalPacked(t, sbn[0], sbn[1], body, ids...).AsStrSlice()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, id := range ids {
 			if want, _ := s.bucketOf(id); got[i] != want {
-				t.Errorf("%d shards × %d buckets: %q in %s by the scripts, %s by Go", sb[0], sb[1], id, got[i], want)
+				t.Errorf("%d shards × %d buckets grown to %d: %q in %s by the scripts, %s by Go", sbn[0], sbn[1], sbn[2], id, got[i], want)
+			}
+		}
+	}
+}
+
+// Linear hashing: a split moves users of one bucket only, to the new
+// bucket, and every bucket below the count is used.
+func TestBucketIndexSplitsOneBucket(t *testing.T) {
+	for _, n0 := range []int64{1, 3, 64} {
+		for n := n0; n < 6*n0+5; n++ {
+			used := map[int]bool{}
+			moved := map[int]bool{}
+			for g := uint32(0); g < 5000; g++ {
+				b, after := bucketIndex(g*2654435761, n, n0), bucketIndex(g*2654435761, n+1, n0)
+				used[b] = true
+				if b < 0 || int64(b) >= n {
+					t.Fatalf("n0 %d, n %d: bucket %d", n0, n, b)
+				}
+				if b != after {
+					if int64(after) != n {
+						t.Fatalf("n0 %d, n %d → %d: moved from %d to %d, not to the new bucket", n0, n, n+1, b, after)
+					}
+					moved[b] = true
+				}
+			}
+			if len(used) != int(n) || len(moved) > 1 {
+				t.Errorf("n0 %d, n %d: %d buckets used, users moved from %d buckets", n0, n, len(used), len(moved))
 			}
 		}
 	}

@@ -221,7 +221,7 @@ func TestLayoutIsChecked(t *testing.T) {
 	}
 	for _, sb := range [][2]int{{16, 32}, {8, 64}} {
 		err := open(sb[0], sb[1])
-		if err == nil || !strings.Contains(err.Error(), `"packed+face shards=16 buckets=64"`) || !strings.Contains(err.Error(), "-redis-buckets") {
+		if err == nil || !strings.Contains(err.Error(), `"packed+split shards=16 buckets=64"`) || !strings.Contains(err.Error(), "-redis-buckets") {
 			t.Errorf("open with %d shards, %d buckets over 16 × 64: %v", sb[0], sb[1], err)
 		}
 	}
@@ -230,29 +230,35 @@ func TestLayoutIsChecked(t *testing.T) {
 	}
 }
 
-// A node of the packed layout's first format (which cannot read an
-// invisible user's frozen face) recorded the layout: a node of this one
-// opens on it and records its own, so that a node of the first format
-// no longer opens (it refuses another layout).
-func TestLayoutFirstFormatIsMovedOn(t *testing.T) {
+// A node of a former format of the packed layout (the first, which
+// cannot read an invisible user's frozen face; the second, which keeps a
+// due member per user and never splits a bucket) recorded the layout: a
+// node of this one opens on it, takes its buckets when it is given none,
+// and records its own, so that a node of a former format no longer opens
+// (it refuses another layout).
+func TestLayoutFormerFormatIsMovedOn(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
-	prefix := testsvc.Unique(t) + ":"
-	key := prefix + "layout"
-	if err := c.Do(ctx, c.B().Set().Key(key).Value("packed shards=16 buckets=64").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err != nil {
-		t.Fatalf("open over the first format: %v", err)
-	}
-	if got, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); err != nil || got != "packed+face shards=16 buckets=64" {
-		t.Fatalf("layout recorded %q (%v), want this format's", got, err)
-	}
-	// The first format with other numbers is still another layout.
-	if err := c.Do(ctx, c.B().Set().Key(key).Value("packed shards=16 buckets=32").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err == nil {
-		t.Fatal("open over the first format with other buckets: no error")
+	for _, format := range []string{"packed", "packed+face"} {
+		for _, buckets := range []int{64, 0} {
+			prefix := testsvc.Unique(t) + ":"
+			key := prefix + "layout"
+			if err := c.Do(ctx, c.B().Set().Key(key).Value(format+" shards=16 buckets=64").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: buckets}); err != nil {
+				t.Fatalf("open over %s with buckets %d: %v", format, buckets, err)
+			}
+			if got, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString(); err != nil || got != "packed+split shards=16 buckets=64" {
+				t.Fatalf("layout recorded over %s: %q (%v), want this format's", format, got, err)
+			}
+			// A former format with other numbers is still another layout.
+			if err := c.Do(ctx, c.B().Set().Key(key).Value(format+" shards=16 buckets=32").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := redisstore.Open(ctx, c, redisstore.Config{Prefix: prefix, Shards: 16, Buckets: 64}); err == nil {
+				t.Fatalf("open over %s with other buckets: no error", format)
+			}
+		}
 	}
 }

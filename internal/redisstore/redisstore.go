@@ -5,19 +5,22 @@
 // keys. helpers.lua holds the rules, ported from package presence;
 // packed.lua the format of a user, which packed.go decodes for reads.
 //
-// Users are spread over 256 shards and, within a shard, over buckets: each
-// user is one binary field of a small hash, its bucket, and every key
-// carries its shard as a Cluster hash tag. Heartbeats that arrive while a
-// call is in flight share the next call (beat.go); the devices a node owns
-// live under its lease (lease.go), and their claims wait for the master's
-// replicas (replicated.go). Expire and Dirty claim due and changed users
-// atomically, so any number of nodes may sweep and checkpoint at once. A
-// version floor per shard keeps versions from repeating when Redis loses
-// its data (tracker.ErrStoreReset).
+// Users are spread over 256 shards and, within a shard, over buckets that
+// split as the shard grows (buckets.go): each user is one binary field of
+// a small hash, its deadline in it, and the shard's due set holds a member
+// per bucket; every key carries its shard as a Cluster hash tag. Beats
+// that arrive while a call is in flight share the next call (beat.go);
+// the devices a node owns live under its lease (lease.go), and their
+// claims wait for the master's replicas (replicated.go). Expire and Dirty
+// claim due and changed users atomically, so any number of nodes may sweep
+// and checkpoint at once. A version floor per shard keeps versions from
+// repeating when Redis loses its data (tracker.ErrStoreReset). Open opens
+// on the layouts of builds before (fixed buckets, a due member per user)
+// and migrates them in place (Open, formerFormats).
 //
-// The keys, the layout and its costs, the client (rueidis) and the limits
-// are in docs/internals.md ("The Redis layout", "Versions"); sizing the
-// buckets in docs/operations.md. TestDifferential checks the scripts
+// The keys, the layout, its upgrades, the client (rueidis) and the limits
+// are in docs/internals.md ("The Redis layout", "Versions"); the costs in
+// docs/benchmarks.md ("Redis costs"). TestDifferential checks the scripts
 // against memstore, which applies the same rules in Go.
 package redisstore
 
@@ -46,7 +49,8 @@ var (
 	_ tracker.SharedStore = (*Store)(nil) // every ability of a store shared by nodes
 )
 
-// The defaults of Config's key prefix and buckets a shard.
+// The defaults of Config's key prefix and of the buckets a shard starts
+// with.
 const (
 	DefaultPrefix  = "presenced:"
 	DefaultBuckets = 64
@@ -61,12 +65,14 @@ type Config struct {
 	// Shards is the number of shards (hash tags, deadline and dirty sets).
 	// Default 256. All nodes of a deployment must agree on it.
 	Shards int
-	// Buckets is the number of buckets of each shard: the hashes users are
-	// packed in (lua/packed.lua). Redis keeps a bucket of at most 128 users
-	// (hash-max-listpack-entries) in one listpack, a few bytes a user; a
-	// fuller one is a hash table, ~100 bytes more a user. Size it at the
-	// users held / Shards / 64. Default DefaultBuckets (1M users: 61 a
-	// bucket). All nodes of a deployment must agree on it.
+	// Buckets is the number of buckets each shard starts with: the hashes
+	// users are packed in (lua/packed.lua). A shard adds a bucket each
+	// time it holds 48 users a bucket (buckets.go), so that Redis keeps
+	// every bucket in one listpack (at most 128 users:
+	// hash-max-listpack-entries), a few bytes a user, whatever the
+	// population. Default: the number Redis recorded (<prefix>layout:
+	// Open), else DefaultBuckets. All nodes of a deployment must agree on
+	// it.
 	Buckets int
 	// EvictAfter is how long a user with no device is kept after its last
 	// change has been checkpointed. Default 10m.
@@ -83,7 +89,8 @@ type Store struct {
 	sweeps  atomic.Uint64 // Expire calls, to rotate the first shard probed
 	prefix  string
 	shards  []shardKeys
-	buckets int // per shard
+	buckets int            // per shard at first (buckets.go)
+	nb      []atomic.Int64 // per shard: its buckets as last read (buckets.go)
 
 	replicas  []shardReplicas // per shard: its master's replicas (replicated.go)
 	pendingMu sync.Mutex
@@ -135,10 +142,14 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 		cfg.EvictAfter = 10 * time.Minute
 	}
 	s := &Store{c: c, rules: cfg.Rules, prefix: cfg.Prefix, shards: make([]shardKeys, cfg.Shards), buckets: cfg.Buckets,
+		nb:     make([]atomic.Int64, cfg.Shards),
 		floors: make([]atomic.Uint64, cfg.Shards), leases: cfg.Prefix + "leases", replicas: make([]shardReplicas, cfg.Shards),
 		roomRules: cfg.RoomRules.WithDefaults()}
 	for i := range s.replicas {
 		s.replicas[i].n.Store(-1)
+	}
+	for i := range s.nb {
+		s.nb[i].Store(int64(cfg.Buckets))
 	}
 	for i := range s.shards {
 		tag := cfg.Prefix + "{" + strconv.Itoa(i) + "}"
@@ -184,19 +195,29 @@ func New(c rueidis.Client, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Open is what a node does with its store before it serves: New, the
-// layout Redis holds checked (another is refused; the first format's
-// record is moved on: layoutRecorded), the version floors raised to this
-// run's epoch (cfg.Rules.Epoch << 32: see the package doc) and, when
-// Redis holds no layout yet, this one recorded (CheckLayout).
+// Open is what a node does with its store before it serves: the layout
+// Redis holds read (its buckets are cfg.Buckets' default; another layout
+// is refused; one of an older format is moved on: formerFormats), New,
+// the version floors raised to this run's epoch (cfg.Rules.Epoch << 32:
+// see the package doc), this layout recorded when Redis holds none yet
+// (CheckLayout), and the shards' counts of buckets read (buckets.go).
 func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
+	got, err := c.Do(ctx, c.B().Get().Key(prefixOf(cfg)+"layout").Build()).ToString()
+	recorded := err == nil
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, fmt.Errorf("redisstore: check layout: %w", err)
+	}
+	if recorded && cfg.Buckets <= 0 {
+		cfg.Buckets = recordedBuckets(got)
+	}
 	s, err := New(c, cfg)
 	if err != nil {
 		return nil, err
 	}
-	recorded, err := s.layoutRecorded(ctx)
-	if err != nil {
-		return nil, err
+	if recorded {
+		if err := s.moveOn(ctx, got); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.RaiseFloor(ctx, s.rules.Epoch<<32); err != nil {
 		return nil, err
@@ -206,26 +227,54 @@ func Open(ctx context.Context, c rueidis.Client, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
+	if err := s.refreshBuckets(ctx, nil); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
-// layout names how users are packed: every node must place a user in
-// the same bucket and read every field of its value. "packed+face" adds
-// an invisible user's frozen public face (packed.lua, flag 0x80) to the
-// first format, "packed", which builds before it wrote and cannot read
-// (they would take the face for a device).
-func (s *Store) layout() string { return s.layoutAs("packed+face") }
+// prefixOf is the key prefix of a store of cfg.
+func prefixOf(cfg Config) string {
+	if cfg.Prefix == "" {
+		return DefaultPrefix
+	}
+	return cfg.Prefix
+}
 
-// layoutFirst is the layout a build of the packed layout's first format
-// recorded for s's shards and buckets.
-func (s *Store) layoutFirst() string { return s.layoutAs("packed") }
+// recordedBuckets returns the buckets of a recorded layout, 0 if it names
+// none.
+func recordedBuckets(layout string) int {
+	_, b, ok := strings.Cut(layout, " buckets=")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(b)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// layout names how users are packed: every node must place a user in the
+// same bucket and read every field of its value. "packed+split" keeps a
+// bucket's due time in the due set instead of each user's (helpers.lua's
+// due_member), packs times relative to others (packed.lua's sk and lk 3)
+// and splits buckets as a shard grows (buckets.go); buckets= is the number
+// a shard starts with.
+func (s *Store) layout() string { return s.layoutAs("packed+split") }
+
+// formerFormats are the formats of builds before this one whose users
+// this build reads as they are: "packed", then "packed+face" (an invisible
+// user's frozen face: packed.lua, pv?). Their shards have the buckets
+// recorded, never split, and a member per user in the due sets, which the
+// sweep reads and replaces with its bucket's (expire.lua).
+var formerFormats = []string{"packed", "packed+face"}
 
 func (s *Store) layoutAs(format string) string {
 	return fmt.Sprintf("%s shards=%d buckets=%d", format, len(s.shards), s.buckets)
 }
 
-// recordLayout replaces the first format's record of s's shards and
-// buckets with this layout's (layoutRecorded).
+// recordLayout records this layout in place of a former format's.
 func (s *Store) recordLayout(ctx context.Context) (err error) {
 	defer callCheckLayout.Start(ctx).Done(&err)
 	_, err = s.c.Do(ctx, s.c.B().Set().Key(s.prefix+"layout").Value(s.layout()).Build()).ToString()
@@ -236,11 +285,11 @@ func (s *Store) recordLayout(ctx context.Context) (err error) {
 }
 
 // CheckLayout records in Redis (<prefix>layout) how this store packs its
-// users — the shards and the buckets of each — unless a node recorded it
-// before, and fails if that node's differs: nodes that disagree look for a
-// user in different buckets (users reload without their devices, and the
-// old copies are never read again). Open calls it when Redis holds no
-// layout yet.
+// users — the shards and the buckets each starts with — unless a node
+// recorded it before, and fails if that node's differs: nodes that
+// disagree look for a user in different buckets (users reload without
+// their devices, and the old copies are never read again). Open calls it
+// when Redis holds no layout yet.
 func (s *Store) CheckLayout(ctx context.Context) (err error) {
 	defer callCheckLayout.Start(ctx).Done(&err)
 	want := s.layout()
@@ -254,24 +303,53 @@ func (s *Store) CheckLayout(ctx context.Context) (err error) {
 	return s.layoutErr(got)
 }
 
-// layoutRecorded reports whether Redis holds this store's layout
-// (CheckLayout) or its first format's, and fails if it holds another.
-func (s *Store) layoutRecorded(ctx context.Context) (bool, error) {
-	got, err := s.c.Do(ctx, s.c.B().Get().Key(s.prefix+"layout").Build()).ToString()
-	switch {
-	case rueidis.IsRedisNil(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("redisstore: check layout: %w", err)
+// moveOn accepts got, the layout Redis holds: this one, or a former
+// format's of the same numbers, whose shards then get their count of
+// users (buckets.go) and which this layout replaces, so that a node of
+// that build no longer starts. Another layout is an error.
+func (s *Store) moveOn(ctx context.Context, got string) error {
+	for _, f := range formerFormats {
+		if got == s.layoutAs(f) {
+			if err := s.countUsers(ctx); err != nil {
+				return err
+			}
+			return s.recordLayout(ctx)
+		}
 	}
-	if got == s.layoutFirst() {
-		// A node of the packed layout's first format was here: its users
-		// read as they are (a user's frozen face is an optional field
-		// that format lacks), and recording this format keeps a node of
-		// a build that cannot read that field from starting on them.
-		return true, s.recordLayout(ctx)
+	return s.layoutErr(got)
+}
+
+// countUsers sets the count of users of every shard that has none (a
+// shard of a former format) to the users its buckets hold: one HLEN per
+// bucket, 512 in a round trip.
+func (s *Store) countUsers(ctx context.Context) error {
+	const batch = 512
+	total := len(s.shards) * s.buckets
+	held := make([]int64, len(s.shards))
+	cmds := make(rueidis.Commands, 0, batch)
+	for lo := 0; lo < total; lo += batch {
+		cmds = cmds[:0]
+		for i := lo; i < min(total, lo+batch); i++ {
+			cmds = append(cmds, s.c.B().Hlen().Key(s.shards[i/s.buckets].bucketKey(i%s.buckets)).Build())
+		}
+		for j, r := range s.c.DoMulti(ctx, cmds...) {
+			n, err := r.AsInt64()
+			if err != nil {
+				return fmt.Errorf("redisstore: count users: %w", err)
+			}
+			held[(lo+j)/s.buckets] += n
+		}
 	}
-	return true, s.layoutErr(got)
+	cmds = cmds[:0]
+	for k, n := range held {
+		cmds = append(cmds, s.c.B().Set().Key(s.shards[k].tag+"c").Value(i64(n)).Nx().Build())
+	}
+	for _, r := range s.c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return fmt.Errorf("redisstore: count users: %w", err)
+		}
+	}
+	return nil
 }
 
 // layoutErr is the error of a node whose layout is not got, the one Redis
@@ -279,7 +357,7 @@ func (s *Store) layoutRecorded(ctx context.Context) (bool, error) {
 func (s *Store) layoutErr(got string) error {
 	if want := s.layout(); got != want {
 		return fmt.Errorf("redisstore: Redis holds users as %q (key %slayout) but this node packs them as %q: "+
-			"start every node with the same -redis-buckets (changing it needs the users moved: not supported yet)", got, s.prefix, want)
+			"start every node with the same -redis-buckets, or leave it unset to take the one recorded", got, s.prefix, want)
 	}
 	return nil
 }
@@ -550,16 +628,23 @@ func (s *Store) SetSettings(ctx context.Context, now int64, user string, set *pr
 // Load implements tracker.Store.
 func (s *Store) Load(ctx context.Context, now int64, p *presence.Profile) (err error) {
 	defer callLoad.Start(ctx).Done(&err)
-	b, sk := s.bucketOf(p.UserID)
-	n, err := s.load.Exec(ctx, s.c, []string{b, sk.due, sk.floor}, []string{
+	k, b := s.place(p.UserID)
+	sk := &s.shards[k]
+	r, err := s.load.Exec(ctx, s.c, []string{sk.bucketKey(b), sk.due, sk.floor}, []string{
 		p.UserID, i64(now), strconv.Itoa(int(p.Manual)), p.Text, i64(p.LastSeen), i64(p.PubLastSeen),
 		strconv.FormatUint(p.Version, 10), strconv.Itoa(int(p.Settings.Status)), strconv.Itoa(int(p.Settings.LastSeen)),
 		p.PubText, strconv.FormatUint(p.PubVersion, 10),
-	}).AsInt64()
+	}).AsIntSlice()
+	if err == nil && len(r) != 2 {
+		err = fmt.Errorf("unexpected reply of %d elements", len(r))
+	}
 	if err != nil {
 		return fmt.Errorf("redisstore: load: %w", s.load.err(err))
 	}
-	if n == -3 {
+	// The shard's buckets as of now: the user's next calls name its
+	// bucket (a node loads a user before it writes it).
+	s.learnBuckets(k, r[1])
+	if r[0] == -3 {
 		return fmt.Errorf("redisstore: load %q: shard %s has no version floor: %w", p.UserID, sk.tag, tracker.ErrStoreReset)
 	}
 	return nil
@@ -730,8 +815,8 @@ func (s *Store) ExpireParts(ctx context.Context, now int64, max int, skip func(p
 				failedShards = append(failedShards, due[j])
 				continue
 			}
-			if len(arr) == per {
-				more = true
+			if len(arr) >= per {
+				more = true // a bucket swept may give more than asked
 			}
 			var bad int
 			out, claims, bad, err = appendClaims(out, claims, arr, now)
@@ -822,78 +907,183 @@ func decodeClaim(m rueidis.RedisMessage, now int64) (presence.Change, error) {
 // Get implements tracker.Store. A read is one HMGET per bucket its users
 // fall in (lua/packed.lua), all in one pipelined round trip: for 1,000
 // users among 1M about 1,000 calls, each answering a packed user or two,
-// from which presence.User derives each snapshot at now.
+// from which presence.User derives each snapshot at now. When some users
+// are not found, a second round trip reads the count of buckets of their
+// shards (one MGET on one Redis, a GET per shard on a Cluster): a user
+// missed in a shard whose count grew since it was placed may have moved
+// to a new bucket (buckets.go), and is read again there. (The tracker
+// reads the users Redis does not hold from the durable store anyway.)
 func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) (err error) {
 	defer callGet.Start(ctx).Done(&err)
 	if len(ids) == 0 {
 		return nil
 	}
-	// Group the ids by bucket: sort their indexes by (shard, bucket).
 	type place struct{ shard, bucket int32 }
 	places := make([]place, len(ids))
 	order := make([]int32, len(ids))
-	for i, id := range ids {
-		k, b := s.place(id)
-		places[i] = place{int32(k), int32(b)}
+	for i := range order {
 		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int {
-		pa, pb := places[a], places[b]
-		if pa.shard != pb.shard {
-			return int(pa.shard - pb.shard)
-		}
-		return int(pa.bucket - pb.bucket)
-	})
-	var cmds rueidis.Commands
-	var runs [][]int32 // each call's indexes of ids
-	names := make([]string, 0, 16)
-	for start := 0; start < len(order); {
-		end := start + 1
-		for end < len(order) && places[order[end]] == places[order[start]] {
-			end++
-		}
-		pl := places[order[start]]
-		names = names[:0]
-		for _, i := range order[start:end] {
-			names = append(names, ids[i])
-		}
-		cmds = append(cmds, s.c.B().Hmget().Key(s.shards[pl.shard].bucketKey(int(pl.bucket))).Field(names...).Build())
-		runs = append(runs, order[start:end])
-		start = end
 	}
 	var failed []int // users whose Redis node did not answer (PartialError)
 	var firstErr error
 	var u packedUser
-	for c, r := range s.c.DoMulti(ctx, cmds...) {
-		run := runs[c]
-		f, err := r.ToArray()
-		if err == nil && len(f) != len(run) {
-			return fmt.Errorf("redisstore: get: HMGET answered %d fields, want %d", len(f), len(run))
-		}
-		if err != nil {
-			for _, i := range run {
-				failed = append(failed, int(i))
+	used := map[int32]int64{} // per shard touched: the count of buckets the round placed users by
+	var cmds rueidis.Commands
+	var runs [][]int32 // each call's indexes of ids
+	var touched []int32
+	names := make([]string, 0, 16)
+	for round := 0; len(order) > 0; round++ {
+		// Group the ids by bucket: sort their indexes by (shard, bucket).
+		clear(used)
+		for _, i := range order {
+			k, b := s.place(ids[i])
+			places[i] = place{int32(k), int32(b)}
+			if _, ok := used[int32(k)]; !ok {
+				used[int32(k)] = s.nb[k].Load()
 			}
-			firstErr = firstOf(firstErr, err)
-			continue
 		}
-		for j, i := range run {
-			id := ids[i]
-			if f[j].IsNil() {
-				out[i] = presence.Snapshot{UserID: id, Version: s.floors[places[i].shard].Load()}
-				continue
+		slices.SortFunc(order, func(a, b int32) int {
+			pa, pb := places[a], places[b]
+			if pa.shard != pb.shard {
+				return int(pa.shard - pb.shard)
 			}
-			v, err := f[j].ToString()
-			if err == nil {
-				err = decodePacked(id, v, &u)
+			return int(pa.bucket - pb.bucket)
+		})
+		cmds, runs = cmds[:0], runs[:0]
+		for start := 0; start < len(order); {
+			end := start + 1
+			for end < len(order) && places[order[end]] == places[order[start]] {
+				end++
+			}
+			pl := places[order[start]]
+			names = names[:0]
+			for _, i := range order[start:end] {
+				names = append(names, ids[i])
+			}
+			cmds = append(cmds, s.c.B().Hmget().Key(s.shards[pl.shard].bucketKey(int(pl.bucket))).Field(names...).Build())
+			runs = append(runs, order[start:end])
+			start = end
+		}
+		var nils []int32 // not found: not held, or moved by a split
+		for c, r := range s.c.DoMulti(ctx, cmds...) {
+			run := runs[c]
+			f, err := r.ToArray()
+			if err == nil && len(f) != len(run) {
+				return fmt.Errorf("redisstore: get: HMGET answered %d fields, want %d", len(f), len(run))
 			}
 			if err != nil {
-				return fmt.Errorf("redisstore: get %q: %w", id, err)
+				for _, i := range run {
+					failed = append(failed, int(i))
+				}
+				firstErr = firstOf(firstErr, err)
+				continue
 			}
-			s.snapshot(&u, now, &out[i])
+			for j, i := range run {
+				id := ids[i]
+				if f[j].IsNil() {
+					nils = append(nils, i)
+					continue
+				}
+				v, err := f[j].ToString()
+				if err == nil {
+					err = decodePacked(id, v, &u)
+				}
+				if err != nil {
+					return fmt.Errorf("redisstore: get %q: %w", id, err)
+				}
+				s.snapshot(&u, now, &out[i])
+			}
 		}
+		if len(nils) == 0 {
+			break
+		}
+		// The shards' counts, read after the HMGETs: a user missed in a
+		// shard whose count is still the one it was placed by is not
+		// held; in one that grew it may have moved, and is read again.
+		touched = touched[:0]
+		for _, i := range nils { // in (shard, bucket) order
+			if k := places[i].shard; len(touched) == 0 || touched[len(touched)-1] != k {
+				touched = append(touched, k)
+			}
+		}
+		cmds, perShard := s.appendCountReads(cmds[:0], touched)
+		counts, countErr := s.countsOf(s.c.DoMulti(ctx, cmds...), touched, perShard)
+		var missed []int32
+		for _, i := range nils {
+			k := places[i].shard
+			n, ok := counts[k]
+			switch {
+			case !ok:
+				// The count was not read: the user may have moved.
+				failed = append(failed, int(i))
+				firstErr = firstOf(firstErr, countErr)
+			case n != used[k] && round < 3:
+				missed = append(missed, i)
+			default:
+				out[i] = presence.Snapshot{UserID: ids[i], Version: s.floors[k].Load()}
+			}
+		}
+		order = missed
 	}
 	return getErr(failed, len(ids), firstErr)
+}
+
+// appendCountReads appends to cmds the reads of the count of buckets of
+// each shard touched (countsOf reads their replies): one MGET on one
+// Redis, a GET per shard (perShard) on a Cluster or behind a proxy that
+// refused a call across slots.
+func (s *Store) appendCountReads(cmds rueidis.Commands, touched []int32) (_ rueidis.Commands, perShard bool) {
+	if s.mixedGroups == nil || s.crossSlotRefused.Load() {
+		for _, k := range touched {
+			cmds = append(cmds, s.c.B().Get().Key(s.shards[k].countKey()).Build())
+		}
+		return cmds, true
+	}
+	keys := make([]string, len(touched))
+	for j, k := range touched {
+		keys[j] = s.shards[k].countKey()
+	}
+	return append(cmds, s.c.B().Mget().Key(keys...).Build()), false
+}
+
+// countsOf returns the counts of buckets that res, the replies of
+// appendCountReads, read of the shards touched, and stores them in s.nb;
+// a shard whose count was not read is missing, and the first error says
+// why.
+func (s *Store) countsOf(res []rueidis.RedisResult, touched []int32, perShard bool) (map[int32]int64, error) {
+	counts := make(map[int32]int64, len(touched))
+	var firstErr error
+	set := func(k int32, v string, err error) {
+		n, err := parseBuckets(v, err, int64(s.buckets))
+		if err != nil {
+			firstErr = firstOf(firstErr, err)
+			return
+		}
+		counts[k] = n
+		s.nb[k].Store(n)
+	}
+	if perShard {
+		for j, k := range touched {
+			v, err := res[j].ToString()
+			set(k, v, err)
+		}
+		return counts, firstErr
+	}
+	arr, err := res[0].ToArray()
+	if err != nil && strings.Contains(err.Error(), "CROSSSLOT") {
+		s.crossSlotRefused.Store(true) // a proxy for a sharded Redis: GET each from now on
+	}
+	if err == nil && len(arr) != len(touched) {
+		err = fmt.Errorf("MGET answered %d counts, want %d", len(arr), len(touched))
+	}
+	if err != nil {
+		return counts, err
+	}
+	for j, k := range touched {
+		v, err := arr[j].ToString()
+		set(k, v, err)
+	}
+	return counts, firstErr
 }
 
 // snapshot fills out with u at now, as a read shows it.
@@ -987,10 +1177,24 @@ func (s *Store) DirtyParts(ctx context.Context, skip func(part int) bool, out []
 	if len(probes) == 0 {
 		return out, nil
 	}
+	// The same round trip reads the shards' counts of buckets, so that
+	// this node names the buckets of users that moved (buckets.go) within
+	// a second, even if it reads none of them.
+	n := len(probes)
+	for _, i := range probed {
+		probes = append(probes, s.c.B().Get().Key(s.shards[i].countKey()).Build())
+	}
+	res := s.c.DoMulti(ctx, probes...)
+	for j, r := range res[n:] {
+		v, err := r.ToString()
+		if nb, err := parseBuckets(v, err, int64(s.buckets)); err == nil {
+			s.nb[probed[j]].Store(nb)
+		}
+	}
 	var execs []rueidis.LuaExec
 	var failed, answered int
 	var firstErr error
-	for j, r := range s.c.DoMulti(ctx, probes...) {
+	for j, r := range res[:n] {
 		i := probed[j]
 		n, err := r.AsInt64()
 		if err != nil {
@@ -1061,15 +1265,16 @@ func decodeProfile(m rueidis.RedisMessage) (presence.Profile, error) {
 	}, nil
 }
 
-// Debug implements tracker.Store; the deadline is the user's entry in its
-// shard's due set.
+// Debug implements tracker.Store; the deadline is the user's s (lua/
+// helpers.lua: its bucket's entry in the due set is no later).
 func (s *Store) Debug(ctx context.Context, user string) (_ presence.User, _ int64, _ bool, err error) {
 	defer callDebug.Start(ctx).Done(&err)
-	b, sk := s.bucketOf(user)
-	res := s.c.DoMulti(ctx,
-		s.c.B().Hget().Key(b).Field(user).Build(),
-		s.c.B().Zscore().Key(sk.due).Member(user).Build())
-	v, err := res[0].ToString()
+	k := s.shardIndex(user)
+	if err := s.refreshBuckets(ctx, []int{k}); err != nil {
+		return presence.User{}, 0, false, fmt.Errorf("redisstore: debug: %w", err)
+	}
+	b, _ := s.bucketOf(user)
+	v, err := s.c.Do(ctx, s.c.B().Hget().Key(b).Field(user).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return presence.User{}, 0, false, nil
 	}
@@ -1080,11 +1285,9 @@ func (s *Store) Debug(ctx context.Context, user string) (_ presence.User, _ int6
 	if err := decodePacked(user, v, &u); err != nil {
 		return presence.User{}, 0, false, fmt.Errorf("redisstore: debug: %w", err)
 	}
-	var deadline int64
-	if f, err := res[1].AsFloat64(); err == nil {
-		deadline = int64(f)
-	} else if !rueidis.IsRedisNil(err) {
-		return presence.User{}, 0, false, fmt.Errorf("redisstore: debug: %w", err)
+	deadline := u.due
+	if deadline == forever {
+		deadline = 0
 	}
 	return u.User, deadline, true, nil
 }

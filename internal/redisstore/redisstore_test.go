@@ -55,7 +55,9 @@ func TestConformance(t *testing.T) {
 		t.Run(map[int]string{1: "one shard", 256: "256 shards"}[shards], func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T, r presence.Rules) tracker.Store {
 				// Keep users for the whole length of the suite's scenarios.
-				return newStore(t, c, redisstore.Config{Rules: r, Shards: shards, EvictAfter: 1000 * time.Hour})
+				// One shard starts with one bucket, which the suite's
+				// users split; 256 start with the default.
+				return newStore(t, c, redisstore.Config{Rules: r, Shards: shards, Buckets: map[int]int{1: 1}[shards], EvictAfter: 1000 * time.Hour})
 			})
 		})
 	}

@@ -44,8 +44,9 @@ var ErrNotReady = errors.New("replica: not ready")
 type Source interface {
 	// ScanReads calls fn with the state of every user the store holds, as
 	// a read of that user would show it before any due change (the public
-	// status last published, the settings, the version). fn is called
-	// from one goroutine; snap is valid during the call only.
+	// status last published, the settings, the version), at least once
+	// (a user that moves while the scan runs may come twice). fn is
+	// called from one goroutine; snap is valid during the call only.
 	ScanReads(ctx context.Context, fn func(id string, snap *presence.Snapshot)) error
 }
 

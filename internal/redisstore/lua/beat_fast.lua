@@ -16,10 +16,11 @@
 -- applies exactly what the full script would: the device's last beat (and
 -- last activity) move later, last_seen too (and public last_seen unless
 -- the user is invisible); no status, text or version changes; the user's
--- due entry stays (a heartbeat only moves deadlines later: the entry fires
--- early and is re-armed, as in memstore). The user's due entry s is never
--- later than any of its deadlines, so s > now means no device is dead and
--- no away is due: there is nothing for settle to do. Anything else — a new
+-- next deadline s and its bucket's due member stay (a heartbeat only moves
+-- deadlines later: the member fires early and the sweep re-arms s, as
+-- memstore does its entry). s is never later than any of the user's
+-- deadlines, so s > now means no device is dead and no away is due: there
+-- is nothing for settle to do. Anything else — a new
 -- or dead device, a device whose connection closed (the beat reopens it)
 -- or that a node holds, a status the beat would change (an away user
 -- becoming active, an idle one whose away is due but not swept yet, a
@@ -32,7 +33,8 @@ local N = #ARGV / 4
 local R = {}
 local B = 1
 local function fastbeat(key, dirty, id, now, dev, act, readback)
-  local v = redis.call('HGET', key, id)
+  local v
+  v, key = hget_user(key, id)
   if not v then return false end
   local u = unpack_user(key, id, v)
   if not ((u.t == u.pt or u.m == 3) and u.ev == 0 and u.s > now) then return false end

@@ -37,5 +37,5 @@ local ch = settle(u, now)
 schedule(KEYS[2], id, u, now)
 save(u)
 redis.call('SADD', KEYS[3], id)
-redis.call('SADD', KEYS[4], string.match(KEYS[1], 'p:(%d+)$'))
+redis.call('SADD', KEYS[4], string.match(u.key, 'p:(%d+)$'))
 return ch or {0}

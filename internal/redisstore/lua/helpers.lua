@@ -9,9 +9,8 @@
 -- (public last_seen), v (version), ss, sl (settings), pub, pt (last
 -- published status and text), pv (the version everyone else sees: v but
 -- while an invisible user's text changed since they vanished), ev
--- (eviction time, 0 = none), s (the time
--- of the user's entry in the due set, 0 = none, FOREVER = no entry and
--- nothing due: owned devices only) and devs, each device {id, lb (last
+-- (eviction time, 0 = none), s (the user's next deadline as the due set
+-- knows it, 0 = none, FOREVER = nothing due: owned devices only) and devs, each device {id, lb (last
 -- beat), la (last activity), cl (when its connection closed without a
 -- bye, 0 = open), own (the lease of the node that holds its socket, 0 =
 -- none: see lease.go), co (other holders, or nil)}. An owned device is
@@ -21,8 +20,9 @@
 -- Several nodes hold one device when sockets of it are connected to each
 -- (a browser tab duplicated with its session storage): the first in own,
 -- the others in co; each may end only its own hold (add_holder). The
--- shard's sorted set "due" holds each user's next deadline (member = user
--- id), the set "dirty" the users changed since the last Dirty. While s is
+-- shard's sorted set "due" holds, per bucket, a time no later than the
+-- next deadline of any of its users (due_member), the set "dirty" the
+-- users changed since the last Dirty. While s is
 -- in the future no device has died and no away is due since the user was
 -- saved.
 --
@@ -32,12 +32,12 @@ local MANUAL_STATUS = {[1] = 2, [2] = 3, [3] = 4}
 
 local function fmt(n) return string.format('%d', n) end
 
--- load reads user id from its bucket key, or returns nil when the user is
--- not held.
+-- load reads user id from its bucket key (where the caller's node placed
+-- it: hget_user), or returns nil when the user is not held.
 local function load(key, id)
-  local v = redis.call('HGET', key, id)
+  local v, at = hget_user(key, id)
   if not v then return nil end
-  return unpack_user(key, id, v)
+  return unpack_user(at, id, v)
 end
 
 -- save writes u back to its bucket, and leaves the packed user in u.packed
@@ -318,20 +318,27 @@ local function deadline(u, now)
   return nxt
 end
 
--- schedule makes sure the shard's due set holds the user no later than its
--- next deadline (or its eviction time when it has no device). As in
--- memstore, a deadline only moves earlier here: a later one is found when
--- the earlier entry comes due and is re-armed. The hash keeps the entry's
--- time in s (0: none), so the common heartbeat, whose deadline only moves
--- later, does not touch the sorted set at all.
+-- due_member is the member of the shard's due set that stands for the
+-- bucket key: "\2" and the bucket's number. The due set holds buckets, not
+-- users (a user's next deadline is s, in its packed value): a bucket's
+-- score is no later than the s of any of its users, and the sweep
+-- (expire.lua) looks at the users of a bucket that comes due.
+local function due_member(key)
+  return '\2' .. string.match(key, 'p:(%d+)$')
+end
+
+-- schedule makes sure the user's s, and its bucket's entry in the shard's
+-- due set, are no later than its next deadline (or its eviction time when
+-- it has no device). As in memstore, a deadline only moves earlier here: a
+-- later one is found when the earlier one comes due and is re-armed. The
+-- common heartbeat, whose deadline only moves later, does not touch the
+-- due set at all.
 local function schedule(due, id, u, now)
   local d = deadline(u, now)
   if d == 0 and #u.devs > 0 then
-    -- Owned devices only, no away pending: nothing is due here (an entry
-    -- of before, such as the eviction time of a user just loaded, would
-    -- only fire to be re-armed).
+    -- Owned devices only, no away pending: nothing is due here (its
+    -- bucket's entry, if any, fires early and finds nothing).
     u.ev = 0
-    if u.s ~= 0 and u.s ~= FOREVER then redis.call('ZREM', due, id) end
     u.s = FOREVER
     return
   elseif d == 0 then
@@ -343,7 +350,7 @@ local function schedule(due, id, u, now)
   if d <= now then d = now + 1 end
   if u.s == 0 or d < u.s then
     u.s = d
-    redis.call('ZADD', due, 'LT', fmt(d), id)
+    redis.call('ZADD', due, 'LT', fmt(d), due_member(u.key))
   end
 end
 

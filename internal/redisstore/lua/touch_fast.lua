@@ -21,7 +21,8 @@ local R = {}
 local B, A = 1, 3 -- the user, and its first argument
 local function fasttouch(key, id, a, n)
   if n ~= 1 then return false end -- the full path for several devices
-  local v = redis.call('HGET', key, id)
+  local v
+  v, key = hget_user(key, id)
   if not v then return false end
   local u = unpack_user(key, id, v)
   local d = nil
