@@ -194,3 +194,16 @@ func TestBucketIndexSplitsOneBucket(t *testing.T) {
 		}
 	}
 }
+
+// The scripts and Go split buckets at one number: lua/packed.lua's
+// SPLIT_AT is splitAt.
+func TestSplitAtMatchesTheScripts(t *testing.T) {
+	src, err := luaFiles.ReadFile("lua/packed.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("local SPLIT_AT = %d\n", splitAt)
+	if !strings.Contains(string(src), want) {
+		t.Fatalf("lua/packed.lua does not say %q", strings.TrimSpace(want))
+	}
+}
