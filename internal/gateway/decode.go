@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/gobwas/ws"
 
@@ -27,11 +28,12 @@ const (
 // clientMsg is a decoded, validated client message.
 type clientMsg struct {
 	kind    int
-	active  bool            // heartbeat
-	manual  presence.Manual // set_status
-	text    string          // set_status
-	userIDs []string        // subscribe, unsubscribe: valid and distinct
-	room    string          // join, leave, watch_room, unwatch_room: a valid id
+	active  bool              // heartbeat
+	manual  presence.Manual   // set_status
+	text    string            // set_status
+	userIDs []string          // subscribe, unsubscribe: valid and distinct
+	known   map[string]uint64 // subscribe: the version the client holds of some of userIDs
+	room    string            // join, leave, watch_room, unwatch_room: a valid id
 }
 
 // protoError is a recoverable error answered with an error message.
@@ -55,6 +57,7 @@ type rawMsg struct {
 	Status  json.RawMessage `json:"status"`
 	Text    json.RawMessage `json:"text"`
 	UserIDs json.RawMessage `json:"user_ids"`
+	Known   json.RawMessage `json:"known"`
 	Room    json.RawMessage `json:"room"`
 }
 
@@ -114,6 +117,7 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 			"status":   r.Status != nil,
 			"text":     r.Text != nil,
 			"user_ids": r.UserIDs != nil,
+			"known":    r.Known != nil,
 			"room":     r.Room != nil,
 		}
 		for _, f := range fields {
@@ -160,7 +164,11 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 			}
 		}
 	case "subscribe", "unsubscribe":
-		if e := allowed("user_ids"); e != nil {
+		fields := []string{"user_ids"}
+		if *r.Type == "subscribe" {
+			fields = append(fields, "known")
+		}
+		if e := allowed(fields...); e != nil {
 			return m, e
 		}
 		m.kind = msgSubscribe
@@ -187,6 +195,13 @@ func decodeJSONMessage(b []byte) (clientMsg, *protoError) {
 			out = append(out, id)
 		}
 		m.userIDs = out
+		if r.Known != nil && !isNull(r.Known) {
+			known, e := decodeKnown(r.Known, seen)
+			if e != nil {
+				return m, e
+			}
+			m.known = known
+		}
 	case "bye":
 		if e := allowed(); e != nil {
 			return m, e
@@ -260,3 +275,42 @@ var roomKinds = map[string]int{"join": msgJoin, "leave": msgLeave, "watch_room":
 var roomTypes = map[int]string{msgJoin: "join", msgLeave: "leave", msgWatchRoom: "watch_room", msgUnwatchRoom: "unwatch_room"}
 
 func isNull(b json.RawMessage) bool { return string(bytes.TrimSpace(b)) == "null" }
+
+// decodeKnown decodes the known field of a subscribe: an object of user
+// ids of the message's user_ids (ids), each at most once, and the version
+// the client holds of each, an integer from 0 to 2^64-1.
+func decodeKnown(raw json.RawMessage, ids map[string]struct{}) (map[string]uint64, *protoError) {
+	bad := perr("invalid_known", "known must be an object of user ids and versions (non-negative integers)")
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return nil, bad
+	}
+	known := make(map[string]uint64)
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return nil, bad
+		}
+		id, _ := t.(string)
+		if _, ok := ids[id]; !ok {
+			return nil, perr("invalid_known", "known names %q, which user_ids does not", id)
+		}
+		if _, dup := known[id]; dup {
+			return nil, perr("invalid_known", "known names %q twice", id)
+		}
+		if t, err = d.Token(); err != nil {
+			return nil, bad
+		}
+		n, ok := t.(json.Number)
+		if !ok {
+			return nil, bad
+		}
+		v, err := strconv.ParseUint(string(n), 10, 64)
+		if err != nil {
+			return nil, bad
+		}
+		known[id] = v
+	}
+	return known, nil
+}

@@ -198,7 +198,7 @@ type Gateway struct {
 	idle idleIndex
 
 	stats struct {
-		accepted, acceptedTLS, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats atomic.Uint64
+		accepted, acceptedTLS, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats, unchanged atomic.Uint64
 	}
 	nextID atomic.Uint64
 }
@@ -216,6 +216,7 @@ type Stats struct {
 	ClosedExpired  uint64 // 4003: the client token expired
 	RateLimited    uint64 // messages refused with rate_limited
 	CoalescedBeats uint64 // heartbeats read together with an identical one and applied once
+	Unchanged      uint64 // users a subscribe's snapshot left out: the client knew their version
 	EpollDisabled  bool
 }
 
@@ -316,6 +317,7 @@ func (g *Gateway) Stats() Stats {
 		ClosedExpired:  g.stats.closedExpired.Load(),
 		RateLimited:    g.stats.rateLimited.Load(),
 		CoalescedBeats: g.stats.coalescedBeats.Load(),
+		Unchanged:      g.stats.unchanged.Load(),
 		EpollDisabled:  noEpoll,
 	}
 }

@@ -69,10 +69,10 @@ func TestWelcome(t *testing.T) {
 		t.Errorf("device id %q: want 8 random bytes in base64url (%v)", dev, err)
 	}
 	if m["user_id"] != "42" || m["heartbeat_interval_ms"] != 5000.0 || m["ttl_ms"] != 20000.0 ||
-		m["close_grace_ms"] != 5000.0 {
+		m["close_grace_ms"] != 5000.0 || m["subscribe_known"] != true {
 		t.Fatalf("welcome %v", m)
 	}
-	if len(m) != 6 {
+	if len(m) != 7 {
 		t.Fatalf("welcome has fields %v", m)
 	}
 	if runtime.GOOS == "linux" && n.gw.Stats().EpollDisabled {
@@ -241,6 +241,13 @@ func TestErrors(t *testing.T) {
 		{`{"type":"subscribe","user_ids":["a b"]}`, "invalid_id"},
 		{`{"type":"unsubscribe","user_ids":"2"}`, "invalid_id"},
 		{`{"type":"bye","user_ids":["2"]}`, "invalid_json"},
+		{`{"type":"subscribe","user_ids":["2"],"known":{"3":1}}`, "invalid_known"},
+		{`{"type":"subscribe","user_ids":["2"],"known":{"2":-1}}`, "invalid_known"},
+		{`{"type":"subscribe","user_ids":["2"],"known":{"2":1.5}}`, "invalid_known"},
+		{`{"type":"subscribe","user_ids":["2"],"known":{"2":"1"}}`, "invalid_known"},
+		{`{"type":"subscribe","user_ids":["2"],"known":{"2":1,"2":2}}`, "invalid_known"},
+		{`{"type":"subscribe","user_ids":["2"],"known":[1]}`, "invalid_known"},
+		{`{"type":"unsubscribe","user_ids":["2"],"known":{"2":1}}`, "invalid_json"},
 		{`{"type":"join"}`, "invalid_id"},
 		{`{"type":"leave","room":7}`, "invalid_id"},
 		{`{"type":"watch_room","room":"a b"}`, "invalid_id"},

@@ -83,7 +83,7 @@ func (c *conn) handle(m *clientMsg) bool {
 			c.opError("set_status", err)
 		}
 	case msgSubscribe:
-		c.subscribe(ctx, m.userIDs)
+		c.subscribe(ctx, m.userIDs, m.known)
 	case msgUnsubscribe:
 		if c.g.hub != nil {
 			c.g.addSubs(c, -c.g.hub.Unsubscribe(c, m.userIDs))
@@ -106,7 +106,13 @@ func (c *conn) handle(m *clientMsg) bool {
 	return true
 }
 
-func (c *conn) subscribe(ctx context.Context, ids []string) {
+// subscribe watches ids and answers the snapshot of those newly watched;
+// with known (the versions the client holds of some of them, after a
+// reconnect), each whose view is that version is left out and counted as
+// unchanged. Only a view with a visible status has a version, and the
+// client was sent that very view: leaving it out tells the client nothing
+// a read would not.
+func (c *conn) subscribe(ctx context.Context, ids []string, known map[string]uint64) {
 	if len(ids) > c.g.cfg.MaxSubscriptions {
 		c.sendError("too_many_subscriptions", "a connection may watch at most %d users", c.g.cfg.MaxSubscriptions)
 		return
@@ -177,7 +183,22 @@ func (c *conn) subscribe(ctx context.Context, ids []string) {
 		views = append(views, out...)
 	}
 	c.g.hub.SnapshotSent(c, views)
-	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshot(nil, views)})
+	if known == nil {
+		c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshot(nil, views)})
+		return
+	}
+	unchanged := 0
+	same := func(v *privacy.View) bool {
+		k, ok := known[v.UserID]
+		return ok && v.StatusVisible && v.Version != 0 && k == v.Version
+	}
+	for i := range views {
+		if same(&views[i]) {
+			unchanged++
+		}
+	}
+	c.g.stats.unchanged.Add(uint64(unchanged))
+	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshotKnown(nil, views, same, unchanged)})
 }
 
 // opError answers a failed operation as apierr decides for every entry

@@ -376,3 +376,54 @@ func TestSnapshotIsNotSentAgain(t *testing.T) {
 		t.Fatalf("presence %v after a snapshot at version %v", m, v)
 	}
 }
+
+// A subscribe that says which versions the client holds (after a
+// reconnect) is answered with the users whose view differs from those,
+// and the count of the others; a user whose status the viewer may not
+// see is always sent; a change that follows is delivered as usual.
+func TestSubscribeWithKnownVersions(t *testing.T) {
+	n := newNode(t, opts{})
+	ctx := context.Background()
+	for _, id := range []string{"2", "3", "4"} {
+		c := n.dial(id, "p")
+		c.msgType("welcome")
+	}
+	if err := n.tr.SetSettings(ctx, "4", presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}); err != nil {
+		t.Fatal(err)
+	}
+	w := n.dial("1", "")
+	w.msgType("welcome")
+	users := w.watch("2", "3", "4")
+	version := func(id string) string {
+		u, _ := users[id].(map[string]any)
+		v, _ := u["version"].(float64)
+		return strconv.FormatUint(uint64(v), 10)
+	}
+	if _, err := n.tr.SetStatus(ctx, "3", presence.ManualBusy, ""); err != nil {
+		t.Fatal(err)
+	}
+	w.presenceOf("3", "busy")
+
+	again := n.dial("1", "")
+	again.msgType("welcome")
+	again.send(`{"type":"subscribe","user_ids":["2","3","4"],"known":{"2":` + version("2") + `,"3":` + version("3") + `,"4":7}}`)
+	m := again.msgType("snapshot")
+	got, _ := m["users"].(map[string]any)
+	if len(got) != 2 || got["3"] == nil || got["4"] == nil || m["unchanged"] != 1.0 {
+		t.Fatalf("snapshot %v: want 3 (changed) and 4 (hidden), 2 unchanged", m)
+	}
+	if st := n.gw.Stats(); st.Unchanged != 1 {
+		t.Fatalf("stats %+v: one user left out", st)
+	}
+	if _, err := n.tr.SetStatus(ctx, "2", presence.ManualAway, ""); err != nil {
+		t.Fatal(err)
+	}
+	again.presenceOf("2", "away")
+	// Without known versions, the snapshot is whole and has no count.
+	third := n.dial("1", "")
+	third.msgType("welcome")
+	third.send(`{"type":"subscribe","user_ids":["2","3"]}`)
+	if m := third.msgType("snapshot"); len(m["users"].(map[string]any)) != 2 || m["unchanged"] != nil {
+		t.Fatalf("snapshot %v", m)
+	}
+}

@@ -139,7 +139,7 @@ func TestAppendRoomError(t *testing.T) {
 
 func TestAppendWelcome(t *testing.T) {
 	out := wire.AppendWelcome(nil, "42", "d-7f3a", 7500*time.Millisecond, 30*time.Second, 5*time.Second)
-	want := `{"type":"welcome","user_id":"42","device_id":"d-7f3a","heartbeat_interval_ms":7500,"ttl_ms":30000,"close_grace_ms":5000}`
+	want := `{"type":"welcome","user_id":"42","device_id":"d-7f3a","heartbeat_interval_ms":7500,"ttl_ms":30000,"close_grace_ms":5000,"subscribe_known":true}`
 	if string(out) != want {
 		t.Errorf("got  %s\nwant %s", out, want)
 	}

@@ -45,17 +45,35 @@ func AppendPresence(b []byte, v *privacy.View) []byte {
 // its text and version); a hidden or never-set last_seen reads null. The
 // caller passes each user once.
 func AppendSnapshot(b []byte, views []privacy.View) []byte {
+	return AppendSnapshotKnown(b, views, nil, -1)
+}
+
+// AppendSnapshotKnown appends the snapshot that answers a subscribe with
+// known versions: the views but those for which skip is true, and
+// "unchanged", the number skipped, unless it is negative (a subscribe
+// without known versions: no field).
+func AppendSnapshotKnown(b []byte, views []privacy.View, skip func(*privacy.View) bool, unchanged int) []byte {
 	b = append(b, `{"type":"snapshot","users":{`...)
+	first := true
 	for i := range views {
-		if i > 0 {
+		if skip != nil && skip(&views[i]) {
+			continue
+		}
+		if !first {
 			b = append(b, ',')
 		}
+		first = false
 		b = AppendString(b, views[i].UserID)
 		b = append(b, `:{`...)
 		b = appendState(b, &views[i])
 		b = append(b, '}')
 	}
-	return append(b, "}}"...)
+	b = append(b, '}')
+	if unchanged >= 0 {
+		b = append(b, `,"unchanged":`...)
+		b = strconv.AppendInt(b, int64(unchanged), 10)
+	}
+	return append(b, '}')
 }
 
 // AppendError appends {"type":"error","code":…,"message":…}.
@@ -98,5 +116,5 @@ func AppendWelcome(b []byte, userID, deviceID string, heartbeatInterval, ttl, cl
 	b = strconv.AppendInt(b, ttl.Milliseconds(), 10)
 	b = append(b, `,"close_grace_ms":`...)
 	b = strconv.AppendInt(b, closeGrace.Milliseconds(), 10)
-	return append(b, '}')
+	return append(b, `,"subscribe_known":true}`...)
 }
