@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -545,9 +546,13 @@ func (c *Client) setConnected(cn *conn, resubscribe bool) {
 	c.state = Connected
 	close(c.connected)
 	var ids []string
+	var known map[string]uint64
 	if resubscribe {
 		for id := range c.subs {
 			ids = append(ids, id)
+		}
+		if cn.known && len(c.versions) > 0 {
+			known = maps.Clone(c.versions)
 		}
 	}
 	c.mu.Unlock()
@@ -556,7 +561,16 @@ func (c *Client) setConnected(cn *conn, resubscribe bool) {
 	slices.Sort(ids)
 	for len(ids) > 0 {
 		n := min(len(ids), subscribeChunk)
-		if err := cn.sendJSON(c.ctx, subscribeMsg{Type: "subscribe", UserIDs: ids[:n]}); err != nil {
+		msg := subscribeMsg{Type: "subscribe", UserIDs: ids[:n]}
+		for _, id := range msg.UserIDs {
+			if v := known[id]; v > 0 { // 0: nothing with a version was shown
+				if msg.Known == nil {
+					msg.Known = make(map[string]uint64, n)
+				}
+				msg.Known[id] = v
+			}
+		}
+		if err := cn.sendJSON(c.ctx, msg); err != nil {
 			cn.close() // the read loop notices and the run loop reconnects
 			return
 		}

@@ -27,6 +27,7 @@ type conn struct {
 	nc           net.Conn
 	src          io.Reader // the handshake's buffered reader, or nc
 	welcome      Welcome
+	known        bool // the server takes the versions a subscribe knows (subscribe_known)
 	writeTimeout time.Duration
 	readTimeout  time.Duration // a silent server is dead after this long
 	ctrl         wsutil.FrameHandlerFunc
@@ -115,6 +116,7 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 		HeartbeatInterval: time.Duration(m.HeartbeatIntervalMS) * time.Millisecond,
 		TTL:               time.Duration(m.TTLMS) * time.Millisecond,
 	}
+	cn.known = m.SubscribeKnown
 	if cn.welcome.HeartbeatInterval <= 0 {
 		cn.welcome.HeartbeatInterval = defaultHeartbeat
 	}

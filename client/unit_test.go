@@ -161,7 +161,8 @@ type fake struct {
 	t        *testing.T
 	srv      *httptest.Server
 	interval time.Duration
-	refuse   int // answer upgrades with this status instead
+	refuse   int  // answer upgrades with this status instead
+	known    bool // the welcome says the server takes a subscribe's known versions
 
 	mu    sync.Mutex
 	conns []*fakeConn
@@ -191,7 +192,7 @@ func newFake(t *testing.T) *fake {
 
 func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
-	refuse, interval := f.refuse, f.interval
+	refuse, interval, known := f.refuse, f.interval, f.known
 	f.dials = append(f.dials, r.URL.Query().Get("device_id"))
 	f.auths = append(f.auths, r.Header.Get("Authorization")+" "+r.Header.Get("X-App"))
 	n := len(f.dials)
@@ -211,8 +212,12 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	if device == "" {
 		device = fmt.Sprintf("gen-%d", n)
 	}
-	c.send(map[string]any{"type": "welcome", "user_id": "1", "device_id": device,
-		"heartbeat_interval_ms": interval.Milliseconds(), "ttl_ms": 30000})
+	welcome := map[string]any{"type": "welcome", "user_id": "1", "device_id": device,
+		"heartbeat_interval_ms": interval.Milliseconds(), "ttl_ms": 30000}
+	if known {
+		welcome["subscribe_known"] = true
+	}
+	c.send(welcome)
 	f.mu.Lock()
 	f.conns = append(f.conns, c)
 	f.mu.Unlock()
@@ -564,5 +569,46 @@ func TestRefusesWhatTheServerWouldRefuse(t *testing.T) {
 	}
 	if _, err := Dial(ctx, Config{URL: f.srv.URL, Token: "t", DeviceID: "a b"}); err == nil {
 		t.Error("Dial accepted the device id \"a b\"")
+	}
+}
+
+// After a reconnect to a server that takes them, the re-subscribe says
+// which version of each watched user the client holds (none for a user
+// shown without one); to a server that does not, it says nothing more.
+func TestResubscribeSendsKnownVersions(t *testing.T) {
+	for _, known := range []bool{true, false} {
+		t.Run(fmt.Sprint("known=", known), func(t *testing.T) {
+			f := newFake(t)
+			f.known = known
+			c := f.dial(t, Config{})
+			wantState(t, c, Connected)
+			if err := c.Subscribe(context.Background(), "a", "b", "c"); err != nil {
+				t.Fatal(err)
+			}
+			c0 := f.conn(0)
+			c0.next(t, "subscribe")
+			c0.send(map[string]any{"type": "snapshot", "users": map[string]any{
+				"a": map[string]any{"status": "online", "version": 5},
+				"b": map[string]any{"status": nil, "version": nil},
+				"c": map[string]any{"status": "busy", "version": 9},
+			}})
+			wantEvent(t, c, "a", 5, true)
+			wantEvent(t, c, "b", 0, true)
+			wantEvent(t, c, "c", 9, true)
+			c0.send(map[string]any{"type": "presence", "user_id": "a", "status": "away", "version": 6})
+			wantEvent(t, c, "a", 6, false)
+
+			c0.nc.Close()
+			wantState(t, c, Disconnected)
+			wantState(t, c, Connected)
+			m := f.conn(1).next(t, "subscribe")
+			want := "<nil>"
+			if known {
+				want = "map[a:6 c:9]"
+			}
+			if got := fmt.Sprint(m["known"]); got != want || fmt.Sprint(m["user_ids"]) != "[a b c]" {
+				t.Fatalf("re-subscribe = %v, want known %s", m, want)
+			}
+		})
 	}
 }

@@ -25,6 +25,10 @@ type (
 	subscribeMsg struct {
 		Type    string   `json:"type"`
 		UserIDs []string `json:"user_ids"`
+		// Known is the version last delivered of some of UserIDs, sent
+		// again after a reconnect to a server that takes it: the
+		// snapshot then leaves out those whose view is still that one.
+		Known map[string]uint64 `json:"known,omitempty"`
 	}
 	roomMsg struct {
 		Type string `json:"type"`
@@ -42,6 +46,7 @@ type serverMsg struct {
 	HeartbeatIntervalMS int64  `json:"heartbeat_interval_ms"`
 	TTLMS               int64  `json:"ttl_ms"`
 	CloseGraceMS        int64  `json:"close_grace_ms"`
+	SubscribeKnown      bool   `json:"subscribe_known"`
 
 	// snapshot
 	Users map[string]wirePresence `json:"users"`

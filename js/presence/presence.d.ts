@@ -58,6 +58,11 @@ export interface Welcome {
   ttl_ms: number;
   /** How soon a dropped connection must be back for nobody to notice. */
   close_grace_ms?: number;
+  /**
+   * The server takes the versions a re-subscribe holds (`known`), and
+   * leaves out of its snapshot the users still at one.
+   */
+  subscribe_known?: boolean;
 }
 
 /** The detail of a "state" event. */

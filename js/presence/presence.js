@@ -153,6 +153,8 @@
  * @property {number} heartbeat_interval_ms
  * @property {number} ttl_ms
  * @property {number} [close_grace_ms]
+ * @property {boolean} [subscribe_known] the server takes the versions a
+ *   re-subscribe holds, and leaves out of its snapshot who is still at one
  */
 
 /**
@@ -253,7 +255,8 @@
 /**
  * @typedef {{type: "heartbeat", active?: false}
  *   | {type: "set_status", status: ManualStatus, text?: string}
- *   | {type: "subscribe" | "unsubscribe", user_ids: string[]}
+ *   | {type: "subscribe", user_ids: string[], known?: Record<string, number>}
+ *   | {type: "unsubscribe", user_ids: string[]}
  *   | RoomMessage} ClientMessage
  */
 
@@ -693,7 +696,22 @@ export class PresenceClient extends EventTarget {
         this._lastSend = Date.now(); // connecting counts as a heartbeat
         this._reportedActive = true;
         this._setState("open");
-        if (this.subscriptions.size > 0) this._send({ type: "subscribe", user_ids: [...this.subscriptions] });
+        if (this.subscriptions.size > 0) {
+          const ids = [...this.subscriptions];
+          /** @type {{type: "subscribe", user_ids: string[], known?: Record<string, number>}} */
+          const sub = { type: "subscribe", user_ids: ids };
+          if (msg.subscribe_known === true) {
+            // The versions held: the snapshot leaves out who is still at one.
+            /** @type {Record<string, number>} */
+            const known = {};
+            for (const id of ids) {
+              const v = this.versions.get(id);
+              if (typeof v === "number" && v > 0) known[id] = v;
+            }
+            if (Object.keys(known).length > 0) sub.known = known;
+          }
+          this._send(sub);
+        }
         // A watch ends with its connection; the device's rooms do not
         // (within the close grace), so only what is due goes out again.
         this._roomOut = [

@@ -221,6 +221,48 @@ test("a big room on a real node: into interval mode, roominterval events and no 
   await until(() => log.at(-1) === "join m01 9", "m01's join, told as a roomchange");
 });
 
+test("a re-subscribe after a dropped socket is answered with what changed only", async (t) => {
+  const url = process.env.PRESENCED_URL.replace(/^http/, "ws") + "/v1/ws";
+  /** @type {any[]} the snapshots the watcher's sockets received */
+  const snapshots = [];
+  // The watcher's WebSocket, which also notes each snapshot it receives.
+  class Spy extends WebSocket {
+    /** @param {string | URL} u @param {string | string[]} [p] */
+    constructor(u, p) {
+      super(u, p);
+      this.addEventListener("message", (e) => {
+        const m = JSON.parse(String(e.data));
+        if (m.type === "snapshot") snapshots.push(m);
+      });
+    }
+  }
+  const xa = new PresenceClient({ userId: "xa", url, storage: null });
+  const xb = new PresenceClient({ userId: "xb", url, storage: null });
+  const w = new PresenceClient({ userId: "xw", url, storage: null, WebSocket: Spy });
+  t.after(() => (xa.close(), xb.close(), w.close()));
+  /** @type {string[]} */
+  const seen = [];
+  w.addEventListener("presence", (e) => seen.push(`${e.detail.user_id} ${e.detail.status}`));
+  xa.start();
+  xb.start();
+  await until(() => xa.state === "open" && xb.state === "open", "xa and xb connected");
+  w.subscribe(["xa", "xb"]);
+  w.start();
+  await until(() => w.get("xa")?.status === "online" && w.get("xb")?.status === "online", "the watcher sees both online");
+  xb.setStatus("busy");
+  await until(() => w.get("xb")?.status === "busy", "the watcher sees xb busy");
+  const before = seen.length;
+
+  w._ws.close(); // dropped under the client: it reconnects and subscribes again
+  await until(() => snapshots.length === 2, "the re-subscribe's snapshot");
+  assert.deepEqual(snapshots[1].users, {}, "neither changed while away: no user in the snapshot");
+  assert.equal(snapshots[1].unchanged, 2);
+  assert.equal(seen.length, before, "nothing shown again");
+  xa.setStatus("away");
+  await until(() => w.get("xa")?.status === "away", "a change after the reconnect is shown");
+});
+
+
 // until polls cond until it holds, or fails after STEP naming what it waited for.
 async function until(cond, what) {
   const deadline = Date.now() + STEP;
