@@ -13,6 +13,9 @@
 # NATS_URL. It creates a fresh database and Redis key prefix per run.
 # SCENARIOS (default "all") picks a subset: e.g. SCENARIOS="fanout churn"
 # ("rooms" is rooms, room-count and room-memory on the embedded node, and
+# STORM_FLAGS are added to the storm's command (e.g. -known=false: the
+# re-subscribes ask for the whole snapshot, as before the clients sent
+# the versions they hold).
 # ROOMS_ROUNDS rounds of rooms (default 3) and one of room-interval on
 # three nodes sharing a private Redis: its own redis-server on
 # ROOMS_REDIS_PORT, default 6390, started and stopped here; "storm"
@@ -251,7 +254,7 @@ if want storm; then
 	own_redis storm
 	cluster 3
 	run cluster-storm storm -url ws://127.0.0.1:18181,ws://127.0.0.1:18182,ws://127.0.0.1:18183 -dev -api-key "$KEY" \
-		-per-node 3000 -subs 50 -probes 20
+		-per-node 3000 -subs 50 -probes 20 ${STORM_FLAGS:-}
 	stop_nodes
 	own_redis_stop
 fi

@@ -546,9 +546,13 @@ func matchEchoes(base uint64, sends []fanoutSend, echo []fanoutEcho) map[uint64]
 }
 
 // subscribeWait subscribes c to ids and reads until the snapshot.
-func subscribeWait(c *benchConn, ids []string) (*wsMsg, error) {
+func subscribeWait(c *benchConn, ids []string) (*wsMsg, error) { return subscribeKnownWait(c, ids, nil) }
+
+// subscribeKnownWait is subscribeWait with the versions of ids the client
+// holds (nil: none), and returns the last snapshot.
+func subscribeKnownWait(c *benchConn, ids []string, known map[string]uint64) (*wsMsg, error) {
 	for i := 0; i < len(ids); i += 500 {
-		if err := c.send(subscribeMsg(ids[i:min(i+500, len(ids))])); err != nil {
+		if err := c.send(subscribeKnownMsg(ids[i:min(i+500, len(ids))], known)); err != nil {
 			return nil, err
 		}
 		for {

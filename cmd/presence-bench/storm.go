@@ -101,6 +101,7 @@ type stormConfig struct {
 	pprofURLs     []string // the survivors' -pprof-addr, profiled through the storm window
 	profileDir    string
 	json          bool
+	known         bool // re-subscribe with the versions each socket holds
 	tag           string
 }
 
@@ -131,6 +132,7 @@ func parseStorm(args []string, stderr io.Writer) (*stormConfig, error) {
 	fs.BoolVar(&dev, "dev", false, "connect with a bare user_id (the servers run with -dev)")
 	fs.StringVar(&secret, "jwt-secret", "", "mint a client token per connection with this secret (or $"+jwtSecretEnv+")")
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
+	fs.BoolVar(&c.known, "known", true, "re-subscribe after the reconnect with the versions each socket holds, as the clients do (false: the whole snapshot again)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -263,6 +265,12 @@ type stormReconnect struct {
 	Failed      int        `json:"failed"`
 	Attempts    int        `json:"attempts"`
 	Latency     latSummary `json:"latency"`
+	// The re-subscribes' snapshots: users sent, users left out as
+	// unchanged (-known), and bytes, over every socket that came back.
+	Known          bool  `json:"known"`
+	SnapshotUsers  int   `json:"snapshot_users"`
+	UnchangedUsers int   `json:"unchanged_users"`
+	SnapshotBytes  int64 `json:"snapshot_bytes"`
 }
 
 // stormGoal is what the figures are held against.
@@ -286,6 +294,16 @@ type stormSocket struct {
 	recv        []fanoutRecv // presence messages of its probe
 	reconnected time.Time    // the snapshot on a survivor (killed sockets)
 	attempts    int
+	// versions is the newest version it was sent of each user it
+	// watches (with -known), sent again by its re-subscribe.
+	versions map[string]uint64
+	resub    resubCost
+}
+
+// resubCost is what a killed socket's re-subscribe cost: the users its
+// snapshot carried and those it left out as unchanged, and its bytes.
+type resubCost struct {
+	Sent, Unchanged, Bytes int
 }
 
 // stormChange is one POST /v1/status of a probe.
@@ -348,6 +366,9 @@ func (s *stormShared) offline(user string, snapshot bool) {
 // look checks one message a socket read: false offlines, and the
 // presence of its probe.
 func (s *stormShared) look(so *stormSocket, m *wsMsg, at time.Time) {
+	if s.cfg.known {
+		so.note(m)
+	}
 	switch m.Type {
 	case "presence":
 		if m.Status != nil && *m.Status == "offline" {
@@ -367,6 +388,21 @@ func (s *stormShared) look(so *stormSocket, m *wsMsg, at time.Time) {
 	case "error":
 		if m.Code != "rate_limited" {
 			s.errs.add(fmt.Errorf("server error %s: %s", m.Code, m.Message))
+		}
+	}
+}
+
+// note records the versions m carries of users so watches.
+func (so *stormSocket) note(m *wsMsg) {
+	if so.versions == nil {
+		so.versions = make(map[string]uint64, len(so.subs))
+	}
+	switch m.Type {
+	case "presence":
+		so.versions[m.UserID] = max(so.versions[m.UserID], m.Version)
+	case "snapshot":
+		for id, u := range m.Users {
+			so.versions[id] = max(so.versions[id], u.Version)
 		}
 	}
 }
@@ -668,7 +704,11 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		}
 		res.Reconnect.Reconnected++
 		rec.add(so.reconnected.Sub(killed))
+		res.Reconnect.SnapshotUsers += so.resub.Sent
+		res.Reconnect.UnchangedUsers += so.resub.Unchanged
+		res.Reconnect.SnapshotBytes += int64(so.resub.Bytes)
 	}
+	res.Reconnect.Known = cfg.known
 	res.Reconnect.Latency = rec.summary()
 	res.FalseOffline = sh.falseAll.Load()
 	res.FalseOfflineSnap = sh.falseSnap.Load()
@@ -798,12 +838,22 @@ func (s *stormShared) reconnect(so *stormSocket, survivors []int, track func(*be
 			continue
 		}
 		track(c, true)
-		snap, err := subscribeWait(c, so.subs)
+		var known map[string]uint64
+		if s.cfg.known {
+			known = make(map[string]uint64, len(so.versions))
+			for id, v := range so.versions {
+				if v > 0 {
+					known[id] = v
+				}
+			}
+		}
+		snap, err := subscribeKnownWait(c, so.subs, known)
 		if err != nil {
 			track(c, false)
 			c.drop()
 			continue
 		}
+		so.resub = resubCost{Sent: len(snap.Users), Unchanged: snap.Unchanged, Bytes: snap.size}
 		so.node = node
 		so.reconnected = time.Now()
 		s.look(so, snap, so.reconnected)
@@ -865,6 +915,8 @@ func printStorm(w io.Writer, r *stormResult) {
 		r.Probes, r.ProbeWatchers, r.Interval, r.Changes, r.ChangesFailed, r.Deliveries, r.Expected, r.Missing)
 	fmt.Fprintf(w, "reconnect: %d of %d sockets back (%d attempts), kill → snapshot p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
 		r.Reconnect.Reconnected, r.Reconnect.Sockets, r.Reconnect.Attempts, r.Reconnect.Latency.P50, r.Reconnect.Latency.P99, r.Reconnect.Latency.Max)
+	fmt.Fprintf(w, "re-subscribes (known versions %v): %d users in their snapshots, %d left out unchanged, %d bytes\n",
+		r.Reconnect.Known, r.Reconnect.SnapshotUsers, r.Reconnect.UnchangedUsers, r.Reconnect.SnapshotBytes)
 	fmt.Fprintf(w, "false offlines: %d (%d in reconnect snapshots; %d users; goal 0); errors %d\n", r.FalseOffline, r.FalseOfflineSnap, r.FalseOfflineUsers, r.Errors)
 	for _, f := range r.FalseOfflineFirst {
 		fmt.Fprintf(w, "  offline shown: %s\n", f)

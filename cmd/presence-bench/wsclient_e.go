@@ -110,6 +110,8 @@ type wsMsg struct {
 	Left         []string            `json:"left"`        // room_interval
 	MoreJoined   int                 `json:"more_joined"` // room_interval
 	MoreLeft     int                 `json:"more_left"`   // room_interval
+	Unchanged    int                 `json:"unchanged"`   // snapshot of a subscribe with known versions
+	size         int                 // bytes of the message
 }
 
 // snapUser is one user of a snapshot.
@@ -215,7 +217,7 @@ func (c *benchConn) read(deadline time.Time) (*wsMsg, error) {
 		}
 		switch f.Header.OpCode {
 		case ws.OpText:
-			m := &wsMsg{}
+			m := &wsMsg{size: len(f.Payload)}
 			if err := json.Unmarshal(f.Payload, m); err != nil {
 				return nil, fmt.Errorf("bad message %.80q: %w", f.Payload, err)
 			}
@@ -259,11 +261,25 @@ var (
 )
 
 // subscribeMsg is a subscribe request for ids.
-func subscribeMsg(ids []string) []byte {
+func subscribeMsg(ids []string) []byte { return subscribeKnownMsg(ids, nil) }
+
+// subscribeKnownMsg is a subscribe that says which versions of ids the
+// client holds (known: those of ids only; none: no field).
+func subscribeKnownMsg(ids []string, known map[string]uint64) []byte {
+	var k map[string]uint64
+	for _, id := range ids {
+		if v, ok := known[id]; ok {
+			if k == nil {
+				k = make(map[string]uint64)
+			}
+			k[id] = v
+		}
+	}
 	b, _ := json.Marshal(struct {
-		Type    string   `json:"type"`
-		UserIDs []string `json:"user_ids"`
-	}{"subscribe", ids})
+		Type    string            `json:"type"`
+		UserIDs []string          `json:"user_ids"`
+		Known   map[string]uint64 `json:"known,omitempty"`
+	}{"subscribe", ids, k})
 	return b
 }
 
