@@ -546,7 +546,9 @@ func matchEchoes(base uint64, sends []fanoutSend, echo []fanoutEcho) map[uint64]
 }
 
 // subscribeWait subscribes c to ids and reads until the snapshot.
-func subscribeWait(c *benchConn, ids []string) (*wsMsg, error) { return subscribeKnownWait(c, ids, nil) }
+func subscribeWait(c *benchConn, ids []string) (*wsMsg, error) {
+	return subscribeKnownWait(c, ids, nil)
+}
 
 // subscribeKnownWait is subscribeWait with the versions of ids the client
 // holds (nil: none), and returns the last snapshot.

@@ -260,11 +260,8 @@ var (
 	msgOnline    = []byte(`{"type":"set_status","status":"online"}`)
 )
 
-// subscribeMsg is a subscribe request for ids.
-func subscribeMsg(ids []string) []byte { return subscribeKnownMsg(ids, nil) }
-
-// subscribeKnownMsg is a subscribe that says which versions of ids the
-// client holds (known: those of ids only; none: no field).
+// subscribeKnownMsg is a subscribe of ids that says which versions of
+// them the client holds (known: those of ids only; none: no field).
 func subscribeKnownMsg(ids []string, known map[string]uint64) []byte {
 	var k map[string]uint64
 	for _, id := range ids {
