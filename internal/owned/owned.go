@@ -226,6 +226,16 @@ func (u *user) find(id string) int {
 	return -1
 }
 
+// deviceLocked returns user userID of sh and the index of its device, or
+// a nil user (or -1) when sh holds neither. Held: sh.mu.
+func (sh *shard) deviceLocked(userID, device string) (*user, int) {
+	u := sh.users[userID]
+	if u == nil {
+		return nil, -1
+	}
+	return u, u.find(device)
+}
+
 // Beat records a heartbeat of a device whose socket this node holds and
 // says what the store needs at once. connect says the beat is a new
 // socket's first: the device is claimed again (another node may have
@@ -310,11 +320,7 @@ func (t *Table) Hurry(now int64, userID, device string) bool {
 	sh := t.shard(userID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	u := sh.users[userID]
-	if u == nil {
-		return false
-	}
-	i := u.find(device)
+	u, i := sh.deviceLocked(userID, device)
 	if i < 0 {
 		return false
 	}
@@ -368,11 +374,7 @@ func (t *Table) Close(now int64, userID, device string, since int64) bool {
 	sh := t.shard(userID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	u := sh.users[userID]
-	if u == nil {
-		return false
-	}
-	i := u.find(device)
+	u, i := sh.deviceLocked(userID, device)
 	if i < 0 {
 		return false
 	}
@@ -403,11 +405,7 @@ func (t *Table) Remove(now int64, userID, device string) (Device, Removal) {
 	sh := t.shard(userID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	u := sh.users[userID]
-	if u == nil {
-		return Device{}, NotHeld
-	}
-	i := u.find(device)
+	u, i := sh.deviceLocked(userID, device)
 	if i < 0 {
 		return Device{}, NotHeld
 	}
