@@ -187,18 +187,12 @@ func (c *conn) subscribe(ctx context.Context, ids []string, known map[string]uin
 		c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshot(nil, views)})
 		return
 	}
-	unchanged := 0
-	same := func(v *privacy.View) bool {
+	frame, unchanged := wire.AppendSnapshotKnown(nil, views, func(v *privacy.View) bool {
 		k, ok := known[v.UserID]
 		return ok && v.StatusVisible && v.Version != 0 && k == v.Version
-	}
-	for i := range views {
-		if same(&views[i]) {
-			unchanged++
-		}
-	}
+	})
 	c.g.stats.unchanged.Add(uint64(unchanged))
-	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshotKnown(nil, views, same, unchanged)})
+	c.enqueue(outFrame{op: ws.OpText, data: frame})
 }
 
 // opError answers a failed operation as apierr decides for every entry

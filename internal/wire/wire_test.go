@@ -3,7 +3,10 @@ package wire_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +80,34 @@ func TestAppendPresenceExact(t *testing.T) {
 	want := `{"type":"presence","user_id":"2","status":"away","last_seen":"2026-11-22T23:08:49.123Z","status_text":null,"version":4294967302}`
 	if got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// A snapshot with known versions leaves out the views skip names, and
+// counts them.
+func TestAppendSnapshotKnown(t *testing.T) {
+	views := []privacy.View{full, noLastSeen, hidden, never}
+	for _, tc := range []struct {
+		skip string // user ids left out
+		want string
+	}{
+		{"", `"2","3","4","5" unchanged 0`},
+		{"2", `"3","4","5" unchanged 1`},
+		{"34", `"2","5" unchanged 2`},
+		{"2345", ` unchanged 4`},
+	} {
+		out, n := wire.AppendSnapshotKnown(nil, views, func(v *privacy.View) bool { return strings.Contains(tc.skip, v.UserID) })
+		m := decode(t, out)
+		users := m["users"].(map[string]any)
+		ids := slices.Sorted(maps.Keys(users))
+		got := `"` + strings.Join(ids, `","`) + `"`
+		if len(ids) == 0 {
+			got = ""
+		}
+		got += fmt.Sprintf(" unchanged %v", m["unchanged"])
+		if got != tc.want || n != len(tc.skip) {
+			t.Errorf("skip %q: got %s (%d), want %s: %s", tc.skip, got, n, tc.want, out)
+		}
 	}
 }
 

@@ -45,35 +45,39 @@ func AppendPresence(b []byte, v *privacy.View) []byte {
 // its text and version); a hidden or never-set last_seen reads null. The
 // caller passes each user once.
 func AppendSnapshot(b []byte, views []privacy.View) []byte {
-	return AppendSnapshotKnown(b, views, nil, -1)
+	b, _ = appendSnapshot(b, views, nil)
+	return append(b, '}')
 }
 
 // AppendSnapshotKnown appends the snapshot that answers a subscribe with
 // known versions: the views but those for which skip is true, and
-// "unchanged", the number skipped, unless it is negative (a subscribe
-// without known versions: no field).
-func AppendSnapshotKnown(b []byte, views []privacy.View, skip func(*privacy.View) bool, unchanged int) []byte {
+// "unchanged", the number skipped, which it also returns.
+func AppendSnapshotKnown(b []byte, views []privacy.View, skip func(*privacy.View) bool) ([]byte, int) {
+	b, skipped := appendSnapshot(b, views, skip)
+	b = append(b, `,"unchanged":`...)
+	b = strconv.AppendInt(b, int64(skipped), 10)
+	return append(b, '}'), skipped
+}
+
+// appendSnapshot appends a snapshot of views but those skip leaves out
+// (skip nil: none) without its closing brace, and the number left out.
+func appendSnapshot(b []byte, views []privacy.View, skip func(*privacy.View) bool) ([]byte, int) {
 	b = append(b, `{"type":"snapshot","users":{`...)
-	first := true
+	skipped := 0
 	for i := range views {
 		if skip != nil && skip(&views[i]) {
+			skipped++
 			continue
 		}
-		if !first {
+		if i > skipped {
 			b = append(b, ',')
 		}
-		first = false
 		b = AppendString(b, views[i].UserID)
 		b = append(b, `:{`...)
 		b = appendState(b, &views[i])
 		b = append(b, '}')
 	}
-	b = append(b, '}')
-	if unchanged >= 0 {
-		b = append(b, `,"unchanged":`...)
-		b = strconv.AppendInt(b, int64(unchanged), 10)
-	}
-	return append(b, '}')
+	return append(b, '}'), skipped
 }
 
 // AppendError appends {"type":"error","code":…,"message":…}.
