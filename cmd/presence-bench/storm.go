@@ -487,7 +487,9 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		}
 		cmu.Unlock()
 	}
-	defer func() {
+	// stop ends every socket and waits for their goroutines: before the
+	// verdict, or on an early return.
+	stop := sync.OnceFunc(func() {
 		cancel()
 		cmu.Lock()
 		for c := range live {
@@ -495,7 +497,8 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		}
 		cmu.Unlock()
 		wg.Wait()
-	}()
+	})
+	defer stop()
 
 	// Setup: the probes' sockets, then the population, subscribed.
 	start := time.Now()
@@ -602,13 +605,7 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 			now.Sub(killed).Seconds(), sh.falseAll.Load(), failed.Load(), sh.errs.n.Load())
 	})
 	sleepCtx(ctx, cfg.drain)
-	cancel()
-	cmu.Lock()
-	for c := range live {
-		c.drop()
-	}
-	cmu.Unlock()
-	wg.Wait()
+	stop()
 
 	// The verdict.
 	res := &stormResult{Scenario: "storm", URLs: cfg.urlStrings, KilledURL: cfg.urlStrings[cfg.kill], KilledPID: killPID,
