@@ -136,31 +136,12 @@ func TestNPMPackage(t *testing.T) {
 	if strings.TrimSpace(string(run(ctx, t, app, node, "-p", "typeof WebSocket"))) != "function" {
 		args = append([]string{"--experimental-websocket"}, args...) // node 20
 	}
-	cmd := exec.CommandContext(ctx, node, args...)
-	cmd.Dir = app
-	cmd.Env = append(os.Environ(), "PRESENCED_URL="+base, "PRESENCED_CONTROL="+control.URL, "NODE_OPTIONS=")
-	lines := &lineLogger{t: t, prefix: "node: "}
-	cmd.Stdout, cmd.Stderr = lines, lines
-	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
-	lines.Flush()
-	if err != nil {
-		t.Errorf("node installed.mjs: %v", err)
-	}
+	nodeTest(ctx, t, app, node, args, "PRESENCED_URL="+base, "PRESENCED_CONTROL="+control.URL)
 	// Without a global WebSocket (as on Node 20 without the flag): a clear
 	// error, and the ws package's WebSocket passed instead.
 	copyFile(t, filepath.Join(pkgDir, "test", "nowebsocket.mjs"), filepath.Join(app, "nowebsocket.mjs"))
-	cmd = exec.CommandContext(ctx, node, "--test-reporter=spec", "nowebsocket.mjs")
-	cmd.Dir = app
-	cmd.Env = append(os.Environ(), "PRESENCED_URL="+base, "WS_MODULE="+filepath.Join(root, "node_modules", "ws", "wrapper.mjs"), "NODE_OPTIONS=")
-	lines = &lineLogger{t: t, prefix: "node: "}
-	cmd.Stdout, cmd.Stderr = lines, lines
-	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Run()
-	lines.Flush()
-	if err != nil {
-		t.Errorf("node nowebsocket.mjs: %v", err)
-	}
+	nodeTest(ctx, t, app, node, []string{"--test-reporter=spec", "nowebsocket.mjs"},
+		"PRESENCED_URL="+base, "WS_MODULE="+filepath.Join(root, "node_modules", "ws", "wrapper.mjs"))
 	if err := srv.stop(); err != nil {
 		t.Errorf("presenced did not stop cleanly: %v", err)
 	}
@@ -235,4 +216,22 @@ func writeFile(t *testing.T, name, content string) {
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	writeFile(t, to, string(readFile(t, from)))
+}
+
+// nodeTest runs node with args in dir, its test script's output logged
+// line by line, with env added to this process's (NODE_OPTIONS cleared);
+// a failure fails t and the test goes on.
+func nodeTest(ctx context.Context, t *testing.T, dir, node string, args []string, env ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), env...), "NODE_OPTIONS=")
+	lines := &lineLogger{t: t, prefix: "node: "}
+	cmd.Stdout, cmd.Stderr = lines, lines
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	lines.Flush()
+	if err != nil {
+		t.Errorf("node %s: %v", args[len(args)-1], err)
+	}
 }
