@@ -48,7 +48,6 @@ type leaseKeeper struct {
 
 	id        atomic.Uint64 // this node's lease, 0 while it has none
 	held      chan struct{} // closed once the node took its first lease
-	heldOnce  sync.Once
 	losses    atomic.Uint64 // times this node found its lease taken over or lost
 	takeovers atomic.Uint64 // leases of other nodes this node marked and took over
 	book      leaseBook
@@ -161,7 +160,9 @@ func (k *leaseKeeper) acquire(ctx context.Context) error {
 	}
 	k.book.gen = gen
 	k.id.Store(id)
-	k.heldOnce.Do(func() { close(k.held) })
+	if gen == 1 {
+		close(k.held) // the first lease of this run
+	}
 	if gen > 1 {
 		k.claims.Unclaim(k.link.now())
 	}
