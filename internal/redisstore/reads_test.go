@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,5 +261,56 @@ func TestLayoutFormerFormatIsMovedOn(t *testing.T) {
 				t.Fatalf("open over %s with other buckets: no error", format)
 			}
 		}
+	}
+}
+
+// ReadPublished reads what ScanReads yields of the users asked for, and
+// Get's answer for a user not held; a change that is due but not yet
+// applied (a device past its deadline) is not in it.
+func TestReadPublished(t *testing.T) {
+	f := newReadsFixture(t)
+	s, ids, at := f.s, f.ids, f.at
+	ctx := context.Background()
+	scanned := make(map[string]presence.Snapshot)
+	if err := s.ScanReads(ctx, func(id string, snap *presence.Snapshot) { scanned[id] = *snap }); err != nil {
+		t.Fatal(err)
+	}
+	asked := append(slices.Clone(ids), "never-seen")
+	got := make([]presence.Snapshot, len(asked))
+	if err := s.ReadPublished(ctx, asked, got); err != nil {
+		t.Fatal(err)
+	}
+	gets := getAll(t, s, at, asked)
+	for i, id := range asked {
+		w, held := scanned[id]
+		if !held {
+			w = gets[i]
+			if w.Known {
+				t.Fatalf("%s read as held by Get, not by ScanReads", id)
+			}
+		}
+		g := got[i]
+		if g.Known != w.Known || g.Status != w.Status || g.Version != w.Version || g.Settings != w.Settings {
+			t.Errorf("%s = %+v, want %+v", id, g, w)
+		}
+	}
+
+	const now = 1_000_000
+	if err := s.Load(ctx, now, &presence.Profile{UserID: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Beat(ctx, now, "late", "d", true); err != nil {
+		t.Fatal(err)
+	}
+	later := int64(now + time.Hour.Milliseconds())
+	if g := get(t, s, later, "late"); g.Status != presence.Offline {
+		t.Fatalf("Get an hour after the last beat: %v, want offline (due)", g.Status)
+	}
+	one := make([]presence.Snapshot, 1)
+	if err := s.ReadPublished(ctx, []string{"late"}, one); err != nil {
+		t.Fatal(err)
+	}
+	if one[0].Status != presence.Online {
+		t.Errorf("ReadPublished: %v, want online: the offline is due, not published", one[0].Status)
 	}
 }

@@ -915,6 +915,20 @@ func decodeClaim(m rueidis.RedisMessage, now int64) (presence.Change, error) {
 // reads the users Redis does not hold from the durable store anyway.)
 func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) (err error) {
 	defer callGet.Start(ctx).Done(&err)
+	return s.get(ctx, now, ids, out, false)
+}
+
+// ReadPublished fills out[i] with ids[i] as ScanReads yields it (the
+// status last published, nothing due applied), a user the store does not
+// hold with Known false and its shard's floor as version: a bounded read
+// replica's read of the users it does not hold. Errors are Get's.
+func (s *Store) ReadPublished(ctx context.Context, ids []string, out []presence.Snapshot) (err error) {
+	defer callReadPublished.Start(ctx).Done(&err)
+	return s.get(ctx, 0, ids, out, true)
+}
+
+// get is Get, and ReadPublished if published.
+func (s *Store) get(ctx context.Context, now int64, ids []string, out []presence.Snapshot, published bool) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -991,7 +1005,11 @@ func (s *Store) Get(ctx context.Context, now int64, ids []string, out []presence
 				if err != nil {
 					return fmt.Errorf("redisstore: get %q: %w", id, err)
 				}
-				s.snapshot(&u, now, &out[i])
+				if published {
+					publishedSnapshot(&u, &out[i])
+				} else {
+					s.snapshot(&u, now, &out[i])
+				}
 			}
 		}
 		if len(nils) == 0 {
@@ -1306,6 +1324,7 @@ var (
 	callRelease       = backendcall.New("redis", "release")
 	callHandOff       = backendcall.New("redis", "hand_off")
 	callScanReads     = backendcall.New("redis", "scan_reads")
+	callReadPublished = backendcall.New("redis", "read_published")
 	callPing          = backendcall.New("redis", "ping")
 	callPingPart      = backendcall.New("redis", "ping_part")
 	callSetStatus     = backendcall.New("redis", "set_status")

@@ -22,6 +22,18 @@ func (p population) ScanReads(_ context.Context, fn func(string, *presence.Snaps
 	return nil
 }
 
+func (p population) ReadPublished(_ context.Context, ids []string, out []presence.Snapshot) error {
+	for i, id := range ids {
+		n, err := strconv.Atoi(id[1:])
+		if err != nil || n >= int(p) {
+			out[i] = presence.Snapshot{UserID: id}
+			continue
+		}
+		out[i] = presence.Snapshot{UserID: id, Known: true, Status: presence.Online, Version: uint64(n + 1)}
+	}
+	return nil
+}
+
 // BenchmarkGet1000 reads 1,000 random users among 1,000,000, and reports
 // the heap the replica holds per user.
 func BenchmarkGet1000(b *testing.B) {

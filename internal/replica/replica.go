@@ -19,6 +19,17 @@
 // bus. A fill deletes the users it did not find in the store and that no
 // change named since it started (users the store lost or evicted).
 //
+// With Config.Max set it is bounded: it holds at most about Max users —
+// those the node's readers asked for and, while there is room, those whose
+// changes it received — and is never filled by a scan. A read of a user it
+// does not hold (or holds for longer than Config.Every) reads that user's
+// published state from the store (Source.ReadPublished) and keeps it,
+// evicting, when full, a user no read asked for since the clock hand last
+// passed it. A change that reaches the replica while such a read is in
+// flight is not lost: the user's slot is made before the store is read,
+// and a change applied to it meanwhile wins over an older read. A Refill
+// empties a bounded replica instead of filling it.
+//
 // What it holds answers status reads only: the public status (an invisible
 // user is offline in it), not the user's own status, last_seen, devices or
 // text, which move with heartbeats that publish nothing. A user's own
@@ -28,8 +39,10 @@ package replica
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +61,10 @@ type Source interface {
 	// (a user that moves while the scan runs may come twice). fn is
 	// called from one goroutine; snap is valid during the call only.
 	ScanReads(ctx context.Context, fn func(id string, snap *presence.Snapshot)) error
+	// ReadPublished fills out[i] with ids[i] as ScanReads would yield it;
+	// a user the store does not hold has Known false and the version a
+	// read of it is ordered after. It fails if any user could not be read.
+	ReadPublished(ctx context.Context, ids []string, out []presence.Snapshot) error
 }
 
 // Config configures a Replica. Source is required.
@@ -66,8 +83,13 @@ type Config struct {
 	// act on what it sees: the app fills again once a silent node is
 	// heard). Default 250 ms.
 	Check time.Duration
-	// Every is the time between background fills. Default 5 minutes.
-	Every  time.Duration
+	// Every is the time between background fills; with Max, the age at
+	// which a user held is read from the store again. Default 5 minutes.
+	Every time.Duration
+	// Max, if above 0, bounds the replica to about Max users, read
+	// through from the store on a miss (see the package documentation);
+	// 0 holds every user the store holds.
+	Max    int
 	Logger *slog.Logger
 }
 
@@ -92,21 +114,52 @@ type Replica struct {
 	wake          chan struct{} // capacity 1: a fill was asked for
 	notBefore     atomic.Int64  // Unix ns before which the fill asked for does not start
 
+	// seq numbers the slots as they are made: a read through the store
+	// applies what it read only to the slot it made or found before it
+	// read (one a Refill or an eviction has not replaced since).
+	seq      atomic.Uint64
+	start    time.Time // the zero of slots' ages
+	maxAge   uint32    // with Max: the age in seconds at which a slot is read again
+	perShard int       // with Max: the slots a shard holds at most
+
 	applied, stale, fills, refused, served atomic.Uint64
+	notHeld, misses, evicted               atomic.Uint64
 	lastFill                               atomic.Int64 // duration of the last completed fill, ns
 }
 
 type shard struct {
-	mu sync.RWMutex // guards m
-	m  map[string]entry
+	mu    sync.RWMutex     // guards the fields below, not slots' ref
+	m     map[string]int32 // id → its slot
+	slots []slot
+	free  []int32 // slots of deleted users, made again first
+	hand  int     // with Max: the clock hand of eviction
+}
+
+// slot holds one user.
+type slot struct {
+	id    string
+	e     entry
+	since uint64 // Replica.seq when the slot was made for id
+	born  uint32 // seconds since Replica.start when e was read or changed
+	has   bool   // e holds a state (a slot made for a read in flight does not yet)
+	ref   uint32 // atomic: read since the hand last passed (with Max)
 }
 
 // entry is one user's visible state.
 type entry struct {
 	version  uint64
 	gen      uint32
+	known    bool            // the store holds the user (with Max a user it does not hold is kept too)
 	status   presence.Status // public: never Invisible
 	settings presence.Settings
+}
+
+func entryOf(snap *presence.Snapshot) entry {
+	return entry{version: snap.Version, known: snap.Known, status: snap.Status.Public(), settings: snap.Settings}
+}
+
+func (e *entry) snapshot(id string) presence.Snapshot {
+	return presence.Snapshot{UserID: id, Known: e.known, Status: e.status, Version: e.version, Settings: e.settings}
 }
 
 // New returns an empty Replica; Run fills it and keeps it filled.
@@ -129,9 +182,16 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Replica{cfg: cfg, log: cfg.Logger, seed: maphash.MakeSeed(), wake: make(chan struct{}, 1)}
+	if cfg.Max < 0 {
+		return nil, errors.New("replica: Max must not be negative")
+	}
+	r := &Replica{cfg: cfg, log: cfg.Logger, seed: maphash.MakeSeed(), wake: make(chan struct{}, 1), start: time.Now()}
+	if cfg.Max > 0 {
+		r.perShard = (cfg.Max + numShards - 1) / numShards
+		r.maxAge = uint32(max(1, cfg.Every/time.Second))
+	}
 	for i := range r.shards {
-		r.shards[i].m = make(map[string]entry)
+		r.shards[i].m = make(map[string]int32)
 	}
 	r.asked.Store(1) // the first fill
 	r.wake <- struct{}{}
@@ -142,24 +202,41 @@ func (r *Replica) shardOf(id string) *shard {
 	return &r.shards[maphash.String(r.seed, id)%numShards]
 }
 
+// age is now in seconds since the replica was made: a slot's born.
+func (r *Replica) age() uint32 { return uint32(time.Since(r.start) / time.Second) }
+
+// bounded reports whether Config.Max bounds the replica.
+func (r *Replica) bounded() bool { return r.perShard > 0 }
+
+// What apply did with a change.
+const (
+	stored = iota // it holds the change now
+	older         // it held that version or a newer one
+	noRoom        // bounded and full: the user is not held
+)
+
 // Publish applies a change (a tracker.Publisher, and the bus's mirror of
-// the other nodes' changes). It never blocks for long.
+// the other nodes' changes). It never blocks for long. A bounded replica
+// keeps the change of a user it does not hold only while it has room: it
+// makes none for changes.
 func (r *Replica) Publish(ev *presence.Event) {
-	e := entry{version: ev.Version, status: ev.Status.Public(), settings: ev.Settings}
-	if !r.apply(ev.UserID, e, 0) {
+	e := entry{version: ev.Version, known: true, status: ev.Status.Public(), settings: ev.Settings}
+	switch r.apply(ev.UserID, e, 0) {
+	case stored:
+		r.applied.Add(1)
+	case older:
 		r.stale.Add(1)
-		return
+	default:
+		r.notHeld.Add(1)
 	}
-	r.applied.Add(1)
 }
 
 // apply stores e for id unless the entry held has a version at or above
 // e's; either way the entry is marked with gen, or with the gen of the
 // fill now (or last) running if gen is 0: a change applied after a fill
 // started is kept by it (its write reached the store before it was
-// published, so a fill that missed it started before). It reports whether
-// e was stored.
-func (r *Replica) apply(id string, e entry, gen uint32) bool {
+// published, so a fill that missed it started before).
+func (r *Replica) apply(id string, e entry, gen uint32) int {
 	s := r.shardOf(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -167,15 +244,68 @@ func (r *Replica) apply(id string, e entry, gen uint32) bool {
 		gen = r.gen.Load() // under the lock: a fill's sweep of this shard comes after
 	}
 	e.gen = gen
-	if old, ok := s.m[id]; ok && old.version >= e.version {
-		if old.gen != e.gen {
-			old.gen = e.gen
-			s.m[id] = old
+	i, ok := s.m[id]
+	if !ok {
+		if i, ok = r.makeSlot(s, id, false); !ok {
+			return noRoom
 		}
-		return false
 	}
-	s.m[id] = e
-	return true
+	sl := &s.slots[i]
+	if sl.has && sl.e.version >= e.version {
+		sl.e.gen = gen
+		return older
+	}
+	sl.e, sl.has = e, true
+	if r.bounded() {
+		sl.born = r.age()
+	}
+	return stored
+}
+
+// makeSlot makes an empty slot for id in s, whose lock the caller holds:
+// a free one, a new one while s has room, or, if evict, the first one the
+// clock hand finds unread since it last passed. It reports false if there
+// is none.
+func (r *Replica) makeSlot(s *shard, id string, evict bool) (int32, bool) {
+	var i int32
+	switch {
+	case len(s.free) > 0:
+		i = s.free[len(s.free)-1]
+		s.free = s.free[:len(s.free)-1]
+	case !r.bounded() || len(s.slots) < r.perShard:
+		s.slots = append(s.slots, slot{})
+		i = int32(len(s.slots) - 1)
+	case !evict:
+		return 0, false
+	default:
+		var ok bool
+		if i, ok = r.evict(s); !ok {
+			return 0, false
+		}
+	}
+	id = strings.Clone(id) // ids of reads may point into a request's buffer
+	s.slots[i] = slot{id: id, since: r.seq.Add(1)} // unmarked: behind the hand, and a read marks it
+	s.m[id] = i
+	return i, true
+}
+
+// evict frees the slot of a full bounded shard that the clock hand finds
+// first not read since it last passed (clearing, on its way, the marks of
+// those that were), and returns it.
+func (r *Replica) evict(s *shard) (int32, bool) {
+	for range 2 * len(s.slots) {
+		i := s.hand
+		s.hand = (s.hand + 1) % len(s.slots)
+		sl := &s.slots[i]
+		if atomic.LoadUint32(&sl.ref) != 0 {
+			atomic.StoreUint32(&sl.ref, 0)
+			continue
+		}
+		delete(s.m, sl.id)
+		r.evicted.Add(1)
+		return int32(i), true
+	}
+	return 0, false
 }
 
 // Refill tells the replica it may have missed changes: Get refuses until a
@@ -207,27 +337,118 @@ func (r *Replica) Ready() bool {
 
 // Get fills out[i] with what the replica holds of ids[i]: a known user
 // with its public status, settings and version, or an unknown one (the
-// store does not hold it). It returns ErrNotReady, and fills nothing, when
-// the replica may have missed changes. now is not used: the replica holds
-// what was published, not what is due.
-func (r *Replica) Get(_ context.Context, _ int64, ids []string, out []presence.Snapshot) error {
+// store does not hold it). A bounded replica reads the users it does not
+// hold, or holds for longer than Config.Every, from the store, and keeps
+// them. It returns ErrNotReady, and fills nothing, when the replica may
+// have missed changes, and the store's error if a read through it failed.
+// now is not used: the replica holds what was published, not what is due.
+func (r *Replica) Get(ctx context.Context, _ int64, ids []string, out []presence.Snapshot) error {
 	if !r.Ready() {
 		r.refused.Add(1)
 		return ErrNotReady
 	}
+	asked := r.asked.Load()
+	var now uint32
+	if r.bounded() {
+		now = r.age()
+	}
+	var miss []int
 	for i, id := range ids {
 		s := r.shardOf(id)
 		s.mu.RLock()
-		e, ok := s.m[id]
-		s.mu.RUnlock()
-		if !ok {
+		j, ok := s.m[id]
+		switch {
+		case ok && s.slots[j].has && (!r.bounded() || now-s.slots[j].born < r.maxAge):
+			sl := &s.slots[j]
+			out[i] = sl.e.snapshot(id)
+			if r.bounded() && atomic.LoadUint32(&sl.ref) == 0 {
+				atomic.StoreUint32(&sl.ref, 1)
+			}
+		case !r.bounded():
 			out[i] = presence.Snapshot{UserID: id}
-			continue
+		default:
+			miss = append(miss, i)
 		}
-		out[i] = presence.Snapshot{UserID: id, Known: true, Status: e.status, Version: e.version, Settings: e.settings}
+		s.mu.RUnlock()
+	}
+	if len(miss) > 0 {
+		if err := r.readThrough(ctx, ids, miss, out, asked); err != nil {
+			return err
+		}
 	}
 	r.served.Add(1)
 	return nil
+}
+
+// readThrough reads ids[i], for each i of miss, from the store into
+// out[i], and keeps each in the slot found or made for it before the read:
+// a change applied to the slot meanwhile is newer than the read and wins,
+// and a slot replaced meanwhile (evicted, or emptied by a Refill — asked
+// is the count of Refills when the read began) keeps nothing.
+func (r *Replica) readThrough(ctx context.Context, ids []string, miss []int, out []presence.Snapshot, asked uint64) error {
+	r.misses.Add(uint64(len(miss)))
+	names := make([]string, len(miss))
+	tokens := make([]uint64, len(miss))
+	for j, i := range miss {
+		names[j] = ids[i]
+		tokens[j] = r.listen(ids[i])
+	}
+	read := make([]presence.Snapshot, len(miss))
+	err := r.cfg.Source.ReadPublished(ctx, names, read)
+	keep := err == nil && r.asked.Load() == asked
+	now := r.age()
+	for j, i := range miss {
+		e := entryOf(&read[j])
+		if tokens[j] != 0 {
+			r.settle(names[j], tokens[j], &e, keep, now)
+		}
+		out[i] = e.snapshot(names[j])
+	}
+	if err != nil {
+		return fmt.Errorf("replica: read through the store: %w", err)
+	}
+	return nil
+}
+
+// listen returns the seq of id's slot, made (evicting another if need be)
+// if there is none; 0 if none could be made.
+func (r *Replica) listen(id string) uint64 {
+	s := r.shardOf(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.m[id]
+	if !ok {
+		if i, ok = r.makeSlot(s, id, true); !ok {
+			return 0
+		}
+	}
+	return s.slots[i].since
+}
+
+// settle keeps *e, read from the store, in id's slot if it is still the
+// one of seq since, and sets *e to what the slot holds if that is newer.
+// Without keep it only frees the slot if it holds nothing yet.
+func (r *Replica) settle(id string, since uint64, e *entry, keep bool, now uint32) {
+	s := r.shardOf(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.m[id]
+	if !ok || s.slots[i].since != since {
+		return
+	}
+	sl := &s.slots[i]
+	switch {
+	case !keep:
+		if !sl.has {
+			delete(s.m, id)
+			s.slots[i] = slot{}
+			s.free = append(s.free, i)
+		}
+	case !sl.has || e.version >= sl.e.version:
+		sl.e, sl.has, sl.born = *e, true, now
+	default:
+		*e = sl.e
+	}
 }
 
 // Run fills the replica, fills it again each time Refill asks, checks
@@ -236,12 +457,16 @@ func (r *Replica) Get(_ context.Context, _ int64, ids []string, out []presence.S
 // Config.Every, until ctx is done. A background fill does not make Get
 // refuse: it corrects, within Every, a change that never reached this node
 // (a publisher that had to drop it) or a user the store lost without a
-// Refill.
+// Refill. A bounded replica has no background fill: each user it holds
+// is read again once older than Every.
 func (r *Replica) Run(ctx context.Context) error {
 	check := time.NewTicker(r.cfg.Check)
 	defer check.Stop()
 	every := time.NewTimer(r.cfg.Every)
 	defer every.Stop()
+	if r.bounded() {
+		every.Stop()
+	}
 	for {
 		asked := false
 		select {
@@ -259,7 +484,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		if err := r.fillUntilDone(ctx, asked); err != nil {
 			return err
 		}
-		every.Reset(r.cfg.Every)
+		if !r.bounded() {
+			every.Reset(r.cfg.Every)
+		}
 	}
 }
 
@@ -310,14 +537,19 @@ func (r *Replica) fillUntilDone(ctx context.Context, asked bool) error {
 }
 
 // fill reads every user the store holds and then deletes the entries that
-// neither the store nor a change named since the fill started.
+// neither the store nor a change named since the fill started. A bounded
+// replica is emptied instead.
 func (r *Replica) fill(ctx context.Context) error {
+	if r.bounded() {
+		r.empty()
+		return nil
+	}
 	gen := r.gen.Add(1)
 	start := time.Now()
 	n := 0
 	err := r.cfg.Source.ScanReads(ctx, func(id string, snap *presence.Snapshot) {
 		n++
-		r.apply(id, entry{version: snap.Version, status: snap.Status.Public(), settings: snap.Settings}, gen)
+		r.apply(id, entryOf(snap), gen)
 	})
 	if err != nil {
 		return err
@@ -326,9 +558,11 @@ func (r *Replica) fill(ctx context.Context) error {
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
-		for id, e := range s.m {
-			if e.gen != gen {
-				delete(s.m, id)
+		for j := range s.slots {
+			if sl := &s.slots[j]; sl.has && sl.e.gen != gen {
+				delete(s.m, sl.id)
+				s.slots[j] = slot{}
+				s.free = append(s.free, int32(j))
 				dropped++
 			}
 		}
@@ -341,23 +575,42 @@ func (r *Replica) fill(ctx context.Context) error {
 	return nil
 }
 
+// empty forgets every user a bounded replica holds: they are read from
+// the store again when asked for.
+func (r *Replica) empty() {
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.Lock()
+		clear(s.m)
+		clear(s.slots)
+		s.slots, s.free, s.hand = s.slots[:0], s.free[:0], 0
+		s.mu.Unlock()
+	}
+	r.fills.Add(1)
+}
+
 // Stats are the replica's counters.
 type Stats struct {
-	Users    int           // users held
+	Users    int           // users held (with Max, also those being read)
+	Max      int           // Config.Max: 0, every user the store holds
 	Ready    bool          // Get answers now
 	Applied  uint64        // changes applied
 	Stale    uint64        // changes not applied: the replica held that version or a newer one
-	Fills    uint64        // fills completed
+	NotHeld  uint64        // changes not applied: bounded and full, the user not held
+	Fills    uint64        // fills completed (with Max: times it was emptied)
 	LastFill time.Duration // how long the last completed fill took
 	Served   uint64        // reads answered
 	Refused  uint64        // reads refused (not ready): the store answered them
+	Misses   uint64        // with Max: users read through from the store
+	Evicted  uint64        // with Max: users dropped to make room
 }
 
 // Stats returns the replica's counters. It takes every shard's lock
 // briefly to count the users.
 func (r *Replica) Stats() Stats {
-	st := Stats{Ready: r.Ready(), Applied: r.applied.Load(), Stale: r.stale.Load(), Fills: r.fills.Load(),
-		LastFill: time.Duration(r.lastFill.Load()), Served: r.served.Load(), Refused: r.refused.Load()}
+	st := Stats{Max: r.cfg.Max, Ready: r.Ready(), Applied: r.applied.Load(), Stale: r.stale.Load(),
+		NotHeld: r.notHeld.Load(), Fills: r.fills.Load(), LastFill: time.Duration(r.lastFill.Load()),
+		Served: r.served.Load(), Refused: r.refused.Load(), Misses: r.misses.Load(), Evicted: r.evicted.Load()}
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.RLock()

@@ -21,6 +21,31 @@ type source struct {
 	mid   func()
 	fail  error
 	scans atomic.Int32
+	// during, if set, runs in ReadPublished after the users are read and
+	// before they are returned.
+	during func()
+	reads  atomic.Int32 // users read by ReadPublished
+}
+
+func (s *source) ReadPublished(_ context.Context, ids []string, out []presence.Snapshot) error {
+	s.mu.Lock()
+	fail, during := s.fail, s.during
+	for i, id := range ids {
+		u, ok := s.users[id]
+		if !ok {
+			u = presence.Snapshot{UserID: id, Version: 1}
+		}
+		out[i] = u
+	}
+	s.mu.Unlock()
+	if fail != nil {
+		return fail
+	}
+	s.reads.Add(int32(len(ids)))
+	if during != nil {
+		during()
+	}
+	return nil
 }
 
 func (s *source) ScanReads(_ context.Context, fn func(string, *presence.Snapshot)) error {
