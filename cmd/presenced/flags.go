@@ -106,6 +106,7 @@ func (o *options) nodeFlags(fs *flag.FlagSet, d app.Config) {
 	fs.StringVar(&c.NodeID, "node-id", d.NodeID, "this node's name on the NATS bus (default: host name and a random suffix)")
 	fs.BoolVar(&c.NoIngest, "no-ingest", d.NoIngest, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
 	fs.BoolVar(&c.ReadReplica, "read-replica", d.ReadReplica, "with -redis-url and -nats-url: keep every user's public status in this node, fed by every change on the bus, and answer GET /presence/batch from it (memory: ~100 B a user held)")
+	fs.IntVar(&c.ReadReplicaUsers, "read-replica-users", d.ReadReplicaUsers, "with -redis-url and -nats-url and without -read-replica: the users whose public status this node keeps at most (those read and changed lately, read from Redis on a miss) to answer GET /presence/batch; -1: none")
 	fs.Var((*listFlag)(&c.WebhookURLs), "webhook-url", "POST every change of presence to this URL, at least once (repeat the flag, or separate URLs with commas; needs -nats-url with -postgres-url)")
 	fs.Var((*listFlag)(&c.KafkaBrokers), "kafka-brokers", "Kafka brokers, host:port (repeat the flag, or separate them with commas): consume session events from -kafka-ingest-topic, produce every change this node makes to -kafka-changes-topic")
 	fs.StringVar(&c.KafkaIngestTopic, "kafka-ingest-topic", d.KafkaIngestTopic, "with -kafka-brokers: the topic of session events (as on presence.ingest.>, keyed by user id) the nodes consume in the group -kafka-group; empty (-kafka-ingest-topic=): no consumer")

@@ -15,19 +15,37 @@ import (
 	"github.com/presenced/presenced/internal/testwait"
 )
 
-// Two nodes with -read-replica. Users change in every way a status read
-// shows — heartbeats on either node, sockets on node 1, statuses,
-// invisibility, byes, settings, contact lists, expiry — and node 2's seed
-// batch read (GET /presence/batch, answered by its replica) must show,
-// for an anonymous viewer and for one with contacts, exactly what its
-// full read (POST /v1/presence/batch, read in Redis) shows. Then NATS
-// stops: the replica refuses (the reads go to Redis and stay right while
-// node 1 keeps changing users), and once NATS is back it is filled again
-// and answers, right.
+// Two nodes with a read replica: of every user (-read-replica), bounded
+// by default, and bounded to 64 users — fewer than the test reads, so
+// that users are evicted and read through again all along. Users change
+// in every way a status read shows — heartbeats on either node, sockets
+// on node 1, statuses, invisibility, byes, settings, contact lists,
+// expiry — and node 2's seed batch read (GET /presence/batch, answered by
+// its replica) must show, for an anonymous viewer and for one with
+// contacts, exactly what its full read (POST /v1/presence/batch, read in
+// Redis) shows. Then NATS stops: the replica refuses (the reads go to
+// Redis and stay right while node 1 keeps changing users), and once NATS
+// is back it is filled (or emptied) again and answers, right.
 func TestReadReplicaAcrossNodes(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{
+		{"every user", []string{"-read-replica"}},
+		{"bounded by default", nil},
+		{"bounded to 64", []string{"-read-replica-users", "64"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			testReadReplicaAcrossNodes(t, c.flags...)
+		})
+	}
+}
+
+func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 	b := newBackends(t)
-	nodes := b.nodes(t, 2, "-read-replica")
+	nodes := b.nodes(t, 2, flags...)
 	n1, n2 := nodes[0], nodes[1]
 	const users = 40
 	ids := make([]string, users, users+1)
@@ -159,6 +177,11 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 	testwait.For(t, "node 2's replica to answer again after NATS came back", func() bool { return agree("NATS back") })
 	if fills := metric(t, n2.server, "presenced_replica_fills_total"); fills < 2 {
 		t.Errorf("node 2's replica was filled %v times, want a fill at start and one after NATS came back", fills)
+	}
+	if len(flags) > 0 && flags[0] == "-read-replica-users" {
+		if ev := metric(t, n2.server, "presenced_replica_evicted_total"); ev == 0 {
+			t.Error("node 2's replica of 64 users read 41 ids and evicted none")
+		}
 	}
 	for _, c := range socks {
 		_ = c.Close()

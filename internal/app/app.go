@@ -43,7 +43,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.openState,    // memory or Redis
 		a.openHub,      // with the contact relay and the resyncer
 		a.openRooms,    // the watchers of rooms
-		a.openReplica,  // -read-replica
+		a.openReplica,  // -read-replica, -read-replica-users
 		a.openBus,      // -nats-url
 		a.openWebhooks, // -webhook-url
 		a.openKafkaOut, // -kafka-brokers

@@ -93,6 +93,11 @@ type Config struct {
 	// bus), and answers the seed's status-only batch read from it; needs
 	// RedisURL and NATSURL.
 	ReadReplica bool
+	// ReadReplicaUsers bounds the read replica of a node with Redis and
+	// NATS and no ReadReplica to about this many users: those read and
+	// changed lately, read from Redis on a miss (replica.Config.Max).
+	// Zero takes DefaultReadReplicaUsers; a negative value: no replica.
+	ReadReplicaUsers int
 
 	// Connections (package connbudget): caps on the open connections
 	// overall, per source address, and of those not done sending a
@@ -184,8 +189,14 @@ func Defaults() Config {
 		KafkaIngestTopic:     kafka.DefaultIngestTopic,
 		KafkaGroup:           kafka.DefaultGroup,
 		KafkaChangesTopic:    kafka.DefaultChangesTopic,
+		ReadReplicaUsers:     DefaultReadReplicaUsers,
 	}
 }
+
+// DefaultReadReplicaUsers is the default bound of a scale-out node's
+// read replica: ~130 MB of heap when full (operations.md, "The read
+// replica").
+const DefaultReadReplicaUsers = 1_000_000
 
 // defaults checks c and fills its zero fields from Defaults.
 func (c *Config) defaults() error {
@@ -198,6 +209,7 @@ func (c *Config) defaults() error {
 	orDefault(&c.Addr, d.Addr)
 	orDefault(&c.DataDir, d.DataDir)
 	orDefault(&c.TTL, d.TTL)
+	orDefault(&c.ReadReplicaUsers, d.ReadReplicaUsers)
 	orDefault(&c.IdleAfter, d.IdleAfter)
 	if c.CloseGrace == 0 { // presence.NoCloseGrace: off
 		c.CloseGrace = d.CloseGrace

@@ -51,7 +51,7 @@ type App struct {
 	rooms    *fanout.RoomHub  // who on this node watches which room
 	contacts *contactRelay    // hands changed contact lists to the hub
 	resync   *resyncer        // sends watchers the current state when asked
-	replica  *replica.Replica // nil without ReadReplica
+	replica  *replica.Replica // nil without Redis and NATS, or with ReadReplicaUsers < 0
 	nats     *jsstream.Conn   // nil without NATS: the one connection of all that uses NATS
 	bus      *natsbus.Bus     // nil without NATS
 	webhooks *webhook.Sender  // nil without webhook URLs

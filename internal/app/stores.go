@@ -78,19 +78,25 @@ func (a *App) redisReady(context.Context) error {
 	return nil
 }
 
-// openReplica builds, with ReadReplica, the replica of every user's
-// public status: filled from Redis, kept by this node's changes and, from
-// the bus, everyone else's (replicaFresh says when it may answer).
+// openReplica builds, with Redis and NATS, the read replica of users'
+// public statuses: with ReadReplica every user's, filled from Redis;
+// else at most ReadReplicaUsers, read from Redis on a miss (none if it is
+// negative). Either is kept by this node's changes and, from the bus,
+// everyone else's (replicaFresh says when it may answer).
 func (a *App) openReplica(context.Context) error {
-	if !a.cfg.ReadReplica {
+	if a.cfg.RedisURL == "" || a.cfg.NATSURL == "" || (!a.cfg.ReadReplica && a.cfg.ReadReplicaUsers < 0) {
 		return nil
 	}
 	src, ok := a.store.(replica.Source)
-	if !ok { // validate refused a replica without Redis
+	if !ok {
 		return errors.New("a read replica needs Redis")
 	}
+	limit := a.cfg.ReadReplicaUsers
+	if a.cfg.ReadReplica {
+		limit = 0
+	}
 	var err error
-	a.replica, err = replica.New(replica.Config{Source: src, Fresh: a.replicaFresh,
+	a.replica, err = replica.New(replica.Config{Source: src, Fresh: a.replicaFresh, Max: limit,
 		Logger: a.cfg.Logger.With("component", "replica")})
 	if err != nil {
 		return err

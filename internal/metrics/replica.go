@@ -8,9 +8,12 @@ import (
 
 var (
 	descReplicaUsers   = prometheus.NewDesc("presenced_replica_users", "Users this node's read replica holds.", nil, nil)
+	descReplicaMax     = prometheus.NewDesc("presenced_replica_max_users", "The bound of the read replica (-read-replica-users); 0 with -read-replica: every user.", nil, nil)
+	descReplicaMisses  = prometheus.NewDesc("presenced_replica_misses_total", "Users a status read asked the bounded read replica for that it did not hold (or held too long): read from Redis and kept.", nil, nil)
+	descReplicaEvicted = prometheus.NewDesc("presenced_replica_evicted_total", "Users the bounded read replica dropped to make room for a user read.", nil, nil)
 	descReplicaReady   = prometheus.NewDesc("presenced_replica_ready", "1 while the read replica answers status reads, 0 while they go to Redis (filling, or changes may have been missed).", nil, nil)
-	descReplicaChanges = prometheus.NewDesc("presenced_replica_changes_total", "Changes the read replica received, by outcome (stale: it held that version or a newer one).", []string{"outcome"}, nil)
-	descReplicaFills   = prometheus.NewDesc("presenced_replica_fills_total", "Times the read replica was filled from Redis.", nil, nil)
+	descReplicaChanges = prometheus.NewDesc("presenced_replica_changes_total", "Changes the read replica received, by outcome (stale: it held that version or a newer one; not_held: bounded, full, and the user not among those it holds).", []string{"outcome"}, nil)
+	descReplicaFills   = prometheus.NewDesc("presenced_replica_fills_total", "Times the read replica was filled from Redis (a bounded one: emptied, to be read through again).", nil, nil)
 	descReplicaFill    = prometheus.NewDesc("presenced_replica_last_fill_seconds", "How long the last fill of the read replica took.", nil, nil)
 	descReplicaReads   = prometheus.NewDesc("presenced_replica_reads_total", "Status reads, by what answered them (replica, or store while the replica was not ready).", []string{"source"}, nil)
 )
@@ -18,7 +21,7 @@ var (
 type replicaCollector struct{ stats func() replica.Stats }
 
 func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicaUsers, descReplicaReady, descReplicaChanges, descReplicaFills, descReplicaFill, descReplicaReads} {
+	for _, d := range []*prometheus.Desc{descReplicaUsers, descReplicaMax, descReplicaMisses, descReplicaEvicted, descReplicaReady, descReplicaChanges, descReplicaFills, descReplicaFill, descReplicaReads} {
 		ch <- d
 	}
 }
@@ -30,9 +33,13 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descReplicaUsers, prometheus.GaugeValue, float64(s.Users))
+	ch <- prometheus.MustNewConstMetric(descReplicaMax, prometheus.GaugeValue, float64(s.Max))
+	ch <- prometheus.MustNewConstMetric(descReplicaMisses, prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(descReplicaEvicted, prometheus.CounterValue, float64(s.Evicted))
 	ch <- prometheus.MustNewConstMetric(descReplicaReady, prometheus.GaugeValue, ready)
 	ch <- prometheus.MustNewConstMetric(descReplicaChanges, prometheus.CounterValue, float64(s.Applied), "applied")
 	ch <- prometheus.MustNewConstMetric(descReplicaChanges, prometheus.CounterValue, float64(s.Stale), "stale")
+	ch <- prometheus.MustNewConstMetric(descReplicaChanges, prometheus.CounterValue, float64(s.NotHeld), "not_held")
 	ch <- prometheus.MustNewConstMetric(descReplicaFills, prometheus.CounterValue, float64(s.Fills))
 	ch <- prometheus.MustNewConstMetric(descReplicaFill, prometheus.GaugeValue, s.LastFill.Seconds())
 	ch <- prometheus.MustNewConstMetric(descReplicaReads, prometheus.CounterValue, float64(s.Served), "replica")

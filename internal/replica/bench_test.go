@@ -34,20 +34,44 @@ func (p population) ReadPublished(_ context.Context, ids []string, out []presenc
 	return nil
 }
 
-// BenchmarkGet1000 reads 1,000 random users among 1,000,000, and reports
-// the heap the replica holds per user.
+// BenchmarkGet1000 reads 1,000 random users among 1,000,000 from a
+// replica that holds all of them — filled, or bounded and read through
+// once (a bound 5 % above the population: the bound is kept per shard,
+// and the shards' shares of a million users differ by ~1 %) — and reports
+// the heap it holds per user.
 func BenchmarkGet1000(b *testing.B) {
+	b.Run("filled", func(b *testing.B) { benchGet1000(b, 0) })
+	b.Run("bounded", func(b *testing.B) { benchGet1000(b, 1_050_000) })
+}
+
+func benchGet1000(b *testing.B, limit int) {
 	const users = 1_000_000
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	r, err := New(Config{Source: population(users), Logger: slog.New(slog.DiscardHandler)})
+	r, err := New(Config{Source: population(users), Max: limit, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	<-r.wake
 	if err := r.fill(context.Background()); err != nil {
 		b.Fatal(err)
+	}
+	r.filled.Store(r.asked.Load())
+	if limit > 0 { // read everyone through once
+		ids := make([]string, 1000)
+		out := make([]presence.Snapshot, len(ids))
+		for lo := 0; lo < users; lo += len(ids) {
+			for j := range ids {
+				ids[j] = "u" + strconv.Itoa(lo+j)
+			}
+			if err := r.Get(context.Background(), 0, ids, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if st := r.Stats(); st.Users != users || st.Evicted != 0 {
+			b.Fatalf("%+v after reading everyone, want %d users, none evicted", st, users)
+		}
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

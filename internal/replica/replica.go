@@ -1,39 +1,23 @@
-// Package replica keeps, in each node of a scale-out deployment, what every
-// user shows to others: the public status, the privacy settings and the
-// version of the last change, for every user the shared state store holds.
-// A status read of 1,000 ids is then answered in the node's memory, at the
-// embedded node's speed, instead of by a round trip to Redis.
+// Package replica keeps, in each node of a scale-out deployment, what
+// users show to others — the public status, the privacy settings and the
+// version of the last change — so that a status read of 1,000 ids is
+// answered in the node's memory instead of by a round trip to Redis.
 //
-// It is filled from the store (Source.ScanReads: every user's read field)
-// and kept current by the changes the nodes publish (Publish: the node's own
-// from its tracker, the other nodes' from the bus). A change is applied only
-// if its version is above the one held, so the two feeds, and changes that
-// arrive out of order or twice, merge into the newest state of each user.
+// It holds every user the store holds, filled by scans
+// (Source.ScanReads), or, bounded (Config.Max), the users its readers
+// asked for, each read from the store on a miss (Source.ReadPublished)
+// into a slot made before the read, and evicted by a clock when the shard
+// is full. Either is kept current by the changes the nodes publish
+// (Publish); a change applies only above the version held, so scans,
+// reads and changes that arrive out of order or twice merge into the
+// newest state of each user.
 //
-// A replica is only as good as its feed. Get refuses (ErrNotReady), and the
-// caller reads the store, whenever it may have missed changes: before its
-// first fill completes, from the moment it is told it may have missed some
-// (Refill: the bus was cut off or dropped messages, the store came back or
-// lost its data) until a fill that started after that moment is done, and
-// while Config.Fresh says a node that may write changes is not heard on the
-// bus. A fill deletes the users it did not find in the store and that no
-// change named since it started (users the store lost or evicted).
-//
-// With Config.Max set it is bounded: it holds at most about Max users —
-// those the node's readers asked for and, while there is room, those whose
-// changes it received — and is never filled by a scan. A read of a user it
-// does not hold (or holds for longer than Config.Every) reads that user's
-// published state from the store (Source.ReadPublished) and keeps it,
-// evicting, when full, a user no read asked for since the clock hand last
-// passed it. A change that reaches the replica while such a read is in
-// flight is not lost: the user's slot is made before the store is read,
-// and a change applied to it meanwhile wins over an older read. A Refill
-// empties a bounded replica instead of filling it.
-//
-// What it holds answers status reads only: the public status (an invisible
-// user is offline in it), not the user's own status, last_seen, devices or
-// text, which move with heartbeats that publish nothing. A user's own
-// status and full views are read from the store (query.Reader).
+// Get refuses (ErrNotReady), and the caller reads the store, whenever
+// the replica may have missed changes: until a fill (a bounded replica:
+// emptying it) that started after it was told so (Refill) is done, and
+// while Config.Fresh says a node that may write changes is not heard.
+// Public statuses only: a user's own status and full views are read from
+// the store (query.Reader). docs/internals.md has the whole design.
 package replica
 
 import (
@@ -283,7 +267,7 @@ func (r *Replica) makeSlot(s *shard, id string, evict bool) (int32, bool) {
 			return 0, false
 		}
 	}
-	id = strings.Clone(id) // ids of reads may point into a request's buffer
+	id = strings.Clone(id)                         // ids of reads may point into a request's buffer
 	s.slots[i] = slot{id: id, since: r.seq.Add(1)} // unmarked: behind the hand, and a read marks it
 	s.m[id] = i
 	return i, true
