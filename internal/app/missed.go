@@ -66,7 +66,10 @@ func (a *App) replicaFresh() bool {
 	for _, l := range leases {
 		alive := !l.Taken && l.Since != 0 && now.UnixMilli()-l.Since < timeout
 		if alive && now.Sub(heard[l.ID]) > replicaSilence {
-			a.replicaDeaf.Store(true)
+			if !a.replicaDeaf.Swap(true) {
+				a.cfg.Logger.Warn("a live node is not heard on NATS: status reads go to Redis until it is, and the read replica is filled again then",
+					"lease", l.ID, "silent", now.Sub(heard[l.ID]).Round(time.Millisecond))
+			}
 			return false
 		}
 	}

@@ -10,6 +10,7 @@ var (
 	descReplicaUsers   = prometheus.NewDesc("presenced_replica_users", "Users this node's read replica holds.", nil, nil)
 	descReplicaMax     = prometheus.NewDesc("presenced_replica_max_users", "The bound of the read replica (-read-replica-users); 0 with -read-replica: every user.", nil, nil)
 	descReplicaMisses  = prometheus.NewDesc("presenced_replica_misses_total", "Users a status read asked the bounded read replica for that it did not hold (or held too long): read from Redis and kept.", nil, nil)
+	descReplicaRefresh = prometheus.NewDesc("presenced_replica_refreshed_total", "Users the bounded read replica read again from Redis in the background for being held longer than 5 minutes.", nil, nil)
 	descReplicaEvicted = prometheus.NewDesc("presenced_replica_evicted_total", "Users the bounded read replica dropped to make room for a user read.", nil, nil)
 	descReplicaReady   = prometheus.NewDesc("presenced_replica_ready", "1 while the read replica answers status reads, 0 while they go to Redis (filling, or changes may have been missed).", nil, nil)
 	descReplicaChanges = prometheus.NewDesc("presenced_replica_changes_total", "Changes the read replica received, by outcome (stale: it held that version or a newer one; not_held: bounded, full, and the user not among those it holds).", []string{"outcome"}, nil)
@@ -21,7 +22,7 @@ var (
 type replicaCollector struct{ stats func() replica.Stats }
 
 func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicaUsers, descReplicaMax, descReplicaMisses, descReplicaEvicted, descReplicaReady, descReplicaChanges, descReplicaFills, descReplicaFill, descReplicaReads} {
+	for _, d := range []*prometheus.Desc{descReplicaUsers, descReplicaMax, descReplicaMisses, descReplicaRefresh, descReplicaEvicted, descReplicaReady, descReplicaChanges, descReplicaFills, descReplicaFill, descReplicaReads} {
 		ch <- d
 	}
 }
@@ -36,6 +37,7 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReplicaMax, prometheus.GaugeValue, float64(s.Max))
 	ch <- prometheus.MustNewConstMetric(descReplicaMisses, prometheus.CounterValue, float64(s.Misses))
 	ch <- prometheus.MustNewConstMetric(descReplicaEvicted, prometheus.CounterValue, float64(s.Evicted))
+	ch <- prometheus.MustNewConstMetric(descReplicaRefresh, prometheus.CounterValue, float64(s.Refreshed))
 	ch <- prometheus.MustNewConstMetric(descReplicaReady, prometheus.GaugeValue, ready)
 	ch <- prometheus.MustNewConstMetric(descReplicaChanges, prometheus.CounterValue, float64(s.Applied), "applied")
 	ch <- prometheus.MustNewConstMetric(descReplicaChanges, prometheus.CounterValue, float64(s.Stale), "stale")

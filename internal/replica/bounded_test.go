@@ -12,8 +12,8 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 )
 
-// bounded runs a replica of at most max users (per shard: max/numShards)
-// and waits for it to answer.
+// bounded runs a replica of at most max users and waits for it to
+// answer.
 func bounded(t *testing.T, src *source, max int) *Replica {
 	t.Helper()
 	r := run(t, Config{Source: src, Max: max})
@@ -100,7 +100,7 @@ func TestBoundedChangeDuringTheReadWins(t *testing.T) {
 // never makes room for a change, and keeps a read through it anyway.
 func TestBoundedEvictsTheUnread(t *testing.T) {
 	src := &source{}
-	r := bounded(t, src, 2*numShards) // two users a shard
+	r := bounded(t, src, 2)
 	ids := sameShard(r, 4)
 	for _, id := range ids {
 		src.set(id, presence.Online, 3)
@@ -128,23 +128,46 @@ func TestBoundedEvictsTheUnread(t *testing.T) {
 	}
 }
 
-func TestBoundedReadAgainWhenOld(t *testing.T) {
+// Users held longer than Every are read again in the background, and
+// reads answer from memory meanwhile.
+func TestBoundedRefreshesTheOld(t *testing.T) {
 	src := &source{}
 	src.set("a", presence.Online, 5)
-	r := run(t, Config{Source: src, Max: 1000, Every: time.Minute})
-	awaitReady(t, r)
+	src.set("b", presence.Online, 5)
+	// Without Run: the test refreshes, and moves the replica's clock.
+	r, err := New(Config{Source: src, Max: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-r.wake
+	r.empty()
+	r.filled.Store(r.asked.Load())
 	get(t, r, "a")
 	// A change this replica never got (its publisher dropped it).
 	src.set("a", presence.Away, 6)
+	r.start = r.start.Add(-10 * time.Minute) // a's read is ten minutes old
+	get(t, r, "b")                           // b's is new
 	if got := get(t, r, "a")[0]; got.Status != presence.Online {
-		t.Fatalf("a = %v, want online: read from memory", got.Status)
+		t.Fatalf("a = %v, want online: answered from memory however old", got.Status)
 	}
-	r.start = r.start.Add(-2 * time.Minute) // a's read is two minutes old
+	for i := range r.shards {
+		if err := r.refresh(context.Background(), &r.shards[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if got := get(t, r, "a")[0]; got.Status != presence.Away || got.Version != 6 {
-		t.Errorf("a = %v v%d, want away v6: read again once older than Every", got.Status, got.Version)
+		t.Errorf("a = %v v%d after a refresh, want away v6", got.Status, got.Version)
 	}
-	if n := src.reads.Load(); n != 2 {
-		t.Errorf("the store read %d users, want 2", n)
+	if st := r.Stats(); st.Refreshed != 1 || st.Misses != 2 {
+		t.Errorf("stats %+v, want 1 user refreshed (a, not b), 2 misses", st)
+	}
+	for i := range r.shards { // a was just read again: nothing is old
+		if err := r.refresh(context.Background(), &r.shards[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := r.Stats(); st.Refreshed != 1 {
+		t.Errorf("%d users refreshed, want 1", st.Refreshed)
 	}
 }
 

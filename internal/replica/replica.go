@@ -101,13 +101,16 @@ type Replica struct {
 	// seq numbers the slots as they are made: a read through the store
 	// applies what it read only to the slot it made or found before it
 	// read (one a Refill or an eviction has not replaced since).
-	seq      atomic.Uint64
-	start    time.Time // the zero of slots' ages
-	maxAge   uint32    // with Max: the age in seconds at which a slot is read again
-	perShard int       // with Max: the slots a shard holds at most
+	seq       atomic.Uint64
+	start     time.Time // the zero of slots' ages
+	maxAge    uint32    // with Max: the age in seconds at which refresh reads a slot again
+	nextShard int       // with Max: the shard Run refreshes next (Run's own)
+	// held counts, with Max, the slots in use in all shards: a shard
+	// makes a new one only while the sum is below Max, else it evicts.
+	held atomic.Int64
 
 	applied, stale, fills, refused, served atomic.Uint64
-	notHeld, misses, evicted               atomic.Uint64
+	notHeld, misses, evicted, refreshed    atomic.Uint64
 	lastFill                               atomic.Int64 // duration of the last completed fill, ns
 }
 
@@ -171,7 +174,6 @@ func New(cfg Config) (*Replica, error) {
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, seed: maphash.MakeSeed(), wake: make(chan struct{}, 1), start: time.Now()}
 	if cfg.Max > 0 {
-		r.perShard = (cfg.Max + numShards - 1) / numShards
 		r.maxAge = uint32(max(1, cfg.Every/time.Second))
 	}
 	for i := range r.shards {
@@ -190,7 +192,7 @@ func (r *Replica) shardOf(id string) *shard {
 func (r *Replica) age() uint32 { return uint32(time.Since(r.start) / time.Second) }
 
 // bounded reports whether Config.Max bounds the replica.
-func (r *Replica) bounded() bool { return r.perShard > 0 }
+func (r *Replica) bounded() bool { return r.cfg.Max > 0 }
 
 // What apply did with a change.
 const (
@@ -247,21 +249,24 @@ func (r *Replica) apply(id string, e entry, gen uint32) int {
 }
 
 // makeSlot makes an empty slot for id in s, whose lock the caller holds:
-// a free one, a new one while s has room, or, if evict, the first one the
-// clock hand finds unread since it last passed. It reports false if there
-// is none.
+// a free or new one while the replica has room (always, unbounded), or,
+// if evict, the first one of s the clock hand finds unread since it last
+// passed. It reports false if there is none.
 func (r *Replica) makeSlot(s *shard, id string, evict bool) (int32, bool) {
 	var i int32
 	switch {
-	case len(s.free) > 0:
-		i = s.free[len(s.free)-1]
-		s.free = s.free[:len(s.free)-1]
-	case !r.bounded() || len(s.slots) < r.perShard:
-		s.slots = append(s.slots, slot{})
-		i = int32(len(s.slots) - 1)
+	case !r.bounded() || r.held.Add(1) <= int64(r.cfg.Max):
+		if n := len(s.free); n > 0 {
+			i, s.free = s.free[n-1], s.free[:n-1]
+		} else {
+			s.slots = append(s.slots, slot{})
+			i = int32(len(s.slots) - 1)
+		}
 	case !evict:
+		r.held.Add(-1)
 		return 0, false
 	default:
+		r.held.Add(-1)
 		var ok bool
 		if i, ok = r.evict(s); !ok {
 			return 0, false
@@ -273,14 +278,17 @@ func (r *Replica) makeSlot(s *shard, id string, evict bool) (int32, bool) {
 	return i, true
 }
 
-// evict frees the slot of a full bounded shard that the clock hand finds
-// first not read since it last passed (clearing, on its way, the marks of
-// those that were), and returns it.
+// evict frees the slot of s that the clock hand finds first not read
+// since it last passed (clearing, on its way, the marks of those that
+// were), and returns it.
 func (r *Replica) evict(s *shard) (int32, bool) {
 	for range 2 * len(s.slots) {
 		i := s.hand
 		s.hand = (s.hand + 1) % len(s.slots)
 		sl := &s.slots[i]
+		if sl.id == "" { // free
+			continue
+		}
 		if atomic.LoadUint32(&sl.ref) != 0 {
 			atomic.StoreUint32(&sl.ref, 0)
 			continue
@@ -332,17 +340,13 @@ func (r *Replica) Get(ctx context.Context, _ int64, ids []string, out []presence
 		return ErrNotReady
 	}
 	asked := r.asked.Load()
-	var now uint32
-	if r.bounded() {
-		now = r.age()
-	}
 	var miss []int
 	for i, id := range ids {
 		s := r.shardOf(id)
 		s.mu.RLock()
 		j, ok := s.m[id]
 		switch {
-		case ok && s.slots[j].has && (!r.bounded() || now-s.slots[j].born < r.maxAge):
+		case ok && s.slots[j].has:
 			sl := &s.slots[j]
 			out[i] = sl.e.snapshot(id)
 			if r.bounded() && atomic.LoadUint32(&sl.ref) == 0 {
@@ -427,6 +431,7 @@ func (r *Replica) settle(id string, since uint64, e *entry, keep bool, now uint3
 			delete(s.m, id)
 			s.slots[i] = slot{}
 			s.free = append(s.free, i)
+			r.held.Add(-1)
 		}
 	case !sl.has || e.version >= sl.e.version:
 		sl.e, sl.has, sl.born = *e, true, now
@@ -441,15 +446,20 @@ func (r *Replica) settle(id string, since uint64, e *entry, keep bool, now uint3
 // Config.Every, until ctx is done. A background fill does not make Get
 // refuse: it corrects, within Every, a change that never reached this node
 // (a publisher that had to drop it) or a user the store lost without a
-// Refill. A bounded replica has no background fill: each user it holds
-// is read again once older than Every.
+// Refill. A bounded replica has no background fill: one shard at a time,
+// each every Every/2, it reads again the users it holds for longer than
+// Every (refresh), while reads go on answering them.
 func (r *Replica) Run(ctx context.Context) error {
 	check := time.NewTicker(r.cfg.Check)
 	defer check.Stop()
 	every := time.NewTimer(r.cfg.Every)
 	defer every.Stop()
+	var refresh <-chan time.Time
 	if r.bounded() {
 		every.Stop()
+		t := time.NewTicker(max(time.Millisecond, r.cfg.Every/(2*numShards)))
+		defer t.Stop()
+		refresh = t.C
 	}
 	for {
 		asked := false
@@ -460,6 +470,12 @@ func (r *Replica) Run(ctx context.Context) error {
 			if r.cfg.Fresh != nil {
 				r.cfg.Fresh()
 			}
+			continue
+		case <-refresh:
+			if err := r.refresh(ctx, &r.shards[r.nextShard]); err != nil && ctx.Err() == nil {
+				r.log.Warn("reading the read replica's old users again failed; tried at the shard's next turn", "err", err)
+			}
+			r.nextShard = (r.nextShard + 1) % numShards
 			continue
 		case <-every.C:
 		case <-r.wake:
@@ -472,6 +488,43 @@ func (r *Replica) Run(ctx context.Context) error {
 			every.Reset(r.cfg.Every)
 		}
 	}
+}
+
+// refresh reads again from the store the users of s that a bounded
+// replica holds for longer than Every, a read of up to 1,000 at a time,
+// each kept as a read through keeps it (settle). It corrects, within
+// 1.5 × Every, a change that never reached this node.
+func (r *Replica) refresh(ctx context.Context, s *shard) error {
+	if !r.Ready() {
+		return nil // emptied, or emptied soon
+	}
+	asked := r.asked.Load()
+	now := r.age()
+	var ids []string
+	var tokens []uint64
+	s.mu.RLock()
+	for i := range s.slots {
+		if sl := &s.slots[i]; sl.has && now-min(now, sl.born) >= r.maxAge {
+			ids = append(ids, sl.id)
+			tokens = append(tokens, sl.since)
+		}
+	}
+	s.mu.RUnlock()
+	read := make([]presence.Snapshot, min(len(ids), 1000))
+	for lo := 0; lo < len(ids); lo += len(read) {
+		hi := min(len(ids), lo+len(read))
+		if err := r.cfg.Source.ReadPublished(ctx, ids[lo:hi], read[:hi-lo]); err != nil {
+			return err
+		}
+		keep := r.asked.Load() == asked
+		now := r.age()
+		for j := lo; j < hi; j++ {
+			e := entryOf(&read[j-lo])
+			r.settle(ids[j], tokens[j], &e, keep, now)
+		}
+		r.refreshed.Add(uint64(hi - lo))
+	}
+	return nil
 }
 
 // fillUntilDone fills the replica, retrying until a fill succeeds. A fill
@@ -565,6 +618,7 @@ func (r *Replica) empty() {
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
+		r.held.Add(-int64(len(s.m)))
 		clear(s.m)
 		clear(s.slots)
 		s.slots, s.free, s.hand = s.slots[:0], s.free[:0], 0
@@ -575,18 +629,19 @@ func (r *Replica) empty() {
 
 // Stats are the replica's counters.
 type Stats struct {
-	Users    int           // users held (with Max, also those being read)
-	Max      int           // Config.Max: 0, every user the store holds
-	Ready    bool          // Get answers now
-	Applied  uint64        // changes applied
-	Stale    uint64        // changes not applied: the replica held that version or a newer one
-	NotHeld  uint64        // changes not applied: bounded and full, the user not held
-	Fills    uint64        // fills completed (with Max: times it was emptied)
-	LastFill time.Duration // how long the last completed fill took
-	Served   uint64        // reads answered
-	Refused  uint64        // reads refused (not ready): the store answered them
-	Misses   uint64        // with Max: users read through from the store
-	Evicted  uint64        // with Max: users dropped to make room
+	Users     int           // users held (with Max, also those being read)
+	Max       int           // Config.Max: 0, every user the store holds
+	Ready     bool          // Get answers now
+	Applied   uint64        // changes applied
+	Stale     uint64        // changes not applied: the replica held that version or a newer one
+	NotHeld   uint64        // changes not applied: bounded and full, the user not held
+	Fills     uint64        // fills completed (with Max: times it was emptied)
+	LastFill  time.Duration // how long the last completed fill took
+	Served    uint64        // reads answered
+	Refused   uint64        // reads refused (not ready): the store answered them
+	Misses    uint64        // with Max: users read through from the store
+	Evicted   uint64        // with Max: users dropped to make room
+	Refreshed uint64        // with Max: users read again for being held longer than Every
 }
 
 // Stats returns the replica's counters. It takes every shard's lock
@@ -594,7 +649,8 @@ type Stats struct {
 func (r *Replica) Stats() Stats {
 	st := Stats{Max: r.cfg.Max, Ready: r.Ready(), Applied: r.applied.Load(), Stale: r.stale.Load(),
 		NotHeld: r.notHeld.Load(), Fills: r.fills.Load(), LastFill: time.Duration(r.lastFill.Load()),
-		Served: r.served.Load(), Refused: r.refused.Load(), Misses: r.misses.Load(), Evicted: r.evicted.Load()}
+		Served: r.served.Load(), Refused: r.refused.Load(), Misses: r.misses.Load(), Evicted: r.evicted.Load(),
+		Refreshed: r.refreshed.Load()}
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.RLock()
