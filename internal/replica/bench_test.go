@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/presenced/presenced/internal/presence"
 )
@@ -73,6 +74,11 @@ func benchGet1000(b *testing.B, limit int) {
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
+	// A collection with the replica the only live data: what marking it
+	// costs (the replica holds no pointers, so almost nothing).
+	start := time.Now()
+	runtime.GC()
+	gc := time.Since(start)
 	rng := rand.New(rand.NewPCG(1, 2))
 	batches := make([][]string, 64)
 	for i := range batches {
@@ -90,5 +96,6 @@ func benchGet1000(b *testing.B, limit int) {
 		}
 	}
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/users, "heap-B/user")
+	b.ReportMetric(float64(gc.Microseconds())/1000, "gc-ms")
 	runtime.KeepAlive(r)
 }

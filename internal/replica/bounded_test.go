@@ -24,9 +24,10 @@ func bounded(t *testing.T, src *source, max int) *Replica {
 // sameShard returns n ids that r places in one shard.
 func sameShard(r *Replica, n int) []string {
 	var ids []string
-	want := r.shardOf("s0")
+	want, _ := r.locate("s0")
 	for i := 0; len(ids) < n; i++ {
-		if id := "s" + strconv.Itoa(i); r.shardOf(id) == want {
+		id := "s" + strconv.Itoa(i)
+		if s, _ := r.locate(id); s == want {
 			ids = append(ids, id)
 		}
 	}
@@ -203,6 +204,45 @@ func TestBoundedReadDuringARefillKeepsNothing(t *testing.T) {
 	get(t, r, "a")
 	if n := src.reads.Load(); n != 2 {
 		t.Errorf("the store read %d users, want 2: the first read kept nothing", n)
+	}
+}
+
+// Two ids of one hash: the first is held, the second read from the
+// store each time; neither shows the other's state.
+func TestHashCollision(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	src.set("b", presence.Away, 7)
+	r := bounded(t, src, 1000)
+	get(t, r, "a")
+	// Make b's key a's: move a's slot under b's hash.
+	sa, ha := r.locate("a")
+	sb, hb := r.locate("b")
+	sa.mu.Lock()
+	i := sa.m[ha]
+	delete(sa.m, ha)
+	sa.mu.Unlock()
+	sb.mu.Lock()
+	if sa != sb {
+		sb.slots = append(sb.slots, sa.slots[i])
+		i = int32(len(sb.slots) - 1)
+	}
+	sb.m[hb] = i
+	sb.mu.Unlock()
+	for range 2 {
+		if got := get(t, r, "b")[0]; got.Status != presence.Away || got.Version != 7 {
+			t.Fatalf("b = %v v%d, want away v7 (read from the store, not a's slot)", got.Status, got.Version)
+		}
+	}
+	if n := src.reads.Load(); n != 3 {
+		t.Errorf("the store read %d users, want 3: b twice", n)
+	}
+	r.Publish(ev("b", presence.Busy, 8)) // not held: a's slot is untouched
+	sb.mu.RLock()
+	held := sb.slots[sb.m[hb]]
+	sb.mu.RUnlock()
+	if !held.is("a") || held.e.version != 5 {
+		t.Errorf("a's slot holds %q v%d after b's change, want a v5", held.name(), held.e.version)
 	}
 }
 

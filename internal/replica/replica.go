@@ -6,8 +6,8 @@
 // It holds every user the store holds, filled by scans
 // (Source.ScanReads), or, bounded (Config.Max), the users its readers
 // asked for, each read from the store on a miss (Source.ReadPublished)
-// into a slot made before the read, and evicted by a clock when the shard
-// is full. Either is kept current by the changes the nodes publish
+// into a slot made before the read, and evicted by a clock when the
+// replica is full. Either is kept current by the changes the nodes publish
 // (Publish); a change applies only above the version held, so scans,
 // reads and changes that arrive out of order or twice merge into the
 // newest state of each user.
@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,11 +67,12 @@ type Config struct {
 	// heard). Default 250 ms.
 	Check time.Duration
 	// Every is the time between background fills; with Max, the age at
-	// which a user held is read from the store again. Default 5 minutes.
+	// which a user held is read from the store again in the background
+	// (Run). Default 5 minutes.
 	Every time.Duration
-	// Max, if above 0, bounds the replica to about Max users, read
-	// through from the store on a miss (see the package documentation);
-	// 0 holds every user the store holds.
+	// Max, if above 0, bounds the replica to Max users, read through
+	// from the store on a miss (see the package documentation); 0 holds
+	// every user the store holds.
 	Max    int
 	Logger *slog.Logger
 }
@@ -114,9 +114,13 @@ type Replica struct {
 	lastFill                               atomic.Int64 // duration of the last completed fill, ns
 }
 
+// A shard and its slots hold no pointers, so that the collector never
+// scans the replica (a million users held are 2 M pointers otherwise,
+// and the marking they cost is a read's p99): ids are kept in their slots,
+// and the map is keyed by their hash.
 type shard struct {
 	mu    sync.RWMutex     // guards the fields below, not slots' ref
-	m     map[string]int32 // id → its slot
+	m     map[uint64]int32 // an id's hash → its slot (hashes collide: see find)
 	slots []slot
 	free  []int32 // slots of deleted users, made again first
 	hand  int     // with Max: the clock hand of eviction
@@ -124,7 +128,8 @@ type shard struct {
 
 // slot holds one user.
 type slot struct {
-	id    string
+	id    [presence.MaxIDLen]byte // id[:idLen]; idLen 0: a free slot
+	idLen uint8
 	e     entry
 	since uint64 // Replica.seq when the slot was made for id
 	born  uint32 // seconds since Replica.start when e was read or changed
@@ -144,6 +149,12 @@ type entry struct {
 func entryOf(snap *presence.Snapshot) entry {
 	return entry{version: snap.Version, known: snap.Known, status: snap.Status.Public(), settings: snap.Settings}
 }
+
+// is reports whether sl holds id.
+func (sl *slot) is(id string) bool { return string(sl.id[:sl.idLen]) == id }
+
+// name returns the id sl holds.
+func (sl *slot) name() string { return string(sl.id[:sl.idLen]) }
 
 func (e *entry) snapshot(id string) presence.Snapshot {
 	return presence.Snapshot{UserID: id, Known: e.known, Status: e.status, Version: e.version, Settings: e.settings}
@@ -177,15 +188,31 @@ func New(cfg Config) (*Replica, error) {
 		r.maxAge = uint32(max(1, cfg.Every/time.Second))
 	}
 	for i := range r.shards {
-		r.shards[i].m = make(map[string]int32)
+		r.shards[i].m = make(map[uint64]int32)
 	}
 	r.asked.Store(1) // the first fill
 	r.wake <- struct{}{}
 	return r, nil
 }
 
-func (r *Replica) shardOf(id string) *shard {
-	return &r.shards[maphash.String(r.seed, id)%numShards]
+// locate returns id's shard and hash, the key of its slot there.
+func (r *Replica) locate(id string) (*shard, uint64) {
+	h := maphash.String(r.seed, id)
+	return &r.shards[h%numShards], h
+}
+
+// hashOf returns the hash of the id sl holds.
+func (r *Replica) hashOf(sl *slot) uint64 { return maphash.Bytes(r.seed, sl.id[:sl.idLen]) }
+
+// find returns id's slot in s (h: id's hash), whose lock the caller
+// holds; taken if another id of the same hash holds the key, which id
+// then cannot have (it is read from the store each time instead).
+func (s *shard) find(h uint64, id string) (i int32, ok, taken bool) {
+	i, ok = s.m[h]
+	if ok && !s.slots[i].is(id) {
+		return 0, false, true
+	}
+	return i, ok, false
 }
 
 // age is now in seconds since the replica was made: a slot's born.
@@ -223,16 +250,19 @@ func (r *Replica) Publish(ev *presence.Event) {
 // started is kept by it (its write reached the store before it was
 // published, so a fill that missed it started before).
 func (r *Replica) apply(id string, e entry, gen uint32) int {
-	s := r.shardOf(id)
+	s, h := r.locate(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if gen == 0 {
 		gen = r.gen.Load() // under the lock: a fill's sweep of this shard comes after
 	}
 	e.gen = gen
-	i, ok := s.m[id]
+	i, ok, taken := s.find(h, id)
+	if taken {
+		return noRoom
+	}
 	if !ok {
-		if i, ok = r.makeSlot(s, id, false); !ok {
+		if i, ok = r.makeSlot(s, h, id, false); !ok {
 			return noRoom
 		}
 	}
@@ -248,11 +278,15 @@ func (r *Replica) apply(id string, e entry, gen uint32) int {
 	return stored
 }
 
-// makeSlot makes an empty slot for id in s, whose lock the caller holds:
+// makeSlot makes an empty slot for id (of hash h, a key s does not hold)
+// in s, whose lock the caller holds:
 // a free or new one while the replica has room (always, unbounded), or,
 // if evict, the first one of s the clock hand finds unread since it last
 // passed. It reports false if there is none.
-func (r *Replica) makeSlot(s *shard, id string, evict bool) (int32, bool) {
+func (r *Replica) makeSlot(s *shard, h uint64, id string, evict bool) (int32, bool) {
+	if len(id) == 0 || len(id) > presence.MaxIDLen {
+		return 0, false // not a valid id: never held
+	}
 	var i int32
 	switch {
 	case !r.bounded() || r.held.Add(1) <= int64(r.cfg.Max):
@@ -272,9 +306,10 @@ func (r *Replica) makeSlot(s *shard, id string, evict bool) (int32, bool) {
 			return 0, false
 		}
 	}
-	id = strings.Clone(id)                         // ids of reads may point into a request's buffer
-	s.slots[i] = slot{id: id, since: r.seq.Add(1)} // unmarked: behind the hand, and a read marks it
-	s.m[id] = i
+	sl := &s.slots[i]
+	*sl = slot{idLen: uint8(len(id)), since: r.seq.Add(1)} // unmarked: behind the hand, and a read marks it
+	copy(sl.id[:], id)
+	s.m[h] = i
 	return i, true
 }
 
@@ -286,14 +321,14 @@ func (r *Replica) evict(s *shard) (int32, bool) {
 		i := s.hand
 		s.hand = (s.hand + 1) % len(s.slots)
 		sl := &s.slots[i]
-		if sl.id == "" { // free
+		if sl.idLen == 0 { // free
 			continue
 		}
 		if atomic.LoadUint32(&sl.ref) != 0 {
 			atomic.StoreUint32(&sl.ref, 0)
 			continue
 		}
-		delete(s.m, sl.id)
+		delete(s.m, r.hashOf(sl))
 		r.evicted.Add(1)
 		return int32(i), true
 	}
@@ -342,9 +377,9 @@ func (r *Replica) Get(ctx context.Context, _ int64, ids []string, out []presence
 	asked := r.asked.Load()
 	var miss []int
 	for i, id := range ids {
-		s := r.shardOf(id)
+		s, h := r.locate(id)
 		s.mu.RLock()
-		j, ok := s.m[id]
+		j, ok, _ := s.find(h, id)
 		switch {
 		case ok && s.slots[j].has:
 			sl := &s.slots[j]
@@ -401,12 +436,15 @@ func (r *Replica) readThrough(ctx context.Context, ids []string, miss []int, out
 // listen returns the seq of id's slot, made (evicting another if need be)
 // if there is none; 0 if none could be made.
 func (r *Replica) listen(id string) uint64 {
-	s := r.shardOf(id)
+	s, h := r.locate(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, ok := s.m[id]
+	i, ok, taken := s.find(h, id)
+	if taken {
+		return 0
+	}
 	if !ok {
-		if i, ok = r.makeSlot(s, id, true); !ok {
+		if i, ok = r.makeSlot(s, h, id, true); !ok {
 			return 0
 		}
 	}
@@ -417,10 +455,10 @@ func (r *Replica) listen(id string) uint64 {
 // one of seq since, and sets *e to what the slot holds if that is newer.
 // Without keep it only frees the slot if it holds nothing yet.
 func (r *Replica) settle(id string, since uint64, e *entry, keep bool, now uint32) {
-	s := r.shardOf(id)
+	s, h := r.locate(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, ok := s.m[id]
+	i, ok, _ := s.find(h, id)
 	if !ok || s.slots[i].since != since {
 		return
 	}
@@ -428,7 +466,7 @@ func (r *Replica) settle(id string, since uint64, e *entry, keep bool, now uint3
 	switch {
 	case !keep:
 		if !sl.has {
-			delete(s.m, id)
+			delete(s.m, h)
 			s.slots[i] = slot{}
 			s.free = append(s.free, i)
 			r.held.Add(-1)
@@ -505,7 +543,7 @@ func (r *Replica) refresh(ctx context.Context, s *shard) error {
 	s.mu.RLock()
 	for i := range s.slots {
 		if sl := &s.slots[i]; sl.has && now-min(now, sl.born) >= r.maxAge {
-			ids = append(ids, sl.id)
+			ids = append(ids, sl.name())
 			tokens = append(tokens, sl.since)
 		}
 	}
@@ -597,7 +635,7 @@ func (r *Replica) fill(ctx context.Context) error {
 		s.mu.Lock()
 		for j := range s.slots {
 			if sl := &s.slots[j]; sl.has && sl.e.gen != gen {
-				delete(s.m, sl.id)
+				delete(s.m, r.hashOf(sl))
 				s.slots[j] = slot{}
 				s.free = append(s.free, int32(j))
 				dropped++
