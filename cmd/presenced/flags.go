@@ -105,7 +105,7 @@ func (o *options) nodeFlags(fs *flag.FlagSet, d app.Config) {
 	fs.StringVar(&c.NATSURL, "nats-url", d.NATSURL, "scale-out: NATS JetStream for changes across nodes, the presence.changes stream and the ingest consumer (nats://host:4222)")
 	fs.StringVar(&c.NodeID, "node-id", d.NodeID, "this node's name on the NATS bus (default: host name and a random suffix)")
 	fs.BoolVar(&c.NoIngest, "no-ingest", d.NoIngest, "with -nats-url: do not run the consumer of session events on presence.ingest.>")
-	fs.BoolVar(&c.ReadReplica, "read-replica", d.ReadReplica, "with -redis-url and -nats-url: keep every user's public status in this node, fed by every change on the bus, and answer GET /presence/batch from it (memory: ~100 B a user held)")
+	fs.BoolVar(&c.ReadReplica, "read-replica", d.ReadReplica, "with -redis-url and -nats-url: keep every user's public status in this node, fed by every change on the bus, and answer GET /presence/batch from it (memory: ~155 B a user held)")
 	fs.IntVar(&c.ReadReplicaUsers, "read-replica-users", d.ReadReplicaUsers, "with -redis-url and -nats-url and without -read-replica: the users whose public status this node keeps at most (those read and changed lately, read from Redis on a miss) to answer GET /presence/batch; -1: none")
 	fs.Var((*listFlag)(&c.WebhookURLs), "webhook-url", "POST every change of presence to this URL, at least once (repeat the flag, or separate URLs with commas; needs -nats-url with -postgres-url)")
 	fs.Var((*listFlag)(&c.KafkaBrokers), "kafka-brokers", "Kafka brokers, host:port (repeat the flag, or separate them with commas): consume session events from -kafka-ingest-topic, produce every change this node makes to -kafka-changes-topic")

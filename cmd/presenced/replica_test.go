@@ -16,7 +16,7 @@ import (
 )
 
 // Two nodes with a read replica: of every user (-read-replica), bounded
-// by default, and bounded to 64 users — fewer than the test reads, so
+// by default, and bounded to 16 users — fewer than the test reads, so
 // that users are evicted and read through again all along. Users change
 // in every way a status read shows — heartbeats on either node, sockets
 // on node 1, statuses, invisibility, byes, settings, contact lists,
@@ -34,7 +34,7 @@ func TestReadReplicaAcrossNodes(t *testing.T) {
 	}{
 		{"every user", []string{"-read-replica"}},
 		{"bounded by default", nil},
-		{"bounded to 64", []string{"-read-replica-users", "64"}},
+		{"bounded to 16", []string{"-read-replica-users", "16"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -180,7 +180,7 @@ func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 	}
 	if len(flags) > 0 && flags[0] == "-read-replica-users" {
 		if ev := metric(t, n2.server, "presenced_replica_evicted_total"); ev == 0 {
-			t.Error("node 2's replica of 64 users read 41 ids and evicted none")
+			t.Error("node 2's replica of 16 users read 41 ids and evicted none")
 		}
 	}
 	for _, c := range socks {

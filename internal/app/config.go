@@ -194,8 +194,7 @@ func Defaults() Config {
 }
 
 // DefaultReadReplicaUsers is the default bound of a scale-out node's
-// read replica: ~130 MB of heap when full (operations.md, "The read
-// replica").
+// read replica (its heap when full: operations.md, "The read replica").
 const DefaultReadReplicaUsers = 1_000_000
 
 // defaults checks c and fills its zero fields from Defaults.

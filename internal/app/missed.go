@@ -66,7 +66,9 @@ func (a *App) replicaFresh() bool {
 	for _, l := range leases {
 		alive := !l.Taken && l.Since != 0 && now.UnixMilli()-l.Since < timeout
 		if alive && now.Sub(heard[l.ID]) > replicaSilence {
-			if !a.replicaDeaf.Swap(true) {
+			// A node never heard yet is one that just started (its lease
+			// comes before its first beacon): not worth a warning.
+			if !a.replicaDeaf.Swap(true) && !heard[l.ID].IsZero() {
 				a.cfg.Logger.Warn("a live node is not heard on NATS: status reads go to Redis until it is, and the read replica is filled again then",
 					"lease", l.ID, "silent", now.Sub(heard[l.ID]).Round(time.Millisecond))
 			}
