@@ -13,6 +13,7 @@ import (
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/sqlitestore"
+	"github.com/presenced/presenced/internal/tracker"
 )
 
 // openDurable opens PostgreSQL when configured, else the embedded SQLite
@@ -97,7 +98,8 @@ func (a *App) openReplica(context.Context) error {
 	}
 	var err error
 	a.replica, err = replica.New(replica.Config{Source: src, Fresh: a.replicaFresh, Max: limit,
-		Logger: a.cfg.Logger.With("component", "replica")})
+		ReadTimeout: tracker.DefaultStoreTimeout, // as the tracker's calls of the store
+		Logger:      a.cfg.Logger.With("component", "replica")})
 	if err != nil {
 		return err
 	}

@@ -246,6 +246,27 @@ func TestHashCollision(t *testing.T) {
 	}
 }
 
+// A store that hangs fails a read through it within ReadTimeout: the
+// caller then reads the store its own way (the tracker's degraded reads).
+func TestBoundedReadOfAHungStore(t *testing.T) {
+	src := &source{}
+	src.set("a", presence.Online, 5)
+	r := run(t, Config{Source: src, Max: 1000, ReadTimeout: 50 * time.Millisecond})
+	awaitReady(t, r)
+	src.hang.Store(true)
+	out := make([]presence.Snapshot, 1)
+	done := make(chan error, 1)
+	go func() { done <- r.Get(context.Background(), 0, []string{"a"}, out) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Get of a hung store: %v, want its deadline exceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Get of a hung store did not return")
+	}
+}
+
 func TestBoundedReadFails(t *testing.T) {
 	src := &source{}
 	src.set("a", presence.Online, 5)

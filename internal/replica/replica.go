@@ -70,6 +70,11 @@ type Config struct {
 	// which a user held is read from the store again in the background
 	// (Run). Default 5 minutes.
 	Every time.Duration
+	// ReadTimeout bounds a read through the store (with Max): a store
+	// that hangs fails the Get, whose caller reads the store its own way
+	// (query.Reader: the tracker, which answers from what the nodes know
+	// while the store is down). Default 1 s.
+	ReadTimeout time.Duration
 	// Max, if above 0, bounds the replica to Max users, read through
 	// from the store on a miss (see the package documentation); 0 holds
 	// every user the store holds.
@@ -176,6 +181,9 @@ func New(cfg Config) (*Replica, error) {
 	}
 	if cfg.Every <= 0 {
 		cfg.Every = 5 * time.Minute
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -417,7 +425,9 @@ func (r *Replica) readThrough(ctx context.Context, ids []string, miss []int, out
 		tokens[j] = r.listen(ids[i])
 	}
 	read := make([]presence.Snapshot, len(miss))
-	err := r.cfg.Source.ReadPublished(ctx, names, read)
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.ReadTimeout)
+	err := r.cfg.Source.ReadPublished(rctx, names, read)
+	cancel()
 	keep := err == nil && r.asked.Load() == asked
 	now := r.age()
 	for j, i := range miss {
@@ -551,7 +561,10 @@ func (r *Replica) refresh(ctx context.Context, s *shard) error {
 	read := make([]presence.Snapshot, min(len(ids), 1000))
 	for lo := 0; lo < len(ids); lo += len(read) {
 		hi := min(len(ids), lo+len(read))
-		if err := r.cfg.Source.ReadPublished(ctx, ids[lo:hi], read[:hi-lo]); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.ReadTimeout)
+		err := r.cfg.Source.ReadPublished(rctx, ids[lo:hi], read[:hi-lo])
+		cancel()
+		if err != nil {
 			return err
 		}
 		keep := r.asked.Load() == asked

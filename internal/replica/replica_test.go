@@ -25,9 +25,14 @@ type source struct {
 	// before they are returned.
 	during func()
 	reads  atomic.Int32 // users read by ReadPublished
+	hang   atomic.Bool  // ReadPublished waits for its context to end
 }
 
-func (s *source) ReadPublished(_ context.Context, ids []string, out []presence.Snapshot) error {
+func (s *source) ReadPublished(ctx context.Context, ids []string, out []presence.Snapshot) error {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	s.mu.Lock()
 	fail, during := s.fail, s.during
 	for i, id := range ids {

@@ -60,7 +60,7 @@ type Config struct {
 	Rules presence.Rules
 	// StoreTimeout bounds every call to a Store that implements Pinger (a
 	// store in another process), so that a hung store counts as down.
-	// Default 1s. A Store without Ping is taken to run in this process and
+	// Default DefaultStoreTimeout. A Store without Ping is taken to run in this process and
 	// is called with the caller's context.
 	StoreTimeout time.Duration
 	// ProbeInterval is how often Run probes a store that is down. Default
@@ -125,6 +125,10 @@ type Config struct {
 // keep a pipelined Redis busy (thousands of claims a second), few enough
 // that a call queued behind them waits milliseconds.
 const DefaultMaxClaims = 32
+
+// DefaultStoreTimeout is Config.StoreTimeout's default: how long a call
+// of a store in another process may take before the store counts as down.
+const DefaultStoreTimeout = time.Second
 
 // DefaultRecoverGrace is Config.RecoverGrace's default: how long, after
 // the store came back, every node is given to notice it and to tell it
@@ -202,7 +206,7 @@ func New(cfg Config) (*Tracker, error) {
 	}
 	cfg.Rules = cfg.Rules.WithDefaults()
 	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = time.Second
+		cfg.StoreTimeout = DefaultStoreTimeout
 	}
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = 250 * time.Millisecond
