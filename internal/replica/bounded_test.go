@@ -21,6 +21,14 @@ func bounded(t *testing.T, src *source, max int) *Replica {
 	return r
 }
 
+// expect checks that r reads id at status st, version v.
+func expect(t *testing.T, r *Replica, id string, st presence.Status, v uint64) {
+	t.Helper()
+	if got := get(t, r, id)[0]; got.Status != st || got.Version != v {
+		t.Errorf("%s = %v v%d, want %v v%d", id, got.Status, got.Version, st, v)
+	}
+}
+
 // sameShard returns n ids that r places in one shard.
 func sameShard(r *Replica, n int) []string {
 	var ids []string
@@ -65,14 +73,10 @@ func TestBoundedKeepsChanges(t *testing.T) {
 	get(t, r, "a")
 	r.Publish(ev("a", presence.Busy, 6))
 	r.Publish(ev("a", presence.Away, 4)) // older: ignored
-	if got := get(t, r, "a")[0]; got.Status != presence.Busy || got.Version != 6 {
-		t.Errorf("a = %v v%d, want busy v6", got.Status, got.Version)
-	}
+	expect(t, r, "a", presence.Busy, 6)
 	// A change of a user not held is kept while there is room.
 	r.Publish(ev("c", presence.Away, 9))
-	if got := get(t, r, "c")[0]; got.Status != presence.Away || got.Version != 9 {
-		t.Errorf("c = %v v%d, want away v9 from its change", got.Status, got.Version)
-	}
+	expect(t, r, "c", presence.Away, 9)
 	if n := src.reads.Load(); n != 1 {
 		t.Errorf("the store read %d users, want 1", n)
 	}
@@ -85,20 +89,17 @@ func TestBoundedChangeDuringTheReadWins(t *testing.T) {
 	src.set("a", presence.Online, 5)
 	r := bounded(t, src, 1000)
 	src.during = func() { r.Publish(ev("a", presence.Busy, 6)) }
-	if got := get(t, r, "a")[0]; got.Status != presence.Busy || got.Version != 6 {
-		t.Errorf("the read answered %v v%d, want busy v6 (the change made while it read)", got.Status, got.Version)
-	}
+	expect(t, r, "a", presence.Busy, 6)
 	src.during = nil
-	if got := get(t, r, "a")[0]; got.Status != presence.Busy || got.Version != 6 {
-		t.Errorf("held %v v%d, want busy v6", got.Status, got.Version)
-	}
+	expect(t, r, "a", presence.Busy, 6)
 	if n := src.reads.Load(); n != 1 {
 		t.Errorf("the store read %d users, want 1", n)
 	}
 }
 
-// A full shard evicts a user no read asked for since the hand last passed,
-// never makes room for a change, and keeps a read through it anyway.
+// A full replica evicts, in the shard that needs a slot, a user no read
+// asked for since the hand last passed, never makes room for a change,
+// and answers a read through it anyway.
 func TestBoundedEvictsTheUnread(t *testing.T) {
 	src := &source{}
 	r := bounded(t, src, 2)
@@ -156,9 +157,7 @@ func TestBoundedRefreshesTheOld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := get(t, r, "a")[0]; got.Status != presence.Away || got.Version != 6 {
-		t.Errorf("a = %v v%d after a refresh, want away v6", got.Status, got.Version)
-	}
+	expect(t, r, "a", presence.Away, 6)
 	if st := r.Stats(); st.Refreshed != 1 || st.Misses != 2 {
 		t.Errorf("stats %+v, want 1 user refreshed (a, not b), 2 misses", st)
 	}
