@@ -424,18 +424,29 @@ func (r *Replica) readThrough(ctx context.Context, ids []string, miss []int, out
 		names[j] = ids[i]
 		tokens[j] = r.listen(ids[i])
 	}
-	read := make([]presence.Snapshot, len(miss))
+	return r.readAndKeep(ctx, names, tokens, asked, func(j int, e *entry) { out[miss[j]] = e.snapshot(names[j]) })
+}
+
+// readAndKeep reads ids from the store, within ReadTimeout, and keeps
+// each in the slot of seq tokens[j] (settle; 0: none), unless a Refill
+// came after asked was read; a failed read only frees the slots that hold
+// nothing yet. After a read that did not fail, fn is given each id's
+// newest entry: the read's, or its slot's if a change made it newer.
+func (r *Replica) readAndKeep(ctx context.Context, ids []string, tokens []uint64, asked uint64, fn func(j int, e *entry)) error {
+	read := make([]presence.Snapshot, len(ids))
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.ReadTimeout)
-	err := r.cfg.Source.ReadPublished(rctx, names, read)
+	err := r.cfg.Source.ReadPublished(rctx, ids, read)
 	cancel()
 	keep := err == nil && r.asked.Load() == asked
 	now := r.age()
-	for j, i := range miss {
+	for j := range ids {
 		e := entryOf(&read[j])
 		if tokens[j] != 0 {
-			r.settle(names[j], tokens[j], &e, keep, now)
+			r.settle(ids[j], tokens[j], &e, keep, now)
 		}
-		out[i] = e.snapshot(names[j])
+		if err == nil && fn != nil {
+			fn(j, &e)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("replica: read through the store: %w", err)
@@ -558,20 +569,10 @@ func (r *Replica) refresh(ctx context.Context, s *shard) error {
 		}
 	}
 	s.mu.RUnlock()
-	read := make([]presence.Snapshot, min(len(ids), 1000))
-	for lo := 0; lo < len(ids); lo += len(read) {
-		hi := min(len(ids), lo+len(read))
-		rctx, cancel := context.WithTimeout(ctx, r.cfg.ReadTimeout)
-		err := r.cfg.Source.ReadPublished(rctx, ids[lo:hi], read[:hi-lo])
-		cancel()
-		if err != nil {
+	for lo := 0; lo < len(ids); lo += 1000 {
+		hi := min(len(ids), lo+1000)
+		if err := r.readAndKeep(ctx, ids[lo:hi], tokens[lo:hi], asked, nil); err != nil {
 			return err
-		}
-		keep := r.asked.Load() == asked
-		now := r.age()
-		for j := lo; j < hi; j++ {
-			e := entryOf(&read[j-lo])
-			r.settle(ids[j], tokens[j], &e, keep, now)
 		}
 		r.refreshed.Add(uint64(hi - lo))
 	}
