@@ -44,6 +44,15 @@ type Config struct {
 	Shards int
 }
 
+// Source is where the heartbeats of a device come from: Sockets, or a
+// source of the caller's (one partition of an ingest stream). The
+// devices of one source can be handed back to the store together
+// (HandOff) when the node stops being their source's owner.
+type Source uint32
+
+// Sockets is the source of the devices whose sockets this node holds.
+const Sockets Source = 0
+
 // Need is what a heartbeat needs from the shared store at once.
 type Need uint8
 
@@ -78,11 +87,14 @@ type Work struct {
 	Touch   []Device // claimed devices whose activity the store must learn
 	Release []Device // devices that ended here (their ttl or close grace ran out)
 	Bye     []Device // devices that said bye while work of theirs was in flight
+	// HandOff are devices this node no longer owns, alive or not: the
+	// store is to hold them by the rules, from their real last beats.
+	HandOff []Device
 }
 
 // Empty reports whether w asks for nothing.
 func (w *Work) Empty() bool {
-	return len(w.Claim) == 0 && len(w.Touch) == 0 && len(w.Release) == 0 && len(w.Bye) == 0
+	return len(w.Claim) == 0 && len(w.Touch) == 0 && len(w.Release) == 0 && len(w.Bye) == 0 && len(w.HandOff) == 0
 }
 
 // Result is what the store answered to a Work (or to a NeedClaim or
@@ -108,9 +120,11 @@ type Result struct {
 
 type dev struct {
 	Device
-	claimed  bool  // the store holds the device as this node's
-	dead     bool  // ended here; its release is not done yet
-	bye      bool  // dead by a bye (Remove while work of it was in flight)
+	claimed  bool // the store holds the device as this node's
+	dead     bool // ended here; its release is not done yet
+	bye      bool // dead by a bye (Remove while work of it was in flight)
+	handOff  bool // dead here by HandOff: the store is to hold it by the rules
+	source   Source
 	inFlight bool  // named in work handed out and not yet Done
 	op       uint8 // the work in flight: opClaim, opTouch or opRelease
 	activeR  bool  // the store holds the device active (claimed devices)
@@ -163,13 +177,14 @@ type shard struct {
 // maxRecent bounds the releases a shard remembers for Redo.
 const maxRecent = 1024
 
-// Released is a release the store acknowledged: its device, whether it
-// was a bye, and when.
+// Released is a release or hand-off the store acknowledged: its
+// device, whether it was a bye or a hand-off, and when.
 type Released struct {
-	User   string
-	Device Device
-	Bye    bool
-	At     int64
+	User    string
+	Device  Device
+	Bye     bool
+	HandOff bool
+	At      int64
 }
 
 // Table is the set of devices this node holds. It is safe for concurrent use.
@@ -244,6 +259,12 @@ func (sh *shard) deviceLocked(userID, device string) (*user, int) {
 // NeedTouch the caller tells the store and then calls Done with the
 // answer; until then the user's other work waits.
 func (t *Table) Beat(now int64, userID, device string, active, connect bool) Need {
+	return t.BeatFrom(now, Sockets, userID, device, active, connect)
+}
+
+// BeatFrom is Beat of a device whose heartbeats come from src: the device
+// is src's from then on, whatever source it had.
+func (t *Table) BeatFrom(now int64, src Source, userID, device string, active, connect bool) Need {
 	sh := t.shard(userID)
 	sh.mu.Lock()
 	u := sh.users[userID]
@@ -262,11 +283,16 @@ func (t *Table) Beat(now int64, userID, device string, active, connect bool) Nee
 	switch {
 	case d.dead && !d.inFlight:
 		// Ended here but not yet released: it is back; the store still
-		// holds it (or will learn of it with a claim).
-		d.dead, d.bye = false, false
+		// holds it (or will learn of it with a claim). One handed
+		// off is claimed again: the store may hold it by the rules.
+		if d.handOff {
+			d.claimed = false
+		}
+		d.dead, d.bye, d.handOff = false, false, false
 	case d.dead:
 		d.revived = true // Done of the release in flight brings it back
 	}
+	d.source = src
 	if connect {
 		d.claimed = false
 		d.fresh = d.inFlight
@@ -487,6 +513,9 @@ func (t *Table) workLocked(sh *shard, u *user, now int64) Work {
 		case d.dead && d.bye:
 			w.Bye = append(w.Bye, d.Device)
 			d.inFlight, d.op = true, opRelease
+		case d.dead && d.handOff:
+			w.HandOff = append(w.HandOff, d.Device)
+			d.inFlight, d.op = true, opRelease
 		case d.dead:
 			w.Release = append(w.Release, d.Device)
 			d.inFlight, d.op = true, opRelease
@@ -549,11 +578,16 @@ func (t *Table) Done(now int64, userID string, r Result) {
 		}
 		if revived {
 			// It beat again while its release was in flight: it lives;
-			// claimed again if the release went through.
-			d.dead, d.bye = false, false
+			// claimed again if the release went through (or, for a
+			// hand-off, may have: the store would hold it by the rules).
+			handOff := d.handOff
+			d.dead, d.bye, d.handOff = false, false, false
 			if op == opRelease && !r.Failed && !r.Reclaim {
 				d.claimed, d.sent = false, false
 				continue
+			}
+			if op == opRelease && handOff {
+				d.claimed = false
 			}
 		}
 		switch {
@@ -567,7 +601,7 @@ func (t *Table) Done(now int64, userID string, r Result) {
 			i--
 		case r.Failed:
 		case op == opRelease:
-			sh.rememberLocked(Released{User: u.id, Device: d.Device, Bye: d.bye, At: now})
+			sh.rememberLocked(Released{User: u.id, Device: d.Device, Bye: d.bye, HandOff: d.handOff, At: now})
 			t.dropLocked(sh, u, i)
 			i--
 		default:
@@ -727,14 +761,69 @@ func (t *Table) Redo(now, since int64) []Released {
 	return out
 }
 
-// Devices appends the devices of user alive at now to out.
+// HandOff ends here every device of src (its source moved to another
+// node): the work Due hands out next gives each back to the store's rules
+// with its real last beat (Work.HandOff), or forgets it if the store never
+// held it; the device is forgotten once the store answered. A device
+// that beats again meanwhile is claimed again. It returns the devices of
+// src the table holds, handed off or not.
+func (t *Table) HandOff(now int64, src Source) int {
+	n := 0
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, u := range sh.users {
+			mark := false
+			for j := range u.devs {
+				d := &u.devs[j]
+				if d.source != src {
+					continue
+				}
+				n++
+				if !d.dead {
+					d.dead, d.handOff, mark = true, true, true
+				}
+			}
+			switch {
+			case !mark:
+			case u.busy:
+				u.again = true
+			default:
+				t.pushLocked(sh, u, now)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Holds returns the number of devices of src in the table, ended or not.
+func (t *Table) Holds(src Source) int {
+	n := 0
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, u := range sh.users {
+			for j := range u.devs {
+				if u.devs[j].source == src {
+					n++
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Devices appends the devices of user alive at now to out (those handed
+// off and not yet forgotten included: they live by the rules).
 func (t *Table) Devices(now int64, userID string, out []Device) []Device {
 	sh := t.shard(userID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if u := sh.users[userID]; u != nil {
 		for i := range u.devs {
-			if d := &u.devs[i]; !d.dead && now < t.end(d) {
+			if d := &u.devs[i]; (!d.dead || d.handOff) && now < t.end(d) {
 				out = append(out, d.Device)
 			}
 		}

@@ -424,3 +424,90 @@ func TestRedoRecentWrites(t *testing.T) {
 		t.Fatalf("releases made again twice: %+v", again)
 	}
 }
+
+// claimFrom is claim of a device whose heartbeats come from src.
+func claimFrom(t *testing.T, tb *Table, now int64, src Source, user, dev string) {
+	t.Helper()
+	if need := tb.BeatFrom(now, src, user, dev, true, false); need != NeedClaim {
+		t.Fatalf("first beat of %s/%s: need %d, want a claim", user, dev, need)
+	}
+	tb.Done(now, user, Result{})
+}
+
+func TestHandOffGivesASourcesDevicesBack(t *testing.T) {
+	tb := newTable()
+	claimFrom(t, tb, 1000, 7, "alice", "phone")
+	claimFrom(t, tb, 1000, 7, "bob", "pc")
+	claim(t, tb, 1000, "carol", "tab") // a socket's
+	tb.BeatFrom(3500, 8, "dave", "watch", true, false)
+	tb.Done(3500, "dave", Result{Failed: true, Unsent: true}) // never reached the store; retried at 4.5 s
+	tb.BeatFrom(3000, 7, "alice", "phone", false, false)
+	if n := tb.HandOff(4000, 7); n != 2 {
+		t.Fatalf("HandOff(7) found %d devices, want 2", n)
+	}
+	if got := tb.Devices(4000, "alice", nil); len(got) != 1 {
+		t.Fatalf("alice while her hand-off waits: %+v (she lives by the rules)", got)
+	}
+	w := due(tb, 4000)
+	if len(w) != 2 {
+		t.Fatalf("work after HandOff: %+v", w)
+	}
+	for _, x := range w {
+		if len(x.HandOff) != 1 || len(x.Claim)+len(x.Touch)+len(x.Release)+len(x.Bye) != 0 {
+			t.Fatalf("work of %s: %+v", x.User, x)
+		}
+		if x.User == "alice" && (x.HandOff[0].LastBeat != 3000 || x.HandOff[0].LastActive != 1000 || x.HandOff[0].Active) {
+			t.Fatalf("alice handed off as %+v: want her real last beat and activity", x.HandOff[0])
+		}
+	}
+	tb.Done(4000, "alice", Result{})
+	tb.Done(4000, "bob", Result{Lost: []string{"pc"}}) // another node has bob already
+	if n := tb.Holds(7); n != 0 {
+		t.Fatalf("%d devices of source 7 left after the store took them", n)
+	}
+	if n := tb.HandOff(4000, 8); n != 1 {
+		t.Fatalf("HandOff(8) found %d devices", n)
+	}
+	if w := due(tb, 5000); len(w) != 0 {
+		t.Fatalf("a device the store never held was handed off: %+v", w)
+	}
+	if n, all := tb.Holds(8), tb.Len(); n != 0 || all != 1 {
+		t.Fatalf("source 8 holds %d, the table %d devices; want carol's alone", n, all)
+	}
+	// The hand-off is remembered for Redo as a hand-off, not a release.
+	r := tb.Redo(5000, 0)
+	if len(r) != 1 || r[0].User != "alice" || !r[0].HandOff || r[0].Bye {
+		t.Fatalf("Redo after the hand-off: %+v", r)
+	}
+}
+
+func TestBeatDuringAHandOffClaimsAgain(t *testing.T) {
+	for _, failed := range []bool{false, true} {
+		tb := newTable()
+		claimFrom(t, tb, 1000, 7, "alice", "phone")
+		tb.HandOff(2000, 7)
+		w := due(tb, 2000)
+		if len(w) != 1 || len(w[0].HandOff) != 1 {
+			t.Fatalf("work: %+v", w)
+		}
+		// The source came back (or the device beats through a socket)
+		// while the hand-off is in flight.
+		if need := tb.BeatFrom(2500, 7, "alice", "phone", true, false); need != NeedNothing {
+			t.Fatalf("beat during the hand-off: need %d", need)
+		}
+		tb.Done(2600, "alice", Result{Failed: failed})
+		// The store may hold her by the rules now, whether the
+		// hand-off's answer came or not: she is claimed again.
+		w = due(tb, 2600+time.Second.Milliseconds())
+		if len(w) != 1 || len(w[0].Claim) != 1 || len(w[0].HandOff) != 0 {
+			t.Fatalf("failed=%v: work after the hand-off: %+v", failed, w)
+		}
+	}
+	// Revived before the hand-off was sent: claimed again too.
+	tb := newTable()
+	claimFrom(t, tb, 1000, 7, "alice", "phone")
+	tb.HandOff(2000, 7)
+	if need := tb.BeatFrom(2500, 7, "alice", "phone", true, false); need != NeedClaim {
+		t.Fatalf("beat before the hand-off was sent: need %d, want a claim", need)
+	}
+}

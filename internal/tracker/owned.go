@@ -62,9 +62,9 @@ func newOwnedDevices(lease *leaseKeeper, rules presence.Rules, retry time.Durati
 // (connect: its first, with the device claimed again whatever this node
 // knew of it), and writes its change, if any, to ch. The common beat
 // takes one lock of the table and makes no store call.
-func (od *ownedDevices) beat(ctx context.Context, user, device string, active, connect bool, ch *presence.Change) error {
+func (od *ownedDevices) beat(ctx context.Context, src owned.Source, user, device string, active, connect bool, ch *presence.Change) error {
 	now := od.link.now()
-	need := od.table.Beat(now, user, device, active, connect)
+	need := od.table.BeatFrom(now, src, user, device, active, connect)
 	if need == owned.NeedNothing {
 		return nil
 	}
@@ -106,7 +106,7 @@ func (od *ownedDevices) claimNow(ctx context.Context, user, device string) bool 
 		}
 	}
 	var ch presence.Change
-	_ = od.beat(ctx, user, device, false, false, &ch) // an error is the caller's retry's to tell
+	_ = od.beat(ctx, owned.Sockets, user, device, false, false, &ch) // an error is the caller's retry's to tell
 	return true
 }
 
@@ -135,7 +135,7 @@ func (od *ownedDevices) sendDue(ctx context.Context) {
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	for _, w := range work {
-		if len(w.Claim) == 0 && len(w.Release) == 0 && len(w.Bye) == 0 {
+		if len(w.Claim) == 0 && len(w.Release) == 0 && len(w.Bye) == 0 && len(w.HandOff) == 0 {
 			if !od.link.upFor(w.User) {
 				// Its part is down: the touch waits, unsent, instead of
 				// holding every other touch of the batch for a timeout.
@@ -228,6 +228,11 @@ func (od *ownedDevices) work(ctx context.Context, now int64, w owned.Work) (pres
 	if len(w.Bye) > 0 {
 		note(od.call(ctx, w.User, func(c context.Context) (presence.Change, []string, error) {
 			return od.leaser.Release(c, od.link.now(), lease, w.User, toOwned(w.Bye), true)
+		}))
+	}
+	if len(w.HandOff) > 0 {
+		note(od.call(ctx, w.User, func(c context.Context) (presence.Change, []string, error) {
+			return od.leaser.HandOff(c, od.link.now(), lease, w.User, toOwned(w.HandOff))
 		}))
 	}
 	if len(w.Touch) > 0 && !r.Failed {
@@ -343,6 +348,38 @@ func (od *ownedDevices) handOff(ctx context.Context) {
 	}
 }
 
+// handOffPoll is how often handOffSource looks again for devices of the
+// source whose hand-off is not done yet.
+const handOffPoll = 10 * time.Millisecond
+
+// handOffSource gives every device of src back to the store's rules with
+// its real last beat (the node no longer receives src's heartbeats: a
+// partition of an ingest moved to another node) and forgets it. It
+// returns once the store took them all, or with an error when ctx ends
+// first: what is left is handed off when the store answers (the table
+// retries it), and a device the new owner claimed meanwhile is left to it
+// (the store refuses a hand-off of a device this node's lease no longer
+// holds).
+func (od *ownedDevices) handOffSource(ctx context.Context, src owned.Source) error {
+	if od.table.HandOff(od.link.now(), src) == 0 {
+		return nil
+	}
+	for {
+		od.sendDue(ctx)
+		n := od.table.Holds(src)
+		if n == 0 {
+			return nil
+		}
+		t := time.NewTimer(handOffPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%d devices not handed off yet (they are when the state store answers): %w", n, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
 // redoWindow is how far before an outage was noticed the writes about
 // owned devices are made again after it (redo): longer than a Redis
 // Cluster's failover takes to begin (cluster-node-timeout, 15 s by
@@ -364,6 +401,9 @@ func (od *ownedDevices) redo(ctx context.Context, downAt int64) {
 	now := od.link.now()
 	for _, r := range od.table.Redo(now, downAt-redoWindow.Milliseconds()) {
 		ch, _, err := od.call(ctx, r.User, func(c context.Context) (presence.Change, []string, error) {
+			if r.HandOff {
+				return od.leaser.HandOff(c, od.link.now(), lease, r.User, toOwned([]owned.Device{r.Device}))
+			}
 			return od.leaser.Release(c, od.link.now(), lease, r.User, toOwned([]owned.Device{r.Device}), r.Bye)
 		})
 		if err != nil {

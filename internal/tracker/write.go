@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/presenced/presenced/internal/owned"
 	"github.com/presenced/presenced/internal/presence"
 )
 
@@ -81,7 +82,40 @@ func (t *Tracker) socketBeat(ctx context.Context, user, device string, active, c
 		return err
 	}
 	t.beats.add()
-	return t.owned.beat(ctx, user, device, active, connect, ch)
+	return t.owned.beat(ctx, owned.Sockets, user, device, active, connect, ch)
+}
+
+// SourceBeat records a heartbeat of a device whose heartbeats reach this
+// node from src, a source that no other node consumes while this one
+// does (one partition of an ingest stream; src is the caller's number
+// for it, not 0). As with SocketBeat, with a Leaser store the node owns
+// the device and the common beat makes no store call; when src moves to
+// another node, HandOffSource gives its devices back. Without a Leaser
+// store it is Heartbeat.
+func (t *Tracker) SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (ch presence.Change, err error) {
+	if t.owned == nil {
+		_, err = t.heartbeatRead(ctx, user, device, active, nil, &ch)
+		return ch, err
+	}
+	if src == uint32(owned.Sockets) {
+		return ch, errors.New("heartbeat: source 0 is the node's sockets")
+	}
+	t.beats.add()
+	err = t.owned.beat(ctx, owned.Source(src), user, device, active, false, &ch)
+	return ch, err
+}
+
+// HandOffSource gives every device whose heartbeats came from src
+// (SourceBeat) back to the store's rules with its real last beat, for
+// the node that consumes src next to claim as its heartbeats arrive
+// there. It returns once the store took them, or when ctx ends (the rest
+// is handed off when the store answers). Without a Leaser store it does
+// nothing.
+func (t *Tracker) HandOffSource(ctx context.Context, src uint32) error {
+	if t.owned == nil || src == uint32(owned.Sockets) {
+		return nil
+	}
+	return t.owned.handOffSource(ctx, owned.Source(src))
 }
 
 // keeping says where an operation waits that the store cannot take now.
