@@ -55,6 +55,12 @@ func (c confirming) SetStatus(ctx context.Context, user string, m presence.Manua
 	return ch, err
 }
 
+func (c confirming) SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (presence.Change, error) {
+	ch, err := c.Tracker.SourceBeat(ctx, src, user, device, active)
+	c.confirm(ctx, &ch)
+	return ch, err
+}
+
 func (c confirming) Bye(ctx context.Context, user, device string) (presence.Change, error) {
 	ch, err := c.Tracker.Bye(ctx, user, device)
 	c.confirm(ctx, &ch)

@@ -106,6 +106,7 @@ type edgeTracker interface {
 	httpapi.RoomTracker
 	gateway.Tracker
 	ingest.Tracker
+	kafka.Owner
 }
 
 var _ edgeTracker = confirming{}

@@ -108,9 +108,12 @@ func (a *App) openKafkaIn(context.Context) error {
 		Group:    a.cfg.KafkaGroup,
 		ClientID: a.kafkaClientID(),
 		Tracker:  a.edge,
-		TTL:      a.cfg.TTL,
-		Clock:    a.cfg.Clock,
-		Logger:   a.cfg.Logger.With("component", "kafka-ingest"),
+		// With Redis the node owns the devices of the partitions it
+		// consumes: their beats cost Redis nothing but claims and touches.
+		Owner:  a.edge,
+		TTL:    a.cfg.TTL,
+		Clock:  a.cfg.Clock,
+		Logger: a.cfg.Logger.With("component", "kafka-ingest"),
 		// A dead node's partitions move within a third of the ttl
 		// (at least the brokers' default minimum, 6s), before the
 		// devices of its users expire.

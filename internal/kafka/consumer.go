@@ -16,10 +16,29 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/ingest"
 	"github.com/presenced/presenced/internal/loglimit"
+	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
-var _ ingest.Tracker = (*tracker.Tracker)(nil) // what NewConsumer is given
+var (
+	_ ingest.Tracker = (*tracker.Tracker)(nil) // what NewConsumer is given
+	_ Owner          = (*tracker.Tracker)(nil)
+)
+
+// Owner is a tracker that owns the devices whose events reach this node
+// through the partitions it consumes, as it owns its sockets' devices:
+// with a Redis store their common beat costs Redis nothing, and when a
+// partition moves to another node the node hands its devices back to
+// the store's rules with their real last beats (HandOffSource), for the
+// partition's next consumer to claim as their beats arrive there.
+// *tracker.Tracker implements it. A partition p is source p+1.
+type Owner interface {
+	SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (presence.Change, error)
+	HandOffSource(ctx context.Context, src uint32) error
+}
+
+// source is the tracker's source of partition p's devices.
+func source(p int32) uint32 { return uint32(p) + 1 }
 
 // ErrClosed is returned by Run after Close.
 var ErrClosed = errors.New("kafka: consumer closed")
@@ -35,9 +54,13 @@ type ConsumerConfig struct {
 	Group    string         // consumer group, default DefaultGroup ("presenced")
 	ClientID string         // default "presenced"
 	Tracker  ingest.Tracker // required
-	TTL      time.Duration  // the heartbeat ttl of the deployment, required (> 0)
-	Clock    clock.Clock    // default clock.Real{}
-	Logger   *slog.Logger   // default: discard
+	// Owner, if set, takes the heartbeats instead of Tracker (byes still
+	// go to Tracker): the node owns the devices of the partitions it
+	// consumes, and hands them off when a partition is revoked or lost.
+	Owner  Owner
+	TTL    time.Duration // the heartbeat ttl of the deployment, required (> 0)
+	Clock  clock.Clock   // default clock.Real{}
+	Logger *slog.Logger  // default: discard
 
 	// MaxSkew is how far in the future of the node's clock an event's at
 	// may be (default 5s); MaxRemembered bounds the devices whose last
@@ -102,6 +125,12 @@ type ConsumerStats struct {
 	CommitErrors uint64 // offset commits that failed (tried again with the next poll)
 	FetchErrors  uint64 // fetches that failed (the client retries)
 
+	// HandOffs counts partitions whose devices were handed off as they
+	// left this node (Owner); HandOffErrors those whose hand-off did not
+	// finish within CommitTimeout (the rest follows when the store answers).
+	HandOffs      uint64
+	HandOffErrors uint64
+
 	// Lag is, per partition this node owns, the records not applied yet:
 	// the partition's end, as of the last fetch, less the first record
 	// not applied. A partition with nothing fetched since it was assigned
@@ -143,6 +172,7 @@ type Consumer struct {
 	consumed, applied, coalesced, stale, ignored, invalid atomic.Uint64
 	refused, givenUp, retried                             atomic.Uint64
 	commits, commitErrors, fetchErrors                    atomic.Uint64
+	handOffs, handOffErrors                               atomic.Uint64
 
 	closing   context.Context // cancelled by Close
 	close     context.CancelFunc
@@ -274,6 +304,9 @@ func (c *Consumer) Stats() ConsumerStats {
 		Commits:      c.commits.Load(),
 		CommitErrors: c.commitErrors.Load(),
 		FetchErrors:  c.fetchErrors.Load(),
+
+		HandOffs:      c.handOffs.Load(),
+		HandOffErrors: c.handOffErrors.Load(),
 	}
 	c.statsMu.Lock()
 	s.Partitions = len(c.lag)
@@ -478,6 +511,7 @@ func (c *Consumer) work(ctx context.Context) {
 	for _, st := range run {
 		users := make(map[string]int)
 		for _, a := range st.win.actions() {
+			a.part = st.id
 			i, ok := users[a.op.user]
 			if !ok {
 				i = len(jobs)
@@ -545,9 +579,12 @@ func (c *Consumer) apply(ctx context.Context, a action) bool {
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ApplyTimeout)
 	var err error
-	if a.bye {
+	switch {
+	case a.bye:
 		_, err = c.cfg.Tracker.Bye(actx, o.user, o.device)
-	} else {
+	case c.cfg.Owner != nil:
+		_, err = c.cfg.Owner.SourceBeat(actx, source(a.part), o.user, o.device, o.active)
+	default:
 		_, err = c.cfg.Tracker.Heartbeat(actx, o.user, o.device, o.active)
 	}
 	cancel()
@@ -695,7 +732,29 @@ func (c *Consumer) revoked(ctx context.Context, _ *kgo.Client, m map[string][]in
 	if len(ids) > 0 {
 		c.log.Info("kafka partitions revoked", "topic", c.cfg.Topic, "partitions", ids)
 	}
+	c.handOff(ctx, ids)
 	c.forget(ids)
+}
+
+// handOff gives the devices of partitions ids back to the store's rules
+// (Owner), within CommitTimeout: their next owner claims each as its
+// events arrive there. What the store does not take in time is handed
+// off when it answers (a device the next owner claimed first stays its).
+func (c *Consumer) handOff(ctx context.Context, ids []int32) {
+	if c.cfg.Owner == nil || len(ids) == 0 {
+		return
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CommitTimeout)
+	defer cancel()
+	for _, id := range ids {
+		if err := c.cfg.Owner.HandOffSource(hctx, source(id)); err != nil {
+			c.handOffErrors.Add(1)
+			c.log.Warn("handing off the devices of a kafka partition did not finish; the rest is handed off when the state store answers",
+				"topic", c.cfg.Topic, "partition", id, "err", err)
+			continue
+		}
+		c.handOffs.Add(1)
+	}
 }
 
 // lost forgets the partitions this node lost without a chance to commit
@@ -706,6 +765,7 @@ func (c *Consumer) lost(_ context.Context, _ *kgo.Client, m map[string][]int32) 
 	if ids := m[c.cfg.Topic]; len(ids) > 0 {
 		c.log.Warn("kafka partitions lost (the session expired): their next owner reads them from the last commit", "topic", c.cfg.Topic, "partitions", ids)
 	}
+	c.handOff(context.Background(), m[c.cfg.Topic])
 	c.forget(m[c.cfg.Topic])
 }
 

@@ -32,9 +32,10 @@ type op struct {
 
 // action is one tracker call of an op.
 type action struct {
-	op  *op
-	bye bool
-	seq uint64
+	op   *op
+	bye  bool
+	seq  uint64
+	part int32 // the partition of its records
 }
 
 // devKey names one device of one user.

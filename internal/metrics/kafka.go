@@ -17,6 +17,7 @@ var (
 	descKafkaCommits      = prometheus.NewDesc("presenced_kafka_ingest_commits_total", "Offset commits of the Kafka ingest consumer that succeeded.", nil, nil)
 	descKafkaCommitErrors = prometheus.NewDesc("presenced_kafka_ingest_commit_errors_total", "Offset commits that failed (tried again; the events were applied).", nil, nil)
 	descKafkaFetchErrors  = prometheus.NewDesc("presenced_kafka_ingest_fetch_errors_total", "Fetches of the Kafka ingest consumer that failed (the client retries).", nil, nil)
+	descKafkaHandOffs     = prometheus.NewDesc("presenced_kafka_ingest_handoffs_total", "Partitions that left this node whose devices it handed back to the store: done, or unfinished within the commit timeout (the rest follows when the store answers).", []string{"result"}, nil)
 
 	descKafkaProduced = prometheus.NewDesc("presenced_kafka_changes_produced_total", "Changes the Kafka brokers acknowledged on the changes topic.", nil, nil)
 	descKafkaQueued   = prometheus.NewDesc("presenced_kafka_changes_queued", "Changes waiting for the Kafka brokers.", nil, nil)
@@ -31,7 +32,7 @@ type kafkaCollector struct {
 }
 
 func (c *kafkaCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKafkaConsumed, descKafkaEvents, descKafkaRetried, descKafkaLag, descKafkaPartitions, descKafkaCommits, descKafkaCommitErrors, descKafkaFetchErrors,
+	for _, d := range []*prometheus.Desc{descKafkaConsumed, descKafkaEvents, descKafkaRetried, descKafkaLag, descKafkaPartitions, descKafkaCommits, descKafkaCommitErrors, descKafkaFetchErrors, descKafkaHandOffs,
 		descKafkaProduced, descKafkaQueued, descKafkaDropped, descKafkaFailed} {
 		ch <- d
 	}
@@ -52,6 +53,8 @@ func (c *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descKafkaCommits, s.Commits)
 		counter(descKafkaCommitErrors, s.CommitErrors)
 		counter(descKafkaFetchErrors, s.FetchErrors)
+		counter(descKafkaHandOffs, s.HandOffs, "done")
+		counter(descKafkaHandOffs, s.HandOffErrors, "unfinished")
 		ch <- prometheus.MustNewConstMetric(descKafkaPartitions, prometheus.GaugeValue, float64(s.Partitions))
 		for p, n := range s.Lag {
 			ch <- prometheus.MustNewConstMetric(descKafkaLag, prometheus.GaugeValue, float64(n), c.topic, strconv.FormatInt(int64(p), 10))
