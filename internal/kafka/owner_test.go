@@ -113,6 +113,19 @@ func TestPartitionsOwnTheirDevices(t *testing.T) {
 	ca, _ := start("a", a)
 	testwait.For(t, "node a owning every device", func() bool { na, _ := owned(); return na == users })
 
+	// No device is ever owned by both nodes: a partition's devices are
+	// handed off before the partition is assigned again.
+	var most atomic.Int64
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			na, nb := owned()
+			if n := int64(na + nb); n > most.Load() {
+				most.Store(n)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+
 	// b joins: some partitions move to it, with their devices.
 	cb, stopB := start("b", b)
 	testwait.For(t, "the devices shared by a and b, each owned once", func() bool {
@@ -152,6 +165,9 @@ func TestPartitionsOwnTheirDevices(t *testing.T) {
 		if got := fmt.Sprint(tr[u]); got != want {
 			t.Errorf("%s: %s, want %s", u, got, want)
 		}
+	}
+	if n := most.Load(); n > users {
+		t.Errorf("the nodes owned %d devices at once; there are %d", n, users)
 	}
 	sa, sb := ca.Stats(), cb.Stats()
 	if sb.HandOffs == 0 || sb.HandOffErrors != 0 {
