@@ -169,3 +169,48 @@ func testKafka(t *testing.T, withNATS bool) {
 		t.Errorf("/readyz %s, want kafka ok", body)
 	}
 }
+
+// On a scale-out node the devices of the Kafka ingest are the node's own,
+// as its sockets' are: a beat through Kafka shows the user online and
+// the device owned by the node; a disconnect ends it.
+func TestKafkaIngestDevicesOwnedOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts Redis, PostgreSQL and NATS")
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "presence.updates", "presence.changes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	rs, pg, ns := testsvc.Redis(t), testsvc.Postgres(t), testsvc.NATS(t)
+	addr := runNode(t, app.Config{DataDir: t.TempDir(), APIKey: testKey, JWTSecret: testSecret, PollInterval: -1,
+		RedisURL: rs.URL, PostgresURL: pg.URL, NATSURL: ns.URL, NodeID: "node-k",
+		KafkaBrokers: cluster.ListenAddrs(), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	gw, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("presence.updates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	produce := func(typ string) {
+		t.Helper()
+		v := fmt.Appendf(nil, `{"type":%q,"user_id":"kim","device_id":"tab","at":%q}`, typ, time.Now().UTC().Format(wire.TimeLayout))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := gw.ProduceSync(ctx, &kgo.Record{Key: []byte("kim"), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func(status string, owned int) func() bool {
+		return func() bool {
+			_, body := call(t, addr, "GET", "/presence/batch?user_ids=kim", "")
+			_, metrics := call(t, addr, "GET", "/metrics", "")
+			return strings.TrimSpace(body) == fmt.Sprintf(`{"kim":%q}`, status) &&
+				strings.Contains(metrics, fmt.Sprintf("\npresenced_owned_devices %d\n", owned))
+		}
+	}
+	produce("session_connected")
+	testwait.For(t, "kim online through Kafka, her device the node's", state("online", 1))
+	produce("heartbeat")
+	produce("session_disconnected")
+	testwait.For(t, "kim offline, no device owned", state("offline", 0))
+}
