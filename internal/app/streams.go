@@ -8,6 +8,7 @@ import (
 
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/ingestroute"
 	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/webhook"
 )
@@ -79,9 +80,22 @@ func (a *App) openIngest(ctx context.Context) error {
 	if a.cfg.NATSURL == "" || a.cfg.NoIngest {
 		return nil
 	}
+	var tr ingest.Tracker = a.edge
+	if a.beacon != nil { // and Redis: the node owns devices
+		r, err := ingestroute.New(ingestroute.Config{Conn: a.nats, Tracker: a.edge, Lease: a.tracker.LeaseID, Live: a.beacon.Live,
+			Logger: a.cfg.Logger.With("component", "ingest-route")})
+		if err != nil {
+			return err
+		}
+		a.stats.IngestRoute = r.Stats
+		// Stopped with the consumers: what is forwarded to it after is
+		// applied by its sender.
+		a.add(part{run: r.Run, stop: stopIngest})
+		tr = r
+	}
 	c, err := ingest.Open(ctx, ingest.Config{
 		Conn:    a.nats,
-		Tracker: a.edge,
+		Tracker: tr,
 		Clock:   a.cfg.Clock,
 		TTL:     a.cfg.TTL,
 		Logger:  a.cfg.Logger.With("component", "ingest"),

@@ -17,6 +17,7 @@ import (
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/ingestroute"
 	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/peers"
@@ -46,10 +47,11 @@ type Sources struct {
 	Gateway     func() gateway.Stats
 	Hub         func() fanout.Stats
 	Rooms       func() fanout.RoomStats
-	Bus         func() natsbus.Stats // nil without NATS
-	Ingest      func() ingest.Stats  // nil without the ingest consumer
-	Peers       func() peers.Stats   // nil without peers (NATS and Redis)
-	Replica     func() replica.Stats // nil without a read replica
+	Bus         func() natsbus.Stats     // nil without NATS
+	Ingest      func() ingest.Stats      // nil without the ingest consumer
+	IngestRoute func() ingestroute.Stats // nil unless the ingest's devices are owned (Redis)
+	Peers       func() peers.Stats       // nil without peers (NATS and Redis)
+	Replica     func() replica.Stats     // nil without a read replica
 	Connections func() connbudget.Stats
 	Webhooks    func() webhook.Stats // nil without webhooks
 	// KafkaIngest and KafkaChanges are the Kafka consumer's and
@@ -80,7 +82,7 @@ func New(src Sources) *Registry {
 	reg.MustRegister(r.latency, r.requests, backendCollector{})
 	if src.Tracker != nil {
 		reg.MustRegister(&trackerCollector{src: src})
-		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest, peers: src.Peers})
+		reg.MustRegister(&scaleOutCollector{tracker: src.Tracker, bus: src.Bus, ingest: src.Ingest, route: src.IngestRoute, peers: src.Peers})
 		if src.Replica != nil {
 			reg.MustRegister(&replicaCollector{src.Replica})
 		}

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/presenced/presenced/internal/ingest"
+	"github.com/presenced/presenced/internal/ingestroute"
 	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/peers"
 	"github.com/presenced/presenced/internal/tracker"
@@ -50,19 +51,23 @@ var (
 	descBusSubs      = prometheus.NewDesc("presenced_bus_subscriptions", "Users this node subscribes to on NATS (watched here).", nil, nil)
 	descBusSlow      = prometheus.NewDesc("presenced_bus_slow_consumer_total", "Incoming changes NATS dropped because this node fell behind.", nil, nil)
 
-	descIngest = prometheus.NewDesc("presenced_ingest_events_total", "Session events of the ingest stream, by outcome.", []string{"outcome"}, nil)
+	descIngest       = prometheus.NewDesc("presenced_ingest_events_total", "Session events of the ingest stream, by outcome.", []string{"outcome"}, nil)
+	descIngestRouted = prometheus.NewDesc("presenced_ingest_routed_total", "Session events of the ingest stream by where they were applied: local (this node owns their partition), forwarded (to the owner, which answered), received (forwarded here), fallback (no owner known, or it did not answer: applied here, unowned).", []string{"how"}, nil)
+	descIngestOwned  = prometheus.NewDesc("presenced_ingest_partitions", "Partitions of the ingest's users this node owns (their devices are this node's, as its sockets' are).", nil, nil)
+	descIngestMoved  = prometheus.NewDesc("presenced_ingest_handoffs_total", "Ingest partitions that left this node, their devices handed back to the store.", nil, nil)
 )
 
 type scaleOutCollector struct {
 	tracker func() tracker.Stats
 	bus     func() natsbus.Stats
 	ingest  func() ingest.Stats
+	route   func() ingestroute.Stats
 	peers   func() peers.Stats
 }
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descPartsDown, descPartOutages, descDegradedReads, descAwaiting, descProfiles,
-		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerSnapshots, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusInFlight, descBusMissing, descBusRecreated, descBusUnacked, descBusReceived, descBusSubs, descBusSlow, descIngest} {
+		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerSnapshots, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusInFlight, descBusMissing, descBusRecreated, descBusUnacked, descBusReceived, descBusSubs, descBusSlow, descIngest, descIngestRouted, descIngestOwned, descIngestMoved} {
 		ch <- d
 	}
 }
@@ -125,5 +130,13 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 			"refused": s.Refused, "retried": s.Retried, "given_up": s.GivenUp} {
 			ch <- prometheus.MustNewConstMetric(descIngest, prometheus.CounterValue, float64(n), outcome)
 		}
+	}
+	if c.route != nil {
+		s := c.route()
+		for how, n := range map[string]uint64{"local": s.Local, "forwarded": s.Forwarded, "received": s.Received, "fallback": s.Fallback} {
+			ch <- prometheus.MustNewConstMetric(descIngestRouted, prometheus.CounterValue, float64(n), how)
+		}
+		ch <- prometheus.MustNewConstMetric(descIngestOwned, prometheus.GaugeValue, float64(s.Owned))
+		ch <- prometheus.MustNewConstMetric(descIngestMoved, prometheus.CounterValue, float64(s.HandOffs))
 	}
 }

@@ -1,0 +1,394 @@
+// Package ingestroute gives each device of the JetStream ingest one
+// owning node. The ingest's shared consumer hands any message to any
+// node, so no node would hear every beat of a device, and each beat
+// would be a write to Redis. Instead the users are split into
+// Partitions, each owned by one live node (rendezvous hashing over the
+// leases the beacons say are alive, so a node joining or leaving moves
+// only its own share): a node that takes an event of a partition it does
+// not own forwards it to the owner over core NATS
+// ("<Subject>.<owner's lease>") and acknowledges the message once the
+// owner answered. The owner applies it as the partition's source
+// (tracker.SourceBeat): the node owns the device as it owns its sockets',
+// and a beat that changes nothing costs Redis nothing. When a partition
+// leaves a node (another node joined, or its view of the live nodes
+// changed), the node hands the partition's devices back to the store's
+// rules with their real last beats (tracker.HandOffSource).
+//
+// Nothing is lost when views disagree or a node dies: an owner that does
+// not think it owns the partition applies the event as an ordinary
+// heartbeat, and so does a node whose forward is not answered in Timeout
+// (a Redis write, as without this package); a device held by two nodes
+// for a while ends by the rules with the last of them.
+package ingestroute
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/presenced/presenced/internal/jsstream"
+	"github.com/presenced/presenced/internal/presence"
+)
+
+// Tracker is what the router needs of the node's tracker; *tracker.Tracker
+// implements it.
+type Tracker interface {
+	Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error)
+	Bye(ctx context.Context, user, device string) (presence.Change, error)
+	SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (presence.Change, error)
+	HandOffSource(ctx context.Context, src uint32) error
+}
+
+// Config configures a Router. Zero values take the documented defaults.
+type Config struct {
+	Conn    *jsstream.Conn // required: the node's NATS connection
+	Tracker Tracker        // required
+	// Lease is this node's lease in the store (0 while it has none).
+	Lease func() uint64
+	// Live returns the leases of the nodes heard alive (beacon.Live).
+	Live func() []uint64
+	// Subject is the prefix of the subjects forwarded events go to.
+	// Default "presence.ingest-owner".
+	Subject string
+	// Partitions is how many parts the users are split into. Every node
+	// of a deployment must use the same. Default 256.
+	Partitions int
+	// Timeout bounds the wait for an owner's answer. Default 1s.
+	Timeout time.Duration
+	// Every is how often the router looks at the live nodes again.
+	// Default 250ms.
+	Every time.Duration
+	// HandOffTimeout bounds the hand-off of a partition. Default 5s.
+	HandOffTimeout time.Duration
+	// Workers bounds the forwarded events applied at once. Default 16.
+	Workers int
+	Logger  *slog.Logger
+}
+
+// Source is the tracker source of partition p: the high bit set, so that
+// no number of a Kafka partition's source (p+1) is one.
+func Source(p int) uint32 { return 1<<31 | uint32(p) }
+
+// Stats counts what a Router did.
+type Stats struct {
+	Local     uint64 // events of partitions this node owns, applied here as their owner
+	Forwarded uint64 // events forwarded to their owner, which answered
+	Received  uint64 // events another node forwarded here
+	Fallback  uint64 // events applied here unowned: no owner known, or the owner did not answer
+	HandOffs  uint64 // partitions that left this node, their devices handed off
+	Owned     int    // partitions this node owns now
+}
+
+// Router routes the events of the JetStream ingest to their partition's
+// owner. It implements ingest.Tracker. Safe for concurrent use.
+type Router struct {
+	cfg  Config
+	nc   *nats.Conn
+	log  *slog.Logger
+	work chan struct{} // a token per forwarded event being applied
+
+	table atomic.Pointer[table] // the owners as this node sees them now
+
+	mu  sync.Mutex // guards sub
+	sub *nats.Subscription
+
+	local, forwarded, received, fallback, handOffs atomic.Uint64
+}
+
+// table is who owns each partition, as of one view of the live nodes.
+type table struct {
+	self   uint64   // this node's lease then
+	nodes  []uint64 // the live leases, sorted
+	owners []uint64 // by partition; 0: nobody known
+}
+
+// New returns a Router; it routes nothing to itself until Run has
+// subscribed under the node's lease.
+func New(cfg Config) (*Router, error) {
+	if cfg.Conn == nil || cfg.Tracker == nil || cfg.Lease == nil || cfg.Live == nil {
+		return nil, errors.New("ingestroute: Conn, Tracker, Lease and Live are required")
+	}
+	if cfg.Subject == "" {
+		cfg.Subject = "presence.ingest-owner"
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 256
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = 250 * time.Millisecond
+	}
+	if cfg.HandOffTimeout <= 0 {
+		cfg.HandOffTimeout = 5 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 16
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Router{cfg: cfg, nc: cfg.Conn.NC, log: cfg.Logger, work: make(chan struct{}, cfg.Workers)}, nil
+}
+
+// Stats returns the counters so far.
+func (r *Router) Stats() Stats {
+	s := Stats{Local: r.local.Load(), Forwarded: r.forwarded.Load(), Received: r.received.Load(),
+		Fallback: r.fallback.Load(), HandOffs: r.handOffs.Load()}
+	if t := r.table.Load(); t != nil {
+		for _, o := range t.owners {
+			if o != 0 && o == t.self {
+				s.Owned++
+			}
+		}
+	}
+	return s
+}
+
+// partition is the partition of user: FNV-1a, the same on every node.
+func (r *Router) partition(user string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(user))
+	return int(h.Sum32() % uint32(r.cfg.Partitions))
+}
+
+// score is partition p's rendezvous weight of lease (splitmix64).
+func score(p int, lease uint64) uint64 {
+	z := lease ^ uint64(p)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// owners maps each of n partitions to the live lease of highest weight.
+func owners(n int, live []uint64) []uint64 {
+	out := make([]uint64, n)
+	for p := range out {
+		var best, bestScore uint64
+		for _, l := range live {
+			if s := score(p, l); best == 0 || s > bestScore || s == bestScore && l > best {
+				best, bestScore = l, s
+			}
+		}
+		out[p] = best
+	}
+	return out
+}
+
+// Heartbeat implements ingest.Tracker: a beat of user's device, applied
+// by its partition's owner.
+func (r *Router) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	return r.route(ctx, event{User: user, Device: device, Active: active})
+}
+
+// Bye implements ingest.Tracker: a disconnect, sent to the owner too
+// (it ends the device in the owner's table at once).
+func (r *Router) Bye(ctx context.Context, user, device string) (presence.Change, error) {
+	return r.route(ctx, event{User: user, Device: device, Bye: true})
+}
+
+// event is one forwarded event.
+type event struct {
+	User   string `json:"u"`
+	Device string `json:"d"`
+	Active bool   `json:"a,omitempty"`
+	Bye    bool   `json:"b,omitempty"`
+}
+
+// answer is an owner's reply: empty Err when applied; Refused when the
+// event itself was refused (too many devices).
+type answer struct {
+	Err     string `json:"err,omitempty"`
+	Refused bool   `json:"refused,omitempty"`
+}
+
+// errRefused is the owner's refusal of an event, as ingest.Refused sees
+// it.
+type errRefused struct{ msg string }
+
+func (e errRefused) Error() string { return "refused by the owning node: " + e.msg }
+func (e errRefused) Is(target error) bool {
+	return target == presence.ErrTooManyDevices
+}
+
+func (r *Router) route(ctx context.Context, ev event) (presence.Change, error) {
+	p := r.partition(ev.User)
+	t := r.table.Load()
+	var owner uint64
+	if t != nil {
+		owner = t.owners[p]
+	}
+	switch {
+	case owner != 0 && owner == t.self:
+		r.local.Add(1)
+		return r.apply(ctx, p, ev, true)
+	case owner == 0:
+		r.fallback.Add(1)
+		return r.apply(ctx, p, ev, false)
+	}
+	data, _ := json.Marshal(ev)
+	fctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	msg, err := r.nc.RequestWithContext(fctx, r.cfg.Subject+"."+strconv.FormatUint(owner, 10), data)
+	cancel()
+	if err != nil {
+		// The owner is gone or slow: applied here, unowned.
+		r.fallback.Add(1)
+		return r.apply(ctx, p, ev, false)
+	}
+	var a answer
+	if err := json.Unmarshal(msg.Data, &a); err != nil {
+		return presence.Change{}, fmt.Errorf("ingestroute: owner's answer %q: %w", msg.Data, err)
+	}
+	switch {
+	case a.Refused:
+		return presence.Change{}, errRefused{a.Err}
+	case a.Err != "":
+		return presence.Change{}, fmt.Errorf("ingestroute: owning node: %s", a.Err)
+	}
+	r.forwarded.Add(1)
+	return presence.Change{}, nil // the owner published the change
+}
+
+// apply applies ev here: as partition p's owner (owned), or as an
+// ordinary heartbeat.
+func (r *Router) apply(ctx context.Context, p int, ev event, owned bool) (presence.Change, error) {
+	switch {
+	case ev.Bye:
+		return r.cfg.Tracker.Bye(ctx, ev.User, ev.Device)
+	case owned:
+		return r.cfg.Tracker.SourceBeat(ctx, Source(p), ev.User, ev.Device, ev.Active)
+	default:
+		return r.cfg.Tracker.Heartbeat(ctx, ev.User, ev.Device, ev.Active)
+	}
+}
+
+// receive applies an event another node forwarded (in a goroutine of its
+// own, at most Workers at once) and answers.
+func (r *Router) receive(m *nats.Msg) {
+	var ev event
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.User == "" || ev.Device == "" {
+		_ = m.Respond(fmt.Appendf(nil, `{"err":%q}`, "not an event"))
+		return
+	}
+	r.work <- struct{}{}
+	go func() {
+		defer func() { <-r.work }()
+		r.received.Add(1)
+		p := r.partition(ev.User)
+		t := r.table.Load()
+		mine := t != nil && t.owners[p] != 0 && t.owners[p] == t.self
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		defer cancel()
+		var a answer
+		if _, err := r.apply(ctx, p, ev, mine); err != nil {
+			a.Err = err.Error()
+			a.Refused = errors.Is(err, presence.ErrTooManyDevices)
+		}
+		data, _ := json.Marshal(a)
+		_ = m.Respond(data)
+	}()
+}
+
+// Run keeps the router's view of the owners current, every Every, and
+// its subscription under this node's lease, until ctx is done; then it
+// unsubscribes (what is forwarded to it then is applied by the sender).
+func (r *Router) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Every)
+	defer t.Stop()
+	defer r.unsubscribe()
+	for {
+		r.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// refresh takes the live nodes again: subscribes under a new lease,
+// recomputes the owners, and hands off the partitions that left.
+func (r *Router) refresh(ctx context.Context) {
+	self := r.cfg.Lease()
+	if err := r.subscribe(self); err != nil {
+		r.log.Warn("cannot take forwarded ingest events", "err", err)
+		return
+	}
+	live := r.cfg.Live()
+	if self != 0 && !slices.Contains(live, self) {
+		live = append(live, self) // its own beacon may not be back yet
+	}
+	slices.Sort(live)
+	old := r.table.Load()
+	if old != nil && old.self == self && slices.Equal(old.nodes, live) {
+		return
+	}
+	next := &table{self: self, nodes: live, owners: owners(r.cfg.Partitions, live)}
+	r.table.Store(next)
+	if old == nil || old.self == 0 {
+		return
+	}
+	var gone []int
+	for p, o := range old.owners {
+		if o == old.self && next.owners[p] != self {
+			gone = append(gone, p)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, r.cfg.HandOffTimeout)
+	defer cancel()
+	for _, p := range gone {
+		if err := r.cfg.Tracker.HandOffSource(hctx, Source(p)); err != nil {
+			r.log.Warn("handing off an ingest partition's devices did not finish; the rest follows when the state store answers",
+				"partition", p, "err", err)
+			continue
+		}
+		r.handOffs.Add(1)
+	}
+	r.log.Info("ingest partitions moved to other nodes", "handed_off", len(gone), "owned", r.Stats().Owned)
+}
+
+// subscribe makes sure the router takes forwarded events under lease.
+func (r *Router) subscribe(lease uint64) error {
+	subj := r.cfg.Subject + "." + strconv.FormatUint(lease, 10)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sub != nil && r.sub.Subject == subj {
+		return nil
+	}
+	if r.sub != nil {
+		_ = r.sub.Unsubscribe()
+		r.sub = nil
+	}
+	if lease == 0 {
+		return nil
+	}
+	sub, err := r.nc.Subscribe(subj, r.receive)
+	if err != nil {
+		return err
+	}
+	r.sub = sub
+	return nil
+}
+
+func (r *Router) unsubscribe() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sub != nil {
+		_ = r.sub.Drain()
+		r.sub = nil
+	}
+}
