@@ -25,7 +25,7 @@ var (
 	descDegradedReads = prometheus.NewDesc("presenced_degraded_reads_total", "Reads answered from the durable store and this node's buffer while the state store was down.", nil, nil)
 	descAwaiting      = prometheus.NewDesc("presenced_awaiting_profile_users", "Users whose heartbeats this node holds because their durable profile cannot be read (the durable store is down).", nil, nil)
 	descProfiles      = prometheus.NewDesc("presenced_awaiting_profile_loaded_total", "Users whose held heartbeats were applied once their durable profile could be read.", nil, nil)
-	descOwned         = prometheus.NewDesc("presenced_owned_devices", "Devices this node owns (its sockets', and those of the Kafka ingest partitions it consumes) and whose liveness it keeps (the state store holds them alive under this node's lease).", nil, nil)
+	descOwned         = prometheus.NewDesc("presenced_owned_devices", "Devices this node owns (its sockets', and the ingest's of the partitions it owns) and whose liveness it keeps (the state store holds them alive under this node's lease).", nil, nil)
 	descLeaseLosses   = prometheus.NewDesc("presenced_lease_losses_total", "Times this node found its lease taken over or lost and claimed its devices again.", nil, nil)
 	descTakeovers     = prometheus.NewDesc("presenced_lease_takeovers_total", "Leases of other nodes that ran out and this node took over.", nil, nil)
 	descPeerSigns     = prometheus.NewDesc("presenced_peer_signs_total", "Signs of devices (beats, byes) other nodes gave this node's degraded reads.", nil, nil)
