@@ -12,13 +12,17 @@
 // and a beat that changes nothing costs Redis nothing. When a partition
 // leaves a node (another node joined, or its view of the live nodes
 // changed), the node hands the partition's devices back to the store's
-// rules with their real last beats (tracker.HandOffSource).
+// rules with their real last beats (tracker.HandOffSources).
 //
-// Nothing is lost when views disagree or a node dies: an owner that does
-// not think it owns the partition applies the event as an ordinary
-// heartbeat, and so does a node whose forward is not answered in Timeout
-// (a Redis write, as without this package); a device held by two nodes
-// for a while ends by the rules with the last of them.
+// Nothing is lost when views disagree or a node dies or is slow: an
+// owner that does not think it owns the partition applies a beat as an
+// ordinary heartbeat, and so does a node whose forward is refused as busy
+// or not answered in Timeout (a Redis write, as without this package); a
+// device held by two nodes for a while ends by the rules with the last of
+// them. A disconnect is never applied by the node that took it when the
+// owner does not answer: it would end the device in Redis under an owner
+// that still holds it and would not tell Redis again while its beats
+// change nothing. It fails instead, and the ingest delivers it again.
 package ingestroute
 
 import (
@@ -46,7 +50,7 @@ type Tracker interface {
 	Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error)
 	Bye(ctx context.Context, user, device string) (presence.Change, error)
 	SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (presence.Change, error)
-	HandOffSource(ctx context.Context, src uint32) error
+	HandOffSources(ctx context.Context, srcs ...uint32) error
 }
 
 // Config configures a Router. Zero values take the documented defaults.
@@ -84,7 +88,8 @@ type Stats struct {
 	Local     uint64 // events of partitions this node owns, applied here as their owner
 	Forwarded uint64 // events forwarded to their owner, which answered
 	Received  uint64 // events another node forwarded here
-	Fallback  uint64 // events applied here unowned: no owner known, or the owner did not answer
+	Fallback  uint64 // beats applied here unowned: no owner known, or the owner was busy or did not answer
+	Busy      uint64 // forwarded events this node refused as busy (every worker taken)
 	HandOffs  uint64 // partitions that left this node, their devices handed off
 	Owned     int    // partitions this node owns now
 }
@@ -99,10 +104,11 @@ type Router struct {
 
 	table atomic.Pointer[table] // the owners as this node sees them now
 
-	mu  sync.Mutex // guards sub
-	sub *nats.Subscription
+	mu       sync.Mutex // guards sub
+	sub      *nats.Subscription
+	handlers sync.WaitGroup // the forwarded events being applied
 
-	local, forwarded, received, fallback, handOffs atomic.Uint64
+	local, forwarded, received, fallback, busy, handOffs atomic.Uint64
 }
 
 // table is who owns each partition, as of one view of the live nodes.
@@ -145,7 +151,7 @@ func New(cfg Config) (*Router, error) {
 // Stats returns the counters so far.
 func (r *Router) Stats() Stats {
 	s := Stats{Local: r.local.Load(), Forwarded: r.forwarded.Load(), Received: r.received.Load(),
-		Fallback: r.fallback.Load(), HandOffs: r.handOffs.Load()}
+		Fallback: r.fallback.Load(), Busy: r.busy.Load(), HandOffs: r.handOffs.Load()}
 	if t := r.table.Load(); t != nil {
 		for _, o := range t.owners {
 			if o != 0 && o == t.self {
@@ -204,14 +210,25 @@ type event struct {
 	Device string `json:"d"`
 	Active bool   `json:"a,omitempty"`
 	Bye    bool   `json:"b,omitempty"`
+	// Budget is how long the sender waits for the answer, in ms. The
+	// owner applies the event within it, counted from when it takes it
+	// (the nodes' clocks may differ; the hop itself is short), so that it
+	// does not apply what its sender applied itself after giving up.
+	Budget int64 `json:"t"`
 }
 
 // answer is an owner's reply: empty Err when applied; Refused when the
-// event itself was refused (too many devices).
+// event itself was refused (too many devices); Busy when the owner took
+// no more (the sender applies a beat itself, and fails a disconnect).
 type answer struct {
 	Err     string `json:"err,omitempty"`
 	Refused bool   `json:"refused,omitempty"`
+	Busy    bool   `json:"busy,omitempty"`
 }
+
+// errNoOwner fails a disconnect whose owner did not take it: the ingest
+// delivers it again.
+var errNoOwner = errors.New("ingestroute: the owning node did not take the disconnect; it is delivered again")
 
 // errRefused is the owner's refusal of an event, as ingest.Refused sees
 // it.
@@ -237,18 +254,27 @@ func (r *Router) route(ctx context.Context, ev event) (presence.Change, error) {
 		r.fallback.Add(1)
 		return r.apply(ctx, p, ev, false)
 	}
-	data, _ := json.Marshal(ev)
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	if d, ok := fctx.Deadline(); ok {
+		ev.Budget = time.Until(d).Milliseconds()
+	}
+	data, _ := json.Marshal(ev)
 	msg, err := r.nc.RequestWithContext(fctx, r.cfg.Subject+"."+strconv.FormatUint(owner, 10), data)
-	cancel()
-	if err != nil {
-		// The owner is gone or slow: applied here, unowned.
+	var a answer
+	if err == nil {
+		if err := json.Unmarshal(msg.Data, &a); err != nil {
+			return presence.Change{}, fmt.Errorf("ingestroute: owner's answer %q: %w", msg.Data, err)
+		}
+	}
+	if err != nil || a.Busy {
+		// The owner is gone, slow or busy: a beat is applied here,
+		// unowned; a disconnect waits for the owner.
+		if ev.Bye {
+			return presence.Change{}, errNoOwner
+		}
 		r.fallback.Add(1)
 		return r.apply(ctx, p, ev, false)
-	}
-	var a answer
-	if err := json.Unmarshal(msg.Data, &a); err != nil {
-		return presence.Change{}, fmt.Errorf("ingestroute: owner's answer %q: %w", msg.Data, err)
 	}
 	switch {
 	case a.Refused:
@@ -273,22 +299,36 @@ func (r *Router) apply(ctx context.Context, p int, ev event, owned bool) (presen
 	}
 }
 
-// receive applies an event another node forwarded (in a goroutine of its
-// own, at most Workers at once) and answers.
+// receive applies an event another node forwarded, in a goroutine of
+// its own, at most Workers at once; when they are all taken it answers
+// busy at once rather than hold the sender (and NATS's delivery to this
+// node) for its timeout.
 func (r *Router) receive(m *nats.Msg) {
 	var ev event
 	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.User == "" || ev.Device == "" {
 		_ = m.Respond(fmt.Appendf(nil, `{"err":%q}`, "not an event"))
 		return
 	}
-	r.work <- struct{}{}
+	select {
+	case r.work <- struct{}{}:
+	default:
+		r.busy.Add(1)
+		_ = m.Respond([]byte(`{"busy":true}`))
+		return
+	}
+	r.handlers.Add(1)
 	go func() {
+		defer r.handlers.Done()
 		defer func() { <-r.work }()
+		if ev.Budget <= 0 {
+			return // its sender has given up already
+		}
+		until := time.Now().Add(time.Duration(ev.Budget) * time.Millisecond)
 		r.received.Add(1)
 		p := r.partition(ev.User)
 		t := r.table.Load()
 		mine := t != nil && t.owners[p] != 0 && t.owners[p] == t.self
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		ctx, cancel := context.WithDeadline(context.Background(), until)
 		defer cancel()
 		var a answer
 		if _, err := r.apply(ctx, p, ev, mine); err != nil {
@@ -302,7 +342,8 @@ func (r *Router) receive(m *nats.Msg) {
 
 // Run keeps the router's view of the owners current, every Every, and
 // its subscription under this node's lease, until ctx is done; then it
-// unsubscribes (what is forwarded to it then is applied by the sender).
+// unsubscribes and waits for the forwarded events being applied (what is
+// forwarded to it after is the senders' to apply or retry).
 func (r *Router) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Every)
 	defer t.Stop()
@@ -350,14 +391,15 @@ func (r *Router) refresh(ctx context.Context) {
 	}
 	hctx, cancel := context.WithTimeout(ctx, r.cfg.HandOffTimeout)
 	defer cancel()
-	for _, p := range gone {
-		if err := r.cfg.Tracker.HandOffSource(hctx, Source(p)); err != nil {
-			r.log.Warn("handing off an ingest partition's devices did not finish; the rest follows when the state store answers",
-				"partition", p, "err", err)
-			continue
-		}
-		r.handOffs.Add(1)
+	srcs := make([]uint32, len(gone))
+	for i, p := range gone {
+		srcs[i] = Source(p)
 	}
+	if err := r.cfg.Tracker.HandOffSources(hctx, srcs...); err != nil {
+		r.log.Warn("handing off ingest partitions' devices did not finish; the rest follows when the state store answers",
+			"partitions", len(gone), "err", err)
+	}
+	r.handOffs.Add(uint64(len(gone)))
 	r.log.Info("ingest partitions moved to other nodes", "handed_off", len(gone), "owned", r.Stats().Owned)
 }
 
@@ -384,11 +426,15 @@ func (r *Router) subscribe(lease uint64) error {
 	return nil
 }
 
+// unsubscribe stops taking forwarded events and waits for those being
+// applied (their senders are answered; those not taken yet time out at
+// their senders).
 func (r *Router) unsubscribe() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.sub != nil {
-		_ = r.sub.Drain()
+		_ = r.sub.Unsubscribe()
 		r.sub = nil
 	}
+	r.mu.Unlock()
+	r.handlers.Wait()
 }

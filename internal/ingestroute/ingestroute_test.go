@@ -23,6 +23,7 @@ type fakeTracker struct {
 	calls    []string // "beat u d" (unowned), "own <p> u d", "bye u d"
 	handOffs []uint32
 	fail     error
+	block    chan struct{} // if set, owned beats wait for it to close
 }
 
 func (f *fakeTracker) note(s string) error {
@@ -41,13 +42,19 @@ func (f *fakeTracker) Bye(_ context.Context, user, device string) (presence.Chan
 }
 
 func (f *fakeTracker) SourceBeat(_ context.Context, src uint32, user, device string, _ bool) (presence.Change, error) {
+	f.mu.Lock()
+	block := f.block
+	f.mu.Unlock()
+	if block != nil {
+		<-block
+	}
 	return presence.Change{}, f.note(fmt.Sprintf("own %d %s %s", src&^(1<<31), user, device))
 }
 
-func (f *fakeTracker) HandOffSource(_ context.Context, src uint32) error {
+func (f *fakeTracker) HandOffSources(_ context.Context, srcs ...uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.handOffs = append(f.handOffs, src)
+	f.handOffs = append(f.handOffs, srcs...)
 	return nil
 }
 
@@ -202,8 +209,70 @@ func TestEventsReachTheirPartitionsOwner(t *testing.T) {
 	if s := a.r.Stats(); s.Fallback != 1 {
 		t.Errorf("a's stats %+v", s)
 	}
+	// A disconnect is not applied where it was taken: the owner may
+	// hold the device, and would not tell Redis of it again.
+	if _, err := a.r.Bye(ctx, bu, "d"); !errors.Is(err, errNoOwner) || ingest.Refused(err) {
+		t.Errorf("a bye its owner did not take: %v", err)
+	}
+	if got := a.tr.take(); len(got) != 0 {
+		t.Errorf("a applied %v", got)
+	}
 	if got := b.tr.take(); len(got) != 0 {
 		t.Errorf("b applied %v", got)
+	}
+}
+
+// An owner whose workers are all taken answers busy at once: the sender
+// applies a beat itself instead of waiting for its timeout, and fails a
+// disconnect (delivered again).
+func TestBusyOwnerAnswersAtOnce(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} }
+	a := newNode(t, srv.URL, 1, live)
+	conn, err := jsstream.Dial(srv.URL, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	b := &node{tr: &fakeTracker{block: make(chan struct{})}}
+	b.lease.Store(2)
+	if b.r, err = New(Config{Conn: conn, Tracker: b.tr, Lease: b.lease.Load, Live: live, Partitions: 16,
+		Timeout: 10 * time.Second, Every: 20 * time.Millisecond, Workers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.r.Run(ctx) }()
+	defer func() { close(b.tr.block); cancel(); <-done }()
+	testwait.For(t, "both routers to own their shares", func() bool {
+		return a.r.Stats().Owned+b.r.Stats().Owned == 16 && b.r.Stats().Owned > 0
+	})
+	owner := owners(16, []uint64{1, 2})
+	var bu []string // two users of b's
+	for i := 0; len(bu) < 2; i++ {
+		if u := fmt.Sprintf("u%d", i); owner[a.r.partition(u)] == 2 {
+			bu = append(bu, u)
+		}
+	}
+	// The first takes b's only worker, and waits there.
+	first := make(chan error, 1)
+	go func() { _, err := a.r.Heartbeat(context.Background(), bu[0], "d", true); first <- err }()
+	testwait.For(t, "b applying the first beat", func() bool { return b.r.Stats().Received == 1 })
+	start := time.Now()
+	if _, err := a.r.Heartbeat(context.Background(), bu[1], "d", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.r.Bye(context.Background(), bu[1], "d"); !errors.Is(err, errNoOwner) {
+		t.Errorf("a bye b was too busy for: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a waited %v for a busy owner (its timeout is 10 s)", d)
+	}
+	if got := a.tr.take(); !slices.Equal(got, []string{"beat " + bu[1] + " d"}) {
+		t.Errorf("a applied %v", got)
+	}
+	if s := b.r.Stats(); s.Busy != 2 {
+		t.Errorf("b's stats %+v", s)
 	}
 }
 

@@ -29,12 +29,12 @@ var (
 // through the partitions it consumes, as it owns its sockets' devices:
 // with a Redis store their common beat costs Redis nothing, and when a
 // partition moves to another node the node hands its devices back to
-// the store's rules with their real last beats (HandOffSource), for the
+// the store's rules with their real last beats (HandOffSources), for the
 // partition's next consumer to claim as their beats arrive there.
 // *tracker.Tracker implements it. A partition p is source p+1.
 type Owner interface {
 	SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (presence.Change, error)
-	HandOffSource(ctx context.Context, src uint32) error
+	HandOffSources(ctx context.Context, srcs ...uint32) error
 }
 
 // source is the tracker's source of partition p's devices.
@@ -746,15 +746,17 @@ func (c *Consumer) handOff(ctx context.Context, ids []int32) {
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CommitTimeout)
 	defer cancel()
-	for _, id := range ids {
-		if err := c.cfg.Owner.HandOffSource(hctx, source(id)); err != nil {
-			c.handOffErrors.Add(1)
-			c.log.Warn("handing off the devices of a kafka partition did not finish; the rest is handed off when the state store answers",
-				"topic", c.cfg.Topic, "partition", id, "err", err)
-			continue
-		}
-		c.handOffs.Add(1)
+	srcs := make([]uint32, len(ids))
+	for i, id := range ids {
+		srcs[i] = source(id)
 	}
+	if err := c.cfg.Owner.HandOffSources(hctx, srcs...); err != nil {
+		c.handOffErrors.Add(uint64(len(ids)))
+		c.log.Warn("handing off the devices of kafka partitions did not finish; the rest is handed off when the state store answers",
+			"topic", c.cfg.Topic, "partitions", ids, "err", err)
+		return
+	}
+	c.handOffs.Add(uint64(len(ids)))
 }
 
 // lost forgets the partitions this node lost without a chance to commit

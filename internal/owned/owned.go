@@ -24,6 +24,7 @@ package owned
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -797,15 +798,17 @@ func (t *Table) HandOff(now int64, src Source) int {
 	return n
 }
 
-// Holds returns the number of devices of src in the table, ended or not.
-func (t *Table) Holds(src Source) int {
+// HandingOff returns the number of devices of the sources in srcs whose
+// hand-off the store has not taken yet. A device that beat again since
+// its HandOff is not one: it is claimed again.
+func (t *Table) HandingOff(srcs []Source) int {
 	n := 0
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for _, u := range sh.users {
 			for j := range u.devs {
-				if u.devs[j].source == src {
+				if d := &u.devs[j]; d.handOff && slices.Contains(srcs, d.source) {
 					n++
 				}
 			}

@@ -462,7 +462,7 @@ func TestHandOffGivesASourcesDevicesBack(t *testing.T) {
 	}
 	tb.Done(4000, "alice", Result{})
 	tb.Done(4000, "bob", Result{Lost: []string{"pc"}}) // another node has bob already
-	if n := tb.Holds(7); n != 0 {
+	if n := tb.HandingOff([]Source{7}); n != 0 {
 		t.Fatalf("%d devices of source 7 left after the store took them", n)
 	}
 	if n := tb.HandOff(4000, 8); n != 1 {
@@ -471,7 +471,7 @@ func TestHandOffGivesASourcesDevicesBack(t *testing.T) {
 	if w := due(tb, 5000); len(w) != 0 {
 		t.Fatalf("a device the store never held was handed off: %+v", w)
 	}
-	if n, all := tb.Holds(8), tb.Len(); n != 0 || all != 1 {
+	if n, all := tb.HandingOff([]Source{8}), tb.Len(); n != 0 || all != 1 {
 		t.Fatalf("source 8 holds %d, the table %d devices; want carol's alone", n, all)
 	}
 	// The hand-off is remembered for Redo as a hand-off, not a release.
@@ -509,5 +509,10 @@ func TestBeatDuringAHandOffClaimsAgain(t *testing.T) {
 	tb.HandOff(2000, 7)
 	if need := tb.BeatFrom(2500, 7, "alice", "phone", true, false); need != NeedClaim {
 		t.Fatalf("beat before the hand-off was sent: need %d, want a claim", need)
+	}
+	// Nothing of source 7 waits for a hand-off any more: a caller waiting
+	// for its hand-off does not wait for her.
+	if n := tb.HandingOff([]Source{7}); n != 0 {
+		t.Fatalf("%d devices waiting for their hand-off after the only one beat again", n)
 	}
 }

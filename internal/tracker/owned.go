@@ -348,25 +348,31 @@ func (od *ownedDevices) handOff(ctx context.Context) {
 	}
 }
 
-// handOffPoll is how often handOffSource looks again for devices of the
-// source whose hand-off is not done yet.
-const handOffPoll = 10 * time.Millisecond
+// handOffPoll is how often handOffSources looks again for devices whose
+// hand-off is not done yet.
+const handOffPoll = 50 * time.Millisecond
 
-// handOffSource gives every device of src back to the store's rules with
-// its real last beat (the node no longer receives src's heartbeats: a
-// partition of an ingest moved to another node) and forgets it. It
+// handOffSources gives every device of srcs back to the store's rules
+// with its real last beat (the node no longer receives their heartbeats:
+// partitions of an ingest moved to another node) and forgets it. It
 // returns once the store took them all, or with an error when ctx ends
 // first: what is left is handed off when the store answers (the table
-// retries it), and a device the new owner claimed meanwhile is left to it
-// (the store refuses a hand-off of a device this node's lease no longer
-// holds).
-func (od *ownedDevices) handOffSource(ctx context.Context, src owned.Source) error {
-	if od.table.HandOff(od.link.now(), src) == 0 {
+// retries it), and a device the new owner claimed meanwhile is left to
+// it (the store ends only this node's hold). A device that beats here
+// again meanwhile is claimed again and not waited for.
+func (od *ownedDevices) handOffSources(ctx context.Context, srcs []owned.Source) error {
+	now, marked := od.link.now(), 0
+	for _, src := range srcs {
+		marked += od.table.HandOff(now, src)
+	}
+	if marked == 0 {
 		return nil
 	}
 	for {
-		od.sendDue(ctx)
-		n := od.table.Holds(src)
+		if ctx.Err() == nil {
+			od.sendDue(ctx) // never with an ended ctx: the work of every other device would fail
+		}
+		n := od.table.HandingOff(srcs)
 		if n == 0 {
 			return nil
 		}

@@ -20,8 +20,8 @@ func (n *node) sourceBeat(src uint32, user, dev string) presence.Change {
 
 func (n *node) handOff(src uint32) {
 	n.t.Helper()
-	if err := n.tr.HandOffSource(n.ctx, src); err != nil {
-		n.t.Fatalf("HandOffSource(%d): %v", src, err)
+	if err := n.tr.HandOffSources(n.ctx, src); err != nil {
+		n.t.Fatalf("HandOffSources(%d): %v", src, err)
 	}
 }
 
@@ -128,6 +128,6 @@ func TestSourceZeroIsRefused(t *testing.T) {
 	a.socketBeat("alice", "phone", true)
 	a.handOff(0)
 	if s := a.tr.Stats(); s.OwnedDevices != 1 {
-		t.Fatalf("HandOffSource(0) handed the sockets' devices off: %d owned", s.OwnedDevices)
+		t.Fatalf("HandOffSources(0) handed the sockets' devices off: %d owned", s.OwnedDevices)
 	}
 }

@@ -105,17 +105,24 @@ func (t *Tracker) SourceBeat(ctx context.Context, src uint32, user, device strin
 	return ch, err
 }
 
-// HandOffSource gives every device whose heartbeats came from src
-// (SourceBeat) back to the store's rules with its real last beat, for
-// the node that consumes src next to claim as its heartbeats arrive
-// there. It returns once the store took them, or when ctx ends (the rest
-// is handed off when the store answers). Without a Leaser store it does
-// nothing.
-func (t *Tracker) HandOffSource(ctx context.Context, src uint32) error {
-	if t.owned == nil || src == uint32(owned.Sockets) {
+// HandOffSources gives every device whose heartbeats came from one of
+// srcs (SourceBeat) back to the store's rules with its real last beat,
+// for the node that consumes the source next to claim as its heartbeats
+// arrive there. It returns once the store took them, or when ctx ends
+// (the rest is handed off when the store answers). A device that beats
+// here again meanwhile is claimed again. Without a Leaser store it does
+// nothing; source 0 (the sockets) is never handed off.
+func (t *Tracker) HandOffSources(ctx context.Context, srcs ...uint32) error {
+	if t.owned == nil {
 		return nil
 	}
-	return t.owned.handOffSource(ctx, owned.Source(src))
+	s := make([]owned.Source, 0, len(srcs))
+	for _, src := range srcs {
+		if src != uint32(owned.Sockets) {
+			s = append(s, owned.Source(src))
+		}
+	}
+	return t.owned.handOffSources(ctx, s)
 }
 
 // keeping says where an operation waits that the store cannot take now.
