@@ -90,7 +90,7 @@ func (t *Tracker) socketBeat(ctx context.Context, user, device string, active, c
 // does (one partition of an ingest stream; src is the caller's number
 // for it, not 0). As with SocketBeat, with a Leaser store the node owns
 // the device and the common beat makes no store call; when src moves to
-// another node, HandOffSource gives its devices back. Without a Leaser
+// another node, HandOffSources gives its devices back. Without a Leaser
 // store it is Heartbeat.
 func (t *Tracker) SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (ch presence.Change, err error) {
 	if t.owned == nil {
