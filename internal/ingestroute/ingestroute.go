@@ -69,6 +69,11 @@ type Config struct {
 	Partitions int
 	// Timeout bounds the wait for an owner's answer. Default 1s.
 	Timeout time.Duration
+	// Suspect is how long an owner that did not answer in time (or could
+	// not be reached) is not asked again: its partitions' beats are
+	// applied where they are taken, their disconnects fail (delivered
+	// again), without waiting. Default 5s.
+	Suspect time.Duration
 	// Every is how often the router looks at the live nodes again.
 	// Default 250ms.
 	Every time.Duration
@@ -90,6 +95,7 @@ type Stats struct {
 	Received  uint64 // events another node forwarded here
 	Fallback  uint64 // beats applied here unowned: no owner known, or the owner was busy or did not answer
 	Busy      uint64 // forwarded events this node refused as busy (every worker taken)
+	Skipped   uint64 // events not forwarded to an owner that did not answer lately (Config.Suspect)
 	HandOffs  uint64 // partitions that left this node, their devices handed off
 	Owned     int    // partitions this node owns now
 }
@@ -107,8 +113,9 @@ type Router struct {
 	mu       sync.Mutex // guards sub
 	sub      *nats.Subscription
 	handlers sync.WaitGroup // the forwarded events being applied
+	suspects sync.Map       // owner lease → until when it is not asked (Unix ns)
 
-	local, forwarded, received, fallback, busy, handOffs atomic.Uint64
+	local, forwarded, received, fallback, busy, skipped, handOffs atomic.Uint64
 }
 
 // table is who owns each partition, as of one view of the live nodes.
@@ -133,6 +140,9 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Second
 	}
+	if cfg.Suspect <= 0 {
+		cfg.Suspect = 5 * time.Second
+	}
 	if cfg.Every <= 0 {
 		cfg.Every = 250 * time.Millisecond
 	}
@@ -151,7 +161,7 @@ func New(cfg Config) (*Router, error) {
 // Stats returns the counters so far.
 func (r *Router) Stats() Stats {
 	s := Stats{Local: r.local.Load(), Forwarded: r.forwarded.Load(), Received: r.received.Load(),
-		Fallback: r.fallback.Load(), Busy: r.busy.Load(), HandOffs: r.handOffs.Load()}
+		Fallback: r.fallback.Load(), Busy: r.busy.Load(), Skipped: r.skipped.Load(), HandOffs: r.handOffs.Load()}
 	if t := r.table.Load(); t != nil {
 		for _, o := range t.owners {
 			if o != 0 && o == t.self {
@@ -253,6 +263,15 @@ func (r *Router) route(ctx context.Context, ev event) (presence.Change, error) {
 	case owner == 0:
 		r.fallback.Add(1)
 		return r.apply(ctx, p, ev, false)
+	case r.suspect(owner):
+		// It did not answer lately: not waited for again until
+		// Suspect has passed.
+		r.skipped.Add(1)
+		if ev.Bye {
+			return presence.Change{}, errNoOwner
+		}
+		r.fallback.Add(1)
+		return r.apply(ctx, p, ev, false)
 	}
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
@@ -266,6 +285,9 @@ func (r *Router) route(ctx context.Context, ev event) (presence.Change, error) {
 		if err := json.Unmarshal(msg.Data, &a); err != nil {
 			return presence.Change{}, fmt.Errorf("ingestroute: owner's answer %q: %w", msg.Data, err)
 		}
+	}
+	if err != nil && ctx.Err() == nil {
+		r.suspects.Store(owner, time.Now().Add(r.cfg.Suspect).UnixNano())
 	}
 	if err != nil || a.Busy {
 		// The owner is gone, slow or busy: a beat is applied here,
@@ -284,6 +306,20 @@ func (r *Router) route(ctx context.Context, ev event) (presence.Change, error) {
 	}
 	r.forwarded.Add(1)
 	return presence.Change{}, nil // the owner published the change
+}
+
+// suspect reports whether owner failed to answer within the last
+// Suspect.
+func (r *Router) suspect(owner uint64) bool {
+	v, ok := r.suspects.Load(owner)
+	if !ok {
+		return false
+	}
+	if time.Now().UnixNano() < v.(int64) {
+		return true
+	}
+	r.suspects.CompareAndDelete(owner, v)
+	return false
 }
 
 // apply applies ev here: as partition p's owner (owned), or as an

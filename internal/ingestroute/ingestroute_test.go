@@ -308,3 +308,64 @@ func TestPartitionsThatLeaveAreHandedOff(t *testing.T) {
 		t.Errorf("a's stats %+v", s)
 	}
 }
+
+// An owner that does not answer in time is not asked again for a while:
+// its partitions' beats are applied where they are taken at once, its
+// disconnects fail at once; after Suspect it is asked again.
+func TestHungOwnerIsNotWaitedForAgain(t *testing.T) {
+	srv := testsvc.NATS(t)
+	live := func() []uint64 { return []uint64{1, 2} }
+	start := func(lease uint64, tr *fakeTracker) *Router {
+		conn, err := jsstream.Dial(srv.URL, "test", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Close)
+		r, err := New(Config{Conn: conn, Tracker: tr, Lease: func() uint64 { return lease }, Live: live, Partitions: 16,
+			Timeout: 200 * time.Millisecond, Suspect: time.Second, Every: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return r
+	}
+	hung := &fakeTracker{block: make(chan struct{})}
+	a, b := start(1, &fakeTracker{}), start(2, hung)
+	defer close(hung.block) // (runs before the routers stop)
+	testwait.For(t, "both routers to own their shares", func() bool {
+		return a.Stats().Owned+b.Stats().Owned == 16 && b.Stats().Owned > 0
+	})
+	owner := owners(16, []uint64{1, 2})
+	var bu string
+	for i := 0; bu == ""; i++ {
+		if u := fmt.Sprintf("u%d", i); owner[a.partition(u)] == 2 {
+			bu = u
+		}
+	}
+	ctx := context.Background()
+	if _, err := a.Heartbeat(ctx, bu, "d", true); err != nil { // waits 200 ms, then applies it
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := a.Heartbeat(ctx, bu, "d", true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Bye(ctx, bu, "d"); !errors.Is(err, errNoOwner) {
+		t.Errorf("a bye to a hung owner: %v", err)
+	}
+	if s, sb := a.Stats(), b.Stats(); s.Skipped != 6 || s.Fallback != 6 || sb.Received != 1 {
+		t.Errorf("a's stats %+v; b received %d, want the first beat only", s, sb.Received)
+	}
+	// After Suspect, b is asked again.
+	time.Sleep(time.Second)
+	if _, err := a.Heartbeat(ctx, bu, "d", true); err != nil {
+		t.Fatal(err)
+	}
+	if sb := b.Stats(); sb.Received != 2 {
+		t.Errorf("b received %d events after its suspect time, want 2", sb.Received)
+	}
+}

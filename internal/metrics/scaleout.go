@@ -54,6 +54,7 @@ var (
 	descIngest       = prometheus.NewDesc("presenced_ingest_events_total", "Session events of the ingest stream, by outcome.", []string{"outcome"}, nil)
 	descIngestRouted = prometheus.NewDesc("presenced_ingest_routed_total", "Session events of the ingest stream by where they were applied: local (this node owns their partition), forwarded (to the owner, which answered), received (forwarded here), fallback (no owner known, or it did not answer: applied here, unowned).", []string{"how"}, nil)
 	descIngestOwned  = prometheus.NewDesc("presenced_ingest_partitions", "Partitions of the ingest's users this node owns (their devices are this node's, as its sockets' are).", nil, nil)
+	descIngestSkips  = prometheus.NewDesc("presenced_ingest_route_skips_total", "Forwarded ingest events this node answered busy (every worker taken: the sender applies a beat itself), and events it did not forward to an owner that failed to answer within the last 5 s (applied here, or a disconnect delivered again).", []string{"reason"}, nil)
 	descIngestMoved  = prometheus.NewDesc("presenced_ingest_handoffs_total", "Ingest partitions that left this node, their devices handed back to the store.", nil, nil)
 )
 
@@ -67,7 +68,7 @@ type scaleOutCollector struct {
 
 func (c *scaleOutCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descStoreDown, descOutages, descBuffered, descReplayed, descStaleReplays, descStoreResets, descPartsDown, descPartOutages, descDegradedReads, descAwaiting, descProfiles,
-		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerSnapshots, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusInFlight, descBusMissing, descBusRecreated, descBusUnacked, descBusReceived, descBusSubs, descBusSlow, descIngest, descIngestRouted, descIngestOwned, descIngestMoved} {
+		descOwned, descLeaseLosses, descTakeovers, descPeerSigns, descPeerSnapshots, descPeerAskErrors, descPeerAsked, descPeerAnswered, descPeerTimeouts, descPeerBad, descPeerLate, descBusPublished, descBusAcked, descBusRetried, descBusDropped, descBusQueued, descBusInFlight, descBusMissing, descBusRecreated, descBusUnacked, descBusReceived, descBusSubs, descBusSlow, descIngest, descIngestRouted, descIngestOwned, descIngestSkips, descIngestMoved} {
 		ch <- d
 	}
 }
@@ -137,6 +138,8 @@ func (c *scaleOutCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descIngestRouted, prometheus.CounterValue, float64(n), how)
 		}
 		ch <- prometheus.MustNewConstMetric(descIngestOwned, prometheus.GaugeValue, float64(s.Owned))
+		ch <- prometheus.MustNewConstMetric(descIngestSkips, prometheus.CounterValue, float64(s.Busy), "busy")
+		ch <- prometheus.MustNewConstMetric(descIngestSkips, prometheus.CounterValue, float64(s.Skipped), "suspect")
 		ch <- prometheus.MustNewConstMetric(descIngestMoved, prometheus.CounterValue, float64(s.HandOffs))
 	}
 }
