@@ -24,7 +24,6 @@ package owned
 
 import (
 	"hash/maphash"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,6 +125,7 @@ type dev struct {
 	bye      bool // dead by a bye (Remove while work of it was in flight)
 	handOff  bool // dead here by HandOff: the store is to hold it by the rules
 	source   Source
+	handSrc  Source // the source it was handed off as (shard.handing)
 	inFlight bool  // named in work handed out and not yet Done
 	op       uint8 // the work in flight: opClaim, opTouch or opRelease
 	activeR  bool  // the store holds the device active (claimed devices)
@@ -171,6 +171,9 @@ type shard struct {
 	heap   deadline.Heap[*user]
 	dirty  []*user    // users whose last beat moved since the last Dirty
 	recent []Released // the latest releases the store acknowledged, oldest first (Redo)
+	// handing counts, by source, the devices whose hand-off is not done
+	// (HandingOff); nil until the first HandOff.
+	handing map[Source]int
 	n      int        // devices held
 	_      [64]byte
 }
@@ -288,8 +291,9 @@ func (t *Table) BeatFrom(now int64, src Source, userID, device string, active, c
 		// off is claimed again: the store may hold it by the rules.
 		if d.handOff {
 			d.claimed = false
+			sh.unhandLocked(d)
 		}
-		d.dead, d.bye, d.handOff = false, false, false
+		d.dead, d.bye = false, false
 	case d.dead:
 		d.revived = true // Done of the release in flight brings it back
 	}
@@ -455,6 +459,7 @@ func (t *Table) Remove(now int64, userID, device string) (Device, Removal) {
 // dropLocked forgets device i of u, and u once it has no device and no
 // work in flight.
 func (t *Table) dropLocked(sh *shard, u *user, i int) {
+	sh.unhandLocked(&u.devs[i])
 	u.devs = append(u.devs[:i], u.devs[i+1:]...)
 	u.devs[:len(u.devs)+1][len(u.devs)] = dev{}
 	sh.n--
@@ -582,7 +587,8 @@ func (t *Table) Done(now int64, userID string, r Result) {
 			// claimed again if the release went through (or, for a
 			// hand-off, may have: the store would hold it by the rules).
 			handOff := d.handOff
-			d.dead, d.bye, d.handOff = false, false, false
+			sh.unhandLocked(d)
+			d.dead, d.bye = false, false
 			if op == opRelease && !r.Failed && !r.Reclaim {
 				d.claimed, d.sent = false, false
 				continue
@@ -782,7 +788,11 @@ func (t *Table) HandOff(now int64, src Source) int {
 				}
 				n++
 				if !d.dead {
-					d.dead, d.handOff, mark = true, true, true
+					d.dead, d.handOff, d.handSrc, mark = true, true, src, true
+					if sh.handing == nil {
+						sh.handing = make(map[Source]int)
+					}
+					sh.handing[src]++
 				}
 			}
 			switch {
@@ -798,20 +808,28 @@ func (t *Table) HandOff(now int64, src Source) int {
 	return n
 }
 
+// unhandLocked clears d's hand-off, if any, from its shard's count.
+// Held: sh.mu.
+func (sh *shard) unhandLocked(d *dev) {
+	if d.handOff {
+		d.handOff = false
+		if sh.handing[d.handSrc]--; sh.handing[d.handSrc] == 0 {
+			delete(sh.handing, d.handSrc)
+		}
+	}
+}
+
 // HandingOff returns the number of devices of the sources in srcs whose
-// hand-off the store has not taken yet. A device that beat again since
+// hand-off the store has not taken yet (counted as HandOff marks them,
+// so without a look at every device). A device that beat again since
 // its HandOff is not one: it is claimed again.
 func (t *Table) HandingOff(srcs []Source) int {
 	n := 0
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		for _, u := range sh.users {
-			for j := range u.devs {
-				if d := &u.devs[j]; d.handOff && slices.Contains(srcs, d.source) {
-					n++
-				}
-			}
+		for _, src := range srcs {
+			n += sh.handing[src]
 		}
 		sh.mu.Unlock()
 	}

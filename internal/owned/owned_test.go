@@ -1,6 +1,7 @@
 package owned
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -514,5 +515,83 @@ func TestBeatDuringAHandOffClaimsAgain(t *testing.T) {
 	// for its hand-off does not wait for her.
 	if n := tb.HandingOff([]Source{7}); n != 0 {
 		t.Fatalf("%d devices waiting for their hand-off after the only one beat again", n)
+	}
+}
+
+// handingScan counts the devices of src waiting for their hand-off by
+// looking at every device: what HandingOff's counts must agree with.
+func handingScan(tb *Table, src Source) int {
+	n := 0
+	for i := range tb.shards {
+		sh := &tb.shards[i]
+		sh.mu.Lock()
+		for _, u := range sh.users {
+			for j := range u.devs {
+				if d := &u.devs[j]; d.handOff && d.handSrc == src {
+					n++
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// HandingOff's counts follow every way a hand-off ends: done, lost,
+// failed and retried, revived before it was sent and while in flight,
+// a bye, a store that lost the user.
+func TestHandingOffCountsFollowTheDevices(t *testing.T) {
+	tb := newTable()
+	check := func(when string) {
+		t.Helper()
+		for _, src := range []Source{7, 8} {
+			if got, want := tb.HandingOff([]Source{src}), handingScan(tb, src); got != want {
+				t.Fatalf("%s: HandingOff(%d) = %d, the devices say %d", when, src, got, want)
+			}
+		}
+	}
+	for i := range 20 {
+		claimFrom(t, tb, 1000, Source(7+i%2), fmt.Sprintf("u%d", i), "d")
+	}
+	claimFrom(t, tb, 1000, 7, "u0", "second")
+	tb.HandOff(2000, 7)
+	tb.HandOff(2000, 8)
+	check("after HandOff")
+	if n := tb.HandingOff([]Source{7, 8}); n != 22-1 {
+		t.Fatalf("HandingOff(7, 8) = %d, want 21", n)
+	}
+	tb.BeatFrom(2100, 7, "u2", "d", true, false) // revived before it was sent
+	check("after a revival")
+	if _, how := tb.Remove(2100, "u4", "d"); how != Release {
+		t.Fatalf("bye of a device waiting for its hand-off: %v", how)
+	}
+	check("after a bye")
+	w := due(tb, 2200)
+	check("with the hand-offs in flight")
+	for _, x := range w {
+		switch x.User {
+		case "u6":
+			tb.BeatFrom(2250, 7, "u6", "d", true, false) // revived in flight
+			tb.Done(2300, x.User, Result{})
+		case "u8":
+			tb.Done(2300, x.User, Result{Failed: true})
+		case "u10":
+			tb.Done(2300, x.User, Result{Lost: []string{"d"}})
+		case "u1":
+			tb.Done(2300, x.User, Result{Reclaim: true})
+		default:
+			tb.Done(2300, x.User, Result{})
+		}
+	}
+	check("after the answers")
+	if n := tb.HandingOff([]Source{7, 8}); n != 1 {
+		t.Fatalf("HandingOff(7, 8) = %d after the answers; want u8's failed one", n)
+	}
+	for _, x := range due(tb, 2300+time.Second.Milliseconds()) {
+		tb.Done(3400, x.User, Result{})
+	}
+	check("after the retry")
+	if n := tb.HandingOff([]Source{7, 8}); n != 0 {
+		t.Fatalf("HandingOff(7, 8) = %d at the end", n)
 	}
 }
