@@ -126,9 +126,9 @@ type dev struct {
 	handOff  bool // dead here by HandOff: the store is to hold it by the rules
 	source   Source
 	handSrc  Source // the source it was handed off as (shard.handing)
-	inFlight bool  // named in work handed out and not yet Done
-	op       uint8 // the work in flight: opClaim, opTouch or opRelease
-	activeR  bool  // the store holds the device active (claimed devices)
+	inFlight bool   // named in work handed out and not yet Done
+	op       uint8  // the work in flight: opClaim, opTouch or opRelease
+	activeR  bool   // the store holds the device active (claimed devices)
 	// sentActive is what the work in flight tells the store: hold it
 	// active.
 	sentActive bool
@@ -174,8 +174,8 @@ type shard struct {
 	// handing counts, by source, the devices whose hand-off is not done
 	// (HandingOff); nil until the first HandOff.
 	handing map[Source]int
-	n      int        // devices held
-	_      [64]byte
+	n       int // devices held
+	_       [64]byte
 }
 
 // maxRecent bounds the releases a shard remembers for Redo.
