@@ -55,8 +55,8 @@ func (c confirming) SetStatus(ctx context.Context, user string, m presence.Manua
 	return ch, err
 }
 
-func (c confirming) SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (presence.Change, error) {
-	ch, err := c.Tracker.SourceBeat(ctx, src, user, device, active)
+func (c confirming) SourceBeat(ctx context.Context, src uint32, user, device string, active, connect bool) (presence.Change, error) {
+	ch, err := c.Tracker.SourceBeat(ctx, src, user, device, active, connect)
 	c.confirm(ctx, &ch)
 	return ch, err
 }

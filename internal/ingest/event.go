@@ -26,11 +26,15 @@ const (
 type Event struct {
 	// Bye is true for session_disconnected; false for session_connected
 	// and heartbeat, which both keep the device alive.
-	Bye    bool
-	User   string
-	Device string
-	At     time.Time // when it happened at the connection layer
-	Active bool      // a beat that is user activity (default true)
+	Bye bool
+	// Connect is true for session_connected: a new session of the
+	// device, which a node that owns its devices claims again whatever
+	// it knew of it (Connector).
+	Connect bool
+	User    string
+	Device  string
+	At      time.Time // when it happened at the connection layer
+	Active  bool      // a beat that is user activity (default true)
 }
 
 // rawEvent is the JSON form of a message, read by the rule of every
@@ -61,7 +65,9 @@ func Decode(data []byte, now time.Time, maxSkew time.Duration) (Event, error) {
 	}
 	var ev Event
 	switch r.Type {
-	case TypeConnected, TypeHeartbeat:
+	case TypeConnected:
+		ev.Connect = true
+	case TypeHeartbeat:
 	case TypeDisconnected:
 		ev.Bye = true
 	case "":

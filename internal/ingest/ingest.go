@@ -46,6 +46,15 @@ type Tracker interface {
 	Bye(ctx context.Context, user, device string) (presence.Change, error)
 }
 
+// Connector is a Tracker that tells a device's new session from its
+// beats: a node that owns the devices of the ingest claims the device
+// again at its connect, as at a socket's (another node may have held
+// it meanwhile). The consumer calls Connect for session_connected when
+// its Tracker implements it, Heartbeat otherwise.
+type Connector interface {
+	Connect(ctx context.Context, user, device string, active bool) (presence.Change, error)
+}
+
 // Config configures a Consumer. Zero values take the documented defaults.
 // Every node of a deployment should use the same Stream, Subject, Durable,
 // AckWait, MaxDeliver, MaxAge and DuplicateWindow: Open makes the server's
@@ -509,7 +518,11 @@ func (c *Consumer) apply(ctx context.Context, mem *Memory, msg jetstream.Msg, ev
 	if ev.Bye {
 		_, err = c.cfg.Tracker.Bye(actx, ev.User, ev.Device)
 	} else {
-		_, err = c.cfg.Tracker.Heartbeat(actx, ev.User, ev.Device, ev.Active)
+		if cn, ok := c.cfg.Tracker.(Connector); ok && ev.Connect {
+			_, err = cn.Connect(actx, ev.User, ev.Device, ev.Active)
+		} else {
+			_, err = c.cfg.Tracker.Heartbeat(actx, ev.User, ev.Device, ev.Active)
+		}
 	}
 	cancel()
 

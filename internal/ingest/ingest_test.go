@@ -720,3 +720,44 @@ func TestOpenErrorHidesCredentials(t *testing.T) {
 		t.Errorf("error %q: want the servers without their credentials", msg)
 	}
 }
+
+// connectingTracker records which of its methods the consumer called.
+type connectingTracker struct {
+	ingest.Tracker
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *connectingTracker) note(s string) {
+	c.mu.Lock()
+	c.calls = append(c.calls, s)
+	c.mu.Unlock()
+}
+
+func (c *connectingTracker) Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	c.note("beat")
+	return c.Tracker.Heartbeat(ctx, user, device, active)
+}
+
+func (c *connectingTracker) Connect(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	c.note("connect")
+	return c.Tracker.Heartbeat(ctx, user, device, active)
+}
+
+// A session_connected goes to a tracker's Connect when it has one (a
+// node that owns the ingest's devices claims the device again), a
+// heartbeat to Heartbeat.
+func TestConnectGoesToAConnector(t *testing.T) {
+	w := newWorld(t, testsvc.SharedNATS(t), presence.Rules{})
+	tr := &connectingTracker{Tracker: w.tr}
+	c, _ := w.open(tr, nil)
+	w.publish(event("session_connected", "42", "tab-1", w.clk.Now(), nil))
+	testwait.For(t, "the connect applied", func() bool { return c.Stats().Applied == 1 })
+	w.publish(event("heartbeat", "42", "tab-1", w.clk.Now(), nil))
+	testwait.For(t, "the beat applied", func() bool { return c.Stats().Applied == 2 })
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if got := strings.Join(tr.calls, ","); got != "connect,beat" {
+		t.Errorf("calls %s, want connect,beat", got)
+	}
+}

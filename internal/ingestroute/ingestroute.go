@@ -49,7 +49,7 @@ import (
 type Tracker interface {
 	Heartbeat(ctx context.Context, user, device string, active bool) (presence.Change, error)
 	Bye(ctx context.Context, user, device string) (presence.Change, error)
-	SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (presence.Change, error)
+	SourceBeat(ctx context.Context, src uint32, user, device string, active, connect bool) (presence.Change, error)
 	HandOffSources(ctx context.Context, srcs ...uint32) error
 }
 
@@ -208,6 +208,12 @@ func (r *Router) Heartbeat(ctx context.Context, user, device string, active bool
 	return r.route(ctx, event{User: user, Device: device, Active: active})
 }
 
+// Connect implements ingest.Connector: a new session of user's device,
+// which its owner claims again whatever it knew of it.
+func (r *Router) Connect(ctx context.Context, user, device string, active bool) (presence.Change, error) {
+	return r.route(ctx, event{User: user, Device: device, Active: active, Connect: true})
+}
+
 // Bye implements ingest.Tracker: a disconnect, sent to the owner too
 // (it ends the device in the owner's table at once).
 func (r *Router) Bye(ctx context.Context, user, device string) (presence.Change, error) {
@@ -220,6 +226,8 @@ type event struct {
 	Device string `json:"d"`
 	Active bool   `json:"a,omitempty"`
 	Bye    bool   `json:"b,omitempty"`
+	// Connect: a session_connected (SourceBeat's connect).
+	Connect bool `json:"c,omitempty"`
 	// Budget is how long the sender waits for the answer, in ms. The
 	// owner applies the event within it, counted from when it takes it
 	// (the nodes' clocks may differ; the hop itself is short), so that it
@@ -329,7 +337,7 @@ func (r *Router) apply(ctx context.Context, p int, ev event, owned bool) (presen
 	case ev.Bye:
 		return r.cfg.Tracker.Bye(ctx, ev.User, ev.Device)
 	case owned:
-		return r.cfg.Tracker.SourceBeat(ctx, Source(p), ev.User, ev.Device, ev.Active)
+		return r.cfg.Tracker.SourceBeat(ctx, Source(p), ev.User, ev.Device, ev.Active, ev.Connect)
 	default:
 		return r.cfg.Tracker.Heartbeat(ctx, ev.User, ev.Device, ev.Active)
 	}

@@ -41,12 +41,15 @@ func (f *fakeTracker) Bye(_ context.Context, user, device string) (presence.Chan
 	return presence.Change{}, f.note("bye " + user + " " + device)
 }
 
-func (f *fakeTracker) SourceBeat(_ context.Context, src uint32, user, device string, _ bool) (presence.Change, error) {
+func (f *fakeTracker) SourceBeat(_ context.Context, src uint32, user, device string, _, connect bool) (presence.Change, error) {
 	f.mu.Lock()
 	block := f.block
 	f.mu.Unlock()
 	if block != nil {
 		<-block
+	}
+	if connect {
+		return presence.Change{}, f.note(fmt.Sprintf("connect %d %s %s", src&^(1<<31), user, device))
 	}
 	return presence.Change{}, f.note(fmt.Sprintf("own %d %s %s", src&^(1<<31), user, device))
 }
@@ -66,7 +69,10 @@ func (f *fakeTracker) take() []string {
 	return out
 }
 
-var _ ingest.Tracker = (*Router)(nil)
+var (
+	_ ingest.Tracker   = (*Router)(nil)
+	_ ingest.Connector = (*Router)(nil)
+)
 
 func TestOwnersMoveOnlyTheChangedNodesShare(t *testing.T) {
 	const n = 256
@@ -181,6 +187,13 @@ func TestEventsReachTheirPartitionsOwner(t *testing.T) {
 	}
 	if got := b.tr.take(); !slices.Equal(got, []string{"bye " + bu + " d"}) {
 		t.Errorf("b applied %v for the bye", got)
+	}
+	// A connect reaches the owner as one: it claims the device again.
+	if _, err := a.r.Connect(ctx, bu, "d", true); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.tr.take(), fmt.Sprintf("connect %d %s d", a.r.partition(bu), bu); !slices.Equal(got, []string{want}) {
+		t.Errorf("b applied %v for the connect, want [%s]", got, want)
 	}
 	// The owner's refusal is the event's own; its other errors are
 	// errors to retry.

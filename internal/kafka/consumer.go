@@ -33,7 +33,7 @@ var (
 // partition's next consumer to claim as their beats arrive there.
 // *tracker.Tracker implements it. A partition p is source p+1.
 type Owner interface {
-	SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (presence.Change, error)
+	SourceBeat(ctx context.Context, src uint32, user, device string, active, connect bool) (presence.Change, error)
 	HandOffSources(ctx context.Context, srcs ...uint32) error
 }
 
@@ -583,7 +583,7 @@ func (c *Consumer) apply(ctx context.Context, a action) bool {
 	case a.bye:
 		_, err = c.cfg.Tracker.Bye(actx, o.user, o.device)
 	case c.cfg.Owner != nil:
-		_, err = c.cfg.Owner.SourceBeat(actx, source(a.part), o.user, o.device, o.active)
+		_, err = c.cfg.Owner.SourceBeat(actx, source(a.part), o.user, o.device, o.active, o.connect)
 	default:
 		_, err = c.cfg.Tracker.Heartbeat(actx, o.user, o.device, o.active)
 	}

@@ -178,3 +178,39 @@ func TestPartitionsOwnTheirDevices(t *testing.T) {
 	}
 	t.Logf("%d beats; %d devices moved to b when it joined; hand-offs a %d, b %d", beats.Load(), moved, sa.HandOffs, sb.HandOffs)
 }
+
+// recordingOwner is an Owner over the world's tracker that records the
+// connect flag of each beat.
+type recordingOwner struct {
+	tr       *tracker.Tracker
+	mu       sync.Mutex
+	connects []bool
+}
+
+func (o *recordingOwner) SourceBeat(ctx context.Context, src uint32, user, device string, active, connect bool) (presence.Change, error) {
+	o.mu.Lock()
+	o.connects = append(o.connects, connect)
+	o.mu.Unlock()
+	return o.tr.SourceBeat(ctx, src, user, device, active, connect)
+}
+
+func (o *recordingOwner) HandOffSources(ctx context.Context, srcs ...uint32) error {
+	return o.tr.HandOffSources(ctx, srcs...)
+}
+
+// A session_connected reaches the owner as a connect (it claims the
+// device again); a heartbeat as a beat.
+func TestOwnerHearsConnects(t *testing.T) {
+	w := newWorld(t)
+	own := &recordingOwner{tr: w.tr}
+	c, _ := w.startNodeWith("a", nil, func(cfg *kafka.ConsumerConfig) { cfg.Owner = own })
+	w.produce(w.event("session_connected", "kim", "tab", 0))
+	testwait.For(t, "the connect applied", func() bool { return c.Stats().Applied == 1 })
+	w.produce(w.event("heartbeat", "kim", "tab", 0))
+	testwait.For(t, "the beat applied", func() bool { return c.Stats().Applied == 2 })
+	own.mu.Lock()
+	defer own.mu.Unlock()
+	if fmt.Sprint(own.connects) != "[true false]" {
+		t.Errorf("connect flags %v, want [true false]", own.connects)
+	}
+}

@@ -18,6 +18,7 @@ type op struct {
 
 	beat     bool      // apply a heartbeat at beatSeq
 	active   bool      // one of the beats since the device's last disconnect was user activity
+	connect  bool      // one of them was a session_connected: an owner claims the device again
 	beatAt   time.Time // the latest of those beats' at (for staleness)
 	beatSeq  uint64
 	beatDone bool
@@ -118,7 +119,7 @@ func (w *window) fold(ev ingest.Event, seq uint64, now time.Time, ttl time.Durat
 		if ev.Bye {
 			o.bye, o.byeSeq = true, seq
 		} else {
-			o.beat, o.active, o.beatAt, o.beatSeq = true, ev.Active, ev.At, seq
+			o.beat, o.active, o.connect, o.beatAt, o.beatSeq = true, ev.Active, ev.Connect, ev.At, seq
 		}
 		w.index[k] = len(w.ops)
 		w.ops = append(w.ops, o)
@@ -135,10 +136,11 @@ func (w *window) fold(ev ingest.Event, seq uint64, now time.Time, ttl time.Durat
 		if !o.beat {
 			o.beatSeq = seq
 		}
-		o.beat, o.active, o.beatAt, o.beatDone = true, ev.Active, ev.At, false
+		o.beat, o.active, o.connect, o.beatAt, o.beatDone = true, ev.Active, ev.Connect, ev.At, false
 		o.bye, o.byeDone = false, false
 	default:
 		o.active = o.active || ev.Active
+		o.connect = o.connect || ev.Connect
 		if ev.At.After(o.beatAt) {
 			o.beatAt = ev.At
 		}

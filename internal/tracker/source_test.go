@@ -11,7 +11,7 @@ import (
 
 func (n *node) sourceBeat(src uint32, user, dev string) presence.Change {
 	n.t.Helper()
-	ch, err := n.tr.SourceBeat(n.ctx, src, user, dev, true)
+	ch, err := n.tr.SourceBeat(n.ctx, src, user, dev, true, false)
 	if err != nil {
 		n.t.Fatalf("SourceBeat(%d, %s, %s): %v", src, user, dev, err)
 	}
@@ -122,12 +122,39 @@ func TestSourceHandOff(t *testing.T) {
 func TestSourceZeroIsRefused(t *testing.T) {
 	c := newCluster(t, testsvc.Redis(t))
 	a := c.add(1)
-	if _, err := a.tr.SourceBeat(a.ctx, 0, "alice", "phone", true); err == nil {
+	if _, err := a.tr.SourceBeat(a.ctx, 0, "alice", "phone", true, false); err == nil {
 		t.Fatal("SourceBeat(0) was taken")
 	}
 	a.socketBeat("alice", "phone", true)
 	a.handOff(0)
 	if s := a.tr.Stats(); s.OwnedDevices != 1 {
 		t.Fatalf("HandOffSources(0) handed the sockets' devices off: %d owned", s.OwnedDevices)
+	}
+}
+
+// A connect claims the device again whatever the node knew of it: a
+// device whose record another node's bye removed from Redis (the node
+// still holding it as claimed) is back online with its next session,
+// where plain beats would not tell Redis of it.
+func TestSourceConnectClaimsAgain(t *testing.T) {
+	redis := testsvc.Redis(t)
+	c := newCluster(t, redis)
+	a, b := c.add(1), c.add(2)
+	a.alive, b.alive = true, true
+	a.sourceBeat(1, "alice", "phone")
+	if _, err := b.tr.Bye(b.ctx, "alice", "phone"); err != nil {
+		t.Fatal(err)
+	}
+	c.at(100 * time.Millisecond)
+	a.sourceBeat(1, "alice", "phone") // a still holds her: nothing to tell
+	if s := b.read("alice")[0]; s.Status != presence.Offline {
+		t.Fatalf("alice after the bye elsewhere: %+v", s)
+	}
+	c.at(200 * time.Millisecond)
+	if _, err := a.tr.SourceBeat(a.ctx, 1, "alice", "phone", true, true); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.read("alice")[0]; s.Status != presence.Online {
+		t.Fatalf("alice after her new session's connect: %+v", s)
 	}
 }

@@ -89,10 +89,11 @@ func (t *Tracker) socketBeat(ctx context.Context, user, device string, active, c
 // node from src, a source that no other node consumes while this one
 // does (one partition of an ingest stream; src is the caller's number
 // for it, not 0). As with SocketBeat, with a Leaser store the node owns
-// the device and the common beat makes no store call; when src moves to
-// another node, HandOffSources gives its devices back. Without a Leaser
-// store it is Heartbeat.
-func (t *Tracker) SourceBeat(ctx context.Context, src uint32, user, device string, active bool) (ch presence.Change, err error) {
+// the device and the common beat makes no store call; connect (a new
+// session of the device) claims it again whatever this node knew of it,
+// as SocketConnect does. When src moves to another node, HandOffSources
+// gives its devices back. Without a Leaser store it is Heartbeat.
+func (t *Tracker) SourceBeat(ctx context.Context, src uint32, user, device string, active, connect bool) (ch presence.Change, err error) {
 	if t.owned == nil {
 		_, err = t.heartbeatRead(ctx, user, device, active, nil, &ch)
 		return ch, err
@@ -101,7 +102,7 @@ func (t *Tracker) SourceBeat(ctx context.Context, src uint32, user, device strin
 		return ch, errors.New("heartbeat: source 0 is the node's sockets")
 	}
 	t.beats.add()
-	err = t.owned.beat(ctx, owned.Source(src), user, device, active, false, &ch)
+	err = t.owned.beat(ctx, owned.Source(src), user, device, active, connect, &ch)
 	return ch, err
 }
 
