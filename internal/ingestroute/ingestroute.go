@@ -466,6 +466,13 @@ func (r *Router) subscribe(lease uint64) error {
 	if err != nil {
 		return err
 	}
+	// Before the table names this node the owner of anything: an event
+	// forwarded before the server has the subscription finds nobody,
+	// and its sender would take this node for suspect.
+	if err := r.nc.FlushTimeout(time.Second); err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
 	r.sub = sub
 	return nil
 }
