@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -52,4 +53,28 @@ func RedisScripts(ctx context.Context, c rueidis.Client) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// SetexPipelined plays the naive design on the Redis c talks to — n
+// beats, each a SET <key(i)> online EX 30, pipelined 100 at a time — and
+// returns the Redis CPU seconds it took (RedisCPU).
+func SetexPipelined(ctx context.Context, c rueidis.Client, n int, key func(i int) string) (float64, error) {
+	cpu0, err := RedisCPU(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	cmds := make(rueidis.Commands, 0, 100)
+	for i := 0; i < n; i += 100 {
+		cmds = cmds[:0]
+		for j := i; j < min(i+100, n); j++ {
+			cmds = append(cmds, c.B().Set().Key(key(j)).Value("online").Ex(30*time.Second).Build())
+		}
+		for _, res := range c.DoMulti(ctx, cmds...) {
+			if err := res.Error(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	cpu1, err := RedisCPU(ctx, c)
+	return cpu1 - cpu0, err
 }

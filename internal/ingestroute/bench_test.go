@@ -15,9 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/ingest"
 	"github.com/presenced/presenced/internal/jsstream"
 	"github.com/presenced/presenced/internal/presence"
-	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
-	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -49,31 +47,10 @@ func benchJetStreamBeats(b *testing.B, own bool) {
 	r := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
 
 	rsrv := testsvc.Redis(b)
-	cl, err := redisstore.Dial(rsrv.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(cl.Close)
-	rs, err := redisstore.New(cl, redisstore.Config{Rules: r})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := rs.RaiseFloor(ctx, 0); err != nil {
-		b.Fatal(err)
-	}
-	tr, err := tracker.New(tracker.Config{Store: rs, Durable: benchfix.Nop{}, Clock: fc, Rules: r, LeaseInterval: 100 * time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
+	tr := benchfix.RedisNode(b, rsrv.URL, r, fc)
 	var wg sync.WaitGroup
 	runCtx, stop := context.WithCancel(ctx)
 	b.Cleanup(func() { stop(); wg.Wait() })
-	wg.Go(func() { _ = tr.Run(runCtx) })
-	for deadline := time.Now().Add(5 * time.Second); tr.LeaseID() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatal("no lease")
-		}
-	}
 
 	nsrv := testsvc.NATS(b)
 	conn, err := jsstream.Dial(nsrv.URL, "bench", nil)
@@ -152,13 +129,7 @@ func benchJetStreamBeats(b *testing.B, own bool) {
 	}
 	second := func(from, to int) {
 		beat(from, to)
-		for range 10 {
-			fc.Advance(100 * time.Millisecond)
-			if _, err := tr.Sweep(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := tr.Checkpoint(ctx); err != nil {
+		if err := benchfix.PlaySecond(ctx, tr, fc); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -176,20 +147,10 @@ func benchJetStreamBeats(b *testing.B, own bool) {
 		b.Fatalf("after the run: %+v", s)
 	}
 
-	cpu0 = cpu()
-	cmds := make(rueidis.Commands, 0, 100)
-	for i := 0; i < b.N; i += 100 {
-		cmds = cmds[:0]
-		for j := i; j < min(i+100, b.N); j++ {
-			cmds = append(cmds, rc.B().Set().Key(fmt.Sprintf("naive:u%d", j%users)).Value("online").Ex(30*time.Second).Build())
-		}
-		for _, res := range rc.DoMulti(ctx, cmds...) {
-			if err := res.Error(); err != nil {
-				b.Fatal(err)
-			}
-		}
+	naive, err := benchfix.SetexPipelined(ctx, rc, b.N, func(j int) string { return fmt.Sprintf("naive:u%d", j%users) })
+	if err != nil {
+		b.Fatal(err)
 	}
-	naive := cpu() - cpu0
 	b.ReportMetric(ours*1e6/float64(b.N), "redis-µs/beat")
 	b.ReportMetric(naive*1e6/float64(b.N), "setex-pipelined-redis-µs/beat")
 }

@@ -15,9 +15,7 @@ import (
 	"github.com/presenced/presenced/internal/clock"
 	"github.com/presenced/presenced/internal/kafka"
 	"github.com/presenced/presenced/internal/presence"
-	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
-	"github.com/presenced/presenced/internal/tracker"
 	"github.com/presenced/presenced/internal/wire"
 )
 
@@ -49,34 +47,7 @@ func benchIngestBeats(b *testing.B, own bool) {
 	r := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
 
 	srv := testsvc.Redis(b)
-	cl, err := redisstore.Dial(srv.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(cl.Close)
-	rs, err := redisstore.New(cl, redisstore.Config{Rules: r})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := rs.RaiseFloor(ctx, 0); err != nil {
-		b.Fatal(err)
-	}
-	// Run takes the lease and renews it (every 100 ms of real time, about
-	// as often as the fake clock's seconds pass here); the sweeps and
-	// checkpoints of the fake clock's seconds are made below.
-	tr, err := tracker.New(tracker.Config{Store: rs, Durable: benchfix.Nop{}, Clock: fc, Rules: r, LeaseInterval: 100 * time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	tctx, stopTracker := context.WithCancel(ctx)
-	var twg sync.WaitGroup
-	twg.Go(func() { _ = tr.Run(tctx) })
-	b.Cleanup(func() { stopTracker(); twg.Wait() })
-	for deadline := time.Now().Add(5 * time.Second); tr.LeaseID() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatal("no lease")
-		}
-	}
+	tr := benchfix.RedisNode(b, srv.URL, r, fc)
 
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, ingestT), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	if err != nil {
@@ -150,13 +121,7 @@ func benchIngestBeats(b *testing.B, own bool) {
 	// ten sweeps, a checkpoint.
 	second := func(from, to int) {
 		beat(from, to)
-		for range 10 {
-			fc.Advance(100 * time.Millisecond)
-			if _, err := tr.Sweep(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := tr.Checkpoint(ctx); err != nil {
+		if err := benchfix.PlaySecond(ctx, tr, fc); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -183,20 +148,10 @@ func benchIngestBeats(b *testing.B, own bool) {
 		b.Fatalf("after the run: %+v", s)
 	}
 
-	cpu0 = cpu()
-	cmds := make(rueidis.Commands, 0, 100)
-	for i := 0; i < b.N; i += 100 {
-		cmds = cmds[:0]
-		for j := i; j < min(i+100, b.N); j++ {
-			cmds = append(cmds, rc.B().Set().Key(fmt.Sprintf("naive:u%d", j%users)).Value("online").Ex(30*time.Second).Build())
-		}
-		for _, res := range rc.DoMulti(ctx, cmds...) {
-			if err := res.Error(); err != nil {
-				b.Fatal(err)
-			}
-		}
+	naive, err := benchfix.SetexPipelined(ctx, rc, b.N, func(j int) string { return fmt.Sprintf("naive:u%d", j%users) })
+	if err != nil {
+		b.Fatal(err)
 	}
-	naive := cpu() - cpu0
 	b.ReportMetric(ours*1e6/float64(b.N), "redis-µs/beat")
 	b.ReportMetric(naive*1e6/float64(b.N), "setex-pipelined-redis-µs/beat")
 	b.ReportMetric(float64(calls)/float64(b.N), "scripts/beat")

@@ -137,20 +137,10 @@ func BenchmarkSocketBeatRedisCPU(b *testing.B) {
 		b.Fatalf("after the run: %+v", s)
 	}
 	// The naive design on the same server: a SETEX per beat.
-	cpu0 = redisCPUOf(b, cl)
-	cmds := make(rueidis.Commands, 0, 100)
-	for i := 0; i < b.N; i += 100 {
-		cmds = cmds[:0]
-		for j := i; j < min(i+100, b.N); j++ {
-			cmds = append(cmds, cl.B().Set().Key("naive:"+all[j%users]).Value("online").Ex(30*time.Second).Build())
-		}
-		for _, res := range cl.DoMulti(ctx, cmds...) {
-			if err := res.Error(); err != nil {
-				b.Fatal(err)
-			}
-		}
+	naive, err := benchfix.SetexPipelined(ctx, cl, b.N, func(j int) string { return "naive:" + all[j%users] })
+	if err != nil {
+		b.Fatal(err)
 	}
-	naive := redisCPUOf(b, cl) - cpu0
 	// The naive design as a web tier plays it: one SETEX round trip per
 	// beat, from a pool of 64 connections (no pipelining), on a sample.
 	rt := min(b.N, 400_000)
