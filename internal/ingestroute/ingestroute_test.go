@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -380,5 +381,21 @@ func TestHungOwnerIsNotWaitedForAgain(t *testing.T) {
 	}
 	if sb := b.Stats(); sb.Received != 2 {
 		t.Errorf("b received %d events after its suspect time, want 2", sb.Received)
+	}
+}
+
+// The partition of a user is 32-bit FNV-1a of its id, as every node
+// computes it, without an allocation.
+func TestPartitionIsFNV1a(t *testing.T) {
+	r := &Router{cfg: Config{Partitions: 256}}
+	for _, u := range []string{"", "42", "alice", "ünïcode"} {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(u))
+		if got, want := r.partition(u), int(h.Sum32()%256); got != want {
+			t.Errorf("partition(%q) = %d, want %d", u, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { r.partition("alice") }); n != 0 {
+		t.Errorf("partition allocates %v times", n)
 	}
 }
