@@ -111,6 +111,7 @@ func (a *App) openGateway(authn *auth.Authenticator, writes *ratelimit.Writes) e
 		Hub:                  a.hub,
 		Rooms:                a.rooms,
 		Workers:              gatewayWorkers(a.cfg),
+		BeatsMayWait:         a.webhooks != nil, // a change waits for the webhooks' log (confirming)
 		Origins:              a.origins,
 	})
 	if err != nil {

@@ -118,6 +118,11 @@ type Config struct {
 	// Workers is the number of goroutines reading readable sockets.
 	// Default 16.
 	Workers int
+	// BeatsMayWait says that the Tracker's SocketBeat may wait on a
+	// durable write (with webhooks: a change's place in their log). The
+	// epoll loop then hands every socket's bytes to a worker; otherwise it
+	// applies a read of heartbeats and pings itself, waking no worker.
+	BeatsMayWait bool
 	// MaxSubscribing bounds the subscribe messages resolved at once: the
 	// hub's read of the viewer's relations and the snapshot read of the
 	// ids. The others wait for their turn, in their worker. When a node's
@@ -198,7 +203,7 @@ type Gateway struct {
 	idle idleIndex
 
 	stats struct {
-		accepted, acceptedTLS, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats, unchanged atomic.Uint64
+		accepted, acceptedTLS, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats, unchanged, loopReads atomic.Uint64
 	}
 	nextID atomic.Uint64
 }
@@ -216,6 +221,7 @@ type Stats struct {
 	ClosedExpired  uint64 // 4003: the client token expired
 	RateLimited    uint64 // messages refused with rate_limited
 	CoalescedBeats uint64 // heartbeats read together with an identical one and applied once
+	LoopReads      uint64 // reads of only heartbeats and pings the epoll loop applied itself, waking no worker
 	Unchanged      uint64 // users a subscribe's snapshot left out: the client knew their version
 	EpollDisabled  bool
 }
@@ -317,6 +323,7 @@ func (g *Gateway) Stats() Stats {
 		ClosedExpired:  g.stats.closedExpired.Load(),
 		RateLimited:    g.stats.rateLimited.Load(),
 		CoalescedBeats: g.stats.coalescedBeats.Load(),
+		LoopReads:      g.stats.loopReads.Load(),
 		Unchanged:      g.stats.unchanged.Load(),
 		EpollDisabled:  noEpoll,
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -692,4 +693,97 @@ func TestDevSocketsNeverExpire(t *testing.T) {
 	if s := n.gw.Stats(); s.ClosedExpired != 0 || s.Connections != 1 {
 		t.Fatalf("stats %+v", s)
 	}
+}
+
+// An idle socket's traffic — heartbeats and pings — is applied by the
+// epoll loop itself; anything else read with it, a frame in pieces, or a
+// tracker whose beats may wait goes to a worker, in order, and nothing is
+// applied twice or lost.
+func TestLoopAppliesBeatsAndPings(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the epoll loop is Linux only")
+	}
+	frames := func(t *testing.T, msgs ...string) []byte {
+		var buf bytes.Buffer
+		for _, m := range msgs {
+			f := ws.NewTextFrame([]byte(m))
+			if m == "ping" {
+				f = ws.NewPingFrame([]byte("p"))
+			}
+			if err := ws.WriteFrame(&buf, ws.MaskFrameInPlace(f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return buf.Bytes()
+	}
+	write := func(t *testing.T, c *client, b []byte) {
+		t.Helper()
+		if _, err := c.nc.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pong := func(t *testing.T, c *client) {
+		t.Helper()
+		f, err := c.frame(5 * time.Second)
+		if err != nil || f.Header.OpCode != ws.OpPong || string(f.Payload) != "p" {
+			t.Fatalf("want the pong, got %v %q (%v)", f.Header.OpCode, f.Payload, err)
+		}
+	}
+	beats := func(n *node, want uint64) {
+		t.Helper()
+		testwait.For(t, fmt.Sprintf("%d heartbeats applied", want), func() bool { return n.tr.Stats().Heartbeats == want })
+	}
+
+	t.Run("loop", func(t *testing.T) {
+		n := newNode(t, opts{})
+		c := n.dial("1", "")
+		c.msgType("welcome")
+		base := n.tr.Stats().Heartbeats
+		loop := n.gw.Stats().LoopReads
+
+		write(t, c, frames(t, `{"type":"heartbeat"}`, "ping"))
+		pong(t, c)
+		beats(n, base+1)
+		if got := n.gw.Stats().LoopReads; got != loop+1 {
+			t.Fatalf("loop reads %d, want %d: the beat and ping woke a worker", got, loop+1)
+		}
+
+		// A subscribe read with a beat: both applied, in order, by a worker.
+		write(t, c, frames(t, `{"type":"heartbeat","active":false}`, `{"type":"subscribe","user_ids":["2"]}`))
+		if m := c.msgType("snapshot"); m["users"] == nil {
+			t.Fatalf("snapshot %v", m)
+		}
+		beats(n, base+2)
+
+		// A beat in two pieces: read twice, applied once.
+		b := frames(t, `{"type":"heartbeat"}`)
+		write(t, c, b[:5])
+		c.silent(50 * time.Millisecond)
+		write(t, c, b[5:])
+		beats(n, base+3)
+		if got := n.gw.Stats().LoopReads; got != loop+1 {
+			t.Fatalf("loop reads %d, want %d: a read of more than beats was applied in the loop", got, loop+1)
+		}
+
+		// And the loop takes the socket again once it is whole.
+		write(t, c, frames(t, "ping", `{"type":"heartbeat"}`))
+		pong(t, c)
+		beats(n, base+4)
+		if got := n.gw.Stats().LoopReads; got != loop+2 {
+			t.Fatalf("loop reads %d, want %d", got, loop+2)
+		}
+	})
+
+	t.Run("beats may wait", func(t *testing.T) {
+		n := newNode(t, opts{tweak: func(c *gateway.Config) { c.BeatsMayWait = true }})
+		c := n.dial("1", "")
+		c.msgType("welcome")
+		base := n.tr.Stats().Heartbeats
+		write(t, c, frames(t, `{"type":"heartbeat"}`, "ping"))
+		pong(t, c)
+		beats(n, base+1)
+		if got := n.gw.Stats().LoopReads; got != 0 {
+			t.Fatalf("loop reads %d with BeatsMayWait, want 0", got)
+		}
+	})
 }

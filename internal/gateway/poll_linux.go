@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gobwas/ws"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +48,7 @@ type epoller struct {
 	wepf    *os.File // wepfd, for the runtime's poller
 	wepMu   sync.RWMutex
 	wakefd  int // eventfd: wakes the loops to stop
-	work    chan *conn
+	work    chan readable
 	stopped atomic.Bool
 	done    chan struct{} // closed when the loops and the workers are gone
 
@@ -134,7 +135,7 @@ func newPoller(g *Gateway) (poller, error) {
 		wepfd:   wepfd,
 		wepf:    os.NewFile(uintptr(wepfd), "epoll-writers"),
 		wakefd:  wakefd,
-		work:    make(chan *conn, g.cfg.Workers*64),
+		work:    make(chan readable, g.cfg.Workers*64),
 		done:    make(chan struct{}),
 		waiters: make(map[uint64]chan struct{}),
 	}, nil
@@ -152,8 +153,8 @@ func (p *epoller) start() {
 		go func() {
 			defer p.g.wg.Done()
 			defer workers.Done()
-			for c := range p.work {
-				c.readReady(p)
+			for r := range p.work {
+				r.c.readReady(p, r.unfed)
 			}
 		}()
 	}
@@ -331,6 +332,7 @@ func (p *epoller) loop() {
 		return
 	}
 	ready := make([]*conn, 0, size)
+	var small [inlineRead]byte
 	for {
 		events, ok := p.waitEvents(w, means)
 		if !ok {
@@ -362,7 +364,11 @@ func (p *epoller) loop() {
 			}
 		}
 		for _, c := range ready {
-			p.work <- c
+			r := readable{c: c}
+			if !p.g.cfg.BeatsMayWait && c.readInline(small[:], &r) {
+				continue
+			}
+			p.work <- r
 		}
 		clear(ready)
 	}
@@ -400,6 +406,84 @@ func (p *epoller) requeue(c *conn) {
 	})
 }
 
+// readable is a connection handed to a worker, with the bytes the loop
+// read of it and did not feed (nil: none).
+type readable struct {
+	c     *conn
+	unfed []byte
+}
+
+// inlineRead is the most the loop reads of a connection itself: an idle
+// socket's beat and ping are 30–40 bytes.
+const inlineRead = 256
+
+// readInline lets the loop read c itself and apply what it read when that
+// is only heartbeats and pings — an idle socket's whole traffic — so that
+// no worker is woken for it: handing each beat to a worker woke a second
+// OS thread per beat, which cost an idle node more than the beat. It
+// reports whether c is done with; false hands c to a worker (r), with
+// the bytes read and not fed (anything else: a message that may wait on
+// the store, a close, a partial frame). It never waits for the socket.
+func (c *conn) readInline(buf []byte, r *readable) bool {
+	if c.part != nil {
+		return false // a frame or message in pieces: the worker's
+	}
+	var n int
+	var rerr error
+	if err := c.withFD(func(fd int) error {
+		n, rerr = rawRead(fd, buf)
+		return nil
+	}); err != nil {
+		return false
+	}
+	switch {
+	case rerr == unix.EAGAIN:
+		return c.releaseRead()
+	case rerr != nil || n <= 0:
+		return false // the worker reads again and tears it down (or retries EINTR)
+	}
+	if n == len(buf) || !onlyBeats(buf[:n]) {
+		r.unfed = append([]byte(nil), buf[:n]...)
+		return false
+	}
+	c.g.stats.loopReads.Add(1)
+	if !c.feed(buf[:n]) {
+		return true // closing: the writer tears the connection down
+	}
+	return c.releaseRead()
+}
+
+// onlyBeats reports whether b is whole frames only, each a heartbeat
+// text message the clients we ship send (beatKind), a ping or a pong.
+// It does not modify b.
+func onlyBeats(b []byte) bool {
+	var plain [125]byte
+	for len(b) > 0 {
+		h, hn, ok, err := parseHeader(b)
+		if err != nil || !ok || !h.Fin || h.Length > 125 {
+			return false
+		}
+		end := hn + int(h.Length)
+		if len(b) < end {
+			return false
+		}
+		switch h.OpCode {
+		case ws.OpPing, ws.OpPong:
+		case ws.OpText:
+			p := plain[:h.Length]
+			copy(p, b[hn:end])
+			ws.Cipher(p, h.Mask, 0)
+			if beatKind(p) == 0 {
+				return false
+			}
+		default:
+			return false
+		}
+		b = b[end:]
+	}
+	return true
+}
+
 // readBufs are shared by the workers: an idle connection holds no buffer.
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
@@ -408,7 +492,10 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b 
 // connection that keeps a worker for four full buffers in a row goes back
 // to the end of the queue instead, so that one client cannot hold a
 // worker.
-func (c *conn) readReady(p *epoller) {
+func (c *conn) readReady(p *epoller, unfed []byte) {
+	if unfed != nil && !c.feed(unfed) {
+		return // closing: the writer tears the connection down
+	}
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
 	buf := *bp

@@ -15,6 +15,7 @@ var (
 	descClosed     = prometheus.NewDesc("presenced_ws_closed_total", "WebSocket connections closed by the server, by reason.", []string{"reason"}, nil)
 	descRateLimit  = prometheus.NewDesc("presenced_ws_rate_limited_total", "Client messages refused with rate_limited.", nil, nil)
 	descCoalesced  = prometheus.NewDesc("presenced_ws_coalesced_heartbeats_total", "Heartbeats read together with an identical one of the same socket and applied once (the server was behind).", nil, nil)
+	descLoopReads  = prometheus.NewDesc("presenced_ws_loop_reads_total", "Reads of only heartbeats and pings that the epoll loop applied itself, waking no worker (an idle socket's traffic).", nil, nil)
 	descUnchanged  = prometheus.NewDesc("presenced_ws_snapshot_unchanged_total", "Users a subscribe's snapshot left out because the client held their version (known, after a reconnect).", nil, nil)
 	descSubs       = prometheus.NewDesc("presenced_fanout_subscriptions", "Subscriptions (watcher, user) on this node.", nil, nil)
 	descTargets    = prometheus.NewDesc("presenced_fanout_watched_users", "Users watched by at least one connection on this node.", nil, nil)
@@ -37,7 +38,7 @@ type edgeCollector struct {
 }
 
 func (c *edgeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descUnchanged, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue, descResynced, descNotSent, descOpen, descRefused, descEvicted} {
+	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descLoopReads, descUnchanged, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue, descResynced, descNotSent, descOpen, descRefused, descEvicted} {
 		ch <- d
 	}
 }
@@ -53,6 +54,7 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descRateLimit, prometheus.CounterValue, float64(s.RateLimited))
 		ch <- prometheus.MustNewConstMetric(descCoalesced, prometheus.CounterValue, float64(s.CoalescedBeats))
+		ch <- prometheus.MustNewConstMetric(descLoopReads, prometheus.CounterValue, float64(s.LoopReads))
 		ch <- prometheus.MustNewConstMetric(descUnchanged, prometheus.CounterValue, float64(s.Unchanged))
 	}
 	if c.conns != nil {
