@@ -135,3 +135,23 @@ func TestConfirmingRooms(t *testing.T) {
 		t.Fatalf("after the bye that left a room: %d waits ran out, want 2", n)
 	}
 }
+
+// Only the embedded node without webhooks lets the epoll loop apply
+// beats: with Redis or webhooks a beat may wait, and a hung backend must
+// not stall every socket's reads.
+func TestBeatsMayWait(t *testing.T) {
+	for _, tc := range []struct {
+		redis    string
+		webhooks bool
+		want     bool
+	}{
+		{"", false, false},
+		{"", true, true},
+		{"redis://127.0.0.1:6379/0", false, true},
+		{"redis://127.0.0.1:6379/0", true, true},
+	} {
+		if got := beatsMayWait(Config{RedisURL: tc.redis}, tc.webhooks); got != tc.want {
+			t.Errorf("redis %q, webhooks %v: beats may wait %v, want %v", tc.redis, tc.webhooks, got, tc.want)
+		}
+	}
+}

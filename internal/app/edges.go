@@ -111,7 +111,7 @@ func (a *App) openGateway(authn *auth.Authenticator, writes *ratelimit.Writes) e
 		Hub:                  a.hub,
 		Rooms:                a.rooms,
 		Workers:              gatewayWorkers(a.cfg),
-		BeatsMayWait:         a.webhooks != nil, // a change waits for the webhooks' log (confirming)
+		BeatsMayWait:         beatsMayWait(a.cfg, a.webhooks != nil),
 		Origins:              a.origins,
 	})
 	if err != nil {
@@ -120,6 +120,14 @@ func (a *App) openGateway(authn *auth.Authenticator, writes *ratelimit.Writes) e
 	a.stats.Gateway = a.gw.Stats
 	a.add(part{run: a.gw.Run, stop: stopGateway})
 	return nil
+}
+
+// beatsMayWait says whether a socket's heartbeat may wait (gateway.Config):
+// with webhooks a change waits for their log; with Redis a beat that
+// changes something, or claims its device again, waits for Redis, and a
+// Redis that hangs must not stall every socket's reads.
+func beatsMayWait(cfg Config, webhooks bool) bool {
+	return webhooks || cfg.RedisURL != ""
 }
 
 // openAPI builds the HTTP API.
