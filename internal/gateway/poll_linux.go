@@ -363,9 +363,13 @@ func (p *epoller) loop() {
 				}
 			}
 		}
+		// A few readable sockets at a time is an idle node's traffic: the
+		// loop reads them itself. More are load, when the workers are
+		// awake anyway and read them on every core.
+		inline := !p.g.cfg.BeatsMayWait && len(ready) <= inlineBatch
 		for _, c := range ready {
 			r := readable{c: c}
-			if !p.g.cfg.BeatsMayWait && c.readInline(small[:], &r) {
+			if inline && c.readInline(small[:], &r) {
 				continue
 			}
 			p.work <- r
@@ -414,8 +418,12 @@ type readable struct {
 }
 
 // inlineRead is the most the loop reads of a connection itself: an idle
-// socket's beat and ping are 30–40 bytes.
-const inlineRead = 256
+// socket's beat and ping are 30–40 bytes. inlineBatch is the most
+// readable sockets one wait may return for the loop to read them itself.
+const (
+	inlineRead  = 256
+	inlineBatch = 4
+)
 
 // readInline lets the loop read c itself and apply what it read when that
 // is only heartbeats and pings — an idle socket's whole traffic — so that
