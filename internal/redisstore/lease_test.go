@@ -505,6 +505,29 @@ func TestDuplicatedTabOnTwoNodes(t *testing.T) {
 	}
 }
 
+// The copy of a duplicated tab (the second holder, its beat later than
+// any of the first's) closes first; the first tab then closes before it
+// beat again. Its release carries a last beat older than the copy's: that
+// is not a beat through another path, and the device ends with it, not a
+// ttl after the copy's beat. last_seen is the later of the two.
+func TestDuplicatedTabTheCopyClosesFirst(t *testing.T) {
+	s := leaseStore(t)
+	ctx := context.Background()
+	load(t, s, 1000, "uma")
+	mustClaim(t, s, 1000, 7, "uma", "tab", 1000, presence.Forever)
+	mustClaim(t, s, 3000, 8, "uma", "tab", 3000, presence.Forever)
+	if ch, lost, err := s.Release(ctx, 5000, 8, "uma", []tracker.OwnedDevice{{ID: "tab", LastBeat: 3500, LastActive: 3500}}, false); err != nil || ch.Changed || len(lost) != 0 {
+		t.Fatalf("release of the copy's hold: %+v, lost %v, %v; want nothing visible", ch, lost, err)
+	}
+	ch, lost, err := s.Release(ctx, 6000, 7, "uma", []tracker.OwnedDevice{{ID: "tab", LastBeat: 2000, LastActive: 2000}}, false)
+	if err != nil || len(lost) != 0 || !ch.Changed || ch.Event.Status != presence.Offline || ch.Event.LastSeen != 3500 {
+		t.Fatalf("release of the last hold, its beat older than the copy's: %+v, lost %v, %v; want offline, last seen 3500", ch, lost, err)
+	}
+	if got := expireAll(t, s, 3500+lTTL); len(got) != 0 {
+		t.Fatalf("announced again at the copy's ttl: %+v", got)
+	}
+}
+
 // A lease whose devices are spread over more buckets than one takeover
 // script reads (and more chunks than one round trip carries) is taken over
 // whole, chunk by chunk, each departure announced once, its set gone; a

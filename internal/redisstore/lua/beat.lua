@@ -12,6 +12,10 @@ local function beat(key, due, dirty, id, now, dev, active, readback)
   if now > d.lb then d.lb = now end
   if active and now > d.la then d.la = now end
   if d.cl ~= 0 and now > d.cl then d.cl = 0 end
+  -- An owned device has no close of its own in Redis (its owner keeps
+  -- it): cl then says when it last beat apart from its holders, which
+  -- its last holder's release tells from another holder's beat.
+  if d.own ~= 0 then d.cl = now end
   if now > u.ls then u.ls = now end
   local ch = settle(u, now)
   schedule(due, id, u, now)

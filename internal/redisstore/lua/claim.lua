@@ -25,13 +25,13 @@ if not d then
   u.devs[#u.devs + 1] = d
 end
 if lb > d.lb then d.lb = lb end
+if d.own == 0 then d.cl = 0 end -- owned, cl is a beat apart from its holders (beat.lua)
 add_holder(d, own)
 if shared(d) then
   if la > d.la then d.la = la end -- active while any holder says so
 else
   d.la = la -- the owner's word: FOREVER while the device is active
 end
-d.cl = 0
 if lb > u.ls then u.ls = lb end
 local ch = settle(u, now)
 schedule(KEYS[2], id, u, now)

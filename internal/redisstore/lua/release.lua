@@ -20,15 +20,18 @@ for i = 5, #ARGV, 3 do
     local d = u.devs[at]
     drop_holder(d, own)
     if lb > d.lb then d.lb = lb end
-  elseif at and not bye and u.devs[at].lb > lb then
+  elseif at and not bye and u.devs[at].cl > lb then
     -- It beat since through another path (an HTTP heartbeat of the same
-    -- device): it lives by the rules from that beat, owned by nobody.
+    -- device, beat.lua): it lives by the rules from that beat, owned by
+    -- nobody. A later lb from another holder (a duplicated tab's claim
+    -- or release) is not such a beat: that holder's hold has ended.
     local d = u.devs[at]
     d.own, d.cl = 0, 0
     if d.la >= FOREVER then d.la = la end
   elseif at then
     local d = u.devs[at]
     if bye then lb = math.max(lb, now) end
+    if d.lb > lb then lb = d.lb end -- another holder's later beat (claim.lua)
     if lb > u.ls then u.ls = lb end
     if la > d.la then d.la = la end
     if bye then rooms().drop_device(u, dev, R_BYE) else rooms().drop_device(u, dev, R_ENDED) end
