@@ -501,15 +501,15 @@ func checkMonitoring(t *testing.T, objs map[string][]*k8sObject, dep *k8sObject,
 }
 
 // checkIngress: an Ingress routes to a Service of the render and its port,
-// with proxy timeouts well above the clients' heartbeat interval (7.5 s
+// with proxy timeouts well above the clients' heartbeat interval (15 s
 // at the default ttl) and no session affinity.
 func checkIngress(t *testing.T, objs map[string][]*k8sObject) {
 	t.Helper()
 	for _, ing := range objs["Ingress"] {
 		ann := stringMap(field(ing.raw, "metadata", "annotations"))
 		for _, a := range []string{"nginx.ingress.kubernetes.io/proxy-read-timeout", "nginx.ingress.kubernetes.io/proxy-send-timeout"} {
-			if s, err := strconv.Atoi(ann[a]); err != nil || s < 4*8 {
-				t.Errorf("Ingress %s: %s %q: want seconds, several heartbeat intervals (7.5 s)", ing.Metadata.Name, a, ann[a])
+			if s, err := strconv.Atoi(ann[a]); err != nil || s < 4*15 {
+				t.Errorf("Ingress %s: %s %q: want seconds, several heartbeat intervals (15 s)", ing.Metadata.Name, a, ann[a])
 			}
 		}
 		if ann["nginx.ingress.kubernetes.io/affinity"] != "" {

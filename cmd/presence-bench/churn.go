@@ -19,7 +19,9 @@ package main
 //     keeps the device's beats less than ttl − slack apart and comes
 //     within the close grace − slack of the drop;
 //   - miss: skip one or two beats in a row (two only if the gap stays
-//     under ttl − slack);
+//     under ttl − slack); when not even one can be skipped (a WebSocket
+//     beats every ttl/2), send the next beat late, ttl − slack after the
+//     last;
 //   - die: drop the TCP connection and never come back.
 //
 // slack is max(ttl/10, 300ms): room for the scheduler of this busy tool.
@@ -582,6 +584,17 @@ func (r *churnRun) device(d *churnDevice, c *benchConn) {
 			switch cmd {
 			case cmdMiss:
 				r.misses.Add(1)
+				if 2*r.interval > r.ttl-r.slack {
+					// No beat to spare (a WebSocket beats every ttl/2):
+					// the next beat comes late instead, as one held up
+					// by retransmissions would, just inside ttl − slack.
+					d.mu.Lock()
+					last := d.lastBeat
+					d.mu.Unlock()
+					timer.Reset(time.Until(last.Add(r.ttl - r.slack)))
+					release = true
+					continue
+				}
 				skip = 1
 				if 3*r.interval <= r.ttl-r.slack && rand.IntN(2) == 0 {
 					skip = 2

@@ -25,8 +25,8 @@ func TestChurnInProcess(t *testing.T) {
 		heartbeatMs     int64
 		graceMs, goalMs int64
 	}{
-		{"grace the ttl", 2 * time.Second, 0, 500, 2000, 1000},
-		{"grace 1s", 3 * time.Second, time.Second, 750, 1000, 200},
+		{"grace the ttl", 2 * time.Second, 0, 1000, 2000, 1000},
+		{"grace 1s", 3 * time.Second, time.Second, 1500, 1000, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testChurnInProcess(t, startNodeWith(t, app.Config{TTL: tc.ttl, CloseGrace: tc.grace}),

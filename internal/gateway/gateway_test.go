@@ -69,7 +69,7 @@ func TestWelcome(t *testing.T) {
 	if raw, err := base64.RawURLEncoding.DecodeString(dev); err != nil || len(raw) != 8 {
 		t.Errorf("device id %q: want 8 random bytes in base64url (%v)", dev, err)
 	}
-	if m["user_id"] != "42" || m["heartbeat_interval_ms"] != 5000.0 || m["ttl_ms"] != 20000.0 ||
+	if m["user_id"] != "42" || m["heartbeat_interval_ms"] != 10000.0 || m["ttl_ms"] != 20000.0 ||
 		m["close_grace_ms"] != 5000.0 || m["subscribe_known"] != true {
 		t.Fatalf("welcome %v", m)
 	}

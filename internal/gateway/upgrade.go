@@ -189,7 +189,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	if isTLS {
 		g.stats.acceptedTLS.Add(1)
 	}
-	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, g.cfg.TTL/4, g.cfg.TTL, g.cfg.CloseGrace)})
+	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, presence.SocketBeatInterval(g.cfg.TTL), g.cfg.TTL, g.cfg.CloseGrace)})
 	g.idle.push(c.deadline(), c)
 	if len(early) > 0 && !c.feed(early) {
 		return nil

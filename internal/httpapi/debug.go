@@ -13,12 +13,6 @@ import (
 	"github.com/presenced/presenced/internal/wire"
 )
 
-// HeartbeatInterval is the interval clients are told to beat at for a ttl:
-// a quarter of it, so that with +10% jitter two lost beats in a row still
-// leave the third inside the ttl with room for latency
-// (3 × 1.1 × ttl/4 = 0.825 × ttl).
-func HeartbeatInterval(ttl time.Duration) time.Duration { return ttl / 4 }
-
 type debugDevice struct {
 	DeviceID   string  `json:"device_id"`
 	LastBeat   string  `json:"last_beat"`

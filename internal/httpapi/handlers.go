@@ -287,7 +287,7 @@ func (s *Server) writeView(w http.ResponseWriter, v *privacy.View, dev string) {
 	b = append(b, `,"ttl_ms":`...)
 	b = strconv.AppendInt(b, s.rules.TTL.Milliseconds(), 10)
 	b = append(b, `,"heartbeat_interval_ms":`...)
-	b = strconv.AppendInt(b, HeartbeatInterval(s.rules.TTL).Milliseconds(), 10)
+	b = strconv.AppendInt(b, presence.HTTPBeatInterval(s.rules.TTL).Milliseconds(), 10)
 	b = append(b, "}\n"...)
 	writeJSON(w, http.StatusOK, b)
 }

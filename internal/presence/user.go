@@ -41,6 +41,21 @@ const (
 	DefaultCloseGrace = 5 * time.Second
 )
 
+// SocketBeatInterval is the interval a WebSocket client is told to beat
+// at for a ttl (the welcome's heartbeat_interval_ms): half of it. Beats on
+// one TCP connection are never lost one by one: they arrive late, or the
+// connection breaks and the reconnect beats at once. So one interval with
+// +10% jitter (0.55 × ttl) leaves 0.45 × ttl for a beat delayed by
+// retransmissions, and each socket costs the node half the wake-ups (and
+// a phone half the radio wake-ups) of ttl/4.
+func SocketBeatInterval(ttl time.Duration) time.Duration { return ttl / 2 }
+
+// HTTPBeatInterval is the interval a device beating over HTTP is told to
+// beat at for a ttl: a quarter of it, because a request can fail on its
+// own — with +10% jitter two lost beats in a row still leave the third
+// inside the ttl with room for latency (3 × 1.1 × ttl/4 = 0.825 × ttl).
+func HTTPBeatInterval(ttl time.Duration) time.Duration { return ttl / 4 }
+
 // NoCloseGrace is the CloseGrace that turns the grace off: a device whose
 // connection closed without a bye ends at once (-close-grace 0). Any
 // negative CloseGrace counts as it; the zero value means the default.
