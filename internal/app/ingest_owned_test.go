@@ -20,7 +20,22 @@ import (
 	"github.com/presenced/presenced/internal/wire"
 )
 
-var ownedDevicesRE = regexp.MustCompile(`(?m)^presenced_owned_devices (\d+)$`)
+var (
+	ownedDevicesRE     = regexp.MustCompile(`(?m)^presenced_owned_devices (\d+)$`)
+	ingestPartitionsRE = regexp.MustCompile(`(?m)^presenced_ingest_partitions (\d+)$`)
+)
+
+// ingestPartitions reads presenced_ingest_partitions of the node at addr.
+func ingestPartitions(t *testing.T, addr string) int {
+	t.Helper()
+	_, body := call(t, addr, "GET", "/metrics", "")
+	m := ingestPartitionsRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no presenced_ingest_partitions in /metrics")
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
 
 // ownedDevices reads presenced_owned_devices of the node at addr.
 func ownedDevices(t *testing.T, addr string) int {
@@ -106,7 +121,13 @@ func TestJetStreamIngestDevicesOwned(t *testing.T) {
 	})
 	defer func() { cancel(); wg.Wait() }()
 
+	// Once the nodes see each other (their partitions add up to all 256:
+	// until then one of them owns partitions the other does too) and the
+	// devices that moved meanwhile were claimed again.
 	testwait.For(t, "the devices owned by the two nodes, each once", func() bool {
+		if ingestPartitions(t, a)+ingestPartitions(t, b) != 256 {
+			return false
+		}
 		na, nb := ownedDevices(t, a), ownedDevices(t, b)
 		return na > 0 && nb > 0 && na+nb == users
 	})
