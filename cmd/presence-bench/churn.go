@@ -20,8 +20,8 @@ package main
 //     within the close grace − slack of the drop;
 //   - miss: skip one or two beats in a row (two only if the gap stays
 //     under ttl − slack); when not even one can be skipped (a WebSocket
-//     beats every ttl/2), send the next beat late, ttl − slack after the
-//     last;
+//     beats every ttl/2), send the next beat late, halfway between its
+//     time and ttl − slack;
 //   - die: drop the TCP connection and never come back.
 //
 // slack is max(ttl/10, 300ms): room for the scheduler of this busy tool.
@@ -587,11 +587,13 @@ func (r *churnRun) device(d *churnDevice, c *benchConn) {
 				if 2*r.interval > r.ttl-r.slack {
 					// No beat to spare (a WebSocket beats every ttl/2):
 					// the next beat comes late instead, as one held up
-					// by retransmissions would, just inside ttl − slack.
+					// by retransmissions would: halfway between its
+					// time and ttl − slack, so that a loaded machine
+					// does not make it later than the ttl.
 					d.mu.Lock()
 					last := d.lastBeat
 					d.mu.Unlock()
-					timer.Reset(time.Until(last.Add(r.ttl - r.slack)))
+					timer.Reset(time.Until(last.Add((r.interval + r.ttl - r.slack) / 2)))
 					release = true
 					continue
 				}
