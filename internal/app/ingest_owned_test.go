@@ -20,18 +20,13 @@ import (
 	"github.com/presenced/presenced/internal/wire"
 )
 
-var (
-	ownedDevicesRE     = regexp.MustCompile(`(?m)^presenced_owned_devices (\d+)$`)
-	ingestPartitionsRE = regexp.MustCompile(`(?m)^presenced_ingest_partitions (\d+)$`)
-)
-
-// ingestPartitions reads presenced_ingest_partitions of the node at addr.
-func ingestPartitions(t *testing.T, addr string) int {
+// gauge reads the unlabelled metric name of the node at addr.
+func gauge(t *testing.T, addr, name string) int {
 	t.Helper()
 	_, body := call(t, addr, "GET", "/metrics", "")
-	m := ingestPartitionsRE.FindStringSubmatch(body)
+	m := regexp.MustCompile(`(?m)^` + name + ` (\d+)$`).FindStringSubmatch(body)
 	if m == nil {
-		t.Fatalf("no presenced_ingest_partitions in /metrics")
+		t.Fatalf("no %s in /metrics", name)
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
@@ -39,14 +34,12 @@ func ingestPartitions(t *testing.T, addr string) int {
 
 // ownedDevices reads presenced_owned_devices of the node at addr.
 func ownedDevices(t *testing.T, addr string) int {
-	t.Helper()
-	_, body := call(t, addr, "GET", "/metrics", "")
-	m := ownedDevicesRE.FindStringSubmatch(body)
-	if m == nil {
-		t.Fatalf("no presenced_owned_devices in /metrics")
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
+	return gauge(t, addr, "presenced_owned_devices")
+}
+
+// ingestPartitions reads presenced_ingest_partitions of the node at addr.
+func ingestPartitions(t *testing.T, addr string) int {
+	return gauge(t, addr, "presenced_ingest_partitions")
 }
 
 // Two scale-out nodes take the JetStream ingest's events, any message on
