@@ -1,5 +1,7 @@
 package gateway
 
+import "github.com/presenced/presenced/internal/admission"
+
 // Detached counts the open connections whose socket the gateway took from
 // its net.Conn (detach) and all open connections.
 func Detached(g *Gateway) (detached, open int) {
@@ -28,3 +30,6 @@ func Writing(g *Gateway) int {
 	}
 	return n
 }
+
+// SetupGate is the gate of g's handshakes and subscribes (Config.Setup).
+func SetupGate(g *Gateway) *admission.Gate { return g.setup }

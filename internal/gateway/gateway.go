@@ -28,6 +28,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"github.com/presenced/presenced/internal/admission"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -132,6 +133,12 @@ type Config struct {
 	// batch read) are not stuck behind thousands of them. Default
 	// DefaultMaxSubscribing.
 	MaxSubscribing int
+	// Setup shapes the gate that a WebSocket's handshake (from its
+	// authentication to its welcome) and each subscribe pass before they
+	// run (admission): it admits them a few at a time, as many as the
+	// process's wake-ups say the CPU can take while the sessions already
+	// up stay on time. Zero fields take admission's defaults.
+	Setup admission.Config
 	// IdleCheck is how often idle connections and expired tokens are
 	// looked for: a socket is closed at most this long after its token
 	// expires (at once if it sends a message). Default 1s.
@@ -184,7 +191,9 @@ type Gateway struct {
 	// subscribing holds a token per subscribe being resolved
 	// (Config.MaxSubscribing).
 	subscribing chan struct{}
-	poll        poller // set by Run before it takes connections; nil: a goroutine per connection
+	// setup admits handshakes and subscribes (Config.Setup).
+	setup *admission.Gate
+	poll  poller // set by Run before it takes connections; nil: a goroutine per connection
 
 	ctx    context.Context // canceled when the gateway is closed
 	cancel context.CancelFunc
@@ -224,6 +233,7 @@ type Stats struct {
 	LoopReads      uint64 // reads of only heartbeats and pings the epoll loop applied itself, waking no worker
 	Unchanged      uint64 // users a subscribe's snapshot left out: the client knew their version
 	EpollDisabled  bool
+	Setup          admission.Stats // the gate of handshakes and subscribes (Config.Setup)
 }
 
 // New returns a Gateway. It starts nothing; call Run.
@@ -293,6 +303,7 @@ func New(cfg Config) (*Gateway, error) {
 		roomHub:     cfg.Rooms,
 		roomOps:     cfg.Writes.Rooms,
 		subscribing: make(chan struct{}, cfg.MaxSubscribing),
+		setup:       admission.New(cfg.Setup),
 		auth:        cfg.Auth,
 		clock:       cfg.Clock,
 		log:         cfg.Logger,
@@ -326,6 +337,7 @@ func (g *Gateway) Stats() Stats {
 		LoopReads:      g.stats.loopReads.Load(),
 		Unchanged:      g.stats.unchanged.Load(),
 		EpollDisabled:  noEpoll,
+		Setup:          g.setup.Stats(),
 	}
 }
 
@@ -368,6 +380,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.running = !g.closing
 	g.mu.Unlock()
 	close(g.ready)
+	setupCtx, stopSetup := context.WithCancel(ctx)
+	defer stopSetup()
+	g.wg.Go(func() { _ = g.setup.Run(setupCtx) })
 
 	tick := time.NewTicker(g.cfg.IdleCheck)
 	defer tick.Stop()

@@ -148,6 +148,14 @@ func (c *conn) subscribe(ctx context.Context, ids []string, known map[string]uin
 		return
 	}
 	defer func() { <-c.g.subscribing }()
+	// And its turn among the handshakes and subscribes being set up
+	// (Config.Setup).
+	if err := c.g.setup.Enter(ctx); err != nil {
+		c.g.addSubs(c, -len(ids))
+		c.sendError("unavailable", "this node is setting up too many other connections to take these now; none of these were added; retry later")
+		return
+	}
+	defer c.g.setup.Leave()
 	added, err := c.g.hub.Subscribe(ctx, c, ids)
 	c.g.addSubs(c, len(added)-len(ids)) // what the request did not add
 	c.mu.Lock()

@@ -129,6 +129,21 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	// keep the request line they were cut from (with a token in the
 	// query, hundreds of bytes a socket).
 	user, dev = strings.Clone(user), strings.Clone(dev)
+	// Its turn among the handshakes and subscribes being set up
+	// (Config.Setup), until the welcome: what the client sent with its
+	// handshake is fed after, each subscribe taking its own turn.
+	if err := g.setup.Enter(r.Context()); err != nil {
+		return refuse(http.StatusServiceUnavailable, "unavailable",
+			"this node is setting up too many other connections to take this one now; retry in a second")
+	}
+	inSetup := true
+	leaveSetup := func() {
+		if inSetup {
+			inSetup = false
+			g.setup.Leave()
+		}
+	}
+	defer leaveSetup()
 	// Counted before the heartbeat, so a connection over a cap is none.
 	if err := g.reserve(user, dev); err != nil {
 		return err
@@ -191,6 +206,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 	}
 	c.enqueue(outFrame{op: ws.OpText, data: wire.AppendWelcome(nil, user, dev, presence.SocketBeatInterval(g.cfg.TTL), g.cfg.TTL, g.cfg.CloseGrace)})
 	g.idle.push(c.deadline(), c)
+	leaveSetup()
 	if len(early) > 0 && !c.feed(early) {
 		return nil
 	}

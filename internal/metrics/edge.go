@@ -17,6 +17,10 @@ var (
 	descCoalesced  = prometheus.NewDesc("presenced_ws_coalesced_heartbeats_total", "Heartbeats read together with an identical one of the same socket and applied once (the server was behind).", nil, nil)
 	descLoopReads  = prometheus.NewDesc("presenced_ws_loop_reads_total", "Reads of only heartbeats and pings that the epoll loop applied itself, waking no worker (an idle socket's traffic).", nil, nil)
 	descUnchanged  = prometheus.NewDesc("presenced_ws_snapshot_unchanged_total", "Users a subscribe's snapshot left out because the client held their version (known, after a reconnect).", nil, nil)
+	descSetupLimit = prometheus.NewDesc("presenced_ws_setup_limit", "Handshakes and subscribes this node admits at once now: it halves when the process wakes late (its CPU is short) and grows while it wakes on time.", nil, nil)
+	descSetupWait  = prometheus.NewDesc("presenced_ws_setup_waiting", "Handshakes and subscribes waiting for their turn to be set up.", nil, nil)
+	descSetupBusy  = prometheus.NewDesc("presenced_ws_setup_busy_total", "Handshakes and subscribes refused (unavailable) after waiting the longest allowed for their turn (internal/admission).", nil, nil)
+	descSetupLate  = prometheus.NewDesc("presenced_ws_setup_late_wakeups_total", "Wake-ups of the setup gate's probe later than it allows (internal/admission), each of which halved the limit.", nil, nil)
 	descSubs       = prometheus.NewDesc("presenced_fanout_subscriptions", "Subscriptions (watcher, user) on this node.", nil, nil)
 	descTargets    = prometheus.NewDesc("presenced_fanout_watched_users", "Users watched by at least one connection on this node.", nil, nil)
 	descDelivered  = prometheus.NewDesc("presenced_fanout_delivered_total", "Presence messages handed to connections.", nil, nil)
@@ -38,7 +42,7 @@ type edgeCollector struct {
 }
 
 func (c *edgeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descLoopReads, descUnchanged, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue, descResynced, descNotSent, descOpen, descRefused, descEvicted} {
+	for _, d := range []*prometheus.Desc{descConns, descWSUsers, descAccepted, descClosed, descRateLimit, descCoalesced, descLoopReads, descUnchanged, descSetupLimit, descSetupWait, descSetupBusy, descSetupLate, descSubs, descTargets, descDelivered, descWithheld, descFrames, descAsync, descAsyncQueue, descResynced, descNotSent, descOpen, descRefused, descEvicted} {
 		ch <- d
 	}
 }
@@ -56,6 +60,10 @@ func (c *edgeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCoalesced, prometheus.CounterValue, float64(s.CoalescedBeats))
 		ch <- prometheus.MustNewConstMetric(descLoopReads, prometheus.CounterValue, float64(s.LoopReads))
 		ch <- prometheus.MustNewConstMetric(descUnchanged, prometheus.CounterValue, float64(s.Unchanged))
+		ch <- prometheus.MustNewConstMetric(descSetupLimit, prometheus.GaugeValue, float64(s.Setup.Limit))
+		ch <- prometheus.MustNewConstMetric(descSetupWait, prometheus.GaugeValue, float64(s.Setup.Waiting))
+		ch <- prometheus.MustNewConstMetric(descSetupBusy, prometheus.CounterValue, float64(s.Setup.Busy))
+		ch <- prometheus.MustNewConstMetric(descSetupLate, prometheus.CounterValue, float64(s.Setup.Late))
 	}
 	if c.conns != nil {
 		s := c.conns()
