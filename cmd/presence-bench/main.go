@@ -50,6 +50,7 @@ scenarios:
   room-memory   users online, then in rooms; server memory per membership
   room-interval a room of 100,000 in interval mode under joins and leaves; messages per watcher, server CPU
   storm         a node killed, its clients reconnect to the others; everyone else's latency
+  write-probe   one user's status written every 50 ms, each write's latency (storm runs one)
   limits        raw limits of this machine: redis-benchmark SETEX, in-process map
   plot          SVG plots from -json results
 
@@ -103,6 +104,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRoomIntervalCmd(args[1:], stdout, stderr)
 	case "storm":
 		return runStormCmd(args[1:], stdout, stderr)
+	case "write-probe":
+		return runWriteProbeCmd(args[1:], stdout, stderr)
 	case "plot":
 		return runPlotCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

@@ -73,13 +73,14 @@ import (
 
 // Bounds and goals of the storm scenario.
 const (
-	maxStormSockets   = 18_000 // the tool holds every socket: 20,000 files a process here
-	maxStormSubs      = 500
-	maxStormProbes    = 500
-	stormMinBackoff   = 250 * time.Millisecond // the Go client's defaults
-	stormMaxBackoff   = 10 * time.Second
-	stormGoalP99      = 50 * time.Millisecond
-	stormStatusChange = 2 // a probe alternates busy and online
+	maxStormSockets      = 18_000 // the tool holds every socket: 20,000 files a process here
+	maxStormSubs         = 500
+	maxStormProbes       = 500
+	stormMinBackoff      = 250 * time.Millisecond // the Go client's defaults
+	stormMaxBackoff      = 10 * time.Second
+	stormGoalP99         = 50 * time.Millisecond
+	stormWriteProbeEvery = 50 * time.Millisecond
+	stormStatusChange    = 2 // a probe alternates busy and online
 )
 
 type stormConfig struct {
@@ -102,6 +103,7 @@ type stormConfig struct {
 	profileDir    string
 	json          bool
 	known         bool // re-subscribe with the versions each socket holds
+	writeProbe    bool // also measure status writes from a process of their own
 	tag           string
 }
 
@@ -132,6 +134,7 @@ func parseStorm(args []string, stderr io.Writer) (*stormConfig, error) {
 	fs.BoolVar(&dev, "dev", false, "connect with a bare user_id (the servers run with -dev)")
 	fs.StringVar(&secret, "jwt-secret", "", "mint a client token per connection with this secret (or $"+jwtSecretEnv+")")
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
+	fs.BoolVar(&c.writeProbe, "write-probe", true, "also write one more user's status every 50 ms from a process of its own (write-probe), a client the tool's own sockets do not slow: the isolated POST columns")
 	fs.BoolVar(&c.known, "known", true, "re-subscribe after the reconnect with the versions each socket holds, as the clients do (false: the whole snapshot again)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -232,6 +235,7 @@ type stormResult struct {
 	SetupSeconds      float64        `json:"setup_seconds"`
 	Changes           int            `json:"changes"`
 	ChangesFailed     int            `json:"changes_failed"`
+	IsolatedFailed    int            `json:"isolated_writes_failed,omitempty"`
 	Expected          int64          `json:"expected_deliveries"`
 	Deliveries        int64          `json:"deliveries"`
 	Missing           int64          `json:"missing_deliveries"`
@@ -256,6 +260,8 @@ type stormWindow struct {
 	Changes int        `json:"changes"`
 	Fanout  latSummary `json:"fanout"`
 	Write   latSummary `json:"write"`
+	// IsolatedWrite is the write probe's POSTs (-write-probe).
+	IsolatedWrite *latSummary `json:"isolated_write,omitempty"`
 }
 
 // stormReconnect is what the killed node's sockets went through.
@@ -542,6 +548,21 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	sh.settled.Store(true)
 	fmt.Fprintf(stderr, "storm: all connected in %.1fs; probes change status every %v for %v before the kill\n", setup.Seconds(), cfg.interval, cfg.before)
 
+	// The write probe, in a process of its own.
+	var probeWrites func() ([]probeWrite, error)
+	if cfg.writeProbe {
+		bases := make([]string, 0, len(survivors))
+		for _, i := range survivors {
+			bases = append(bases, cfg.eps[i].httpBase())
+		}
+		var err error
+		probeWrites, err = startWriteProbe(ctx, &writeProbeConfig{urls: bases, apiKey: cfg.apiKey, user: "st" + cfg.tag + "-w",
+			every: stormWriteProbeEvery, dur: cfg.before + cfg.storm + cfg.after}, stderr)
+		if err != nil {
+			return nil, err
+		}
+	}
+
 	// The probes: POST /v1/status every interval, spread over it.
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		MaxIdleConnsPerHost: cfg.probes, IdleConnTimeout: time.Minute}}
@@ -648,6 +669,21 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		}
 		res.SlowestWrites = append(res.SlowestWrites, fmt.Sprintf("%.1f ms, sent at %+.3fs to %s on %s", ms(c.took), c.sent.Sub(killed).Seconds(), cfg.eps[c.node].url.Host, conn))
 	}
+	var iso []latSet
+	if probeWrites != nil {
+		ws, err := probeWrites()
+		if err != nil {
+			sh.errs.add(err)
+		}
+		iso = make([]latSet, len(bounds))
+		for _, w := range ws {
+			if w.took < 0 {
+				res.IsolatedFailed++
+			} else if i := win(w.sent); i >= 0 {
+				iso[i].add(w.took)
+			}
+		}
+	}
 	fan := make([]latSet, len(bounds))
 	write := make([]latSet, len(bounds))
 	counts := make([]int, len(bounds))
@@ -683,6 +719,10 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	for i, b := range bounds {
 		wdw := stormWindow{Name: b.name, FromMs: b.from.Sub(killed).Milliseconds(), ToMs: b.to.Sub(killed).Milliseconds(),
 			Changes: counts[i], Fanout: fan[i].summary(), Write: write[i].summary()}
+		if iso != nil {
+			sum := iso[i].summary()
+			wdw.IsolatedWrite = &sum
+		}
 		if wdw.Fanout.P99 > ms(stormGoalP99) || wdw.Write.P99 > ms(stormGoalP99) || wdw.Changes == 0 {
 			res.GoalMet = false
 		}
@@ -925,10 +965,14 @@ func printStorm(w io.Writer, r *stormResult) {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "window\tfrom kill\tchanges\tfan-out p50\tp99\tmax\tPOST p50\tp99\tmax\t")
+	fmt.Fprintln(tw, "window\tfrom kill\tchanges\tfan-out p50\tp99\tmax\tPOST p50\tp99\tmax\tisolated POST p50\tp99\tmax\t")
 	for _, x := range r.Windows {
-		fmt.Fprintf(tw, "%s\t%+.1f…%+.1f s\t%d\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t\n", x.Name,
-			float64(x.FromMs)/1000, float64(x.ToMs)/1000, x.Changes, x.Fanout.P50, x.Fanout.P99, x.Fanout.Max, x.Write.P50, x.Write.P99, x.Write.Max)
+		iso := "-\t-\t-"
+		if x.IsolatedWrite != nil {
+			iso = fmt.Sprintf("%.2f ms\t%.2f ms\t%.2f ms", x.IsolatedWrite.P50, x.IsolatedWrite.P99, x.IsolatedWrite.Max)
+		}
+		fmt.Fprintf(tw, "%s\t%+.1f…%+.1f s\t%d\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t%s\t\n", x.Name,
+			float64(x.FromMs)/1000, float64(x.ToMs)/1000, x.Changes, x.Fanout.P50, x.Fanout.P99, x.Fanout.Max, x.Write.P50, x.Write.P99, x.Write.Max, iso)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "goal (p99 ≤ %.0f ms fan-out and POST in every window, no false offline, every socket back, nothing missing): met %v\n",
