@@ -134,7 +134,7 @@ func parseStorm(args []string, stderr io.Writer) (*stormConfig, error) {
 	fs.BoolVar(&dev, "dev", false, "connect with a bare user_id (the servers run with -dev)")
 	fs.StringVar(&secret, "jwt-secret", "", "mint a client token per connection with this secret (or $"+jwtSecretEnv+")")
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
-	fs.BoolVar(&c.writeProbe, "write-probe", true, "also write one more user's status every 50 ms from a process of its own (write-probe), a client the tool's own sockets do not slow: the isolated POST columns")
+	fs.BoolVar(&c.writeProbe, "write-probe", true, "also change one more user's status every 50 ms, watched by -probe-watchers sockets, all in a process of its own (write-probe) that the tool's own sockets do not slow: the isolated columns")
 	fs.BoolVar(&c.known, "known", true, "re-subscribe after the reconnect with the versions each socket holds, as the clients do (false: the whole snapshot again)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -260,8 +260,10 @@ type stormWindow struct {
 	Changes int        `json:"changes"`
 	Fanout  latSummary `json:"fanout"`
 	Write   latSummary `json:"write"`
-	// IsolatedWrite is the write probe's POSTs (-write-probe).
-	IsolatedWrite *latSummary `json:"isolated_write,omitempty"`
+	// IsolatedWrite and IsolatedFanout are the write probe's POSTs and
+	// their deliveries to its watchers (-write-probe).
+	IsolatedWrite  *latSummary `json:"isolated_write,omitempty"`
+	IsolatedFanout *latSummary `json:"isolated_fanout,omitempty"`
 }
 
 // stormReconnect is what the killed node's sockets went through.
@@ -549,15 +551,17 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	fmt.Fprintf(stderr, "storm: all connected in %.1fs; probes change status every %v for %v before the kill\n", setup.Seconds(), cfg.interval, cfg.before)
 
 	// The write probe, in a process of its own.
-	var probeWrites func() ([]probeWrite, error)
+	var probeWrites func() ([]probeWrite, []probeDelivery, error)
 	if cfg.writeProbe {
 		bases := make([]string, 0, len(survivors))
+		var wss []wsEndpoint
 		for _, i := range survivors {
 			bases = append(bases, cfg.eps[i].httpBase())
+			wss = append(wss, cfg.eps[i])
 		}
 		var err error
 		probeWrites, err = startWriteProbe(ctx, &writeProbeConfig{urls: bases, apiKey: cfg.apiKey, user: "st" + cfg.tag + "-w",
-			every: stormWriteProbeEvery, dur: cfg.before + cfg.storm + cfg.after}, stderr)
+			every: stormWriteProbeEvery, dur: cfg.before + cfg.storm + cfg.after, ws: wss, watchers: cfg.probeWatchers}, stderr)
 		if err != nil {
 			return nil, err
 		}
@@ -669,18 +673,29 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		}
 		res.SlowestWrites = append(res.SlowestWrites, fmt.Sprintf("%.1f ms, sent at %+.3fs to %s on %s", ms(c.took), c.sent.Sub(killed).Seconds(), cfg.eps[c.node].url.Host, conn))
 	}
-	var iso []latSet
+	var iso, isoFan []latSet
 	if probeWrites != nil {
-		ws, err := probeWrites()
+		ws, ds, err := probeWrites()
 		if err != nil {
 			sh.errs.add(err)
 		}
-		iso = make([]latSet, len(bounds))
+		iso, isoFan = make([]latSet, len(bounds)), make([]latSet, len(bounds))
+		byVersion := make(map[uint64]probeWrite, len(ws))
 		for _, w := range ws {
 			if w.took < 0 {
 				res.IsolatedFailed++
-			} else if i := win(w.sent); i >= 0 {
+				continue
+			}
+			byVersion[w.version] = w
+			if i := win(w.sent); i >= 0 {
 				iso[i].add(w.took)
+			}
+		}
+		for _, d := range ds {
+			if w, ok := byVersion[d.version]; ok {
+				if i := win(w.sent); i >= 0 {
+					isoFan[i].add(d.at.Sub(w.sent))
+				}
 			}
 		}
 	}
@@ -720,8 +735,8 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		wdw := stormWindow{Name: b.name, FromMs: b.from.Sub(killed).Milliseconds(), ToMs: b.to.Sub(killed).Milliseconds(),
 			Changes: counts[i], Fanout: fan[i].summary(), Write: write[i].summary()}
 		if iso != nil {
-			sum := iso[i].summary()
-			wdw.IsolatedWrite = &sum
+			w, f := iso[i].summary(), isoFan[i].summary()
+			wdw.IsolatedWrite, wdw.IsolatedFanout = &w, &f
 		}
 		if wdw.Fanout.P99 > ms(stormGoalP99) || wdw.Write.P99 > ms(stormGoalP99) || wdw.Changes == 0 {
 			res.GoalMet = false
@@ -965,11 +980,11 @@ func printStorm(w io.Writer, r *stormResult) {
 		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "window\tfrom kill\tchanges\tfan-out p50\tp99\tmax\tPOST p50\tp99\tmax\tisolated POST p50\tp99\tmax\t")
+	fmt.Fprintln(tw, "window\tfrom kill\tchanges\tfan-out p50\tp99\tmax\tPOST p50\tp99\tmax\tisolated fan-out p99\tPOST p99\t")
 	for _, x := range r.Windows {
-		iso := "-\t-\t-"
+		iso := "-\t-"
 		if x.IsolatedWrite != nil {
-			iso = fmt.Sprintf("%.2f ms\t%.2f ms\t%.2f ms", x.IsolatedWrite.P50, x.IsolatedWrite.P99, x.IsolatedWrite.Max)
+			iso = fmt.Sprintf("%.2f ms\t%.2f ms", x.IsolatedFanout.P99, x.IsolatedWrite.P99)
 		}
 		fmt.Fprintf(tw, "%s\t%+.1f…%+.1f s\t%d\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t%.2f ms\t%s\t\n", x.Name,
 			float64(x.FromMs)/1000, float64(x.ToMs)/1000, x.Changes, x.Fanout.P50, x.Fanout.P99, x.Fanout.Max, x.Write.P50, x.Write.P99, x.Write.Max, iso)

@@ -19,18 +19,24 @@ import (
 
 // The write probe: a process of its own that changes one user's status
 // through POST /v1/status every -every, round-robin over -url, and
-// prints each write as "SENT_UNIX_NS LATENCY_NS" (or "SENT_UNIX_NS -1
-// ERROR") on its stdout. The storm runs one beside its 9,000 sockets: a
+// prints each write as "w SENT_UNIX_NS LATENCY_NS VERSION" (or "w
+// SENT_UNIX_NS -1 ERROR") on its stdout. With -watchers, the user holds
+// a socket (on the first -ws) and that many sockets, round-robin over
+// -ws, watch it: each delivery of a change is printed at the end as "d
+// VERSION READ_UNIX_NS". The storm runs one beside its 9,000 sockets: a
 // client on a phone does not share a Go scheduler with the thousands of
-// clients reconnecting elsewhere, and the tool's own POSTs do (its
-// goroutines wait behind theirs for the tool's two threads).
+// clients reconnecting elsewhere, and the tool's own clients do (their
+// goroutines wait behind those of the reconnecting sockets for the
+// tool's two threads).
 
 type writeProbeConfig struct {
-	urls   []string
-	apiKey string
-	user   string
-	every  time.Duration
-	dur    time.Duration
+	urls     []string
+	apiKey   string
+	user     string
+	every    time.Duration
+	dur      time.Duration
+	ws       []wsEndpoint // the watchers' nodes
+	watchers int
 }
 
 func parseWriteProbe(args []string, stderr io.Writer) (*writeProbeConfig, error) {
@@ -43,8 +49,25 @@ func parseWriteProbe(args []string, stderr io.Writer) (*writeProbeConfig, error)
 	fs.StringVar(&c.user, "user", "", "the user whose status changes")
 	fs.DurationVar(&c.every, "every", 50*time.Millisecond, "time between two writes")
 	fs.DurationVar(&c.dur, "for", time.Minute, "how long to write")
+	var ws urlList
+	var dev bool
+	fs.Var(&ws, "ws", "the nodes' WebSocket URLs for -watchers, loopback only; repeat or comma-separate")
+	fs.IntVar(&c.watchers, "watchers", 0, "sockets that watch the user (and the user holds one: its writes are changes)")
+	fs.BoolVar(&dev, "dev", false, "connect with a bare user_id (else a token minted with $"+jwtSecretEnv+")")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if c.watchers < 0 || c.watchers > 1000 {
+		return nil, fmt.Errorf("-watchers %d: between 0 and 1000", c.watchers)
+	}
+	if c.watchers > 0 {
+		var err error
+		if c.ws, _, err = resolveEndpoints(ws, dev, ""); err != nil {
+			return nil, err
+		}
+		if !dev && c.ws[0].secret == "" {
+			return nil, errors.New("-watchers: give -dev or $" + jwtSecretEnv)
+		}
 	}
 	c.apiKey = probeKey(c.apiKey)
 	for u := range strings.SplitSeq(urls, ",") {
@@ -72,20 +95,89 @@ func runWriteProbeCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.dur)
 	defer cancel()
-	writeProbe(ctx, cfg, stdout)
+	if err := writeProbe(ctx, cfg, stdout); err != nil {
+		fmt.Fprintf(stderr, "presence-bench: write probe: %v\n", err)
+		return 1
+	}
 	return 0
 }
 
-// writeProbe writes until ctx ends, one write in flight, and prints each.
-func writeProbe(ctx context.Context, cfg *writeProbeConfig, out io.Writer) {
+// writeProbe writes until ctx ends, one write in flight, and prints each
+// write, then each delivery to its watchers.
+func writeProbe(ctx context.Context, cfg *writeProbeConfig, out io.Writer) error {
 	hc := &http.Client{Timeout: 10 * time.Second}
 	defer hc.CloseIdleConnections()
 	w := bufio.NewWriter(out)
 	defer w.Flush()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		got     []fanoutRecv // target: the watcher
+		conns   []*benchConn
+		connsMu sync.Mutex
+	)
+	wctx, stop := context.WithCancel(context.Background())
+	defer func() {
+		stop()
+		connsMu.Lock()
+		for _, c := range conns {
+			c.drop()
+		}
+		connsMu.Unlock()
+		wg.Wait()
+		for _, r := range got {
+			fmt.Fprintf(w, "d %d %d\n", r.version, r.at.UnixNano())
+		}
+	}()
+	if cfg.watchers > 0 {
+		own, err := cfg.ws[0].dial(ctx, cfg.user, "probe")
+		if err != nil {
+			return err
+		}
+		conns = append(conns, own)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			go beatLoop(wctx, own, own.beat())
+			for {
+				if _, err := own.read(time.Time{}); err != nil {
+					return
+				}
+			}
+		}()
+		for i := range cfg.watchers {
+			c, err := cfg.ws[i%len(cfg.ws)].dial(ctx, cfg.user+"-w"+strconv.Itoa(i), "d")
+			if err != nil {
+				return err
+			}
+			connsMu.Lock()
+			conns = append(conns, c)
+			connsMu.Unlock()
+			if _, err := subscribeWait(c, []string{cfg.user}); err != nil {
+				return err
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				go beatLoop(wctx, c, c.beat())
+				for {
+					m, err := c.read(time.Time{})
+					if err != nil {
+						return
+					}
+					if at := time.Now(); m.Type == "presence" && m.UserID == cfg.user {
+						mu.Lock()
+						got = append(got, fanoutRecv{target: i, version: m.Version, at: at})
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
 	next := time.Now()
 	for k := 0; ; k++ {
 		if !sleepUntil(ctx, next) {
-			return
+			return nil
 		}
 		next = next.Add(cfg.every)
 		status := "online"
@@ -94,15 +186,22 @@ func writeProbe(ctx context.Context, cfg *writeProbeConfig, out io.Writer) {
 		}
 		body := []byte(`{"user_id":"` + cfg.user + `","status":"` + status + `"}`)
 		sent := time.Now()
-		err := postStatusOK(ctx, hc, cfg.urls[k%len(cfg.urls)]+"/v1/status", cfg.apiKey, body)
+		u := cfg.urls[k%len(cfg.urls)] + "/v1/status"
+		var v uint64
+		var err error
+		if cfg.watchers > 0 { // online: each write is a change with a version
+			v, err = postStatusVersion(ctx, hc, u, cfg.apiKey, body)
+		} else {
+			err = postStatusOK(ctx, hc, u, cfg.apiKey, body)
+		}
 		took := time.Since(sent)
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
-			fmt.Fprintf(w, "%d -1 %s\n", sent.UnixNano(), strings.ReplaceAll(err.Error(), "\n", " "))
+			fmt.Fprintf(w, "w %d -1 %s\n", sent.UnixNano(), strings.ReplaceAll(err.Error(), "\n", " "))
 		} else {
-			fmt.Fprintf(w, "%d %d\n", sent.UnixNano(), took.Nanoseconds())
+			fmt.Fprintf(w, "w %d %d %d\n", sent.UnixNano(), took.Nanoseconds(), v)
 		}
 		_ = w.Flush()
 	}
@@ -135,40 +234,73 @@ func postStatusOK(ctx context.Context, hc *http.Client, u, apiKey string, body [
 
 // probeWrite is one write a write probe printed.
 type probeWrite struct {
-	sent time.Time
-	took time.Duration // -1: failed
+	sent    time.Time
+	took    time.Duration // -1: failed
+	version uint64        // with watchers
 }
 
-// readProbeWrites parses a write probe's output.
-func readProbeWrites(r io.Reader) ([]probeWrite, error) {
+// probeDelivery is one change a write probe's watcher read.
+type probeDelivery struct {
+	version uint64
+	at      time.Time
+}
+
+// readProbe parses a write probe's output.
+func readProbe(r io.Reader) ([]probeWrite, []probeDelivery, error) {
 	var ws []probeWrite
+	var ds []probeDelivery
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			return ws, fmt.Errorf("write probe: line %q", sc.Text())
+		bad := fmt.Errorf("write probe: line %q", sc.Text())
+		switch {
+		case len(f) >= 3 && f[0] == "w":
+			sent, err1 := strconv.ParseInt(f[1], 10, 64)
+			took, err2 := strconv.ParseInt(f[2], 10, 64)
+			var v uint64
+			var err3 error
+			if took >= 0 && len(f) > 3 {
+				v, err3 = strconv.ParseUint(f[3], 10, 64)
+			}
+			if err1 != nil || err2 != nil || err3 != nil {
+				return ws, ds, bad
+			}
+			ws = append(ws, probeWrite{sent: time.Unix(0, sent), took: time.Duration(took), version: v})
+		case len(f) == 3 && f[0] == "d":
+			v, err1 := strconv.ParseUint(f[1], 10, 64)
+			at, err2 := strconv.ParseInt(f[2], 10, 64)
+			if err1 != nil || err2 != nil {
+				return ws, ds, bad
+			}
+			ds = append(ds, probeDelivery{version: v, at: time.Unix(0, at)})
+		default:
+			return ws, ds, bad
 		}
-		sent, err1 := strconv.ParseInt(f[0], 10, 64)
-		took, err2 := strconv.ParseInt(f[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			return ws, fmt.Errorf("write probe: line %q", sc.Text())
-		}
-		ws = append(ws, probeWrite{sent: time.Unix(0, sent), took: time.Duration(took)})
 	}
-	return ws, sc.Err()
+	return ws, ds, sc.Err()
 }
 
 // startWriteProbe runs a write probe in a process of its own (this
 // binary) for d; wait returns what it wrote once it ends.
-func startWriteProbe(ctx context.Context, cfg *writeProbeConfig, stderr io.Writer) (wait func() ([]probeWrite, error), err error) {
+func startWriteProbe(ctx context.Context, cfg *writeProbeConfig, stderr io.Writer) (wait func() ([]probeWrite, []probeDelivery, error), err error) {
 	exe, err := executable()
 	if err != nil {
 		return nil, err
 	}
 	c := exec.CommandContext(ctx, exe, "write-probe", "-url", strings.Join(cfg.urls, ","), "-user", cfg.user,
-		"-every", cfg.every.String(), "-for", cfg.dur.String())
-	// The key goes through the environment, not the command line.
+		"-every", cfg.every.String(), "-for", cfg.dur.String(), "-watchers", strconv.Itoa(cfg.watchers))
+	// The key and the secret go through the environment, not the command line.
 	c.Env = append(os.Environ(), writeProbeKeyEnv+"="+cfg.apiKey)
+	for _, e := range cfg.ws {
+		c.Args = append(c.Args, "-ws", e.url.String())
+	}
+	if len(cfg.ws) > 0 {
+		if cfg.ws[0].dev {
+			c.Args = append(c.Args, "-dev")
+		} else {
+			c.Env = append(c.Env, jwtSecretEnv+"="+cfg.ws[0].secret)
+		}
+	}
 	c.Args = append(c.Args, "-api-key", "env:"+writeProbeKeyEnv)
 	c.Stderr = stderr
 	out, err := c.StdoutPipe()
@@ -181,21 +313,22 @@ func startWriteProbe(ctx context.Context, cfg *writeProbeConfig, stderr io.Write
 	var (
 		once   sync.Once
 		writes []probeWrite
+		dels   []probeDelivery
 		rerr   error
 	)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		writes, rerr = readProbeWrites(out)
+		writes, dels, rerr = readProbe(out)
 	}()
-	return func() ([]probeWrite, error) {
+	return func() ([]probeWrite, []probeDelivery, error) {
 		once.Do(func() {
 			<-done
 			if err := c.Wait(); err != nil && rerr == nil && ctx.Err() == nil {
 				rerr = fmt.Errorf("write probe: %w", err)
 			}
 		})
-		return writes, rerr
+		return writes, dels, rerr
 	}, nil
 }
 
