@@ -237,10 +237,13 @@ type churnRun struct {
 	grace    time.Duration // close grace (the ttl if the server announces none)
 	interval time.Duration
 	slack    time.Duration
-	// ended is when the run stopped watching: offlines read after it (the
-	// tool then drops every socket) and deaths after it (a command
-	// applied late) are no part of the verdict. Zero: no cut-off.
-	ended time.Time
+	// ended is when the run took its last look for the offlines of the
+	// dead: deaths after it (a command applied late) are no part of the
+	// verdict. Offlines read after watched (the tool then drops every
+	// socket) are none either. watched is taken after that look, so an
+	// offline the look counted, read just after ended, is in. Zero: no
+	// cut-off.
+	ended, watched time.Time
 
 	wg                    sync.WaitGroup // every goroutine of the run
 	errs                  errCounter
@@ -417,7 +420,7 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	r.ended = end
+	r.ended, r.watched = end, time.Now()
 	progress("done")
 	r.stop(cancel) // before the result: every device's goroutine has ended
 	return r.result(start, end), nil
@@ -681,7 +684,7 @@ func (r *churnRun) result(start, end time.Time) *churnResult {
 	for _, o := range r.offlines {
 		// After the end the tool drops every socket: with no close
 		// grace their offlines may reach the watchers still reading.
-		if r.ended.IsZero() || !o.at.After(r.ended) {
+		if r.watched.IsZero() || !o.at.After(r.watched) {
 			byDev[o.dev] = append(byDev[o.dev], o.at)
 		}
 	}
