@@ -241,8 +241,8 @@ type churnRun struct {
 	// dead: deaths after it (a command applied late) are no part of the
 	// verdict. Offlines read after watched (the tool then drops every
 	// socket) are none either. watched is taken after that look, so an
-	// offline the look counted, read just after ended, is in. Zero: no
-	// cut-off.
+	// offline the look counted, read just after ended, is in (unset: the
+	// cut-off is ended). Zero: no cut-off.
 	ended, watched time.Time
 
 	wg                    sync.WaitGroup // every goroutine of the run
@@ -684,7 +684,7 @@ func (r *churnRun) result(start, end time.Time) *churnResult {
 	for _, o := range r.offlines {
 		// After the end the tool drops every socket: with no close
 		// grace their offlines may reach the watchers still reading.
-		if r.watched.IsZero() || !o.at.After(r.watched) {
+		if cut := later(r.ended, r.watched); cut.IsZero() || !o.at.After(cut) {
 			byDev[o.dev] = append(byDev[o.dev], o.at)
 		}
 	}
