@@ -493,7 +493,17 @@ func (c *Client) handleRoomChange(m *serverMsg) {
 	}
 	ch := RoomChange{Room: m.Room, UserID: m.UserID, Kind: RoomChangeKind(m.Event), Status: statusOf(m.Status), Count: m.Count, Version: m.Version}
 	switch ch.Kind {
-	case RoomJoin, RoomStatus:
+	case RoomStatus:
+		if held, ok := v.members[m.UserID]; ok && held == ch.Status && v.count == m.Count {
+			// The view holds it already: the server may send a change
+			// of status its room message showed (a change that reached
+			// it while the message was being read); an update is a
+			// change of the view.
+			v.version = max(v.version, m.Version)
+			return
+		}
+		v.members[m.UserID] = ch.Status
+	case RoomJoin:
 		v.members[m.UserID] = ch.Status
 	case RoomLeave:
 		ch.Status = Hidden

@@ -268,3 +268,31 @@ func TestLeaveRefusedBeforeItsSendReturned(t *testing.T) {
 		t.Fatalf("sent %v, want the leave of doc again", m)
 	}
 }
+
+// A room change of status that the view holds already (the server sent
+// the room message read after the change, and the change after it) is
+// no update; a change of it is.
+func TestRoomStatusAlreadyHeld(t *testing.T) {
+	f := newFake(t)
+	c := f.dial(t, Config{})
+	ctx := context.Background()
+	wantState(t, c, Connected)
+	if err := c.WatchRoom(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	c0 := f.conn(0)
+	c0.next(t, "watch_room")
+	c0.send(map[string]any{"type": "room", "room": "doc", "mode": "events", "count": 1,
+		"members": map[string]any{"a": "online"}, "next": nil, "version": 7})
+	if u := nextUpdate(t, c); fmt.Sprintf("%+v", u) != "{Room:doc Mode:events Count:1 Members:map[a:online] Partial:false Next: Version:7}" {
+		t.Fatalf("update = %+v", u)
+	}
+	c0.send(map[string]any{"type": "room_change", "room": "doc", "event": "status", "user_id": "a", "status": "online", "count": 1, "version": 7})
+	c0.send(map[string]any{"type": "room_change", "room": "doc", "event": "status", "user_id": "a", "status": "busy", "count": 1, "version": 7})
+	if u := nextUpdate(t, c); fmt.Sprintf("%+v", u) != "{Room:doc UserID:a Kind:status Status:busy Count:1 Version:7 Snapshot:false}" {
+		t.Fatalf("update = %+v, want only the change to busy", u)
+	}
+	if r, _ := c.Room("doc"); r.Members["a"] != Busy {
+		t.Fatalf("view %+v", r)
+	}
+}
