@@ -423,6 +423,19 @@ test("rooms: the first room message is told as it is, then each change", () => {
   assert.equal(c.getRoom("r"), undefined);
 });
 
+test("rooms: a change of status the view holds already is no roomchange", () => {
+  const c = client();
+  const got = [];
+  c.addEventListener("roomchange", (e) => got.push(e.detail));
+  c.start();
+  last().open();
+  c.watchRoom("r");
+  last().recv({ type: "room", room: "r", mode: "events", count: 1, members: { a: "online" }, next: null, version: 7 });
+  last().recv({ type: "room_change", room: "r", user_id: "a", event: "status", status: "online", count: 1, version: 7 });
+  last().recv({ type: "room_change", room: "r", user_id: "a", event: "status", status: "busy", count: 1, version: 7 });
+  assert.deepEqual(got, [{ room: "r", user_id: "a", event: "status", status: "busy", count: 1, version: 7, snapshot: false }]);
+});
+
 test("rooms: a big room in interval mode: roominterval events move the view; a switch of mode is a room event; a reconnect tells what differs as one roominterval", () => {
   const c = client();
   const got = [];

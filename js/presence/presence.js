@@ -852,6 +852,18 @@ export class PresenceClient extends EventTarget {
     /** @type {RoomEventKind} */
     const event = msg.event;
     const status = event === "leave" ? null : /** @type {Status | null} */ (msg.status ?? null);
+    if (
+      event === "status" &&
+      Object.hasOwn(held.view.members, msg.user_id) &&
+      held.view.members[msg.user_id] === status &&
+      held.view.count === msg.count
+    ) {
+      // The view holds it already: the server may send a change of status
+      // its room message showed (one that reached it while the message was
+      // being read); a roomchange is a change of the view.
+      held.view.version = Math.max(held.view.version, msg.version);
+      return;
+    }
     if (event === "leave") delete held.view.members[msg.user_id];
     else if (event === "join" || event === "status") held.view.members[msg.user_id] = status;
     else return;
