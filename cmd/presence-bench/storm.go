@@ -47,7 +47,6 @@ package main
 // window within the goal, every socket back, nothing missing).
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -933,23 +932,9 @@ func postStatus(ctx context.Context, hc *http.Client, u, apiKey string, body []b
 }
 
 func postStatusVersion(ctx context.Context, hc *http.Client, u, apiKey string, body []byte) (uint64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	b, err := postStatusOK(ctx, hc, u, apiKey, body)
 	if err != nil {
 		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("POST %s: %s %s", u, resp.Status, bytes.TrimSpace(b))
 	}
 	var v struct {
 		Version uint64 `json:"version"`

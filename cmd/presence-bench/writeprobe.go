@@ -110,20 +110,17 @@ func writeProbe(ctx context.Context, cfg *writeProbeConfig, out io.Writer) error
 	w := bufio.NewWriter(out)
 	defer w.Flush()
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		got     []fanoutRecv // target: the watcher
-		conns   []*benchConn
-		connsMu sync.Mutex
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		got   []fanoutRecv // target: the watcher
+		conns []*benchConn // this goroutine's alone
 	)
 	wctx, stop := context.WithCancel(context.Background())
 	defer func() {
 		stop()
-		connsMu.Lock()
 		for _, c := range conns {
 			c.drop()
 		}
-		connsMu.Unlock()
 		wg.Wait()
 		for _, r := range got {
 			fmt.Fprintf(w, "d %d %d\n", r.version, r.at.UnixNano())
@@ -150,9 +147,7 @@ func writeProbe(ctx context.Context, cfg *writeProbeConfig, out io.Writer) error
 			if err != nil {
 				return err
 			}
-			connsMu.Lock()
 			conns = append(conns, c)
-			connsMu.Unlock()
 			if _, err := subscribeWait(c, []string{cfg.user}); err != nil {
 				return err
 			}
@@ -192,7 +187,7 @@ func writeProbe(ctx context.Context, cfg *writeProbeConfig, out io.Writer) error
 		if cfg.watchers > 0 { // online: each write is a change with a version
 			v, err = postStatusVersion(ctx, hc, u, cfg.apiKey, body)
 		} else {
-			err = postStatusOK(ctx, hc, u, cfg.apiKey, body)
+			_, err = postStatusOK(ctx, hc, u, cfg.apiKey, body)
 		}
 		took := time.Since(sent)
 		if err != nil {
@@ -207,29 +202,29 @@ func writeProbe(ctx context.Context, cfg *writeProbeConfig, out io.Writer) error
 	}
 }
 
-// postStatusOK writes a status and reads the whole answer; an answer
-// other than 200 is an error. (The probe's user has no device: the
-// status is stored, with no version to answer.)
-func postStatusOK(ctx context.Context, hc *http.Client, u, apiKey string, body []byte) error {
+// postStatusOK writes a status and returns the answer's body; an answer
+// other than 200 is an error. (Without watchers the probe's user has no
+// device: the status is stored, with no version to answer.)
+func postStatusOK(ctx context.Context, hc *http.Client, u, apiKey string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST %s: %s %s", u, resp.Status, bytes.TrimSpace(b))
+		return nil, fmt.Errorf("POST %s: %s %s", u, resp.Status, bytes.TrimSpace(b))
 	}
-	return nil
+	return b, nil
 }
 
 // probeWrite is one write a write probe printed.
