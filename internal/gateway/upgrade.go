@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -136,13 +137,7 @@ func (g *Gateway) upgrade(w http.ResponseWriter, r *http.Request) error {
 		return refuse(http.StatusServiceUnavailable, "unavailable",
 			"this node is setting up too many other connections to take this one now; retry in a second")
 	}
-	inSetup := true
-	leaveSetup := func() {
-		if inSetup {
-			inSetup = false
-			g.setup.Leave()
-		}
-	}
+	leaveSetup := sync.OnceFunc(g.setup.Leave)
 	defer leaveSetup()
 	// Counted before the heartbeat, so a connection over a cap is none.
 	if err := g.reserve(user, dev); err != nil {
