@@ -51,6 +51,7 @@ scenarios:
   room-interval a room of 100,000 in interval mode under joins and leaves; messages per watcher, server CPU
   storm         a node killed, its clients reconnect to the others; everyone else's latency
   write-probe   one user's status written every 50 ms, each write's latency (storm runs one)
+  storm-killed  the killed node's sockets of a storm, in a process of their own (storm runs it)
   limits        raw limits of this machine: redis-benchmark SETEX, in-process map
   plot          SVG plots from -json results
 
@@ -104,6 +105,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRoomIntervalCmd(args[1:], stdout, stderr)
 	case "storm":
 		return runStormCmd(args[1:], stdout, stderr)
+	case "storm-killed":
+		return runStormKilledCmd(args[1:], os.Stdin, stdout, stderr)
 	case "write-probe":
 		return runWriteProbeCmd(args[1:], stdout, stderr)
 	case "plot":

@@ -21,6 +21,9 @@ package main
 // survivors (round-robin) with the Go client's backoff — attempt n waits
 // a random time in [d/2, d], d = min(250ms·2ⁿ, 10s) — and subscribe to
 // their users again. The run goes on for -storm and -after, then drains.
+// The killed node's sockets live in a process of their own
+// (stormkilled.go), so that their reconnecting does not hold the threads
+// of the process that times the probes.
 //
 // It measures, in three windows by the time a change was sent (before the
 // kill, the -storm after it, and after that): the latency from the POST's
@@ -101,8 +104,9 @@ type stormConfig struct {
 	pprofURLs     []string // the survivors' -pprof-addr, profiled through the storm window
 	profileDir    string
 	json          bool
-	known         bool // re-subscribe with the versions each socket holds
-	writeProbe    bool // also measure status writes from a process of their own
+	args          []string // as given: the storm-killed process gets them too
+	known         bool     // re-subscribe with the versions each socket holds
+	writeProbe    bool     // also measure status writes from a process of their own
 	tag           string
 }
 
@@ -135,9 +139,11 @@ func parseStorm(args []string, stderr io.Writer) (*stormConfig, error) {
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
 	fs.BoolVar(&c.writeProbe, "write-probe", true, "also change one more user's status every 50 ms, watched by -probe-watchers sockets, all in a process of its own (write-probe) that the tool's own sockets do not slow: the isolated columns")
 	fs.BoolVar(&c.known, "known", true, "re-subscribe after the reconnect with the versions each socket holds, as the clients do (false: the whole snapshot again)")
+	fs.StringVar(&c.tag, "tag", "", "name the run's users st<tag>-… (default: new names each run)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	c.args = args
 	for _, r := range pprofs {
 		for p := range strings.SplitSeq(r, ",") {
 			if p = strings.TrimSpace(p); p == "" {
@@ -207,7 +213,12 @@ func parseStorm(args []string, stderr io.Writer) (*stormConfig, error) {
 	if last := firstSourceHost + (total+c.probes-1)/max(c.perSource, 1); c.perSource < 1 || c.perSource > maxPerSource || last > 254 {
 		return nil, fmt.Errorf("-per-source %d: must be between 1 and %d, and the sockets fit 127.0.0.2…254", c.perSource, maxPerSource)
 	}
-	c.tag = runTag()
+	if c.tag == "" {
+		c.tag = runTag()
+	}
+	if len(c.tag) > 16 || strings.Trim(c.tag, "0123456789abcdefghijklmnopqrstuvwxyz") != "" {
+		return nil, fmt.Errorf("-tag %q: up to 16 lowercase letters and digits", c.tag)
+	}
 	return c, nil
 }
 
@@ -323,22 +334,32 @@ type stormChange struct {
 	fresh   bool // on a new connection, not a kept-alive one
 }
 
-// stormShared is what every goroutine of a run reports to.
+// stormShared is what every goroutine of a run (or of the process that
+// holds the killed node's sockets: storm-killed) reports to.
 type stormShared struct {
 	ctx      context.Context
 	cfg      *stormConfig
 	errs     errCounter
-	settled  atomic.Bool // every socket connected: offlines count from now
-	killedAt atomic.Int64
+	settled  atomic.Bool  // every socket connected: offlines count from now
+	killing  atomic.Bool  // the node is about to be killed: its sockets' breaking is expected
+	back     atomic.Int64 // the killed node's sockets subscribed again on a survivor
 	probeIdx map[string]int
 	people   map[string]bool // the population and probes: nobody ends
 	onKilled map[string]bool // the users whose socket was on the killed node
 
 	mu         sync.Mutex // guards falseBy and falseFirst
 	falseBy    map[string]int
-	falseFirst []string
+	falseFirst []falseShown
 	falseAll   atomic.Int64
 	falseSnap  atomic.Int64
+}
+
+// falseShown is one false offline: who was shown offline, in a snapshot
+// or an event, and when it was read.
+type falseShown struct {
+	User     string `json:"user"`
+	Snapshot bool   `json:"snapshot"`
+	At       int64  `json:"at_unix_ns"`
 }
 
 // offline records an offline shown of user, in a snapshot or an event.
@@ -350,24 +371,25 @@ func (s *stormShared) offline(user string, snapshot bool) {
 	if snapshot {
 		s.falseSnap.Add(1)
 	}
-	var since float64
-	if k := s.killedAt.Load(); k != 0 {
-		since = time.Since(time.Unix(0, k)).Seconds()
-	}
 	s.mu.Lock()
 	s.falseBy[user]++
 	if len(s.falseFirst) < 5 {
-		where := "a survivor's"
-		if s.onKilled[user] {
-			where = "the killed node's"
-		}
-		kind := "an event"
-		if snapshot {
-			kind = "a snapshot"
-		}
-		s.falseFirst = append(s.falseFirst, fmt.Sprintf("%s (%s user) in %s at %+.2fs", user, where, kind, since))
+		s.falseFirst = append(s.falseFirst, falseShown{User: user, Snapshot: snapshot, At: time.Now().UnixNano()})
 	}
 	s.mu.Unlock()
+}
+
+// describe is f as the verdict names it, its time relative to the kill.
+func (s *stormShared) describe(f falseShown, killed time.Time) string {
+	where := "a survivor's"
+	if s.onKilled[f.User] {
+		where = "the killed node's"
+	}
+	kind := "an event"
+	if f.Snapshot {
+		kind = "a snapshot"
+	}
+	return fmt.Sprintf("%s (%s user) in %s at %+.2fs", f.User, where, kind, time.Unix(0, f.At).Sub(killed).Seconds())
 }
 
 // look checks one message a socket read: false offlines, and the
@@ -414,33 +436,13 @@ func (so *stormSocket) note(m *wsMsg) {
 	}
 }
 
-func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stormResult, error) {
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
+// newStormPopulation makes the run's users and sockets from cfg alone
+// (its tag included), so that the storm and the process that holds the
+// killed node's sockets (storm-killed) make the same ones: the probes,
+// and every socket with the users it watches.
+func newStormPopulation(ctx context.Context, cfg *stormConfig) (*stormShared, []*stormSocket, []string) {
 	n := len(cfg.eps)
 	total := cfg.perNode * n
-	survivors := make([]int, 0, n-1)
-	for i := range n {
-		if i != cfg.kill {
-			survivors = append(survivors, i)
-		}
-	}
-	killPID := cfg.killPID
-	if killPID == 0 {
-		port, _ := strconv.Atoi(cfg.eps[cfg.kill].url.Port())
-		p, err := listeningPID(port)
-		if err != nil {
-			return nil, fmt.Errorf("the node to kill, %s: %w", cfg.eps[cfg.kill].url.Host, err)
-		}
-		killPID = p
-	}
-	for _, i := range survivors {
-		port, _ := strconv.Atoi(cfg.eps[i].url.Port())
-		if p, err := listeningPID(port); err == nil && p == killPID {
-			return nil, fmt.Errorf("pid %d serves both %s and %s: the survivors must be other processes", killPID, cfg.eps[cfg.kill].url.Host, cfg.eps[i].url.Host)
-		}
-	}
-
 	sh := &stormShared{ctx: ctx, cfg: cfg, probeIdx: make(map[string]int, cfg.probes),
 		people: make(map[string]bool, total+cfg.probes), onKilled: make(map[string]bool, cfg.perNode), falseBy: make(map[string]int)}
 	probes := make([]string, cfg.probes)
@@ -481,72 +483,81 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		so.subs[len(so.subs)-1] = probes[so.probe]
 		w++
 	}
+	return sh, sockets, probes
+}
 
-	var wg sync.WaitGroup // every socket's goroutines
-	var cmu sync.Mutex    // guards live
-	live := make(map[*benchConn]struct{})
-	track := func(c *benchConn, on bool) {
-		cmu.Lock()
-		if on {
-			live[c] = struct{}{}
-		} else {
-			delete(live, c)
+func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stormResult, error) {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	n := len(cfg.eps)
+	total := cfg.perNode * n
+	survivors := make([]int, 0, n-1)
+	for i := range n {
+		if i != cfg.kill {
+			survivors = append(survivors, i)
 		}
-		cmu.Unlock()
 	}
-	// stop ends every socket and waits for their goroutines: before the
-	// verdict, or on an early return.
-	stop := sync.OnceFunc(func() {
-		cancel()
-		cmu.Lock()
-		for c := range live {
-			c.drop()
+	killPID := cfg.killPID
+	if killPID == 0 {
+		port, _ := strconv.Atoi(cfg.eps[cfg.kill].url.Port())
+		p, err := listeningPID(port)
+		if err != nil {
+			return nil, fmt.Errorf("the node to kill, %s: %w", cfg.eps[cfg.kill].url.Host, err)
 		}
-		cmu.Unlock()
-		wg.Wait()
-	})
-	defer stop()
+		killPID = p
+	}
+	for _, i := range survivors {
+		port, _ := strconv.Atoi(cfg.eps[i].url.Port())
+		if p, err := listeningPID(port); err == nil && p == killPID {
+			return nil, fmt.Errorf("pid %d serves both %s and %s: the survivors must be other processes", killPID, cfg.eps[cfg.kill].url.Host, cfg.eps[i].url.Host)
+		}
+	}
 
-	// Setup: the probes' sockets, then the population, subscribed.
+	sh, sockets, probes := newStormPopulation(ctx, cfg)
+
+	h := newStormHolder(sh, cancel, survivors)
+	defer h.stop()
+
+	// The killed node's sockets, in a process of their own (storm-killed):
+	// their reconnecting would otherwise hold this process's threads
+	// while it measures the probes.
+	kp, err := startStormKilled(ctx, cfg, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer kp.abort()
+
+	// Setup: the probes' sockets, then the survivors' population, subscribed.
 	start := time.Now()
-	probeConns := make([]*benchConn, cfg.probes)
-	fmt.Fprintf(stderr, "storm: %d probes on the survivors, then %d sockets × %d subscriptions on %d nodes\n", cfg.probes, total, cfg.subs, n)
+	fmt.Fprintf(stderr, "storm: %d probes on the survivors, then %d sockets × %d subscriptions on %d nodes (the %d of %s in a process of their own)\n",
+		cfg.probes, total, cfg.subs, n, cfg.perNode, cfg.eps[cfg.kill].url.Host)
 	if err := dialAll(ctx, cfg.probes, "storm probes", stderr, func(p int) error {
 		c, err := cfg.eps[survivors[p%len(survivors)]].dialSrc(ctx, probes[p], "d", sourceAddr(total+p, cfg.perSource))
 		if err != nil {
 			return err
 		}
-		track(c, true)
-		probeConns[p] = c
-		wg.Add(1)
-		go func() { defer wg.Done(); sh.hold(c) }()
+		h.track(c, true)
+		h.wg.Add(1)
+		go func() { defer h.wg.Done(); sh.hold(c) }()
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	if err := dialAll(ctx, total, "storm sockets", stderr, func(i int) error {
-		so := sockets[i]
-		c, err := cfg.eps[so.node].dialSrc(ctx, so.user, "d", so.src)
-		if err != nil {
-			return err
+	var mine []*stormSocket
+	for _, so := range sockets {
+		if !so.killed {
+			mine = append(mine, so)
 		}
-		track(c, true)
-		snap, err := subscribeWait(c, so.subs)
-		if err != nil {
-			return fmt.Errorf("socket %d: %w", i, err)
-		}
-		sh.look(so, snap, time.Now())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sh.serve(so, c, survivors, track)
-		}()
-		return nil
-	}); err != nil {
+	}
+	if err := h.dial(ctx, mine, "storm sockets", stderr); err != nil {
+		return nil, err
+	}
+	if err := kp.ready(ctx); err != nil {
 		return nil, err
 	}
 	setup := time.Since(start)
 	sh.settled.Store(true)
+	kp.tell("settled")
 	fmt.Fprintf(stderr, "storm: all connected in %.1fs; probes change status every %v for %v before the kill\n", setup.Seconds(), cfg.interval, cfg.before)
 
 	// The write probe, in a process of its own.
@@ -612,11 +623,15 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	if !sleepUntil(ctx, killAt) {
 		return nil, ctx.Err()
 	}
+	// Every socket of the node is told first: its breaking is expected.
+	sh.killing.Store(true)
+	if err := kp.killing(ctx); err != nil {
+		return nil, err
+	}
 	if err := syscall.Kill(killPID, syscall.SIGKILL); err != nil {
 		return nil, fmt.Errorf("kill %d: %w", killPID, err)
 	}
 	killed := time.Now()
-	sh.killedAt.Store(killed.UnixNano())
 	var profWG sync.WaitGroup
 	for _, base := range cfg.pprofURLs {
 		profWG.Add(1)
@@ -625,11 +640,20 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	defer profWG.Wait()
 	fmt.Fprintf(stderr, "storm: killed pid %d (%s) at %.1fs\n", killPID, cfg.eps[cfg.kill].url.Host, killed.Sub(t0).Seconds())
 	waitProgress(&probeWG, func(now time.Time) {
-		fmt.Fprintf(stderr, "storm %+6.1fs: %d false offlines, %d failed changes, %d errors\n",
+		fmt.Fprintf(stderr, "storm %+6.1fs: %d false offlines (the survivors' sockets), %d failed changes, %d errors\n",
 			now.Sub(killed).Seconds(), sh.falseAll.Load(), failed.Load(), sh.errs.n.Load())
 	})
 	sleepCtx(ctx, cfg.drain)
-	stop()
+	h.stop()
+	fctx, fcancel := context.WithTimeout(parent, time.Minute)
+	report, err := kp.finish(fctx)
+	fcancel()
+	if err != nil {
+		return nil, err
+	}
+	if err := sh.merge(report, sockets); err != nil {
+		return nil, err
+	}
 
 	// The verdict.
 	res := &stormResult{Scenario: "storm", URLs: cfg.urlStrings, KilledURL: cfg.urlStrings[cfg.kill], KilledPID: killPID,
@@ -764,7 +788,10 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	res.FalseOffline = sh.falseAll.Load()
 	res.FalseOfflineSnap = sh.falseSnap.Load()
 	res.FalseOfflineUsers = len(sh.falseBy)
-	res.FalseOfflineFirst = sh.falseFirst
+	slices.SortFunc(sh.falseFirst, func(a, b falseShown) int { return cmp.Compare(a.At, b.At) })
+	for _, f := range sh.falseFirst[:min(5, len(sh.falseFirst))] {
+		res.FalseOfflineFirst = append(res.FalseOfflineFirst, sh.describe(f, killed))
+	}
 	res.Errors = sh.errs.n.Load()
 	res.FirstError = sh.errs.firstErr()
 	if res.FalseOffline > 0 || res.Reconnect.Failed > 0 || res.ChangesFailed > 0 {
@@ -850,7 +877,7 @@ func (s *stormShared) serve(so *stormSocket, c *benchConn, survivors []int, trac
 		if s.ctx.Err() != nil {
 			return
 		}
-		if s.killedAt.Load() == 0 || !so.killed || !so.reconnected.IsZero() {
+		if !s.killing.Load() || !so.killed || !so.reconnected.IsZero() {
 			s.errs.add(fmt.Errorf("socket %d on %s broke: %w", so.idx, s.cfg.eps[so.node].url.Host, err))
 			return
 		}
@@ -908,6 +935,7 @@ func (s *stormShared) reconnect(so *stormSocket, survivors []int, track func(*be
 		so.node = node
 		so.reconnected = time.Now()
 		s.look(so, snap, so.reconnected)
+		s.back.Add(1)
 		return c
 	}
 }
