@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +125,12 @@ const (
 	intervalIDs      = 256
 	defaultRoomQueue = 1 << 16
 	maxEarly         = 1024 // frames kept for a watcher whose snapshot is being read
+	// coverFor is how long a watcher's snapshot stands for the members it
+	// showed ahead of the hub (roomWatcher.covered): long enough for
+	// their changes in flight when it was read to reach the hub, and
+	// maxCovered bounds how many members it stands for.
+	coverFor   = 2 * time.Second
+	maxCovered = 64
 	// memberRetry is how long a failed read of members again waits
 	// before it is tried again.
 	memberRetry = time.Second
@@ -200,6 +208,7 @@ type RoomHub struct {
 	running                                               atomic.Bool
 	watched                                               atomic.Int64 // len(rooms), read without mu by Publish and PublishRoom
 	published, delivered, dropped, resyncs, stale, gaps   atomic.Uint64
+	repeats                                               atomic.Uint64 // members' changes a watcher's snapshot showed already
 	statusEvents, contactLookups, contactErrors, snapErrs atomic.Uint64
 	memberReads, memberReadErrs                           atomic.Uint64
 }
@@ -349,13 +358,42 @@ type roomWatcher struct {
 	gen    uint64 // bumped by each resync: a snapshot read for an older one is dropped
 	early  []earlyFrame
 	over   bool // early overflowed: a resync follows
+	// covered holds, sorted by id, members its snapshot showed at a
+	// version above what the hub had sent the room's watchers of them
+	// (at most maxCovered): a change of such a member at or below that
+	// version that reaches the hub after the read is one the watcher
+	// holds already, and is not sent it — until coveredUntil (Unix ms),
+	// when checkGaps drops it.
+	covered      []coveredMember
+	coveredUntil int64
+}
+
+// coveredMember is a member's version as a watcher's snapshot showed it.
+type coveredMember struct {
+	id      string
+	version uint64
+}
+
+// covers reports whether w's snapshot showed member at version or newer
+// (covered), at now (Unix ms) before coveredUntil.
+func (w *roomWatcher) covers(member string, version uint64, now int64) bool {
+	if now >= w.coveredUntil {
+		return false
+	}
+	i, ok := slices.BinarySearchFunc(w.covered, member, func(c coveredMember, id string) int { return strings.Compare(c.id, id) })
+	return ok && w.covered[i].version >= version
 }
 
 // earlyFrame is a frame for a watcher whose snapshot was not sent yet.
 type earlyFrame struct {
 	version uint64
-	status  bool // a member's change of status (sent at the room's version, not above it)
-	frame   []byte
+	// status marks a member's change of status, sent at the room's
+	// version (not above it); member and mversion are the member and the
+	// version of its change.
+	status   bool
+	member   string
+	mversion uint64
+	frame    []byte
 }
 
 // NewRoomHub returns an empty hub.
@@ -570,7 +608,19 @@ func (h *RoomHub) sendSnapshot(r *room, w *roomWatcher, snap *RoomSnapshot) {
 	w.sink.DeliverRoom(r.id, wire.AppendRoom(nil, r.id, r.interval, snap.Count, members, next, snap.Version))
 	h.delivered.Add(1)
 	w.ready, w.held = true, snap.Version
+	h.cover(r, w, snap)
+	var shows map[string]uint64 // the snapshot's visible members' versions, made for the first early change of status
 	for _, f := range w.early {
+		if f.status {
+			// A change the read already saw: the snapshot shows it, or newer.
+			if shows == nil {
+				shows = visibleVersions(snap.Members)
+			}
+			if v, ok := shows[f.member]; ok && v >= f.mversion {
+				h.repeats.Add(1)
+				continue
+			}
+		}
 		if f.version > w.held || (f.status && f.version == w.held) {
 			w.sink.DeliverRoom(r.id, f.frame)
 			h.delivered.Add(1)
@@ -581,6 +631,45 @@ func (h *RoomHub) sendSnapshot(r *room, w *roomWatcher, snap *RoomSnapshot) {
 	if r.known && len(r.pending) > 0 {
 		h.applyPending(r)
 	}
+}
+
+// cover records in w.covered the members snap showed w ahead of what the
+// hub sent the room's watchers of them: changes of theirs still on their
+// way to the hub when snap was read. A room's first snapshot sets what
+// was sent (its members' versions) and needs none. Held: mu.
+func (h *RoomHub) cover(r *room, w *roomWatcher, snap *RoomSnapshot) {
+	w.covered = nil
+	if r.members == nil {
+		return
+	}
+	for i := range snap.Members {
+		m := &snap.Members[i]
+		if !m.StatusVisible || m.Version == 0 {
+			continue
+		}
+		if s := r.shown[m.UserID]; s != nil && s.version >= m.Version {
+			continue
+		}
+		if len(w.covered) == maxCovered {
+			break
+		}
+		w.covered = append(w.covered, coveredMember{id: m.UserID, version: m.Version})
+	}
+	if len(w.covered) > 0 {
+		slices.SortFunc(w.covered, func(a, b coveredMember) int { return strings.Compare(a.id, b.id) })
+		w.coveredUntil = h.now() + coverFor.Milliseconds()
+	}
+}
+
+// visibleVersions maps each member whose status views show to its version.
+func visibleVersions(views []privacy.View) map[string]uint64 {
+	m := make(map[string]uint64, len(views))
+	for i := range views {
+		if views[i].StatusVisible {
+			m[views[i].UserID] = views[i].Version
+		}
+	}
+	return m
 }
 
 // Unwatch stops s watching room.
@@ -904,6 +993,7 @@ type RoomStats struct {
 	Resyncs         uint64 // rooms whose watchers were sent a fresh snapshot
 	Gaps            uint64 // events that came ahead of a missing one
 	Stale           uint64 // events at or below what the hub held, members' changes older than what their rooms were sent
+	Repeats         uint64 // members' changes not sent to a watcher whose snapshot showed them already
 	StatusEvents    uint64 // members' changes of status encoded
 	Intervals       uint64 // room_interval messages encoded (one per room in interval mode per interval that changed it)
 	ContactLookups  uint64
@@ -927,7 +1017,7 @@ func (h *RoomHub) Stats() RoomStats {
 	return RoomStats{
 		Rooms: rooms, Watchers: watchers,
 		Published: h.published.Load(), Delivered: h.delivered.Load(), Dropped: h.dropped.Load(),
-		Resyncs: h.resyncs.Load(), Gaps: h.gaps.Load(), Stale: h.stale.Load(),
+		Resyncs: h.resyncs.Load(), Gaps: h.gaps.Load(), Stale: h.stale.Load(), Repeats: h.repeats.Load(),
 		StatusEvents: h.statusEvents.Load(), Intervals: h.intervals.Load(), ContactLookups: h.contactLookups.Load(),
 		ContactErrors: h.contactErrors.Load(), SnapshotErrors: h.snapErrs.Load(),
 		MemberReads: h.memberReads.Load(), MemberReadErrors: h.memberReadErrs.Load(),

@@ -25,7 +25,7 @@ func (h *RoomHub) sendIntervals() {
 		frame := wire.AppendRoomInterval(nil, r.id, r.count, sortedIDs(a.joined), sortedIDs(a.left), a.moreJoined, a.moreLeft, r.applied)
 		h.intervals.Add(1)
 		for _, w := range r.watchers {
-			h.send(r, w, r.applied, false, frame)
+			h.send(r, w, earlyFrame{version: r.applied, frame: frame})
 		}
 		clear(a.joined)
 		clear(a.left)
@@ -83,7 +83,7 @@ func (h *RoomHub) applyEvent(r *room, ev *presence.RoomEvent, contacts map[strin
 				shown.seen = shown.seen || v.StatusVisible
 			}
 		}
-		h.send(r, w, ev.Version, false, frames[c])
+		h.send(r, w, earlyFrame{version: ev.Version, frame: frames[c]})
 	}
 	if ev.Kind == presence.RoomLeave && r.shown != nil {
 		delete(r.shown, ev.UserID)
@@ -100,18 +100,21 @@ func classOf(viewer, member string, contacts map[string]bool) class {
 	return classOther
 }
 
-// send gives w frame at version, now or once its snapshot is sent.
+// send gives w f's frame, now or once its snapshot is sent; a member's
+// change of status its snapshot showed already (covers) is not sent.
 // Held: mu.
-func (h *RoomHub) send(r *room, w *roomWatcher, version uint64, status bool, frame []byte) {
+func (h *RoomHub) send(r *room, w *roomWatcher, f earlyFrame) {
 	switch {
 	case !w.ready:
 		if len(w.early) >= maxEarly {
 			w.over = true
 			return
 		}
-		w.early = append(w.early, earlyFrame{version: version, status: status, frame: frame})
-	case version > w.held || (status && version == w.held):
-		w.sink.DeliverRoom(r.id, frame)
+		w.early = append(w.early, f)
+	case f.status && w.covered != nil && w.covers(f.member, f.mversion, h.now()):
+		h.repeats.Add(1)
+	case f.version > w.held || (f.status && f.version == w.held):
+		w.sink.DeliverRoom(r.id, f.frame)
 		h.delivered.Add(1)
 	}
 }
@@ -212,7 +215,7 @@ func (h *RoomHub) applyStatus(ctx context.Context, ev *presence.Event, reread bo
 				h.statusEvents.Add(1)
 			}
 			if frames[c] != nil {
-				h.send(r, w, r.applied, true, frames[c])
+				h.send(r, w, earlyFrame{version: r.applied, status: true, member: ev.UserID, mversion: ev.Version, frame: frames[c]})
 			}
 		}
 	}

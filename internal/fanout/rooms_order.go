@@ -161,6 +161,9 @@ func (h *RoomHub) checkGaps(ctx context.Context) {
 		over := false
 		for _, w := range r.watchers {
 			over = over || w.over
+			if w.covered != nil && now >= w.coveredUntil {
+				w.covered = nil
+			}
 		}
 		if all || over || r.resync || (r.gapSince != 0 && now-r.gapSince >= h.gapWait) {
 			todo = append(todo, r)

@@ -72,6 +72,9 @@ type roomModel struct {
 	reads   int
 	limits  []int         // of each read
 	hold    chan struct{} // when set, a read waits for it to close
+	// shows is how a read shows a member, where set (else online,
+	// visible, at no version).
+	shows map[string]privacy.View
 }
 
 func newRoomModel() *roomModel {
@@ -96,7 +99,11 @@ func (m *roomModel) RoomSnapshot(ctx context.Context, viewer, room string, limit
 			snap.Next = members[i-1]
 			break
 		}
-		snap.Members = append(snap.Members, privacy.View{UserID: id, StatusVisible: true, Status: presence.Online})
+		v, ok := m.shows[id]
+		if !ok {
+			v = privacy.View{UserID: id, StatusVisible: true, Status: presence.Online}
+		}
+		snap.Members = append(snap.Members, v)
 	}
 	return snap, nil
 }
@@ -107,6 +114,16 @@ func (m *roomModel) MemberStates(context.Context, []string, []presence.Snapshot)
 func (m *roomModel) set(room string, v uint64, members ...string) {
 	m.mu.Lock()
 	m.version[room], m.members[room] = v, members
+	m.mu.Unlock()
+}
+
+// show sets how reads show member from now on.
+func (m *roomModel) show(member string, st presence.Status, v uint64) {
+	m.mu.Lock()
+	if m.shows == nil {
+		m.shows = map[string]privacy.View{}
+	}
+	m.shows[member] = privacy.View{UserID: member, StatusVisible: true, Status: st, Version: v}
 	m.mu.Unlock()
 }
 
@@ -661,4 +678,81 @@ func TestRoomResyncFailureNamesTheWatch(t *testing.T) {
 	if h.Watched(s) != 0 {
 		t.Fatalf("still watching %d rooms", h.Watched(s))
 	}
+}
+
+// A member's change that a watcher's snapshot already shows is not sent
+// to that watcher — neither one that reached the hub while the snapshot
+// was read nor one that reached it after — while the watchers who were
+// not shown it get it, and the member's next change goes to everyone.
+func TestRoomStatusTheSnapshotShows(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5, "dave")
+	m.show("dave", presence.Online, 3)
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{})
+	first := &roomSink{viewer: "first"}
+	watch(t, h, first, "doc")
+	set := presence.Settings{Status: presence.Everyone, LastSeen: presence.Everyone}
+	change := func(st presence.Status, v uint64) *presence.Event {
+		return &presence.Event{UserID: "dave", Status: st, Self: st, Prev: presence.Online, Version: v, Settings: set}
+	}
+
+	// During the read: dave's change is made, the read sees it, and the
+	// change reaches the hub before the snapshot is sent.
+	hold := make(chan struct{})
+	m.mu.Lock()
+	m.hold = hold
+	m.mu.Unlock()
+	during := &roomSink{viewer: "during"}
+	done := make(chan error, 1)
+	go func() { done <- h.Watch(context.Background(), during, "doc") }()
+	testwait.For(t, "the second watcher registered", func() bool { return h.Stats().Watchers == 2 })
+	m.show("dave", presence.Away, 4)
+	h.Publish(change(presence.Away, 4))
+	waitLines(t, first, "room v5", "status dave away n1 v5")
+	m.mu.Lock()
+	m.hold = nil
+	m.mu.Unlock()
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// After the read: the change is made and read, and reaches the hub
+	// only once the snapshot was sent.
+	m.show("dave", presence.Busy, 6)
+	after := &roomSink{viewer: "after"}
+	watch(t, h, after, "doc")
+	h.Publish(change(presence.Busy, 6))
+	waitLines(t, first, "room v5", "status dave away n1 v5", "status dave busy n1 v5")
+	waitLines(t, during, "room v5", "status dave busy n1 v5")
+
+	// The next change goes to everyone.
+	h.Publish(change(presence.Online, 7))
+	waitLines(t, first, "room v5", "status dave away n1 v5", "status dave busy n1 v5", "status dave online n1 v5")
+	waitLines(t, during, "room v5", "status dave busy n1 v5", "status dave online n1 v5")
+	waitLines(t, after, "room v5", "status dave online n1 v5")
+	if st := h.Stats(); st.Repeats != 2 {
+		t.Errorf("repeats %d, want 2 (one to each later watcher)", st.Repeats)
+	}
+}
+
+// A snapshot stands for the members it showed ahead of the hub for a
+// while only (the changes then on their way reach the hub within it):
+// after that, a change at its version is sent again.
+func TestRoomSnapshotCoversForAWhile(t *testing.T) {
+	m := newRoomModel()
+	m.set("doc", 5, "dave")
+	m.show("dave", presence.Online, 3)
+	fc := clock.NewFake(time.Unix(1000, 0))
+	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{Clock: fc})
+	first := &roomSink{viewer: "first"}
+	watch(t, h, first, "doc")
+	m.show("dave", presence.Busy, 6)
+	late := &roomSink{viewer: "late"}
+	watch(t, h, late, "doc")
+	fc.Advance(3 * time.Second)
+	h.Publish(&presence.Event{UserID: "dave", Status: presence.Busy, Self: presence.Busy, Prev: presence.Online, Version: 6,
+		Settings: presence.Settings{Status: presence.Everyone, LastSeen: presence.Everyone}})
+	waitLines(t, first, "room v5", "status dave busy n1 v5")
+	waitLines(t, late, "room v5", "status dave busy n1 v5")
 }
