@@ -50,6 +50,7 @@ type conn struct {
 	heapIdx int32 // position in the gateway's idle heap, -1: none; guarded by idle.mu
 	hasFD   bool
 	fedBeat uint8 // read side: the kind of heartbeat the current read applied (beatKind), 0 none
+	setUp   bool  // read side: a subscribe took its turn at the setup gate (the later ones do not)
 	// rstate hands the connection to one epoll worker at a time
 	// (readIdle, readQueued, readAgain).
 	rstate  atomic.Uint32

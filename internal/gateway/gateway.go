@@ -134,8 +134,8 @@ type Config struct {
 	// DefaultMaxSubscribing.
 	MaxSubscribing int
 	// Setup shapes the gate that a WebSocket's handshake (from its
-	// authentication to its welcome) and each subscribe pass before they
-	// run (admission): it admits them a few at a time, as many as the
+	// authentication to its welcome) and its first subscribe pass before
+	// they run (admission): it admits them a few at a time, as many as the
 	// process's wake-ups say the CPU can take while the sessions already
 	// up stay on time. Zero fields take admission's defaults.
 	Setup admission.Config
@@ -233,7 +233,7 @@ type Stats struct {
 	LoopReads      uint64 // reads of only heartbeats and pings the epoll loop applied itself, waking no worker
 	Unchanged      uint64 // users a subscribe's snapshot left out: the client knew their version
 	EpollDisabled  bool
-	Setup          admission.Stats // the gate of handshakes and subscribes (Config.Setup)
+	Setup          admission.Stats // the gate of handshakes and first subscribes (Config.Setup)
 }
 
 // New returns a Gateway. It starts nothing; call Run.

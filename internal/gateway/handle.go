@@ -148,14 +148,19 @@ func (c *conn) subscribe(ctx context.Context, ids []string, known map[string]uin
 		return
 	}
 	defer func() { <-c.g.subscribing }()
-	// And its turn among the handshakes and subscribes being set up
-	// (Config.Setup).
-	if err := c.g.setup.Enter(ctx); err != nil {
-		c.g.addSubs(c, -len(ids))
-		c.sendError("unavailable", "this node is setting up too many other connections to take these now; none of these were added; retry later")
-		return
+	// The connection's first subscribe — a client's, right after it
+	// connected or reconnected — is part of its setup: it takes its turn
+	// among the handshakes and subscribes being set up (Config.Setup). A
+	// session set up adds users without waiting behind a storm of others.
+	if !c.setUp {
+		if err := c.g.setup.Enter(ctx); err != nil {
+			c.g.addSubs(c, -len(ids))
+			c.sendError("unavailable", "this node is setting up too many other connections to take these now; none of these were added; retry later")
+			return
+		}
+		defer c.g.setup.Leave()
+		c.setUp = true
 	}
-	defer c.g.setup.Leave()
 	added, err := c.g.hub.Subscribe(ctx, c, ids)
 	c.g.addSubs(c, len(added)-len(ids)) // what the request did not add
 	c.mu.Lock()

@@ -14,9 +14,10 @@ import (
 	"github.com/presenced/presenced/internal/testwait"
 )
 
-// A handshake, from its authentication to its welcome, and a subscribe
-// each wait for their turn at the setup gate; one that waits too long is
-// refused and changes nothing.
+// A handshake, from its authentication to its welcome, and a
+// connection's first subscribe each wait for their turn at the setup
+// gate; one that waits too long is refused and changes nothing. The
+// connection's later subscribes do not wait.
 func TestSetupTakesTurns(t *testing.T) {
 	n := newNode(t, opts{tweak: func(c *gateway.Config) {
 		// One at a time, whatever the probe sees.
@@ -76,7 +77,7 @@ func TestSetupTakesTurns(t *testing.T) {
 	d.c.msgType("welcome")
 	testwait.For(t, "8 online", func() bool { return len(rec.of("8")) == 1 })
 
-	// A subscribe waits too.
+	// The connection's first subscribe waits too.
 	testwait.For(t, "the handshake to leave the gate", func() bool { return n.gw.Stats().Setup.InFlight == 0 })
 	if err := gate.Enter(ctx); err != nil {
 		t.Fatal(err)
@@ -86,6 +87,19 @@ func TestSetupTakesTurns(t *testing.T) {
 	gate.Leave()
 	if m := d.c.msgType("snapshot"); m["users"] == nil {
 		t.Fatalf("snapshot %v", m)
+	}
+
+	// Its later ones do not: the session is set up.
+	if err := gate.Enter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Leave()
+	d.c.send(`{"type":"subscribe","user_ids":["9"]}`)
+	if m := d.c.msgType("snapshot"); m["users"] == nil {
+		t.Fatalf("snapshot %v", m)
+	}
+	if s := n.gw.Stats().Setup; s.Waiting != 0 {
+		t.Fatalf("setup stats %+v: a later subscribe waited", s)
 	}
 }
 
