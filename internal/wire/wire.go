@@ -77,13 +77,33 @@ func AppendString(b []byte, s string) []byte {
 // AppendTime appends a Unix-ms time as a JSON string in TimeLayout.
 func AppendTime(b []byte, ms int64) []byte {
 	b = append(b, '"')
-	b = time.UnixMilli(ms).UTC().AppendFormat(b, TimeLayout)
+	b = appendTime(b, time.UnixMilli(ms).UTC())
 	return append(b, '"')
+}
+
+// appendTime is t.AppendFormat(b, TimeLayout) for a UTC t, written out
+// digit by digit for the years 0–9999: a full view of 1,000 users formats
+// 1,000 of them, and the layout's interpretation was most of that.
+func appendTime(b []byte, t time.Time) []byte {
+	y, mo, d := t.Date()
+	if y < 0 || y > 9999 {
+		return t.AppendFormat(b, TimeLayout)
+	}
+	h, mi, s := t.Clock()
+	ms := t.Nanosecond() / int(time.Millisecond)
+	return append(b,
+		byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
+		byte('0'+int(mo)/10), byte('0'+int(mo)%10), '-',
+		byte('0'+d/10), byte('0'+d%10), 'T',
+		byte('0'+h/10), byte('0'+h%10), ':',
+		byte('0'+mi/10), byte('0'+mi%10), ':',
+		byte('0'+s/10), byte('0'+s%10), '.',
+		byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
 }
 
 // FormatTime returns a Unix-ms time in TimeLayout (without quotes).
 func FormatTime(ms int64) string {
-	return time.UnixMilli(ms).UTC().Format(TimeLayout)
+	return string(appendTime(make([]byte, 0, len(TimeLayout)), time.UnixMilli(ms).UTC()))
 }
 
 // AppendStatus appends the status of v as a JSON string, or null when it is

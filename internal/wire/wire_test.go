@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -274,4 +275,38 @@ func FuzzAppendString(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Times are written as the layout writes them, for any millisecond:
+// around the epoch and before it, over leap years and days, at the edges
+// of the years written out digit by digit and past them.
+func TestAppendTimeAsTheLayout(t *testing.T) {
+	check := func(ms int64) {
+		t.Helper()
+		want := `"` + time.UnixMilli(ms).UTC().Format(wire.TimeLayout) + `"`
+		if got := string(wire.AppendTime(nil, ms)); got != want {
+			t.Fatalf("AppendTime(%d) = %s, want %s", ms, got, want)
+		}
+		if got := wire.FormatTime(ms); `"`+got+`"` != want {
+			t.Fatalf("FormatTime(%d) = %s, want %s", ms, got, want)
+		}
+	}
+	year0 := time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	year9999 := time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC).UnixMilli()
+	for _, ms := range []int64{0, 1, -1, 999, -999, 1000, 951782400000 /* 2000-02-29 */, 1796032802123,
+		year0, year0 - 1, year0 + 1, year9999, year9999 + 1, -62135596800000, 253402300800000} {
+		check(ms)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 100_000 {
+		check(r.Int64N(year9999-year0+2000) + year0 - 1000)
+	}
+}
+
+func BenchmarkAppendTime(b *testing.B) {
+	buf := make([]byte, 0, 64)
+	ms := time.Now().UnixMilli()
+	for b.Loop() {
+		buf = wire.AppendTime(buf[:0], ms)
+	}
 }
