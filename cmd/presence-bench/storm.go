@@ -491,12 +491,7 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 	defer cancel()
 	n := len(cfg.eps)
 	total := cfg.perNode * n
-	survivors := make([]int, 0, n-1)
-	for i := range n {
-		if i != cfg.kill {
-			survivors = append(survivors, i)
-		}
-	}
+	survivors := stormSurvivors(cfg)
 	killPID := cfg.killPID
 	if killPID == 0 {
 		port, _ := strconv.Atoi(cfg.eps[cfg.kill].url.Port())
