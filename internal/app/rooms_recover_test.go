@@ -43,6 +43,10 @@ func TestRoomsAfterRedisLostItsData(t *testing.T) {
 	erin.send(`{"type":"join","room":"doc-1"}`)
 	erin.send(`{"type":"join","room":"doc-2"}`)
 	erin.send(`{"type":"leave","room":"doc-2"}`)
+	// Her messages are applied in order: the answer to a subscribe after
+	// them says the leave is done, so the data is lost only after it.
+	erin.send(`{"type":"subscribe","user_ids":["zed"]}`)
+	erin.msg("snapshot")
 	testwait.Forf(t, func() string { return fmt.Sprintf("erin in doc-1 (%d)", count("doc-1")) }, func() bool { return count("doc-1") == 1 })
 
 	c, err := redisstore.Dial(rs.URL)
