@@ -252,19 +252,10 @@ type churnRun struct {
 	misses, skipped       atomic.Int64
 	deaths                atomic.Int64
 
-	mu       sync.Mutex // guards offlines and conns
-	offlines []churnOffline
-	conns    map[*benchConn]struct{}
-}
+	live liveConns // the sockets open
 
-func (r *churnRun) track(c *benchConn, on bool) {
-	r.mu.Lock()
-	if on {
-		r.conns[c] = struct{}{}
-	} else {
-		delete(r.conns, c)
-	}
-	r.mu.Unlock()
+	mu       sync.Mutex // guards offlines
+	offlines []churnOffline
 }
 
 // drain reads c until it ends; a close the tool did not ask for is counted.
@@ -291,7 +282,7 @@ func (r *churnRun) drain(c *benchConn, ours *atomic.Bool) {
 func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*churnResult, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	r := &churnRun{cfg: cfg, ctx: ctx, conns: make(map[*benchConn]struct{})}
+	r := &churnRun{cfg: cfg, ctx: ctx}
 	defer r.stop(cancel)
 
 	// Devices on the first node; the first tells the ttl and the interval,
@@ -305,7 +296,7 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 			return err
 		}
 		d.lastBeat = time.Now()
-		r.track(c, true)
+		r.live.track(c, true)
 		r.devices[i] = d
 		if i == 0 {
 			r.ttl, r.interval, r.grace = c.ttl(), c.beat(), c.closeGrace()
@@ -340,7 +331,7 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 		if err != nil {
 			return err
 		}
-		r.track(c, true)
+		r.live.track(c, true)
 		r.wg.Add(1)
 		go func() { defer r.wg.Done(); beatLoop(ctx, c, c.beat()) }()
 		lo, hi := w*churnSubsPerConn, min((w+1)*churnSubsPerConn, cfg.devices)
@@ -430,11 +421,7 @@ func runChurn(parent context.Context, cfg *churnConfig, stderr io.Writer) (*chur
 // socket is dropped, and it waits for them. Calling it again is harmless.
 func (r *churnRun) stop(cancel context.CancelFunc) {
 	cancel()
-	r.mu.Lock()
-	for c := range r.conns {
-		c.drop()
-	}
-	r.mu.Unlock()
+	r.live.dropAll()
 	r.wg.Wait()
 }
 
@@ -547,7 +534,7 @@ func (r *churnRun) device(d *churnDevice, c *benchConn) {
 	closeConn := func() {
 		ours.Store(true)
 		c.drop()
-		r.track(c, false)
+		r.live.track(c, false)
 	}
 	defer func() {
 		if c != nil {
@@ -643,7 +630,7 @@ func (r *churnRun) device(d *churnDevice, c *benchConn) {
 							d.mu.Unlock()
 						}
 						c, ours = nc, &atomic.Bool{}
-						r.track(c, true)
+						r.live.track(c, true)
 						r.drain(c, ours)
 						break
 					}

@@ -287,3 +287,33 @@ type padded struct {
 	n atomic.Int64
 	_ [56]byte
 }
+
+// liveConns are the sockets of a run open at the moment, to be dropped
+// all at once when the run stops. The zero value is ready.
+type liveConns struct {
+	mu sync.Mutex
+	m  map[*benchConn]struct{}
+}
+
+// track adds c to the sockets open (on) or takes it out.
+func (l *liveConns) track(c *benchConn, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !on {
+		delete(l.m, c)
+		return
+	}
+	if l.m == nil {
+		l.m = make(map[*benchConn]struct{})
+	}
+	l.m[c] = struct{}{}
+}
+
+// dropAll drops every socket open.
+func (l *liveConns) dropAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.m {
+		c.drop()
+	}
+}

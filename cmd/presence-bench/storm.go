@@ -531,7 +531,7 @@ func runStorm(parent context.Context, cfg *stormConfig, stderr io.Writer) (*stor
 		if err != nil {
 			return err
 		}
-		h.track(c, true)
+		h.live.track(c, true)
 		h.wg.Add(1)
 		go func() { defer h.wg.Done(); sh.hold(c) }()
 		return nil

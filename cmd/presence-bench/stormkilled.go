@@ -40,34 +40,18 @@ type stormHolder struct {
 	cancel    context.CancelFunc // ends the run's context
 	survivors []int
 	wg        sync.WaitGroup // every socket's goroutines
-	mu        sync.Mutex     // guards live
-	live      map[*benchConn]struct{}
+	live      liveConns
 	stop      func() // ends every socket and waits for their goroutines
 }
 
 func newStormHolder(sh *stormShared, cancel context.CancelFunc, survivors []int) *stormHolder {
-	h := &stormHolder{sh: sh, cancel: cancel, survivors: survivors, live: make(map[*benchConn]struct{})}
+	h := &stormHolder{sh: sh, cancel: cancel, survivors: survivors}
 	h.stop = sync.OnceFunc(func() {
 		h.cancel()
-		h.mu.Lock()
-		for c := range h.live {
-			c.drop()
-		}
-		h.mu.Unlock()
+		h.live.dropAll()
 		h.wg.Wait()
 	})
 	return h
-}
-
-// track adds c to the connections open (on) or takes it out.
-func (h *stormHolder) track(c *benchConn, on bool) {
-	h.mu.Lock()
-	if on {
-		h.live[c] = struct{}{}
-	} else {
-		delete(h.live, c)
-	}
-	h.mu.Unlock()
 }
 
 // dial connects each of sockets to its node and subscribes it, then
@@ -80,7 +64,7 @@ func (h *stormHolder) dial(ctx context.Context, sockets []*stormSocket, what str
 		if err != nil {
 			return err
 		}
-		h.track(c, true)
+		h.live.track(c, true)
 		snap, err := subscribeWait(c, so.subs)
 		if err != nil {
 			return fmt.Errorf("socket %d: %w", so.idx, err)
@@ -89,7 +73,7 @@ func (h *stormHolder) dial(ctx context.Context, sockets []*stormSocket, what str
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			h.sh.serve(so, c, h.survivors, h.track)
+			h.sh.serve(so, c, h.survivors, h.live.track)
 		}()
 		return nil
 	})
