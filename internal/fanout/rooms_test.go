@@ -117,6 +117,21 @@ func (m *roomModel) set(room string, v uint64, members ...string) {
 	m.mu.Unlock()
 }
 
+// holdReads makes the reads from now on wait until release is called,
+// which lets the reads waiting and those after it through.
+func (m *roomModel) holdReads() (release func()) {
+	hold := make(chan struct{})
+	m.mu.Lock()
+	m.hold = hold
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		m.hold = nil
+		m.mu.Unlock()
+		close(hold)
+	}
+}
+
 // show sets how reads show member from now on.
 func (m *roomModel) show(member string, st presence.Status, v uint64) {
 	m.mu.Lock()
@@ -249,10 +264,7 @@ func TestRoomEventsDuringSnapshot(t *testing.T) {
 	h := newRoomHub(t, m, contactBook{}, fanout.RoomConfig{})
 	first := &roomSink{viewer: "first"}
 	watch(t, h, first, "doc")
-	hold := make(chan struct{})
-	m.mu.Lock()
-	m.hold = hold
-	m.mu.Unlock()
+	release := m.holdReads()
 	late := &roomSink{viewer: "late"}
 	done := make(chan error, 1)
 	go func() { done <- h.Watch(context.Background(), late, "doc") }()
@@ -261,10 +273,7 @@ func TestRoomEventsDuringSnapshot(t *testing.T) {
 	h.PublishRoom(join("doc", "bob", 7, 2, presence.Online, presence.Everyone))
 	waitLines(t, first, "room v5", "join ann online n1 v6", "join bob online n2 v7")
 	m.set("doc", 6, "ann") // the snapshot read has ann, not bob
-	m.mu.Lock()
-	m.hold = nil
-	m.mu.Unlock()
-	close(hold)
+	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -700,10 +709,7 @@ func TestRoomStatusTheSnapshotShows(t *testing.T) {
 
 	// During the read: dave's change is made, the read sees it, and the
 	// change reaches the hub before the snapshot is sent.
-	hold := make(chan struct{})
-	m.mu.Lock()
-	m.hold = hold
-	m.mu.Unlock()
+	release := m.holdReads()
 	during := &roomSink{viewer: "during"}
 	done := make(chan error, 1)
 	go func() { done <- h.Watch(context.Background(), during, "doc") }()
@@ -711,10 +717,7 @@ func TestRoomStatusTheSnapshotShows(t *testing.T) {
 	m.show("dave", presence.Away, 4)
 	h.Publish(change(presence.Away, 4))
 	waitLines(t, first, "room v5", "status dave away n1 v5")
-	m.mu.Lock()
-	m.hold = nil
-	m.mu.Unlock()
-	close(hold)
+	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
