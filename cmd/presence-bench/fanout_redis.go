@@ -238,11 +238,15 @@ func runRedisBaseline(ctx context.Context, cfg *fanoutConfig, stderr io.Writer) 
 					return
 				}
 				_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
+				// Stamped before the write, as presenced's sends are: a
+				// subscriber may read the message before this goroutine
+				// runs again.
+				sends[t] = append(sends[t], time.Now())
 				if _, err := c.nc.Write(pubsubCmd("PUBLISH", channels[t], strconv.Itoa(k))); err != nil {
+					sends[t] = sends[t][:k]
 					errs.add(err)
 					return
 				}
-				sends[t] = append(sends[t], time.Now())
 				if v, err := readPubSub(c.br); err != nil {
 					errs.add(err)
 					return

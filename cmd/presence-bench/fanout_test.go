@@ -120,7 +120,7 @@ func TestFanoutCommandJSONAndBaseline(t *testing.T) {
 		t.Errorf("baseline latency %v", b["latency"])
 	}
 	if res["ratio_p50"] == nil {
-		t.Errorf("no ratio")
+		t.Errorf("no ratio: %s", out.String())
 	}
 }
 

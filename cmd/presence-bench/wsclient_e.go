@@ -241,14 +241,17 @@ func (c *benchConn) send(msg []byte) error {
 	return ws.WriteFrame(c.nc, ws.MaskFrame(ws.NewTextFrame(msg)))
 }
 
-// sendAt writes one text message and returns when it was written.
+// sendAt writes one text message and returns when the write began.
 func (c *benchConn) sendAt(msg []byte) (time.Time, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	f := ws.MaskFrame(ws.NewTextFrame(msg))
+	// The clock starts before the write: under load the writer may run
+	// again only after a watcher has read the change.
+	at := time.Now()
 	err := ws.WriteFrame(c.nc, f)
-	return time.Now(), err
+	return at, err
 }
 
 // drop closes the TCP connection without a close frame or bye.
