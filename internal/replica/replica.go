@@ -114,8 +114,17 @@ type Replica struct {
 	// makes a new one only while the sum is below Max, else it evicts.
 	held atomic.Int64
 
+	// notes counts the device notes (NoteDevices): a read that began
+	// before a note of its user keeps no full view. epoch counts the
+	// times the notes were lost (NotesLost): a full view kept in an
+	// older epoch is not answered. notesUp: GetFull answers.
+	notes   atomic.Uint64
+	epoch   atomic.Uint32
+	notesUp atomic.Bool
+
 	applied, stale, fills, refused, served atomic.Uint64
 	notHeld, misses, evicted, refreshed    atomic.Uint64
+	fullServed, fullMisses, noted          atomic.Uint64
 	lastFill                               atomic.Int64 // duration of the last completed fill, ns
 }
 
@@ -124,8 +133,12 @@ type Replica struct {
 // and the marking they cost is a read's p99): ids are kept in their slots,
 // and the map is keyed by their hash.
 type shard struct {
-	mu    sync.RWMutex     // guards the fields below, not slots' ref
-	m     map[uint64]int32 // an id's hash → its slot (hashes collide: see find)
+	mu sync.RWMutex     // guards the fields below, not slots' ref
+	m  map[uint64]int32 // an id's hash → its slot (hashes collide: see find)
+	// texts holds the public status text of the users whose full view
+	// is kept and has one, by the same key as m: the slots stay free of
+	// pointers, and most users have no text.
+	texts map[uint64]string
 	slots []slot
 	free  []int32 // slots of deleted users, made again first
 	hand  int     // with Max: the clock hand of eviction
@@ -140,6 +153,7 @@ type slot struct {
 	born  uint32 // seconds since Replica.start when e was read or changed
 	has   bool   // e holds a state (a slot made for a read in flight does not yet)
 	ref   uint32 // atomic: read since the hand last passed (with Max)
+	noted uint64 // Replica.notes at the last device note of the user
 }
 
 // entry is one user's visible state.
@@ -149,10 +163,57 @@ type entry struct {
 	known    bool            // the store holds the user (with Max a user it does not hold is kept too)
 	status   presence.Status // public: never Invisible
 	settings presence.Settings
+	// The rest of the full view everyone may see (GetFull), kept from a
+	// read of the store: valid while full == version (a change applied
+	// later leaves it behind: the changes carry no device count) and
+	// epoch is the replica's. The text is in the shard's texts.
+	full        uint64
+	epoch       uint32
+	fullOK      bool
+	devices     uint16
+	pubVersion  uint64
+	pubLastSeen int64
 }
 
-func entryOf(snap *presence.Snapshot) entry {
-	return entry{version: snap.Version, known: snap.Known, status: snap.Status.Public(), settings: snap.Settings}
+// entryOf is the entry of a snapshot read from the store, with its full
+// view as of epoch (the public text is the caller's: snap.Public).
+func entryOf(snap *presence.Snapshot, epoch uint32) entry {
+	_, pv := snap.Public()
+	return entry{version: snap.Version, known: snap.Known, status: snap.Status.Public(), settings: snap.Settings,
+		full: snap.Version, epoch: epoch, fullOK: true, devices: uint16(min(snap.Devices, 1<<16-1)),
+		pubVersion: pv, pubLastSeen: snap.PubLastSeen}
+}
+
+// statusOnly is e without its full view.
+func (e entry) statusOnly() entry {
+	e.full, e.epoch, e.fullOK, e.devices, e.pubVersion, e.pubLastSeen = 0, 0, false, 0, 0, 0
+	return e
+}
+
+// hasFull reports whether e holds its full view in epoch.
+func (e *entry) hasFull(epoch uint32) bool {
+	return e.fullOK && e.full == e.version && e.epoch == epoch
+}
+
+// fullSnapshot is what everyone may be shown of the user e holds, with
+// its public text, read at now (Unix ms): the public status, text and
+// version, the devices, and the public last_seen — now while the user is
+// present, as the store reads a user present through a device a node
+// owns (the replica hears of no heartbeat).
+func (e *entry) fullSnapshot(id, text string, now int64) presence.Snapshot {
+	s := presence.Snapshot{UserID: id, Known: e.known, Status: e.status, Text: text, Version: e.version,
+		Settings: e.settings, PubText: text, PubVersion: e.pubVersion, Devices: int(e.devices),
+		LastSeen: e.pubLastSeen, PubLastSeen: e.pubLastSeen}
+	if e.status != presence.Offline && now > s.PubLastSeen {
+		s.LastSeen, s.PubLastSeen = now, now
+	}
+	return s
+}
+
+// drop forgets the user of hash h (its slot is the caller's to free).
+func (s *shard) drop(h uint64) {
+	delete(s.m, h)
+	delete(s.texts, h)
 }
 
 // is reports whether sl holds id.
@@ -197,6 +258,7 @@ func New(cfg Config) (*Replica, error) {
 	}
 	for i := range r.shards {
 		r.shards[i].m = make(map[uint64]int32)
+		r.shards[i].texts = make(map[uint64]string)
 	}
 	r.asked.Store(1) // the first fill
 	r.wake <- struct{}{}
@@ -336,7 +398,7 @@ func (r *Replica) evict(s *shard) (int32, bool) {
 			atomic.StoreUint32(&sl.ref, 0)
 			continue
 		}
-		delete(s.m, r.hashOf(sl))
+		s.drop(r.hashOf(sl))
 		r.evicted.Add(1)
 		return int32(i), true
 	}
@@ -411,6 +473,92 @@ func (r *Replica) Get(ctx context.Context, _ int64, ids []string, out []presence
 	return nil
 }
 
+// GetFull fills out[i] with the full view everyone may see of ids[i] —
+// the public status, text and version, the devices, the public last_seen
+// (now, Unix ms, while the user is present) and the settings — as a read
+// of the store at now shows it, but for what is due (Get). The replica
+// keeps a user's full view from a read of the store until a change or a
+// device note (NoteDevices) of the user comes; the others are read
+// through, and kept, bounded or not. Not the user's own view: the true
+// status of an invisible user is not held. It returns ErrNotReady, and
+// fills nothing, when Get would, and while the device notes are not
+// heard (NotesUp).
+func (r *Replica) GetFull(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
+	if !r.Ready() || !r.notesUp.Load() {
+		r.refused.Add(1)
+		return ErrNotReady
+	}
+	asked, epoch := r.asked.Load(), r.epoch.Load()
+	var miss []int
+	for i, id := range ids {
+		s, h := r.locate(id)
+		s.mu.RLock()
+		j, ok, _ := s.find(h, id)
+		if ok && s.slots[j].has && s.slots[j].e.hasFull(epoch) {
+			sl := &s.slots[j]
+			out[i] = sl.e.fullSnapshot(id, s.texts[h], now)
+			if r.bounded() && atomic.LoadUint32(&sl.ref) == 0 {
+				atomic.StoreUint32(&sl.ref, 1)
+			}
+		} else {
+			miss = append(miss, i)
+		}
+		s.mu.RUnlock()
+	}
+	if len(miss) > 0 {
+		r.fullMisses.Add(uint64(len(miss)))
+		names := make([]string, len(miss))
+		tokens := make([]uint64, len(miss))
+		for j, i := range miss {
+			names[j] = ids[i]
+			tokens[j] = r.listen(ids[i])
+		}
+		// The answer is the read's own (a change that came meanwhile is
+		// newer, and on its way to the reader's watchers).
+		err := r.readAndKeep(ctx, names, tokens, asked, func(j int, _ *entry, read *presence.Snapshot) {
+			e := entryOf(read, epoch)
+			text, _ := read.Public()
+			out[miss[j]] = e.fullSnapshot(names[j], text, now)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	r.fullServed.Add(1)
+	return nil
+}
+
+// NoteDevices tells the replica that the devices of user changed with
+// no change of their public state (the store's device notes): the full
+// view it keeps of user, and one a read in flight brings, is not
+// answered.
+func (r *Replica) NoteDevices(user string) {
+	s, h := r.locate(user)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.noted.Add(1)
+	n := r.notes.Add(1) // under the lock: a settle of user after it sees it
+	i, ok, _ := s.find(h, user)
+	if !ok {
+		return
+	}
+	sl := &s.slots[i]
+	sl.noted = n
+	if sl.has {
+		sl.e = sl.e.statusOnly()
+	}
+}
+
+// NotesUp tells the replica whether it hears the device notes now. While
+// it does not, GetFull refuses; when it does again, every full view kept
+// before is forgotten (notes may have been missed meanwhile).
+func (r *Replica) NotesUp(up bool) {
+	if up {
+		r.epoch.Add(1)
+	}
+	r.notesUp.Store(up)
+}
+
 // readThrough reads ids[i], for each i of miss, from the store into
 // out[i], and keeps each in the slot found or made for it before the read:
 // a change applied to the slot meanwhile is newer than the read and wins,
@@ -424,28 +572,33 @@ func (r *Replica) readThrough(ctx context.Context, ids []string, miss []int, out
 		names[j] = ids[i]
 		tokens[j] = r.listen(ids[i])
 	}
-	return r.readAndKeep(ctx, names, tokens, asked, func(j int, e *entry) { out[miss[j]] = e.snapshot(names[j]) })
+	return r.readAndKeep(ctx, names, tokens, asked, func(j int, e *entry, _ *presence.Snapshot) { out[miss[j]] = e.snapshot(names[j]) })
 }
 
 // readAndKeep reads ids from the store, within ReadTimeout, and keeps
 // each in the slot of seq tokens[j] (settle; 0: none), unless a Refill
 // came after asked was read; a failed read only frees the slots that hold
 // nothing yet. After a read that did not fail, fn is given each id's
-// newest entry: the read's, or its slot's if a change made it newer.
-func (r *Replica) readAndKeep(ctx context.Context, ids []string, tokens []uint64, asked uint64, fn func(j int, e *entry)) error {
+// newest entry — the read's, or its slot's if a change made it newer —
+// and what the read found.
+func (r *Replica) readAndKeep(ctx context.Context, ids []string, tokens []uint64, asked uint64, fn func(j int, e *entry, read *presence.Snapshot)) error {
 	read := make([]presence.Snapshot, len(ids))
+	// Taken before the read: a device note counted after this may
+	// stand for a change the read did not see.
+	notes, epoch := r.notes.Load(), r.epoch.Load()
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.ReadTimeout)
 	err := r.cfg.Source.ReadPublished(rctx, ids, read)
 	cancel()
 	keep := err == nil && r.asked.Load() == asked
 	now := r.age()
 	for j := range ids {
-		e := entryOf(&read[j])
+		e := entryOf(&read[j], epoch)
 		if tokens[j] != 0 {
-			r.settle(ids[j], tokens[j], &e, keep, now)
+			text, _ := read[j].Public()
+			r.settle(ids[j], tokens[j], &e, text, keep, now, notes)
 		}
 		if err == nil && fn != nil {
-			fn(j, &e)
+			fn(j, &e, &read[j])
 		}
 	}
 	if err != nil {
@@ -473,9 +626,11 @@ func (r *Replica) listen(id string) uint64 {
 }
 
 // settle keeps *e, read from the store, in id's slot if it is still the
-// one of seq since, and sets *e to what the slot holds if that is newer.
-// Without keep it only frees the slot if it holds nothing yet.
-func (r *Replica) settle(id string, since uint64, e *entry, keep bool, now uint32) {
+// one of seq since, and sets *e to what the slot holds if that is newer;
+// its full view (and text) only if no device note of id was counted
+// after notes. Without keep it only frees the slot if it holds nothing
+// yet.
+func (r *Replica) settle(id string, since uint64, e *entry, text string, keep bool, now uint32, notes uint64) {
 	s, h := r.locate(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -487,13 +642,21 @@ func (r *Replica) settle(id string, since uint64, e *entry, keep bool, now uint3
 	switch {
 	case !keep:
 		if !sl.has {
-			delete(s.m, h)
+			s.drop(h)
 			s.slots[i] = slot{}
 			s.free = append(s.free, i)
 			r.held.Add(-1)
 		}
 	case !sl.has || e.version >= sl.e.version:
-		sl.e, sl.has, sl.born = *e, true, now
+		kept := *e
+		if sl.noted > notes {
+			kept = kept.statusOnly()
+		} else if text != "" {
+			s.texts[h] = text
+		} else {
+			delete(s.texts, h)
+		}
+		sl.e, sl.has, sl.born = kept, true, now
 	default:
 		*e = sl.e
 	}
@@ -638,7 +801,10 @@ func (r *Replica) fill(ctx context.Context) error {
 	n := 0
 	err := r.cfg.Source.ScanReads(ctx, func(id string, snap *presence.Snapshot) {
 		n++
-		r.apply(id, entryOf(snap), gen)
+		// Status only: a scan reads a bucket at a moment it does not
+		// tell, so a device note may not order after it (GetFull reads
+		// the full view through).
+		r.apply(id, entryOf(snap, 0).statusOnly(), gen)
 	})
 	if err != nil {
 		return err
@@ -649,7 +815,7 @@ func (r *Replica) fill(ctx context.Context) error {
 		s.mu.Lock()
 		for j := range s.slots {
 			if sl := &s.slots[j]; sl.has && sl.e.gen != gen {
-				delete(s.m, r.hashOf(sl))
+				s.drop(r.hashOf(sl))
 				s.slots[j] = slot{}
 				s.free = append(s.free, int32(j))
 				dropped++
@@ -672,6 +838,7 @@ func (r *Replica) empty() {
 		s.mu.Lock()
 		r.held.Add(-int64(len(s.m)))
 		clear(s.m)
+		clear(s.texts)
 		clear(s.slots)
 		s.slots, s.free, s.hand = s.slots[:0], s.free[:0], 0
 		s.mu.Unlock()
@@ -694,6 +861,11 @@ type Stats struct {
 	Misses    uint64        // with Max: users read through from the store
 	Evicted   uint64        // with Max: users dropped to make room
 	Refreshed uint64        // with Max: users read again for being held longer than Every
+	// Full views (GetFull).
+	FullServed uint64 // reads answered
+	FullMisses uint64 // users read through from the store
+	Noted      uint64 // device notes heard
+	NotesUp    bool   // the device notes are heard: GetFull answers
 }
 
 // Stats returns the replica's counters. It takes every shard's lock
@@ -702,7 +874,8 @@ func (r *Replica) Stats() Stats {
 	st := Stats{Max: r.cfg.Max, Ready: r.Ready(), Applied: r.applied.Load(), Stale: r.stale.Load(),
 		NotHeld: r.notHeld.Load(), Fills: r.fills.Load(), LastFill: time.Duration(r.lastFill.Load()),
 		Served: r.served.Load(), Refused: r.refused.Load(), Misses: r.misses.Load(), Evicted: r.evicted.Load(),
-		Refreshed: r.refreshed.Load()}
+		Refreshed: r.refreshed.Load(), FullServed: r.fullServed.Load(), FullMisses: r.fullMisses.Load(),
+		Noted: r.noted.Load(), NotesUp: r.notesUp.Load()}
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.RLock()
