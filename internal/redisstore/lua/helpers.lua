@@ -48,6 +48,14 @@ local function save(u)
   u.packed = pack_user(u)
   redis.call('HSET', u.key, u.id, u.packed)
   if u.rdirty then rooms().flush(u) end
+  -- Its devices changed and nothing everyone sees did (that would have
+  -- a version, and go out as a change): a device note, the user's id on
+  -- the shard's channel <tag>devs, for the nodes' read replicas, which
+  -- keep full views (Store.Notes). Only while the user shows present:
+  -- an offline face shows no devices.
+  if u.nd0 and #u.devs ~= u.nd0 and u.pub ~= 0 and u.v == u.v0 then
+    redis.call('SPUBLISH', string.match(u.key, '^(.*)p:%d+$') .. 'devs', u.id)
+  end
 end
 
 -- device_end is Rules.End: the moment d dies unless it beats again. An

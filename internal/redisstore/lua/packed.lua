@@ -193,5 +193,6 @@ local function unpack_user(key, id, v)
     end
     u.devs[#u.devs + 1] = d
   end
+  u.nd0, u.v0 = #u.devs, ver -- as loaded: save's device note
   return u
 end

@@ -1,0 +1,124 @@
+package redisstore_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/testwait"
+)
+
+// noteLog collects what Store.Notes hears.
+type noteLog struct {
+	mu    sync.Mutex
+	notes []string
+	up    bool
+	ups   int
+}
+
+func (l *noteLog) note(user string) { l.mu.Lock(); l.notes = append(l.notes, user); l.mu.Unlock() }
+func (l *noteLog) setUp(up bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.up = up
+	if up {
+		l.ups++
+	}
+}
+func (l *noteLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.notes
+	l.notes = nil
+	return n
+}
+func (l *noteLog) isUp() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.up }
+
+// A device that comes or goes while the user shows present and nothing
+// else changes is noted on the shard's channel; a change everyone sees
+// (it has a version and goes out as a change) and anything of a user
+// who shows offline is not.
+func TestDeviceNotes(t *testing.T) {
+	c := client(t)
+	s := newStore(t, c, redisstore.Config{})
+	var l noteLog
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Notes(ctx, 10*time.Millisecond, l.note, l.setUp) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testwait.For(t, "the notes to be heard", l.isUp)
+
+	const t0 = int64(1_700_000_000_000)
+	steps := 0
+	step := func(what string, want []string, op func(now int64) error) {
+		t.Helper()
+		if err := op(t0); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		// A marker after the step (a user of its own with a second
+		// device): what the step noted comes before its note.
+		steps++
+		marker := "marker" + strconv.Itoa(steps)
+		if err := s.Load(ctx, t0, &presence.Profile{UserID: marker}); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{"m1", "m2"} {
+			if _, err := s.Beat(ctx, t0, marker, d, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []string
+		testwait.For(t, "the marker's note", func() bool {
+			got = append(got, l.take()...)
+			return len(got) > 0 && got[len(got)-1] == marker
+		})
+		got = got[:len(got)-1]
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: noted %q, want %q", what, got, want)
+		}
+	}
+	beat := func(user, dev string) func(int64) error {
+		return func(now int64) error { _, err := s.Beat(ctx, now, user, dev, true); return err }
+	}
+	load := func(now int64) error {
+		for _, u := range []string{"a", "inv"} {
+			if err := s.Load(ctx, now, &presence.Profile{UserID: u}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	step("load", nil, load)
+	step("first device", nil, beat("a", "d1")) // offline → online: a change
+	step("second device", []string{"a"}, beat("a", "d2"))
+	step("a beat", nil, beat("a", "d2"))
+	step("a bye", []string{"a"}, func(now int64) error { _, err := s.Bye(ctx, now, "a", "d2"); return err })
+	step("a status", nil, func(now int64) error {
+		_, err := s.SetStatus(ctx, now, "a", presence.ManualBusy, "")
+		return err
+	})
+	step("invisible", nil, func(now int64) error {
+		if _, err := s.Beat(ctx, now, "inv", "d1", true); err != nil {
+			return err
+		}
+		_, err := s.SetStatus(ctx, now, "inv", presence.ManualInvisible, "")
+		return err
+	})
+	step("invisible's second device", nil, beat("inv", "d2"))
+
+	// A lost connection: up(false), then subscribed again.
+	if err := c.Do(ctx, c.B().Arbitrary("CLIENT", "KILL", "TYPE", "pubsub").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the notes to be heard again", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.ups == 2 && l.up
+	})
+	step("after the loss", []string{"a"}, beat("a", "d3"))
+}
