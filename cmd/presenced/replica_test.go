@@ -18,12 +18,14 @@ import (
 // Two nodes with a read replica: of every user (-read-replica), bounded
 // by default, and bounded to 16 users — fewer than the test reads, so
 // that users are evicted and read through again all along. Users change
-// in every way a status read shows — heartbeats on either node, sockets
-// on node 1, statuses, invisibility, byes, settings, contact lists,
-// expiry — and node 2's seed batch read (GET /presence/batch, answered by
-// its replica) must show, for an anonymous viewer and for one with
-// contacts, exactly what its full read (POST /v1/presence/batch, read in
-// Redis) shows. Then NATS stops: the replica refuses (the reads go to
+// in every way a read shows — heartbeats on either node, sockets on node
+// 1, second devices, statuses and texts, invisibility, byes, settings,
+// contact lists, expiry — and node 2's seed batch read (GET
+// /presence/batch) and full read (POST /v1/presence/batch), both
+// answered by its replica, must show, for an anonymous viewer and for
+// one with contacts, exactly what a third node without a replica reads
+// in Redis (the full view's last_seen of a present user aside: the
+// replica's is the moment of the read). Then NATS stops: the replica refuses (the reads go to
 // Redis and stay right while node 1 keeps changing users), and once NATS
 // is back it is filled (or emptied) again and answers, right.
 func TestReadReplicaAcrossNodes(t *testing.T) {
@@ -47,6 +49,7 @@ func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 	b := newBackends(t)
 	nodes := b.nodes(t, 2, flags...)
 	n1, n2 := nodes[0], nodes[1]
+	truth := b.node(t, 3, "-read-replica-users", "-1")
 	const users = 40
 	ids := make([]string, users, users+1)
 	for i := range ids {
@@ -81,7 +84,11 @@ func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 				n.heartbeat(apiKey, id, "http")
 			case 2:
 				st := []string{"online", "away", "busy", "invisible"}[rng.IntN(4)]
-				n.call("POST", "/v1/status", apiKey, map[string]any{"user_id": id, "status": st})
+				body := map[string]any{"user_id": id, "status": st}
+				if rng.IntN(2) == 0 {
+					body["text"] = fmt.Sprint("text ", rng.IntN(3))
+				}
+				n.call("POST", "/v1/status", apiKey, body)
 			case 3:
 				n.call("POST", "/v1/bye", apiKey, map[string]any{"user_id": id, "device_id": "http"})
 			case 4:
@@ -92,7 +99,10 @@ func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 			}
 		}
 	}
-	served := func() float64 { return metric(t, n2.server, `presenced_replica_reads_total{source="replica"}`) }
+	served := func() float64 {
+		return metric(t, n2.server, `presenced_replica_reads_total{source="replica"}`) +
+			metric(t, n2.server, `presenced_replica_full_reads_total{source="replica"}`)
+	}
 	refused := func() float64 { return metric(t, n2.server, `presenced_replica_reads_total{source="store"}`) }
 
 	// agree waits until node 2's status read and full read show the same
@@ -106,7 +116,7 @@ func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 			diff = ""
 			s0 := served()
 			for _, viewer := range []string{"", "v"} {
-				if d := compareReads(t, n2, viewer, ids); d != "" {
+				if d := compareReads(t, n2, truth, viewer, ids); d != "" {
 					diff = d
 				}
 			}
@@ -129,7 +139,7 @@ func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 	// Expiry: every HTTP device ends a ttl after its last beat, announced
 	// by a sweep on either node; the sockets keep r0…r3 present.
 	testwait.For(t, "every HTTP device to expire (Redis reads 4 users present at most)", func() bool {
-		code, raw := n2.do("POST", "/v1/presence/batch", apiKey, map[string]any{"user_ids": ids})
+		code, raw := truth.do("POST", "/v1/presence/batch", apiKey, map[string]any{"user_ids": ids})
 		var full map[string]struct {
 			Status *string `json:"status"`
 		}
@@ -183,16 +193,29 @@ func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 			t.Error("node 2's replica of 16 users read 41 ids and evicted none")
 		}
 	}
+	if n := metric(t, n2.server, `presenced_replica_full_reads_total{source="replica"}`); n == 0 {
+		t.Error("node 2's replica answered no full view")
+	}
+	if n := metric(t, n2.server, "presenced_replica_device_notes_total"); n == 0 {
+		t.Error("node 2 heard no device note (second devices came and went)")
+	}
 	for _, c := range socks {
 		_ = c.Close()
 	}
 }
 
-// compareReads returns how n's status read of ids for viewer differs from
-// its full read ("" if it does not).
-func compareReads(t *testing.T, n *proc, viewer string, ids []string) string {
+// fullView is a view as POST /v1/presence/batch answers it.
+type fullView struct {
+	Status   *string `json:"status"`
+	LastSeen *string `json:"last_seen"`
+	Text     *string `json:"status_text"`
+	Devices  *int    `json:"devices"`
+	Version  *uint64 `json:"version"`
+}
+
+// fullRead is n's POST /v1/presence/batch of ids for viewer.
+func fullRead(t *testing.T, n *proc, viewer string, ids []string) map[string]fullView {
 	t.Helper()
-	got := statusRead(t, n, viewer, ids)
 	body := map[string]any{"user_ids": ids}
 	if viewer != "" {
 		body["viewer_id"] = viewer
@@ -201,17 +224,33 @@ func compareReads(t *testing.T, n *proc, viewer string, ids []string) string {
 	if code != 200 {
 		t.Fatalf("POST /v1/presence/batch: %d %s", code, raw)
 	}
-	var full map[string]struct {
-		Status *string `json:"status"`
-	}
+	var full map[string]fullView
 	if err := json.Unmarshal(raw, &full); err != nil {
 		t.Fatal(err)
 	}
+	return full
+}
+
+// compareReads returns how n's status read and full read of ids for
+// viewer differ from truth's full read ("" if they do not): every field
+// but a present user's last_seen, which n's replica reads as now.
+func compareReads(t *testing.T, n, truth *proc, viewer string, ids []string) string {
+	t.Helper()
+	got := statusRead(t, n, viewer, ids)
+	gotFull := fullRead(t, n, viewer, ids)
+	full := fullRead(t, truth, viewer, ids)
 	var diffs []string
 	for _, id := range ids {
 		g, w := got[id], full[id].Status
 		if (g == nil) != (w == nil) || (g != nil && *g != *w) {
 			diffs = append(diffs, fmt.Sprintf("%s: %s, full read %s", id, show(g), show(w)))
+		}
+		gf, wf := gotFull[id], full[id]
+		present := id == viewer || (wf.Status != nil && *wf.Status != "offline")
+		if !sameP(gf.Status, wf.Status) || !sameP(gf.Text, wf.Text) || !sameP(gf.Devices, wf.Devices) ||
+			!sameP(gf.Version, wf.Version) || (!present && !sameP(gf.LastSeen, wf.LastSeen)) ||
+			(gf.LastSeen == nil) != (wf.LastSeen == nil) {
+			diffs = append(diffs, fmt.Sprintf("%s: full view %s, in Redis %s", id, fullString(gf), fullString(wf)))
 		}
 	}
 	if len(diffs) == 0 {
@@ -238,6 +277,17 @@ func statusRead(t *testing.T, n *proc, viewer string, ids []string) map[string]*
 	return got
 }
 
+// sameP reports whether a and b are both nil or point to equal values.
+func sameP[T comparable](a, b *T) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+func fullString(v fullView) string {
+	s := func(p any) string {
+		b, _ := json.Marshal(p)
+		return string(b)
+	}
+	return fmt.Sprintf("{status %s text %s devices %s version %s last_seen %s}", s(v.Status), s(v.Text), s(v.Devices), s(v.Version), s(v.LastSeen))
+}
+
 func show(s *string) string {
 	if s == nil {
 		return "null"
@@ -261,6 +311,8 @@ func TestReadReplicaStopsWhenANodeIsNotHeard(t *testing.T) {
 		n1 = b.node(t, 1, "-read-replica", "-heartbeat-ttl", "30s", "-nats-url", "nats://"+proxy.Addr)
 	})
 	wg.Go(func() { n2 = b.node(t, 2, "-read-replica", "-heartbeat-ttl", "30s") })
+	var truth *proc // reads Redis
+	wg.Go(func() { truth = b.node(t, 3, "-read-replica-users", "-1", "-heartbeat-ttl", "30s") })
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
@@ -278,7 +330,7 @@ func TestReadReplicaStopsWhenANodeIsNotHeard(t *testing.T) {
 			return fmt.Sprintf("%s: reads agreeing, answered by the replica %v; last: by the replica %v, %s", phase, replica, by, d)
 		}, func() bool {
 			s0 := served()
-			d = compareReads(t, n2, "", ids)
+			d = compareReads(t, n2, truth, "", ids)
 			by = served() > s0
 			return d == "" && by == replica
 		})
@@ -293,7 +345,7 @@ func TestReadReplicaStopsWhenANodeIsNotHeard(t *testing.T) {
 	// replica refuses: the reads go to Redis and show the statuses.
 	readBy("node 1 not heard", false)
 	for i := 0; i < 10; i++ {
-		if d := compareReads(t, n2, "", ids); d != "" {
+		if d := compareReads(t, n2, truth, "", ids); d != "" {
 			t.Fatalf("node 1 still not heard: node 2 read %s", d)
 		}
 		testwait.NothingWithin(100*time.Millisecond, "a read that differs, while node 1 is not heard")

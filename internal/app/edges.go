@@ -49,7 +49,7 @@ func (a *App) openReader(context.Context) error {
 	qc := query.Config{States: a.tracker, Profiles: a.durable, Contacts: a.durable, Clock: a.cfg.Clock,
 		ColdVersionMargin: a.reloadMargin(), Rooms: roomPages{a.tracker}}
 	if a.replica != nil {
-		qc.Statuses = a.replica
+		qc.Statuses, qc.Views = a.replica, fullViews{a.replica}
 	}
 	var err error
 	a.reader, err = query.New(qc)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/memstore"
@@ -105,5 +107,45 @@ func (a *App) openReplica(context.Context) error {
 	}
 	a.stats.Replica = a.replica.Stats
 	a.add(part{run: quiet(a.replica.Run), stop: stopBus, publish: a.replica})
+	if ns, ok := a.store.(deviceNotes); ok {
+		a.add(part{run: a.hearNotes(ns), stop: stopBus})
+	}
 	return nil
+}
+
+// deviceNotes is the store as the replica's full views need it
+// (redisstore.Store.Notes).
+type deviceNotes interface {
+	Notes(ctx context.Context, retry time.Duration, note func(user string), up func(bool)) error
+}
+
+// hearNotes runs the store's device notes into the replica, which
+// answers full views while it hears them. Where the store has none (a
+// Redis Cluster), full views are read from the store.
+func (a *App) hearNotes(ns deviceNotes) func(context.Context) error {
+	log := a.cfg.Logger.With("component", "replica")
+	return func(ctx context.Context) error {
+		var heard atomic.Bool
+		err := ns.Notes(ctx, 250*time.Millisecond, a.replica.NoteDevices, func(up bool) {
+			if heard.Swap(up) != up {
+				if up {
+					log.Info("device notes heard: full views are answered by the read replica")
+				} else {
+					log.Warn("device notes lost: full views are read from Redis until they are heard again")
+				}
+			}
+			a.replica.NotesUp(up)
+		})
+		if errors.Is(err, redisstore.ErrNoNotes) {
+			log.Info("no device notes on a Redis Cluster: full views are read from Redis")
+		}
+		return nil
+	}
+}
+
+// fullViews is the replica as the reader's Views.
+type fullViews struct{ r *replica.Replica }
+
+func (v fullViews) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
+	return v.r.GetFull(ctx, now, ids, out)
 }

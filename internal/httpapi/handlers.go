@@ -136,7 +136,7 @@ func (s *Server) presenceGet(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) writeOne(w http.ResponseWriter, r *http.Request, viewer, id string) error {
 	var views [1]privacy.View
-	if err := s.reader.Read(r.Context(), viewer, []string{id}, views[:]); err != nil {
+	if err := s.readViews(r.Context(), viewer, []string{id}, views[:]); err != nil {
 		return err
 	}
 	b := wire.AppendView(make([]byte, 0, 256), &views[0])
@@ -167,7 +167,7 @@ func (s *Server) presenceBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	rb := getReadBuf(len(req.UserIDs))
 	defer putReadBuf(rb)
-	if err := s.reader.Read(r.Context(), viewer, req.UserIDs, rb.views); err != nil {
+	if err := s.readViews(r.Context(), viewer, req.UserIDs, rb.views); err != nil {
 		return err
 	}
 	b := append(rb.out, '{')

@@ -64,6 +64,22 @@ type StatusReader interface {
 	ReadStatuses(ctx context.Context, viewer string, ids []string, out []privacy.View) error
 }
 
+// ViewReader is an optional ability of a Reader: a read that may be a
+// moment late, which a node's read replica may answer
+// (query.Reader.ReadViews). The reads of views over HTTP use it; a
+// snapshot that a watch continues never does.
+type ViewReader interface {
+	ReadViews(ctx context.Context, viewer string, ids []string, out []privacy.View) error
+}
+
+// readViews reads views with the Reader's ReadViews if it has one.
+func (s *Server) readViews(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
+	if vr, ok := s.reader.(ViewReader); ok {
+		return vr.ReadViews(ctx, viewer, ids, out)
+	}
+	return s.reader.Read(ctx, viewer, ids, out)
+}
+
 // ContactBook manages contact lists.
 type ContactBook interface {
 	SetContacts(ctx context.Context, user string, contacts []string) error

@@ -17,12 +17,16 @@ var (
 	descReplicaFills   = prometheus.NewDesc("presenced_replica_fills_total", "Times the read replica was filled from Redis (a bounded one: emptied, to be read through again).", nil, nil)
 	descReplicaFill    = prometheus.NewDesc("presenced_replica_last_fill_seconds", "How long the last fill of the read replica took.", nil, nil)
 	descReplicaReads   = prometheus.NewDesc("presenced_replica_reads_total", "Status reads, by what answered them (replica, or store while the replica was not ready).", []string{"source"}, nil)
+	descReplicaFull    = prometheus.NewDesc("presenced_replica_full_reads_total", "Full views read over HTTP, by what answered them (replica, or store while it was not ready or the device notes were not heard).", []string{"source"}, nil)
+	descReplicaFullMis = prometheus.NewDesc("presenced_replica_full_misses_total", "Users a full view asked the read replica for whose full view it did not keep (new, changed, or a device note since): read from Redis and kept.", nil, nil)
+	descReplicaNotes   = prometheus.NewDesc("presenced_replica_device_notes_total", "Device notes heard: a user's devices changed while nothing everyone sees did.", nil, nil)
+	descReplicaNotesUp = prometheus.NewDesc("presenced_replica_notes_heard", "1 while the device notes are heard (full views may be answered by the replica), 0 while not (on a Redis Cluster: never).", nil, nil)
 )
 
 type replicaCollector struct{ stats func() replica.Stats }
 
 func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReplicaUsers, descReplicaMax, descReplicaMisses, descReplicaRefresh, descReplicaEvicted, descReplicaReady, descReplicaChanges, descReplicaFills, descReplicaFill, descReplicaReads} {
+	for _, d := range []*prometheus.Desc{descReplicaUsers, descReplicaMax, descReplicaMisses, descReplicaRefresh, descReplicaEvicted, descReplicaReady, descReplicaChanges, descReplicaFills, descReplicaFill, descReplicaReads, descReplicaFull, descReplicaFullMis, descReplicaNotes, descReplicaNotesUp} {
 		ch <- d
 	}
 }
@@ -46,4 +50,13 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReplicaFill, prometheus.GaugeValue, s.LastFill.Seconds())
 	ch <- prometheus.MustNewConstMetric(descReplicaReads, prometheus.CounterValue, float64(s.Served), "replica")
 	ch <- prometheus.MustNewConstMetric(descReplicaReads, prometheus.CounterValue, float64(s.Refused), "store")
+	notes := 0.0
+	if s.NotesUp {
+		notes = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReplicaFull, prometheus.CounterValue, float64(s.FullServed), "replica")
+	ch <- prometheus.MustNewConstMetric(descReplicaFull, prometheus.CounterValue, float64(s.FullRefused), "store")
+	ch <- prometheus.MustNewConstMetric(descReplicaFullMis, prometheus.CounterValue, float64(s.FullMisses))
+	ch <- prometheus.MustNewConstMetric(descReplicaNotes, prometheus.CounterValue, float64(s.Noted))
+	ch <- prometheus.MustNewConstMetric(descReplicaNotesUp, prometheus.GaugeValue, notes)
 }

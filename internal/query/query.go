@@ -54,6 +54,11 @@ type Config struct {
 	// settings and version only. When it returns an error (it may have
 	// missed changes) States answers instead.
 	Statuses States
+	// Views, if set, answers ReadViews in place of States: a node's read
+	// replica's full views (what everyone may see of each user), which
+	// lag a change by the bus's delivery. When it returns an error
+	// States answers instead.
+	Views States
 	// Rooms, if set, answers the member pages of Room; nil: Room
 	// returns ErrNoRooms.
 	Rooms Rooms
@@ -63,6 +68,7 @@ type Config struct {
 type Reader struct {
 	states   States
 	statuses States // nil: States answers ReadStatuses too
+	views    States // nil: States answers ReadViews too
 	profiles Profiles
 	contacts Contacts
 	rooms    Rooms // nil: no rooms
@@ -86,7 +92,7 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	return &Reader{states: cfg.States, statuses: cfg.Statuses, profiles: cfg.Profiles, contacts: cfg.Contacts,
+	return &Reader{states: cfg.States, statuses: cfg.Statuses, views: cfg.Views, profiles: cfg.Profiles, contacts: cfg.Contacts,
 		rooms: cfg.Rooms, clock: cfg.Clock, margin: cfg.ColdVersionMargin}, nil
 }
 
@@ -94,7 +100,16 @@ func New(cfg Config) (*Reader, error) {
 // len(ids) and ids must be valid and distinct. An empty viewer is anonymous:
 // it sees what each user shows to everyone.
 func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
-	return r.read(ctx, viewer, ids, out, false)
+	return r.read(ctx, viewer, ids, out, nil)
+}
+
+// ReadViews is Read for a caller that may be answered a moment late:
+// with Config.Views it reads there (the viewer's own view from States),
+// so a change made on another node shows once the bus brought it. Not
+// for a snapshot that a watch's changes continue (a change that came
+// before the watch and not yet to the replica would never be sent).
+func (r *Reader) ReadViews(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
+	return r.read(ctx, viewer, ids, out, r.views)
 }
 
 // ReadStatuses is Read for a caller that uses only each view's status
@@ -102,10 +117,12 @@ func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []pr
 // the viewer's own status from States (a replica holds public statuses
 // only). Its views' other fields may be empty.
 func (r *Reader) ReadStatuses(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
-	return r.read(ctx, viewer, ids, out, r.statuses != nil)
+	return r.read(ctx, viewer, ids, out, r.statuses)
 }
 
-func (r *Reader) read(ctx context.Context, viewer string, ids []string, out []privacy.View, statusOnly bool) error {
+// read is Read with src, if not nil, in place of States (but for the
+// viewer's own view).
+func (r *Reader) read(ctx context.Context, viewer string, ids []string, out []privacy.View, src States) error {
 	if len(ids) > MaxBatch {
 		return ErrTooMany
 	}
@@ -120,7 +137,7 @@ func (r *Reader) read(ctx context.Context, viewer string, ids []string, out []pr
 
 	snaps := grow(b.snaps, len(ids))
 	b.snaps = snaps
-	if err := r.getStates(ctx, viewer, ids, snaps, statusOnly); err != nil {
+	if err := r.getStates(ctx, viewer, ids, snaps, src); err != nil {
 		return fmt.Errorf("read state: %w", err)
 	}
 
@@ -185,11 +202,11 @@ func (r *Reader) read(ctx context.Context, viewer string, ids []string, out []pr
 	return nil
 }
 
-// getStates reads the snapshots of ids into snaps: from the status
-// source if statusOnly and it answers, the viewer's own from States.
-func (r *Reader) getStates(ctx context.Context, viewer string, ids []string, snaps []presence.Snapshot, statusOnly bool) error {
+// getStates reads the snapshots of ids into snaps: from src if it is
+// set and answers, the viewer's own from States.
+func (r *Reader) getStates(ctx context.Context, viewer string, ids []string, snaps []presence.Snapshot, src States) error {
 	now := r.clock.Now().UnixMilli()
-	if !statusOnly || r.statuses.Get(ctx, now, ids, snaps) != nil {
+	if src == nil || src.Get(ctx, now, ids, snaps) != nil {
 		return r.states.Get(ctx, now, ids, snaps)
 	}
 	if viewer == "" {

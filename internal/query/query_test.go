@@ -2,6 +2,7 @@ package query_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -334,5 +335,66 @@ func TestStates(t *testing.T) {
 	}
 	if err := r.States(ctx, ids, out[:2]); err == nil {
 		t.Error("States with len(out) != len(ids): no error")
+	}
+}
+
+// failing is a source of states that never answers (a replica not ready).
+type failing struct{}
+
+func (failing) Get(context.Context, int64, []string, []presence.Snapshot) error {
+	return errors.New("not ready")
+}
+
+// ReadViews reads the Views source, but the viewer's own view, which is
+// the store's; Read never reads it (a snapshot a watch continues); a
+// Views source that fails is replaced by the store.
+func TestReadViews(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rules := presence.Rules{TTL: 30 * time.Second, IdleAfter: 5 * time.Minute}
+	store, views := memstore.New(memstore.Config{Rules: rules}), memstore.New(memstore.Config{Rules: rules})
+	now := t0.UnixMilli()
+	for _, m := range []*memstore.Store{store, views} {
+		for _, id := range []string{"me", "other"} {
+			if err := m.Load(ctx, now, &presence.Profile{UserID: id}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Beat(ctx, now, id, "d", true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The store has the newest: both busy; the views source lags.
+	for _, id := range []string{"me", "other"} {
+		if _, err := store.SetStatus(ctx, now, id, presence.ManualBusy, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &durable{}
+	ids := []string{"me", "other"}
+	for _, tc := range []struct {
+		name  string
+		views query.States
+		read  func(r *query.Reader, out []privacy.View) error
+		other presence.Status
+	}{
+		{"ReadViews", views, func(r *query.Reader, out []privacy.View) error { return r.ReadViews(ctx, "me", ids, out) }, presence.Online},
+		{"Read", views, func(r *query.Reader, out []privacy.View) error { return r.Read(ctx, "me", ids, out) }, presence.Busy},
+		{"ReadViews, views failing", failing{}, func(r *query.Reader, out []privacy.View) error { return r.ReadViews(ctx, "me", ids, out) }, presence.Busy},
+	} {
+		r, err := query.New(query.Config{States: store, Views: tc.views, Profiles: d, Contacts: d, Clock: clock.NewFake(t0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]privacy.View, len(ids))
+		if err := tc.read(r, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Status != presence.Busy {
+			t.Errorf("%s: the viewer's own view %v, want busy (the store's)", tc.name, out[0].Status)
+		}
+		if out[1].Status != tc.other {
+			t.Errorf("%s: other %v, want %v", tc.name, out[1].Status, tc.other)
+		}
 	}
 }

@@ -124,7 +124,8 @@ type Replica struct {
 
 	applied, stale, fills, refused, served atomic.Uint64
 	notHeld, misses, evicted, refreshed    atomic.Uint64
-	fullServed, fullMisses, noted          atomic.Uint64
+	fullServed, fullRefused, fullMisses    atomic.Uint64
+	noted                                  atomic.Uint64
 	lastFill                               atomic.Int64 // duration of the last completed fill, ns
 }
 
@@ -485,7 +486,7 @@ func (r *Replica) Get(ctx context.Context, _ int64, ids []string, out []presence
 // heard (NotesUp).
 func (r *Replica) GetFull(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
 	if !r.Ready() || !r.notesUp.Load() {
-		r.refused.Add(1)
+		r.fullRefused.Add(1)
 		return ErrNotReady
 	}
 	asked, epoch := r.asked.Load(), r.epoch.Load()
@@ -862,10 +863,11 @@ type Stats struct {
 	Evicted   uint64        // with Max: users dropped to make room
 	Refreshed uint64        // with Max: users read again for being held longer than Every
 	// Full views (GetFull).
-	FullServed uint64 // reads answered
-	FullMisses uint64 // users read through from the store
-	Noted      uint64 // device notes heard
-	NotesUp    bool   // the device notes are heard: GetFull answers
+	FullServed  uint64 // reads answered
+	FullRefused uint64 // reads refused (not ready, or the notes not heard): the store answered them
+	FullMisses  uint64 // users read through from the store
+	Noted       uint64 // device notes heard
+	NotesUp     bool   // the device notes are heard: GetFull answers
 }
 
 // Stats returns the replica's counters. It takes every shard's lock
@@ -874,7 +876,7 @@ func (r *Replica) Stats() Stats {
 	st := Stats{Max: r.cfg.Max, Ready: r.Ready(), Applied: r.applied.Load(), Stale: r.stale.Load(),
 		NotHeld: r.notHeld.Load(), Fills: r.fills.Load(), LastFill: time.Duration(r.lastFill.Load()),
 		Served: r.served.Load(), Refused: r.refused.Load(), Misses: r.misses.Load(), Evicted: r.evicted.Load(),
-		Refreshed: r.refreshed.Load(), FullServed: r.fullServed.Load(), FullMisses: r.fullMisses.Load(),
+		Refreshed: r.refreshed.Load(), FullServed: r.fullServed.Load(), FullRefused: r.fullRefused.Load(), FullMisses: r.fullMisses.Load(),
 		Noted: r.noted.Load(), NotesUp: r.notesUp.Load()}
 	for i := range r.shards {
 		s := &r.shards[i]
