@@ -30,20 +30,27 @@ func (p population) ReadPublished(_ context.Context, ids []string, out []presenc
 			out[i] = presence.Snapshot{UserID: id}
 			continue
 		}
-		out[i] = presence.Snapshot{UserID: id, Known: true, Status: presence.Online, Version: uint64(n + 1)}
+		out[i] = presence.Snapshot{UserID: id, Known: true, Status: presence.Online, Version: uint64(n + 1),
+			Devices: 1, LastSeen: 1_700_000_000_000, PubLastSeen: 1_700_000_000_000}
+		if n%10 == 0 { // a tenth have a status text
+			out[i].Text = "in a meeting until 3"
+		}
 	}
 	return nil
 }
 
 // BenchmarkGet1000 reads 1,000 random users among 1,000,000 from a
 // replica that holds all of them — filled, or bounded to a million and
-// read through once — and reports the heap it holds per user.
+// read through once — and reports the heap it holds per user; "full
+// views" reads them with GetFull, every user's full view kept (a tenth
+// with a status text).
 func BenchmarkGet1000(b *testing.B) {
-	b.Run("filled", func(b *testing.B) { benchGet1000(b, 0) })
-	b.Run("bounded", func(b *testing.B) { benchGet1000(b, 1_000_000) })
+	b.Run("filled", func(b *testing.B) { benchGet1000(b, 0, false) })
+	b.Run("bounded", func(b *testing.B) { benchGet1000(b, 1_000_000, false) })
+	b.Run("full views", func(b *testing.B) { benchGet1000(b, 1_000_000, true) })
 }
 
-func benchGet1000(b *testing.B, limit int) {
+func benchGet1000(b *testing.B, limit int, full bool) {
 	const users = 1_000_000
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -57,6 +64,11 @@ func benchGet1000(b *testing.B, limit int) {
 		b.Fatal(err)
 	}
 	r.filled.Store(r.asked.Load())
+	r.NotesUp(true)
+	get := r.Get
+	if full {
+		get = r.GetFull
+	}
 	if limit > 0 { // read everyone through once
 		ids := make([]string, 1000)
 		out := make([]presence.Snapshot, len(ids))
@@ -64,7 +76,7 @@ func benchGet1000(b *testing.B, limit int) {
 			for j := range ids {
 				ids[j] = "u" + strconv.Itoa(lo+j)
 			}
-			if err := r.Get(context.Background(), 0, ids, out); err != nil {
+			if err := get(context.Background(), 0, ids, out); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -91,11 +103,14 @@ func benchGet1000(b *testing.B, limit int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		if err := r.Get(context.Background(), 0, batches[i%len(batches)], out); err != nil {
+		if err := get(context.Background(), 0, batches[i%len(batches)], out); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/users, "heap-B/user")
 	b.ReportMetric(float64(gc.Microseconds())/1000, "gc-ms")
+	if st := r.Stats(); full && st.FullMisses != users {
+		b.Fatalf("%d full views read through, want %d (each once)", st.FullMisses, users)
+	}
 	runtime.KeepAlive(r)
 }

@@ -149,11 +149,11 @@ type shard struct {
 type slot struct {
 	id    [presence.MaxIDLen]byte // id[:idLen]; idLen 0: a free slot
 	idLen uint8
+	has   bool   // e holds a state (a slot made for a read in flight does not yet)
+	ref   uint32 // atomic: read since the hand last passed (with Max)
 	e     entry
 	since uint64 // Replica.seq when the slot was made for id
 	born  uint32 // seconds since Replica.start when e was read or changed
-	has   bool   // e holds a state (a slot made for a read in flight does not yet)
-	ref   uint32 // atomic: read since the hand last passed (with Max)
 	noted uint64 // Replica.notes at the last device note of the user
 }
 
@@ -165,14 +165,15 @@ type entry struct {
 	status   presence.Status // public: never Invisible
 	settings presence.Settings
 	// The rest of the full view everyone may see (GetFull), kept from a
-	// read of the store: valid while full == version (a change applied
-	// later leaves it behind: the changes carry no device count) and
-	// epoch is the replica's. The text is in the shard's texts.
-	full        uint64
-	epoch       uint32
+	// read of the store (fullOK) in epoch. Only a read keeps it, with its
+	// version: a change applied later replaces the entry (the changes
+	// carry no device count), and so does a device note. The text is in
+	// the shard's texts.
 	fullOK      bool
+	hasText     bool // the shard's texts holds the user's public text
 	devices     uint16
-	pubVersion  uint64
+	epoch       uint32
+	pubLag      uint32 // version - the public version (an invisible user's frozen face)
 	pubLastSeen int64
 }
 
@@ -180,21 +181,20 @@ type entry struct {
 // view as of epoch (the public text is the caller's: snap.Public).
 func entryOf(snap *presence.Snapshot, epoch uint32) entry {
 	_, pv := snap.Public()
+	lag := snap.Version - min(pv, snap.Version)
 	return entry{version: snap.Version, known: snap.Known, status: snap.Status.Public(), settings: snap.Settings,
-		full: snap.Version, epoch: epoch, fullOK: true, devices: uint16(min(snap.Devices, 1<<16-1)),
-		pubVersion: pv, pubLastSeen: snap.PubLastSeen}
+		epoch: epoch, fullOK: lag <= 1<<32-1, devices: uint16(min(snap.Devices, 1<<16-1)),
+		pubLag: uint32(min(lag, 1<<32-1)), pubLastSeen: snap.PubLastSeen}
 }
 
 // statusOnly is e without its full view.
 func (e entry) statusOnly() entry {
-	e.full, e.epoch, e.fullOK, e.devices, e.pubVersion, e.pubLastSeen = 0, 0, false, 0, 0, 0
+	e.epoch, e.fullOK, e.hasText, e.devices, e.pubLag, e.pubLastSeen = 0, false, false, 0, 0, 0
 	return e
 }
 
 // hasFull reports whether e holds its full view in epoch.
-func (e *entry) hasFull(epoch uint32) bool {
-	return e.fullOK && e.full == e.version && e.epoch == epoch
-}
+func (e *entry) hasFull(epoch uint32) bool { return e.fullOK && e.epoch == epoch }
 
 // fullSnapshot is what everyone may be shown of the user e holds, with
 // its public text, read at now (Unix ms): the public status, text and
@@ -203,7 +203,7 @@ func (e *entry) hasFull(epoch uint32) bool {
 // owns (the replica hears of no heartbeat).
 func (e *entry) fullSnapshot(id, text string, now int64) presence.Snapshot {
 	s := presence.Snapshot{UserID: id, Known: e.known, Status: e.status, Text: text, Version: e.version,
-		Settings: e.settings, PubText: text, PubVersion: e.pubVersion, Devices: int(e.devices),
+		Settings: e.settings, PubText: text, PubVersion: e.version - uint64(e.pubLag), Devices: int(e.devices),
 		LastSeen: e.pubLastSeen, PubLastSeen: e.pubLastSeen}
 	if e.status != presence.Offline && now > s.PubLastSeen {
 		s.LastSeen, s.PubLastSeen = now, now
@@ -497,7 +497,11 @@ func (r *Replica) GetFull(ctx context.Context, now int64, ids []string, out []pr
 		j, ok, _ := s.find(h, id)
 		if ok && s.slots[j].has && s.slots[j].e.hasFull(epoch) {
 			sl := &s.slots[j]
-			out[i] = sl.e.fullSnapshot(id, s.texts[h], now)
+			text := ""
+			if sl.e.hasText {
+				text = s.texts[h]
+			}
+			out[i] = sl.e.fullSnapshot(id, text, now)
 			if r.bounded() && atomic.LoadUint32(&sl.ref) == 0 {
 				atomic.StoreUint32(&sl.ref, 1)
 			}
@@ -654,6 +658,7 @@ func (r *Replica) settle(id string, since uint64, e *entry, text string, keep bo
 			kept = kept.statusOnly()
 		} else if text != "" {
 			s.texts[h] = text
+			kept.hasText = true
 		} else {
 			delete(s.texts, h)
 		}
