@@ -52,9 +52,10 @@ local function save(u)
   -- a version, and go out as a change): a device note, the user's id on
   -- the shard's channel <tag>devs, for the nodes' read replicas, which
   -- keep full views (Store.Notes). Only while the user shows present:
-  -- an offline face shows no devices.
+  -- an offline face shows no devices. pcall: a Redis before 7.0 has no
+  -- SPUBLISH, and no node hears notes there (full views read Redis).
   if u.nd0 and #u.devs ~= u.nd0 and u.pub ~= 0 and u.v == u.v0 then
-    redis.call('SPUBLISH', string.match(u.key, '^(.*)p:%d+$') .. 'devs', u.id)
+    redis.pcall('SPUBLISH', string.match(u.key, '^(.*)p:%d+$') .. 'devs', u.id)
   end
 end
 
