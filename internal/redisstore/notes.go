@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -12,9 +14,11 @@ import (
 // save): <tag>devs, in the shard's slot.
 func (sk *shardKeys) notesChannel() string { return sk.tag + "devs" }
 
-// ErrNoNotes is returned by Notes on a Redis Cluster: the shards'
-// channels live on several masters, and one connection hears one.
-var ErrNoNotes = errors.New("redisstore: device notes are heard on a single Redis only")
+// ErrNoNotes is returned by Notes where no notes can be heard: on a
+// Redis Cluster (the shards' channels live on several masters, and one
+// connection hears one), and on a Redis that refuses SSUBSCRIBE (before
+// 7.0).
+var ErrNoNotes = errors.New("redisstore: no device notes on this Redis")
 
 // Notes hears the store's device notes until ctx is done: note is called
 // with the id of each user whose devices changed while nothing everyone
@@ -23,7 +27,8 @@ var ErrNoNotes = errors.New("redisstore: device notes are heard on a single Redi
 // once every shard's channel is subscribed, up(false) when the
 // connection is lost (notes may be missed until up(true) again: it
 // subscribes again every retry). On a Redis Cluster it returns
-// ErrNoNotes at once.
+// ErrNoNotes at once, and on a Redis that refuses the subscription as
+// soon as it does.
 func (s *Store) Notes(ctx context.Context, retry time.Duration, note func(user string), up func(bool)) error {
 	if s.c.Mode() == rueidis.ClientModeCluster {
 		return ErrNoNotes
@@ -33,10 +38,13 @@ func (s *Store) Notes(ctx context.Context, retry time.Duration, note func(user s
 		channels[k] = s.shards[k].notesChannel()
 	}
 	for {
-		_ = s.hearNotes(ctx, channels, note, up) // a lost connection: subscribed again after retry
+		err := s.hearNotes(ctx, channels, note, up) // a lost connection: subscribed again after retry
 		up(false)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(strings.ToLower(re.Error()), "unknown command") {
+			return fmt.Errorf("%w: %v", ErrNoNotes, err) // before 7.0; anything else may pass
 		}
 		select {
 		case <-ctx.Done():
