@@ -193,8 +193,17 @@ func testReadReplicaAcrossNodes(t *testing.T, flags ...string) {
 			t.Error("node 2's replica of 16 users read 41 ids and evicted none")
 		}
 	}
-	if n := metric(t, n2.server, `presenced_replica_full_reads_total{source="replica"}`); n == 0 {
+	full := func() float64 { return metric(t, n2.server, `presenced_replica_full_reads_total{source="replica"}`) }
+	if full() == 0 {
 		t.Error("node 2's replica answered no full view")
+	}
+	// The read of one user is a full view too.
+	f0 := full()
+	if code, raw := n2.do("GET", "/v1/presence/"+ids[5], apiKey, nil); code != 200 {
+		t.Errorf("GET /v1/presence/%s: %d %s", ids[5], code, raw)
+	}
+	if full() <= f0 {
+		t.Error("GET /v1/presence/{id} was not answered by node 2's replica")
 	}
 	if n := metric(t, n2.server, "presenced_replica_device_notes_total"); n == 0 {
 		t.Error("node 2 heard no device note (second devices came and went)")
