@@ -76,10 +76,26 @@ func (s *Store) hearNotes(ctx context.Context, channels []string, note func(stri
 	if err := dc.Do(ctx, dc.B().Ssubscribe().Channel(channels...).Build()).Error(); err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case err := <-wait:
-		return err
+	// A connection that died without a word (a cut link) says nothing:
+	// a PING a second finds it within notesProbe.
+	probe := time.NewTicker(notesProbe / 2)
+	defer probe.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-wait:
+			return err
+		case <-probe.C:
+			pctx, cancel := context.WithTimeout(ctx, notesProbe/2)
+			err := dc.Do(pctx, dc.B().Ping().Build()).Error()
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+		}
 	}
 }
+
+// notesProbe bounds how long a dead notes connection goes unnoticed.
+const notesProbe = 2 * time.Second

@@ -111,6 +111,17 @@ func TestDeviceNotes(t *testing.T) {
 	})
 	step("invisible's second device", nil, beat("inv", "d2"))
 
+	// The probes of a live connection do not break it (a PING a second
+	// on a subscribed connection).
+	time.Sleep(2500 * time.Millisecond)
+	l.mu.Lock()
+	ups, up := l.ups, l.up
+	l.mu.Unlock()
+	if ups != 1 || !up {
+		t.Fatalf("after the probes: subscribed %d times, up %v; want once, up", ups, up)
+	}
+	step("after the probes", []string{"a"}, beat("a", "d2"))
+
 	// A lost connection: up(false), then subscribed again.
 	if err := c.Do(ctx, c.B().Arbitrary("CLIENT", "KILL", "TYPE", "pubsub").Build()).Error(); err != nil {
 		t.Fatal(err)
