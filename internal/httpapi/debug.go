@@ -186,12 +186,12 @@ func (s *Server) debugUser(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// debugViewer reads user as viewer would (the same reader, so the same
-// privacy filter) and says why it sees that, from the user's settings u
+// debugViewer reads user as viewer would (the same read, so the same
+// privacy filter and, on a scale-out node, the same replica) and says why it sees that, from the user's settings u
 // and whether viewer is in the user's contact list.
 func (s *Server) debugViewer(r *http.Request, user, viewer string, u *presence.User) (*debugViewer, error) {
 	var views [1]privacy.View
-	if err := s.reader.Read(r.Context(), viewer, []string{user}, views[:]); err != nil {
+	if err := s.readViews(r.Context(), viewer, []string{user}, views[:]); err != nil {
 		return nil, err
 	}
 	dv := &debugViewer{ViewerID: viewer, Relation: "other", Sees: wire.AppendView(nil, &views[0])}
