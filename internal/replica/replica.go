@@ -480,7 +480,8 @@ func (r *Replica) Get(ctx context.Context, _ int64, ids []string, out []presence
 // of the store at now shows it, but for what is due (Get). The replica
 // keeps a user's full view from a read of the store until a change or a
 // device note (NoteDevices) of the user comes; the others are read
-// through, and kept, bounded or not. Not the user's own view: the true
+// through and kept (a replica of every user keeps only the users it
+// holds: one the store does not hold is read each time). Not the user's own view: the true
 // status of an invisible user is not held. It returns ErrNotReady, and
 // fills nothing, when Get would, and while the device notes are not
 // heard (NotesUp).
@@ -516,7 +517,14 @@ func (r *Replica) GetFull(ctx context.Context, now int64, ids []string, out []pr
 		tokens := make([]uint64, len(miss))
 		for j, i := range miss {
 			names[j] = ids[i]
-			tokens[j] = r.listen(ids[i])
+			if r.bounded() {
+				tokens[j] = r.listen(ids[i])
+			} else {
+				// Every user the store holds has a slot already: no
+				// slot is made for ids it does not hold (reads of
+				// made-up ids would fill memory until the next fill).
+				tokens[j] = r.slotOf(ids[i])
+			}
 		}
 		// The answer is the read's own (a change that came meanwhile is
 		// newer, and on its way to the reader's watchers).
@@ -610,6 +618,17 @@ func (r *Replica) readAndKeep(ctx context.Context, ids []string, tokens []uint64
 		return fmt.Errorf("replica: read through the store: %w", err)
 	}
 	return nil
+}
+
+// slotOf returns the seq of id's slot, 0 if it has none.
+func (r *Replica) slotOf(id string) uint64 {
+	s, h := r.locate(id)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if i, ok, _ := s.find(h, id); ok {
+		return s.slots[i].since
+	}
+	return 0
 }
 
 // listen returns the seq of id's slot, made (evicting another if need be)
