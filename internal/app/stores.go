@@ -121,7 +121,7 @@ type deviceNotes interface {
 
 // hearNotes runs the store's device notes into the replica, which
 // answers full views while it hears them. Where the store has none (a
-// Redis Cluster, a Redis before 7.0), full views are read from the store.
+// Redis before 7.0), full views are read from the store.
 func (a *App) hearNotes(ns deviceNotes) func(context.Context) error {
 	log := a.cfg.Logger.With("component", "replica")
 	return func(ctx context.Context) error {
@@ -137,7 +137,7 @@ func (a *App) hearNotes(ns deviceNotes) func(context.Context) error {
 			a.replica.NotesUp(up)
 		})
 		if errors.Is(err, redisstore.ErrNoNotes) {
-			log.Info("no device notes on this Redis (a Cluster, or before 7.0): full views are read from Redis", "err", err)
+			log.Info("no device notes on this Redis (before 7.0): full views are read from Redis", "err", err)
 		}
 		return nil
 	}

@@ -20,7 +20,7 @@ var (
 	descReplicaFull    = prometheus.NewDesc("presenced_replica_full_reads_total", "Full views read over HTTP, by what answered them (replica, or store while it was not ready or the device notes were not heard).", []string{"source"}, nil)
 	descReplicaFullMis = prometheus.NewDesc("presenced_replica_full_misses_total", "Users a full view asked the read replica for whose full view it did not keep (new, changed, or a device note since): read from Redis and kept.", nil, nil)
 	descReplicaNotes   = prometheus.NewDesc("presenced_replica_device_notes_total", "Device notes heard: a user's devices changed while nothing everyone sees did.", nil, nil)
-	descReplicaNotesUp = prometheus.NewDesc("presenced_replica_notes_heard", "1 while the device notes are heard (full views may be answered by the replica), 0 while not (on a Redis Cluster: never).", nil, nil)
+	descReplicaNotesUp = prometheus.NewDesc("presenced_replica_notes_heard", "1 while the device notes are heard (full views may be answered by the replica), 0 while not (on a Redis before 7.0: never).", nil, nil)
 )
 
 type replicaCollector struct{ stats func() replica.Stats }

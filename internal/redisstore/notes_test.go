@@ -10,6 +10,7 @@ import (
 
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
+	"github.com/presenced/presenced/internal/testsvc"
 	"github.com/presenced/presenced/internal/testwait"
 )
 
@@ -132,4 +133,43 @@ func TestDeviceNotes(t *testing.T) {
 		return l.ups == 2 && l.up
 	})
 	step("after the loss", []string{"a"}, beat("a", "d3"))
+}
+
+// On a Redis Cluster the shards' channels live on every master: each is
+// heard on a connection of its own, and a second device of users all
+// over the cluster is noted.
+func TestDeviceNotesOnACluster(t *testing.T) {
+	cl := testsvc.RedisCluster(t, 3)
+	s := newStore(t, dial(t, cl.URL), redisstore.Config{})
+	var l noteLog
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Notes(ctx, 10*time.Millisecond, l.note, l.setUp) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testwait.For(t, "the notes to be heard on every master", l.isUp)
+
+	const t0 = int64(1_700_000_000_000)
+	var want []string
+	for i := range 30 {
+		u := "c" + strconv.Itoa(i)
+		want = append(want, u)
+		if err := s.Load(ctx, t0, &presence.Profile{UserID: u}); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{"d1", "d2"} {
+			if _, err := s.Beat(ctx, t0, u, d, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var got []string
+	testwait.For(t, "a note of each user", func() bool {
+		got = append(got, l.take()...)
+		return len(got) >= len(want)
+	})
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("noted %q, want %q", got, want)
+	}
 }
