@@ -1219,4 +1219,38 @@ func TestRedisClusterFailover(t *testing.T) {
 		}
 		t.Logf("node %d: parts found down %v times", i+1, metric(t, n.server, "presenced_store_part_outages_total"))
 	}
+	// After the failovers node 2 hears the device notes again (on the
+	// masters that serve their slots now) and answers full views from its
+	// replica: a second device of each of a few users shows there.
+	testwait.For(t, "node 2 to hear the device notes again", func() bool {
+		return metric(t, n2.server, "presenced_replica_notes_heard") == 1
+	})
+	few := users[:6]
+	full := func() map[string]fullView { return fullRead(t, n2, "", few) }
+	byReplica := func() float64 { return metric(t, n2.server, `presenced_replica_full_reads_total{source="replica"}`) }
+	testwait.For(t, "node 2's replica to answer a full view (and keep it)", func() bool {
+		r0 := byReplica()
+		for u, v := range full() {
+			if v.Devices == nil || *v.Devices != 1 {
+				t.Fatalf("%s reads %s on node 2, want one device", u, fullString(v))
+			}
+		}
+		return byReplica() > r0
+	})
+	for _, u := range few {
+		dial(t, n1, u, "laptop")
+	}
+	var got map[string]fullView
+	testwait.Forf(t, func() string { return fmt.Sprintf("node 2 to show two devices of each: %v", got) }, func() bool {
+		got = full()
+		for _, v := range got {
+			if v.Devices == nil || *v.Devices != 2 {
+				return false
+			}
+		}
+		return len(got) == len(few)
+	})
+	if metric(t, n2.server, "presenced_replica_device_notes_total") == 0 {
+		t.Error("node 2 heard no device note on the Cluster")
+	}
 }
