@@ -6,8 +6,9 @@
 # 1,000,000) are seeded over HTTP through node 1 and read through node 1
 # (8 clients) and node 2 (1 client, then 8); each run's JSON goes to the
 # out directory, with the nodes' RSS and each master's used_memory.
+# WARM=1 reads through node 2 for 20 s before its measured runs.
 #
-#   scripts/clusterbench.sh OUT-DIR [node flags…]     e.g. … /tmp/rc -read-replica
+#   [WARM=1] scripts/clusterbench.sh OUT-DIR [node flags…]     e.g. … /tmp/rc -read-replica
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/clusterbench.sh OUT-DIR [node flags…]}
@@ -69,6 +70,11 @@ for i in 1 2 3; do
 done
 pb="$out/presence-bench"
 $pb batch -url http://127.0.0.1:18281 -api-key "$KEY" -users "$USERS" -duration 20s -json >"$out/node1-c8.json"
+if [ -n "${WARM:-}" ]; then
+	# The seed's changes fill node 2's replica with statuses only: a
+	# user's first full view there reads the Cluster. Read for 20 s first.
+	$pb batch -url http://127.0.0.1:18282 -api-key "$KEY" -users "$USERS" -seed=false -duration 20s -json >"$out/node2-warm.json"
+fi
 $pb batch -url http://127.0.0.1:18282 -api-key "$KEY" -users "$USERS" -seed=false -concurrency 1 -duration 20s -json >"$out/node2-c1.json"
 $pb batch -url http://127.0.0.1:18282 -api-key "$KEY" -users "$USERS" -seed=false -duration 20s -json >"$out/node2-c8.json"
 for p in "${pids[@]}"; do echo "node pid $p: rss $(ps -o rss= -p "$p") KiB"; done | tee -a "$out/machine.txt"
