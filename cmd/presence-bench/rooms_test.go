@@ -62,8 +62,9 @@ func TestRoomsInProcess(t *testing.T) {
 func TestRoomCountInProcess(t *testing.T) {
 	url := "http" + strings.TrimPrefix(startNode(t, 0), "ws")
 	var r roomCountResult
+	// 2 s a phase: a phase of 1 s may end before its first progress line.
 	runJSON(t, &r, "room-count", "-url", url, "-api-key", testAPIKey, "-members", "300", "-seed-concurrency", "8",
-		"-concurrency", "2", "-duration", "1s")
+		"-concurrency", "2", "-duration", "2s")
 	if r.Seeded != 300 || r.SeedErrors != 0 {
 		t.Errorf("seeded %d, %d errors", r.Seeded, r.SeedErrors)
 	}
