@@ -40,6 +40,31 @@ func (l *noteLog) take() []string {
 }
 func (l *noteLog) isUp() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.up }
 
+// hear runs s.Notes for the test and waits until it is subscribed.
+func hear(t *testing.T, s *redisstore.Store) (*noteLog, context.Context) {
+	t.Helper()
+	l := &noteLog{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Notes(ctx, 10*time.Millisecond, l.note, l.setUp) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testwait.For(t, "the notes to be heard", l.isUp)
+	return l, ctx
+}
+
+// twoDevices loads user and beats two devices of it: the second is noted.
+func twoDevices(t *testing.T, ctx context.Context, s *redisstore.Store, now int64, user string) {
+	t.Helper()
+	if err := s.Load(ctx, now, &presence.Profile{UserID: user}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"d1", "d2"} {
+		if _, err := s.Beat(ctx, now, user, d, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A device that comes or goes while the user shows present and nothing
 // else changes is noted on the shard's channel; a change everyone sees
 // (it has a version and goes out as a change) and anything of a user
@@ -47,12 +72,7 @@ func (l *noteLog) isUp() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.up }
 func TestDeviceNotes(t *testing.T) {
 	c := client(t)
 	s := newStore(t, c, redisstore.Config{})
-	var l noteLog
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Notes(ctx, 10*time.Millisecond, l.note, l.setUp) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testwait.For(t, "the notes to be heard", l.isUp)
+	l, ctx := hear(t, s)
 
 	const t0 = int64(1_700_000_000_000)
 	steps := 0
@@ -65,14 +85,7 @@ func TestDeviceNotes(t *testing.T) {
 		// device): what the step noted comes before its note.
 		steps++
 		marker := "marker" + strconv.Itoa(steps)
-		if err := s.Load(ctx, t0, &presence.Profile{UserID: marker}); err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range []string{"m1", "m2"} {
-			if _, err := s.Beat(ctx, t0, marker, d, true); err != nil {
-				t.Fatal(err)
-			}
-		}
+		twoDevices(t, ctx, s, t0, marker)
 		var got []string
 		testwait.For(t, "the marker's note", func() bool {
 			got = append(got, l.take()...)
@@ -141,26 +154,14 @@ func TestDeviceNotes(t *testing.T) {
 func TestDeviceNotesOnACluster(t *testing.T) {
 	cl := testsvc.RedisCluster(t, 3)
 	s := newStore(t, dial(t, cl.URL), redisstore.Config{})
-	var l noteLog
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Notes(ctx, 10*time.Millisecond, l.note, l.setUp) }()
-	t.Cleanup(func() { cancel(); <-done })
-	testwait.For(t, "the notes to be heard on every master", l.isUp)
+	l, ctx := hear(t, s)
 
 	const t0 = int64(1_700_000_000_000)
 	var want []string
 	for i := range 30 {
 		u := "c" + strconv.Itoa(i)
 		want = append(want, u)
-		if err := s.Load(ctx, t0, &presence.Profile{UserID: u}); err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range []string{"d1", "d2"} {
-			if _, err := s.Beat(ctx, t0, u, d, true); err != nil {
-				t.Fatal(err)
-			}
-		}
+		twoDevices(t, ctx, s, t0, u)
 	}
 	var got []string
 	testwait.For(t, "a note of each user", func() bool {
