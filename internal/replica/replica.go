@@ -116,7 +116,7 @@ type Replica struct {
 
 	// notes counts the device notes (NoteDevices): a read that began
 	// before a note of its user keeps no full view. epoch counts the
-	// times the notes were lost (NotesLost): a full view kept in an
+	// times the notes were heard again (NotesUp): a full view kept in an
 	// older epoch is not answered. notesUp: GetFull answers.
 	notes   atomic.Uint64
 	epoch   atomic.Uint32
@@ -125,7 +125,6 @@ type Replica struct {
 	applied, stale, fills, refused, served atomic.Uint64
 	notHeld, misses, evicted, refreshed    atomic.Uint64
 	fullServed, fullRefused, fullMisses    atomic.Uint64
-	noted                                  atomic.Uint64
 	lastFill                               atomic.Int64 // duration of the last completed fill, ns
 }
 
@@ -481,8 +480,8 @@ func (r *Replica) Get(ctx context.Context, _ int64, ids []string, out []presence
 // keeps a user's full view from a read of the store until a change or a
 // device note (NoteDevices) of the user comes; the others are read
 // through and kept (a replica of every user keeps only the users it
-// holds: one the store does not hold is read each time). Not the user's own view: the true
-// status of an invisible user is not held. It returns ErrNotReady, and
+// holds: one the store does not hold is read each time). Not the
+// user's own view: the true status of an invisible user is not held. It returns ErrNotReady, and
 // fills nothing, when Get would, and while the device notes are not
 // heard (NotesUp).
 func (r *Replica) GetFull(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
@@ -513,25 +512,19 @@ func (r *Replica) GetFull(ctx context.Context, now int64, ids []string, out []pr
 	}
 	if len(miss) > 0 {
 		r.fullMisses.Add(uint64(len(miss)))
-		names := make([]string, len(miss))
-		tokens := make([]uint64, len(miss))
-		for j, i := range miss {
-			names[j] = ids[i]
-			if r.bounded() {
-				tokens[j] = r.listen(ids[i])
-			} else {
-				// Every user the store holds has a slot already: no
-				// slot is made for ids it does not hold (reads of
-				// made-up ids would fill memory until the next fill).
-				tokens[j] = r.slotOf(ids[i])
-			}
+		// Every user a replica of every user holds has a slot already:
+		// it makes none for ids the store does not hold (reads of
+		// made-up ids would fill memory until the next fill).
+		slot := r.listen
+		if !r.bounded() {
+			slot = r.slotOf
 		}
 		// The answer is the read's own (a change that came meanwhile is
 		// newer, and on its way to the reader's watchers).
-		err := r.readAndKeep(ctx, names, tokens, asked, func(j int, _ *entry, read *presence.Snapshot) {
+		err := r.readMisses(ctx, ids, miss, asked, slot, func(i int, _ *entry, read *presence.Snapshot) {
 			e := entryOf(read, epoch)
 			text, _ := read.Public()
-			out[miss[j]] = e.fullSnapshot(names[j], text, now)
+			out[i] = e.fullSnapshot(ids[i], text, now)
 		})
 		if err != nil {
 			return err
@@ -549,7 +542,6 @@ func (r *Replica) NoteDevices(user string) {
 	s, h := r.locate(user)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r.noted.Add(1)
 	n := r.notes.Add(1) // under the lock: a settle of user after it sees it
 	i, ok, _ := s.find(h, user)
 	if !ok {
@@ -579,13 +571,19 @@ func (r *Replica) NotesUp(up bool) {
 // is the count of Refills when the read began) keeps nothing.
 func (r *Replica) readThrough(ctx context.Context, ids []string, miss []int, out []presence.Snapshot, asked uint64) error {
 	r.misses.Add(uint64(len(miss)))
+	return r.readMisses(ctx, ids, miss, asked, r.listen, func(i int, e *entry, _ *presence.Snapshot) { out[i] = e.snapshot(ids[i]) })
+}
+
+// readMisses is readAndKeep of ids[i] for each i of miss, each kept in
+// the slot slot gives it (listen, or slotOf), and fn given i.
+func (r *Replica) readMisses(ctx context.Context, ids []string, miss []int, asked uint64, slot func(string) uint64, fn func(i int, e *entry, read *presence.Snapshot)) error {
 	names := make([]string, len(miss))
 	tokens := make([]uint64, len(miss))
 	for j, i := range miss {
 		names[j] = ids[i]
-		tokens[j] = r.listen(ids[i])
+		tokens[j] = slot(ids[i])
 	}
-	return r.readAndKeep(ctx, names, tokens, asked, func(j int, e *entry, _ *presence.Snapshot) { out[miss[j]] = e.snapshot(names[j]) })
+	return r.readAndKeep(ctx, names, tokens, asked, func(j int, e *entry, read *presence.Snapshot) { fn(miss[j], e, read) })
 }
 
 // readAndKeep reads ids from the store, within ReadTimeout, and keeps
@@ -901,7 +899,7 @@ func (r *Replica) Stats() Stats {
 		NotHeld: r.notHeld.Load(), Fills: r.fills.Load(), LastFill: time.Duration(r.lastFill.Load()),
 		Served: r.served.Load(), Refused: r.refused.Load(), Misses: r.misses.Load(), Evicted: r.evicted.Load(),
 		Refreshed: r.refreshed.Load(), FullServed: r.fullServed.Load(), FullRefused: r.fullRefused.Load(), FullMisses: r.fullMisses.Load(),
-		Noted: r.noted.Load(), NotesUp: r.notesUp.Load()}
+		Noted: r.notes.Load(), NotesUp: r.notesUp.Load()}
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.RLock()
