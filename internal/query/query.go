@@ -50,9 +50,9 @@ type Config struct {
 	// the user gets when it is loaded again. Zero with an embedded store.
 	ColdVersionMargin uint64
 	// Statuses, if set, answers ReadStatuses in place of States: a
-	// node's read replica, which holds each user's public status,
-	// settings and version only. When it returns an error (it may have
-	// missed changes) States answers instead.
+	// node's read replica, which holds what everyone sees of each user,
+	// not their own view. When it returns an error (it may have missed
+	// changes) States answers instead.
 	Statuses States
 	// Views, if set, answers ReadViews in place of States: a node's read
 	// replica's full views (what everyone may see of each user), which
@@ -114,8 +114,8 @@ func (r *Reader) ReadViews(ctx context.Context, viewer string, ids []string, out
 
 // ReadStatuses is Read for a caller that uses only each view's status
 // (Status and StatusVisible): with Config.Statuses it reads from there,
-// the viewer's own status from States (a replica holds public statuses
-// only). Its views' other fields may be empty.
+// the viewer's own status from States (a replica holds what everyone
+// sees). Its views' other fields may be empty.
 func (r *Reader) ReadStatuses(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
 	return r.read(ctx, viewer, ids, out, r.statuses)
 }

@@ -16,7 +16,9 @@
 // the replica may have missed changes: until a fill (a bounded replica:
 // emptying it) that started after it was told so (Refill) is done, and
 // while Config.Fresh says a node that may write changes is not heard.
-// Public statuses only: a user's own status and full views are read from
+// GetFull answers full views (text, devices, last_seen) from what a read
+// of the store brought, until a change or a device note of the user
+// (NoteDevices). What everyone sees only: a user's own view is read from
 // the store (query.Reader). docs/internals.md has the whole design.
 package replica
 
