@@ -2,6 +2,8 @@ package benchfix
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,26 +35,42 @@ func RedisCPU(ctx context.Context, c rueidis.Client) (float64, error) {
 // RedisScripts returns how many scripts the Redis server c talks to has
 // run (INFO commandstats: EVALSHA and EVAL calls).
 func RedisScripts(ctx context.Context, c rueidis.Client) (int64, error) {
+	calls, _, err := RedisCommands(ctx, c, "evalsha", "eval")
+	return calls, err
+}
+
+// RedisCommands returns how many times the Redis server c talks to has
+// run the named commands (lower case, as INFO commandstats names them;
+// those a script ran included) and the microseconds they took, summed.
+func RedisCommands(ctx context.Context, c rueidis.Client, names ...string) (calls, usec int64, err error) {
 	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var n int64
 	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls=")
-		if !ok {
-			rest, ok = strings.CutPrefix(strings.TrimSpace(line), "cmdstat_eval:calls=")
+		name, fields, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":")
+		if !ok || !slices.Contains(names, name) {
+			continue
 		}
-		if ok {
-			calls, _, _ := strings.Cut(rest, ",")
-			v, err := strconv.ParseInt(calls, 10, 64)
-			if err != nil {
-				return 0, err
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			var n *int64
+			switch k {
+			case "calls":
+				n = &calls
+			case "usec":
+				n = &usec
+			default:
+				continue
 			}
-			n += v
+			x, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("INFO commandstats: %s: %w", line, err)
+			}
+			*n += x
 		}
 	}
-	return n, nil
+	return calls, usec, nil
 }
 
 // SetexPipelined plays the naive design on the Redis c talks to — n

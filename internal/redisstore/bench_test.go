@@ -19,6 +19,7 @@ import (
 	"github.com/presenced/presenced/internal/presence"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/testsvc"
+	"github.com/presenced/presenced/internal/testwait"
 	"github.com/presenced/presenced/internal/tracker"
 )
 
@@ -292,6 +293,63 @@ func BenchmarkTransition(b *testing.B) {
 	b.ReportMetric(n/time.Since(start).Seconds(), "transitions/s")
 	b.ReportMetric((redisCPU(b, c)-cpu0)*1e6/n, "redis-µs/transition")
 	b.ReportMetric(n/float64(b.N), "changed/op")
+}
+
+// BenchmarkDeviceNote: what a device note costs Redis. 100,000 users
+// online with one device each; every operation brings a second device
+// (a beat of it) or sends it away (its bye), so each script changes a
+// present user's device count and nothing everyone sees: it sends one
+// SPUBLISH to the shard's notes channel, which one subscriber (a node's
+// Store.Notes) hears. Reported: Redis CPU per operation, the whole
+// script; the SPUBLISH's own time as Redis counts it (INFO
+// commandstats); notes sent and heard per operation.
+func BenchmarkDeviceNote(b *testing.B) {
+	c := client(b)
+	s := newStore(b, c, redisstore.Config{})
+	const users = 100_000
+	const t0 = int64(1_700_000_000_000)
+	ids := populate(b, s, users, t0)
+	l, ctx := hear(b, s)
+	var next atomic.Uint64
+	b.SetParallelism((1000 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	cpu0 := redisCPU(b, c)
+	pubs0, pubUsec0, err := benchfix.RedisCommands(ctx, c, "spublish")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1) - 1
+			id, now := ids[i%users], t0+1+int64(i/users)
+			var err error
+			if (i/users)%2 == 0 {
+				_, err = s.Beat(ctx, now, id, "d2", true)
+			} else {
+				_, err = s.Bye(ctx, now, id, "d2")
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	cpu := redisCPU(b, c) - cpu0
+	pubs, pubUsec, err := benchfix.RedisCommands(ctx, c, "spublish")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := float64(b.N)
+	testwait.For(b, "every note heard", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return int64(len(l.notes)) >= pubs-pubs0
+	})
+	b.ReportMetric(cpu*1e6/n, "redis-µs/op")
+	b.ReportMetric(float64(pubUsec-pubUsec0)/n, "spublish-µs/op")
+	b.ReportMetric(float64(pubs-pubs0)/n, "notes/op")
+	b.ReportMetric(float64(len(l.take()))/n, "heard/op")
 }
 
 // BenchmarkHTTPBeatsWithSweeps: what users beating over HTTP cost Redis

@@ -41,7 +41,7 @@ func (l *noteLog) take() []string {
 func (l *noteLog) isUp() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.up }
 
 // hear runs s.Notes for the test and waits until it is subscribed.
-func hear(t *testing.T, s *redisstore.Store) (*noteLog, context.Context) {
+func hear(t testing.TB, s *redisstore.Store) (*noteLog, context.Context) {
 	t.Helper()
 	l := &noteLog{}
 	ctx, cancel := context.WithCancel(context.Background())
