@@ -3,6 +3,7 @@ package natsbus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"strings"
 	"sync"
@@ -202,6 +203,15 @@ func (b *Bus) mirror(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case m := <-b.mirrorIn:
+			if m.Subject == "" { // a MirrorSync marker
+				b.syncMu.Lock()
+				if passed, ok := b.syncs[m]; ok { // else its caller gave up
+					close(passed)
+					delete(b.syncs, m)
+				}
+				b.syncMu.Unlock()
+				continue
+			}
 			if m.Header.Get(nodeHeader) == b.node {
 				continue // its tracker fed the mirror already
 			}
@@ -244,6 +254,11 @@ func (b *Bus) handle(m *nats.Msg, ev *presence.Event) {
 		}
 	}
 	b.subsMu.Unlock()
+	if b.cfg.Mirror != nil {
+		// Before the watchers: a watcher registered after this call
+		// finds the change in the mirror (MirrorSync).
+		b.cfg.Mirror(ev)
+	}
 	if b.parkIfAnnounced(ev) {
 		return
 	}
@@ -475,4 +490,80 @@ func (b *Bus) contactsLoop(ctx context.Context) {
 		case <-b.contNotify:
 		}
 	}
+}
+
+// ErrMirrorBehind is MirrorSync's answer when the mirror cannot be
+// counted on now: there is none, NATS is away, or changes on their way
+// to it were dropped (OnMirrorLost is called then, if it was not yet).
+var ErrMirrorBehind = errors.New("natsbus: the mirror may have missed changes")
+
+// MirrorSync returns once Config.Mirror has been handed every change of
+// another node that NATS delivered before the call — every change
+// published before the caller's Watch reached NATS, so that, with the
+// changes of watched users mirrored before Local.Publish, a watcher
+// registered before MirrorSync is sent each change the mirror did not
+// have when read after it. It flushes the connection (what the server
+// sent before its PONG is in the mirror's channel by then), puts a
+// marker behind it and waits for the mirror goroutine to pass it: Run
+// must be running. ErrMirrorBehind when the mirror cannot be counted on.
+func (b *Bus) MirrorSync(ctx context.Context) error {
+	if b.mirrorIn == nil || !b.nc.IsConnected() {
+		return ErrMirrorBehind
+	}
+	fctx, cancel := context.WithTimeout(ctx, watchFlushWait)
+	err := b.nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("natsbus: flush before the mirror's marker: %w", err)
+	}
+	marker, passed := &nats.Msg{}, make(chan struct{})
+	b.syncMu.Lock()
+	if b.syncs == nil {
+		b.syncs = make(map[*nats.Msg]chan struct{})
+	}
+	b.syncs[marker] = passed
+	b.syncMu.Unlock()
+	forget := func() {
+		b.syncMu.Lock()
+		delete(b.syncs, marker)
+		b.syncMu.Unlock()
+	}
+	select {
+	case b.mirrorIn <- marker:
+	case <-ctx.Done():
+		forget()
+		return ctx.Err()
+	}
+	select {
+	case <-passed:
+	case <-ctx.Done():
+		forget() // the mirror finds no channel for it and skips it
+		return ctx.Err()
+	}
+	if b.mirrorLost() {
+		return ErrMirrorBehind
+	}
+	return nil
+}
+
+// mirrorLost reports whether the whole tree's subscription dropped
+// changes since the last call, and then calls OnMirrorLost: nats.go
+// reports a slow consumer once an episode, and MirrorSync finds those
+// dropped after the report.
+func (b *Bus) mirrorLost() bool {
+	if b.allSub == nil {
+		return false
+	}
+	n, err := b.allSub.Dropped()
+	if err != nil {
+		return true // unsubscribed: closing
+	}
+	b.syncMu.Lock()
+	lost := n != b.droppedSeen
+	b.droppedSeen = n
+	b.syncMu.Unlock()
+	if lost && b.cfg.OnMirrorLost != nil {
+		b.cfg.OnMirrorLost()
+	}
+	return lost
 }
