@@ -10,8 +10,11 @@ import (
 
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/memstore"
+	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
+	"github.com/presenced/presenced/internal/privacy"
+	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/sqlitestore"
@@ -106,7 +109,7 @@ func (a *App) openReplica(context.Context) error {
 		return err
 	}
 	a.stats.Replica = a.replica.Stats
-	a.add(part{run: quiet(a.replica.Run), stop: stopBus, publish: a.replica})
+	a.add(part{run: quiet(a.replica.Run), stop: stopBus}) // openTracker publishes to it first
 	if ns, ok := a.store.(deviceNotes); ok {
 		a.add(part{run: a.hearNotes(ns), stop: stopBus})
 	}
@@ -148,4 +151,28 @@ type fullViews struct{ r *replica.Replica }
 
 func (v fullViews) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
 	return v.r.GetFull(ctx, now, ids, out)
+}
+
+// knownViews answers a re-subscribe's snapshot from the read replica
+// (gateway.KnownReader) once the bus's mirror was handed every change
+// NATS delivered before (natsbus.MirrorSync). A change a new watcher
+// could miss was published before its subscription reached NATS (and
+// the mirror has it now), or was handed to the hub before the watcher
+// registered (and the replica had it first: the bus mirrors a watched
+// user's change before its watchers, the tracker publishes to the
+// replica before the hub). Otherwise — no mirror to count on, the
+// replica not ready — the gateway reads Redis, as for a first subscribe.
+type knownViews struct {
+	bus    *natsbus.Bus
+	reader *query.Reader
+}
+
+func (k knownViews) ReadKnown(ctx context.Context, viewer string, ids []string, out []privacy.View) (bool, error) {
+	if err := k.bus.MirrorSync(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, nil
+	}
+	return true, k.reader.ReadViews(ctx, viewer, ids, out)
 }
