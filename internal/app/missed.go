@@ -13,10 +13,11 @@ import (
 func (a *App) missedChanges() {
 	a.resync.Request()
 	if a.replica != nil {
-		// The reconnection this cue follows is answered: replicaFresh
-		// may say yes again once the fill asked here is done.
-		a.replicaReconnects.Store(a.nats.NC.Stats().Reconnects)
+		// The fill first: replicaFresh may say yes again once it is done,
+		// not in between.
 		a.replica.Refill()
+		// The reconnection this cue follows is answered.
+		a.replicaReconnects.Store(a.nats.NC.Stats().Reconnects)
 	}
 }
 

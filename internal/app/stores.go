@@ -154,25 +154,52 @@ func (v fullViews) Get(ctx context.Context, now int64, ids []string, out []prese
 }
 
 // knownViews answers a re-subscribe's snapshot from the read replica
-// (gateway.KnownReader) once the bus's mirror was handed every change
-// NATS delivered before (natsbus.MirrorSync). A change a new watcher
-// could miss was published before its subscription reached NATS (and
-// the mirror has it now), or was handed to the hub before the watcher
-// registered (and the replica had it first: the bus mirrors a watched
-// user's change before its watchers, the tracker publishes to the
-// replica before the hub). Otherwise — no mirror to count on, the
-// replica not ready — the gateway reads Redis, as for a first subscribe.
+// (gateway.KnownReader), for the users whose bus subscription had
+// settled when the watcher registered (natsbus.Bus.Settled), once the
+// bus's mirror was handed every change NATS delivered before
+// (natsbus.Bus.MirrorSync). A change such a watcher could miss either
+// was handed to the hub before it registered — and the replica had it
+// first: the bus mirrors a watched user's change before its watchers,
+// the tracker publishes to the replica before the hub — or was published
+// before the user's subscription reached NATS, long enough ago that the
+// server has sent it, and the mirror has it now. The other users are
+// left empty (the gateway reads them in Redis), and so is everyone when
+// the mirror cannot be counted on or the replica is not ready.
 type knownViews struct {
 	bus    *natsbus.Bus
 	reader *query.Reader
 }
 
 func (k knownViews) ReadKnown(ctx context.Context, viewer string, ids []string, out []privacy.View) (bool, error) {
+	settled := make([]bool, len(ids))
+	k.bus.Settled(ids, settled)
+	var some []string
+	for i, id := range ids {
+		if settled[i] {
+			some = append(some, id)
+		}
+	}
+	if len(some) == 0 {
+		return false, nil
+	}
 	if err := k.bus.MirrorSync(ctx); err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
 		return false, nil
 	}
-	return true, k.reader.ReadViews(ctx, viewer, ids, out)
+	views := make([]privacy.View, len(some))
+	if err := k.reader.ReadViews(ctx, viewer, some, views); err != nil {
+		return false, err
+	}
+	j := 0
+	for i, id := range ids {
+		if settled[i] {
+			out[i] = views[j]
+			j++
+		} else {
+			out[i] = privacy.View{UserID: id} // no version: read in Redis
+		}
+	}
+	return true, nil
 }

@@ -183,7 +183,7 @@ func TestMirrorSync(t *testing.T) {
 		t.Errorf("the mirror had %d of the %d changes when MirrorSync returned", got, n)
 	}
 
-	// A caller that gives up leaves its marker behind harmlessly.
+	// A caller that gives up is told why.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := b.MirrorSync(ctx); !errors.Is(err, context.Canceled) {
@@ -194,5 +194,32 @@ func TestMirrorSync(t *testing.T) {
 	}
 	if err := a.MirrorSync(context.Background()); !errors.Is(err, ErrMirrorBehind) {
 		t.Errorf("MirrorSync of a bus with no mirror: %v, want ErrMirrorBehind", err)
+	}
+}
+
+// A user's subscription is settled once it is settleTime old; never
+// while the user is not watched.
+func TestSettled(t *testing.T) {
+	old := settleTime
+	settleTime = 300 * time.Millisecond
+	t.Cleanup(func() { settleTime = old })
+	e := newEnv(t, testsvc.SharedNATS(t))
+	b := e.open("b")
+	b.watch("w")
+	got := make([]bool, 2)
+	b.Settled([]string{"w", "nobody"}, got)
+	if got[0] || got[1] {
+		t.Fatalf("settled at once: %v", got)
+	}
+	time.Sleep(settleTime)
+	b.Settled([]string{"w", "nobody"}, got)
+	if !got[0] || got[1] {
+		t.Fatalf("after settleTime: %v, want w only", got)
+	}
+	b.unwatch("w")
+	b.watch("w") // subscribed again: a new subscription
+	b.Settled([]string{"w"}, got[:1])
+	if got[0] {
+		t.Error("a subscription made again is settled at once")
 	}
 }

@@ -218,11 +218,13 @@ type Bus struct {
 	in           chan *nats.Msg // every subscription delivers here
 	reconn       chan struct{}  // signalled (cap 1) when the connection comes back
 	contSub      *nats.Subscription
-	allSub       *nats.Subscription          // every change, for Config.Mirror; nil without
-	mirrorIn     chan *nats.Msg              // allSub delivers here; nil without
-	syncMu       sync.Mutex                  // guards syncs and droppedSeen
-	syncs        map[*nats.Msg]chan struct{} // MirrorSync's markers in mirrorIn, closed as the mirror passes them
-	droppedSeen  int                         // allSub's drops already reported through OnMirrorLost
+	allSub       *nats.Subscription      // every change, for Config.Mirror; nil without
+	mirrorIn     chan *nats.Msg          // allSub delivers here; nil without
+	taken        atomic.Int64            // messages the mirror goroutine took from mirrorIn
+	syncMu       sync.Mutex              // guards syncs and droppedSeen
+	syncs        map[chan struct{}]int64 // MirrorSync's waits: closed once taken reaches the count
+	syncWaiting  atomic.Int32            // len(syncs)
+	droppedSeen  int                     // allSub's drops already reported through OnMirrorLost
 	stripes      [numStripes]sync.Mutex
 	subsMu       sync.Mutex             // guards subs, roomSubs, their subjectSub.recent, and retiredDrops
 	subs         map[string]*subjectSub // by user

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -28,6 +29,7 @@ type subjectSub struct {
 	// order by version anyway.
 	recent [recentVersions]uint64
 	next   uint8
+	at     time.Time // when it was subscribed (Settled)
 }
 
 // recentVersions is how many delivered versions a subscription remembers.
@@ -152,7 +154,7 @@ func (b *Bus) reconcile(ctx context.Context, id string, rooms bool) int {
 			return 0
 		}
 		b.subsMu.Lock()
-		subs[id] = &subjectSub{sub: sub}
+		subs[id] = &subjectSub{sub: sub, at: time.Now()}
 		b.subsMu.Unlock()
 		n.Add(1)
 		return 1
@@ -203,25 +205,39 @@ func (b *Bus) mirror(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case m := <-b.mirrorIn:
-			if m.Subject == "" { // a MirrorSync marker
-				b.syncMu.Lock()
-				if passed, ok := b.syncs[m]; ok { // else its caller gave up
-					close(passed)
-					delete(b.syncs, m)
-				}
-				b.syncMu.Unlock()
-				continue
-			}
-			if m.Header.Get(nodeHeader) == b.node {
-				continue // its tracker fed the mirror already
-			}
-			if strings.HasPrefix(m.Subject, b.rooms) {
-				continue // a room event: for the stream's readers, no change of a user
-			}
-			if b.decode(m, &ev) {
-				b.mirrored.Add(1)
-				b.cfg.Mirror(&ev)
-			}
+			b.mirrorOne(m, &ev)
+			b.mirrorTaken(b.taken.Add(1))
+		}
+	}
+}
+
+// mirrorOne hands one message of the whole tree to Config.Mirror.
+func (b *Bus) mirrorOne(m *nats.Msg, ev *presence.Event) {
+	if m.Header.Get(nodeHeader) == b.node {
+		return // its tracker fed the mirror already
+	}
+	if strings.HasPrefix(m.Subject, b.rooms) {
+		return // a room event: for the stream's readers, no change of a user
+	}
+	if b.decode(m, ev) {
+		b.mirrored.Add(1)
+		b.cfg.Mirror(ev)
+	}
+}
+
+// mirrorTaken wakes the MirrorSync calls waiting for n messages of the
+// whole tree to be mirrored.
+func (b *Bus) mirrorTaken(n int64) {
+	if b.syncWaiting.Load() == 0 {
+		return
+	}
+	b.syncMu.Lock()
+	defer b.syncMu.Unlock()
+	for w, target := range b.syncs {
+		if n >= target {
+			close(w)
+			delete(b.syncs, w)
+			b.syncWaiting.Add(-1)
 		}
 	}
 }
@@ -493,52 +509,61 @@ func (b *Bus) contactsLoop(ctx context.Context) {
 }
 
 // ErrMirrorBehind is MirrorSync's answer when the mirror cannot be
-// counted on now: there is none, NATS is away, or changes on their way
+// counted on now: there is none, the bus is not running, NATS is away,
+// the mirror is more than watchFlushWait behind, or changes on their way
 // to it were dropped (OnMirrorLost is called then, if it was not yet).
 var ErrMirrorBehind = errors.New("natsbus: the mirror may have missed changes")
 
 // MirrorSync returns once Config.Mirror has been handed every change of
-// another node that NATS delivered before the call — every change
-// published before the caller's Watch reached NATS, so that, with the
-// changes of watched users mirrored before Local.Publish, a watcher
-// registered before MirrorSync is sent each change the mirror did not
-// have when read after it. It flushes the connection (what the server
-// sent before its PONG is in the mirror's channel by then), puts a
-// marker behind it and waits for the mirror goroutine to pass it: Run
-// must be running. ErrMirrorBehind when the mirror cannot be counted on.
+// another node that NATS delivered before the call — with the changes of
+// watched users mirrored before Local.Publish, every change a watcher
+// registered before the call could miss, of users whose subscription
+// had settled when it registered (Settled). It flushes the connection
+// (what the server sent before its PONG is in the mirror's channel by
+// then, counted by nats.go) and waits for the mirror goroutine to have
+// taken as many messages.
 func (b *Bus) MirrorSync(ctx context.Context) error {
 	if b.mirrorIn == nil || !b.nc.IsConnected() {
 		return ErrMirrorBehind
 	}
-	fctx, cancel := context.WithTimeout(ctx, watchFlushWait)
-	err := b.nc.FlushWithContext(fctx)
-	cancel()
+	b.runMu.Lock()
+	running := b.running
+	b.runMu.Unlock()
+	if !running {
+		return ErrMirrorBehind
+	}
+	ctx, cancel := context.WithTimeout(ctx, watchFlushWait)
+	defer cancel()
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("%w: flush: %w", ErrMirrorBehind, err)
+	}
+	target, err := b.allSub.Delivered()
 	if err != nil {
-		return fmt.Errorf("natsbus: flush before the mirror's marker: %w", err)
+		return ErrMirrorBehind // unsubscribed: closing
 	}
-	marker, passed := &nats.Msg{}, make(chan struct{})
-	b.syncMu.Lock()
-	if b.syncs == nil {
-		b.syncs = make(map[*nats.Msg]chan struct{})
-	}
-	b.syncs[marker] = passed
-	b.syncMu.Unlock()
-	forget := func() {
+	if b.taken.Load() < target {
+		passed := make(chan struct{})
 		b.syncMu.Lock()
-		delete(b.syncs, marker)
+		if b.syncs == nil {
+			b.syncs = make(map[chan struct{}]int64)
+		}
+		b.syncs[passed] = target
+		b.syncWaiting.Add(1)
 		b.syncMu.Unlock()
-	}
-	select {
-	case b.mirrorIn <- marker:
-	case <-ctx.Done():
-		forget()
-		return ctx.Err()
-	}
-	select {
-	case <-passed:
-	case <-ctx.Done():
-		forget() // the mirror finds no channel for it and skips it
-		return ctx.Err()
+		if b.taken.Load() >= target { // taken meanwhile, before the wait was seen
+			b.mirrorTaken(b.taken.Load())
+		}
+		select {
+		case <-passed:
+		case <-ctx.Done():
+			b.syncMu.Lock()
+			if _, ok := b.syncs[passed]; ok {
+				delete(b.syncs, passed)
+				b.syncWaiting.Add(-1)
+			}
+			b.syncMu.Unlock()
+			return fmt.Errorf("%w: %w", ErrMirrorBehind, ctx.Err())
+		}
 	}
 	if b.mirrorLost() {
 		return ErrMirrorBehind
@@ -546,10 +571,28 @@ func (b *Bus) MirrorSync(ctx context.Context) error {
 	return nil
 }
 
+// Settled sets settled[i] to whether the bus has been subscribed to
+// users[i] for at least settleTime: a change published before that
+// subscription reached NATS has come to the node since (the server sends
+// what it matched at once), so MirrorSync covers it.
+func (b *Bus) Settled(users []string, settled []bool) {
+	b.subsMu.Lock()
+	defer b.subsMu.Unlock()
+	for i, id := range users {
+		us := b.subs[id]
+		settled[i] = us != nil && time.Since(us.at) >= settleTime
+	}
+}
+
+// settleTime is how long a subscription must be old for Settled: far
+// beyond the time the server takes to send a message it matched. A
+// variable for tests.
+var settleTime = time.Second
+
 // mirrorLost reports whether the whole tree's subscription dropped
-// changes since the last call, and then calls OnMirrorLost: nats.go
-// reports a slow consumer once an episode, and MirrorSync finds those
-// dropped after the report.
+// changes since the last call, and then calls OnMirrorLost before any
+// MirrorSync can succeed: nats.go reports a slow consumer once an
+// episode, and MirrorSync finds those dropped after the report.
 func (b *Bus) mirrorLost() bool {
 	if b.allSub == nil {
 		return false
@@ -559,11 +602,13 @@ func (b *Bus) mirrorLost() bool {
 		return true // unsubscribed: closing
 	}
 	b.syncMu.Lock()
-	lost := n != b.droppedSeen
-	b.droppedSeen = n
-	b.syncMu.Unlock()
-	if lost && b.cfg.OnMirrorLost != nil {
-		b.cfg.OnMirrorLost()
+	defer b.syncMu.Unlock()
+	if n <= b.droppedSeen {
+		return false
 	}
-	return lost
+	if b.cfg.OnMirrorLost != nil {
+		b.cfg.OnMirrorLost() // it must not block (Config)
+	}
+	b.droppedSeen = n
+	return true
 }
