@@ -1,25 +1,18 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gobwas/ws"
-
 	wsclient "github.com/presenced/presenced/client"
-	"github.com/presenced/presenced/internal/auth"
 	"github.com/presenced/presenced/internal/testsvc"
 	"github.com/presenced/presenced/internal/testwait"
-	"github.com/presenced/presenced/internal/wsframe"
 )
 
 // Two nodes with a read replica: of every user (-read-replica), bounded
@@ -374,156 +367,5 @@ func TestReadReplicaStopsWhenANodeIsNotHeard(t *testing.T) {
 	readBy("node 1 heard again", true)
 	if f := metric(t, n2.server, "presenced_replica_fills_total"); f <= fills {
 		t.Errorf("fills %v → %v: node 2's replica was not filled again after node 1 was heard again", fills, f)
-	}
-}
-
-// rawSocket is a WebSocket of user on n that sends and reads JSON
-// messages as they are (the client package sends its own known versions).
-type rawSocket struct {
-	t  *testing.T
-	nc net.Conn
-	r  io.Reader
-}
-
-func dialRaw(t *testing.T, n *proc, user string) *rawSocket {
-	t.Helper()
-	tok, err := auth.Sign([]byte(clusterSecret), user, "", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, br, _, err := ws.Dialer{Timeout: waitTimeout}.Dial(context.Background(), "ws"+strings.TrimPrefix(n.base, "http")+"/v1/ws?token="+tok)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	s := &rawSocket{t: t, nc: nc, r: nc}
-	if br != nil {
-		s.r = br
-	}
-	if m := s.read(); m["type"] != "welcome" {
-		t.Fatalf("first message %v", m)
-	}
-	return s
-}
-
-func (s *rawSocket) send(msg any) {
-	s.t.Helper()
-	b, err := json.Marshal(msg)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := ws.WriteFrame(s.nc, ws.MaskFrameInPlace(ws.NewTextFrame(b))); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
-func (s *rawSocket) read() map[string]any {
-	s.t.Helper()
-	_ = s.nc.SetReadDeadline(time.Now().Add(waitTimeout))
-	f, err := wsframe.Read(s.r)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(f.Payload, &m); err != nil {
-		s.t.Fatalf("%q: %v", f.Payload, err)
-	}
-	return m
-}
-
-// Node 2's re-subscribes, which say the versions the client holds, are
-// answered from its read replica: the users that did not change are not
-// read in Redis (another socket on node 2 watches them all along). Users change on node 1 right before each re-subscribe,
-// their changes racing to node 2's replica: what the client ends up
-// with — the snapshot's users, then the changes that follow it — is what
-// each user is, every time, and the count of unchanged users is exact.
-func TestResubscribeFromTheReplica(t *testing.T) {
-	t.Parallel()
-	b := newBackends(t)
-	nodes := b.nodes(t, 2)
-	n1, n2 := nodes[0], nodes[1]
-	const users = 30
-	ids := make([]string, users)
-	for i := range ids {
-		ids[i] = fmt.Sprint("k", i)
-		n1.heartbeat(apiKey, ids[i], "http")
-	}
-	fullRead(t, n2, "", ids) // node 2's replica holds them from here
-	first := dialRaw(t, n2, "w")
-	first.send(map[string]any{"type": "subscribe", "user_ids": ids})
-	m := first.read()
-	if m["type"] != "snapshot" {
-		t.Fatalf("subscribe: %v", m)
-	}
-	held := map[string]uint64{}   // the version the client holds
-	status := map[string]string{} // and the status it shows
-	for id, u := range m["users"].(map[string]any) {
-		u := u.(map[string]any)
-		held[id], status[id] = uint64(u["version"].(float64)), u["status"].(string)
-	}
-	// The first socket stays: node 2's subscriptions to the users on
-	// NATS stay, and are settled a second later (natsbus.Bus.Settled);
-	// a re-subscribe compares in the replica only users whose
-	// subscription has settled.
-	time.Sleep(1100 * time.Millisecond)
-	statuses := []string{"busy", "away", "online"}
-	for round := range 8 {
-		changed := map[string]string{}
-		for i := range 3 {
-			id := ids[(round*3+i)%users]
-			st := statuses[(round+i)%len(statuses)]
-			if st == status[id] {
-				st = "busy"
-				if status[id] == "busy" {
-					st = "away"
-				}
-			}
-			n1.call("POST", "/v1/status", apiKey, map[string]any{"user_id": id, "status": st})
-			changed[id] = st
-		}
-		s := dialRaw(t, n2, "w")
-		s.send(map[string]any{"type": "subscribe", "user_ids": ids, "known": held})
-		m := s.read()
-		if m["type"] != "snapshot" {
-			t.Fatalf("round %d: re-subscribe: %v", round, m)
-		}
-		got := m["users"].(map[string]any)
-		unchanged, _ := m["unchanged"].(float64)
-		if int(unchanged)+len(got) != users {
-			t.Fatalf("round %d: %d users sent and %v unchanged, of %d", round, len(got), unchanged, users)
-		}
-		for id, u := range got {
-			u := u.(map[string]any)
-			held[id], status[id] = uint64(u["version"].(float64)), u["status"].(string)
-		}
-		// The changes that were not in the snapshot follow it.
-		for {
-			late := ""
-			for id, st := range changed {
-				if status[id] != st {
-					late = id
-				}
-			}
-			if late == "" {
-				break
-			}
-			m := s.read()
-			if m["type"] != "presence" {
-				continue
-			}
-			id := m["user_id"].(string)
-			held[id], status[id] = uint64(m["version"].(float64)), m["status"].(string)
-		}
-		s.nc.Close()
-	}
-	if n := metric(t, n2.server, "presenced_ws_snapshot_unchanged_replica_total"); n < users {
-		t.Errorf("node 2 found %v users unchanged in its replica over 8 re-subscribes of %d", n, users)
-	}
-	// What the client holds is what node 1 reads in Redis.
-	truth := fullRead(t, n1, "w", ids)
-	for _, id := range ids {
-		if want := truth[id]; want.Status == nil || *want.Status != status[id] || want.Version == nil || *want.Version != held[id] {
-			t.Errorf("%s: the client shows %q at version %d, Redis says %s", id, status[id], held[id], fullString(want))
-		}
 	}
 }

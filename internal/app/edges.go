@@ -94,16 +94,11 @@ func (a *App) openEdges(context.Context) error {
 // openGateway builds the WebSocket gateway; Run runs it until the
 // WebSockets are closed, first of all.
 func (a *App) openGateway(authn *auth.Authenticator, writes *ratelimit.Writes) error {
-	var known gateway.KnownReader
-	if a.replica != nil && a.bus != nil {
-		known = knownViews{a.bus, a.reader}
-	}
 	var err error
 	a.gw, err = gateway.New(gateway.Config{
 		Writes:               writes,
 		Tracker:              a.edge,
 		Reader:               a.reader,
-		Known:                known,
 		Auth:                 authn,
 		Clock:                a.cfg.Clock,
 		Logger:               a.cfg.Logger.With("component", "ws"),

@@ -10,11 +10,8 @@ import (
 
 	"github.com/presenced/presenced/internal/httpapi"
 	"github.com/presenced/presenced/internal/memstore"
-	"github.com/presenced/presenced/internal/natsbus"
 	"github.com/presenced/presenced/internal/pgstore"
 	"github.com/presenced/presenced/internal/presence"
-	"github.com/presenced/presenced/internal/privacy"
-	"github.com/presenced/presenced/internal/query"
 	"github.com/presenced/presenced/internal/redisstore"
 	"github.com/presenced/presenced/internal/replica"
 	"github.com/presenced/presenced/internal/sqlitestore"
@@ -109,7 +106,7 @@ func (a *App) openReplica(context.Context) error {
 		return err
 	}
 	a.stats.Replica = a.replica.Stats
-	a.add(part{run: quiet(a.replica.Run), stop: stopBus}) // openTracker publishes to it first
+	a.add(part{run: quiet(a.replica.Run), stop: stopBus, publish: a.replica})
 	if ns, ok := a.store.(deviceNotes); ok {
 		a.add(part{run: a.hearNotes(ns), stop: stopBus})
 	}
@@ -151,55 +148,4 @@ type fullViews struct{ r *replica.Replica }
 
 func (v fullViews) Get(ctx context.Context, now int64, ids []string, out []presence.Snapshot) error {
 	return v.r.GetFull(ctx, now, ids, out)
-}
-
-// knownViews answers a re-subscribe's snapshot from the read replica
-// (gateway.KnownReader), for the users whose bus subscription had
-// settled when the watcher registered (natsbus.Bus.Settled), once the
-// bus's mirror was handed every change NATS delivered before
-// (natsbus.Bus.MirrorSync). A change such a watcher could miss either
-// was handed to the hub before it registered — and the replica had it
-// first: the bus mirrors a watched user's change before its watchers,
-// the tracker publishes to the replica before the hub — or was published
-// before the user's subscription reached NATS, long enough ago that the
-// server has sent it, and the mirror has it now. The other users are
-// left empty (the gateway reads them in Redis), and so is everyone when
-// the mirror cannot be counted on or the replica is not ready.
-type knownViews struct {
-	bus    *natsbus.Bus
-	reader *query.Reader
-}
-
-func (k knownViews) ReadKnown(ctx context.Context, viewer string, ids []string, out []privacy.View) (bool, error) {
-	settled := make([]bool, len(ids))
-	k.bus.Settled(ids, settled)
-	var some []string
-	for i, id := range ids {
-		if settled[i] {
-			some = append(some, id)
-		}
-	}
-	if len(some) == 0 {
-		return false, nil
-	}
-	if err := k.bus.MirrorSync(ctx); err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		return false, nil
-	}
-	views := make([]privacy.View, len(some))
-	if err := k.reader.ReadViews(ctx, viewer, some, views); err != nil {
-		return false, err
-	}
-	j := 0
-	for i, id := range ids {
-		if settled[i] {
-			out[i] = views[j]
-			j++
-		} else {
-			out[i] = privacy.View{UserID: id} // no version: read in Redis
-		}
-	}
-	return true, nil
 }

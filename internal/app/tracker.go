@@ -9,16 +9,10 @@ import (
 )
 
 // openTracker builds the tracker over the stores: every change it makes
-// (and every room event) is logged at debug level, then handed to the
-// read replica, then to each part that publishes, in the order they
-// opened.
+// (and every room event) is logged at debug level, then handed to each
+// part that publishes, in the order they opened.
 func (a *App) openTracker(context.Context) error {
 	pubs := publishers{logPublisher{a.cfg.Logger.With("component", "events")}}
-	if a.replica != nil {
-		// Before the hub: a watcher registered after the hub was handed
-		// a change finds it in the replica (knownViews).
-		pubs = append(pubs, a.replica)
-	}
 	for _, p := range a.parts {
 		if p.publish != nil {
 			pubs = append(pubs, p.publish)

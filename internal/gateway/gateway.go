@@ -73,32 +73,14 @@ const (
 	DefaultMaxSocketsPerDevice = 8
 )
 
-// KnownReader answers the snapshot of a re-subscribe (one that says
-// which versions the client holds) from memory, without the store: a
-// read replica that has every change a watcher registered before the
-// call could miss.
-type KnownReader interface {
-	// ReadKnown fills out as Reader.Read does, from a source that holds
-	// every change of ids published before the call, except those the
-	// hub will send the watchers registered before it; false when it
-	// cannot promise that now (nothing is filled: the caller reads with
-	// Reader). What it answers may lag in what a version does not
-	// count (a present user's last_seen).
-	ReadKnown(ctx context.Context, viewer string, ids []string, out []privacy.View) (bool, error)
-}
-
 // Config configures a Gateway. Zero values take the documented defaults.
 type Config struct {
-	Tracker Tracker // required
-	Reader  Reader  // required
-	// Known, if set, answers a re-subscribe's snapshot: the users whose
-	// view is still the version the client holds are left out without
-	// a read of the store, and only the others are read with Reader.
-	Known  KnownReader
-	Auth   *auth.Authenticator // required
-	Hub    Hub                 // nil: subscribe answers an error
-	Clock  clock.Clock
-	Logger *slog.Logger
+	Tracker Tracker             // required
+	Reader  Reader              // required
+	Auth    *auth.Authenticator // required
+	Hub     Hub                 // nil: subscribe answers an error
+	Clock   clock.Clock
+	Logger  *slog.Logger
 	// TTL is the heartbeat ttl: welcome announces it, and a connection
 	// silent for one ttl is closed 4001. Default 30s.
 	TTL time.Duration
@@ -230,7 +212,7 @@ type Gateway struct {
 	idle idleIndex
 
 	stats struct {
-		accepted, acceptedTLS, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats, unchanged, unchangedReplica, loopReads atomic.Uint64
+		accepted, acceptedTLS, closedIdle, closedSlow, closedRate, closedSize, closedExpired, rateLimited, coalescedBeats, unchanged, loopReads atomic.Uint64
 	}
 	nextID atomic.Uint64
 }
@@ -250,11 +232,8 @@ type Stats struct {
 	CoalescedBeats uint64 // heartbeats read together with an identical one and applied once
 	LoopReads      uint64 // reads of only heartbeats and pings the epoll loop applied itself, waking no worker
 	Unchanged      uint64 // users a subscribe's snapshot left out: the client knew their version
-	// Of Unchanged, those Config.Known found so: the gateway did not
-	// read them from the store.
-	UnchangedReplica uint64
-	EpollDisabled    bool
-	Setup            admission.Stats // the gate of handshakes and first subscribes (Config.Setup)
+	EpollDisabled  bool
+	Setup          admission.Stats // the gate of handshakes and first subscribes (Config.Setup)
 }
 
 // New returns a Gateway. It starts nothing; call Run.
@@ -344,22 +323,21 @@ func (g *Gateway) Stats() Stats {
 	noEpoll := g.poll == nil
 	g.mu.Unlock()
 	return Stats{
-		Connections:      n,
-		Users:            users,
-		Accepted:         g.stats.accepted.Load(),
-		AcceptedTLS:      g.stats.acceptedTLS.Load(),
-		ClosedIdle:       g.stats.closedIdle.Load(),
-		ClosedSlow:       g.stats.closedSlow.Load(),
-		ClosedRate:       g.stats.closedRate.Load(),
-		ClosedTooBig:     g.stats.closedSize.Load(),
-		ClosedExpired:    g.stats.closedExpired.Load(),
-		RateLimited:      g.stats.rateLimited.Load(),
-		CoalescedBeats:   g.stats.coalescedBeats.Load(),
-		LoopReads:        g.stats.loopReads.Load(),
-		Unchanged:        g.stats.unchanged.Load(),
-		UnchangedReplica: g.stats.unchangedReplica.Load(),
-		EpollDisabled:    noEpoll,
-		Setup:            g.setup.Stats(),
+		Connections:    n,
+		Users:          users,
+		Accepted:       g.stats.accepted.Load(),
+		AcceptedTLS:    g.stats.acceptedTLS.Load(),
+		ClosedIdle:     g.stats.closedIdle.Load(),
+		ClosedSlow:     g.stats.closedSlow.Load(),
+		ClosedRate:     g.stats.closedRate.Load(),
+		ClosedTooBig:   g.stats.closedSize.Load(),
+		ClosedExpired:  g.stats.closedExpired.Load(),
+		RateLimited:    g.stats.rateLimited.Load(),
+		CoalescedBeats: g.stats.coalescedBeats.Load(),
+		LoopReads:      g.stats.loopReads.Load(),
+		Unchanged:      g.stats.unchanged.Load(),
+		EpollDisabled:  noEpoll,
+		Setup:          g.setup.Stats(),
 	}
 }
 

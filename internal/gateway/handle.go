@@ -183,16 +183,12 @@ func (c *conn) subscribe(ctx context.Context, ids []string, known map[string]uin
 		c.opError("subscribe", err)
 		return
 	}
-	same := func(v *privacy.View) bool {
-		k, ok := known[v.UserID]
-		return ok && v.StatusVisible && v.Version != 0 && k == v.Version
-	}
 	views := make([]privacy.View, 0, len(added))
 	for start := 0; start < len(added); start += query.MaxBatch {
 		part := added[start:min(len(added), start+query.MaxBatch)]
 		out := make([]privacy.View, len(part))
 		read += len(part)
-		if err := c.readSnapshot(ctx, part, out, known, same); err != nil {
+		if err := c.g.reader.Read(ctx, c.user, part, out); err != nil {
 			// The subscription stands; the client may resubscribe to read.
 			c.opError("subscribe", err)
 			return
@@ -204,46 +200,12 @@ func (c *conn) subscribe(ctx context.Context, ids []string, known map[string]uin
 		c.enqueue(outFrame{op: ws.OpText, data: wire.AppendSnapshot(nil, views)})
 		return
 	}
-	frame, unchanged := wire.AppendSnapshotKnown(nil, views, same)
+	frame, unchanged := wire.AppendSnapshotKnown(nil, views, func(v *privacy.View) bool {
+		k, ok := known[v.UserID]
+		return ok && v.StatusVisible && v.Version != 0 && k == v.Version
+	})
 	c.g.stats.unchanged.Add(uint64(unchanged))
 	c.enqueue(outFrame{op: ws.OpText, data: frame})
-}
-
-// readSnapshot reads the views of ids, newly watched, into out. With
-// known (a re-subscribe) and Config.Known, those still at the version the
-// client holds (same) are answered from memory, and only the others
-// read from the store: a reconnect costs the store the users that
-// changed meanwhile.
-func (c *conn) readSnapshot(ctx context.Context, ids []string, out []privacy.View, known map[string]uint64, same func(*privacy.View) bool) error {
-	if known == nil || c.g.cfg.Known == nil {
-		return c.g.reader.Read(ctx, c.user, ids, out)
-	}
-	ok, err := c.g.cfg.Known.ReadKnown(ctx, c.user, ids, out)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return c.g.reader.Read(ctx, c.user, ids, out)
-	}
-	var again []string
-	var at []int
-	for i := range out {
-		if !same(&out[i]) {
-			again, at = append(again, ids[i]), append(at, i)
-		}
-	}
-	c.g.stats.unchangedReplica.Add(uint64(len(ids) - len(again)))
-	if len(again) == 0 {
-		return nil
-	}
-	fresh := make([]privacy.View, len(again))
-	if err := c.g.reader.Read(ctx, c.user, again, fresh); err != nil {
-		return err
-	}
-	for j, i := range at {
-		out[i] = fresh[j]
-	}
-	return nil
 }
 
 // opError answers a failed operation as apierr decides for every entry

@@ -4,11 +4,8 @@ import (
 	"bufio"
 	"context"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,7 +15,6 @@ import (
 	"github.com/presenced/presenced/internal/fanout"
 	"github.com/presenced/presenced/internal/gateway"
 	"github.com/presenced/presenced/internal/presence"
-	"github.com/presenced/presenced/internal/privacy"
 	"github.com/presenced/presenced/internal/testwait"
 )
 
@@ -429,120 +425,5 @@ func TestSubscribeWithKnownVersions(t *testing.T) {
 	third.send(`{"type":"subscribe","user_ids":["2","3"]}`)
 	if m := third.msgType("snapshot"); len(m["users"].(map[string]any)) != 2 || m["unchanged"] != nil {
 		t.Fatalf("snapshot %v", m)
-	}
-}
-
-// readLog is a gateway.Reader that records the ids it is asked.
-type readLog struct {
-	gateway.Reader
-	mu  sync.Mutex
-	ids []string
-}
-
-func (r *readLog) Read(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
-	r.mu.Lock()
-	r.ids = append(r.ids, ids...)
-	r.mu.Unlock()
-	return r.Reader.Read(ctx, viewer, ids, out)
-}
-
-func (r *readLog) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ids := r.ids
-	r.ids = nil
-	slices.Sort(ids)
-	return ids
-}
-
-// memoryViews is a gateway.KnownReader that answers from a reader of its
-// own (a replica in step with the store) while ok.
-type memoryViews struct {
-	gateway.Reader
-	ok    atomic.Bool
-	calls atomic.Int32
-}
-
-func (m *memoryViews) ReadKnown(ctx context.Context, viewer string, ids []string, out []privacy.View) (bool, error) {
-	m.calls.Add(1)
-	if !m.ok.Load() {
-		return false, nil
-	}
-	return true, m.Read(ctx, viewer, ids, out)
-}
-
-// With Config.Known, a re-subscribe reads from the store only the users
-// whose view is not the version the client holds; the answer is the
-// same as without it. When Known cannot answer, every user is read.
-func TestSubscribeKnownFromMemory(t *testing.T) {
-	var store readLog
-	var mem memoryViews
-	n := newNode(t, opts{tweak: func(c *gateway.Config) {
-		store.Reader, mem.Reader = c.Reader, c.Reader
-		c.Reader, c.Known = &store, &mem
-	}})
-	mem.ok.Store(true)
-	ctx := context.Background()
-	for _, id := range []string{"2", "3", "4"} {
-		c := n.dial(id, "p")
-		c.msgType("welcome")
-	}
-	if err := n.tr.SetSettings(ctx, "4", presence.Settings{Status: presence.Nobody, LastSeen: presence.Nobody}); err != nil {
-		t.Fatal(err)
-	}
-	w := n.dial("1", "")
-	w.msgType("welcome")
-	users := w.watch("2", "3", "4")
-	if got := store.take(); !slices.Equal(got, []string{"2", "3", "4"}) {
-		t.Fatalf("a first subscribe read %v from the store, want every user", got)
-	}
-	version := func(id string) string {
-		u, _ := users[id].(map[string]any)
-		v, _ := u["version"].(float64)
-		return strconv.FormatUint(uint64(v), 10)
-	}
-	if _, err := n.tr.SetStatus(ctx, "3", presence.ManualBusy, ""); err != nil {
-		t.Fatal(err)
-	}
-	w.presenceOf("3", "busy")
-	resubscribe := `{"type":"subscribe","user_ids":["2","3","4"],"known":{"2":` + version("2") + `,"3":` + version("3") + `,"4":7}}`
-
-	again := n.dial("1", "")
-	again.msgType("welcome")
-	again.send(resubscribe)
-	m := again.msgType("snapshot")
-	got, _ := m["users"].(map[string]any)
-	if len(got) != 2 || got["3"] == nil || got["4"] == nil || m["unchanged"] != 1.0 {
-		t.Fatalf("snapshot %v: want 3 (changed) and 4 (hidden), 2 unchanged", m)
-	}
-	if read := store.take(); !slices.Equal(read, []string{"3", "4"}) {
-		t.Errorf("the re-subscribe read %v from the store, want 3 and 4 only", read)
-	}
-	if st := n.gw.Stats(); st.Unchanged != 1 || st.UnchangedReplica != 1 {
-		t.Errorf("stats: %d unchanged, %d in memory; want 1, 1", st.Unchanged, st.UnchangedReplica)
-	}
-	if _, err := n.tr.SetStatus(ctx, "2", presence.ManualAway, ""); err != nil {
-		t.Fatal(err)
-	}
-	again.presenceOf("2", "away")
-
-	mem.ok.Store(false)
-	third := n.dial("1", "")
-	third.msgType("welcome")
-	third.send(`{"type":"subscribe","user_ids":["2","3","4"],"known":{"3":` + version("3") + `}}`)
-	if m := third.msgType("snapshot"); len(m["users"].(map[string]any)) != 3 {
-		t.Fatalf("snapshot %v: want all three", m)
-	}
-	if read := store.take(); !slices.Equal(read, []string{"2", "3", "4"}) {
-		t.Errorf("with Known unable to answer, the re-subscribe read %v, want every user", read)
-	}
-	// Without known versions Known is not asked.
-	calls := mem.calls.Load()
-	fourth := n.dial("1", "")
-	fourth.msgType("welcome")
-	fourth.send(`{"type":"subscribe","user_ids":["2"]}`)
-	fourth.msgType("snapshot")
-	if mem.calls.Load() != calls {
-		t.Error("a subscribe without known versions asked Known")
 	}
 }

@@ -137,10 +137,6 @@ type Config struct {
 	// during the call. When nats.go drops messages of that subscription
 	// (the mirror fell behind), OnMirrorLost is called (not OnReconnect:
 	// the watchers missed nothing); a reconnection calls OnReconnect.
-	// A change of a watched user goes to Mirror before Local.Publish
-	// (and again, a no-op for a replica, when the whole tree's copy
-	// arrives): whatever a watcher registered later missed is in the
-	// mirror already (MirrorSync).
 	Mirror       func(ev *presence.Event)
 	OnMirrorLost func()
 	Logger       *slog.Logger // default: slog.Default()
@@ -218,13 +214,8 @@ type Bus struct {
 	in           chan *nats.Msg // every subscription delivers here
 	reconn       chan struct{}  // signalled (cap 1) when the connection comes back
 	contSub      *nats.Subscription
-	allSub       *nats.Subscription      // every change, for Config.Mirror; nil without
-	mirrorIn     chan *nats.Msg          // allSub delivers here; nil without
-	taken        atomic.Int64            // messages the mirror goroutine took from mirrorIn
-	syncMu       sync.Mutex              // guards syncs and droppedSeen
-	syncs        map[chan struct{}]int64 // MirrorSync's waits: closed once taken reaches the count
-	syncWaiting  atomic.Int32            // len(syncs)
-	droppedSeen  int                     // allSub's drops already reported through OnMirrorLost
+	allSub       *nats.Subscription // every change, for Config.Mirror; nil without
+	mirrorIn     chan *nats.Msg     // allSub delivers here; nil without
 	stripes      [numStripes]sync.Mutex
 	subsMu       sync.Mutex             // guards subs, roomSubs, their subjectSub.recent, and retiredDrops
 	subs         map[string]*subjectSub // by user
@@ -322,7 +313,9 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		}
 		if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && sub == b.allSub {
 			b.logLimited(&b.lastSlowLog, "changes for the read replica dropped: it is behind (slow consumer); it will be filled again")
-			b.mirrorLost()
+			if b.cfg.OnMirrorLost != nil {
+				b.cfg.OnMirrorLost()
+			}
 			return
 		}
 		if errors.Is(err, nats.ErrSlowConsumer) {

@@ -3,11 +3,9 @@ package natsbus
 import (
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -29,7 +27,6 @@ type subjectSub struct {
 	// order by version anyway.
 	recent [recentVersions]uint64
 	next   uint8
-	at     time.Time // when it was subscribed (Settled)
 }
 
 // recentVersions is how many delivered versions a subscription remembers.
@@ -154,7 +151,7 @@ func (b *Bus) reconcile(ctx context.Context, id string, rooms bool) int {
 			return 0
 		}
 		b.subsMu.Lock()
-		subs[id] = &subjectSub{sub: sub, at: time.Now()}
+		subs[id] = &subjectSub{sub: sub}
 		b.subsMu.Unlock()
 		n.Add(1)
 		return 1
@@ -205,39 +202,16 @@ func (b *Bus) mirror(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case m := <-b.mirrorIn:
-			b.mirrorOne(m, &ev)
-			b.mirrorTaken(b.taken.Add(1))
-		}
-	}
-}
-
-// mirrorOne hands one message of the whole tree to Config.Mirror.
-func (b *Bus) mirrorOne(m *nats.Msg, ev *presence.Event) {
-	if m.Header.Get(nodeHeader) == b.node {
-		return // its tracker fed the mirror already
-	}
-	if strings.HasPrefix(m.Subject, b.rooms) {
-		return // a room event: for the stream's readers, no change of a user
-	}
-	if b.decode(m, ev) {
-		b.mirrored.Add(1)
-		b.cfg.Mirror(ev)
-	}
-}
-
-// mirrorTaken wakes the MirrorSync calls waiting for n messages of the
-// whole tree to be mirrored.
-func (b *Bus) mirrorTaken(n int64) {
-	if b.syncWaiting.Load() == 0 {
-		return
-	}
-	b.syncMu.Lock()
-	defer b.syncMu.Unlock()
-	for w, target := range b.syncs {
-		if n >= target {
-			close(w)
-			delete(b.syncs, w)
-			b.syncWaiting.Add(-1)
+			if m.Header.Get(nodeHeader) == b.node {
+				continue // its tracker fed the mirror already
+			}
+			if strings.HasPrefix(m.Subject, b.rooms) {
+				continue // a room event: for the stream's readers, no change of a user
+			}
+			if b.decode(m, &ev) {
+				b.mirrored.Add(1)
+				b.cfg.Mirror(&ev)
+			}
 		}
 	}
 }
@@ -270,11 +244,6 @@ func (b *Bus) handle(m *nats.Msg, ev *presence.Event) {
 		}
 	}
 	b.subsMu.Unlock()
-	if b.cfg.Mirror != nil {
-		// Before the watchers: a watcher registered after this call
-		// finds the change in the mirror (MirrorSync).
-		b.cfg.Mirror(ev)
-	}
 	if b.parkIfAnnounced(ev) {
 		return
 	}
@@ -506,109 +475,4 @@ func (b *Bus) contactsLoop(ctx context.Context) {
 		case <-b.contNotify:
 		}
 	}
-}
-
-// ErrMirrorBehind is MirrorSync's answer when the mirror cannot be
-// counted on now: there is none, the bus is not running, NATS is away,
-// the mirror is more than watchFlushWait behind, or changes on their way
-// to it were dropped (OnMirrorLost is called then, if it was not yet).
-var ErrMirrorBehind = errors.New("natsbus: the mirror may have missed changes")
-
-// MirrorSync returns once Config.Mirror has been handed every change of
-// another node that NATS delivered before the call — with the changes of
-// watched users mirrored before Local.Publish, every change a watcher
-// registered before the call could miss, of users whose subscription
-// had settled when it registered (Settled). It flushes the connection
-// (what the server sent before its PONG is in the mirror's channel by
-// then, counted by nats.go) and waits for the mirror goroutine to have
-// taken as many messages.
-func (b *Bus) MirrorSync(ctx context.Context) error {
-	if b.mirrorIn == nil || !b.nc.IsConnected() {
-		return ErrMirrorBehind
-	}
-	b.runMu.Lock()
-	running := b.running
-	b.runMu.Unlock()
-	if !running {
-		return ErrMirrorBehind
-	}
-	ctx, cancel := context.WithTimeout(ctx, watchFlushWait)
-	defer cancel()
-	if err := b.nc.FlushWithContext(ctx); err != nil {
-		return fmt.Errorf("%w: flush: %w", ErrMirrorBehind, err)
-	}
-	target, err := b.allSub.Delivered()
-	if err != nil {
-		return ErrMirrorBehind // unsubscribed: closing
-	}
-	if b.taken.Load() < target {
-		passed := make(chan struct{})
-		b.syncMu.Lock()
-		if b.syncs == nil {
-			b.syncs = make(map[chan struct{}]int64)
-		}
-		b.syncs[passed] = target
-		b.syncWaiting.Add(1)
-		b.syncMu.Unlock()
-		if b.taken.Load() >= target { // taken meanwhile, before the wait was seen
-			b.mirrorTaken(b.taken.Load())
-		}
-		select {
-		case <-passed:
-		case <-ctx.Done():
-			b.syncMu.Lock()
-			if _, ok := b.syncs[passed]; ok {
-				delete(b.syncs, passed)
-				b.syncWaiting.Add(-1)
-			}
-			b.syncMu.Unlock()
-			return fmt.Errorf("%w: %w", ErrMirrorBehind, ctx.Err())
-		}
-	}
-	if b.mirrorLost() {
-		return ErrMirrorBehind
-	}
-	return nil
-}
-
-// Settled sets settled[i] to whether the bus has been subscribed to
-// users[i] for at least settleTime: a change published before that
-// subscription reached NATS has come to the node since (the server sends
-// what it matched at once), so MirrorSync covers it.
-func (b *Bus) Settled(users []string, settled []bool) {
-	b.subsMu.Lock()
-	defer b.subsMu.Unlock()
-	for i, id := range users {
-		us := b.subs[id]
-		settled[i] = us != nil && time.Since(us.at) >= settleTime
-	}
-}
-
-// settleTime is how long a subscription must be old for Settled: far
-// beyond the time the server takes to send a message it matched. A
-// variable for tests.
-var settleTime = time.Second
-
-// mirrorLost reports whether the whole tree's subscription dropped
-// changes since the last call, and then calls OnMirrorLost before any
-// MirrorSync can succeed: nats.go reports a slow consumer once an
-// episode, and MirrorSync finds those dropped after the report.
-func (b *Bus) mirrorLost() bool {
-	if b.allSub == nil {
-		return false
-	}
-	n, err := b.allSub.Dropped()
-	if err != nil {
-		return true // unsubscribed: closing
-	}
-	b.syncMu.Lock()
-	defer b.syncMu.Unlock()
-	if n <= b.droppedSeen {
-		return false
-	}
-	if b.cfg.OnMirrorLost != nil {
-		b.cfg.OnMirrorLost() // it must not block (Config)
-	}
-	b.droppedSeen = n
-	return true
 }

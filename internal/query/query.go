@@ -107,9 +107,7 @@ func (r *Reader) Read(ctx context.Context, viewer string, ids []string, out []pr
 // with Config.Views it reads there (the viewer's own view from States),
 // so a change made on another node shows once the bus brought it. Not
 // for a snapshot that a watch's changes continue (a change that came
-// before the watch and not yet to the replica would never be sent),
-// unless the replica is known to have every such change by the read
-// (the node's re-subscribes: natsbus.Bus.MirrorSync).
+// before the watch and not yet to the replica would never be sent).
 func (r *Reader) ReadViews(ctx context.Context, viewer string, ids []string, out []privacy.View) error {
 	return r.read(ctx, viewer, ids, out, r.views)
 }
